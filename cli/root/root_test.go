@@ -1,0 +1,38 @@
+package root
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func run(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := Main(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestVersionFlagAndSubcommandPrintTheBuild(t *testing.T) {
+	code, out, _ := run("--version")
+	if code != 0 || !strings.HasPrefix(out, "flotilla dev (commit ") {
+		t.Fatalf("--version: %d %q", code, out)
+	}
+	code, out, _ = run("version")
+	if code != 0 || !strings.HasPrefix(out, "client version: dev (commit ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+func TestHelpListsTheSubcommands(t *testing.T) {
+	code, out, _ := run("--help")
+	if code != 0 || !strings.Contains(out, "version") || !strings.Contains(out, "Usage:") {
+		t.Fatalf("--help: %d %q", code, out)
+	}
+}
+
+func TestUnknownCommandFailsWithAMessage(t *testing.T) {
+	code, _, errOut := run("proxy-stauts")
+	if code != 1 || !strings.Contains(errOut, `unknown command "proxy-stauts"`) {
+		t.Fatalf("%d %q", code, errOut)
+	}
+}

@@ -1,0 +1,132 @@
+// Package admin serves a service's operational HTTP endpoints: /healthz
+// (the process is alive), /readyz (every registered component is ready),
+// /metrics (Prometheus) and /debug/pprof.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Readiness aggregates the readiness of a service's components. A service is
+// ready when every registered component is. It is safe for concurrent use.
+type Readiness struct {
+	mu         sync.Mutex
+	components map[string]string // name → reason it is not ready; "" when ready
+}
+
+// NewReadiness returns an empty set: with no components, the service is ready.
+func NewReadiness() *Readiness {
+	return &Readiness{components: map[string]string{}}
+}
+
+// Component registers a component, not ready until it says so.
+func (r *Readiness) Component(name string) *Component {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.components[name] = "starting"
+	return &Component{r: r, name: name}
+}
+
+// Check reports whether all components are ready and, if not, why, as
+// "name: reason" sorted by name.
+func (r *Readiness) Check() (ready bool, notReady []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, reason := range r.components {
+		if reason != "" {
+			notReady = append(notReady, name+": "+reason)
+		}
+	}
+	slices.Sort(notReady)
+	return len(notReady) == 0, notReady
+}
+
+// Component is one part of a service with its own readiness.
+type Component struct {
+	r    *Readiness
+	name string
+}
+
+// SetReady marks the component ready.
+func (c *Component) SetReady() { c.set("") }
+
+// SetNotReady marks the component not ready, with a reason shown on /readyz.
+func (c *Component) SetNotReady(reason string) {
+	if reason == "" {
+		reason = "not ready"
+	}
+	c.set(reason)
+}
+
+func (c *Component) set(reason string) {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	c.r.components[c.name] = reason
+}
+
+// Handler returns the admin endpoints. metrics may be nil (no /metrics).
+func Handler(ready *Readiness, metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		ok, why := ready.Check()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintln(w, "not ready:\n"+strings.Join(why, "\n"))
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// Serve serves h on lis until ctx ends, then shuts down, giving in-flight
+// requests up to drain to finish.
+func Serve(ctx context.Context, log *slog.Logger, lis net.Listener, h http.Handler, drain time.Duration) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: /debug/pprof/profile streams for its duration.
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	log.Info("admin server listening", "address", lis.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("admin serve %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("admin shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin serve %s: %w", lis.Addr(), err)
+	}
+	return nil
+}

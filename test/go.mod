@@ -1,0 +1,3 @@
+module github.com/flotilla-mesh/flotilla/test
+
+go 1.26.0
