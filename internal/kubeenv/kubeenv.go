@@ -380,7 +380,7 @@ func waitHTTP(ctx context.Context, hc *http.Client, url, token string, p *proces
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s exited (%v) before it was ready; log tail:\n%s", p.name, p.err, p.logTail())
+			return fmt.Errorf("%s exited (%w) before it was ready; log tail:\n%s", p.name, p.err, p.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready: %w (last: %w); log tail:\n%s", p.name, ctx.Err(), last, p.logTail())
 		case <-tick.C:

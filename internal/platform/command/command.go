@@ -146,10 +146,10 @@ func (e *usageError) Unwrap() error { return e.err }
 func New[C Config](spec Spec[C]) *cobra.Command {
 	var configFile string
 	cmd := &cobra.Command{
-		Use:           spec.Name,
-		Short:         spec.Short,
-		Long:          spec.Long,
-		Version:       buildinfo.Get().String(),
+		Use:     spec.Name,
+		Short:   spec.Short,
+		Long:    spec.Long,
+		Version: buildinfo.Get().String(),
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return &usageError{fmt.Errorf("unexpected arguments %q: %s takes flags only", args, spec.Name)}

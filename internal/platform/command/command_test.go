@@ -132,7 +132,7 @@ func TestARunningServiceServesAdminAndStopsOnCancel(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get("http://" + addr + "/readyz") //nolint:gosec // loopback
+		resp, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

@@ -130,14 +130,14 @@ namespaces: [a, b]
 		t.Fatal(err)
 	}
 	want := defaults()
-	want.Log = logOpts{Format: "text", Level: "debug"}   // file
-	want.ShutdownTimeout = 30 * time.Second              // file
-	want.Namespaces = []string{"a", "b"}                 // file
-	want.Replicas = 5                                    // flag over file
-	want.Debug = true                                    // flag
-	want.ListenAddress = "127.0.0.1:3"                   // env over flag over file
+	want.Log = logOpts{Format: "text", Level: "debug"}            // file
+	want.ShutdownTimeout = 30 * time.Second                       // file
+	want.Namespaces = []string{"a", "b"}                          // file
+	want.Replicas = 5                                             // flag over file
+	want.Debug = true                                             // flag
+	want.ListenAddress = "127.0.0.1:3"                            // env over flag over file
 	want.Labels = map[string]string{"tier": "cp", "team": "mesh"} // env replaces
-	want.MaxBytes = 4096                                 // env
+	want.MaxBytes = 4096                                          // env
 	if d := cmp.Diff(want, got, cmp.AllowUnexported(testConfig{})); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
 	}
@@ -177,15 +177,15 @@ func TestBadInputIsRejectedWithTheSourceNamed(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"wrong type in file":      {file: "replicas: many\n", want: "line 1: cannot unmarshal !!str `many` into int"},
-		"bad duration in file":    {file: "debug: true\nshutdownTimeout: soon\n", want: "line 2: cannot unmarshal !!str `soon` into time.Duration"},
-		"two documents":           {file: "replicas: 1\n---\nreplicas: 2\n", want: "more than one YAML document"},
-		"not yaml":                {file: "{{{{", want: "config file"},
-		"bad integer in env":      {env: map[string]string{"FLOTILLA_REPLICAS": "1e9x"}, want: "FLOTILLA_REPLICAS"},
-		"overflowing uint32 env":  {env: map[string]string{"FLOTILLA_MAX_BYTES": "99999999999"}, want: "FLOTILLA_MAX_BYTES"},
-		"bad bool in env":         {env: map[string]string{"FLOTILLA_DEBUG": "yes please"}, want: "FLOTILLA_DEBUG"},
-		"bad map in env":          {env: map[string]string{"FLOTILLA_LABELS": "novalue"}, want: "key=value"},
-		"validation fails":        {env: map[string]string{"FLOTILLA_REPLICAS": "-1"}, want: "invalid configuration: replicas must not be negative"},
+		"wrong type in file":     {file: "replicas: many\n", want: "line 1: cannot unmarshal !!str `many` into int"},
+		"bad duration in file":   {file: "debug: true\nshutdownTimeout: soon\n", want: "line 2: cannot unmarshal !!str `soon` into time.Duration"},
+		"two documents":          {file: "replicas: 1\n---\nreplicas: 2\n", want: "more than one YAML document"},
+		"not yaml":               {file: "{{{{", want: "config file"},
+		"bad integer in env":     {env: map[string]string{"FLOTILLA_REPLICAS": "1e9x"}, want: "FLOTILLA_REPLICAS"},
+		"overflowing uint32 env": {env: map[string]string{"FLOTILLA_MAX_BYTES": "99999999999"}, want: "FLOTILLA_MAX_BYTES"},
+		"bad bool in env":        {env: map[string]string{"FLOTILLA_DEBUG": "yes please"}, want: "FLOTILLA_DEBUG"},
+		"bad map in env":         {env: map[string]string{"FLOTILLA_LABELS": "novalue"}, want: "key=value"},
+		"validation fails":       {env: map[string]string{"FLOTILLA_REPLICAS": "-1"}, want: "invalid configuration: replicas must not be negative"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -114,7 +114,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.Health.Shutdown()
 	stopped := make(chan struct{})
 	go func() {
-		s.Server.GracefulStop()
+		s.GracefulStop()
 		close(stopped)
 	}()
 	timer := time.NewTimer(s.drain)
@@ -124,7 +124,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		s.log.Info("grpc server drained")
 	case <-timer.C:
 		s.log.Warn("grpc drain timed out; closing open streams", "timeout", s.drain)
-		s.Server.Stop()
+		s.Stop()
 		<-stopped
 	}
 	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {

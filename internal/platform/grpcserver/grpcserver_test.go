@@ -29,7 +29,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func providers(t *testing.T) (*telemetry.Providers, *tracetest.InMemoryExporter) {
 	t.Helper()
@@ -59,7 +59,9 @@ func start(t *testing.T, s *Server) *running {
 	go func() { r.done <- s.Serve(ctx, lis) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	})
 	return r
 }

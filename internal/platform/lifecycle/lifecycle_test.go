@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,7 +14,7 @@ import (
 	"time"
 )
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // waiter blocks until its context is cancelled, then takes drain to return.
 func waiter(name string, drain time.Duration, stopped chan<- string) Actor {

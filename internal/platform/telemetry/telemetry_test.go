@@ -21,7 +21,11 @@ func TestMetricsAppearOnThePrometheusHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Shutdown(ctx)
+	defer func() {
+		if err := p.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
 	c, err := p.Meter.Meter("test").Int64Counter("flotilla.test.pushes")
 	if err != nil {
 		t.Fatal(err)

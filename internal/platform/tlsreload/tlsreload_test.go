@@ -3,7 +3,6 @@ package tlsreload
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -14,7 +13,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 type fixture struct {
 	ca     *testpki.CA

@@ -1,0 +1,205 @@
+// Package devrun supervises the local control plane that `make run` starts:
+// each service as its own process on loopback, their output interleaved line
+// by line with a per-service prefix, and all of them stopped together on
+// Ctrl-C (SIGTERM, then SIGKILL after a timeout).
+package devrun
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is one program to run.
+type Process struct {
+	// Name prefixes its output lines.
+	Name string
+	Path string
+	Args []string
+	// Env is added to the supervisor's environment.
+	Env []string
+}
+
+// Result says how each process ended.
+type Result struct {
+	// NotBuilt lists processes that exited with the not-built code.
+	NotBuilt []string
+	// Stopped lists processes that ran until they were told to stop.
+	Stopped []string
+}
+
+// Supervisor runs processes together.
+type Supervisor struct {
+	// Out receives every process's output, each line prefixed "name | ".
+	Out io.Writer
+	Log *slog.Logger
+	// StopTimeout is how long processes get to exit after SIGTERM.
+	StopTimeout time.Duration
+	// NotBuiltCode is the exit code meaning "this service is not built
+	// yet": such an exit is reported, not treated as a failure.
+	NotBuiltCode int
+
+	mu sync.Mutex // serialises writes to Out
+}
+
+type child struct {
+	name   string
+	cmd    *exec.Cmd
+	output sync.WaitGroup
+	done   chan struct{}
+	err    error
+}
+
+// Run starts every process and blocks until ctx ends (then stops them all)
+// or until every process has ended on its own. A process that exits while it
+// should be running, other than with NotBuiltCode, stops the others and is
+// returned as an error.
+func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
+	var res Result
+	width := 0
+	for _, p := range procs {
+		width = max(width, len(p.Name))
+	}
+	children := make([]*child, 0, len(procs))
+	exits := make(chan *child, len(procs))
+	for _, p := range procs {
+		c, err := s.start(p, width)
+		if err != nil {
+			return res, errors.Join(err, s.stopAll(children))
+		}
+		children = append(children, c)
+		go func() {
+			<-c.done
+			exits <- c
+		}()
+	}
+
+	running := len(children)
+	var failure error
+	for running > 0 && failure == nil {
+		select {
+		case <-ctx.Done():
+			s.Log.Info("stopping", "processes", running, "timeout", s.StopTimeout)
+			err := s.stopAll(children)
+			res = Result{}
+			for _, c := range children {
+				if isNotBuilt(c.err, s.NotBuiltCode) {
+					res.NotBuilt = append(res.NotBuilt, c.name)
+				} else {
+					res.Stopped = append(res.Stopped, c.name)
+				}
+			}
+			return res, err
+		case c := <-exits:
+			running--
+			switch {
+			case isNotBuilt(c.err, s.NotBuiltCode):
+				res.NotBuilt = append(res.NotBuilt, c.name)
+				s.Log.Info("not built yet", "process", c.name)
+			case c.err == nil:
+				failure = fmt.Errorf("%s exited while the others run", c.name)
+			default:
+				failure = fmt.Errorf("%s failed: %w", c.name, c.err)
+			}
+		}
+	}
+	if failure != nil {
+		s.Log.Error("stopping everything", "reason", failure)
+		return res, errors.Join(failure, s.stopAll(children))
+	}
+	return res, nil
+}
+
+func isNotBuilt(err error, code int) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == code
+}
+
+func (s *Supervisor) start(p Process, width int) (*child, error) {
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.SysProcAttr = sysProcAttr()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	c := &child{name: p.Name, cmd: cmd, done: make(chan struct{})}
+	prefix := p.Name + strings.Repeat(" ", width-len(p.Name)) + " | "
+	c.output.Add(2)
+	go s.copyLines(prefix, stdout, &c.output)
+	go s.copyLines(prefix, stderr, &c.output)
+	go func() {
+		c.output.Wait() // all output is written before the exit is reported
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (s *Supervisor) copyLines(prefix string, r io.Reader, wg *sync.WaitGroup) {
+	defer wg.Done()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		s.mu.Lock()
+		_, _ = fmt.Fprintf(s.Out, "%s%s\n", prefix, sc.Bytes())
+		s.mu.Unlock()
+	}
+	// A line over 1 MiB ends the copy; drain so the child never blocks.
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// stopAll sends SIGTERM to every running child, waits up to StopTimeout,
+// then kills what is left. It reports the children that had to be killed.
+func (s *Supervisor) stopAll(children []*child) error {
+	for _, c := range children {
+		select {
+		case <-c.done:
+		default:
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	timer := time.NewTimer(s.StopTimeout)
+	defer timer.Stop()
+	expired := false
+	var killed []string
+	for _, c := range children {
+		if !expired {
+			select {
+			case <-c.done:
+				continue
+			case <-timer.C:
+				expired = true
+			}
+		}
+		select {
+		case <-c.done:
+		default:
+			_ = c.cmd.Process.Kill()
+			<-c.done
+			killed = append(killed, c.name)
+		}
+	}
+	if len(killed) > 0 {
+		slices.Sort(killed)
+		return fmt.Errorf("killed after %s without exiting: %s", s.StopTimeout, strings.Join(killed, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package devrun
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const helperEnv = "DEVRUN_TEST_HELPER"
+
+// TestMain doubles as the child processes the supervisor runs.
+func TestMain(m *testing.M) {
+	mode := os.Getenv(helperEnv)
+	if mode == "" {
+		os.Exit(m.Run())
+	}
+	sig := make(chan os.Signal, 1)
+	switch mode {
+	case "serve":
+		signal.Notify(sig, syscall.SIGTERM)
+		fmt.Println("listening")
+		fmt.Fprintln(os.Stderr, "a warning")
+		<-sig
+		fmt.Println("drained")
+		os.Exit(0)
+	case "stubborn":
+		signal.Notify(sig, syscall.SIGTERM)
+		fmt.Println("ignoring SIGTERM")
+		for range sig {
+		}
+	case "notbuilt":
+		fmt.Fprintln(os.Stderr, "not built yet")
+		os.Exit(3)
+	case "crash":
+		time.Sleep(100 * time.Millisecond)
+		fmt.Fprintln(os.Stderr, "panic: boom")
+		os.Exit(2)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func proc(name, mode string) Process {
+	return Process{
+		Name: name, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		// Under -race a process otherwise lingers a second at exit.
+		Env: []string{helperEnv + "=" + mode, "GORACE=atexit_sleep_ms=0"},
+	}
+}
+
+func supervisor(out io.Writer) *Supervisor {
+	return &Supervisor{
+		Out:          out,
+		Log:          slog.New(slog.DiscardHandler),
+		StopTimeout:  2 * time.Second,
+		NotBuiltCode: 3,
+	}
+}
+
+// waitFor polls out until it contains want.
+func waitFor(t *testing.T, out *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output never contained %q:\n%s", want, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCancelStopsEveryProcessGracefullyWithPrefixedOutput(t *testing.T) {
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var res Result
+	go func() {
+		var err error
+		res, err = supervisor(out).Run(ctx, []Process{proc("galley", "serve"), proc("ca", "serve"), proc("injector", "notbuilt")})
+		done <- err
+	}()
+	waitFor(t, out, "galley   | listening")
+	waitFor(t, out, "ca       | listening")
+	waitFor(t, out, "ca       | a warning")
+	waitFor(t, out, "injector | not built yet")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	for _, want := range []string{"galley   | drained", "ca       | drained"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if fmt.Sprint(res.NotBuilt) != "[injector]" || fmt.Sprint(res.Stopped) != "[galley ca]" {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestWhenNothingIsBuiltRunReturnsAtOnceWithTheList(t *testing.T) {
+	res, err := supervisor(io.Discard).Run(context.Background(), []Process{proc("a", "notbuilt"), proc("b", "notbuilt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.NotBuilt) != 2 || len(res.Stopped) != 0 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestACrashStopsTheOthersAndIsReported(t *testing.T) {
+	out := &syncBuffer{}
+	_, err := supervisor(out).Run(context.Background(), []Process{proc("discovery", "serve"), proc("ca", "crash")})
+	if err == nil || !strings.Contains(err.Error(), "ca failed: exit status 2") {
+		t.Fatalf("Run = %v, want the crash", err)
+	}
+	if !strings.Contains(out.String(), "discovery | drained") || !strings.Contains(out.String(), "ca        | panic: boom") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+}
+
+func TestAProcessIgnoringSIGTERMIsKilledAfterTheTimeout(t *testing.T) {
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	s := supervisor(out)
+	s.StopTimeout = 200 * time.Millisecond
+	go func() {
+		_, err := s.Run(ctx, []Process{proc("fine", "serve"), proc("stubborn", "stubborn")})
+		done <- err
+	}()
+	waitFor(t, out, "ignoring SIGTERM")
+	waitFor(t, out, "fine     | listening")
+	cancel()
+	err := <-done
+	if err == nil || !strings.HasSuffix(err.Error(), "killed after 200ms without exiting: stubborn") {
+		t.Fatalf("Run = %v; output:\n%s", err, out.String())
+	}
+}
+
+func TestAMissingBinaryIsAnError(t *testing.T) {
+	_, err := supervisor(io.Discard).Run(context.Background(), []Process{{Name: "x", Path: "/nonexistent/flotilla-x"}})
+	if err == nil || !strings.Contains(err.Error(), "start x") {
+		t.Fatalf("Run = %v", err)
+	}
+}
