@@ -38,9 +38,8 @@ build: ## build every binary into bin/ (static, version stamped)
 run: build ## run the control plane locally (no cluster); Ctrl-C stops it
 	@$(BIN)/devrun --bin $(BIN)
 
-test: tools kube-assets check-generate lint ## everything CI checks: generated code, lint, all tests
+test: tools kube-assets check-generate lint check-modules ## everything CI checks: generated code, lint, module builds, all tests
 	go test $(RACE) -count=1 -timeout 20m work
-	$(MAKE) check-modules
 
 check-modules: ## each service module builds on its own (GOWORK=off), as image builds do
 	@for m in services/galley services/discovery services/ca services/injector services/agent cli; do \
