@@ -2,6 +2,7 @@ package kubeenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -18,8 +19,16 @@ import (
 
 // RunTests is a TestMain body: it starts an environment, stores it in *env,
 // runs the package's tests and stops the environment. A failure to start is
-// a test failure (exit 1) with the reason, never a skip.
+// a test failure (exit 1) with the reason, never a skip. It adds the test
+// flag -kubeenv.verbose, which streams the servers' logs:
+//
+//	go test ./internal/kubeenv -args -kubeenv.verbose
 func RunTests(m *testing.M, env **Env, o Options) int {
+	verbose := flag.Bool("kubeenv.verbose", false, "stream kube-apiserver and etcd logs to stderr")
+	flag.Parse()
+	if *verbose {
+		o.Verbose = true
+	}
 	ctx := context.Background()
 	e, err := Start(ctx, o)
 	if err != nil {

@@ -5,8 +5,8 @@
 // apiserver lacks (no controller-manager runs): namespaces with their
 // default ServiceAccount, CRDs waited to Established, ServiceAccount tokens.
 //
-// The apiserver is quiet unless Options.Verbose or FLOTILLA_KUBEENV_VERBOSE=1
-// is set; its log is kept in the environment's directory and its tail is
+// The apiserver is quiet unless Options.Verbose, FLOTILLA_KUBEENV_VERBOSE=1 or
+// the test flag -kubeenv.verbose (see RunTests) is set; its log is kept in the environment's directory and its tail is
 // included in start-up errors.
 package kubeenv
 

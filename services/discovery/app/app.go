@@ -1,5 +1,7 @@
 // Package app is the flotilla-discovery command: its configuration and the
-// wiring of its components.
+// wiring of its components. Until issue #4 builds the service, the
+// command takes only the configuration every service shares and exits
+// saying it is not built yet.
 package app
 
 import (
@@ -10,30 +12,15 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 )
 
-// Config is the configuration of flotilla-discovery.
-type Config struct {
-	command.Common `yaml:",inline"`
-}
-
-// Defaults returns the default configuration.
-func Defaults() Config {
-	return Config{Common: command.CommonDefaults(":15014")}
-}
-
-// Validate checks the configuration.
-func (c Config) Validate() error { return c.Common.Validate() }
-
 // NewCommand returns the flotilla-discovery command.
 func NewCommand() *cobra.Command {
-	return command.New(command.Spec[Config]{
+	return command.New(command.Spec[command.Common]{
 		Name:     "flotilla-discovery",
 		Short:    "Flotilla's xDS server (Pilot)",
 		Long:     "discovery subscribes to galley, builds an immutable push context and serves Envoy xDS (LDS, RDS, CDS, EDS; state-of-the-world and delta) to sidecars and proxyless gRPC clients. It never talks to Kubernetes and runs as N independent replicas.",
-		Defaults: Defaults,
-		Run:      run,
+		Defaults: func() command.Common { return command.CommonDefaults(":15014") },
+		Run: func(context.Context, command.Common, *command.Runtime) error {
+			return &command.NotBuiltError{Service: "discovery", Issue: 4}
+		},
 	})
-}
-
-func run(context.Context, Config, *command.Runtime) error {
-	return &command.NotBuiltError{Service: "discovery", Issue: 4}
 }

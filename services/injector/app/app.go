@@ -1,5 +1,7 @@
 // Package app is the flotilla-injector command: its configuration and the
-// wiring of its components.
+// wiring of its components. Until issue #6 builds the service, the
+// command takes only the configuration every service shares and exits
+// saying it is not built yet.
 package app
 
 import (
@@ -10,30 +12,15 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 )
 
-// Config is the configuration of flotilla-injector.
-type Config struct {
-	command.Common `yaml:",inline"`
-}
-
-// Defaults returns the default configuration.
-func Defaults() Config {
-	return Config{Common: command.CommonDefaults(":15022")}
-}
-
-// Validate checks the configuration.
-func (c Config) Validate() error { return c.Common.Validate() }
-
 // NewCommand returns the flotilla-injector command.
 func NewCommand() *cobra.Command {
-	return command.New(command.Spec[Config]{
+	return command.New(command.Spec[command.Common]{
 		Name:     "flotilla-injector",
 		Short:    "Flotilla's sidecar injection webhook",
 		Long:     "injector is the mutating admission webhook that adds the traffic-capture init container and the proxy container with the agent to pods.",
-		Defaults: Defaults,
-		Run:      run,
+		Defaults: func() command.Common { return command.CommonDefaults(":15022") },
+		Run: func(context.Context, command.Common, *command.Runtime) error {
+			return &command.NotBuiltError{Service: "injector", Issue: 6}
+		},
 	})
-}
-
-func run(context.Context, Config, *command.Runtime) error {
-	return &command.NotBuiltError{Service: "injector", Issue: 6}
 }
