@@ -6,7 +6,6 @@ package grpcserver
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
+	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 )
 
 // Defaults for Options fields left zero.
@@ -39,9 +39,10 @@ const (
 type Options struct {
 	Log       *slog.Logger
 	Telemetry *telemetry.Providers
-	// TLS, when set, serves TLS (mTLS if it requires client certificates);
-	// otherwise the server is plain text, for loopback and development.
-	TLS *tls.Config
+	// TLS, when any file is set, serves TLS from those files, reloading them
+	// when they change; a CA file turns on mutual TLS. With no files the
+	// server is plain text, for loopback and development.
+	TLS tlsreload.Files
 	// MaxRecvMsgBytes bounds a single received message.
 	MaxRecvMsgBytes int
 	// DrainTimeout bounds how long Serve waits for open streams after its
@@ -57,12 +58,14 @@ type Server struct {
 	// Health reports serving status per service name; "" is the whole server.
 	Health *health.Server
 
-	log   *slog.Logger
-	drain time.Duration
+	log    *slog.Logger
+	drain  time.Duration
+	reload *tlsreload.Reloader // nil for plain text
 }
 
-// New builds a server. Register services on it, then call Serve.
-func New(o Options) *Server {
+// New builds a server. Register services on it, then call Serve. It fails
+// only when TLS files are configured and cannot be loaded.
+func New(o Options) (*Server, error) {
 	if o.MaxRecvMsgBytes == 0 {
 		o.MaxRecvMsgBytes = DefaultMaxRecvMsgBytes
 	}
@@ -85,8 +88,13 @@ func New(o Options) *Server {
 			PermitWithoutStream: true,
 		}),
 	}
-	if o.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	var reload *tlsreload.Reloader
+	if o.TLS.Enabled() {
+		var err error
+		if reload, err = tlsreload.New(o.TLS, o.Log); err != nil {
+			return nil, fmt.Errorf("grpc server tls: %w", err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(reload.ServerConfig())))
 	}
 	opts = append(opts, o.Extra...)
 	s := &Server{
@@ -94,21 +102,40 @@ func New(o Options) *Server {
 		Health: health.NewServer(),
 		log:    o.Log,
 		drain:  o.DrainTimeout,
+		reload: reload,
 	}
 	healthpb.RegisterHealthServer(s.Server, s.Health)
-	return s
+	return s, nil
 }
 
 // Serve accepts connections on lis until ctx ends, then shuts down
 // gracefully: health turns NOT_SERVING, no new streams are accepted, open
 // streams get DrainTimeout to finish, and whatever is left is closed.
+//
+// With TLS files, Serve also watches them and serves rotated certificates to
+// new connections. If the watch fails, Serve shuts down and returns the
+// error: a server that can no longer rotate would serve an expired
+// certificate later, so it is better restarted now.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.Server.Serve(lis) }()
-	s.log.Info("grpc server listening", "address", lis.Addr().String())
+	s.log.Info("grpc server listening", "address", lis.Addr().String(), "tls", s.reload != nil)
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchErr := make(chan error, 1)
+	if s.reload != nil {
+		go func() { watchErr <- s.reload.Run(watchCtx) }()
+	}
+
+	var cause error
 	select {
 	case err := <-errc:
 		return fmt.Errorf("grpc serve %s: %w", lis.Addr(), err)
+	case err := <-watchErr:
+		if err != nil {
+			cause = fmt.Errorf("grpc server tls: %w", err)
+		}
 	case <-ctx.Done():
 	}
 	s.Health.Shutdown()
@@ -128,7 +155,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		<-stopped
 	}
 	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("grpc serve %s: %w", lis.Addr(), err)
+		return errors.Join(cause, fmt.Errorf("grpc serve %s: %w", lis.Addr(), err))
 	}
-	return nil
+	return cause
 }

@@ -48,6 +48,21 @@ type running struct {
 	done   chan error
 }
 
+func newServer(t *testing.T, o Options) *Server {
+	t.Helper()
+	if o.Log == nil {
+		o.Log = quiet()
+	}
+	if o.Telemetry == nil {
+		o.Telemetry, _ = providers(t)
+	}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func start(t *testing.T, s *Server) *running {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,8 +96,7 @@ func dial(t *testing.T, addr string, creds credentials.TransportCredentials) hea
 
 func TestHealthServiceAnswersAndCallsAreTracedAndMeasured(t *testing.T) {
 	p, spans := providers(t)
-	s := New(Options{Log: quiet(), Telemetry: p})
-	r := start(t, s)
+	r := start(t, newServer(t, Options{Telemetry: p}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := dial(t, r.addr, nil).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -104,8 +118,7 @@ func TestHealthServiceAnswersAndCallsAreTracedAndMeasured(t *testing.T) {
 }
 
 func TestOversizedMessageIsRejectedWithResourceExhausted(t *testing.T) {
-	p, _ := providers(t)
-	r := start(t, New(Options{Log: quiet(), Telemetry: p, MaxRecvMsgBytes: 1 << 10}))
+	r := start(t, newServer(t, Options{MaxRecvMsgBytes: 1 << 10}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := dial(t, r.addr, nil).Check(ctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("x", 4<<10)})
@@ -114,42 +127,47 @@ func TestOversizedMessageIsRejectedWithResourceExhausted(t *testing.T) {
 	}
 }
 
-func TestMutualTLSRequiresAClientCertificateFromTheCA(t *testing.T) {
+type pki struct {
+	ca    *testpki.CA
+	dir   string
+	files tlsreload.Files
+}
+
+// newPKI writes a CA file and a server certificate for 127.0.0.1.
+func newPKI(t *testing.T) *pki {
+	t.Helper()
 	ca, err := testpki.NewCA("root")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	srvLeaf, err := ca.Issue(testpki.Request{CommonName: "discovery", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
+	p := &pki{ca: ca, dir: t.TempDir()}
+	p.files.CAFile = filepath.Join(p.dir, "ca.pem")
+	if err := os.WriteFile(p.files.CAFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile, err := srvLeaf.WriteFiles(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rl, err := tlsreload.New(tlsreload.Files{CertFile: certFile, KeyFile: keyFile, CAFile: caFile}, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := providers(t)
-	r := start(t, New(Options{Log: quiet(), Telemetry: p, TLS: rl.ServerConfig()}))
+	p.rotate(t)
+	return p
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	noCert := credentials.NewClientTLSFromCert(ca.Pool(), "127.0.0.1")
-	if _, err := dial(t, r.addr, noCert).Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
-		t.Fatalf("without client cert: err = %v, want Unavailable", err)
-	}
-	otherCA, err := testpki.NewCA("other")
+// rotate writes a new server certificate and returns its serial.
+func (p *pki) rotate(t *testing.T) string {
+	t.Helper()
+	leaf, err := p.ca.Issue(testpki.Request{CommonName: "discovery", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, issuer := range map[string]*testpki.CA{"trusted": ca, "untrusted": otherCA} {
+	if p.files.CertFile, p.files.KeyFile, err = leaf.WriteFiles(p.dir); err != nil {
+		t.Fatal(err)
+	}
+	return leaf.Cert.SerialNumber.String()
+}
+
+// clientCreds returns TLS client credentials with a certificate from issuer
+// (none when issuer is nil) that record the server certificate's serial.
+func (p *pki) clientCreds(t *testing.T, issuer *testpki.CA, serial *string) credentials.TransportCredentials {
+	t.Helper()
+	cfg := &tls.Config{RootCAs: p.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	if issuer != nil {
 		leaf, err := issuer.Issue(testpki.Request{CommonName: "client"})
 		if err != nil {
 			t.Fatal(err)
@@ -158,18 +176,76 @@ func TestMutualTLSRequiresAClientCertificateFromTheCA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		creds := credentials.NewTLS(newClientTLS(ca, cert))
-		_, err = dial(t, r.addr, creds).Check(ctx, &healthpb.HealthCheckRequest{})
-		if (err == nil) != (name == "trusted") {
-			t.Errorf("%s client cert: err = %v", name, err)
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if serial != nil {
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			*serial = cs.PeerCertificates[0].SerialNumber.String()
+			return nil
+		}
+	}
+	return credentials.NewTLS(cfg)
+}
+
+func TestMutualTLSRequiresAClientCertificateFromTheCA(t *testing.T) {
+	p := newPKI(t)
+	r := start(t, newServer(t, Options{TLS: p.files}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	otherCA, err := testpki.NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		issuer *testpki.CA
+		ok     bool
+	}{"no client certificate": {nil, false}, "untrusted": {otherCA, false}, "trusted": {p.ca, true}} {
+		_, err := dial(t, r.addr, p.clientCreds(t, tc.issuer, nil)).Check(ctx, &healthpb.HealthCheckRequest{})
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v", name, err)
+		}
+		if !tc.ok && status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: code %v, want Unavailable", name, status.Code(err))
 		}
 	}
 }
 
-func TestShutdownDrainsThenClosesStreamsThatOutliveTheTimeout(t *testing.T) {
+func TestRotatedCertificateFilesAreServedToNewConnections(t *testing.T) {
+	p := newPKI(t)
+	firstSerial := p.rotate(t)
+	r := start(t, newServer(t, Options{TLS: p.files}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var seen string
+	if _, err := dial(t, r.addr, p.clientCreds(t, p.ca, &seen)).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if seen != firstSerial {
+		t.Fatalf("served %s, want %s", seen, firstSerial)
+	}
+	time.Sleep(100 * time.Millisecond) // let the watcher start before rotating
+	next := p.rotate(t)
+	for seen != next {
+		if ctx.Err() != nil {
+			t.Fatalf("rotated certificate %s never served (still %s)", next, seen)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if _, err := dial(t, r.addr, p.clientCreds(t, p.ca, &seen)).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNewFailsWhenTLSFilesCannotBeLoaded(t *testing.T) {
 	p, _ := providers(t)
-	s := New(Options{Log: quiet(), Telemetry: p, DrainTimeout: 200 * time.Millisecond})
-	r := start(t, s)
+	_, err := New(Options{Log: quiet(), Telemetry: p, TLS: tlsreload.Files{CertFile: "/nonexistent/cert.pem", KeyFile: "/nonexistent/key.pem"}})
+	if err == nil || !strings.Contains(err.Error(), "grpc server tls") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestShutdownDrainsThenClosesStreamsThatOutliveTheTimeout(t *testing.T) {
+	r := start(t, newServer(t, Options{DrainTimeout: 200 * time.Millisecond}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	watch, err := dial(t, r.addr, nil).Watch(ctx, &healthpb.HealthCheckRequest{})
@@ -199,14 +275,5 @@ func TestShutdownDrainsThenClosesStreamsThatOutliveTheTimeout(t *testing.T) {
 	}
 	if _, err := watch.Recv(); status.Code(err) != codes.Unavailable && !errors.Is(err, io.EOF) {
 		t.Fatalf("stream after stop: %v, want Unavailable", err)
-	}
-}
-
-func newClientTLS(ca *testpki.CA, cert tls.Certificate) *tls.Config {
-	return &tls.Config{
-		RootCAs:      ca.Pool(),
-		ServerName:   "127.0.0.1",
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS12,
 	}
 }
