@@ -1,0 +1,137 @@
+// Package istio is Flotilla's view of the Istio configuration kinds it
+// serves: which kinds exist (group, versions, plural, type URL, the
+// istio.io/api message of their spec), the object model galley and discovery
+// share (metadata plus spec), and decoding from YAML with file and line
+// positions. It imports no Kubernetes client and no gRPC.
+package istio
+
+import (
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+)
+
+// Kind is one Istio configuration kind.
+type Kind struct {
+	// Group is the API group, e.g. "networking.istio.io".
+	Group string
+	// Kind is the kind name, e.g. "VirtualService".
+	Kind string
+	// Plural is the resource name, e.g. "virtualservices".
+	Plural string
+	// Versions lists every served version, the storage (preferred) one first.
+	// Istio serves the same schema under all of them.
+	Versions []string
+	// ShortNames are kubectl's short names.
+	ShortNames []string
+
+	newSpec func() proto.Message
+}
+
+// Version is the preferred version.
+func (k Kind) Version() string { return k.Versions[0] }
+
+// APIVersion is "group/version" for the preferred version.
+func (k Kind) APIVersion() string { return k.Group + "/" + k.Version() }
+
+// TypeURL names the kind's MCP collection, Istio's convention:
+// "networking.istio.io/v1/VirtualService".
+func (k Kind) TypeURL() string { return k.Group + "/" + k.Version() + "/" + k.Kind }
+
+// NewSpec returns an empty spec message.
+func (k Kind) NewSpec() proto.Message { return k.newSpec() }
+
+// String returns the kind name.
+func (k Kind) String() string { return k.Kind }
+
+// Serves reports whether apiVersion ("group/version") is one of the kind's.
+func (k Kind) Serves(apiVersion string) bool {
+	for _, v := range k.Versions {
+		if k.Group+"/"+v == apiVersion {
+			return true
+		}
+	}
+	return false
+}
+
+// Kinds returns every kind Flotilla serves, sorted by group and kind.
+func Kinds() []Kind {
+	netVersions := []string{"v1", "v1beta1", "v1alpha3"}
+	secVersions := []string{"v1", "v1beta1"}
+	ks := []Kind{
+		{
+			Group: "networking.istio.io", Kind: "DestinationRule", Plural: "destinationrules", Versions: netVersions, ShortNames: []string{"dr"},
+			newSpec: func() proto.Message { return &networking.DestinationRule{} },
+		},
+		{
+			Group: "networking.istio.io", Kind: "Gateway", Plural: "gateways", Versions: netVersions, ShortNames: []string{"gw"},
+			newSpec: func() proto.Message { return &networking.Gateway{} },
+		},
+		{
+			Group: "networking.istio.io", Kind: "ServiceEntry", Plural: "serviceentries", Versions: netVersions, ShortNames: []string{"se"},
+			newSpec: func() proto.Message { return &networking.ServiceEntry{} },
+		},
+		{
+			Group: "networking.istio.io", Kind: "Sidecar", Plural: "sidecars", Versions: netVersions,
+			newSpec: func() proto.Message { return &networking.Sidecar{} },
+		},
+		{
+			Group: "networking.istio.io", Kind: "VirtualService", Plural: "virtualservices", Versions: netVersions, ShortNames: []string{"vs"},
+			newSpec: func() proto.Message { return &networking.VirtualService{} },
+		},
+		{
+			Group: "networking.istio.io", Kind: "WorkloadEntry", Plural: "workloadentries", Versions: netVersions, ShortNames: []string{"we"},
+			newSpec: func() proto.Message { return &networking.WorkloadEntry{} },
+		},
+		{
+			Group: "security.istio.io", Kind: "AuthorizationPolicy", Plural: "authorizationpolicies", Versions: secVersions, ShortNames: []string{"ap"},
+			newSpec: func() proto.Message { return &security.AuthorizationPolicy{} },
+		},
+		{
+			Group: "security.istio.io", Kind: "PeerAuthentication", Plural: "peerauthentications", Versions: secVersions, ShortNames: []string{"pa"},
+			newSpec: func() proto.Message { return &security.PeerAuthentication{} },
+		},
+		{
+			Group: "security.istio.io", Kind: "RequestAuthentication", Plural: "requestauthentications", Versions: secVersions, ShortNames: []string{"ra"},
+			newSpec: func() proto.Message { return &security.RequestAuthentication{} },
+		},
+	}
+	return ks
+}
+
+// ByAPIVersion finds a kind by apiVersion ("group/version", any served
+// version) and kind name.
+func ByAPIVersion(apiVersion, kind string) (Kind, error) {
+	for _, k := range Kinds() {
+		if k.Kind == kind {
+			if k.Serves(apiVersion) {
+				return k, nil
+			}
+			return Kind{}, fmt.Errorf("%s is not served as %s (served: %s)", kind, apiVersion, servedList(k))
+		}
+	}
+	return Kind{}, fmt.Errorf("unsupported kind %s %s", apiVersion, kind)
+}
+
+// ByTypeURL finds a kind by its MCP type URL.
+func ByTypeURL(typeURL string) (Kind, bool) {
+	i := slices.IndexFunc(Kinds(), func(k Kind) bool { return k.TypeURL() == typeURL })
+	if i < 0 {
+		return Kind{}, false
+	}
+	return Kinds()[i], true
+}
+
+func servedList(k Kind) string {
+	s := ""
+	for i, v := range k.Versions {
+		if i > 0 {
+			s += ", "
+		}
+		s += k.Group + "/" + v
+	}
+	return s
+}

@@ -1,0 +1,44 @@
+package istio
+
+import (
+	"maps"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// Meta is the part of Kubernetes object metadata Flotilla keeps.
+type Meta struct {
+	Name        string
+	Namespace   string
+	Labels      map[string]string
+	Annotations map[string]string
+	// ResourceVersion and Generation come from the apiserver; empty in
+	// file mode.
+	ResourceVersion string
+	Generation      int64
+}
+
+// Object is one Istio configuration object: its kind, metadata and spec.
+// Objects are treated as immutable once built: copy before changing.
+type Object struct {
+	Kind Kind
+	Meta Meta
+	Spec proto.Message
+}
+
+// Key is "namespace/name".
+func (o *Object) Key() string { return o.Meta.Namespace + "/" + o.Meta.Name }
+
+// String is "Kind namespace/name", the way messages name an object.
+func (o *Object) String() string { return o.Kind.Kind + " " + o.Key() }
+
+// DeepCopy returns a copy sharing nothing with o.
+func (o *Object) DeepCopy() *Object {
+	c := *o
+	c.Meta.Labels = maps.Clone(o.Meta.Labels)
+	c.Meta.Annotations = maps.Clone(o.Meta.Annotations)
+	if o.Spec != nil {
+		c.Spec = proto.Clone(o.Spec)
+	}
+	return &c
+}
