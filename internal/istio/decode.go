@@ -147,6 +147,19 @@ func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
 	if err := body.Decode(&generic); err != nil {
 		return fail("", "invalid YAML: %s", shiftYAMLLines(err.Error(), c.line-1))
 	}
+	generic, err := jsonable(generic)
+	if err != nil {
+		return fail("", "cannot convert to JSON: %v", err)
+	}
+	if m, ok := generic.(map[string]any); ok {
+		if apiVersion, _ := m["apiVersion"].(string); apiVersion != "" {
+			if kindName, _ := m["kind"].(string); kindName != "" {
+				if k, kerr := ByAPIVersion(apiVersion, kindName); kerr == nil {
+					normalizeDurations(m["spec"], k.NewSpec().ProtoReflect().Descriptor())
+				}
+			}
+		}
+	}
 	raw, err := json.Marshal(generic)
 	if err != nil {
 		return fail("", "cannot convert to JSON (are all map keys strings?): %v", err)

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
 )
 
 const multi = `# routes for reviews
@@ -90,7 +92,7 @@ func TestDecodeErrorsNameTheFileLineObjectAndReason(t *testing.T) {
 		"wrong type":        {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {hosts: 3}\n", "VirtualService default/v: spec:"},
 		"bad enum":          {"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: STRICTEST}}\n", `invalid value for enum field mode: "STRICTEST"`},
 		"bad duration":      {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {http: [{timeout: soon}]}\n", "spec:"},
-		"non-string keys":   {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {1: 2}\n", "cannot convert to JSON"},
+		"non-scalar keys":   {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {? [a] : 2}\n", "invalid YAML"},
 		"labels not map":    {"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, labels: [a]}\n", "metadata.labels: cannot be array"},
 	}
 	for name, tc := range tests {
@@ -108,6 +110,51 @@ func TestDecodeErrorsNameTheFileLineObjectAndReason(t *testing.T) {
 				t.Fatalf("err = %q, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestIntegerMapKeysAndGoDurationsAreAccepted(t *testing.T) {
+	doc := `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: p}
+spec:
+  selector: {matchLabels: {app: a}}
+  portLevelMtls:
+    8080: {mode: DISABLE}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: v}
+spec:
+  hosts: [a]
+  http:
+  - route: [{destination: {host: a}}]
+    timeout: 1m30s
+    retries: {attempts: 2, perTryTimeout: 250ms}
+    corsPolicy: {maxAge: 24h}
+    fault: {delay: {fixedDelay: 1.5s}}
+`
+	docs := Decode("f.yaml", []byte(doc), "default")
+	for _, d := range docs {
+		if d.Err != nil {
+			t.Fatal(d.Err)
+		}
+	}
+	pa := docs[0].Object.Spec.(*security.PeerAuthentication)
+	if pa.GetPortLevelMtls()[8080].GetMode() != security.PeerAuthentication_MutualTLS_DISABLE {
+		t.Fatalf("portLevelMtls = %v", pa.GetPortLevelMtls())
+	}
+	route := docs[1].Object.Spec.(*networking.VirtualService).GetHttp()[0]
+	for name, got := range map[string]time.Duration{
+		"timeout":       route.GetTimeout().AsDuration(),
+		"perTryTimeout": route.GetRetries().GetPerTryTimeout().AsDuration(),
+		"maxAge":        route.GetCorsPolicy().GetMaxAge().AsDuration(),
+		"fixedDelay":    route.GetFault().GetDelay().GetFixedDelay().AsDuration(),
+	} {
+		want := map[string]time.Duration{"timeout": 90 * time.Second, "perTryTimeout": 250 * time.Millisecond, "maxAge": 24 * time.Hour, "fixedDelay": 1500 * time.Millisecond}[name]
+		if got != want {
+			t.Errorf("%s = %s, want %s", name, got, want)
+		}
 	}
 }
 

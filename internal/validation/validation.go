@@ -1,0 +1,134 @@
+// Package validation checks Istio configuration objects the way users rely
+// on: every problem of an object at once, each with its field path
+// ("spec.http[0].route[1].weight"), errors (the object is rejected) apart
+// from warnings (it is accepted, but probably not what was meant). It is
+// pure: galley's admission webhook, galley's file mode and `flotilla
+// analyze` all call Validate.
+package validation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+)
+
+// Issue is one problem at one field.
+type Issue struct {
+	// Path is the field, e.g. "spec.http[0].route[1].weight".
+	Path    string
+	Message string
+}
+
+func (i Issue) String() string {
+	if i.Path == "" {
+		return i.Message
+	}
+	return i.Path + ": " + i.Message
+}
+
+// Result holds every issue found in one object.
+type Result struct {
+	Errors   []Issue
+	Warnings []Issue
+}
+
+// OK reports whether the object has no errors (warnings allowed).
+func (r *Result) OK() bool { return len(r.Errors) == 0 }
+
+// Err returns the errors as one error, or nil.
+func (r *Result) Err() error {
+	if r.OK() {
+		return nil
+	}
+	return &Error{Issues: r.Errors}
+}
+
+// Error is a validation failure listing every error of an object.
+type Error struct {
+	Issues []Issue
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, len(e.Issues))
+	for i, is := range e.Issues {
+		parts[i] = is.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (r *Result) errorf(path, format string, args ...any) {
+	r.Errors = append(r.Errors, Issue{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+func (r *Result) warnf(path, format string, args ...any) {
+	r.Warnings = append(r.Warnings, Issue{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// Context answers the cross-object questions some checks ask. It may be
+// nil: those checks are then skipped.
+type Context interface {
+	// Subsets returns the subset names that DestinationRules visible from
+	// namespace define for host, and whether any such DestinationRule
+	// exists.
+	Subsets(namespace, host string) (names []string, found bool)
+}
+
+// Validate checks one object.
+func Validate(obj *istio.Object, ctx Context) Result {
+	var r Result
+	validateMeta(&r, obj)
+	v := &validator{r: &r, ctx: ctx, obj: obj}
+	switch obj.Kind.Kind {
+	case "VirtualService":
+		v.virtualService()
+	case "DestinationRule":
+		v.destinationRule()
+	case "Gateway":
+		v.gateway()
+	case "ServiceEntry":
+		v.serviceEntry()
+	case "WorkloadEntry":
+		v.workloadEntry()
+	case "Sidecar":
+		v.sidecar()
+	case "PeerAuthentication":
+		v.peerAuthentication()
+	case "RequestAuthentication":
+		v.requestAuthentication()
+	case "AuthorizationPolicy":
+		v.authorizationPolicy()
+	default:
+		r.errorf("kind", "unsupported kind %s", obj.Kind.Kind)
+	}
+	sortIssues(r.Errors)
+	sortIssues(r.Warnings)
+	return r
+}
+
+// sortIssues orders issues by path so that results are deterministic
+// (several checks walk maps).
+func sortIssues(is []Issue) {
+	slices.SortStableFunc(is, func(a, b Issue) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Message, b.Message)
+	})
+}
+
+type validator struct {
+	r   *Result
+	ctx Context
+	obj *istio.Object
+}
+
+func validateMeta(r *Result, obj *istio.Object) {
+	if msg := dns1123Subdomain(obj.Meta.Name); msg != "" {
+		r.errorf("metadata.name", "%q %s", obj.Meta.Name, msg)
+	}
+	if msg := dns1123Label(obj.Meta.Namespace); msg != "" {
+		r.errorf("metadata.namespace", "%q %s", obj.Meta.Namespace, msg)
+	}
+}

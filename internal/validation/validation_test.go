@@ -1,0 +1,158 @@
+package validation
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+)
+
+const wantAnnotation = "validation.flotilla.io/want"
+
+func load(t *testing.T, file string) []istio.Document {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := istio.Decode(file, data, "default")
+	for _, d := range docs {
+		if d.Err != nil {
+			t.Fatalf("test data does not decode: %v", d.Err)
+		}
+	}
+	return docs
+}
+
+func TestEveryInvalidExampleIsRejectedWithItsPathAndReason(t *testing.T) {
+	docs := load(t, "testdata/invalid.yaml")
+	if len(docs) < 30 {
+		t.Fatalf("only %d invalid examples", len(docs))
+	}
+	kinds := map[string]bool{}
+	for _, d := range docs {
+		obj := d.Object
+		kinds[obj.Kind.Kind] = true
+		t.Run(obj.Kind.Kind+"/"+obj.Meta.Name, func(t *testing.T) {
+			want := obj.Meta.Annotations[wantAnnotation]
+			if want == "" {
+				t.Fatalf("%s:%d has no %s annotation", d.File, d.Line, wantAnnotation)
+			}
+			res := Validate(obj, nil)
+			if res.OK() {
+				t.Fatalf("accepted; want error %q", want)
+			}
+			msg := res.Err().Error()
+			if !strings.Contains(msg, want) {
+				t.Fatalf("errors %q do not contain %q", msg, want)
+			}
+		})
+	}
+	if len(kinds) != len(istio.Kinds()) {
+		t.Errorf("invalid examples cover %d kinds, want all %d", len(kinds), len(istio.Kinds()))
+	}
+}
+
+func TestEveryValidExampleIsAcceptedWithoutWarnings(t *testing.T) {
+	for _, d := range load(t, "testdata/valid.yaml") {
+		t.Run(d.Object.Kind.Kind+"/"+d.Object.Meta.Name, func(t *testing.T) {
+			res := Validate(d.Object, nil)
+			if !res.OK() || len(res.Warnings) > 0 {
+				t.Fatalf("errors %v, warnings %v", res.Errors, res.Warnings)
+			}
+		})
+	}
+}
+
+// subsets is a Context backed by a fixed table: host → subset names.
+type subsets map[string][]string
+
+func (s subsets) Subsets(_, host string) ([]string, bool) {
+	names, ok := s[host]
+	return names, ok
+}
+
+func TestMissingSubsetIsAWarningNotAnError(t *testing.T) {
+	doc := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: r}
+spec:
+  hosts: [reviews]
+  http:
+  - route:
+    - {destination: {host: reviews, subset: v1}, weight: 50}
+    - {destination: {host: reviews, subset: v9}, weight: 25}
+    - {destination: {host: ratings, subset: v1}, weight: 25}
+`
+	obj := istio.Decode("vs.yaml", []byte(doc), "default")[0].Object
+	res := Validate(obj, subsets{"reviews": {"v1", "v2"}})
+	if !res.OK() {
+		t.Fatalf("errors: %v", res.Errors)
+	}
+	want := []string{
+		`spec.http[0].route[1].destination.subset: subset "v9" is not defined by the DestinationRule for host "reviews" (it defines [v1, v2])`,
+		`spec.http[0].route[2].destination.subset: subset "v1": no DestinationRule for host "ratings" defines subsets; traffic to it will fail`,
+	}
+	if len(res.Warnings) != len(want) {
+		t.Fatalf("warnings %v, want %v", res.Warnings, want)
+	}
+	for i, w := range want {
+		if res.Warnings[i].String() != w {
+			t.Errorf("warning %d = %q, want %q", i, res.Warnings[i], w)
+		}
+	}
+}
+
+func TestAllErrorsOfAnObjectAreReportedAtOnceInPathOrder(t *testing.T) {
+	doc := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: many}
+spec:
+  hosts: [reviews, reviews]
+  http:
+  - route:
+    - {destination: {host: "bad host"}, weight: 60}
+    - {destination: {host: reviews}, weight: 60}
+    timeout: -1s
+`
+	obj := istio.Decode("vs.yaml", []byte(doc), "default")[0].Object
+	res := Validate(obj, nil)
+	var paths []string
+	for _, e := range res.Errors {
+		paths = append(paths, e.Path)
+	}
+	want := "spec.hosts[1] spec.http[0].route spec.http[0].route[0].destination.host spec.http[0].timeout"
+	if got := strings.Join(paths, " "); got != want {
+		t.Fatalf("error paths %q, want %q (errors: %v)", got, want, res.Errors)
+	}
+}
+
+func TestObjectNamesAreChecked(t *testing.T) {
+	obj := load(t, "testdata/valid.yaml")[0].Object.DeepCopy()
+	obj.Meta.Name = "Reviews_Route"
+	res := Validate(obj, nil)
+	if res.OK() || res.Errors[0].Path != "metadata.name" {
+		t.Fatalf("errors %v", res.Errors)
+	}
+}
+
+func FuzzValidate(f *testing.F) {
+	for _, file := range []string{"testdata/valid.yaml", "testdata/invalid.yaml"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, chunk := range strings.Split(string(data), "\n---\n") {
+			f.Add(chunk)
+		}
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		for _, d := range istio.Decode("fuzz.yaml", []byte(doc), "default") {
+			if d.Object != nil {
+				res := Validate(d.Object, subsets{"reviews": {"v1"}})
+				_ = res.Err() // must not panic
+			}
+		}
+	})
+}
