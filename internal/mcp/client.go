@@ -1,0 +1,193 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
+)
+
+// Handler receives changes of one collection. It is called from one
+// goroutine, in the order responses arrive. Returning an error rejects
+// (NACKs) the response with that error as the reason; the client then
+// keeps its previous versions for the collection, so the server does not
+// count the rejected resources as delivered.
+type Handler interface {
+	Apply(typeURL string, updated []*Resource, removed []string) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(typeURL string, updated []*Resource, removed []string) error
+
+// Apply calls f.
+func (f HandlerFunc) Apply(typeURL string, updated []*Resource, removed []string) error {
+	return f(typeURL, updated, removed)
+}
+
+// ClientOptions configures a Client.
+type ClientOptions struct {
+	// Conn is the connection to galley; the client does not close it.
+	Conn grpc.ClientConnInterface
+	// NodeID identifies the subscriber in galley's logs and metrics.
+	NodeID string
+	// TypeURLs are the collections to subscribe to (all resources of each).
+	TypeURLs []string
+	Handler  Handler
+	Log      *slog.Logger
+	// Backoff bounds reconnect delays; defaults 100ms to 15s, with full jitter.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Client is a delta MCP subscriber that reconnects until its context ends.
+type Client struct {
+	o ClientOptions
+
+	mu       sync.Mutex
+	versions map[string]map[string]string // type URL → name → version held
+}
+
+// NewClient returns a client; Run starts it.
+func NewClient(o ClientOptions) *Client {
+	if o.MinBackoff == 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 15 * time.Second
+	}
+	v := map[string]map[string]string{}
+	for _, t := range o.TypeURLs {
+		v[t] = map[string]string{}
+	}
+	o.Log = o.Log.With("component", "mcp-client")
+	return &Client{o: o, versions: v}
+}
+
+// Versions returns the versions the client holds for a collection.
+func (c *Client) Versions(typeURL string) map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]string, len(c.versions[typeURL]))
+	for k, v := range c.versions[typeURL] {
+		out[k] = v
+	}
+	return out
+}
+
+// Run subscribes and, whenever the stream breaks, resubscribes after a
+// jittered exponential backoff (reset after a stream that worked), resuming
+// with the versions it holds. It returns when ctx ends.
+func (c *Client) Run(ctx context.Context) error {
+	backoff := c.o.MinBackoff
+	for {
+		started := time.Now()
+		err := c.stream(ctx)
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // the context ending is the normal way to stop
+		}
+		if time.Since(started) > 10*c.o.MaxBackoff {
+			backoff = c.o.MinBackoff // the stream was healthy for a while
+		}
+		// Full jitter: replicas that lost galley together do not return together.
+		wait := time.Duration(rand.Int64N(int64(backoff)) + 1) //nolint:gosec // jitter, not security
+		c.o.Log.Warn("subscription broken; reconnecting", "error", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, c.o.MaxBackoff)
+	}
+}
+
+func (c *Client) stream(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(c.o.Conn)
+	st, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		return fmt.Errorf("open delta stream: %w", err)
+	}
+	node := &corev3.Node{Id: c.o.NodeID}
+	for _, t := range c.o.TypeURLs {
+		req := &discoveryv3.DeltaDiscoveryRequest{
+			Node:                    node,
+			TypeUrl:                 t,
+			ResourceNamesSubscribe:  []string{"*"},
+			InitialResourceVersions: c.Versions(t),
+		}
+		if err := st.Send(req); err != nil {
+			return fmt.Errorf("subscribe %s: %w", t, err)
+		}
+	}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return errors.New("galley closed the stream")
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
+		if err := c.apply(resp); err != nil {
+			c.o.Log.Warn("rejecting response", "type_url", resp.GetTypeUrl(), "error", err)
+			ack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		}
+		if err := st.Send(ack); err != nil {
+			return fmt.Errorf("acknowledge: %w", err)
+		}
+	}
+}
+
+// apply decodes a response and hands it to the handler. A resource that
+// does not decode is reported in the error (NACK) and not applied; the rest
+// are applied.
+func (c *Client) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
+	t := resp.GetTypeUrl()
+	var updated []*Resource
+	var bad []error
+	for _, r := range resp.GetResources() {
+		var m mcpv1alpha1.Resource
+		if err := proto.Unmarshal(r.GetResource().GetValue(), &m); err != nil {
+			bad = append(bad, fmt.Errorf("%s: %w", r.GetName(), err))
+			continue
+		}
+		res := fromProto(&m, r.GetVersion())
+		if res.Name == "" {
+			res.Name = r.GetName()
+		}
+		updated = append(updated, res)
+	}
+	removed := resp.GetRemovedResources()
+	if err := c.o.Handler.Apply(t, updated, removed); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	held := c.versions[t]
+	if held == nil {
+		held = map[string]string{}
+		c.versions[t] = held
+	}
+	for _, r := range updated {
+		held[r.Name] = r.Version
+	}
+	for _, name := range removed {
+		delete(held, name)
+	}
+	c.mu.Unlock()
+	if len(bad) > 0 {
+		return fmt.Errorf("%d resources do not decode: %w", len(bad), errors.Join(bad...))
+	}
+	return nil
+}

@@ -1,0 +1,477 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
+)
+
+const (
+	vsType = "networking.istio.io/v1/VirtualService"
+	drType = "networking.istio.io/v1/DestinationRule"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func vs(t *testing.T, name string, hosts ...string) *Resource {
+	t.Helper()
+	r, err := NewResource("default/"+name, &networking.VirtualService{Hosts: hosts}, map[string]string{"app": name}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// galley is a Server on a loopback port that can be stopped and restarted
+// on the same address, as a galley pod restart looks to subscribers.
+type galley struct {
+	t    *testing.T
+	addr string
+	srv  *Server
+	g    *grpc.Server
+	done chan struct{}
+}
+
+func startGalley(t *testing.T, addr string) *galley {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := NewServer(ctx, quiet(), noop.NewMeterProvider().Meter("test"), []string{vsType, drType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	gl := &galley{t: t, addr: lis.Addr().String(), srv: srv, g: g, done: make(chan struct{})}
+	go func() {
+		_ = g.Serve(lis)
+		close(gl.done)
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			gl.stop()
+		}
+		cancel()
+	})
+	return gl
+}
+
+func (g *galley) stop() {
+	g.g.Stop()
+	<-g.done
+}
+
+func (g *galley) update(typeURL string, up []*Resource, del ...string) int {
+	g.t.Helper()
+	n, err := g.srv.Update(typeURL, up, del)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return n
+}
+
+// recorder is a Handler that records every call.
+type recorder struct {
+	mu      sync.Mutex
+	calls   []string // "type: +a +b -c"
+	state   map[string]map[string]*Resource
+	updated int
+	fail    func(typeURL string, updated []*Resource) error
+	changed chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{state: map[string]map[string]*Resource{}, changed: make(chan struct{}, 1000)}
+}
+
+func (r *recorder) Apply(typeURL string, updated []*Resource, removed []string) error {
+	r.mu.Lock()
+	defer func() {
+		r.mu.Unlock()
+		r.changed <- struct{}{}
+	}()
+	if r.fail != nil {
+		if err := r.fail(typeURL, updated); err != nil {
+			r.calls = append(r.calls, typeURL+": rejected")
+			return err
+		}
+	}
+	call := typeURL + ":"
+	if r.state[typeURL] == nil {
+		r.state[typeURL] = map[string]*Resource{}
+	}
+	for _, u := range updated {
+		call += " +" + u.Name
+		r.state[typeURL][u.Name] = u
+	}
+	for _, name := range removed {
+		call += " -" + name
+		delete(r.state[typeURL], name)
+	}
+	r.updated += len(updated) + len(removed)
+	r.calls = append(r.calls, call)
+	return nil
+}
+
+func (r *recorder) names(typeURL string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for n := range r.state[typeURL] {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *recorder) get(typeURL, name string) *Resource {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state[typeURL][name]
+}
+
+// lastCall returns the last call for typeURL.
+func (r *recorder) lastCall(typeURL string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.calls) - 1; i >= 0; i-- {
+		if strings.HasPrefix(r.calls[i], typeURL+":") {
+			return r.calls[i]
+		}
+	}
+	return ""
+}
+
+func (r *recorder) changes() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.updated
+}
+
+// waitFor polls cond after each handler call, for up to 20 seconds.
+func (r *recorder) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		select {
+		case <-r.changed:
+		case <-deadline:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("timed out waiting for %s; calls: %v", what, r.calls)
+		}
+	}
+}
+
+func subscribe(t *testing.T, addr string, h Handler) *Client {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewClient(ClientOptions{
+		Conn: conn, NodeID: "discovery-0", TypeURLs: []string{vsType, drType}, Handler: h, Log: quiet(),
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = c.Run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		conn.Close()
+	})
+	return c
+}
+
+func TestASubscriberReceivesEveryResourceThenUpdatesAndDeletions(t *testing.T) {
+	g := startGalley(t, "")
+	g.update(vsType, []*Resource{vs(t, "reviews", "reviews"), vs(t, "ratings", "ratings")})
+	rec := newRecorder()
+	subscribe(t, g.addr, rec)
+	rec.waitFor(t, "both VirtualServices", func() bool { return len(rec.names(vsType)) == 2 })
+
+	g.update(vsType, []*Resource{vs(t, "reviews", "reviews", "reviews.prod")})
+	rec.waitFor(t, "the update", func() bool {
+		r := rec.get(vsType, "default/reviews")
+		var spec networking.VirtualService
+		return r != nil && r.Body.UnmarshalTo(&spec) == nil && len(spec.GetHosts()) == 2
+	})
+	g.update(vsType, nil, "default/ratings")
+	rec.waitFor(t, "the deletion", func() bool { return slices.Equal(rec.names(vsType), []string{"default/reviews"}) })
+
+	got := rec.get(vsType, "default/reviews")
+	if got.Labels["app"] != "reviews" || got.Version == "" {
+		t.Fatalf("resource metadata lost: %+v", got)
+	}
+}
+
+func TestUnchangedContentIsNotSentAgain(t *testing.T) {
+	g := startGalley(t, "")
+	if n := g.update(vsType, []*Resource{vs(t, "a", "a"), vs(t, "b", "b")}); n != 2 {
+		t.Fatalf("first update changed %d", n)
+	}
+	if n := g.update(vsType, []*Resource{vs(t, "a", "a")}); n != 0 {
+		t.Fatalf("same content changed %d", n)
+	}
+	if n, err := g.srv.Replace(vsType, []*Resource{vs(t, "a", "a"), vs(t, "b", "b")}); err != nil || n != 0 {
+		t.Fatalf("replace with the same world changed %d (%v)", n, err)
+	}
+	if n, err := g.srv.Replace(vsType, []*Resource{vs(t, "a", "a")}); err != nil || n != 1 {
+		t.Fatalf("replace dropping b changed %d (%v)", n, err)
+	}
+	if _, err := g.srv.Update("nope/v1/Thing", nil, nil); !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("unknown type: %v", err)
+	}
+}
+
+func TestAfterAGalleyRestartTheSubscriberReceivesOnlyTheDifference(t *testing.T) {
+	world := func(t *testing.T) []*Resource {
+		t.Helper()
+		var out []*Resource
+		for i := range 50 {
+			out = append(out, vs(t, fmt.Sprintf("svc-%02d", i), fmt.Sprintf("svc-%02d", i)))
+		}
+		return out
+	}
+	g := startGalley(t, "")
+	g.update(vsType, world(t))
+	rec := newRecorder()
+	subscribe(t, g.addr, rec)
+	rec.waitFor(t, "the world", func() bool { return len(rec.names(vsType)) == 50 })
+	before := rec.changes()
+
+	// Same world after a restart: nothing to send.
+	g.stop()
+	g2 := startGalley(t, g.addr)
+	g2.update(vsType, world(t))
+	rec.waitFor(t, "the resubscription", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.calls) >= 4 // one call per collection on the first subscription, then one empty resync per collection
+	})
+	if got := rec.changes() - before; got != 0 {
+		t.Fatalf("a restart with the same world sent %d changes, want 0", got)
+	}
+
+	// One resource changed and one removed while the subscriber was away.
+	g2.stop()
+	g3 := startGalley(t, g.addr)
+	w := world(t)
+	w[7] = vs(t, "svc-07", "svc-07", "svc-07.changed")
+	g3.update(vsType, w[:49])
+	rec.waitFor(t, "the difference", func() bool { return rec.changes()-before == 2 })
+	last := rec.lastCall(vsType)
+	if last != vsType+": +default/svc-07 -default/svc-49" && last != vsType+": -default/svc-49 +default/svc-07" {
+		t.Fatalf("last change %q, want only svc-07 updated and svc-49 removed", last)
+	}
+}
+
+func TestARejectedResponseIsNotResentUntilSomethingChanges(t *testing.T) {
+	g := startGalley(t, "")
+	g.update(vsType, []*Resource{vs(t, "bad", "bad")})
+	rec := newRecorder()
+	rec.fail = func(typeURL string, updated []*Resource) error {
+		for _, u := range updated {
+			if u.Name == "default/bad" {
+				return errors.New("cannot use default/bad")
+			}
+		}
+		return nil
+	}
+	c := subscribe(t, g.addr, rec)
+	rec.waitFor(t, "the rejection", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return slices.Contains(rec.calls, vsType+": rejected")
+	})
+	// A resend loop would call the handler thousands of times a second.
+	time.Sleep(300 * time.Millisecond)
+	rec.mu.Lock()
+	rejections := 0
+	for _, c := range rec.calls {
+		if c == vsType+": rejected" {
+			rejections++
+		}
+	}
+	rec.mu.Unlock()
+	if rejections != 1 {
+		t.Fatalf("the rejected response was sent %d times, want once", rejections)
+	}
+	if len(c.Versions(vsType)) != 0 {
+		t.Fatalf("the client holds versions of a rejected response: %v", c.Versions(vsType))
+	}
+	// A fix goes through.
+	g.update(vsType, []*Resource{vs(t, "good", "good")}, "default/bad")
+	rec.waitFor(t, "the fix", func() bool { return slices.Equal(rec.names(vsType), []string{"default/good"}) })
+}
+
+// sotwClient is a raw state-of-the-world ADS client, as Istio's MCP sinks are.
+type sotwClient struct {
+	t  *testing.T
+	st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+}
+
+func dialSotw(t *testing.T, addr string) *sotwClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); conn.Close() })
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sotwClient{t: t, st: st}
+}
+
+func (c *sotwClient) send(req *discoveryv3.DiscoveryRequest) {
+	c.t.Helper()
+	if err := c.st.Send(req); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// recv returns the next response's resource names.
+func (c *sotwClient) recv() (*discoveryv3.DiscoveryResponse, []string) {
+	c.t.Helper()
+	resp, err := c.st.Recv()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var names []string
+	for _, a := range resp.GetResources() {
+		var m mcpv1alpha1.Resource
+		if err := proto.Unmarshal(a.GetValue(), &m); err != nil {
+			c.t.Fatal(err)
+		}
+		names = append(names, m.GetMetadata().GetName())
+	}
+	return resp, names
+}
+
+func TestStateOfTheWorldSubscribersGetTheFullCollectionEveryTime(t *testing.T) {
+	g := startGalley(t, "")
+	g.update(vsType, []*Resource{vs(t, "a", "a"), vs(t, "b", "b")})
+	c := dialSotw(t, g.addr)
+	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "istiod-sink"}, TypeUrl: vsType})
+	resp, names := c.recv()
+	if fmt.Sprint(names) != "[default/a default/b]" || resp.GetVersionInfo() == "" {
+		t.Fatalf("first response %v version %q", names, resp.GetVersionInfo())
+	}
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: vsType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+
+	g.update(vsType, []*Resource{vs(t, "b", "b", "b2")})
+	resp2, names := c.recv()
+	if fmt.Sprint(names) != "[default/a default/b]" {
+		t.Fatalf("after updating b the response holds %v, want the full state", names)
+	}
+	if resp2.GetVersionInfo() == resp.GetVersionInfo() {
+		t.Fatal("version did not change")
+	}
+	// Reject it: the same state must not come back in a loop.
+	c.send(&discoveryv3.DiscoveryRequest{
+		TypeUrl: vsType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp2.GetNonce(),
+		ErrorDetail: &status.Status{Message: "no"},
+	})
+	g.update(vsType, nil, "default/a")
+	_, names = c.recv()
+	if fmt.Sprint(names) != "[default/b]" {
+		t.Fatalf("after a rejection and a change, got %v, want [default/b]", names)
+	}
+}
+
+func TestAFreshStateOfTheWorldSubscriberWhoRejectsIsNotFlooded(t *testing.T) {
+	g := startGalley(t, "")
+	g.update(vsType, []*Resource{vs(t, "a", "a")})
+	c := dialSotw(t, g.addr)
+	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sink"}, TypeUrl: vsType})
+	resp, _ := c.recv()
+	// It rejects its very first response: its version is still "".
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: vsType, ResponseNonce: resp.GetNonce(), ErrorDetail: &status.Status{Message: "no"}})
+	got := make(chan []string, 1)
+	go func() {
+		_, names := c.recv()
+		got <- names
+	}()
+	select {
+	case names := <-got:
+		t.Fatalf("the rejected state was sent again (%v) with nothing changed", names)
+	case <-time.After(300 * time.Millisecond):
+	}
+	g.update(vsType, []*Resource{vs(t, "a", "a", "fixed")})
+	select {
+	case names := <-got:
+		if fmt.Sprint(names) != "[default/a]" {
+			t.Fatalf("got %v", names)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no response after a change")
+	}
+}
+
+func TestManyCollectionsOnOneStateOfTheWorldStreamDoNotDeadlock(t *testing.T) {
+	// go-control-plane's ADS loop buffers fewer responses than we have
+	// collections; subscribing to all at once must still answer every one.
+	var types []string
+	for i := range 16 {
+		types = append(types, fmt.Sprintf("test.flotilla.io/v1/Kind%02d", i))
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := NewServer(ctx, quiet(), noop.NewMeterProvider().Meter("t"), types)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ty := range types {
+		if _, err := srv.Update(ty, []*Resource{vs(t, "x", "x")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	defer g.Stop()
+	c := dialSotw(t, lis.Addr().String())
+	for _, ty := range types {
+		c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n"}, TypeUrl: ty})
+	}
+	seen := map[string]bool{}
+	for len(seen) < len(types) {
+		resp, _ := c.recv()
+		seen[resp.GetTypeUrl()] = true
+	}
+}

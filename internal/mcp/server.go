@@ -1,0 +1,388 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// ErrUnknownType is returned for a type URL the server does not publish.
+var ErrUnknownType = errors.New("unknown MCP collection")
+
+// Server publishes collections of resources to subscribers. It is safe for
+// concurrent use.
+type Server struct {
+	log     *slog.Logger
+	xds     serverv3.Server
+	metrics serverMetrics
+
+	mu          sync.Mutex
+	collections map[string]*collection
+	streams     map[int64]string // stream ID → subscriber node ID
+	nextWatch   uint64
+}
+
+// collection is one type URL: a LinearCache serves delta; the sotw fields
+// serve state-of-the-world with full state in every response.
+type collection struct {
+	typeURL string
+	linear  *cache.LinearCache
+	hashes  map[string]string     // name → content hash, to skip no-op updates
+	encoded map[string]*anypb.Any // name → encoded resource, for sotw
+	version string                // hash of the whole collection, for sotw
+	watches map[uint64]sotwWatch
+}
+
+type sotwWatch struct {
+	req  *cache.Request
+	ch   chan cache.Response
+	done chan struct{} // closed when the server cancels the watch
+}
+
+// deliver sends resp without blocking the caller. The go-control-plane ADS
+// loop creates watches and drains their shared channel on one goroutine,
+// and that channel holds fewer responses than we have collections: a
+// blocking send from CreateWatch could deadlock it. A cancelled watch drops
+// its response; the request that cancelled it gets a fresh one.
+func (w sotwWatch) deliver(resp cache.Response) {
+	go func() {
+		select {
+		case w.ch <- resp:
+		case <-w.done:
+		}
+	}()
+}
+
+type serverMetrics struct {
+	subscribers metric.Int64UpDownCounter
+	responses   metric.Int64Counter
+	resources   metric.Int64Counter
+	nacks       metric.Int64Counter
+}
+
+// NewServer returns a server publishing the given collections, all empty.
+func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeURLs []string) (*Server, error) {
+	s := &Server{
+		log:         log.With("component", "mcp-server"),
+		collections: map[string]*collection{},
+		streams:     map[int64]string{},
+	}
+	var err error
+	m := &s.metrics
+	if m.subscribers, err = meter.Int64UpDownCounter("flotilla.mcp.server.subscribers",
+		metric.WithDescription("Open MCP subscription streams.")); err != nil {
+		return nil, fmt.Errorf("mcp metrics: %w", err)
+	}
+	if m.responses, err = meter.Int64Counter("flotilla.mcp.server.responses",
+		metric.WithDescription("MCP responses sent, per subscriber and collection.")); err != nil {
+		return nil, fmt.Errorf("mcp metrics: %w", err)
+	}
+	if m.resources, err = meter.Int64Counter("flotilla.mcp.server.resources_sent",
+		metric.WithDescription("Resources sent in MCP responses, per subscriber and collection.")); err != nil {
+		return nil, fmt.Errorf("mcp metrics: %w", err)
+	}
+	if m.nacks, err = meter.Int64Counter("flotilla.mcp.server.nacks",
+		metric.WithDescription("Responses subscribers rejected, per subscriber and collection.")); err != nil {
+		return nil, fmt.Errorf("mcp metrics: %w", err)
+	}
+	for _, t := range typeURLs {
+		c := &collection{
+			typeURL: t,
+			linear:  cache.NewLinearCache(t),
+			hashes:  map[string]string{},
+			encoded: map[string]*anypb.Any{},
+			watches: map[uint64]sotwWatch{},
+		}
+		c.version = c.computeVersion()
+		s.collections[t] = c
+	}
+	s.xds = serverv3.NewServer(ctx, (*muxCache)(s), s.callbacks())
+	return s, nil
+}
+
+// Register adds the aggregated discovery service to g.
+func (s *Server) Register(g *grpc.Server) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+}
+
+// TypeURLs lists the published collections.
+func (s *Server) TypeURLs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.collections))
+	for t := range s.collections {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Update upserts and deletes resources of one collection and returns how
+// many actually changed. Resources whose content is unchanged are not
+// re-sent; an update that changes nothing sends nothing.
+func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.collections[typeURL]
+	if !ok {
+		return 0, fmt.Errorf("%w %q", ErrUnknownType, typeURL)
+	}
+	toUpdate := map[string]types.Resource{}
+	var toDelete []string
+	for _, r := range upserts {
+		p := r.toProto()
+		enc, err := marshal(p)
+		if err != nil {
+			return 0, fmt.Errorf("encode %s %s: %w", typeURL, r.Name, err)
+		}
+		h := contentHash(enc)
+		if c.hashes[r.Name] == h {
+			continue
+		}
+		c.hashes[r.Name] = h
+		c.encoded[r.Name] = &anypb.Any{TypeUrl: typeURL, Value: enc}
+		toUpdate[r.Name] = named{p}
+	}
+	for _, name := range deletes {
+		if _, ok := c.hashes[name]; !ok {
+			continue
+		}
+		delete(c.hashes, name)
+		delete(c.encoded, name)
+		toDelete = append(toDelete, name)
+	}
+	changed := len(toUpdate) + len(toDelete)
+	if changed == 0 {
+		return 0, nil
+	}
+	if err := c.linear.UpdateResources(toUpdate, toDelete); err != nil {
+		return 0, fmt.Errorf("update %s: %w", typeURL, err)
+	}
+	c.version = c.computeVersion()
+	c.notifySotw()
+	return changed, nil
+}
+
+// Replace makes the collection hold exactly all: what is missing is
+// deleted. Used for a full resync (a file re-read, an informer relist).
+func (s *Server) Replace(typeURL string, all []*Resource) (int, error) {
+	s.mu.Lock()
+	c, ok := s.collections[typeURL]
+	var deletes []string
+	if ok {
+		keep := make(map[string]bool, len(all))
+		for _, r := range all {
+			keep[r.Name] = true
+		}
+		for name := range c.hashes {
+			if !keep[name] {
+				deletes = append(deletes, name)
+			}
+		}
+	}
+	s.mu.Unlock()
+	return s.Update(typeURL, all, deletes)
+}
+
+// Names returns the names in a collection with their content hashes.
+func (s *Server) Names(typeURL string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.collections[typeURL]
+	if !ok {
+		return nil
+	}
+	out := make(map[string]string, len(c.hashes))
+	for k, v := range c.hashes {
+		out[k] = v
+	}
+	return out
+}
+
+// computeVersion hashes the names and content hashes of the collection, so
+// that the same content has the same state-of-the-world version everywhere.
+func (c *collection) computeVersion() string {
+	names := make([]string, 0, len(c.hashes))
+	for n := range c.hashes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(n)
+		b.WriteByte(0)
+		b.WriteString(c.hashes[n])
+		b.WriteByte(0)
+	}
+	return contentHash([]byte(b.String()))
+}
+
+// sentVersionKey records, in the subscription's returned resources (which
+// the server hands back to the cache on the next request), the collection
+// version last sent on a stream, even when the collection was empty.
+const sentVersionKey = "\x00sent-version"
+
+// sotwResponse is the full state of the collection for req.
+func (c *collection) sotwResponse(req *cache.Request) *cache.PassthroughResponse {
+	names := make([]string, 0, len(c.encoded))
+	for n := range c.encoded {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	res := make([]*anypb.Any, 0, len(names))
+	returned := make(map[string]string, len(names))
+	for _, n := range names {
+		res = append(res, c.encoded[n])
+		returned[n] = c.version
+	}
+	returned[sentVersionKey] = c.version
+	return &cache.PassthroughResponse{
+		Request: req,
+		DiscoveryResponse: &discoveryv3.DiscoveryResponse{
+			VersionInfo: c.version,
+			Resources:   res,
+			TypeUrl:     c.typeURL,
+		},
+		ReturnedResources: returned,
+	}
+}
+
+func (c *collection) notifySotw() {
+	for id, w := range c.watches {
+		w.deliver(c.sotwResponse(w.req))
+		delete(c.watches, id)
+	}
+}
+
+// muxCache is the cache.Cache the go-control-plane server reads: delta goes
+// to each collection's LinearCache; sotw is answered here with full state.
+type muxCache Server
+
+func (m *muxCache) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
+	s := (*Server)(m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.collections[req.GetTypeUrl()]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, req.GetTypeUrl())
+	}
+	// Reply at once when the subscriber's state differs from ours, unless it
+	// just rejected the state we still have: then wait for a change, or we
+	// would send the rejected state again in a loop.
+	w := sotwWatch{req: req, ch: ch, done: make(chan struct{})}
+	var once sync.Once
+	s.nextWatch++
+	id := s.nextWatch
+	cancel := func() {
+		once.Do(func() { close(w.done) })
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(c.watches, id)
+	}
+	rejectedCurrent := req.GetErrorDetail() != nil && sub.ReturnedResources()[sentVersionKey] == c.version
+	if !rejectedCurrent && req.GetVersionInfo() != c.version {
+		w.deliver(c.sotwResponse(req))
+		return cancel, nil
+	}
+	c.watches[id] = w
+	return cancel, nil
+}
+
+func (m *muxCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
+	s := (*Server)(m)
+	s.mu.Lock()
+	c, ok := s.collections[req.GetTypeUrl()]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, req.GetTypeUrl())
+	}
+	// The LinearCache compares the versions the subscriber holds (from its
+	// initial_resource_versions or what was last sent) with the current
+	// content hashes, so a reconnecting subscriber gets only differences
+	// and a NACK (which carries a nonce) is not answered with a resend.
+	return c.linear.CreateDeltaWatch(req, sub, ch)
+}
+
+func (m *muxCache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
+	return nil, errors.New("mcp: fetch (REST) is not served")
+}
+
+func (s *Server) callbacks() serverv3.Callbacks {
+	opened := func(ctx context.Context, _ int64, _ string) error {
+		s.metrics.subscribers.Add(ctx, 1)
+		return nil
+	}
+	closed := func(id int64, node *corev3.Node) {
+		s.metrics.subscribers.Add(context.Background(), -1)
+		s.mu.Lock()
+		delete(s.streams, id)
+		s.mu.Unlock()
+		s.log.Info("subscriber disconnected", "subscriber", node.GetId(), "stream", id)
+	}
+	request := func(id int64, node *corev3.Node, typeURL string, nack error) {
+		s.mu.Lock()
+		if _, seen := s.streams[id]; !seen && node.GetId() != "" {
+			s.streams[id] = node.GetId()
+			s.log.Info("subscriber connected", "subscriber", node.GetId(), "stream", id)
+		}
+		sub := s.streams[id]
+		s.mu.Unlock()
+		if nack != nil {
+			s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(
+				attribute.String("subscriber", sub), attribute.String("type_url", typeURL)))
+			s.log.Warn("subscriber rejected a response", "subscriber", sub, "type_url", typeURL, "reason", nack.Error())
+		}
+	}
+	sent := func(id int64, typeURL string, n int) {
+		s.mu.Lock()
+		sub := s.streams[id]
+		s.mu.Unlock()
+		attrs := metric.WithAttributes(attribute.String("subscriber", sub), attribute.String("type_url", typeURL))
+		s.metrics.responses.Add(context.Background(), 1, attrs)
+		s.metrics.resources.Add(context.Background(), int64(n), attrs)
+	}
+	return serverv3.CallbackFuncs{
+		StreamOpenFunc:        opened,
+		DeltaStreamOpenFunc:   opened,
+		StreamClosedFunc:      closed,
+		DeltaStreamClosedFunc: closed,
+		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
+			request(id, r.GetNode(), r.GetTypeUrl(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+			return nil
+		},
+		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
+			request(id, r.GetNode(), r.GetTypeUrl(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+			return nil
+		},
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
+			sent(id, r.GetTypeUrl(), len(r.GetResources()))
+		},
+		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
+			sent(id, r.GetTypeUrl(), len(r.GetResources())+len(r.GetRemovedResources()))
+		},
+	}
+}
+
+func statusErr(msg string, nack bool) error {
+	if !nack {
+		return nil
+	}
+	if msg == "" {
+		msg = "no reason given"
+	}
+	return errors.New(msg)
+}
