@@ -68,7 +68,7 @@ check-generate: generate ## fail if generated code differs from what is committe
 
 tidy: ## go work sync and go mod tidy in every module
 	go work sync
-	@for m in $(MODULES); do (cd $$m && go mod tidy); done
+	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy); done
 	@for m in tools tools/buf tools/lint tools/kube; do (cd $$m && GOWORK=off go mod tidy); done
 
 tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint ## install the pinned tools into bin/tools

@@ -29,6 +29,15 @@ type Object struct {
 // Key is "namespace/name".
 func (o *Object) Key() string { return o.Meta.Namespace + "/" + o.Meta.Name }
 
+// ID identifies an object among all kinds.
+type ID struct {
+	Kind string // e.g. "VirtualService"
+	Name string // namespace/name
+}
+
+// ID returns the object's identity.
+func (o *Object) ID() ID { return ID{Kind: o.Kind.Kind, Name: o.Key()} }
+
 // String is "Kind namespace/name", the way messages name an object.
 func (o *Object) String() string { return o.Kind.Kind + " " + o.Key() }
 

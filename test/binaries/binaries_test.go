@@ -11,24 +11,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
-)
+	"time"
 
-const version = "v0.0.0-crosstest"
+	"github.com/flotilla-mesh/flotilla/test/build"
+)
 
 type binary struct {
 	name  string // file name in bin/
-	pkg   string // import path of its main package
 	issue int    // the issue that builds the service; 0 for the CLI
 }
 
 var binaries = []binary{
-	{"flotilla-galley", "github.com/flotilla-mesh/flotilla/services/galley/cmd/galley", 3},
-	{"flotilla-discovery", "github.com/flotilla-mesh/flotilla/services/discovery/cmd/discovery", 4},
-	{"flotilla-ca", "github.com/flotilla-mesh/flotilla/services/ca/cmd/ca", 5},
-	{"flotilla-injector", "github.com/flotilla-mesh/flotilla/services/injector/cmd/injector", 6},
-	{"flotilla-agent", "github.com/flotilla-mesh/flotilla/services/agent/cmd/agent", 6},
-	{"flotilla", "github.com/flotilla-mesh/flotilla/cli/cmd/flotilla", 0},
+	{"flotilla-galley", 3},
+	{"flotilla-discovery", 4},
+	{"flotilla-ca", 5},
+	{"flotilla-injector", 6},
+	{"flotilla-agent", 6},
+	{"flotilla", 0},
 }
 
 var binDir string
@@ -41,27 +42,17 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := 1
-	if err := buildAll(dir); err != nil {
+	names := []string{"devrun"}
+	for _, b := range binaries {
+		names = append(names, b.name)
+	}
+	if err := build.Binaries(dir, names...); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = m.Run()
 	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// buildAll builds every binary the way `make build` does.
-func buildAll(dir string) error {
-	ldflags := "-X github.com/flotilla-mesh/flotilla/internal/platform/buildinfo.version=" + version +
-		" -X github.com/flotilla-mesh/flotilla/internal/platform/buildinfo.commit=abc123"
-	for _, b := range append(binaries, binary{"devrun", "github.com/flotilla-mesh/flotilla/internal/cmd/devrun", 0}) {
-		cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", filepath.Join(dir, b.name), b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", b.name, err, out)
-		}
-	}
-	return nil
 }
 
 type result struct {
@@ -91,7 +82,7 @@ func TestEveryBinaryAnswersHelpAndVersion(t *testing.T) {
 	for _, b := range binaries {
 		t.Run(b.name, func(t *testing.T) {
 			r := run(t, nil, b.name, "--version")
-			want := b.name + " " + version + " (commit abc123, go"
+			want := b.name + " " + build.Version + " (commit abc123, go"
 			if r.code != 0 || !strings.HasPrefix(r.stdout, want) {
 				t.Fatalf("--version: exit %d, %q; want prefix %q", r.code, r.stdout, want)
 			}
@@ -165,30 +156,69 @@ func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 	}
 }
 
-func TestMakeRunReportsWhichServicesAreNotBuiltYet(t *testing.T) {
-	r := run(t, nil, "devrun", "--bin", binDir)
-	if r.code != 0 {
-		t.Fatalf("devrun exit %d: %s %s", r.code, r.stdout, r.stderr)
+func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
+	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", filepath.Join(root, "examples"))
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
 	for _, want := range []string{
-		"galley    | flotilla-galley: galley is not built yet",
-		"not built yet: ",
-		"no service is built yet: nothing is running",
+		"msg=serving service=flotilla-galley config_dir=",
+		"discovery | flotilla-discovery: discovery is not built yet",
+		"ca        | flotilla-ca: ca is not built yet",
+		"injector  | flotilla-injector: injector is not built yet",
 	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("devrun output lacks %q:\n%s", want, r.stdout)
-		}
+		out.waitFor(t, want)
 	}
-	for _, svc := range []string{"galley", "discovery", "ca", "injector"} {
-		line := r.stdout[strings.Index(r.stdout, "not built yet: "):]
-		if !strings.Contains(line, svc) {
-			t.Errorf("summary %q does not list %s", line, svc)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("devrun after Ctrl-C: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"galley    | ", "msg=\"grpc server drained\"", "not built yet: discovery, ca, injector", "stopped: galley"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 }
 
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) waitFor(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output never contained %q:\n%s", want, s.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestEachServiceModuleBuildsOutsideTheWorkspace(t *testing.T) {
-	root, err := filepath.Abs("../..")
+	root, err := build.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

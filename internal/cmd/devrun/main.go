@@ -26,6 +26,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "bin", "directory holding the flotilla-* binaries")
 	services := fs.String("services", "galley,discovery,ca,injector", "control-plane services to start, comma separated")
+	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
 	if err := fs.Parse(args); err != nil {
 		return command.ExitUsage
@@ -40,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		procs = append(procs, devrun.Process{
 			Name: name,
 			Path: filepath.Join(*bin, "flotilla-"+name),
-			Args: []string{"--log-format=text"},
+			Args: append([]string{"--log-format=text"}, serviceArgs(name, *configDir)...),
 		})
 	}
 	ctx, stop := lifecycle.SignalContext(context.Background())
@@ -60,4 +61,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	_, _ = fmt.Fprintf(stdout, "stopped: %s\n", strings.Join(res.Stopped, ", "))
 	return command.ExitOK
+}
+
+// serviceArgs binds every service to loopback on its default ports, and
+// points galley at the example configuration.
+func serviceArgs(name, configDir string) []string {
+	admin := map[string]string{
+		"discovery": "127.0.0.1:15014",
+		"galley":    "127.0.0.1:15015",
+		"ca":        "127.0.0.1:15018",
+		"injector":  "127.0.0.1:15022",
+		"agent":     "127.0.0.1:15020",
+	}[name]
+	var args []string
+	if admin != "" {
+		args = append(args, "--admin-address="+admin)
+	}
+	if name == "galley" {
+		args = append(args, "--config-dir="+configDir, "--mcp-address=127.0.0.1:15019")
+	}
+	return args
 }

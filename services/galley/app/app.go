@@ -1,26 +1,110 @@
 // Package app is the flotilla-galley command: its configuration and the
-// wiring of its components. Until issue #3 builds the service, the
-// command takes only the configuration every service shares and exits
-// saying it is not built yet.
+// wiring of its components.
 package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 
 	"github.com/spf13/cobra"
 
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
+	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
+	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
+	"github.com/flotilla-mesh/flotilla/services/galley/filesource"
+	"github.com/flotilla-mesh/flotilla/services/galley/publish"
 )
+
+// Config is the configuration of flotilla-galley.
+type Config struct {
+	command.Common `yaml:",inline"`
+	// ConfigDir serves the Istio YAML in a directory instead of a cluster.
+	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML files to serve instead of a cluster; watched for changes"`
+	// MCPAddress is where subscribers connect.
+	MCPAddress string `yaml:"mcpAddress" usage:"listen address of the MCP-over-xDS gRPC server"`
+	// MCPTLS serves MCP over (m)TLS from reloading files.
+	MCPTLS tlsreload.Files `yaml:"mcpTLS"`
+	// DefaultNamespace applies to file objects without a namespace.
+	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of file objects that name none"`
+	// DomainSuffix is the cluster's DNS domain.
+	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain used to qualify short host names"`
+}
+
+// Defaults returns the default configuration.
+func Defaults() Config {
+	return Config{
+		Common:           command.CommonDefaults(":15015"),
+		MCPAddress:       ":15019",
+		DefaultNamespace: "default",
+		DomainSuffix:     "cluster.local",
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate(), c.MCPTLS.Validate()}
+	if _, _, err := net.SplitHostPort(c.MCPAddress); err != nil {
+		errs = append(errs, fmt.Errorf("mcpAddress %q: %w", c.MCPAddress, err))
+	}
+	if c.DefaultNamespace == "" {
+		errs = append(errs, errors.New("defaultNamespace must not be empty"))
+	}
+	return errors.Join(errs...)
+}
 
 // NewCommand returns the flotilla-galley command.
 func NewCommand() *cobra.Command {
-	return command.New(command.Spec[command.Common]{
-		Name:     "flotilla-galley",
-		Short:    "Flotilla's config and registry ingestion service",
-		Long:     "galley is the only Flotilla service that reads Kubernetes (or a directory of YAML). It validates Istio configuration, normalises Services, EndpointSlices and Pods into the registry, and streams both to discovery and injector over MCP-over-xDS.",
-		Defaults: func() command.Common { return command.CommonDefaults(":15015") },
-		Run: func(context.Context, command.Common, *command.Runtime) error {
-			return &command.NotBuiltError{Service: "galley", Issue: 3}
-		},
+	return command.New(command.Spec[Config]{
+		Name:  "flotilla-galley",
+		Short: "Flotilla's config and registry ingestion service",
+		Long: "galley is the only Flotilla service that reads Kubernetes (or a directory of YAML). " +
+			"It validates Istio configuration and streams it to discovery and injector over MCP-over-xDS.",
+		Defaults: Defaults,
+		Run:      run,
 	})
+}
+
+func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
+	if cfg.ConfigDir == "" {
+		return &command.NotBuiltError{Service: "galley's Kubernetes source (run with --config-dir to serve a directory)", Issue: 3}
+	}
+	srv, err := mcp.NewServer(ctx, rt.Log, rt.Telemetry.Meter.Meter("flotilla/galley"), publish.Collections())
+	if err != nil {
+		return err
+	}
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: cfg.MCPTLS})
+	if err != nil {
+		return err
+	}
+	srv.Register(gs.Server)
+	lis, err := net.Listen("tcp", cfg.MCPAddress)
+	if err != nil {
+		return fmt.Errorf("mcp listen: %w", err)
+	}
+	src := filesource.New(filesource.Options{
+		Dir:              cfg.ConfigDir,
+		DefaultNamespace: cfg.DefaultNamespace,
+		DomainSuffix:     cfg.DomainSuffix,
+		Log:              rt.Log,
+	}, publish.New(srv))
+	ready := rt.Ready.Component("config")
+	ready.SetNotReady("reading " + cfg.ConfigDir)
+	return rt.Serve(ctx,
+		lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
+		lifecycle.Actor{Name: "files", Run: src.Run},
+		lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
+			select {
+			case <-src.Loaded():
+				ready.SetReady()
+				rt.Log.Info("serving", "config_dir", cfg.ConfigDir, "mcp_address", lis.Addr().String())
+			case <-ctx.Done():
+			}
+			<-ctx.Done()
+			return nil
+		}},
+	)
 }

@@ -1,0 +1,372 @@
+// Package filesource is galley's no-cluster source: a directory of
+// multi-document YAML files holding Istio configuration, watched for
+// changes. Each file is applied atomically: all of its valid objects at
+// once. An invalid document is reported as "file:line: Kind ns/name:
+// reason" and the last valid state of that object is kept.
+package filesource
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
+)
+
+// Sink receives the objects of the directory. Apply gets, per change, the
+// objects that appeared or changed and the IDs of those that went away.
+// It is called from one goroutine.
+type Sink interface {
+	Apply(upserts []*istio.Object, deletes []istio.ID) error
+}
+
+// Key identifies an object.
+type Key = istio.ID
+
+func keyOf(o *istio.Object) Key { return o.ID() }
+
+// Problem is one rejected document.
+type Problem struct {
+	// Message is "file:line: Kind ns/name: reason".
+	Message string
+}
+
+// Options configures a Source.
+type Options struct {
+	Dir              string
+	DefaultNamespace string
+	// DomainSuffix resolves short host names for cross-object warnings.
+	DomainSuffix string
+	Log          *slog.Logger
+	// Debounce coalesces bursts of file events. Default 100ms.
+	Debounce time.Duration
+}
+
+// Source reads and watches a directory.
+type Source struct {
+	o    Options
+	sink Sink
+
+	mu       sync.Mutex
+	files    map[string]*fileState // path → what it last contributed
+	problems []Problem
+	loaded   chan struct{} // closed after the first full load
+	loadOnce sync.Once
+}
+
+type fileState struct {
+	hash    [32]byte
+	objects map[Key]*istio.Object
+}
+
+// New returns a source for o.Dir that feeds sink.
+func New(o Options, sink Sink) *Source {
+	if o.Debounce == 0 {
+		o.Debounce = 100 * time.Millisecond
+	}
+	if o.DomainSuffix == "" {
+		o.DomainSuffix = "cluster.local"
+	}
+	o.Log = o.Log.With("component", "filesource", "dir", o.Dir)
+	return &Source{o: o, sink: sink, files: map[string]*fileState{}, loaded: make(chan struct{})}
+}
+
+// Loaded is closed once the directory has been read completely once.
+func (s *Source) Loaded() <-chan struct{} { return s.loaded }
+
+// Problems returns the documents rejected in the last scan.
+func (s *Source) Problems() []Problem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.problems)
+}
+
+// Run reads the directory, then watches it until ctx ends.
+func (s *Source) Run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", s.o.Dir, err)
+	}
+	defer w.Close()
+	if err := w.Add(s.o.Dir); err != nil {
+		return fmt.Errorf("watch %s: %w", s.o.Dir, err)
+	}
+	if err := s.Scan(); err != nil {
+		return err
+	}
+	timer := time.NewTimer(s.o.Debounce)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			if relevant(ev.Name) {
+				timer.Reset(s.o.Debounce)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			s.o.Log.Warn("file watcher error", "error", err)
+			timer.Reset(s.o.Debounce) // events may have been lost: rescan
+		case <-timer.C:
+			if err := s.Scan(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func relevant(path string) bool {
+	base := filepath.Base(path)
+	if strings.HasPrefix(base, ".") {
+		return false // editors' swap files, atomic-rename temporaries
+	}
+	switch strings.ToLower(filepath.Ext(base)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// Scan reads every file, applies what changed, and reports rejected
+// documents. It returns an error only when the directory cannot be read or
+// the sink fails.
+func (s *Source) Scan() error {
+	entries, err := os.ReadDir(s.o.Dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", s.o.Dir, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	present := map[string]bool{}
+	var paths []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && relevant(e.Name()) {
+			p := filepath.Join(s.o.Dir, e.Name())
+			present[p] = true
+			paths = append(paths, p)
+		}
+	}
+	slices.Sort(paths)
+
+	var upserts []*istio.Object
+	var deletes []Key
+	// Files that went away take their objects with them.
+	for p, st := range s.files {
+		if present[p] {
+			continue
+		}
+		for k := range st.objects {
+			deletes = append(deletes, k)
+		}
+		delete(s.files, p)
+		s.o.Log.Info("file removed", "file", p, "objects", len(st.objects))
+	}
+	s.problems = nil
+	for _, p := range paths {
+		ups, dels, probs := s.readFile(p)
+		upserts = append(upserts, ups...)
+		deletes = append(deletes, dels...)
+		s.problems = append(s.problems, probs...)
+	}
+	for _, pr := range s.problems {
+		s.o.Log.Error("rejected", "problem", pr.Message)
+	}
+	if len(upserts) > 0 || len(deletes) > 0 {
+		if err := s.sink.Apply(upserts, deletes); err != nil {
+			return fmt.Errorf("apply %s: %w", s.o.Dir, err)
+		}
+		s.o.Log.Info("applied", "changed", len(upserts), "deleted", len(deletes))
+	}
+	s.loadOnce.Do(func() { close(s.loaded) })
+	return nil
+}
+
+// readFile returns what one file changes. Must be called with s.mu held.
+func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, problems []Problem) {
+	data, err := readBounded(path)
+	if err != nil {
+		return nil, nil, []Problem{{Message: fmt.Sprintf("%s: %v", path, err)}}
+	}
+	hash := sha256.Sum256(data)
+	prev := s.files[path]
+	if prev != nil && prev.hash == hash {
+		// Unchanged, but its problems still stand: report them again.
+		return nil, nil, s.problemsOf(path, data)
+	}
+	prevObjects := map[Key]*istio.Object{}
+	if prev != nil {
+		prevObjects = prev.objects
+	}
+	next := map[Key]*istio.Object{}
+	unidentified := false
+	docs := istio.Decode(path, data, s.o.DefaultNamespace)
+	subsets := s.subsetContext(path, docs)
+	for _, doc := range docs {
+		if doc.Err != nil {
+			problems = append(problems, Problem{Message: doc.Err.Error()})
+			var de *istio.DecodeError
+			if errors.As(doc.Err, &de) {
+				if k, ok := parseObjectRef(de.Object); ok {
+					if old, ok := prevObjects[k]; ok {
+						next[k] = old // keep its last valid state
+					}
+					continue
+				}
+			}
+			unidentified = true
+			continue
+		}
+		obj := doc.Object
+		k := keyOf(obj)
+		if _, dup := next[k]; dup {
+			problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: defined twice in this file", path, doc.Line, obj)})
+			continue
+		}
+		if owner := s.ownerOf(k, path); owner != "" {
+			problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: already defined in %s", path, doc.Line, obj, owner)})
+			continue
+		}
+		res := validation.Validate(obj, subsets)
+		for _, w := range res.Warnings {
+			s.o.Log.Warn("validation warning", "object", obj.String(), "file", path, "line", doc.LineOf(w.Path), "warning", w.String())
+		}
+		if !res.OK() {
+			for _, e := range res.Errors {
+				problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: %s", path, doc.LineOf(e.Path), obj, e)})
+			}
+			if old, ok := prevObjects[k]; ok {
+				next[k] = old
+			}
+			continue
+		}
+		next[k] = obj
+	}
+	if unidentified {
+		// A document we could not even name may be any of the file's
+		// previous objects: keep them all rather than delete one by mistake.
+		for k, old := range prevObjects {
+			if _, ok := next[k]; !ok {
+				next[k] = old
+			}
+		}
+	}
+	for k, obj := range next {
+		if old, ok := prevObjects[k]; !ok || !same(old, obj) {
+			upserts = append(upserts, obj)
+		}
+	}
+	for k := range prevObjects {
+		if _, ok := next[k]; !ok {
+			deletes = append(deletes, k)
+		}
+	}
+	s.files[path] = &fileState{hash: hash, objects: next}
+	return upserts, deletes, problems
+}
+
+// problemsOf re-derives the problems of an unchanged file for reporting.
+func (s *Source) problemsOf(path string, data []byte) []Problem {
+	var out []Problem
+	for _, doc := range istio.Decode(path, data, s.o.DefaultNamespace) {
+		if doc.Err != nil {
+			out = append(out, Problem{Message: doc.Err.Error()})
+			continue
+		}
+		if owner := s.ownerOf(keyOf(doc.Object), path); owner != "" {
+			out = append(out, Problem{Message: fmt.Sprintf("%s:%d: %s: already defined in %s", path, doc.Line, doc.Object, owner)})
+			continue
+		}
+		res := validation.Validate(doc.Object, nil)
+		for _, e := range res.Errors {
+			out = append(out, Problem{Message: fmt.Sprintf("%s:%d: %s: %s", path, doc.LineOf(e.Path), doc.Object, e)})
+		}
+	}
+	return out
+}
+
+// ownerOf returns another file that already provides k.
+func (s *Source) ownerOf(k Key, path string) string {
+	for p, st := range s.files {
+		if p == path {
+			continue
+		}
+		if _, ok := st.objects[k]; ok && p < path {
+			return p
+		}
+	}
+	return ""
+}
+
+// parseObjectRef reads "Kind namespace/name" back into a key.
+func parseObjectRef(s string) (Key, bool) {
+	kind, name, ok := strings.Cut(s, " ")
+	if !ok || !strings.Contains(name, "/") || strings.HasSuffix(name, "/") {
+		return Key{}, false
+	}
+	return Key{Kind: kind, Name: name}, true
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, istio.MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if len(data) > istio.MaxFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", istio.MaxFileBytes)
+	}
+	return data, nil
+}
+
+// subsetContext answers subset lookups from the DestinationRules of the
+// other files and of this file's new documents, wherever they stand in it.
+func (s *Source) subsetContext(path string, docs []istio.Document) validation.Context {
+	var drs []*istio.Object
+	for p, st := range s.files {
+		if p == path {
+			continue
+		}
+		for _, o := range st.objects {
+			if o.Kind.Kind == "DestinationRule" {
+				drs = append(drs, o)
+			}
+		}
+	}
+	for _, d := range docs {
+		if d.Object != nil && d.Object.Kind.Kind == "DestinationRule" {
+			drs = append(drs, d.Object)
+		}
+	}
+	return subsetIndex{drs: drs, suffix: s.o.DomainSuffix}
+}
+
+// same reports whether two objects have the same content.
+func same(a, b *istio.Object) bool {
+	return a == b || (a.Kind.Kind == b.Kind.Kind && a.Meta.Name == b.Meta.Name && a.Meta.Namespace == b.Meta.Namespace &&
+		maps.Equal(a.Meta.Labels, b.Meta.Labels) && maps.Equal(a.Meta.Annotations, b.Meta.Annotations) &&
+		proto.Equal(a.Spec, b.Spec))
+}

@@ -1,0 +1,57 @@
+package filesource
+
+import (
+	"slices"
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+)
+
+// subsetIndex answers validation's subset question from DestinationRules.
+type subsetIndex struct {
+	drs    []*istio.Object
+	suffix string
+}
+
+// Subsets returns the subsets DestinationRules visible from namespace
+// define for host, with hosts compared as Istio resolves them: a name
+// without dots is a short name in the object's namespace.
+func (x subsetIndex) Subsets(namespace, host string) ([]string, bool) {
+	want := fqdn(host, namespace, x.suffix)
+	var names []string
+	found := false
+	for _, o := range x.drs {
+		dr, ok := o.Spec.(*networking.DestinationRule)
+		if !ok || fqdn(dr.GetHost(), o.Meta.Namespace, x.suffix) != want || !visible(dr.GetExportTo(), o.Meta.Namespace, namespace) {
+			continue
+		}
+		found = true
+		for _, s := range dr.GetSubsets() {
+			names = append(names, s.GetName())
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), found
+}
+
+func fqdn(host, namespace, suffix string) string {
+	if strings.Contains(host, ".") || host == "*" {
+		return strings.ToLower(host)
+	}
+	return strings.ToLower(host) + "." + namespace + ".svc." + suffix
+}
+
+// visible applies exportTo: empty or "*" is everyone, "." the own namespace.
+func visible(exportTo []string, own, from string) bool {
+	if len(exportTo) == 0 {
+		return true
+	}
+	for _, e := range exportTo {
+		if e == "*" || e == from || (e == "." && own == from) {
+			return true
+		}
+	}
+	return false
+}
