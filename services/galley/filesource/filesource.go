@@ -197,6 +197,7 @@ func (s *Source) Scan() error {
 		}
 		s.o.Log.Info("applied", "changed", len(upserts), "deleted", len(deletes))
 	}
+	s.o.Log.Info("scanned", "files", len(paths), "problems", len(s.problems))
 	s.loadOnce.Do(func() { close(s.loaded) })
 	return nil
 }

@@ -1,0 +1,362 @@
+// Package galley_test runs flotilla-galley as its own process in file mode
+// and subscribes to it over real gRPC on 127.0.0.1, as discovery does.
+package galley_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/test/build"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "flotilla-galley-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := 1
+	if err := build.Binaries(dir, "flotilla-galley"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// process is a running flotilla-galley.
+type process struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+func startGalley(t *testing.T, dir, mcpAddr, adminAddr string) *process {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "flotilla-galley"),
+		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", adminAddr, "--log-format", "text")
+	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		exit := <-p.done
+		if t.Failed() {
+			t.Logf("galley (%v) output:\n%s", exit, p.out.String())
+		}
+	})
+	waitReady(t, "http://"+adminAddr+"/readyz")
+	return p
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("galley exit: %v", err)
+		}
+		p.done <- nil // for the cleanup
+	case <-time.After(30 * time.Second):
+		t.Fatal("galley did not stop")
+	}
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url) //nolint:noctx // bounded by the loop's deadline
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never ready: %v", url, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// subscriber mirrors what galley publishes.
+type subscriber struct {
+	mu      sync.Mutex
+	state   map[string]map[string]*mcp.Resource
+	calls   int
+	changes int
+	notify  chan struct{}
+}
+
+func (s *subscriber) Apply(typeURL string, updated []*mcp.Resource, removed []string) error {
+	s.mu.Lock()
+	if s.state[typeURL] == nil {
+		s.state[typeURL] = map[string]*mcp.Resource{}
+	}
+	for _, r := range updated {
+		s.state[typeURL][r.Name] = r
+	}
+	for _, n := range removed {
+		delete(s.state[typeURL], n)
+	}
+	s.calls++
+	s.changes += len(updated) + len(removed)
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (s *subscriber) counts() (calls, changes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls, s.changes
+}
+
+func (s *subscriber) weights(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.state[vsType()][name]
+	if r == nil {
+		return "absent"
+	}
+	var vs networking.VirtualService
+	if err := r.Body.UnmarshalTo(&vs); err != nil {
+		return "undecodable: " + err.Error()
+	}
+	var w []string
+	for _, h := range vs.GetHttp() {
+		for _, rd := range h.GetRoute() {
+			w = append(w, fmt.Sprint(rd.GetWeight()))
+		}
+	}
+	return strings.Join(w, "/")
+}
+
+func (s *subscriber) has(typeURL, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state[typeURL][name] != nil
+}
+
+func (s *subscriber) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-s.notify:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func vsType() string { return kindURL("VirtualService") }
+
+func kindURL(kind string) string {
+	for _, k := range istio.Kinds() {
+		if k.Kind == kind {
+			return k.TypeURL()
+		}
+	}
+	panic("unknown kind " + kind)
+}
+
+func subscribe(t *testing.T, addr string) *subscriber {
+	t.Helper()
+	sub := &subscriber{state: map[string]map[string]*mcp.Resource{}, notify: make(chan struct{}, 1)}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, k := range istio.Kinds() {
+		types = append(types, k.TypeURL())
+	}
+	c := mcp.NewClient(mcp.ClientOptions{
+		Conn: conn, NodeID: "test-subscriber", TypeURLs: types, Handler: sub,
+		Log: slog.New(slog.DiscardHandler), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = c.Run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		conn.Close()
+	})
+	return sub
+}
+
+func greeterVS(w1, w2 int) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: greeter}
+spec:
+  hosts: [greeter.demo.svc.cluster.local]
+  http:
+  - route:
+    - {destination: {host: greeter.demo.svc.cluster.local, subset: v1}, weight: %d}
+    - {destination: {host: greeter.demo.svc.cluster.local, subset: v2}, weight: %d}
+`, w1, w2)
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testing.T) {
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	examples, err := os.ReadFile(filepath.Join(root, "examples", "mesh-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "policy.yaml"), string(examples))
+	routes := filepath.Join(dir, "routes.yaml")
+	writeFile(t, routes, greeterVS(80, 20))
+	mcpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	g := startGalley(t, dir, mcpAddr, adminAddr)
+
+	sub := subscribe(t, mcpAddr)
+	sub.waitFor(t, "every object", func() bool {
+		return sub.weights("default/greeter") == "80/20" &&
+			sub.has(kindURL("PeerAuthentication"), "istio-system/default") &&
+			sub.has(kindURL("AuthorizationPolicy"), "default/greeter")
+	})
+
+	// An edit reaches the subscriber.
+	writeFile(t, routes, greeterVS(50, 50))
+	sub.waitFor(t, "the edit", func() bool { return sub.weights("default/greeter") == "50/50" })
+
+	// An invalid edit is reported with file and line; the last valid state stays.
+	_, before := sub.counts()
+	writeFile(t, routes, greeterVS(70, 70))
+	g.out.waitFor(t, "routes.yaml:7: VirtualService default/greeter: spec.http[0].route: destination weights must add up to 100, not 140 (70+70)")
+	if got := sub.weights("default/greeter"); got != "50/50" {
+		t.Fatalf("after an invalid edit the subscriber has %s, want the last valid 50/50", got)
+	}
+	if _, after := sub.counts(); after != before {
+		t.Fatalf("an invalid edit sent %d changes", after-before)
+	}
+
+	// A galley restart that sees the same world changes nothing downstream.
+	clean := g.out.count("problems=0")
+	writeFile(t, routes, greeterVS(50, 50))
+	g.out.waitForCount(t, "problems=0", clean+1) // back to the served content: nothing to apply
+	callsBefore, changesBefore := sub.counts()
+	g.stop(t)
+	g2 := startGalley(t, dir, mcpAddr, adminAddr)
+	sub.waitFor(t, "the resubscription", func() bool {
+		calls, _ := sub.counts()
+		return calls >= callsBefore+len(istio.Kinds())
+	})
+	if _, changes := sub.counts(); changes != changesBefore {
+		t.Fatalf("a restart with the same world sent %d changes, want 0", changes-changesBefore)
+	}
+
+	// Removing a file removes its objects.
+	if err := os.Remove(routes); err != nil {
+		t.Fatal(err)
+	}
+	sub.waitFor(t, "the deletion", func() bool { return sub.weights("default/greeter") == "absent" })
+	g2.stop(t)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) waitFor(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output never contained %q:\n%s", want, s.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *syncBuffer) count(sub string) int { return strings.Count(s.String(), sub) }
+
+func (s *syncBuffer) waitForCount(t *testing.T, sub string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for s.count(sub) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("output never held %d of %q:\n%s", n, sub, s.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
