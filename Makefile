@@ -57,12 +57,15 @@ lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf 
 	done
 	cd api && buf lint
 
-generate: tools ## regenerate protobuf code from api/proto
+GENERATED := api/gen deploy/crds
+
+generate: tools ## regenerate protobuf code (api/proto) and the Istio CRDs (deploy/crds)
 	cd api && buf generate
+	go run ./internal/cmd/crdgen --out deploy/crds/istio.yaml
 
 check-generate: generate ## fail if generated code differs from what is committed
-	@if ! git diff --quiet --exit-code -- api/gen || [ -n "$$(git status --porcelain --untracked-files=all -- api/gen)" ]; then \
-	  git status --short -- api/gen; git diff --stat -- api/gen; \
+	@if ! git diff --quiet --exit-code -- $(GENERATED) || [ -n "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" ]; then \
+	  git status --short -- $(GENERATED); git diff --stat -- $(GENERATED); \
 	  echo "generated code is stale: run 'make generate' and commit the result"; exit 1; \
 	fi
 

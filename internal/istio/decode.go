@@ -110,7 +110,7 @@ func isSeparator(line []byte) bool {
 type envelope struct {
 	APIVersion string          `json:"apiVersion"`
 	Kind       string          `json:"kind"`
-	Metadata   metadata        `json:"metadata"`
+	Metadata   json.RawMessage `json:"metadata"` // decoded leniently: ObjectMeta has many fields
 	Spec       json.RawMessage `json:"spec"`
 	Status     json.RawMessage `json:"status"`
 }
@@ -173,16 +173,22 @@ func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
 	if env.APIVersion == "" || env.Kind == "" {
 		return fail("", "apiVersion and kind are required")
 	}
+	var meta metadata
+	if len(env.Metadata) > 0 {
+		if err := json.Unmarshal(env.Metadata, &meta); err != nil {
+			return fail("", "metadata.%s", jsonReason(err))
+		}
+	}
 	kind, err := ByAPIVersion(env.APIVersion, env.Kind)
 	if err != nil {
 		return fail("", "%v", err)
 	}
-	ns := env.Metadata.Namespace
+	ns := meta.Namespace
 	if ns == "" {
 		ns = defaultNamespace
 	}
-	name := kind.Kind + " " + ns + "/" + env.Metadata.Name
-	if env.Metadata.Name == "" {
+	name := kind.Kind + " " + ns + "/" + meta.Name
+	if meta.Name == "" {
 		return fail(kind.Kind, "metadata.name is required")
 	}
 	spec := kind.NewSpec()
@@ -202,12 +208,12 @@ func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
 	doc.Object = &Object{
 		Kind: kind,
 		Meta: Meta{
-			Name:            env.Metadata.Name,
+			Name:            meta.Name,
 			Namespace:       ns,
-			Labels:          env.Metadata.Labels,
-			Annotations:     env.Metadata.Annotations,
-			ResourceVersion: env.Metadata.ResourceVersion,
-			Generation:      env.Metadata.Generation,
+			Labels:          meta.Labels,
+			Annotations:     meta.Annotations,
+			ResourceVersion: meta.ResourceVersion,
+			Generation:      meta.Generation,
 		},
 		Spec: spec,
 	}
