@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/services/galley/filesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/publish"
+	"github.com/flotilla-mesh/flotilla/services/galley/webhook"
 )
 
 // Config is the configuration of flotilla-galley.
@@ -28,6 +29,11 @@ type Config struct {
 	MCPAddress string `yaml:"mcpAddress" usage:"listen address of the MCP-over-xDS gRPC server"`
 	// MCPTLS serves MCP over (m)TLS from reloading files.
 	MCPTLS tlsreload.Files `yaml:"mcpTLS"`
+	// WebhookAddress serves the validating admission webhook.
+	WebhookAddress string `yaml:"webhookAddress" usage:"listen address of the validating admission webhook (HTTPS, path /validate)"`
+	// WebhookTLS is the webhook's serving certificate; the webhook runs only
+	// when it is set (the apiserver calls webhooks over HTTPS only).
+	WebhookTLS tlsreload.Files `yaml:"webhookTLS"`
 	// DefaultNamespace applies to file objects without a namespace.
 	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of file objects that name none"`
 	// DomainSuffix is the cluster's DNS domain.
@@ -39,6 +45,7 @@ func Defaults() Config {
 	return Config{
 		Common:           command.CommonDefaults(":15015"),
 		MCPAddress:       ":15019",
+		WebhookAddress:   ":15017",
 		DefaultNamespace: "default",
 		DomainSuffix:     "cluster.local",
 	}
@@ -46,7 +53,15 @@ func Defaults() Config {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.MCPTLS.Validate()}
+	errs := []error{c.Common.Validate(), c.MCPTLS.Validate(), c.WebhookTLS.Validate()}
+	if c.WebhookTLS.Enabled() {
+		if _, _, err := net.SplitHostPort(c.WebhookAddress); err != nil {
+			errs = append(errs, fmt.Errorf("webhookAddress %q: %w", c.WebhookAddress, err))
+		}
+		if c.WebhookTLS.CAFile != "" {
+			errs = append(errs, errors.New("webhookTLS.caFile must be empty: the apiserver does not present a client certificate to webhooks"))
+		}
+	}
 	if _, _, err := net.SplitHostPort(c.MCPAddress); err != nil {
 		errs = append(errs, fmt.Errorf("mcpAddress %q: %w", c.MCPAddress, err))
 	}
@@ -93,7 +108,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}, publish.New(srv))
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("reading " + cfg.ConfigDir)
-	return rt.Serve(ctx,
+	actors, err := webhookActors(cfg, rt)
+	if err != nil {
+		return err
+	}
+	return rt.Serve(ctx, append(actors,
 		lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
 		lifecycle.Actor{Name: "files", Run: src.Run},
 		lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
@@ -106,5 +125,30 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			<-ctx.Done()
 			return nil
 		}},
-	)
+	)...)
+}
+
+// webhookActors serves the validating webhook when it has a certificate.
+func webhookActors(cfg Config, rt *command.Runtime) ([]lifecycle.Actor, error) {
+	if !cfg.WebhookTLS.Enabled() {
+		return nil, nil
+	}
+	rl, err := tlsreload.New(cfg.WebhookTLS, rt.Log)
+	if err != nil {
+		return nil, fmt.Errorf("webhook tls: %w", err)
+	}
+	h, err := webhook.Handler(webhook.Options{Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/galley/webhook")})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.WebhookAddress)
+	if err != nil {
+		return nil, fmt.Errorf("webhook listen: %w", err)
+	}
+	return []lifecycle.Actor{
+		{Name: "webhook", Run: func(ctx context.Context) error {
+			return webhook.Serve(ctx, rt.Log, lis, rl.ServerConfig(), h, cfg.ShutdownTimeout)
+		}},
+		{Name: "webhook-certs", Run: rl.Run},
+	}, nil
 }
