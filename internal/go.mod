@@ -94,3 +94,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+require github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000
+
+replace github.com/flotilla-mesh/flotilla/api => ../api

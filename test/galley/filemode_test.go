@@ -24,6 +24,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/test/build"
 )
 
@@ -217,6 +218,7 @@ func subscribe(t *testing.T, addr string) *subscriber {
 	for _, k := range istio.Kinds() {
 		types = append(types, k.TypeURL())
 	}
+	types = append(types, registry.ServiceTypeURL, registry.EndpointSetTypeURL)
 	c := mcp.NewClient(mcp.ClientOptions{
 		Conn: conn, NodeID: "test-subscriber", TypeURLs: types, Handler: sub,
 		Log: slog.New(slog.DiscardHandler), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
@@ -270,6 +272,12 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(dir, "policy.yaml"), string(examples))
+	greeter, err := os.ReadFile(filepath.Join(root, "examples", "greeter.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serviceEntry, _, _ := strings.Cut(string(greeter), "\n---\n") // the ServiceEntry, without the routes
+	writeFile(t, filepath.Join(dir, "greeter-service.yaml"), serviceEntry)
 	routes := filepath.Join(dir, "routes.yaml")
 	writeFile(t, routes, greeterVS(80, 20))
 	mcpAddr, adminAddr := freeAddr(t), freeAddr(t)
@@ -279,7 +287,9 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	sub.waitFor(t, "every object", func() bool {
 		return sub.weights("default/greeter") == "80/20" &&
 			sub.has(kindURL("PeerAuthentication"), "istio-system/default") &&
-			sub.has(kindURL("AuthorizationPolicy"), "default/greeter")
+			sub.has(kindURL("AuthorizationPolicy"), "default/greeter") &&
+			sub.has(registry.ServiceTypeURL, "default/greeter.demo.svc.cluster.local") &&
+			sub.has(registry.EndpointSetTypeURL, "default/greeter.demo.svc.cluster.local/se-greeter-0")
 	})
 
 	// An edit reaches the subscriber.
@@ -306,7 +316,7 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	g2 := startGalley(t, dir, mcpAddr, adminAddr)
 	sub.waitFor(t, "the resubscription", func() bool {
 		calls, _ := sub.counts()
-		return calls >= callsBefore+len(istio.Kinds())
+		return calls >= callsBefore+len(istio.Kinds())+2
 	})
 	if _, changes := sub.counts(); changes != changesBefore {
 		t.Fatalf("a restart with the same world sent %d changes, want 0", changes-changesBefore)

@@ -9,32 +9,108 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/services/galley/normalize"
 )
 
-// Collections is what Publisher publishes: every Istio kind's type URL.
+// Collections is what Publisher publishes: every Istio kind's type URL and
+// the registry collections.
 func Collections() []string {
 	var out []string
 	for _, k := range istio.Kinds() {
 		out = append(out, k.TypeURL())
 	}
-	return out
+	return append(out, registry.ServiceTypeURL, registry.EndpointSetTypeURL)
 }
 
 // Updater is the part of mcp.Server a Publisher uses.
 type Updater interface {
 	Update(typeURL string, upserts []*mcp.Resource, deletes []string) (int, error)
+	Replace(typeURL string, all []*mcp.Resource) (int, error)
 }
 
-// Publisher publishes Istio objects.
+// Publisher publishes Istio objects, and the registry made from the
+// ServiceEntries and WorkloadEntries among them. It is used from one
+// goroutine (a source's Apply).
 type Publisher struct {
 	up Updater
+	// The ServiceEntries and WorkloadEntries in force, by namespace/name.
+	serviceEntries map[string]*istio.Object
+	workloads      map[string]*istio.Object
 }
 
 // New returns a publisher writing to up.
-func New(up Updater) *Publisher { return &Publisher{up: up} }
+func New(up Updater) *Publisher {
+	return &Publisher{up: up, serviceEntries: map[string]*istio.Object{}, workloads: map[string]*istio.Object{}}
+}
 
-// Apply publishes changed objects and removes deleted ones, grouped by kind.
+// Apply publishes changed objects and removes deleted ones, grouped by kind,
+// then refreshes the registry if a ServiceEntry or WorkloadEntry changed.
 func (p *Publisher) Apply(upserts []*istio.Object, deletes []istio.ID) error {
+	if err := p.applyConfig(upserts, deletes); err != nil {
+		return err
+	}
+	changed := false
+	for _, o := range upserts {
+		switch o.Kind.Kind {
+		case "ServiceEntry":
+			p.serviceEntries[o.Key()], changed = o, true
+		case "WorkloadEntry":
+			p.workloads[o.Key()], changed = o, true
+		}
+	}
+	for _, id := range deletes {
+		switch id.Kind {
+		case "ServiceEntry":
+			delete(p.serviceEntries, id.Name)
+			changed = true
+		case "WorkloadEntry":
+			delete(p.workloads, id.Name)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return p.publishRegistry()
+}
+
+// publishRegistry replaces the registry collections with what the
+// ServiceEntries now describe. Unchanged resources are not re-sent: the
+// server compares content hashes.
+func (p *Publisher) publishRegistry() error {
+	workloads := make([]*istio.Object, 0, len(p.workloads))
+	for _, w := range p.workloads {
+		workloads = append(workloads, w)
+	}
+	var svcs, sets []*mcp.Resource
+	for _, se := range p.serviceEntries {
+		services, endpointSets := normalize.ServiceEntry(se, workloads)
+		for _, s := range services {
+			r, err := mcp.NewResource(registry.ServiceName(s.GetNamespace(), s.GetHostname()), s, nil, nil)
+			if err != nil {
+				return err
+			}
+			svcs = append(svcs, r)
+		}
+		for _, es := range endpointSets {
+			r, err := mcp.NewResource(registry.EndpointSetName(es.GetServiceNamespace(), es.GetServiceHostname(), es.GetShard()), es, nil, nil)
+			if err != nil {
+				return err
+			}
+			sets = append(sets, r)
+		}
+	}
+	if _, err := p.up.Replace(registry.ServiceTypeURL, svcs); err != nil {
+		return fmt.Errorf("publish registry services: %w", err)
+	}
+	if _, err := p.up.Replace(registry.EndpointSetTypeURL, sets); err != nil {
+		return fmt.Errorf("publish registry endpoints: %w", err)
+	}
+	return nil
+}
+
+func (p *Publisher) applyConfig(upserts []*istio.Object, deletes []istio.ID) error {
 	type batch struct {
 		up  []*mcp.Resource
 		del []string

@@ -1,0 +1,88 @@
+// Package registry names the registry collections galley publishes and
+// their resources (see api/proto/flotilla/registry/v1), and holds the rules
+// that turn a port's name or appProtocol into a protocol, shared by galley
+// (which normalises) and discovery (which reads).
+package registry
+
+import (
+	"strings"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+)
+
+// Type URLs of the registry collections.
+const (
+	ServiceTypeURL     = "registry.flotilla.io/v1/Service"
+	EndpointSetTypeURL = "registry.flotilla.io/v1/EndpointSet"
+)
+
+// ShardSize is the most endpoints galley puts in one EndpointSet, as the
+// Kubernetes endpoint-slice controller does per EndpointSlice.
+const ShardSize = 100
+
+// ServiceName is the resource name of a Service: "namespace/hostname".
+func ServiceName(namespace, hostname string) string { return namespace + "/" + hostname }
+
+// EndpointSetName is the resource name of an EndpointSet:
+// "namespace/hostname/shard".
+func EndpointSetName(namespace, hostname, shard string) string {
+	return namespace + "/" + hostname + "/" + shard
+}
+
+// ParseProtocol maps an Istio protocol name ("HTTP", "grpc-web", ...) to
+// the registry protocol; unknown names are PROTOCOL_UNSPECIFIED (TCP).
+func ParseProtocol(name string) registryv1.Protocol {
+	switch strings.ToUpper(name) {
+	case "HTTP", "GRPC-WEB":
+		return registryv1.Protocol_PROTOCOL_HTTP
+	case "HTTP2":
+		return registryv1.Protocol_PROTOCOL_HTTP2
+	case "GRPC":
+		return registryv1.Protocol_PROTOCOL_GRPC
+	case "HTTPS":
+		return registryv1.Protocol_PROTOCOL_HTTPS
+	case "TLS":
+		return registryv1.Protocol_PROTOCOL_TLS
+	case "TCP":
+		return registryv1.Protocol_PROTOCOL_TCP
+	case "MONGO":
+		return registryv1.Protocol_PROTOCOL_MONGO
+	case "REDIS":
+		return registryv1.Protocol_PROTOCOL_REDIS
+	case "MYSQL":
+		return registryv1.Protocol_PROTOCOL_MYSQL
+	case "UDP":
+		return registryv1.Protocol_PROTOCOL_UDP
+	default:
+		return registryv1.Protocol_PROTOCOL_UNSPECIFIED
+	}
+}
+
+// KubernetesPortProtocol derives a Kubernetes Service port's protocol the
+// way Istio does: appProtocol first (including the kubernetes.io/ names),
+// then the port name's prefix ("http-web", "grpc", "tcp-db"), and UDP
+// ports are UDP whatever their name.
+func KubernetesPortProtocol(name, appProtocol, transport string) registryv1.Protocol {
+	if strings.EqualFold(transport, "UDP") {
+		return registryv1.Protocol_PROTOCOL_UDP
+	}
+	switch strings.ToLower(appProtocol) {
+	case "":
+	case "kubernetes.io/h2c":
+		return registryv1.Protocol_PROTOCOL_HTTP2
+	case "kubernetes.io/ws":
+		return registryv1.Protocol_PROTOCOL_HTTP
+	case "kubernetes.io/wss":
+		return registryv1.Protocol_PROTOCOL_HTTPS
+	default:
+		if p := ParseProtocol(appProtocol); p != registryv1.Protocol_PROTOCOL_UNSPECIFIED {
+			return p
+		}
+	}
+	// "grpc-web" is a protocol of its own, not grpc with a suffix.
+	if strings.HasPrefix(strings.ToLower(name), "grpc-web") {
+		return ParseProtocol("grpc-web")
+	}
+	prefix, _, _ := strings.Cut(name, "-")
+	return ParseProtocol(prefix)
+}
