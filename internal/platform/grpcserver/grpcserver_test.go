@@ -106,6 +106,12 @@ func TestHealthServiceAnswersAndCallsAreTracedAndMeasured(t *testing.T) {
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("status %v", resp.GetStatus())
 	}
+	// The server ends its span after the response is on the wire, so the
+	// client can see the response first: wait for the span.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(spans.GetSpans()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	got := spans.GetSpans()
 	if len(got) == 0 || got[0].Name != "grpc.health.v1.Health/Check" {
 		t.Fatalf("spans %v, want one for the health check", got)
