@@ -45,7 +45,9 @@ func BenchmarkWebhookLatencyAt200RPS(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = Serve(ctx, slog.New(slog.DiscardHandler), lis, rl.ServerConfig(), testHandler(b), time.Second) }()
+	go func() {
+		_ = Serve(ctx, slog.New(slog.DiscardHandler), lis, rl.ServerConfig(), testHandler(b), time.Second)
+	}()
 
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12},
