@@ -69,7 +69,7 @@ func loadObjects(t *testing.T, path string) []*istio.Object {
 }
 
 func TestServiceEntryGoldens(t *testing.T) {
-	cases, err := filepath.Glob("testdata/*/input.yaml")
+	cases, err := filepath.Glob("testdata/serviceentry-*/input.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
