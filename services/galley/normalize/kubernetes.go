@@ -46,9 +46,9 @@ func KubernetesService(svc *corev1.Service, domainSuffix, clusterID string) *reg
 		out.Selector = nil
 	}
 	for _, p := range svc.Spec.Ports {
-		target := uint32(p.TargetPort.IntValue())
+		target := portNumber(p.TargetPort.IntValue())
 		if target == 0 {
-			target = uint32(p.Port) // named or unset target port: endpoints say
+			target = portNumber(int(p.Port)) // named or unset target port: endpoints say
 		}
 		app := ""
 		if p.AppProtocol != nil {
@@ -56,7 +56,7 @@ func KubernetesService(svc *corev1.Service, domainSuffix, clusterID string) *reg
 		}
 		out.Ports = append(out.Ports, &registryv1.ServicePort{
 			Name:       p.Name,
-			Number:     uint32(p.Port),
+			Number:     portNumber(int(p.Port)),
 			Protocol:   registry.KubernetesPortProtocol(p.Name, app, string(p.Protocol)),
 			TargetPort: target,
 		})
@@ -95,7 +95,7 @@ func ExternalNameEndpoints(svc *corev1.Service, domainSuffix string) *registryv1
 		WorkloadNamespace: svc.Namespace,
 	}
 	for _, p := range svc.Spec.Ports {
-		ep.Ports = append(ep.Ports, &registryv1.EndpointPort{ServicePortName: p.Name, Number: uint32(p.Port)})
+		ep.Ports = append(ep.Ports, &registryv1.EndpointPort{ServicePortName: p.Name, Number: portNumber(int(p.Port))})
 	}
 	slices.SortFunc(ep.Ports, func(a, b *registryv1.EndpointPort) int {
 		return strings.Compare(a.GetServicePortName(), b.GetServicePortName())
@@ -129,7 +129,7 @@ func EndpointSlice(slice *discoveryv1.EndpointSlice, pods PodLookup, domainSuffi
 		if p.Name != nil {
 			name = *p.Name
 		}
-		ports = append(ports, &registryv1.EndpointPort{ServicePortName: name, Number: uint32(*p.Port)})
+		ports = append(ports, &registryv1.EndpointPort{ServicePortName: name, Number: portNumber(int(*p.Port))})
 	}
 	slices.SortFunc(ports, func(a, b *registryv1.EndpointPort) int {
 		return strings.Compare(a.GetServicePortName(), b.GetServicePortName())
@@ -196,4 +196,13 @@ func health(c discoveryv1.EndpointConditions) registryv1.HealthStatus {
 	default:
 		return registryv1.HealthStatus_HEALTH_STATUS_UNHEALTHY
 	}
+}
+
+// portNumber converts a Kubernetes port (validated 0-65535 by the apiserver)
+// without wrapping anything out of range.
+func portNumber(n int) uint32 {
+	if n < 0 || n > 65535 {
+		return 0
+	}
+	return uint32(n)
 }
