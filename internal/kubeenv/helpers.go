@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // RunTests is a TestMain body: it starts an environment, stores it in *env,
@@ -136,4 +138,18 @@ func (e *Env) updateCRD(ctx context.Context, c apiextclient.Interface, crd *apie
 	next.ResourceVersion = cur.ResourceVersion
 	_, err = api.Update(ctx, next, metav1.UpdateOptions{})
 	return err
+}
+
+// WriteKubeconfig writes a kubeconfig for the admin credentials, for
+// programs under test that take --kubeconfig.
+func (e *Env) WriteKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubeenv"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.CA.CertPEM}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: e.Config.BearerToken}
+	cfg.Contexts["kubeenv"] = &clientcmdapi.Context{Cluster: "kubeenv", AuthInfo: "admin"}
+	cfg.CurrentContext = "kubeenv"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
 }

@@ -475,3 +475,26 @@ func TestManyCollectionsOnOneStateOfTheWorldStreamDoNotDeadlock(t *testing.T) {
 		seen[resp.GetTypeUrl()] = true
 	}
 }
+
+func TestEqualContentEncodesEquallyWhateverTheMapOrder(t *testing.T) {
+	labels := map[string]string{}
+	for i := range 50 {
+		labels[fmt.Sprintf("label-%02d", i)] = "v"
+	}
+	var first []byte
+	for range 20 {
+		r, err := NewResource("ns/a", &networking.WorkloadEntry{Address: "10.0.0.1", Labels: labels}, labels, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := marshal(r.toProto())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = b
+		} else if string(b) != string(first) {
+			t.Fatal("the same content encoded differently")
+		}
+	}
+}

@@ -38,8 +38,10 @@ type Resource struct {
 
 // NewResource wraps body under name.
 func NewResource(name string, body proto.Message, labels, annotations map[string]string) (*Resource, error) {
-	a, err := anypb.New(body)
-	if err != nil {
+	// Deterministic: maps in the body must encode the same way every time,
+	// or equal content would get a new version (and a push) on every restart.
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, body, proto.MarshalOptions{Deterministic: true}); err != nil {
 		return nil, fmt.Errorf("resource %s: %w", name, err)
 	}
 	return &Resource{Name: name, Labels: labels, Annotations: annotations, Body: a}, nil

@@ -23,12 +23,15 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/test/build"
 )
 
 var binDir string
+
+var env *kubeenv.Env
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "flotilla-galley-")
@@ -41,7 +44,7 @@ func TestMain(m *testing.M) {
 	if err := build.Binaries(dir, "flotilla-galley"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
-		code = m.Run()
+		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
 	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
@@ -66,8 +69,13 @@ type process struct {
 
 func startGalley(t *testing.T, dir, mcpAddr, adminAddr string) *process {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "flotilla-galley"),
-		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", adminAddr, "--log-format", "text")
+	return startGalleyWith(t, adminAddr, "--config-dir", dir, "--mcp-address", mcpAddr)
+}
+
+func startGalleyWith(t *testing.T, adminAddr string, args ...string) *process {
+	t.Helper()
+	args = append(args, "--admin-address", adminAddr, "--log-format", "text")
+	cmd := exec.Command(filepath.Join(binDir, "flotilla-galley"), args...)
 	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
@@ -127,6 +135,7 @@ type subscriber struct {
 	state   map[string]map[string]*mcp.Resource
 	calls   int
 	changes int
+	log     []string
 	notify  chan struct{}
 }
 
@@ -137,6 +146,7 @@ func (s *subscriber) Apply(typeURL string, updated []*mcp.Resource, removed []st
 	}
 	for _, r := range updated {
 		s.state[typeURL][r.Name] = r
+		s.log = append(s.log, typeURL+" "+r.Name+" "+r.Version)
 	}
 	for _, n := range removed {
 		delete(s.state[typeURL], n)
@@ -319,7 +329,7 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 		return calls >= callsBefore+len(istio.Kinds())+2
 	})
 	if _, changes := sub.counts(); changes != changesBefore {
-		t.Fatalf("a restart with the same world sent %d changes, want 0", changes-changesBefore)
+		t.Fatalf("a restart with the same world sent %d changes, want 0: %v", changes-changesBefore, sub.log)
 	}
 
 	// Removing a file removes its objects.

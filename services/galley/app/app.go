@@ -9,6 +9,10 @@ import (
 	"net"
 
 	"github.com/spf13/cobra"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
@@ -16,6 +20,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/services/galley/filesource"
+	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/publish"
 	"github.com/flotilla-mesh/flotilla/services/galley/webhook"
 )
@@ -23,6 +28,10 @@ import (
 // Config is the configuration of flotilla-galley.
 type Config struct {
 	command.Common `yaml:",inline"`
+	// Kubeconfig selects the cluster; empty means in-cluster configuration.
+	Kubeconfig string `yaml:"kubeconfig" usage:"kubeconfig file of the cluster to watch; empty uses the in-cluster service account (ignored with --config-dir)"`
+	// ClusterID names the cluster in the registry.
+	ClusterID string `yaml:"clusterID" usage:"cluster name recorded on registry services"`
 	// ConfigDir serves the Istio YAML in a directory instead of a cluster.
 	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML files to serve instead of a cluster; watched for changes"`
 	// MCPAddress is where subscribers connect.
@@ -48,6 +57,7 @@ func Defaults() Config {
 		WebhookAddress:   ":15017",
 		DefaultNamespace: "default",
 		DomainSuffix:     "cluster.local",
+		ClusterID:        "Kubernetes",
 	}
 }
 
@@ -84,9 +94,6 @@ func NewCommand() *cobra.Command {
 }
 
 func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
-	if cfg.ConfigDir == "" {
-		return &command.NotBuiltError{Service: "galley's Kubernetes source (run with --config-dir to serve a directory)", Issue: 3}
-	}
 	srv, err := mcp.NewServer(ctx, rt.Log, rt.Telemetry.Meter.Meter("flotilla/galley"), publish.Collections())
 	if err != nil {
 		return err
@@ -100,32 +107,77 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return fmt.Errorf("mcp listen: %w", err)
 	}
-	src := filesource.New(filesource.Options{
-		Dir:              cfg.ConfigDir,
-		DefaultNamespace: cfg.DefaultNamespace,
-		DomainSuffix:     cfg.DomainSuffix,
-		Log:              rt.Log,
-	}, publish.New(srv))
+	source, loaded, err := newSource(cfg, rt, srv)
+	if err != nil {
+		return err
+	}
 	ready := rt.Ready.Component("config")
-	ready.SetNotReady("reading " + cfg.ConfigDir)
+	ready.SetNotReady("reading the configuration")
 	actors, err := webhookActors(cfg, rt)
 	if err != nil {
 		return err
 	}
 	return rt.Serve(ctx, append(actors,
 		lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
-		lifecycle.Actor{Name: "files", Run: src.Run},
+		source,
 		lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
 			select {
-			case <-src.Loaded():
+			case <-loaded:
 				ready.SetReady()
-				rt.Log.Info("serving", "config_dir", cfg.ConfigDir, "mcp_address", lis.Addr().String())
+				rt.Log.Info("serving", "source", source.Name, "mcp_address", lis.Addr().String())
 			case <-ctx.Done():
 			}
 			<-ctx.Done()
 			return nil
 		}},
 	)...)
+}
+
+// newSource builds the file source (with --config-dir) or the Kubernetes
+// source, and returns the channel closed when it has read everything once.
+func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) (lifecycle.Actor, <-chan struct{}, error) {
+	pub := publish.New(srv)
+	if cfg.ConfigDir != "" {
+		src := filesource.New(filesource.Options{
+			Dir:              cfg.ConfigDir,
+			DefaultNamespace: cfg.DefaultNamespace,
+			DomainSuffix:     cfg.DomainSuffix,
+			Log:              rt.Log,
+		}, pub)
+		return lifecycle.Actor{Name: "files:" + cfg.ConfigDir, Run: src.Run}, src.Loaded(), nil
+	}
+	rest, err := kubeconfig(cfg.Kubeconfig)
+	if err != nil {
+		return lifecycle.Actor{}, nil, err
+	}
+	kube, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return lifecycle.Actor{}, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	ic, err := istioclient.NewForConfig(rest)
+	if err != nil {
+		return lifecycle.Actor{}, nil, fmt.Errorf("istio client: %w", err)
+	}
+	src := kubesource.New(kubesource.Options{
+		Kube: kube, Istio: ic, Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID,
+	}, pub, srv)
+	return lifecycle.Actor{Name: "kubernetes:" + rest.Host, Run: src.Run}, src.Synced(), nil
+}
+
+// kubeconfig loads a kubeconfig file, or the in-cluster configuration.
+func kubeconfig(path string) (*restclient.Config, error) {
+	if path != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+		}
+		return c, nil
+	}
+	c, err := restclient.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --config-dir, no --kubeconfig and not running in a cluster: %w", err)
+	}
+	return c, nil
 }
 
 // webhookActors serves the validating webhook when it has a certificate.

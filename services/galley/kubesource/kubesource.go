@@ -1,0 +1,376 @@
+// Package kubesource is galley's Kubernetes source: informers for the Istio
+// kinds (istio.io/client-go) and for Services, EndpointSlices and Pods
+// (client-go), feeding validated Istio objects to the config sink and
+// normalised registry resources to the registry sink. Pods are cached
+// trimmed to the few fields the registry needs: in large clusters they are
+// most of an informer's memory.
+package kubesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istioinformers "istio.io/client-go/pkg/informers/externalversions"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
+	"github.com/flotilla-mesh/flotilla/services/galley/normalize"
+)
+
+// ConfigSink receives Istio objects (publish.Publisher).
+type ConfigSink interface {
+	Apply(upserts []*istio.Object, deletes []istio.ID) error
+}
+
+// RegistrySink receives registry resources (mcp.Server).
+type RegistrySink interface {
+	Update(typeURL string, upserts []*mcp.Resource, deletes []string) (int, error)
+}
+
+// Options configures a Source.
+type Options struct {
+	Kube         kubernetes.Interface
+	Istio        istioclient.Interface
+	Log          *slog.Logger
+	DomainSuffix string
+	ClusterID    string
+}
+
+// Source watches the cluster. Event handlers run on the informers'
+// goroutines; Source serialises them so that sinks see one change at a time.
+type Source struct {
+	o        Options
+	config   ConfigSink
+	registry RegistrySink
+
+	mu           sync.Mutex
+	pods         map[string]*corev1.Pod
+	slices       map[string]*discoveryv1.EndpointSlice
+	slicesByPod  map[string]map[string]bool
+	externalName map[string]bool // services whose external-name set is published
+	rejected     map[istio.ID]string
+	synced       chan struct{}
+}
+
+// New returns a source; Run starts it.
+func New(o Options, config ConfigSink, reg RegistrySink) *Source {
+	o.Log = o.Log.With("component", "kubesource")
+	return &Source{
+		o: o, config: config, registry: reg,
+		pods:         map[string]*corev1.Pod{},
+		slices:       map[string]*discoveryv1.EndpointSlice{},
+		slicesByPod:  map[string]map[string]bool{},
+		externalName: map[string]bool{},
+		rejected:     map[istio.ID]string{},
+		synced:       make(chan struct{}),
+	}
+}
+
+// Synced is closed once every informer has listed the cluster.
+func (s *Source) Synced() <-chan struct{} { return s.synced }
+
+// Run starts the informers and blocks until ctx ends.
+func (s *Source) Run(ctx context.Context) error {
+	istioFactory := istioinformers.NewSharedInformerFactory(s.o.Istio, 0)
+	var syncs []cache.InformerSynced
+	for kind, inf := range istioInformers(istioFactory) {
+		if _, err := inf.AddEventHandler(s.istioHandler(kind)); err != nil {
+			return fmt.Errorf("watch %s: %w", kind, err)
+		}
+		syncs = append(syncs, inf.HasSynced)
+	}
+	kubeFactory := informers.NewSharedInformerFactory(s.o.Kube, 0)
+	svcInf := kubeFactory.Core().V1().Services().Informer()
+	sliceInf := kubeFactory.Discovery().V1().EndpointSlices().Informer()
+	podInf := kubeFactory.Core().V1().Pods().Informer()
+	if err := podInf.SetTransform(trimPod); err != nil {
+		return fmt.Errorf("pod transform: %w", err)
+	}
+	for name, reg := range map[string]func() error{
+		"services":       func() error { _, err := svcInf.AddEventHandler(s.serviceHandler()); return err },
+		"endpointslices": func() error { _, err := sliceInf.AddEventHandler(s.sliceHandler()); return err },
+		"pods":           func() error { _, err := podInf.AddEventHandler(s.podHandler()); return err },
+	} {
+		if err := reg(); err != nil {
+			return fmt.Errorf("watch %s: %w", name, err)
+		}
+	}
+	syncs = append(syncs, svcInf.HasSynced, sliceInf.HasSynced, podInf.HasSynced)
+
+	istioFactory.Start(ctx.Done())
+	kubeFactory.Start(ctx.Done())
+	defer istioFactory.Shutdown()
+	defer kubeFactory.Shutdown()
+	start := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		return nil // ctx ended first
+	}
+	s.o.Log.Info("synced with the cluster", "took", time.Since(start))
+	close(s.synced)
+	<-ctx.Done()
+	return nil
+}
+
+func unwrap(obj any) any {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
+func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
+	upsert := func(obj any) {
+		o, ok := toObject(obj)
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		res := validation.Validate(o, nil)
+		if !res.OK() {
+			// Invalid in the cluster (the webhook was bypassed or came
+			// later): keep serving its last valid state.
+			msg := res.Err().Error()
+			if s.rejected[o.ID()] != msg {
+				s.o.Log.Error("invalid object in the cluster; keeping its last valid state", "object", o.String(), "errors", msg)
+			}
+			s.rejected[o.ID()] = msg
+			return
+		}
+		delete(s.rejected, o.ID())
+		if err := s.config.Apply([]*istio.Object{o}, nil); err != nil {
+			s.o.Log.Error("publish", "object", o.String(), "error", err)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
+		DeleteFunc: func(obj any) {
+			m, err := metaOf(unwrap(obj))
+			if err != nil {
+				return
+			}
+			id := istio.ID{Kind: kind, Name: m.GetNamespace() + "/" + m.GetName()}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.rejected, id)
+			if err := s.config.Apply(nil, []istio.ID{id}); err != nil {
+				s.o.Log.Error("publish deletion", "object", id, "error", err)
+			}
+		},
+	}
+}
+
+func metaOf(obj any) (metav1.Object, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, errors.New("not a Kubernetes object")
+	}
+	return m, nil
+}
+
+// Rejected lists the objects in the cluster that failed validation, with
+// why, for the status writer.
+func (s *Source) Rejected() map[istio.ID]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[istio.ID]string, len(s.rejected))
+	for k, v := range s.rejected {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Source) serviceHandler() cache.ResourceEventHandler {
+	upsert := func(obj any) {
+		svc, ok := obj.(*corev1.Service)
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		rs := normalize.KubernetesService(svc, s.o.DomainSuffix, s.o.ClusterID)
+		s.publish(registry.ServiceTypeURL, registry.ServiceName(rs.GetNamespace(), rs.GetHostname()), rs)
+		key := svc.Namespace + "/" + svc.Name
+		extName := registry.EndpointSetName(svc.Namespace, rs.GetHostname(), "external-name")
+		switch {
+		case svc.Spec.Type == corev1.ServiceTypeExternalName:
+			s.publish(registry.EndpointSetTypeURL, extName, normalize.ExternalNameEndpoints(svc, s.o.DomainSuffix))
+			s.externalName[key] = true
+		case s.externalName[key]:
+			s.remove(registry.EndpointSetTypeURL, extName)
+			delete(s.externalName, key)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
+		DeleteFunc: func(obj any) {
+			svc, ok := unwrap(obj).(*corev1.Service)
+			if !ok {
+				return
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			host := normalize.KubernetesHostname(svc.Name, svc.Namespace, s.o.DomainSuffix)
+			s.remove(registry.ServiceTypeURL, registry.ServiceName(svc.Namespace, host))
+			key := svc.Namespace + "/" + svc.Name
+			if s.externalName[key] {
+				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, "external-name"))
+				delete(s.externalName, key)
+			}
+		},
+	}
+}
+
+func (s *Source) sliceHandler() cache.ResourceEventHandler {
+	upsert := func(obj any) {
+		slice, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		key := slice.Namespace + "/" + slice.Name
+		s.unindex(key)
+		s.slices[key] = slice
+		for _, e := range slice.Endpoints {
+			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+				pk := slice.Namespace + "/" + e.TargetRef.Name
+				if s.slicesByPod[pk] == nil {
+					s.slicesByPod[pk] = map[string]bool{}
+				}
+				s.slicesByPod[pk][key] = true
+			}
+		}
+		s.publishSlice(slice)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
+		DeleteFunc: func(obj any) {
+			slice, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
+			if !ok {
+				return
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			key := slice.Namespace + "/" + slice.Name
+			s.unindex(key)
+			delete(s.slices, key)
+			if svc := slice.Labels[discoveryv1.LabelServiceName]; svc != "" {
+				host := normalize.KubernetesHostname(svc, slice.Namespace, s.o.DomainSuffix)
+				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(slice.Namespace, host, slice.Name))
+			}
+		},
+	}
+}
+
+// unindex forgets which pods a slice referenced. Must hold s.mu.
+func (s *Source) unindex(sliceKey string) {
+	old := s.slices[sliceKey]
+	if old == nil {
+		return
+	}
+	for _, e := range old.Endpoints {
+		if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+			pk := old.Namespace + "/" + e.TargetRef.Name
+			delete(s.slicesByPod[pk], sliceKey)
+			if len(s.slicesByPod[pk]) == 0 {
+				delete(s.slicesByPod, pk)
+			}
+		}
+	}
+}
+
+func (s *Source) podHandler() cache.ResourceEventHandler {
+	changed := func(pod *corev1.Pod, deleted bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		key := pod.Namespace + "/" + pod.Name
+		if deleted {
+			delete(s.pods, key)
+		} else {
+			s.pods[key] = pod
+		}
+		for sk := range s.slicesByPod[key] {
+			if slice := s.slices[sk]; slice != nil {
+				s.publishSlice(slice)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				changed(p, false)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				changed(p, false)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if p, ok := unwrap(obj).(*corev1.Pod); ok {
+				changed(p, true)
+			}
+		},
+	}
+}
+
+// publishSlice normalises and publishes one slice. Must hold s.mu.
+func (s *Source) publishSlice(slice *discoveryv1.EndpointSlice) {
+	set, _, ok := normalize.EndpointSlice(slice, func(ns, name string) *corev1.Pod { return s.pods[ns+"/"+name] }, s.o.DomainSuffix)
+	if !ok {
+		return
+	}
+	s.publish(registry.EndpointSetTypeURL, registry.EndpointSetName(set.GetServiceNamespace(), set.GetServiceHostname(), set.GetShard()), set)
+}
+
+// publish upserts one resource; the sink drops it if its content did not
+// change. Must hold s.mu.
+func (s *Source) publish(typeURL, name string, body proto.Message) {
+	r, err := mcp.NewResource(name, body, nil, nil)
+	if err == nil {
+		_, err = s.registry.Update(typeURL, []*mcp.Resource{r}, nil)
+	}
+	if err != nil {
+		s.o.Log.Error("publish", "type_url", typeURL, "name", name, "error", err)
+	}
+}
+
+func (s *Source) remove(typeURL, name string) {
+	if _, err := s.registry.Update(typeURL, nil, []string{name}); err != nil {
+		s.o.Log.Error("publish deletion", "type_url", typeURL, "name", name, "error", err)
+	}
+}
+
+// trimPod keeps only what the registry reads from a pod.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a tombstone: keep as is
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels,
+			UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+		},
+		Spec:   corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName, NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs},
+	}, nil
+}

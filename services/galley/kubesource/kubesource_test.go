@@ -1,0 +1,260 @@
+package kubesource
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	networkingapi "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+)
+
+var env *kubeenv.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{}))
+}
+
+// state mirrors what the source published.
+type state struct {
+	mu       sync.Mutex
+	config   map[istio.ID]*istio.Object
+	registry map[string]map[string]*mcp.Resource
+}
+
+func newState() *state {
+	return &state{config: map[istio.ID]*istio.Object{}, registry: map[string]map[string]*mcp.Resource{}}
+}
+
+func (s *state) Apply(up []*istio.Object, del []istio.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range up {
+		s.config[o.ID()] = o
+	}
+	for _, id := range del {
+		delete(s.config, id)
+	}
+	return nil
+}
+
+func (s *state) Update(typeURL string, up []*mcp.Resource, del []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.registry[typeURL] == nil {
+		s.registry[typeURL] = map[string]*mcp.Resource{}
+	}
+	for _, r := range up {
+		s.registry[typeURL][r.Name] = r
+	}
+	for _, n := range del {
+		delete(s.registry[typeURL], n)
+	}
+	return len(up) + len(del), nil
+}
+
+func (s *state) vsHosts(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.config[istio.ID{Kind: "VirtualService", Name: name}]
+	if o == nil {
+		return nil
+	}
+	return o.Spec.(*networkingapi.VirtualService).GetHosts()
+}
+
+func (s *state) endpointSet(name string) *registryv1.EndpointSet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.registry[registry.EndpointSetTypeURL][name]
+	if r == nil {
+		return nil
+	}
+	var es registryv1.EndpointSet
+	if err := r.Body.UnmarshalTo(&es); err != nil {
+		return nil
+	}
+	return &es
+}
+
+func (s *state) has(typeURL, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.registry[typeURL][name] != nil
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func start(t *testing.T) (*state, *Source) {
+	t.Helper()
+	// The Istio informers list their CRDs: without them they never sync.
+	if err := env.InstallCRDs(context.Background(), crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newState()
+	src := New(Options{Kube: env.Client, Istio: ic, Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local", ClusterID: "Kubernetes"}, st, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case <-src.Synced():
+	case <-time.After(60 * time.Second):
+		t.Fatal("never synced")
+	}
+	return st, src
+}
+
+func TestIstioObjectsFlowThroughAndInvalidOnesKeepTheirLastValidState(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "istio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, src := start(t)
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vss := ic.NetworkingV1().VirtualServices(ns)
+	route := func(weights ...int32) []*networkingapi.HTTPRoute {
+		var rds []*networkingapi.HTTPRouteDestination
+		for _, w := range weights {
+			rds = append(rds, &networkingapi.HTTPRouteDestination{Destination: &networkingapi.Destination{Host: "reviews"}, Weight: w})
+		}
+		return []*networkingapi.HTTPRoute{{Route: rds}}
+	}
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "reviews"}}
+	vs.Spec.Hosts = []string{"reviews"}
+	vs.Spec.Http = route(100)
+	created, err := vss.Create(ctx, vs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the VirtualService", func() bool { return len(st.vsHosts(ns+"/reviews")) == 1 })
+
+	// No webhook here: an invalid update reaches the cluster but not the mesh.
+	created.Spec.Hosts = []string{"reviews", "reviews.prod"}
+	created.Spec.Http = route(60, 60)
+	bad, err := vss.Update(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the rejection", func() bool { return src.Rejected()[istio.ID{Kind: "VirtualService", Name: ns + "/reviews"}] != "" })
+	if got := st.vsHosts(ns + "/reviews"); len(got) != 1 {
+		t.Fatalf("an invalid update was published: hosts %v", got)
+	}
+	bad.Spec.Http = route(50, 50)
+	if _, err := vss.Update(ctx, bad, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fixed update", func() bool { return len(st.vsHosts(ns+"/reviews")) == 2 })
+	if len(src.Rejected()) != 0 {
+		t.Fatalf("still rejected: %v", src.Rejected())
+	}
+	if err := vss.Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion", func() bool { return st.vsHosts(ns+"/reviews") == nil })
+}
+
+func TestServicesSlicesAndPodsBecomeTheRegistry(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "registry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := start(t)
+	core := env.Client.CoreV1()
+	if _, err := core.Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "reviews"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 9080, TargetPort: intstr.FromInt32(9080)}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	host := "reviews." + ns + ".svc.cluster.local"
+	eventually(t, "the Service", func() bool { return st.has(registry.ServiceTypeURL, ns+"/"+host) })
+
+	pod, err := core.Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews-v1", Labels: map[string]string{"app": "reviews", "version": "v1"}},
+		Spec:       corev1.PodSpec{ServiceAccountName: "default", Containers: []corev1.Container{{Name: "app", Image: "reviews:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No endpoint-slice controller runs here: write the slice it would.
+	ready := true
+	port, portName := int32(9080), "http"
+	if _, err := env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "reviews-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "reviews"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses: []string{"10.1.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "reviews-v1", Namespace: ns},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setName := registry.EndpointSetName(ns, host, "reviews-abc")
+	eventually(t, "the endpoints with the pod's labels", func() bool {
+		es := st.endpointSet(setName)
+		return es != nil && len(es.GetEndpoints()) == 1 && es.GetEndpoints()[0].GetLabels()["version"] == "v1" &&
+			es.GetEndpoints()[0].GetServiceAccount() == "default"
+	})
+
+	// A pod relabelled (a canary promoted) changes its endpoint.
+	pod.Labels["version"] = "v2"
+	if _, err := core.Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the relabelled endpoint", func() bool {
+		es := st.endpointSet(setName)
+		return es != nil && es.GetEndpoints()[0].GetLabels()["version"] == "v2"
+	})
+
+	if err := env.Client.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "reviews-abc", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the slice's removal", func() bool { return st.endpointSet(setName) == nil })
+	if err := core.Services(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Service's removal", func() bool { return !st.has(registry.ServiceTypeURL, ns+"/"+host) })
+}
