@@ -176,7 +176,7 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill() }()
 	for _, want := range []string{
-		"msg=serving service=flotilla-galley config_dir=",
+		"msg=serving service=flotilla-galley source=files:",
 		"discovery | flotilla-discovery: discovery is not built yet",
 		"ca        | flotilla-ca: ca is not built yet",
 		"injector  | flotilla-injector: injector is not built yet",
