@@ -51,3 +51,12 @@ func (o *Object) DeepCopy() *Object {
 	}
 	return &c
 }
+
+// SameContent reports whether two objects say the same thing: kind,
+// identity, labels, annotations and spec. Apiserver bookkeeping (resource
+// version, generation, status) is not content.
+func (o *Object) SameContent(other *Object) bool {
+	return o == other || (o.Kind.Kind == other.Kind.Kind && o.Meta.Name == other.Meta.Name &&
+		o.Meta.Namespace == other.Meta.Namespace && maps.Equal(o.Meta.Labels, other.Meta.Labels) &&
+		maps.Equal(o.Meta.Annotations, other.Meta.Annotations) && proto.Equal(o.Spec, other.Spec))
+}

@@ -29,7 +29,7 @@ func TestKubernetesModeStreamsClusterConfigAndServicesToASubscriber(t *testing.T
 		t.Fatal(err)
 	}
 	mcpAddr, adminAddr := freeAddr(t), freeAddr(t)
-	startGalleyWith(t, adminAddr, "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr)
+	g := startGalleyWith(t, adminAddr, "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", ns)
 	sub := subscribe(t, mcpAddr)
 
 	ic, err := istioclient.NewForConfig(env.Config)
@@ -56,4 +56,6 @@ func TestKubernetesModeStreamsClusterConfigAndServicesToASubscriber(t *testing.T
 		t.Fatal(err)
 	}
 	sub.waitFor(t, "the deletion", func() bool { return !sub.has(vsType(), ns+"/greeter") })
+	// The status writer won its election (alone) and logged through slog.
+	g.out.waitFor(t, "leading: writing validation status")
 }

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 
 	"github.com/spf13/cobra"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
@@ -22,6 +25,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/services/galley/filesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/publish"
+	"github.com/flotilla-mesh/flotilla/services/galley/status"
 	"github.com/flotilla-mesh/flotilla/services/galley/webhook"
 )
 
@@ -30,6 +34,8 @@ type Config struct {
 	command.Common `yaml:",inline"`
 	// Kubeconfig selects the cluster; empty means in-cluster configuration.
 	Kubeconfig string `yaml:"kubeconfig" usage:"kubeconfig file of the cluster to watch; empty uses the in-cluster service account (ignored with --config-dir)"`
+	// SystemNamespace holds galley's Lease (status writer election).
+	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace, where the status writer's Lease lives"`
 	// ClusterID names the cluster in the registry.
 	ClusterID string `yaml:"clusterID" usage:"cluster name recorded on registry services"`
 	// ConfigDir serves the Istio YAML in a directory instead of a cluster.
@@ -58,6 +64,7 @@ func Defaults() Config {
 		DefaultNamespace: "default",
 		DomainSuffix:     "cluster.local",
 		ClusterID:        "Kubernetes",
+		SystemNamespace:  "istio-system",
 	}
 }
 
@@ -107,7 +114,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return fmt.Errorf("mcp listen: %w", err)
 	}
-	source, loaded, err := newSource(cfg, rt, srv)
+	sources, loaded, err := newSource(cfg, rt, srv)
 	if err != nil {
 		return err
 	}
@@ -118,25 +125,28 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err
 	}
 	return rt.Serve(ctx, append(actors,
-		lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
-		source,
-		lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
-			select {
-			case <-loaded:
-				ready.SetReady()
-				rt.Log.Info("serving", "source", source.Name, "mcp_address", lis.Addr().String())
-			case <-ctx.Done():
-			}
-			<-ctx.Done()
-			return nil
-		}},
-	)...)
+		append(sources,
+			lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
+			lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
+				select {
+				case <-loaded:
+					ready.SetReady()
+					rt.Log.Info("serving", "source", sources[0].Name, "mcp_address", lis.Addr().String())
+				case <-ctx.Done():
+				}
+				<-ctx.Done()
+				return nil
+			}},
+		)...)...)
 }
 
 // newSource builds the file source (with --config-dir) or the Kubernetes
-// source, and returns the channel closed when it has read everything once.
-func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) (lifecycle.Actor, <-chan struct{}, error) {
+// source with its status writer, and returns the channel closed when the
+// source has read everything once.
+func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Actor, <-chan struct{}, error) {
 	pub := publish.New(srv)
+	// client-go logs through klog, a process-wide logger: send it to ours.
+	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
 	if cfg.ConfigDir != "" {
 		src := filesource.New(filesource.Options{
 			Dir:              cfg.ConfigDir,
@@ -144,24 +154,39 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) (lifecycle.Acto
 			DomainSuffix:     cfg.DomainSuffix,
 			Log:              rt.Log,
 		}, pub)
-		return lifecycle.Actor{Name: "files:" + cfg.ConfigDir, Run: src.Run}, src.Loaded(), nil
+		return []lifecycle.Actor{{Name: "files:" + cfg.ConfigDir, Run: src.Run}}, src.Loaded(), nil
 	}
 	rest, err := kubeconfig(cfg.Kubeconfig)
 	if err != nil {
-		return lifecycle.Actor{}, nil, err
+		return nil, nil, err
 	}
 	kube, err := kubernetes.NewForConfig(rest)
 	if err != nil {
-		return lifecycle.Actor{}, nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	ic, err := istioclient.NewForConfig(rest)
 	if err != nil {
-		return lifecycle.Actor{}, nil, fmt.Errorf("istio client: %w", err)
+		return nil, nil, fmt.Errorf("istio client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	src := kubesource.New(kubesource.Options{
 		Kube: kube, Istio: ic, Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID,
 	}, pub, srv)
-	return lifecycle.Actor{Name: "kubernetes:" + rest.Host, Run: src.Run}, src.Synced(), nil
+	identity, err := os.Hostname()
+	if err != nil {
+		return nil, nil, fmt.Errorf("status writer identity: %w", err)
+	}
+	writer := status.New(status.Options{
+		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected,
+		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",
+	})
+	return []lifecycle.Actor{
+		{Name: "kubernetes:" + rest.Host, Run: src.Run},
+		{Name: "status-writer", Run: writer.Run},
+	}, src.Synced(), nil
 }
 
 // kubeconfig loads a kubeconfig file, or the in-cluster configuration.

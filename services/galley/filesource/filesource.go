@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,7 +20,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
@@ -272,7 +270,7 @@ func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, 
 		}
 	}
 	for k, obj := range next {
-		if old, ok := prevObjects[k]; !ok || !same(old, obj) {
+		if old, ok := prevObjects[k]; !ok || !old.SameContent(obj) {
 			upserts = append(upserts, obj)
 		}
 	}
@@ -363,11 +361,4 @@ func (s *Source) subsetContext(path string, docs []istio.Document) validation.Co
 		}
 	}
 	return subsetIndex{drs: drs, suffix: s.o.DomainSuffix}
-}
-
-// same reports whether two objects have the same content.
-func same(a, b *istio.Object) bool {
-	return a == b || (a.Kind.Kind == b.Kind.Kind && a.Meta.Name == b.Meta.Name && a.Meta.Namespace == b.Meta.Namespace &&
-		maps.Equal(a.Meta.Labels, b.Meta.Labels) && maps.Equal(a.Meta.Annotations, b.Meta.Annotations) &&
-		proto.Equal(a.Spec, b.Spec))
 }

@@ -63,6 +63,7 @@ type Source struct {
 	slicesByPod  map[string]map[string]bool
 	externalName map[string]bool // services whose external-name set is published
 	rejected     map[istio.ID]string
+	published    map[istio.ID]*istio.Object // what was last sent per object
 	synced       chan struct{}
 }
 
@@ -76,6 +77,7 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		slicesByPod:  map[string]map[string]bool{},
 		externalName: map[string]bool{},
 		rejected:     map[istio.ID]string{},
+		published:    map[istio.ID]*istio.Object{},
 		synced:       make(chan struct{}),
 	}
 }
@@ -152,9 +154,14 @@ func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
 			return
 		}
 		delete(s.rejected, o.ID())
+		if prev := s.published[o.ID()]; prev != nil && prev.SameContent(o) {
+			return // a status-only (or resync) update: nothing to push
+		}
 		if err := s.config.Apply([]*istio.Object{o}, nil); err != nil {
 			s.o.Log.Error("publish", "object", o.String(), "error", err)
+			return
 		}
+		s.published[o.ID()] = o
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    upsert,
@@ -168,6 +175,7 @@ func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			delete(s.rejected, id)
+			delete(s.published, id)
 			if err := s.config.Apply(nil, []istio.ID{id}); err != nil {
 				s.o.Log.Error("publish deletion", "object", id, "error", err)
 			}

@@ -1,0 +1,200 @@
+package status
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
+)
+
+var env *kubeenv.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{}))
+}
+
+var vsGVR = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}
+
+// counting is a config sink counting what is published per object.
+type counting struct {
+	mu      sync.Mutex
+	applied map[istio.ID]int
+}
+
+func (c *counting) Apply(up []*istio.Object, del []istio.ID) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range up {
+		c.applied[o.ID()]++
+	}
+	for _, id := range del {
+		c.applied[id]++
+	}
+	return nil
+}
+
+func (c *counting) count(id istio.ID) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied[id]
+}
+
+type noRegistry struct{}
+
+func (noRegistry) Update(string, []*mcp.Resource, []string) (int, error) { return 0, nil }
+
+func vs(t *testing.T, ns string, weights string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	doc := `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: ` + ns + `}
+spec:
+  hosts: [reviews]
+  http:
+  - route:
+    - {destination: {host: reviews, subset: v1}, weight: ` + strings.Split(weights, "/")[0] + `}
+    - {destination: {host: reviews, subset: v2}, weight: ` + strings.Split(weights, "/")[1] + `}
+`
+	if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func messages(t *testing.T, dyn dynamic.Interface, ns string) []any {
+	t.Helper()
+	u, err := dyn.Resource(vsGVR).Namespace(ns).Get(context.Background(), "reviews", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, _ := unstructured.NestedSlice(u.Object, "status", "validationMessages")
+	return msgs
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := env.CreateNamespace(ctx, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No webhook: an invalid object gets into the cluster.
+	if _, err := dyn.Resource(vsGVR).Namespace(ns).Create(ctx, vs(t, ns, "70/70"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sink := &counting{applied: map[istio.ID]int{}}
+	src := kubesource.New(kubesource.Options{Kube: env.Client, Istio: ic, Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local"}, sink, noRegistry{})
+	go func() { _ = src.Run(ctx) }()
+
+	type running struct {
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	writers := map[string]running{}
+	start := func(identity string) {
+		w := New(Options{
+			Kube: env.Client, Dynamic: dyn, Log: slog.New(slog.DiscardHandler), Rejected: src.Rejected,
+			Identity: identity, LeaseNamespace: ns, LeaseName: "flotilla-galley-status",
+			Interval: 50 * time.Millisecond, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+		})
+		wctx, wcancel := context.WithCancel(ctx)
+		r := running{cancel: wcancel, done: make(chan struct{})}
+		go func() {
+			_ = w.Run(wctx)
+			close(r.done)
+		}()
+		writers[identity] = r
+	}
+	stop := func(identity string) {
+		writers[identity].cancel()
+		<-writers[identity].done
+		delete(writers, identity)
+	}
+	defer func() {
+		for id := range writers {
+			stop(id)
+		}
+	}()
+	start("galley-a")
+	start("galley-b")
+
+	eventually(t, "the validation message", func() bool {
+		m := messages(t, dyn, ns)
+		return len(m) == 1 && strings.Contains(m[0].(map[string]any)["message"].(string), "destination weights must add up to 100, not 140")
+	})
+	holder := func() string {
+		l, err := env.Client.CoordinationV1().Leases(ns).Get(ctx, "flotilla-galley-status", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	first := holder()
+	if _, ok := writers[first]; !ok {
+		t.Fatalf("lease holder %q is not one of the writers", first)
+	}
+	// The leader goes away: the other takes over at once (the lease is released).
+	stop(first)
+	eventually(t, "a new leader", func() bool { h := holder(); return h != "" && h != first })
+
+	// Fixing the object publishes it once; clearing its status publishes nothing.
+	id := istio.ID{Kind: "VirtualService", Name: ns + "/reviews"}
+	if n := sink.count(id); n != 0 {
+		t.Fatalf("an invalid object was published %d times", n)
+	}
+	cur, err := dyn.Resource(vsGVR).Namespace(ns).Get(ctx, "reviews", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := vs(t, ns, "50/50")
+	fixed.SetResourceVersion(cur.GetResourceVersion())
+	if _, err := dyn.Resource(vsGVR).Namespace(ns).Update(ctx, fixed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the status to clear", func() bool { return len(messages(t, dyn, ns)) == 0 })
+	eventually(t, "the fix to be published", func() bool { return sink.count(id) == 1 })
+	// The status write reaches the informer too; it must not be published.
+	time.Sleep(500 * time.Millisecond)
+	if n := sink.count(id); n != 1 {
+		t.Fatalf("the object was published %d times; status writes must push nothing", n)
+	}
+}
