@@ -242,3 +242,19 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeProtoYAMLIsStrictAndTakesGoDurations(t *testing.T) {
+	var vs networking.VirtualService
+	if err := DecodeProtoYAML([]byte("hosts: [a]\nhttp: [{timeout: 2m}]\n"), &vs); err != nil {
+		t.Fatal(err)
+	}
+	if vs.GetHttp()[0].GetTimeout().AsDuration() != 2*time.Minute {
+		t.Fatalf("timeout %v", vs.GetHttp()[0].GetTimeout())
+	}
+	if err := DecodeProtoYAML([]byte("hostz: [a]\n"), &vs); err == nil || !strings.Contains(err.Error(), `unknown field "hostz"`) {
+		t.Fatalf("err = %v", err)
+	}
+	if err := DecodeProtoYAML([]byte("hosts: [a"), &vs); err == nil || !strings.Contains(err.Error(), "invalid YAML") {
+		t.Fatalf("err = %v", err)
+	}
+}

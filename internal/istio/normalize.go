@@ -1,11 +1,16 @@
 package istio
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -118,4 +123,30 @@ func protoDuration(s string) string {
 		return s
 	}
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+// DecodeProtoYAML decodes YAML (or JSON) into a protobuf message the way
+// object specs are decoded: strict about unknown fields, accepting integer
+// map keys and Go-style durations. Used for mesh configuration.
+func DecodeProtoYAML(data []byte, msg proto.Message) error {
+	var generic any
+	if err := yaml.Unmarshal(data, &generic); err != nil {
+		return fmt.Errorf("invalid YAML: %w", err)
+	}
+	if generic == nil {
+		return nil // empty: the message keeps its zero value
+	}
+	generic, err := jsonable(generic)
+	if err != nil {
+		return err
+	}
+	normalizeDurations(generic, msg.ProtoReflect().Descriptor())
+	raw, err := json.Marshal(generic)
+	if err != nil {
+		return fmt.Errorf("cannot convert to JSON: %w", err)
+	}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(raw, msg); err != nil {
+		return errors.New(protoReason(err))
+	}
+	return nil
 }

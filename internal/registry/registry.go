@@ -10,11 +10,17 @@ import (
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 )
 
-// Type URLs of the registry collections.
+// Type URLs of the registry collections, and of the mesh configuration
+// (istio.io/api mesh.v1alpha1.MeshConfig, one resource named "mesh").
 const (
 	ServiceTypeURL     = "registry.flotilla.io/v1/Service"
 	EndpointSetTypeURL = "registry.flotilla.io/v1/EndpointSet"
+	NamespaceTypeURL   = "registry.flotilla.io/v1/Namespace"
+	MeshConfigTypeURL  = "mesh.istio.io/v1alpha1/MeshConfig"
 )
+
+// MeshConfigName is the name of the single MeshConfig resource.
+const MeshConfigName = "mesh"
 
 // ShardSize is the most endpoints galley puts in one EndpointSet, as the
 // Kubernetes endpoint-slice controller does per EndpointSlice.

@@ -13,6 +13,7 @@ import (
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -172,8 +173,13 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 	if err != nil {
 		return nil, nil, fmt.Errorf("dynamic client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(rest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("metadata client: %w", err)
+	}
 	src := kubesource.New(kubesource.Options{
-		Kube: kube, Istio: ic, Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID,
+		Kube: kube, Istio: ic, Metadata: meta, SystemNamespace: cfg.SystemNamespace,
+		Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID,
 	}, pub, srv)
 	identity, err := os.Hostname()
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package kubesource is galley's Kubernetes source: informers for the Istio
-// kinds (istio.io/client-go) and for Services, EndpointSlices and Pods
-// (client-go), feeding validated Istio objects to the config sink and
-// normalised registry resources to the registry sink. Pods are cached
+// kinds (istio.io/client-go) and for Services, EndpointSlices, Pods,
+// Namespaces (metadata only) and the mesh ConfigMap (client-go), feeding
+// validated Istio objects to the config sink and normalised registry
+// resources to the registry sink. Pods are cached
 // trimmed to the few fields the registry needs: in large clusters they are
 // most of an informer's memory.
 package kubesource
@@ -22,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -43,11 +46,15 @@ type RegistrySink interface {
 
 // Options configures a Source.
 type Options struct {
-	Kube         kubernetes.Interface
-	Istio        istioclient.Interface
-	Log          *slog.Logger
-	DomainSuffix string
-	ClusterID    string
+	Kube  kubernetes.Interface
+	Istio istioclient.Interface
+	// Metadata reads namespaces without their specs.
+	Metadata metadata.Interface
+	// SystemNamespace holds the mesh ConfigMap.
+	SystemNamespace string
+	Log             *slog.Logger
+	DomainSuffix    string
+	ClusterID       string
 }
 
 // Source watches the cluster. Event handlers run on the informers'
@@ -113,10 +120,27 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	syncs = append(syncs, svcInf.HasSynced, sliceInf.HasSynced, podInf.HasSynced)
 
-	istioFactory.Start(ctx.Done())
-	kubeFactory.Start(ctx.Done())
+	metaFactory := metadatainformer.NewSharedInformerFactory(s.o.Metadata, 0)
+	nsInf := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("namespaces")).Informer()
+	if _, err := nsInf.AddEventHandler(s.namespaceHandler()); err != nil {
+		return fmt.Errorf("watch namespaces: %w", err)
+	}
+	meshFactory := informers.NewSharedInformerFactoryWithOptions(s.o.Kube, 0,
+		informers.WithNamespace(s.o.SystemNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + MeshConfigMap }))
+	meshInf := meshFactory.Core().V1().ConfigMaps().Informer()
+	if _, err := meshInf.AddEventHandler(s.meshHandler()); err != nil {
+		return fmt.Errorf("watch mesh config: %w", err)
+	}
+	syncs = append(syncs, nsInf.HasSynced, meshInf.HasSynced)
+
+	for _, f := range []interface{ Start(<-chan struct{}) }{istioFactory, kubeFactory, metaFactory, meshFactory} {
+		f.Start(ctx.Done())
+	}
 	defer istioFactory.Shutdown()
 	defer kubeFactory.Shutdown()
+	defer metaFactory.Shutdown()
+	defer meshFactory.Shutdown()
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
 		return nil // ctx ended first

@@ -8,13 +8,16 @@ import (
 	"testing"
 	"time"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networkingapi "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/metadata"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
@@ -25,6 +28,9 @@ import (
 )
 
 var env *kubeenv.Env
+
+// systemNamespace is created by TestMesh…; other tests leave it absent.
+const systemNamespace = "flotilla-system"
 
 func TestMain(m *testing.M) {
 	os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{}))
@@ -119,8 +125,15 @@ func start(t *testing.T) (*state, *Source) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	meta, err := metadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := newState()
-	src := New(Options{Kube: env.Client, Istio: ic, Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local", ClusterID: "Kubernetes"}, st, st)
+	src := New(Options{
+		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: systemNamespace,
+		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local", ClusterID: "Kubernetes",
+	}, st, st)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
@@ -257,4 +270,68 @@ func TestServicesSlicesAndPodsBecomeTheRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the Service's removal", func() bool { return !st.has(registry.ServiceTypeURL, ns+"/"+host) })
+}
+
+func TestNamespacesAndTheMeshConfigAreServedAndABadMeshConfigIsNot(t *testing.T) {
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: systemNamespace},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	st, _ := start(t)
+	ns, err := env.CreateNamespace(ctx, "labelled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj, err := env.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels["istio-injection"] = "enabled"
+	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the labelled namespace", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		r := st.registry[registry.NamespaceTypeURL][ns]
+		var n registryv1.Namespace
+		return r != nil && r.Body.UnmarshalTo(&n) == nil && n.GetLabels()["istio-injection"] == "enabled"
+	})
+
+	cms := env.Client.CoreV1().ConfigMaps(systemNamespace)
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: MeshConfigMap},
+		Data:       map[string]string{"mesh": "trustDomain: example.org\ndefaultConfig: {discoveryAddress: discovery:15012}\nconnectTimeout: 5s\n"},
+	}
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	trustDomain := func() string {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		r := st.registry[registry.MeshConfigTypeURL][registry.MeshConfigName]
+		var m meshv1alpha1.MeshConfig
+		if r == nil || r.Body.UnmarshalTo(&m) != nil {
+			return ""
+		}
+		return m.GetTrustDomain()
+	}
+	eventually(t, "the mesh config", func() bool { return trustDomain() == "example.org" })
+
+	// A broken mesh config keeps the last valid one; a fixed one replaces it.
+	cm.Data["mesh"] = "trustDomain: [not, a, string]\n"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["mesh"] = "trustDomain: other.org\n"
+	time.Sleep(200 * time.Millisecond)
+	if got := trustDomain(); got != "example.org" {
+		t.Fatalf("after a broken update the trust domain is %q", got)
+	}
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fixed mesh config", func() bool { return trustDomain() == "other.org" })
 }

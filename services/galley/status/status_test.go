@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
@@ -122,7 +123,14 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 		t.Fatal(err)
 	}
 	sink := &counting{applied: map[istio.ID]int{}}
-	src := kubesource.New(kubesource.Options{Kube: env.Client, Istio: ic, Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local"}, sink, noRegistry{})
+	meta, err := metadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := kubesource.New(kubesource.Options{
+		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: ns,
+		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local",
+	}, sink, noRegistry{})
 	go func() { _ = src.Run(ctx) }()
 
 	type running struct {

@@ -1018,6 +1018,63 @@ func (x *Locality) GetSubzone() string {
 	return ""
 }
 
+// Namespace is a Kubernetes namespace as the mesh sees it: its labels decide
+// sidecar injection and revision (istio-injection, istio.io/rev) and feed
+// workload selection. One resource per namespace, named by the namespace.
+type Namespace struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Labels of the namespace.
+	Labels        map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Namespace) Reset() {
+	*x = Namespace{}
+	mi := &file_flotilla_registry_v1_registry_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Namespace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Namespace) ProtoMessage() {}
+
+func (x *Namespace) ProtoReflect() protoreflect.Message {
+	mi := &file_flotilla_registry_v1_registry_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
+func (*Namespace) Descriptor() ([]byte, []int) {
+	return file_flotilla_registry_v1_registry_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Namespace) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Namespace) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 var File_flotilla_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
@@ -1082,7 +1139,13 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\bLocality\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12\x18\n" +
-	"\asubzone\x18\x03 \x01(\tR\asubzone*\xe4\x01\n" +
+	"\asubzone\x18\x03 \x01(\tR\asubzone\"\x9f\x01\n" +
+	"\tNamespace\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12C\n" +
+	"\x06labels\x18\x02 \x03(\v2+.flotilla.registry.v1.Namespace.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xe4\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROTOCOL_HTTP\x10\x01\x12\x12\n" +
@@ -1135,7 +1198,7 @@ func file_flotilla_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_flotilla_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_flotilla_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_flotilla_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_flotilla_registry_v1_registry_proto_goTypes = []any{
 	(Protocol)(0),        // 0: flotilla.registry.v1.Protocol
 	(Resolution)(0),      // 1: flotilla.registry.v1.Resolution
@@ -1149,29 +1212,32 @@ var file_flotilla_registry_v1_registry_proto_goTypes = []any{
 	(*Endpoint)(nil),     // 9: flotilla.registry.v1.Endpoint
 	(*EndpointPort)(nil), // 10: flotilla.registry.v1.EndpointPort
 	(*Locality)(nil),     // 11: flotilla.registry.v1.Locality
-	nil,                  // 12: flotilla.registry.v1.Service.LabelsEntry
-	nil,                  // 13: flotilla.registry.v1.Service.SelectorEntry
-	nil,                  // 14: flotilla.registry.v1.Endpoint.LabelsEntry
+	(*Namespace)(nil),    // 12: flotilla.registry.v1.Namespace
+	nil,                  // 13: flotilla.registry.v1.Service.LabelsEntry
+	nil,                  // 14: flotilla.registry.v1.Service.SelectorEntry
+	nil,                  // 15: flotilla.registry.v1.Endpoint.LabelsEntry
+	nil,                  // 16: flotilla.registry.v1.Namespace.LabelsEntry
 }
 var file_flotilla_registry_v1_registry_proto_depIdxs = []int32{
 	7,  // 0: flotilla.registry.v1.Service.ports:type_name -> flotilla.registry.v1.ServicePort
-	12, // 1: flotilla.registry.v1.Service.labels:type_name -> flotilla.registry.v1.Service.LabelsEntry
+	13, // 1: flotilla.registry.v1.Service.labels:type_name -> flotilla.registry.v1.Service.LabelsEntry
 	1,  // 2: flotilla.registry.v1.Service.resolution:type_name -> flotilla.registry.v1.Resolution
 	2,  // 3: flotilla.registry.v1.Service.source_kind:type_name -> flotilla.registry.v1.SourceKind
-	13, // 4: flotilla.registry.v1.Service.selector:type_name -> flotilla.registry.v1.Service.SelectorEntry
+	14, // 4: flotilla.registry.v1.Service.selector:type_name -> flotilla.registry.v1.Service.SelectorEntry
 	3,  // 5: flotilla.registry.v1.Service.location:type_name -> flotilla.registry.v1.Location
 	0,  // 6: flotilla.registry.v1.ServicePort.protocol:type_name -> flotilla.registry.v1.Protocol
 	9,  // 7: flotilla.registry.v1.EndpointSet.endpoints:type_name -> flotilla.registry.v1.Endpoint
 	10, // 8: flotilla.registry.v1.Endpoint.ports:type_name -> flotilla.registry.v1.EndpointPort
-	14, // 9: flotilla.registry.v1.Endpoint.labels:type_name -> flotilla.registry.v1.Endpoint.LabelsEntry
+	15, // 9: flotilla.registry.v1.Endpoint.labels:type_name -> flotilla.registry.v1.Endpoint.LabelsEntry
 	11, // 10: flotilla.registry.v1.Endpoint.locality:type_name -> flotilla.registry.v1.Locality
 	4,  // 11: flotilla.registry.v1.Endpoint.health:type_name -> flotilla.registry.v1.HealthStatus
 	5,  // 12: flotilla.registry.v1.Endpoint.tls_mode:type_name -> flotilla.registry.v1.TLSMode
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 13: flotilla.registry.v1.Namespace.labels:type_name -> flotilla.registry.v1.Namespace.LabelsEntry
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_flotilla_registry_v1_registry_proto_init() }
@@ -1185,7 +1251,7 @@ func file_flotilla_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flotilla_registry_v1_registry_proto_rawDesc), len(file_flotilla_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
