@@ -77,6 +77,7 @@ func BenchmarkFanOut10kEndpointsTo4Subscribers(b *testing.B) {
 	defer g.Stop()
 
 	src := New(Options{Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local"}, publish.New(srv), srv)
+	go src.flushLoop(ctx) // Run would start it with the informers
 	handler := src.sliceHandler()
 	gen := 0
 	churn := func() {

@@ -72,6 +72,12 @@ type Source struct {
 	rejected     map[istio.ID]string
 	published    map[istio.ID]*istio.Object // what was last sent per object
 	synced       chan struct{}
+
+	// Registry changes wait here, coalesced, until the flusher sends them
+	// as one update per collection: a burst of endpoint churn becomes a few
+	// large MCP responses instead of one per EndpointSlice.
+	pending map[string]map[string]proto.Message // type URL → name → body (nil: delete)
+	kick    chan struct{}
 }
 
 // New returns a source; Run starts it.
@@ -86,6 +92,8 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		rejected:     map[istio.ID]string{},
 		published:    map[istio.ID]*istio.Object{},
 		synced:       make(chan struct{}),
+		pending:      map[string]map[string]proto.Message{},
+		kick:         make(chan struct{}, 1),
 	}
 }
 
@@ -141,6 +149,12 @@ func (s *Source) Run(ctx context.Context) error {
 	defer kubeFactory.Shutdown()
 	defer metaFactory.Shutdown()
 	defer meshFactory.Shutdown()
+	flushed := make(chan struct{})
+	go func() {
+		s.flushLoop(ctx)
+		close(flushed)
+	}()
+	defer func() { <-flushed }()
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
 		return nil // ctx ended first
@@ -373,21 +387,72 @@ func (s *Source) publishSlice(slice *discoveryv1.EndpointSlice) {
 	s.publish(registry.EndpointSetTypeURL, registry.EndpointSetName(set.GetServiceNamespace(), set.GetServiceHostname(), set.GetShard()), set)
 }
 
-// publish upserts one resource; the sink drops it if its content did not
+// publish queues an upsert; the sink drops it if its content did not
 // change. Must hold s.mu.
 func (s *Source) publish(typeURL, name string, body proto.Message) {
-	r, err := mcp.NewResource(name, body, nil, nil)
-	if err == nil {
-		_, err = s.registry.Update(typeURL, []*mcp.Resource{r}, nil)
+	s.queue(typeURL, name, body)
+}
+
+// remove queues a deletion. Must hold s.mu.
+func (s *Source) remove(typeURL, name string) {
+	s.queue(typeURL, name, nil)
+}
+
+func (s *Source) queue(typeURL, name string, body proto.Message) {
+	if s.pending[typeURL] == nil {
+		s.pending[typeURL] = map[string]proto.Message{}
 	}
-	if err != nil {
-		s.o.Log.Error("publish", "type_url", typeURL, "name", name, "error", err)
+	s.pending[typeURL][name] = body
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 
-func (s *Source) remove(typeURL, name string) {
-	if _, err := s.registry.Update(typeURL, nil, []string{name}); err != nil {
-		s.o.Log.Error("publish deletion", "type_url", typeURL, "name", name, "error", err)
+// flushBatchDelay is how long the flusher lets a burst accumulate.
+const flushBatchDelay = 5 * time.Millisecond
+
+// flushLoop sends queued registry changes until ctx ends, then once more.
+func (s *Source) flushLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			s.flush()
+			return
+		case <-s.kick:
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(flushBatchDelay):
+		}
+		s.flush()
+	}
+}
+
+// flush sends everything queued, one update per collection.
+func (s *Source) flush() {
+	s.mu.Lock()
+	batch := s.pending
+	s.pending = map[string]map[string]proto.Message{}
+	s.mu.Unlock()
+	for typeURL, items := range batch {
+		var ups []*mcp.Resource
+		var dels []string
+		for name, body := range items {
+			if body == nil {
+				dels = append(dels, name)
+				continue
+			}
+			r, err := mcp.NewResource(name, body, nil, nil)
+			if err != nil {
+				s.o.Log.Error("publish", "type_url", typeURL, "name", name, "error", err)
+				continue
+			}
+			ups = append(ups, r)
+		}
+		if _, err := s.registry.Update(typeURL, ups, dels); err != nil {
+			s.o.Log.Error("publish", "type_url", typeURL, "resources", len(ups), "deletions", len(dels), "error", err)
+		}
 	}
 }
 
