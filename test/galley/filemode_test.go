@@ -50,11 +50,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().String()
@@ -72,24 +72,24 @@ func startGalley(t *testing.T, dir, mcpAddr, adminAddr string) *process {
 	return startGalleyWith(t, adminAddr, "--config-dir", dir, "--mcp-address", mcpAddr)
 }
 
-func startGalleyWith(t *testing.T, adminAddr string, args ...string) *process {
-	t.Helper()
+func startGalleyWith(tb testing.TB, adminAddr string, args ...string) *process {
+	tb.Helper()
 	args = append(args, "--admin-address", adminAddr, "--log-format", "text")
 	cmd := exec.Command(filepath.Join(binDir, "flotilla-galley"), args...)
 	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		exit := <-p.done
-		if t.Failed() {
-			t.Logf("galley (%v) output:\n%s", exit, p.out.String())
+		if tb.Failed() {
+			tb.Logf("galley (%v) output:\n%s", exit, p.out.String())
 		}
 	})
-	waitReady(t, "http://"+adminAddr+"/readyz")
+	waitReady(tb, "http://"+adminAddr+"/readyz")
 	return p
 }
 
@@ -110,8 +110,8 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
-func waitReady(t *testing.T, url string) {
-	t.Helper()
+func waitReady(tb testing.TB, url string) {
+	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(url) //nolint:noctx // bounded by the loop's deadline
@@ -123,7 +123,7 @@ func waitReady(t *testing.T, url string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never ready: %v", url, err)
+			tb.Fatalf("%s never ready: %v", url, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -217,12 +217,12 @@ func kindURL(kind string) string {
 	panic("unknown kind " + kind)
 }
 
-func subscribe(t *testing.T, addr string) *subscriber {
-	t.Helper()
+func subscribe(tb testing.TB, addr string) *subscriber {
+	tb.Helper()
 	sub := &subscriber{state: map[string]map[string]*mcp.Resource{}, notify: make(chan struct{}, 1)}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var types []string
 	for _, k := range istio.Kinds() {
@@ -239,7 +239,7 @@ func subscribe(t *testing.T, addr string) *subscriber {
 		_ = c.Run(ctx)
 		close(done)
 	}()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		<-done
 		conn.Close()

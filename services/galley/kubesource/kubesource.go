@@ -105,6 +105,9 @@ func (s *Source) Run(ctx context.Context) error {
 	istioFactory := istioinformers.NewSharedInformerFactory(s.o.Istio, 0)
 	var syncs []cache.InformerSynced
 	for kind, inf := range istioInformers(istioFactory) {
+		if err := inf.SetTransform(dropManagedFields); err != nil {
+			return fmt.Errorf("%s transform: %w", kind, err)
+		}
 		if _, err := inf.AddEventHandler(s.istioHandler(kind)); err != nil {
 			return fmt.Errorf("watch %s: %w", kind, err)
 		}
@@ -116,6 +119,11 @@ func (s *Source) Run(ctx context.Context) error {
 	podInf := kubeFactory.Core().V1().Pods().Informer()
 	if err := podInf.SetTransform(trimPod); err != nil {
 		return fmt.Errorf("pod transform: %w", err)
+	}
+	for name, inf := range map[string]cache.SharedIndexInformer{"services": svcInf, "endpointslices": sliceInf} {
+		if err := inf.SetTransform(dropManagedFields); err != nil {
+			return fmt.Errorf("%s transform: %w", name, err)
+		}
 	}
 	for name, reg := range map[string]func() error{
 		"services":       func() error { _, err := svcInf.AddEventHandler(s.serviceHandler()); return err },
@@ -454,6 +462,15 @@ func (s *Source) flush() {
 			s.o.Log.Error("publish", "type_url", typeURL, "resources", len(ups), "deletions", len(dels), "error", err)
 		}
 	}
+}
+
+// dropManagedFields removes server-side-apply bookkeeping, often the
+// largest part of an object's metadata, before the informer caches it.
+func dropManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // trimPod keeps only what the registry reads from a pod.
