@@ -269,25 +269,28 @@ func (v *validator) httpMatch(path string, m *networking.HTTPMatchRequest) {
 }
 
 func (v *validator) httpRouteDestinations(path string, routes []*networking.HTTPRouteDestination) {
-	weights := make([]int32, len(routes))
+	checkDestinations(v, path, routes)
 	for i, rd := range routes {
-		p := at(path, i)
-		if rd.GetDestination() == nil {
-			v.r.errorf(field(p, "destination"), "destination is required")
-		} else {
-			v.destination(field(p, "destination"), rd.GetDestination())
-		}
-		weights[i] = rd.GetWeight()
-		v.headerOps(field(p, "headers.request"), rd.GetHeaders().GetRequest())
-		v.headerOps(field(p, "headers.response"), rd.GetHeaders().GetResponse())
+		v.headerOps(field(at(path, i), "headers.request"), rd.GetHeaders().GetRequest())
+		v.headerOps(field(at(path, i), "headers.response"), rd.GetHeaders().GetResponse())
 	}
-	v.weights(path, weights)
 }
 
 func (v *validator) routeDestinations(path string, routes []*networking.RouteDestination) {
 	if len(routes) == 0 {
 		v.r.errorf(path, "at least one route destination is required")
 	}
+	checkDestinations(v, path, routes)
+}
+
+// weighted is what HTTP, TCP and TLS route destinations have in common.
+type weighted interface {
+	GetDestination() *networking.Destination
+	GetWeight() int32
+}
+
+// checkDestinations checks each destination and the weights together.
+func checkDestinations[T weighted](v *validator, path string, routes []T) {
 	weights := make([]int32, len(routes))
 	for i, rd := range routes {
 		p := at(path, i)

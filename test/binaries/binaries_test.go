@@ -11,11 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/flotilla-mesh/flotilla/test/build"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 type binary struct {
@@ -169,7 +168,7 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", filepath.Join(root, "examples"))
-	var out syncBuffer
+	var out proc.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -181,7 +180,7 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 		"ca        | flotilla-ca: ca is not built yet",
 		"injector  | flotilla-injector: injector is not built yet",
 	} {
-		out.waitFor(t, want)
+		out.WaitFor(t, want)
 	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -193,34 +192,6 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) waitFor(t *testing.T, want string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(s.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output never contained %q:\n%s", want, s.String())
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -3,7 +3,6 @@
 package galley_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/test/build"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 var binDir string
@@ -63,7 +63,7 @@ func freeAddr(tb testing.TB) string {
 // process is a running flotilla-galley.
 type process struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *proc.Output
 	done chan error
 }
 
@@ -76,7 +76,7 @@ func startGalleyWith(tb testing.TB, adminAddr string, args ...string) *process {
 	tb.Helper()
 	args = append(args, "--admin-address", adminAddr, "--log-format", "text")
 	cmd := exec.Command(filepath.Join(binDir, "flotilla-galley"), args...)
-	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &process{cmd: cmd, out: &proc.Output{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -309,7 +309,7 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	// An invalid edit is reported with file and line; the last valid state stays.
 	_, before := sub.counts()
 	writeFile(t, routes, greeterVS(70, 70))
-	g.out.waitFor(t, "routes.yaml:7: VirtualService default/greeter: spec.http[0].route: destination weights must add up to 100, not 140 (70+70)")
+	g.out.WaitFor(t, "routes.yaml:7: VirtualService default/greeter: spec.http[0].route: destination weights must add up to 100, not 140 (70+70)")
 	if got := sub.weights("default/greeter"); got != "50/50" {
 		t.Fatalf("after an invalid edit the subscriber has %s, want the last valid 50/50", got)
 	}
@@ -318,9 +318,9 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	}
 
 	// A galley restart that sees the same world changes nothing downstream.
-	clean := g.out.count("problems=0")
+	clean := g.out.Count("problems=0")
 	writeFile(t, routes, greeterVS(50, 50))
-	g.out.waitForCount(t, "problems=0", clean+1) // back to the served content: nothing to apply
+	g.out.WaitForCount(t, "problems=0", clean+1) // back to the served content: nothing to apply
 	callsBefore, changesBefore := sub.counts()
 	g.stop(t)
 	g2 := startGalley(t, dir, mcpAddr, adminAddr)
@@ -338,45 +338,4 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	}
 	sub.waitFor(t, "the deletion", func() bool { return sub.weights("default/greeter") == "absent" })
 	g2.stop(t)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) waitFor(t *testing.T, want string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(s.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output never contained %q:\n%s", want, s.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *syncBuffer) count(sub string) int { return strings.Count(s.String(), sub) }
-
-func (s *syncBuffer) waitForCount(t *testing.T, sub string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for s.count(sub) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("output never held %d of %q:\n%s", n, sub, s.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

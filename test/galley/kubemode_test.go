@@ -57,5 +57,5 @@ func TestKubernetesModeStreamsClusterConfigAndServicesToASubscriber(t *testing.T
 	}
 	sub.waitFor(t, "the deletion", func() bool { return !sub.has(vsType(), ns+"/greeter") })
 	// The status writer won its election (alone) and logged through slog.
-	g.out.waitFor(t, "leading: writing validation status")
+	g.out.WaitFor(t, "leading: writing validation status")
 }

@@ -1,0 +1,50 @@
+// Package proc helps cross-service tests watch the processes they run.
+package proc
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Output collects a process's stdout and stderr; safe for concurrent use.
+type Output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+// String returns everything written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// Count returns how often sub has been written.
+func (o *Output) Count(sub string) int { return strings.Count(o.String(), sub) }
+
+// WaitFor waits up to 30 seconds for want to appear.
+func (o *Output) WaitFor(tb testing.TB, want string) {
+	tb.Helper()
+	o.WaitForCount(tb, want, 1)
+}
+
+// WaitForCount waits up to 30 seconds for sub to appear n times.
+func (o *Output) WaitForCount(tb testing.TB, sub string, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for o.Count(sub) < n {
+		if time.Now().After(deadline) {
+			tb.Fatalf("output never held %d of %q:\n%s", n, sub, o.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
