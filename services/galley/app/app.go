@@ -18,11 +18,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
 	"github.com/flotilla-mesh/flotilla/services/galley/filesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/publish"
@@ -115,13 +117,13 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return fmt.Errorf("mcp listen: %w", err)
 	}
-	sources, loaded, err := newSource(cfg, rt, srv)
+	sources, loaded, objects, err := newSource(cfg, rt, srv)
 	if err != nil {
 		return err
 	}
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("reading the configuration")
-	actors, err := webhookActors(cfg, rt)
+	actors, err := webhookActors(cfg, rt, objects)
 	if err != nil {
 		return err
 	}
@@ -144,7 +146,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 // newSource builds the file source (with --config-dir) or the Kubernetes
 // source with its status writer, and returns the channel closed when the
 // source has read everything once.
-func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Actor, <-chan struct{}, error) {
+func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Actor, <-chan struct{}, func() []*istio.Object, error) {
 	pub := publish.New(srv)
 	// client-go logs through klog, a process-wide logger: send it to ours.
 	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
@@ -155,27 +157,27 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 			DomainSuffix:     cfg.DomainSuffix,
 			Log:              rt.Log,
 		}, pub)
-		return []lifecycle.Actor{{Name: "files:" + cfg.ConfigDir, Run: src.Run}}, src.Loaded(), nil
+		return []lifecycle.Actor{{Name: "files:" + cfg.ConfigDir, Run: src.Run}}, src.Loaded(), src.Objects, nil
 	}
 	rest, err := kubeconfig(cfg.Kubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	kube, err := kubernetes.NewForConfig(rest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	ic, err := istioclient.NewForConfig(rest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("istio client: %w", err)
+		return nil, nil, nil, fmt.Errorf("istio client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(rest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dynamic client: %w", err)
+		return nil, nil, nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	meta, err := metadata.NewForConfig(rest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("metadata client: %w", err)
+		return nil, nil, nil, fmt.Errorf("metadata client: %w", err)
 	}
 	src := kubesource.New(kubesource.Options{
 		Kube: kube, Istio: ic, Metadata: meta, SystemNamespace: cfg.SystemNamespace,
@@ -183,7 +185,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 	}, pub, srv)
 	identity, err := os.Hostname()
 	if err != nil {
-		return nil, nil, fmt.Errorf("status writer identity: %w", err)
+		return nil, nil, nil, fmt.Errorf("status writer identity: %w", err)
 	}
 	writer := status.New(status.Options{
 		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected,
@@ -192,7 +194,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 	return []lifecycle.Actor{
 		{Name: "kubernetes:" + rest.Host, Run: src.Run},
 		{Name: "status-writer", Run: writer.Run},
-	}, src.Synced(), nil
+	}, src.Synced(), src.Objects, nil
 }
 
 // kubeconfig loads a kubeconfig file, or the in-cluster configuration.
@@ -212,7 +214,7 @@ func kubeconfig(path string) (*restclient.Config, error) {
 }
 
 // webhookActors serves the validating webhook when it has a certificate.
-func webhookActors(cfg Config, rt *command.Runtime) ([]lifecycle.Actor, error) {
+func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Object) ([]lifecycle.Actor, error) {
 	if !cfg.WebhookTLS.Enabled() {
 		return nil, nil
 	}
@@ -220,7 +222,11 @@ func webhookActors(cfg Config, rt *command.Runtime) ([]lifecycle.Actor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook tls: %w", err)
 	}
-	h, err := webhook.Handler(webhook.Options{Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/galley/webhook")})
+	h, err := webhook.Handler(webhook.Options{
+		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/galley/webhook"),
+		// Subset warnings look at the DestinationRules galley serves.
+		Context: func() validation.Context { return validation.NewSubsetIndex(objects(), cfg.DomainSuffix) },
+	})
 	if err != nil {
 		return nil, err
 	}

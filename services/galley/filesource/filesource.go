@@ -344,21 +344,33 @@ func readBounded(path string) ([]byte, error) {
 // subsetContext answers subset lookups from the DestinationRules of the
 // other files and of this file's new documents, wherever they stand in it.
 func (s *Source) subsetContext(path string, docs []istio.Document) validation.Context {
-	var drs []*istio.Object
+	var objs []*istio.Object
 	for p, st := range s.files {
 		if p == path {
 			continue
 		}
 		for _, o := range st.objects {
-			if o.Kind.Kind == "DestinationRule" {
-				drs = append(drs, o)
-			}
+			objs = append(objs, o)
 		}
 	}
 	for _, d := range docs {
-		if d.Object != nil && d.Object.Kind.Kind == "DestinationRule" {
-			drs = append(drs, d.Object)
+		if d.Object != nil {
+			objs = append(objs, d.Object)
 		}
 	}
-	return subsetIndex{drs: drs, suffix: s.o.DomainSuffix}
+	return validation.NewSubsetIndex(objs, s.o.DomainSuffix)
+}
+
+// Objects returns every object currently in force, for other validators
+// (the webhook) that need the same context.
+func (s *Source) Objects() []*istio.Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*istio.Object
+	for _, st := range s.files {
+		for _, o := range st.objects {
+			out = append(out, o)
+		}
+	}
+	return out
 }

@@ -15,6 +15,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
 // sink records what the source applies and keeps the resulting state.
@@ -260,10 +261,9 @@ func TestWatchingPicksUpEdits(t *testing.T) {
 	}
 }
 
-func TestSubsetWarningsSeeDestinationRulesAnywhereInTheDirectory(t *testing.T) {
-	idx := subsetIndex{suffix: "cluster.local"}
+func TestSubsetLookupsResolveShortNamesInTheirNamespace(t *testing.T) {
 	docs := istio.Decode("x.yaml", []byte(reviewsDR), "default")
-	idx.drs = append(idx.drs, docs[0].Object)
+	idx := validation.NewSubsetIndex([]*istio.Object{docs[0].Object}, "cluster.local")
 	if names, ok := idx.Subsets("default", "reviews.default.svc.cluster.local"); !ok || fmt.Sprint(names) != "[v1]" {
 		t.Fatalf("fqdn lookup: %v %v", names, ok)
 	}

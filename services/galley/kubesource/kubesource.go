@@ -237,6 +237,17 @@ func metaOf(obj any) (metav1.Object, error) {
 	return m, nil
 }
 
+// Objects returns the valid Istio objects currently published.
+func (s *Source) Objects() []*istio.Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*istio.Object, 0, len(s.published))
+	for _, o := range s.published {
+		out = append(out, o)
+	}
+	return out
+}
+
 // Rejected lists the objects in the cluster that failed validation, with
 // why, for the status writer.
 func (s *Source) Rejected() map[istio.ID]string {

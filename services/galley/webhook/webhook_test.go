@@ -13,6 +13,9 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
 func testHandler(tb testing.TB) http.Handler {
@@ -166,4 +169,27 @@ func FuzzReview(f *testing.F) {
 			t.Fatalf("HTTP %d", rec.Code)
 		}
 	})
+}
+
+func TestSubsetWarningsUseTheServedDestinationRules(t *testing.T) {
+	drs := istio.Decode("dr.yaml", []byte(`apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec: {host: reviews, subsets: [{name: v1, labels: {version: v1}}]}
+`), "default")
+	h, err := Handler(Options{
+		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
+		Context: func() validation.Context {
+			return validation.NewSubsetIndex([]*istio.Object{drs[0].Object}, "cluster.local")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := `{"apiVersion":"networking.istio.io/v1","kind":"VirtualService","metadata":{"name":"reviews","namespace":"default"},
+"spec":{"hosts":["reviews"],"http":[{"route":[{"destination":{"host":"reviews","subset":"v2"}}]}]}}`
+	resp := answer(t, post(h, "application/json", review(vsKind, admissionv1.Create, obj)))
+	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `subset "v2" is not defined by the DestinationRule for host "reviews" (it defines [v1])`) {
+		t.Fatalf("allowed=%v warnings %v", resp.Allowed, resp.Warnings)
+	}
 }

@@ -1,4 +1,4 @@
-package filesource
+package validation
 
 import (
 	"slices"
@@ -9,16 +9,28 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
-// subsetIndex answers validation's subset question from DestinationRules.
-type subsetIndex struct {
+// SubsetIndex answers the subset question (Context) from a set of
+// DestinationRules, as galley's sources and webhook see them.
+type SubsetIndex struct {
 	drs    []*istio.Object
 	suffix string
+}
+
+// NewSubsetIndex indexes DestinationRules; other kinds are ignored.
+func NewSubsetIndex(objects []*istio.Object, domainSuffix string) SubsetIndex {
+	x := SubsetIndex{suffix: domainSuffix}
+	for _, o := range objects {
+		if o.Kind.Kind == "DestinationRule" {
+			x.drs = append(x.drs, o)
+		}
+	}
+	return x
 }
 
 // Subsets returns the subsets DestinationRules visible from namespace
 // define for host, with hosts compared as Istio resolves them: a name
 // without dots is a short name in the object's namespace.
-func (x subsetIndex) Subsets(namespace, host string) ([]string, bool) {
+func (x SubsetIndex) Subsets(namespace, host string) ([]string, bool) {
 	want := fqdn(host, namespace, x.suffix)
 	var names []string
 	found := false
