@@ -69,6 +69,8 @@ type Source struct {
 	slices       map[string]*discoveryv1.EndpointSlice
 	slicesByPod  map[string]map[string]bool
 	externalName map[string]bool // services whose external-name set is published
+	services     map[string]*corev1.Service
+	weShards     map[string]bool // services whose WorkloadEntry set is published
 	rejected     map[istio.ID]string
 	published    map[istio.ID]*istio.Object // what was last sent per object
 	synced       chan struct{}
@@ -89,6 +91,8 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		slices:       map[string]*discoveryv1.EndpointSlice{},
 		slicesByPod:  map[string]map[string]bool{},
 		externalName: map[string]bool{},
+		services:     map[string]*corev1.Service{},
+		weShards:     map[string]bool{},
 		rejected:     map[istio.ID]string{},
 		published:    map[istio.ID]*istio.Object{},
 		synced:       make(chan struct{}),
@@ -208,6 +212,9 @@ func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
 			return
 		}
 		s.published[o.ID()] = o
+		if kind == "WorkloadEntry" {
+			s.refreshWorkloadEntries(o.Meta.Namespace)
+		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    upsert,
@@ -224,6 +231,9 @@ func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
 			delete(s.published, id)
 			if err := s.config.Apply(nil, []istio.ID{id}); err != nil {
 				s.o.Log.Error("publish deletion", "object", id, "error", err)
+			}
+			if kind == "WorkloadEntry" {
+				s.refreshWorkloadEntries(m.GetNamespace())
 			}
 		},
 	}
@@ -271,6 +281,8 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 		rs := normalize.KubernetesService(svc, s.o.DomainSuffix, s.o.ClusterID)
 		s.publish(registry.ServiceTypeURL, registry.ServiceName(rs.GetNamespace(), rs.GetHostname()), rs)
 		key := svc.Namespace + "/" + svc.Name
+		s.services[key] = svc
+		s.publishWorkloadEntries(svc)
 		extName := registry.EndpointSetName(svc.Namespace, rs.GetHostname(), "external-name")
 		switch {
 		case svc.Spec.Type == corev1.ServiceTypeExternalName:
@@ -294,6 +306,11 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 			host := normalize.KubernetesHostname(svc.Name, svc.Namespace, s.o.DomainSuffix)
 			s.remove(registry.ServiceTypeURL, registry.ServiceName(svc.Namespace, host))
 			key := svc.Namespace + "/" + svc.Name
+			delete(s.services, key)
+			if s.weShards[key] {
+				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, normalize.WorkloadEntryShard))
+				delete(s.weShards, key)
+			}
 			if s.externalName[key] {
 				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, "external-name"))
 				delete(s.externalName, key)
@@ -342,6 +359,38 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(slice.Namespace, host, slice.Name))
 			}
 		},
+	}
+}
+
+// publishWorkloadEntries publishes (or withdraws) the endpoints a Service
+// selects among WorkloadEntries. Must hold s.mu.
+func (s *Source) publishWorkloadEntries(svc *corev1.Service) {
+	var wes []*istio.Object
+	for id, o := range s.published {
+		if id.Kind == "WorkloadEntry" && o.Meta.Namespace == svc.Namespace {
+			wes = append(wes, o)
+		}
+	}
+	key := svc.Namespace + "/" + svc.Name
+	name := registry.EndpointSetName(svc.Namespace, normalize.KubernetesHostname(svc.Name, svc.Namespace, s.o.DomainSuffix), normalize.WorkloadEntryShard)
+	set, ok := normalize.KubernetesWorkloadEntries(svc, wes, s.o.DomainSuffix)
+	switch {
+	case ok:
+		s.publish(registry.EndpointSetTypeURL, name, set)
+		s.weShards[key] = true
+	case s.weShards[key]:
+		s.remove(registry.EndpointSetTypeURL, name)
+		delete(s.weShards, key)
+	}
+}
+
+// refreshWorkloadEntries re-derives WorkloadEntry endpoints of every
+// Service in namespace. Must hold s.mu.
+func (s *Source) refreshWorkloadEntries(namespace string) {
+	for _, svc := range s.services {
+		if svc.Namespace == namespace {
+			s.publishWorkloadEntries(svc)
+		}
 	}
 }
 

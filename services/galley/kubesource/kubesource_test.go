@@ -335,3 +335,45 @@ func TestNamespacesAndTheMeshConfigAreServedAndABadMeshConfigIsNot(t *testing.T)
 	}
 	eventually(t, "the fixed mesh config", func() bool { return trustDomain() == "other.org" })
 }
+
+func TestAServiceSelectsWorkloadEntriesAsWellAsPods(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := start(t)
+	if _, err := env.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "details"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "details"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 9080, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	we := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "vm-1"}}
+	we.Spec.Address = "10.128.0.42"
+	we.Spec.Labels = map[string]string{"app": "details", "version": "v1"}
+	we.Spec.ServiceAccount = "details"
+	if _, err := ic.NetworkingV1().WorkloadEntries(ns).Create(ctx, we, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name := registry.EndpointSetName(ns, "details."+ns+".svc.cluster.local", "workloadentries")
+	eventually(t, "the VM endpoint", func() bool {
+		es := st.endpointSet(name)
+		if es == nil || len(es.GetEndpoints()) != 1 {
+			return false
+		}
+		ep := es.GetEndpoints()[0]
+		return ep.GetAddress() == "10.128.0.42" && ep.GetWorkloadName() == "vm-1" && ep.GetPorts()[0].GetNumber() == 8080
+	})
+	if err := ic.NetworkingV1().WorkloadEntries(ns).Delete(ctx, "vm-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the VM endpoint to go", func() bool { return st.endpointSet(name) == nil })
+}

@@ -6,10 +6,12 @@ import (
 	"slices"
 	"strings"
 
+	networking "istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -205,4 +207,42 @@ func portNumber(n int) uint32 {
 		return 0
 	}
 	return uint32(n)
+}
+
+// WorkloadEntryShard names the EndpointSet of a Service's WorkloadEntries.
+const WorkloadEntryShard = "workloadentries"
+
+// KubernetesWorkloadEntries returns the endpoints a Kubernetes Service gets
+// from WorkloadEntries (VMs and other non-pod workloads) in its namespace
+// that its selector matches, as Istio does; ok is false when none match.
+func KubernetesWorkloadEntries(svc *corev1.Service, workloads []*istio.Object, domainSuffix string) (*registryv1.EndpointSet, bool) {
+	if len(svc.Spec.Selector) == 0 {
+		return nil, false
+	}
+	var ports []*networking.ServicePort
+	for _, p := range svc.Spec.Ports {
+		target := portNumber(p.TargetPort.IntValue())
+		if target == 0 {
+			target = portNumber(int(p.Port))
+		}
+		ports = append(ports, &networking.ServicePort{Name: p.Name, Number: portNumber(int(p.Port)), TargetPort: target})
+	}
+	var eps []*registryv1.Endpoint
+	for _, w := range workloads {
+		we, ok := w.Spec.(*networking.WorkloadEntry)
+		if !ok || w.Meta.Namespace != svc.Namespace || !matches(svc.Spec.Selector, we.GetLabels()) {
+			continue
+		}
+		eps = append(eps, endpoint(we, w.Meta.Namespace, w.Meta.Name, ports))
+	}
+	if len(eps) == 0 {
+		return nil, false
+	}
+	sortEndpoints(eps)
+	return &registryv1.EndpointSet{
+		ServiceHostname:  KubernetesHostname(svc.Name, svc.Namespace, domainSuffix),
+		ServiceNamespace: svc.Namespace,
+		Shard:            WorkloadEntryShard,
+		Endpoints:        eps,
+	}, true
 }
