@@ -119,18 +119,6 @@ func (s *Server) Register(g *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
 }
 
-// TypeURLs lists the published collections.
-func (s *Server) TypeURLs() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.collections))
-	for t := range s.collections {
-		out = append(out, t)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // Update upserts and deletes resources of one collection and returns how
 // many actually changed. Resources whose content is unchanged are not
 // re-sent; an update that changes nothing sends nothing.
@@ -196,21 +184,6 @@ func (s *Server) Replace(typeURL string, all []*Resource) (int, error) {
 	}
 	s.mu.Unlock()
 	return s.Update(typeURL, all, deletes)
-}
-
-// Names returns the names in a collection with their content hashes.
-func (s *Server) Names(typeURL string) map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.collections[typeURL]
-	if !ok {
-		return nil
-	}
-	out := make(map[string]string, len(c.hashes))
-	for k, v := range c.hashes {
-		out[k] = v
-	}
-	return out
 }
 
 // computeVersion hashes the names and content hashes of the collection, so
