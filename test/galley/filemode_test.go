@@ -67,11 +67,6 @@ type process struct {
 	done chan error
 }
 
-func startGalley(t *testing.T, dir, mcpAddr, adminAddr string) *process {
-	t.Helper()
-	return startGalleyWith(t, adminAddr, "--config-dir", dir, "--mcp-address", mcpAddr)
-}
-
 func startGalleyWith(tb testing.TB, adminAddr string, args ...string) *process {
 	tb.Helper()
 	args = append(args, "--admin-address", adminAddr, "--log-format", "text")
@@ -135,6 +130,7 @@ type subscriber struct {
 	state   map[string]map[string]*mcp.Resource
 	calls   int
 	changes int
+	types   int // collections subscribed to
 	log     []string
 	notify  chan struct{}
 }
@@ -228,7 +224,8 @@ func subscribe(tb testing.TB, addr string) *subscriber {
 	for _, k := range istio.Kinds() {
 		types = append(types, k.TypeURL())
 	}
-	types = append(types, registry.ServiceTypeURL, registry.EndpointSetTypeURL)
+	types = append(types, registry.ServiceTypeURL, registry.EndpointSetTypeURL, registry.NamespaceTypeURL, registry.MeshConfigTypeURL)
+	sub.types = len(types)
 	c := mcp.NewClient(mcp.ClientOptions{
 		Conn: conn, NodeID: "test-subscriber", TypeURLs: types, Handler: sub,
 		Log: slog.New(slog.DiscardHandler), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
@@ -291,7 +288,9 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	routes := filepath.Join(dir, "routes.yaml")
 	writeFile(t, routes, greeterVS(80, 20))
 	mcpAddr, adminAddr := freeAddr(t), freeAddr(t)
-	g := startGalley(t, dir, mcpAddr, adminAddr)
+	meshFile := filepath.Join(t.TempDir(), "mesh.yaml")
+	writeFile(t, meshFile, "trustDomain: demo.example\ndefaultConfig: {discoveryAddress: 127.0.0.1:15010}\n")
+	g := startGalleyWith(t, adminAddr, "--config-dir", dir, "--mcp-address", mcpAddr, "--mesh-config-file", meshFile)
 
 	sub := subscribe(t, mcpAddr)
 	sub.waitFor(t, "every object", func() bool {
@@ -299,7 +298,8 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 			sub.has(kindURL("PeerAuthentication"), "istio-system/default") &&
 			sub.has(kindURL("AuthorizationPolicy"), "default/greeter") &&
 			sub.has(registry.ServiceTypeURL, "default/greeter.demo.svc.cluster.local") &&
-			sub.has(registry.EndpointSetTypeURL, "default/greeter.demo.svc.cluster.local/se-greeter-0")
+			sub.has(registry.EndpointSetTypeURL, "default/greeter.demo.svc.cluster.local/se-greeter-0") &&
+			sub.has(registry.MeshConfigTypeURL, registry.MeshConfigName)
 	})
 
 	// An edit reaches the subscriber.
@@ -323,10 +323,10 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	g.out.WaitForCount(t, "problems=0", clean+1) // back to the served content: nothing to apply
 	callsBefore, changesBefore := sub.counts()
 	g.stop(t)
-	g2 := startGalley(t, dir, mcpAddr, adminAddr)
+	g2 := startGalleyWith(t, adminAddr, "--config-dir", dir, "--mcp-address", mcpAddr, "--mesh-config-file", meshFile)
 	sub.waitFor(t, "the resubscription", func() bool {
 		calls, _ := sub.counts()
-		return calls >= callsBefore+len(istio.Kinds())+2
+		return calls >= callsBefore+sub.types
 	})
 	if _, changes := sub.counts(); changes != changesBefore {
 		t.Fatalf("a restart with the same world sent %d changes, want 0: %v", changes-changesBefore, sub.log)

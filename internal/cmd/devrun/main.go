@@ -79,6 +79,14 @@ func serviceArgs(name, configDir string) []string {
 	}
 	if name == "galley" {
 		args = append(args, "--config-dir="+configDir, "--mcp-address=127.0.0.1:15019")
+		if mesh := filepath.Join(configDir, "mesh", "mesh.yaml"); fileExists(mesh) {
+			args = append(args, "--mesh-config-file="+mesh)
+		}
 	}
 	return args
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
 }

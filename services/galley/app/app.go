@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +25,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 	"github.com/flotilla-mesh/flotilla/services/galley/filesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
@@ -41,6 +43,9 @@ type Config struct {
 	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace, where the status writer's Lease lives"`
 	// ClusterID names the cluster in the registry.
 	ClusterID string `yaml:"clusterID" usage:"cluster name recorded on registry services"`
+	// MeshConfigFile is the mesh configuration in file mode (the cluster
+	// mode reads the istio ConfigMap).
+	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to serve with --config-dir; read at start"`
 	// ConfigDir serves the Istio YAML in a directory instead of a cluster.
 	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML files to serve instead of a cluster; watched for changes"`
 	// MCPAddress is where subscribers connect.
@@ -157,6 +162,11 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 			DomainSuffix:     cfg.DomainSuffix,
 			Log:              rt.Log,
 		}, pub)
+		if cfg.MeshConfigFile != "" {
+			if err := publishMeshFile(srv, cfg.MeshConfigFile); err != nil {
+				return nil, nil, nil, err
+			}
+		}
 		return []lifecycle.Actor{{Name: "files:" + cfg.ConfigDir, Run: src.Run}}, src.Loaded(), src.Objects, nil
 	}
 	rest, err := kubeconfig(cfg.Kubeconfig)
@@ -195,6 +205,26 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 		{Name: "kubernetes:" + rest.Host, Run: src.Run},
 		{Name: "status-writer", Run: writer.Run},
 	}, src.Synced(), src.Objects, nil
+}
+
+// publishMeshFile serves a MeshConfig file; an invalid one stops galley.
+func publishMeshFile(srv *mcp.Server, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("mesh config: %w", err)
+	}
+	mesh := &meshv1alpha1.MeshConfig{}
+	if err := istio.DecodeProtoYAML(data, mesh); err != nil {
+		return fmt.Errorf("mesh config %s: %w", path, err)
+	}
+	r, err := mcp.NewResource(registry.MeshConfigName, mesh, nil, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := srv.Update(registry.MeshConfigTypeURL, []*mcp.Resource{r}, nil); err != nil {
+		return fmt.Errorf("mesh config: %w", err)
+	}
+	return nil
 }
 
 // kubeconfig loads a kubeconfig file, or the in-cluster configuration.
