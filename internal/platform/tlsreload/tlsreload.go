@@ -12,12 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
 )
 
 // Files names the PEM files of a TLS identity.
@@ -133,47 +135,24 @@ func (r *Reloader) ServerConfig() *tls.Config {
 // Run watches the files' directories and reloads on any change until ctx is
 // cancelled. Directories, not files, are watched: Secret volumes swap a
 // symlinked directory, which a watch on the file itself would miss. Bursts of
-// events are coalesced over debounce.
+// events are coalesced.
 func (r *Reloader) Run(ctx context.Context) error {
-	const debounce = 100 * time.Millisecond
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch tls files: %w", err)
-	}
-	defer w.Close()
 	dirs := map[string]bool{}
 	for _, f := range []string{r.files.CertFile, r.files.KeyFile, r.files.CAFile} {
 		if f != "" {
 			dirs[filepath.Dir(f)] = true
 		}
 	}
-	for d := range dirs {
-		if err := w.Add(d); err != nil {
-			return fmt.Errorf("watch %s: %w", d, err)
-		}
-	}
-	timer := time.NewTimer(debounce)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("tls file watcher closed")
-			}
-			r.log.Debug("tls file event", "path", ev.Name, "op", ev.Op.String())
-			timer.Reset(debounce)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return errors.New("tls file watcher closed")
-			}
-			r.log.Warn("tls file watcher error", "error", err)
-		case <-timer.C:
-			err := r.Reload()
+	return fswatch.Run(ctx, fswatch.Options{
+		Dirs:     slices.Collect(maps.Keys(dirs)),
+		Debounce: 100 * time.Millisecond,
+		Log:      r.log,
+		OnChange: func() error {
+			err := r.Reload() // a failed reload keeps the old material and is logged
 			if r.reloaded != nil {
 				r.reloaded <- err
 			}
-		}
-	}
+			return nil
+		},
+	})
 }

@@ -19,9 +19,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
@@ -95,42 +94,14 @@ func (s *Source) Problems() []Problem {
 
 // Run reads the directory, then watches it until ctx ends.
 func (s *Source) Run(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", s.o.Dir, err)
-	}
-	defer w.Close()
-	if err := w.Add(s.o.Dir); err != nil {
-		return fmt.Errorf("watch %s: %w", s.o.Dir, err)
-	}
-	if err := s.Scan(); err != nil {
-		return err
-	}
-	timer := time.NewTimer(s.o.Debounce)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return errors.New("file watcher closed")
-			}
-			if relevant(ev.Name) {
-				timer.Reset(s.o.Debounce)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return errors.New("file watcher closed")
-			}
-			s.o.Log.Warn("file watcher error", "error", err)
-			timer.Reset(s.o.Debounce) // events may have been lost: rescan
-		case <-timer.C:
-			if err := s.Scan(); err != nil {
-				return err
-			}
-		}
-	}
+	return fswatch.Run(ctx, fswatch.Options{
+		Dirs:     []string{s.o.Dir},
+		Debounce: s.o.Debounce,
+		Relevant: relevant,
+		OnStart:  s.Scan,
+		OnChange: s.Scan,
+		Log:      s.o.Log,
+	})
 }
 
 func relevant(path string) bool {
