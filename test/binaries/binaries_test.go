@@ -131,6 +131,19 @@ func TestGalleyWithoutAClusterOrADirectorySaysWhatItNeeds(t *testing.T) {
 	}
 }
 
+func TestGalleyRefusesAnInvalidMeshConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	mesh := filepath.Join(dir, "mesh.yaml")
+	if err := os.WriteFile(mesh, []byte("trustDomain: [not, a, string]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, nil, "flotilla-galley", "--config-dir", dir, "--mesh-config-file", mesh,
+		"--admin-address=127.0.0.1:0", "--mcp-address=127.0.0.1:0")
+	if r.code != 1 || !strings.Contains(r.stderr, "mesh config "+mesh) {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
 func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfg, []byte("log:\n  level: debug\nadminAdress: :1\n"), 0o600); err != nil {
