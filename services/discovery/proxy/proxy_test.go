@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func node(t *testing.T, id string, md map[string]any) *corev3.Node {
+	t.Helper()
+	st, err := structpb.NewStruct(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev3.Node{Id: id, Metadata: st}
+}
+
+func TestASidecarNodeIsParsedWithItsMetadata(t *testing.T) {
+	n := node(t, "sidecar~10.1.1.1~app-7d9f.default~default.svc.cluster.local", map[string]any{
+		"NAMESPACE": "default", "ISTIO_VERSION": "1.30.3", "CLUSTER_ID": "Kubernetes",
+		"SERVICE_ACCOUNT": "app", "LABELS": map[string]any{"app": "app", "version": "v1"},
+		"INSTANCE_IPS": "10.1.1.1,fd00::1",
+	})
+	got, err := FromNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Proxy{
+		Type: Sidecar, IPs: []netip.Addr{netip.MustParseAddr("10.1.1.1"), netip.MustParseAddr("fd00::1")},
+		ID: "app-7d9f.default", DNSDomain: "default.svc.cluster.local", Namespace: "default",
+		Labels: map[string]string{"app": "app", "version": "v1"}, IstioVersion: "1.30.3",
+		ClusterID: "Kubernetes", ServiceAccount: "app",
+	}
+	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
+func TestAProxylessGRPCClientAndAGatewayAreRecognised(t *testing.T) {
+	grpc, err := FromNode(node(t, "sidecar~10.0.0.9~client-1.demo~demo.svc.cluster.local", map[string]any{"GENERATOR": "grpc"}))
+	if err != nil || grpc.Generator != GeneratorGRPC || grpc.Namespace != "demo" {
+		t.Fatalf("grpc client: %+v, %v", grpc, err)
+	}
+	gw, err := FromNode(node(t, "router~10.0.0.2~ingress-7c.istio-system~istio-system.svc.cluster.local", nil))
+	if err != nil || gw.Type != Router || gw.Namespace != "istio-system" {
+		t.Fatalf("gateway: %+v, %v", gw, err)
+	}
+}
+
+func TestBadNodesGetAClearError(t *testing.T) {
+	long := strings.Repeat("x", 2000)
+	tests := map[string]struct {
+		id   string
+		md   map[string]any
+		want string
+	}{
+		"too few parts":      {"sidecar~10.1.1.1~pod.ns", nil, "want type~ip~id~domain"},
+		"unknown type":       {"waypoint~10.1.1.1~p.ns~ns.svc", nil, `unknown proxy type "waypoint"`},
+		"bad ip":             {"sidecar~10.1.1~p.ns~ns.svc", nil, `"10.1.1" is not an IP address`},
+		"empty id":           {"sidecar~10.1.1.1~~ns.svc", nil, "the id part is empty"},
+		"no namespace":       {"sidecar~10.1.1.1~pod~svc", nil, "no namespace"},
+		"oversized id":       {"sidecar~10.1.1.1~" + long + "~d", nil, "more than 1024"},
+		"labels not a map":   {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"LABELS": "app=x"}, "LABELS must be a map of strings"},
+		"label not a string": {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"LABELS": map[string]any{"n": 3.0}}, "LABELS[n] must be a string"},
+		"namespace a number": {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"NAMESPACE": 7.0}, "NAMESPACE must be a string"},
+		"unknown generator":  {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"GENERATOR": "api"}, `GENERATOR "api" is not supported`},
+		"bad instance ip":    {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"INSTANCE_IPS": "10.1.1.1,nope"}, `INSTANCE_IPS: "nope"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := FromNode(node(t, tc.id, tc.md))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := FromNode(nil); err == nil {
+		t.Fatal("nil node accepted")
+	}
+}
+
+func FuzzParseID(f *testing.F) {
+	f.Add("sidecar~10.1.1.1~app-7d9f.default~default.svc.cluster.local")
+	f.Add("router~::1~x.y~z")
+	f.Add("~~~")
+	f.Fuzz(func(t *testing.T, id string) {
+		p, err := ParseID(id)
+		if (p == nil) == (err == nil) {
+			t.Fatalf("ParseID(%q) = %v, %v", id, p, err)
+		}
+	})
+}
