@@ -165,27 +165,6 @@ func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (
 	return changed, nil
 }
 
-// Replace makes the collection hold exactly all: what is missing is
-// deleted. Used for a full resync (a file re-read, an informer relist).
-func (s *Server) Replace(typeURL string, all []*Resource) (int, error) {
-	s.mu.Lock()
-	c, ok := s.collections[typeURL]
-	var deletes []string
-	if ok {
-		keep := make(map[string]bool, len(all))
-		for _, r := range all {
-			keep[r.Name] = true
-		}
-		for name := range c.hashes {
-			if !keep[name] {
-				deletes = append(deletes, name)
-			}
-		}
-	}
-	s.mu.Unlock()
-	return s.Update(typeURL, all, deletes)
-}
-
 // computeVersion hashes the names and content hashes of the collection, so
 // that the same content has the same state-of-the-world version everywhere.
 func (c *collection) computeVersion() string {

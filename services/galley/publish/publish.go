@@ -26,7 +26,6 @@ func Collections() []string {
 // Updater is the part of mcp.Server a Publisher uses.
 type Updater interface {
 	Update(typeURL string, upserts []*mcp.Resource, deletes []string) (int, error)
-	Replace(typeURL string, all []*mcp.Resource) (int, error)
 }
 
 // Publisher publishes Istio objects, and the registry made from the
@@ -37,11 +36,18 @@ type Publisher struct {
 	// The ServiceEntries and WorkloadEntries in force, by namespace/name.
 	serviceEntries map[string]*istio.Object
 	workloads      map[string]*istio.Object
+	// owned holds the registry resource names this publisher made, per
+	// collection: in Kubernetes mode the same collections also carry what
+	// the Kubernetes source publishes, which is not ours to delete.
+	owned map[string]map[string]bool
 }
 
 // New returns a publisher writing to up.
 func New(up Updater) *Publisher {
-	return &Publisher{up: up, serviceEntries: map[string]*istio.Object{}, workloads: map[string]*istio.Object{}}
+	return &Publisher{
+		up: up, serviceEntries: map[string]*istio.Object{}, workloads: map[string]*istio.Object{},
+		owned: map[string]map[string]bool{registry.ServiceTypeURL: {}, registry.EndpointSetTypeURL: {}},
+	}
 }
 
 // Apply publishes changed objects and removes deleted ones, grouped by kind,
@@ -75,9 +81,9 @@ func (p *Publisher) Apply(upserts []*istio.Object, deletes []istio.ID) error {
 	return p.publishRegistry()
 }
 
-// publishRegistry replaces the registry collections with what the
-// ServiceEntries now describe. Unchanged resources are not re-sent: the
-// server compares content hashes.
+// publishRegistry publishes what the ServiceEntries now describe and
+// withdraws what they no longer do. Unchanged resources are not re-sent:
+// the server compares content hashes.
 func (p *Publisher) publishRegistry() error {
 	workloads := make([]*istio.Object, 0, len(p.workloads))
 	for _, w := range p.workloads {
@@ -101,12 +107,31 @@ func (p *Publisher) publishRegistry() error {
 			sets = append(sets, r)
 		}
 	}
-	if _, err := p.up.Replace(registry.ServiceTypeURL, svcs); err != nil {
+	if err := p.replaceOwned(registry.ServiceTypeURL, svcs); err != nil {
 		return fmt.Errorf("publish registry services: %w", err)
 	}
-	if _, err := p.up.Replace(registry.EndpointSetTypeURL, sets); err != nil {
+	if err := p.replaceOwned(registry.EndpointSetTypeURL, sets); err != nil {
 		return fmt.Errorf("publish registry endpoints: %w", err)
 	}
+	return nil
+}
+
+// replaceOwned makes this publisher's share of a collection exactly all.
+func (p *Publisher) replaceOwned(typeURL string, all []*mcp.Resource) error {
+	now := make(map[string]bool, len(all))
+	for _, r := range all {
+		now[r.Name] = true
+	}
+	var gone []string
+	for name := range p.owned[typeURL] {
+		if !now[name] {
+			gone = append(gone, name)
+		}
+	}
+	if _, err := p.up.Update(typeURL, all, gone); err != nil {
+		return err
+	}
+	p.owned[typeURL] = now
 	return nil
 }
 

@@ -2,13 +2,17 @@ package publish
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"testing"
 
+	"go.opentelemetry.io/otel/metric/noop"
 	networking "istio.io/api/networking/v1alpha3"
 
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 type updates struct{ got []string }
@@ -21,13 +25,6 @@ func (u *updates) Update(typeURL string, up []*mcp.Resource, del []string) (int,
 		u.got = append(u.got, typeURL+" -"+d)
 	}
 	return len(up) + len(del), nil
-}
-
-func (u *updates) Replace(typeURL string, all []*mcp.Resource) (int, error) {
-	for _, r := range all {
-		u.got = append(u.got, fmt.Sprintf("%s =%s", typeURL, r.Name))
-	}
-	return len(all), nil
 }
 
 func kind(t *testing.T, name string) istio.Kind {
@@ -98,20 +95,68 @@ spec: {address: 10.0.0.5, labels: {app: db}}
 	want := []string{
 		"networking.istio.io/v1/ServiceEntry +default/db map[]",
 		"networking.istio.io/v1/WorkloadEntry +default/db-1 map[]",
-		"registry.flotilla.io/v1/EndpointSet =default/db-replica.internal/se-db-0",
-		"registry.flotilla.io/v1/EndpointSet =default/db.internal/se-db-0",
-		"registry.flotilla.io/v1/Service =default/db-replica.internal",
-		"registry.flotilla.io/v1/Service =default/db.internal",
+		"registry.flotilla.io/v1/EndpointSet +default/db-replica.internal/se-db-0 map[]",
+		"registry.flotilla.io/v1/EndpointSet +default/db.internal/se-db-0 map[]",
+		"registry.flotilla.io/v1/Service +default/db-replica.internal map[]",
+		"registry.flotilla.io/v1/Service +default/db.internal map[]",
 	}
 	if !slices.Equal(u.got, want) {
 		t.Fatalf("got %v\nwant %v", u.got, want)
 	}
-	// Removing the ServiceEntry empties the registry.
+	// Removing the ServiceEntry withdraws what it made.
 	u.got = nil
 	if err := p.Apply(nil, []istio.ID{{Kind: "ServiceEntry", Name: "default/db"}}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"networking.istio.io/v1/ServiceEntry -default/db"}; !slices.Equal(u.got, want) {
-		t.Fatalf("got %v", u.got)
+	slices.Sort(u.got)
+	want = []string{
+		"networking.istio.io/v1/ServiceEntry -default/db",
+		"registry.flotilla.io/v1/EndpointSet -default/db-replica.internal/se-db-0",
+		"registry.flotilla.io/v1/EndpointSet -default/db.internal/se-db-0",
+		"registry.flotilla.io/v1/Service -default/db-replica.internal",
+		"registry.flotilla.io/v1/Service -default/db.internal",
+	}
+	if !slices.Equal(u.got, want) {
+		t.Fatalf("got %v\nwant %v", u.got, want)
+	}
+}
+
+// In Kubernetes mode the registry collections also hold what the Kubernetes
+// source publishes; the ServiceEntry registry must only ever touch its own.
+func TestServiceEntryChangesLeaveOtherRegistryResourcesAlone(t *testing.T) {
+	srv, err := mcp.NewServer(t.Context(), slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t"), Collections())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k8s, err := mcp.NewResource("default/reviews.default.svc.cluster.local/reviews-abc", &registryv1.EndpointSet{ServiceHostname: "reviews.default.svc.cluster.local"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Update(registry.EndpointSetTypeURL, []*mcp.Resource{k8s}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := New(srv)
+	se := istio.Decode("se.yaml", []byte(`apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db}
+spec:
+  hosts: [db.internal]
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  resolution: STATIC
+  endpoints: [{address: 10.0.0.5}]
+`), "default")[0].Object
+	if err := p.Apply([]*istio.Object{se}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Apply(nil, []istio.ID{{Kind: "ServiceEntry", Name: "default/db"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Removing the ServiceEntry removed its set (changing nothing else):
+	// re-adding the Kubernetes set is a no-op only if it is still there.
+	if n, err := srv.Update(registry.EndpointSetTypeURL, []*mcp.Resource{k8s}, nil); err != nil || n != 0 {
+		t.Fatalf("the Kubernetes EndpointSet was removed by a ServiceEntry change (re-adding changed %d, %v)", n, err)
+	}
+	if n, err := srv.Update(registry.EndpointSetTypeURL, nil, []string{"default/db.internal/se-db-0"}); err != nil || n != 0 {
+		t.Fatalf("the ServiceEntry's set outlived the ServiceEntry (deleting changed %d, %v)", n, err)
 	}
 }
