@@ -68,6 +68,10 @@ type Source struct {
 type fileState struct {
 	hash    [32]byte
 	objects map[Key]*istio.Object
+	// problems are the file's rejected documents: a file with problems is
+	// read again on every scan, since a change elsewhere (another file
+	// letting go of a duplicate) may resolve them.
+	problems []Problem
 }
 
 // New returns a source for o.Dir that feeds sink.
@@ -157,6 +161,13 @@ func (s *Source) Scan() error {
 		deletes = append(deletes, dels...)
 		s.problems = append(s.problems, probs...)
 	}
+	// An object one file let go of and another took over in the same scan
+	// is an update, not a deletion.
+	upserted := map[Key]bool{}
+	for _, o := range upserts {
+		upserted[keyOf(o)] = true
+	}
+	deletes = slices.DeleteFunc(deletes, func(k Key) bool { return upserted[k] })
 	for _, pr := range s.problems {
 		s.o.Log.Error("rejected", "problem", pr.Message)
 	}
@@ -179,9 +190,8 @@ func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, 
 	}
 	hash := sha256.Sum256(data)
 	prev := s.files[path]
-	if prev != nil && prev.hash == hash {
-		// Unchanged, but its problems still stand: report them again.
-		return nil, nil, s.problemsOf(path, data)
+	if prev != nil && prev.hash == hash && len(prev.problems) == 0 {
+		return nil, nil, nil // unchanged and clean: nothing to redo
 	}
 	prevObjects := map[Key]*istio.Object{}
 	if prev != nil {
@@ -250,28 +260,8 @@ func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, 
 			deletes = append(deletes, k)
 		}
 	}
-	s.files[path] = &fileState{hash: hash, objects: next}
+	s.files[path] = &fileState{hash: hash, objects: next, problems: problems}
 	return upserts, deletes, problems
-}
-
-// problemsOf re-derives the problems of an unchanged file for reporting.
-func (s *Source) problemsOf(path string, data []byte) []Problem {
-	var out []Problem
-	for _, doc := range istio.Decode(path, data, s.o.DefaultNamespace) {
-		if doc.Err != nil {
-			out = append(out, Problem{Message: doc.Err.Error()})
-			continue
-		}
-		if owner := s.ownerOf(keyOf(doc.Object), path); owner != "" {
-			out = append(out, Problem{Message: fmt.Sprintf("%s:%d: %s: already defined in %s", path, doc.Line, doc.Object, owner)})
-			continue
-		}
-		res := validation.Validate(doc.Object, nil)
-		for _, e := range res.Errors {
-			out = append(out, Problem{Message: fmt.Sprintf("%s:%d: %s: %s", path, doc.LineOf(e.Path), doc.Object, e)})
-		}
-	}
-	return out
 }
 
 // ownerOf returns another file that already provides k.

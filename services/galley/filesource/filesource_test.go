@@ -271,3 +271,25 @@ func TestSubsetLookupsResolveShortNamesInTheirNamespace(t *testing.T) {
 		t.Fatal("a short name in another namespace matched")
 	}
 }
+
+func TestARejectedDuplicateIsTakenOnceTheOtherFileLetsGo(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.yaml", vsDoc("reviews", "reviews"))
+	write(t, dir, "b.yaml", vsDoc("reviews", "other"))
+	snk := newSink()
+	src := newSource(t, dir, snk)
+	if err := src.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	// a.yaml drops the object; b.yaml, unchanged, now provides it.
+	write(t, dir, "a.yaml", vsDoc("ratings", "ratings"))
+	if err := src.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	if got := snk.hosts("VirtualService", "default/reviews"); fmt.Sprint(got) != "[other]" {
+		t.Fatalf("hosts %v, want b.yaml's [other]", got)
+	}
+	if p := src.Problems(); len(p) != 0 {
+		t.Fatalf("problems %v", p)
+	}
+}

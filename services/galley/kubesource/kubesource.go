@@ -283,7 +283,7 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 		key := svc.Namespace + "/" + svc.Name
 		s.services[key] = svc
 		s.publishWorkloadEntries(svc)
-		extName := registry.EndpointSetName(svc.Namespace, rs.GetHostname(), "external-name")
+		extName := registry.EndpointSetName(svc.Namespace, rs.GetHostname(), normalize.ExternalNameShard)
 		switch {
 		case svc.Spec.Type == corev1.ServiceTypeExternalName:
 			s.publish(registry.EndpointSetTypeURL, extName, normalize.ExternalNameEndpoints(svc, s.o.DomainSuffix))
@@ -312,7 +312,7 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 				delete(s.weShards, key)
 			}
 			if s.externalName[key] {
-				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, "external-name"))
+				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, normalize.ExternalNameShard))
 				delete(s.externalName, key)
 			}
 		},

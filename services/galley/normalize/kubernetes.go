@@ -88,6 +88,9 @@ func KubernetesService(svc *corev1.Service, domainSuffix, clusterID string) *reg
 	return out
 }
 
+// ExternalNameShard names the EndpointSet of an ExternalName Service.
+const ExternalNameShard = "external-name"
+
 // ExternalNameEndpoints is the single EndpointSet of an ExternalName
 // Service: its external name, on every port.
 func ExternalNameEndpoints(svc *corev1.Service, domainSuffix string) *registryv1.EndpointSet {
@@ -105,7 +108,7 @@ func ExternalNameEndpoints(svc *corev1.Service, domainSuffix string) *registryv1
 	return &registryv1.EndpointSet{
 		ServiceHostname:  KubernetesHostname(svc.Name, svc.Namespace, domainSuffix),
 		ServiceNamespace: svc.Namespace,
-		Shard:            "external-name",
+		Shard:            ExternalNameShard,
 		Endpoints:        []*registryv1.Endpoint{ep},
 	}
 }
