@@ -48,8 +48,6 @@ type Options struct {
 	// DrainTimeout bounds how long Serve waits for open streams after its
 	// context ends before closing them.
 	DrainTimeout time.Duration
-	// Extra server options, appended after the shared ones.
-	Extra []grpc.ServerOption
 }
 
 // Server is a gRPC server with a health service.
@@ -96,7 +94,6 @@ func New(o Options) (*Server, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(reload.ServerConfig())))
 	}
-	opts = append(opts, o.Extra...)
 	s := &Server{
 		Server: grpc.NewServer(opts...),
 		Health: health.NewServer(),
