@@ -14,20 +14,22 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
+
+// Proxy is the identity parsed from a node.
+type Proxy = model.Proxy
 
 // Type is what kind of proxy connects.
-type Type string
+type Type = model.ProxyType
 
-// Proxy types, as in Istio's node IDs.
+// Proxy types and generators.
 const (
-	Sidecar Type = "sidecar"
-	Router  Type = "router" // gateways
+	Sidecar       = model.SidecarProxy
+	Router        = model.RouterProxy
+	GeneratorGRPC = model.GeneratorGRPC
 )
-
-// GeneratorGRPC marks proxyless gRPC clients (GENERATOR=grpc), which get
-// the configuration flavour grpc-go accepts.
-const GeneratorGRPC = "grpc"
 
 // Limits on what a node may send.
 const (
@@ -36,24 +38,6 @@ const (
 	maxIPs     = 16
 	maxLabelLn = 512
 )
-
-// Proxy is a connected proxy's identity.
-type Proxy struct {
-	Type Type
-	// IPs are the workload's addresses, the node ID's first.
-	IPs []netip.Addr
-	// ID is the node ID's third part, "pod.namespace" for sidecars.
-	ID string
-	// DNSDomain is the node ID's fourth part, e.g. "default.svc.cluster.local".
-	DNSDomain      string
-	Namespace      string
-	Labels         map[string]string
-	IstioVersion   string
-	ClusterID      string
-	ServiceAccount string
-	// Generator is "grpc" for proxyless gRPC clients, else empty.
-	Generator string
-}
 
 // FromNode parses a node.
 func FromNode(node *corev3.Node) (*Proxy, error) {
@@ -64,7 +48,7 @@ func FromNode(node *corev3.Node) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.applyMetadata(node.GetMetadata().GetFields()); err != nil {
+	if err := applyMetadata(p, node.GetMetadata().GetFields()); err != nil {
 		return nil, fmt.Errorf("node %q metadata: %w", node.GetId(), err)
 	}
 	if p.Namespace == "" {
@@ -102,7 +86,7 @@ func ParseID(id string) (*Proxy, error) {
 	return p, nil
 }
 
-func (p *Proxy) applyMetadata(md map[string]*structpb.Value) error {
+func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 	str := func(key string) (string, error) {
 		v, ok := md[key]
 		if !ok {

@@ -31,7 +31,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
-	"github.com/flotilla-mesh/flotilla/services/galley/normalize"
+	"github.com/flotilla-mesh/flotilla/internal/normalize"
 )
 
 // ConfigSink receives Istio objects (publish.Publisher).

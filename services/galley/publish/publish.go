@@ -10,7 +10,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
-	"github.com/flotilla-mesh/flotilla/services/galley/normalize"
+	"github.com/flotilla-mesh/flotilla/internal/normalize"
 )
 
 // Collections is what Publisher publishes: every Istio kind's type URL and

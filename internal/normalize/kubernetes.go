@@ -64,7 +64,11 @@ func KubernetesService(svc *corev1.Service, domainSuffix, clusterID string) *reg
 		})
 	}
 	slices.SortFunc(out.Ports, func(a, b *registryv1.ServicePort) int { return cmp.Compare(a.GetNumber(), b.GetNumber()) })
-	for _, ip := range svc.Spec.ClusterIPs {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP} // as written by hand; the apiserver fills both
+	}
+	for _, ip := range ips {
 		if ip != "" && ip != corev1.ClusterIPNone {
 			out.Addresses = append(out.Addresses, ip)
 		}

@@ -1,0 +1,73 @@
+package model
+
+import (
+	security "istio.io/api/security/v1beta1"
+)
+
+// MTLSMode is how a workload's inbound ports accept connections.
+type MTLSMode int
+
+// Inbound mTLS modes, as PeerAuthentication names them.
+const (
+	// Permissive accepts mTLS and plaintext (the default).
+	Permissive MTLSMode = iota
+	// Strict accepts mTLS only.
+	Strict
+	// Disable accepts plaintext only.
+	Disable
+)
+
+// PeerAuthentication is a PeerAuthentication resource.
+type PeerAuthentication struct {
+	Name, Namespace string
+	Spec            *security.PeerAuthentication
+}
+
+// InboundMTLS returns the mTLS mode of one of the proxy's ports: the
+// port-level setting of the PeerAuthentication selecting the workload,
+// else its mode, else its namespace's, else the root namespace's, else
+// permissive. UNSET inherits from the next level.
+func (pc *PushContext) InboundMTLS(p *Proxy, port uint32) MTLSMode {
+	var chain []*security.PeerAuthentication
+	for _, pa := range pc.cfg.peerAuth[p.Namespace] {
+		sel := pa.Spec.GetSelector().GetMatchLabels()
+		if len(sel) > 0 && LabelsMatch(sel, p.Labels) {
+			chain = append(chain, pa.Spec)
+			break
+		}
+	}
+	for _, ns := range []string{p.Namespace, pc.RootNamespace} {
+		for _, pa := range pc.cfg.peerAuth[ns] {
+			if len(pa.Spec.GetSelector().GetMatchLabels()) == 0 {
+				chain = append(chain, pa.Spec)
+				break
+			}
+		}
+	}
+	for i, pa := range chain {
+		if i == 0 && len(pa.GetSelector().GetMatchLabels()) > 0 {
+			if m, ok := pa.GetPortLevelMtls()[port]; ok {
+				if mode, set := mtlsMode(m.GetMode()); set {
+					return mode
+				}
+			}
+		}
+		if mode, set := mtlsMode(pa.GetMtls().GetMode()); set {
+			return mode
+		}
+	}
+	return Permissive
+}
+
+func mtlsMode(m security.PeerAuthentication_MutualTLS_Mode) (MTLSMode, bool) {
+	switch m {
+	case security.PeerAuthentication_MutualTLS_STRICT:
+		return Strict, true
+	case security.PeerAuthentication_MutualTLS_PERMISSIVE:
+		return Permissive, true
+	case security.PeerAuthentication_MutualTLS_DISABLE:
+		return Disable, true
+	default:
+		return Permissive, false
+	}
+}

@@ -1,0 +1,38 @@
+package model
+
+import "net/netip"
+
+// ProxyType is what kind of proxy connects.
+type ProxyType string
+
+// Proxy types, as in Istio's node IDs.
+const (
+	SidecarProxy ProxyType = "sidecar"
+	RouterProxy  ProxyType = "router" // gateways
+)
+
+// GeneratorGRPC marks proxyless gRPC clients (GENERATOR=grpc), which get
+// the configuration flavour grpc-go accepts.
+const GeneratorGRPC = "grpc"
+
+// Proxy is a connected proxy's identity, as its node ID and metadata
+// describe it.
+type Proxy struct {
+	Type ProxyType
+	// IPs are the workload's addresses, the node ID's first.
+	IPs []netip.Addr
+	// ID is the node ID's third part, "pod.namespace" for sidecars.
+	ID string
+	// DNSDomain is the node ID's fourth part, e.g. "default.svc.cluster.local".
+	DNSDomain      string
+	Namespace      string
+	Labels         map[string]string
+	IstioVersion   string
+	ClusterID      string
+	ServiceAccount string
+	// Generator is "grpc" for proxyless gRPC clients, else empty.
+	Generator string
+}
+
+// ProxylessGRPC reports whether the proxy is a proxyless gRPC client.
+func (p *Proxy) ProxylessGRPC() bool { return p.Generator == GeneratorGRPC }

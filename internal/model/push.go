@@ -1,0 +1,298 @@
+package model
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+)
+
+// Defaults Istio uses when the mesh configuration leaves them out.
+const (
+	DefaultDomainSuffix  = "cluster.local"
+	DefaultRootNamespace = "istio-system"
+	DefaultTrustDomain   = "cluster.local"
+	// MeshGateway names the sidecars in a VirtualService's gateways.
+	MeshGateway = "mesh"
+)
+
+// BuildOptions are the settings a push context is built with.
+type BuildOptions struct {
+	// DomainSuffix qualifies short host names; default cluster.local.
+	DomainSuffix string
+}
+
+// PushContext is an immutable, indexed snapshot of the mesh. Everything
+// translation needs to know about the mesh it asks the push context; it is
+// safe for concurrent use by every proxy's translation.
+type PushContext struct {
+	// Version increases with every push context built.
+	Version string
+	// Mesh is the mesh configuration, never nil (defaults when galley sent
+	// none).
+	Mesh          *meshv1alpha1.MeshConfig
+	DomainSuffix  string
+	RootNamespace string
+	TrustDomain   string
+
+	cfg       *configIndex // shared by push contexts when only endpoints changed
+	endpoints map[string][]*registryv1.Endpoint
+	byAddress map[netip.Addr][]Instance
+
+	scopeMu sync.Mutex
+	scopes  map[string]*Scope
+}
+
+// Instance is one endpoint of one service: how a proxy's own workload is
+// found among the services that select it.
+type Instance struct {
+	Service  *registryv1.Service
+	Endpoint *registryv1.Endpoint
+}
+
+// VirtualService is a VirtualService with its hosts and gateways resolved.
+type VirtualService struct {
+	Name, Namespace string
+	Spec            *networking.VirtualService
+	// Hosts are fully qualified (or wildcards).
+	Hosts []string
+	// Gateways are "namespace/name" or "mesh"; "mesh" when none are given.
+	Gateways []string
+}
+
+// DestinationRule is a DestinationRule with its host resolved.
+type DestinationRule struct {
+	Name, Namespace string
+	Spec            *networking.DestinationRule
+	Host            string
+}
+
+// SidecarConfig is a Sidecar resource.
+type SidecarConfig struct {
+	Name, Namespace string
+	Spec            *networking.Sidecar
+}
+
+// drIndex holds one namespace's DestinationRules by host, each list by
+// name.
+type drIndex struct {
+	exact    map[string][]*DestinationRule
+	wildcard []*DestinationRule
+}
+
+type configIndex struct {
+	services         []*registryv1.Service            // by hostname, then namespace
+	byHost           map[string][]*registryv1.Service // hostname → by namespace
+	virtualServices  []*VirtualService                // by namespace/name
+	destinationRules []*DestinationRule               // by namespace/name
+	sidecars         map[string][]*SidecarConfig      // namespace → by name
+	drsByNamespace   map[string]*drIndex              // namespace → its rules
+	peerAuth         map[string][]*PeerAuthentication // namespace → by name
+	namespaces       map[string]*registryv1.Namespace
+}
+
+// Build returns a push context of the store's current content and the
+// change set since the previous Build. prev may be nil; when only
+// endpoints changed, the new context shares prev's configuration indexes.
+func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushContext, ChangeSet) {
+	changes := s.pending
+	s.pending = ChangeSet{}
+	if o.DomainSuffix == "" {
+		o.DomainSuffix = DefaultDomainSuffix
+	}
+	pc := &PushContext{
+		Version:      strconv.FormatUint(version, 10),
+		DomainSuffix: o.DomainSuffix,
+		scopes:       map[string]*Scope{},
+	}
+	pc.Mesh = s.mesh
+	if pc.Mesh == nil {
+		pc.Mesh = &meshv1alpha1.MeshConfig{}
+	}
+	pc.RootNamespace = cmp.Or(pc.Mesh.GetRootNamespace(), DefaultRootNamespace)
+	pc.TrustDomain = cmp.Or(pc.Mesh.GetTrustDomain(), DefaultTrustDomain)
+
+	if prev == nil || changes.Full || prev.DomainSuffix != o.DomainSuffix {
+		changes.Full = prev != nil || changes.Full
+		pc.cfg = s.indexConfig(o.DomainSuffix)
+	} else {
+		pc.cfg = prev.cfg
+	}
+	pc.indexEndpoints(s)
+	return pc, changes
+}
+
+func (s *Store) indexConfig(domainSuffix string) *configIndex {
+	ci := &configIndex{
+		byHost: map[string][]*registryv1.Service{}, sidecars: map[string][]*SidecarConfig{},
+		drsByNamespace: map[string]*drIndex{}, peerAuth: map[string][]*PeerAuthentication{}, namespaces: s.namespaces,
+	}
+	for _, svc := range s.services {
+		ci.services = append(ci.services, svc)
+	}
+	slices.SortFunc(ci.services, func(a, b *registryv1.Service) int {
+		return cmp.Or(cmp.Compare(a.GetHostname(), b.GetHostname()), cmp.Compare(a.GetNamespace(), b.GetNamespace()))
+	})
+	for _, svc := range ci.services {
+		ci.byHost[svc.GetHostname()] = append(ci.byHost[svc.GetHostname()], svc)
+	}
+	for _, o := range sortedObjects(s.configs["VirtualService"]) {
+		spec, ok := o.Spec.(*networking.VirtualService)
+		if !ok {
+			continue
+		}
+		vs := &VirtualService{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec}
+		for _, h := range spec.GetHosts() {
+			vs.Hosts = append(vs.Hosts, ResolveHost(h, o.Meta.Namespace, domainSuffix))
+		}
+		for _, g := range spec.GetGateways() {
+			if g != MeshGateway && !containsSlash(g) {
+				g = o.Meta.Namespace + "/" + g
+			}
+			vs.Gateways = append(vs.Gateways, g)
+		}
+		if len(vs.Gateways) == 0 {
+			vs.Gateways = []string{MeshGateway}
+		}
+		ci.virtualServices = append(ci.virtualServices, vs)
+	}
+	for _, o := range sortedObjects(s.configs["DestinationRule"]) {
+		spec, ok := o.Spec.(*networking.DestinationRule)
+		if !ok {
+			continue
+		}
+		dr := &DestinationRule{
+			Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec,
+			Host: ResolveHost(spec.GetHost(), o.Meta.Namespace, domainSuffix),
+		}
+		ci.destinationRules = append(ci.destinationRules, dr)
+		idx := ci.drsByNamespace[dr.Namespace]
+		if idx == nil {
+			idx = &drIndex{exact: map[string][]*DestinationRule{}}
+			ci.drsByNamespace[dr.Namespace] = idx
+		}
+		if strings.HasPrefix(dr.Host, "*") {
+			idx.wildcard = append(idx.wildcard, dr)
+		} else {
+			idx.exact[dr.Host] = append(idx.exact[dr.Host], dr)
+		}
+	}
+	for _, o := range sortedObjects(s.configs["Sidecar"]) {
+		spec, ok := o.Spec.(*networking.Sidecar)
+		if !ok {
+			continue
+		}
+		ci.sidecars[o.Meta.Namespace] = append(ci.sidecars[o.Meta.Namespace], &SidecarConfig{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
+	}
+	for _, o := range sortedObjects(s.configs["PeerAuthentication"]) {
+		if spec, ok := o.Spec.(*security.PeerAuthentication); ok {
+			ci.peerAuth[o.Meta.Namespace] = append(ci.peerAuth[o.Meta.Namespace], &PeerAuthentication{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
+		}
+	}
+	return ci
+}
+
+func containsSlash(s string) bool {
+	for i := range len(s) {
+		if s[i] == '/' {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedObjects(m map[string]*istio.Object) []*istio.Object {
+	out := make([]*istio.Object, 0, len(m))
+	for _, o := range m {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b *istio.Object) int { return cmp.Compare(a.Key(), b.Key()) })
+	return out
+}
+
+// indexEndpoints merges every service's endpoint sets, in shard order.
+func (pc *PushContext) indexEndpoints(s *Store) {
+	names := make([]string, 0, len(s.endpointSets))
+	for n := range s.endpointSets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	pc.endpoints = map[string][]*registryv1.Endpoint{}
+	pc.byAddress = map[netip.Addr][]Instance{}
+	for _, n := range names {
+		es := s.endpointSets[n]
+		key := registry.ServiceName(es.GetServiceNamespace(), es.GetServiceHostname())
+		pc.endpoints[key] = append(pc.endpoints[key], es.GetEndpoints()...)
+		svc := s.services[key]
+		if svc == nil {
+			continue
+		}
+		for _, ep := range es.GetEndpoints() {
+			if a, err := netip.ParseAddr(ep.GetAddress()); err == nil {
+				pc.byAddress[a] = append(pc.byAddress[a], Instance{Service: svc, Endpoint: ep})
+			}
+		}
+	}
+}
+
+// Services returns every service, sorted by hostname and namespace.
+func (pc *PushContext) Services() []*registryv1.Service { return pc.cfg.services }
+
+// ServicesByHost returns the services of a hostname, by namespace.
+func (pc *PushContext) ServicesByHost(host string) []*registryv1.Service { return pc.cfg.byHost[host] }
+
+// Endpoints returns a service's endpoints.
+func (pc *PushContext) Endpoints(svc *registryv1.Service) []*registryv1.Endpoint {
+	return pc.endpoints[registry.ServiceName(svc.GetNamespace(), svc.GetHostname())]
+}
+
+// VirtualServices returns every VirtualService, by namespace and name.
+func (pc *PushContext) VirtualServices() []*VirtualService { return pc.cfg.virtualServices }
+
+// DestinationRules returns every DestinationRule, by namespace and name.
+func (pc *PushContext) DestinationRules() []*DestinationRule { return pc.cfg.destinationRules }
+
+// Instances returns the service endpoints at the proxy's addresses: the
+// services its workload belongs to, by hostname.
+func (pc *PushContext) Instances(p *Proxy) []Instance {
+	var out []Instance
+	for _, ip := range p.IPs {
+		for _, in := range pc.byAddress[ip] {
+			if in.Service.GetNamespace() == p.Namespace || in.Endpoint.GetWorkloadNamespace() == p.Namespace {
+				out = append(out, in)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Instance) int { return cmp.Compare(a.Service.GetHostname(), b.Service.GetHostname()) })
+	return out
+}
+
+// AutoMTLS reports whether clients use mTLS towards sidecars on their own
+// when no DestinationRule says otherwise (mesh enableAutoMtls, default on).
+func (pc *PushContext) AutoMTLS() bool {
+	if v := pc.Mesh.GetEnableAutoMtls(); v != nil {
+		return v.GetValue()
+	}
+	return true
+}
+
+// AllowAny reports whether outbound traffic to unknown destinations passes
+// through (outboundTrafficPolicy ALLOW_ANY, the default) rather than being
+// dropped (REGISTRY_ONLY).
+func (pc *PushContext) AllowAny() bool {
+	// Istio's default mesh configuration says ALLOW_ANY; only a policy
+	// that is written down can say otherwise (REGISTRY_ONLY is the enum's
+	// zero value, so "absent" must not read as it).
+	p := pc.Mesh.GetOutboundTrafficPolicy()
+	return p == nil || p.GetMode() != meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY
+}

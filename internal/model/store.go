@@ -1,0 +1,219 @@
+// Package model is discovery's view of the mesh: the resources galley
+// streams (Istio configuration, registry services and endpoints, namespaces,
+// mesh configuration) collected in a Store, and the immutable, indexed
+// PushContext built from it for each change set, which translation reads.
+// It knows nothing of gRPC, Kubernetes clients or Envoy.
+package model
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+)
+
+// TypeURLs are the collections discovery subscribes to: every Istio kind,
+// the registry and the mesh configuration.
+func TypeURLs() []string {
+	out := []string{registry.MeshConfigTypeURL, registry.NamespaceTypeURL, registry.ServiceTypeURL, registry.EndpointSetTypeURL}
+	for _, k := range istio.Kinds() {
+		out = append(out, k.TypeURL())
+	}
+	return out
+}
+
+// ChangeSet says what changed since the last PushContext was built.
+type ChangeSet struct {
+	// Full is set when anything but endpoints changed: configuration,
+	// services, namespaces or the mesh configuration.
+	Full bool
+	// Endpoints holds the services ("namespace/hostname") whose endpoints
+	// changed.
+	Endpoints map[string]bool
+}
+
+// Empty reports whether nothing changed.
+func (c ChangeSet) Empty() bool { return !c.Full && len(c.Endpoints) == 0 }
+
+// Merge adds other's changes to c.
+func (c *ChangeSet) Merge(other ChangeSet) {
+	c.Full = c.Full || other.Full
+	for k := range other.Endpoints {
+		if c.Endpoints == nil {
+			c.Endpoints = map[string]bool{}
+		}
+		c.Endpoints[k] = true
+	}
+}
+
+// Store holds the latest resources of every collection. It is not safe for
+// concurrent use: one goroutine applies changes and builds push contexts.
+type Store struct {
+	configs      map[string]map[string]*istio.Object // kind → namespace/name
+	services     map[string]*registryv1.Service      // namespace/hostname
+	endpointSets map[string]*registryv1.EndpointSet  // namespace/hostname/shard
+	namespaces   map[string]*registryv1.Namespace
+	mesh         *meshv1alpha1.MeshConfig
+
+	pending ChangeSet
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{
+		configs:      map[string]map[string]*istio.Object{},
+		services:     map[string]*registryv1.Service{},
+		endpointSets: map[string]*registryv1.EndpointSet{},
+		namespaces:   map[string]*registryv1.Namespace{},
+	}
+}
+
+// Put stores one resource of a collection, decoding its body. A body that
+// is not the collection's message, or does not decode, is an error and
+// changes nothing.
+func (s *Store) Put(typeURL, name string, labels, annotations map[string]string, body *anypb.Any) error {
+	switch typeURL {
+	case registry.ServiceTypeURL:
+		m := &registryv1.Service{}
+		if err := unpack(body, m); err != nil {
+			return fmt.Errorf("service %s: %w", name, err)
+		}
+		if m.GetHostname() == "" {
+			return fmt.Errorf("service %s: no hostname", name)
+		}
+		s.services[name] = m
+		s.pending.Full = true
+	case registry.EndpointSetTypeURL:
+		m := &registryv1.EndpointSet{}
+		if err := unpack(body, m); err != nil {
+			return fmt.Errorf("endpoint set %s: %w", name, err)
+		}
+		s.endpointSets[name] = m
+		s.endpointsChanged(registry.ServiceName(m.GetServiceNamespace(), m.GetServiceHostname()))
+	case registry.NamespaceTypeURL:
+		m := &registryv1.Namespace{}
+		if err := unpack(body, m); err != nil {
+			return fmt.Errorf("namespace %s: %w", name, err)
+		}
+		s.namespaces[name] = m
+		s.pending.Full = true
+	case registry.MeshConfigTypeURL:
+		m := &meshv1alpha1.MeshConfig{}
+		if err := unpack(body, m); err != nil {
+			return fmt.Errorf("mesh config: %w", err)
+		}
+		s.mesh = m
+		s.pending.Full = true
+	default:
+		kind, ok := istio.ByTypeURL(typeURL)
+		if !ok {
+			return fmt.Errorf("unknown collection %q", typeURL)
+		}
+		spec := kind.NewSpec()
+		if err := unpack(body, spec); err != nil {
+			return fmt.Errorf("%s %s: %w", kind.Kind, name, err)
+		}
+		ns, n, ok := strings.Cut(name, "/")
+		if !ok || ns == "" || n == "" {
+			return fmt.Errorf("%s %q: name is not namespace/name", kind.Kind, name)
+		}
+		if s.configs[kind.Kind] == nil {
+			s.configs[kind.Kind] = map[string]*istio.Object{}
+		}
+		s.configs[kind.Kind][name] = &istio.Object{
+			Kind: kind,
+			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(labels), Annotations: maps.Clone(annotations)},
+			Spec: spec,
+		}
+		s.pending.Full = true
+	}
+	return nil
+}
+
+// Delete removes a resource; deleting what is not there is not an error.
+func (s *Store) Delete(typeURL, name string) {
+	switch typeURL {
+	case registry.ServiceTypeURL:
+		if _, ok := s.services[name]; ok {
+			delete(s.services, name)
+			s.pending.Full = true
+		}
+	case registry.EndpointSetTypeURL:
+		if es, ok := s.endpointSets[name]; ok {
+			delete(s.endpointSets, name)
+			s.endpointsChanged(registry.ServiceName(es.GetServiceNamespace(), es.GetServiceHostname()))
+		}
+	case registry.NamespaceTypeURL:
+		if _, ok := s.namespaces[name]; ok {
+			delete(s.namespaces, name)
+			s.pending.Full = true
+		}
+	case registry.MeshConfigTypeURL:
+		if s.mesh != nil {
+			s.mesh = nil
+			s.pending.Full = true
+		}
+	default:
+		if kind, ok := istio.ByTypeURL(typeURL); ok {
+			if _, ok := s.configs[kind.Kind][name]; ok {
+				delete(s.configs[kind.Kind], name)
+				s.pending.Full = true
+			}
+		}
+	}
+}
+
+// PutObject stores an already decoded Istio object (the file source and
+// tests use it).
+func (s *Store) PutObject(o *istio.Object) {
+	if s.configs[o.Kind.Kind] == nil {
+		s.configs[o.Kind.Kind] = map[string]*istio.Object{}
+	}
+	s.configs[o.Kind.Kind][o.Key()] = o
+	s.pending.Full = true
+}
+
+// PutService stores a registry service.
+func (s *Store) PutService(svc *registryv1.Service) {
+	s.services[registry.ServiceName(svc.GetNamespace(), svc.GetHostname())] = svc
+	s.pending.Full = true
+}
+
+// PutEndpointSet stores a registry endpoint set.
+func (s *Store) PutEndpointSet(es *registryv1.EndpointSet) {
+	s.endpointSets[registry.EndpointSetName(es.GetServiceNamespace(), es.GetServiceHostname(), es.GetShard())] = es
+	s.endpointsChanged(registry.ServiceName(es.GetServiceNamespace(), es.GetServiceHostname()))
+}
+
+// PutMesh stores the mesh configuration.
+func (s *Store) PutMesh(m *meshv1alpha1.MeshConfig) {
+	s.mesh = m
+	s.pending.Full = true
+}
+
+func (s *Store) endpointsChanged(service string) {
+	if s.pending.Endpoints == nil {
+		s.pending.Endpoints = map[string]bool{}
+	}
+	s.pending.Endpoints[service] = true
+}
+
+// Pending returns what changed since the last Build.
+func (s *Store) Pending() ChangeSet { return s.pending }
+
+func unpack(body *anypb.Any, m proto.Message) error {
+	if body == nil {
+		return fmt.Errorf("no body (want %s)", m.ProtoReflect().Descriptor().FullName())
+	}
+	if err := body.UnmarshalTo(m); err != nil {
+		return fmt.Errorf("body: %w", err)
+	}
+	return nil
+}

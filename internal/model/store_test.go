@@ -1,0 +1,87 @@
+package model
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+)
+
+func pack(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestPutRejectsWhatDoesNotDecodeAndKeepsTheRest(t *testing.T) {
+	s := NewStore()
+	svc := &registryv1.Service{Hostname: "a.ns.svc.cluster.local", Namespace: "ns", Ports: []*registryv1.ServicePort{{Name: "http", Number: 80}}}
+	if err := s.Put(registry.ServiceTypeURL, "ns/a.ns.svc.cluster.local", nil, nil, pack(t, svc)); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		typeURL, name string
+		body          *anypb.Any
+		want          string
+	}{
+		"wrong message":              {registry.ServiceTypeURL, "ns/b", pack(t, wrapperspb.String("x")), "body"},
+		"no body":                    {registry.EndpointSetTypeURL, "ns/b/0", nil, "no body"},
+		"garbage bytes":              {"networking.istio.io/v1/VirtualService", "ns/vs", &anypb.Any{TypeUrl: "type.googleapis.com/istio.networking.v1alpha3.VirtualService", Value: []byte{0xff, 0xff}}, "VirtualService ns/vs"},
+		"name without slash":         {"networking.istio.io/v1/VirtualService", "vs", pack(t, &networking.VirtualService{}), "not namespace/name"},
+		"unknown collection":         {"example.com/v1/Thing", "ns/x", pack(t, &networking.VirtualService{}), "unknown collection"},
+		"service without a hostname": {registry.ServiceTypeURL, "ns/x", pack(t, &registryv1.Service{}), "no hostname"},
+	}
+	for name, tt := range tests {
+		err := s.Put(tt.typeURL, tt.name, nil, nil, tt.body)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: error %v, want one containing %q", name, err, tt.want)
+		}
+	}
+	pc, _ := s.Build(BuildOptions{}, nil, 1)
+	if got := len(pc.Services()); got != 1 {
+		t.Fatalf("%d services after bad puts, want the 1 good one", got)
+	}
+}
+
+func TestAnEndpointOnlyChangeKeepsTheConfigurationIndexes(t *testing.T) {
+	s := NewStore()
+	s.PutService(&registryv1.Service{Hostname: "a.ns.svc.cluster.local", Namespace: "ns"})
+	first, cs := s.Build(BuildOptions{}, nil, 1)
+	if !cs.Full {
+		t.Fatal("the first build is a full change")
+	}
+	s.PutEndpointSet(&registryv1.EndpointSet{
+		ServiceHostname: "a.ns.svc.cluster.local", ServiceNamespace: "ns", Shard: "0",
+		Endpoints: []*registryv1.Endpoint{{Address: "10.0.0.1"}},
+	})
+	second, cs := s.Build(BuildOptions{}, first, 2)
+	if cs.Full || !cs.Endpoints["ns/a.ns.svc.cluster.local"] || len(cs.Endpoints) != 1 {
+		t.Fatalf("change set %+v, want endpoints of ns/a.ns.svc.cluster.local only", cs)
+	}
+	if second.cfg != first.cfg {
+		t.Fatal("an endpoint-only change rebuilt the configuration indexes")
+	}
+	if got := second.Endpoints(second.Services()[0]); len(got) != 1 {
+		t.Fatalf("endpoints %v", got)
+	}
+	if got := first.Endpoints(first.Services()[0]); len(got) != 0 {
+		t.Fatal("the earlier push context changed: it must be immutable")
+	}
+	s.Delete(registry.ServiceTypeURL, "ns/a.ns.svc.cluster.local")
+	third, cs := s.Build(BuildOptions{}, second, 3)
+	if !cs.Full || len(third.Services()) != 0 {
+		t.Fatalf("deleting a service: change %+v, %d services", cs, len(third.Services()))
+	}
+	if _, cs := s.Build(BuildOptions{}, third, 4); !cs.Empty() {
+		t.Fatalf("nothing changed, change set %+v", cs)
+	}
+}

@@ -1,0 +1,463 @@
+package translate
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+const (
+	defaultConnectTimeout = 10 * time.Second
+	// transportSocketMatch is the endpoint metadata filter Envoy reads to
+	// pick a transport socket (auto mTLS).
+	transportSocketMatch = "envoy.transport_socket_match"
+	tlsModeIstio         = "istio"
+	http2Options         = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+)
+
+// clusters returns the proxy's clusters and the load assignments of its
+// EDS clusters, each sorted by name.
+func (g *gen) clusters() ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment) {
+	var cs []*clusterv3.Cluster
+	var las []*endpointv3.ClusterLoadAssignment
+	for _, svc := range g.scope.Services() {
+		dr := g.scope.DestinationRule(g.p, svc)
+		for _, port := range svc.GetPorts() {
+			c, la := g.outboundCluster(svc, port, dr, nil)
+			if c == nil {
+				continue
+			}
+			cs = append(cs, c)
+			if la != nil {
+				las = append(las, la)
+			}
+			for _, ss := range drSpec(dr).GetSubsets() {
+				if ss.GetName() == "" {
+					continue
+				}
+				c, la := g.outboundCluster(svc, port, dr, ss)
+				if c == nil {
+					continue
+				}
+				cs = append(cs, c)
+				if la != nil {
+					las = append(las, la)
+				}
+			}
+		}
+	}
+	if !g.grpc {
+		cs = append(cs, g.inboundClusters()...)
+		cs = append(cs, blackHole(), g.passthrough())
+	}
+	sortByName(cs)
+	cs = slices.CompactFunc(cs, func(a, b *clusterv3.Cluster) bool { return a.GetName() == b.GetName() })
+	slices.SortFunc(las, func(a, b *endpointv3.ClusterLoadAssignment) int {
+		return compareStrings(a.GetClusterName(), b.GetClusterName())
+	})
+	for _, c := range cs {
+		g.clusterNames[c.GetName()] = true
+	}
+	return cs, las
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// outboundCluster builds outbound|port|subset|host, and its load assignment
+// when it is an EDS cluster.
+func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServicePort, dr *model.DestinationRule, ss *networking.Subset) (*clusterv3.Cluster, *endpointv3.ClusterLoadAssignment) {
+	name := ClusterName("outbound", port.GetNumber(), ss.GetName(), svc.GetHostname())
+	pol := effectivePolicy(drSpec(dr).GetTrafficPolicy(), ss.GetTrafficPolicy(), port.GetNumber())
+	c := &clusterv3.Cluster{
+		Name:           name,
+		ConnectTimeout: dur(defaultConnectTimeout),
+		LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
+	}
+	if ct := g.pc.Mesh.GetConnectTimeout(); ct != nil {
+		c.ConnectTimeout = ct
+	}
+	if g.grpc {
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+	}
+	var la *endpointv3.ClusterLoadAssignment
+	switch svc.GetResolution() {
+	case registryv1.Resolution_RESOLUTION_DNS, registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN:
+		t := clusterv3.Cluster_STRICT_DNS
+		if g.grpc || svc.GetResolution() == registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN {
+			t = clusterv3.Cluster_LOGICAL_DNS
+		}
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: t}
+		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
+		c.LoadAssignment = g.dnsLoadAssignment(name, svc, port, ss, t == clusterv3.Cluster_LOGICAL_DNS)
+	case registryv1.Resolution_RESOLUTION_NONE:
+		if g.grpc {
+			g.problem("cluster %s: resolution NONE (passthrough) is not available to proxyless gRPC clients; left out", name)
+			return nil, nil
+		}
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
+		c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED
+	default:
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
+		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name}
+		la = g.loadAssignment(name, svc, port, ss)
+	}
+	if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
+		g.applyLB(c, pol.lb)
+	}
+	c.CircuitBreakers = circuitBreakers(pol.pool)
+	if pool := pol.pool; pool.GetTcp().GetConnectTimeout() != nil {
+		c.ConnectTimeout = pool.GetTcp().GetConnectTimeout()
+	}
+	if od := outlierDetection(pol.outlier); od != nil {
+		c.OutlierDetection = od
+		if mh := pol.outlier.GetMinHealthPercent(); mh > 0 && !g.grpc {
+			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(mh)}}
+		}
+	}
+	if !g.grpc {
+		if opts := httpOptions(port.GetProtocol(), pol.pool); opts != nil {
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: toAny(opts)}
+		}
+		g.applyTLS(c, svc, port, ss, pol.tls)
+	}
+	return c, la
+}
+
+// drSpec is a DestinationRule's spec, nil when there is none.
+func drSpec(dr *model.DestinationRule) *networking.DestinationRule {
+	if dr == nil {
+		return nil
+	}
+	return dr.Spec
+}
+
+func (g *gen) applyLB(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings) {
+	if lb == nil {
+		return
+	}
+	switch s := lb.GetLbPolicy().(type) {
+	case *networking.LoadBalancerSettings_Simple:
+		switch s.Simple {
+		case networking.LoadBalancerSettings_ROUND_ROBIN:
+			c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+		case networking.LoadBalancerSettings_LEAST_REQUEST:
+			c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+		case networking.LoadBalancerSettings_RANDOM:
+			c.LbPolicy = clusterv3.Cluster_RANDOM
+			if g.grpc {
+				g.problem("cluster %s: RANDOM load balancing is not available to proxyless gRPC clients; ROUND_ROBIN used", c.GetName())
+				c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+			}
+		case networking.LoadBalancerSettings_PASSTHROUGH:
+			if g.grpc || c.GetType() != clusterv3.Cluster_EDS {
+				g.problem("cluster %s: PASSTHROUGH load balancing applies to sidecars' EDS clusters only; ignored", c.GetName())
+				return
+			}
+			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
+			c.EdsClusterConfig = nil
+			c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED
+		}
+	case *networking.LoadBalancerSettings_ConsistentHash:
+		ch := s.ConsistentHash
+		if m := ch.GetMaglev(); m != nil && !g.grpc {
+			c.LbPolicy = clusterv3.Cluster_MAGLEV
+			if m.GetTableSize() > 0 {
+				c.LbConfig = &clusterv3.Cluster_MaglevLbConfig_{MaglevLbConfig: &clusterv3.Cluster_MaglevLbConfig{TableSize: wrapperspb.UInt64(m.GetTableSize())}}
+			}
+			return
+		}
+		c.LbPolicy = clusterv3.Cluster_RING_HASH
+		size := ch.GetRingHash().GetMinimumRingSize()
+		if size == 0 {
+			size = ch.GetMinimumRingSize() //nolint:staticcheck // still the field older configs use
+		}
+		rh := &clusterv3.Cluster_RingHashLbConfig{}
+		if size > 0 {
+			rh.MinimumRingSize = wrapperspb.UInt64(size)
+		}
+		c.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: rh}
+	}
+}
+
+// circuitBreakers maps a connection pool to thresholds. Unset limits are
+// effectively unlimited, as in Istio (Envoy's own defaults of 1024 are too
+// low for a mesh).
+func circuitBreakers(pool *networking.ConnectionPoolSettings) *clusterv3.CircuitBreakers {
+	unlimited := wrapperspb.UInt32(math.MaxUint32)
+	t := &clusterv3.CircuitBreakers_Thresholds{
+		MaxConnections:     unlimited,
+		MaxPendingRequests: unlimited,
+		MaxRequests:        unlimited,
+		MaxRetries:         unlimited,
+		TrackRemaining:     true,
+	}
+	if n := pool.GetTcp().GetMaxConnections(); n > 0 {
+		t.MaxConnections = wrapperspb.UInt32(uint32(n))
+	}
+	if n := pool.GetHttp().GetHttp1MaxPendingRequests(); n > 0 {
+		t.MaxPendingRequests = wrapperspb.UInt32(uint32(n))
+	}
+	if n := pool.GetHttp().GetHttp2MaxRequests(); n > 0 {
+		t.MaxRequests = wrapperspb.UInt32(uint32(n))
+	}
+	if n := pool.GetHttp().GetMaxRetries(); n > 0 {
+		t.MaxRetries = wrapperspb.UInt32(uint32(n))
+	}
+	return &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{t}}
+}
+
+// outlierDetection maps Istio's outlier detection: only the errors it
+// names are enforced.
+func outlierDetection(od *networking.OutlierDetection) *clusterv3.OutlierDetection {
+	if od == nil {
+		return nil
+	}
+	out := &clusterv3.OutlierDetection{
+		Interval:                 od.GetInterval(),
+		BaseEjectionTime:         od.GetBaseEjectionTime(),
+		EnforcingConsecutive_5Xx: wrapperspb.UInt32(0),
+		EnforcingSuccessRate:     wrapperspb.UInt32(0),
+	}
+	if pct := od.GetMaxEjectionPercent(); pct > 0 {
+		out.MaxEjectionPercent = wrapperspb.UInt32(uint32(pct))
+	}
+	if v := od.GetConsecutive_5XxErrors(); v != nil {
+		out.Consecutive_5Xx = wrapperspb.UInt32(v.GetValue())
+		if v.GetValue() > 0 {
+			out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(100)
+		}
+	}
+	if v := od.GetConsecutiveGatewayErrors(); v != nil {
+		out.ConsecutiveGatewayFailure = wrapperspb.UInt32(v.GetValue())
+		if v.GetValue() > 0 {
+			out.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(100)
+		}
+	}
+	if od.GetSplitExternalLocalOriginErrors() {
+		out.SplitExternalLocalOriginErrors = true
+		if v := od.GetConsecutiveLocalOriginFailures(); v != nil {
+			out.ConsecutiveLocalOriginFailure = wrapperspb.UInt32(v.GetValue())
+			out.EnforcingConsecutiveLocalOriginFailure = wrapperspb.UInt32(100)
+		}
+	}
+	return out
+}
+
+// httpOptions sets HTTP/2 upstream for HTTP/2 and gRPC ports (or when the
+// pool asks to upgrade) and the pool's per-connection limits.
+func httpOptions(proto registryv1.Protocol, pool *networking.ConnectionPoolSettings) *httpv3.HttpProtocolOptions {
+	h := pool.GetHttp()
+	common := &corev3.HttpProtocolOptions{}
+	set := false
+	if h.GetIdleTimeout() != nil {
+		common.IdleTimeout = h.GetIdleTimeout()
+		set = true
+	}
+	if n := h.GetMaxRequestsPerConnection(); n > 0 {
+		common.MaxRequestsPerConnection = wrapperspb.UInt32(uint32(n))
+		set = true
+	}
+	h2 := isHTTP2(proto) || (h.GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE && isHTTP(proto))
+	if !h2 && !set {
+		return nil
+	}
+	opts := &httpv3.HttpProtocolOptions{}
+	if set {
+		opts.CommonHttpProtocolOptions = common
+	}
+	if h2 {
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+		}}
+	} else {
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{}}
+	}
+	return opts
+}
+
+// applyTLS sets the upstream transport socket: the DestinationRule's TLS
+// mode when it has one, else auto mTLS (mTLS to endpoints labelled as
+// running a sidecar, plaintext to the rest).
+func (g *gen) applyTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, tls *networking.ClientTLSSettings) {
+	sni := "outbound_." + itoa(port.GetNumber()) + "_." + ss.GetName() + "_." + svc.GetHostname()
+	if tls == nil {
+		if !g.pc.AutoMTLS() || svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL {
+			return
+		}
+		c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
+			{
+				Name:            "tlsMode-istio",
+				Match:           &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(tlsModeIstio)}},
+				TransportSocket: g.istioMutual(svc, sni),
+			},
+			{
+				Name:            "tlsMode-disabled",
+				Match:           &structpb.Struct{},
+				TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(&rawbufferv3.RawBuffer{})}},
+			},
+		}
+		return
+	}
+	switch tls.GetMode() {
+	case networking.ClientTLSSettings_DISABLE:
+	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+		c.TransportSocket = g.istioMutual(svc, sni)
+	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
+		c.TransportSocket = g.originatedTLS(tls)
+	}
+}
+
+func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// istioMutual is mesh mTLS: the workload certificate and root from the
+// agent over SDS, and the server must present one of the service's
+// SPIFFE identities.
+func (g *gen) istioMutual(svc *registryv1.Service, sni string) *corev3.TransportSocket {
+	ctx := &tlsv3.UpstreamTlsContext{
+		Sni: sni,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: SecretWorkload, SdsConfig: sdsSource()}},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: g.spiffeSANs(svc)},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: SecretRoot, SdsConfig: sdsSource()},
+			}},
+		},
+	}
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(ctx)}}
+}
+
+// spiffeSANs are the identities a service's servers may present: those the
+// service declares, else the service accounts of its endpoints.
+func (g *gen) spiffeSANs(svc *registryv1.Service) []*tlsv3.SubjectAltNameMatcher {
+	ids := slices.Clone(svc.GetSubjectAltNames())
+	if len(ids) == 0 {
+		for _, ep := range g.pc.Endpoints(svc) {
+			if sa := ep.GetServiceAccount(); sa != "" {
+				ns := ep.GetWorkloadNamespace()
+				if ns == "" {
+					ns = svc.GetNamespace()
+				}
+				ids = append(ids, "spiffe://"+g.pc.TrustDomain+"/ns/"+ns+"/sa/"+sa)
+			}
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, &tlsv3.SubjectAltNameMatcher{
+			SanType: tlsv3.SubjectAltNameMatcher_URI,
+			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}},
+		})
+	}
+	return out
+}
+
+// originatedTLS is TLS the sidecar originates to a server outside the
+// mesh: certificates from files, or from SDS by credentialName.
+func (g *gen) originatedTLS(tls *networking.ClientTLSSettings) *corev3.TransportSocket {
+	common := &tlsv3.CommonTlsContext{}
+	validation := &tlsv3.CertificateValidationContext{}
+	if ca := tls.GetCaCertificates(); ca != "" {
+		validation.TrustedCa = &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: ca}}
+	}
+	for _, san := range tls.GetSubjectAltNames() {
+		validation.MatchTypedSubjectAltNames = append(validation.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{
+			SanType: tlsv3.SubjectAltNameMatcher_DNS,
+			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}},
+		})
+	}
+	switch {
+	case tls.GetCredentialName() != "":
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: "kubernetes://" + tls.GetCredentialName(), SdsConfig: sdsSource()}}
+		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext:         validation,
+			ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "kubernetes://" + tls.GetCredentialName() + "-cacert", SdsConfig: sdsSource()},
+		}}
+	default:
+		if tls.GetMode() == networking.ClientTLSSettings_MUTUAL {
+			common.TlsCertificates = []*tlsv3.TlsCertificate{{
+				CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: tls.GetClientCertificate()}},
+				PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: tls.GetPrivateKey()}},
+			}}
+		}
+		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: validation}
+	}
+	ctx := &tlsv3.UpstreamTlsContext{Sni: tls.GetSni(), CommonTlsContext: common}
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(ctx)}}
+}
+
+// inboundClusters are inbound|<port>|| for each port of the proxy's own
+// workload: the application on localhost.
+func (g *gen) inboundClusters() []*clusterv3.Cluster {
+	var out []*clusterv3.Cluster
+	seen := map[uint32]bool{}
+	for _, in := range g.pc.Instances(g.p) {
+		for _, port := range in.Service.GetPorts() {
+			target, ok := endpointPort(in.Endpoint, port)
+			if !ok || seen[target] {
+				continue
+			}
+			seen[target] = true
+			name := ClusterName("inbound", target, "", "")
+			out = append(out, &clusterv3.Cluster{
+				Name:                 name,
+				ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+				ConnectTimeout:       dur(defaultConnectTimeout),
+				LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+				CircuitBreakers:      circuitBreakers(nil),
+				LoadAssignment: &endpointv3.ClusterLoadAssignment{
+					ClusterName: name,
+					Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{
+						lbEndpoint(socketAddress("127.0.0.1", target), 0, corev3.HealthStatus_UNKNOWN, nil),
+					}}},
+				},
+			})
+		}
+	}
+	return out
+}
+
+func blackHole() *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 BlackHoleCluster,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		ConnectTimeout:       dur(defaultConnectTimeout),
+	}
+}
+
+func (g *gen) passthrough() *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 PassthroughCluster,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
+		ConnectTimeout:       dur(defaultConnectTimeout),
+		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
+		CircuitBreakers:      circuitBreakers(nil),
+	}
+}

@@ -1,0 +1,294 @@
+package translate
+
+import (
+	"errors"
+	"fmt"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// check drops every resource that fails its generated Validate() (applied
+// also to the messages packed in Any fields, which Validate does not open)
+// or that names a resource the output does not have, and records why in
+// Problems. What remains is a consistent set a proxy can accept.
+func check(out *Output) {
+	out.Clusters = keep(out, "cluster", out.Clusters, func(c *clusterv3.Cluster) error { return Validate(c) })
+	clusters := map[string]bool{}
+	eds := map[string]bool{}
+	for _, c := range out.Clusters {
+		clusters[c.GetName()] = true
+		if c.GetType() == clusterv3.Cluster_EDS {
+			eds[c.GetEdsClusterConfig().GetServiceName()] = true
+		}
+	}
+	out.Endpoints = keep(out, "load assignment", out.Endpoints, func(la *endpointv3.ClusterLoadAssignment) error {
+		if !eds[la.GetClusterName()] {
+			return errors.New("no EDS cluster has this name")
+		}
+		return Validate(la)
+	})
+	out.Routes = keep(out, "route configuration", out.Routes, func(rc *routev3.RouteConfiguration) error {
+		repairRoutes(out, rc, clusters)
+		return Validate(rc)
+	})
+	routes := map[string]bool{}
+	for _, rc := range out.Routes {
+		routes[rc.GetName()] = true
+	}
+	out.Listeners = keep(out, "listener", out.Listeners, func(l *listenerv3.Listener) error {
+		if err := repairListener(out, l, clusters, routes); err != nil {
+			return err
+		}
+		return Validate(l)
+	})
+}
+
+func keep[T interface {
+	proto.Message
+	comparable
+}](out *Output, what string, in []T, ok func(T) error) []T {
+	kept := in[:0]
+	seen := map[string]bool{}
+	for _, r := range in {
+		name := resourceName(r)
+		err := ok(r)
+		if err == nil && seen[name] {
+			err = errors.New("duplicate name")
+		}
+		if err != nil {
+			out.Problems = append(out.Problems, fmt.Sprintf("%s %s dropped: %v", what, name, err))
+			continue
+		}
+		seen[name] = true
+		kept = append(kept, r)
+	}
+	return kept
+}
+
+func resourceName(m proto.Message) string {
+	switch r := m.(type) {
+	case *endpointv3.ClusterLoadAssignment:
+		return r.GetClusterName()
+	case interface{ GetName() string }:
+		return r.GetName()
+	}
+	return ""
+}
+
+// Validate runs a resource's generated validation, and that of every
+// message packed in its Any fields.
+func Validate(m proto.Message) error {
+	if v, ok := m.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return err //nolint:wrapcheck // the generated message names the field
+		}
+	}
+	return walkAny(m.ProtoReflect())
+}
+
+func walkAny(m protoreflect.Message) error {
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := 0; i < l.Len() && err == nil; i++ {
+				err = visit(l.Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				err = visit(mv.Message())
+				return err == nil
+			})
+		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
+			err = visit(v.Message())
+		}
+		return err == nil
+	})
+	return err
+}
+
+func visit(m protoreflect.Message) error {
+	a, ok := m.Interface().(*anypb.Any)
+	if !ok {
+		return walkAny(m)
+	}
+	inner, err := a.UnmarshalNew()
+	if err != nil {
+		return fmt.Errorf("typed config %s: %w", a.GetTypeUrl(), err)
+	}
+	if err := Validate(inner); err != nil {
+		return fmt.Errorf("%s: %w", a.GetTypeUrl(), err)
+	}
+	return nil
+}
+
+// repairRoutes keeps a bad part from taking the rest down: a virtual
+// host that fails validation is dropped, a route that names a cluster the
+// output lacks answers 503 instead, and a domain already claimed by an
+// earlier virtual host is dropped from the later one.
+func repairRoutes(out *Output, rc *routev3.RouteConfiguration, clusters map[string]bool) {
+	domains := map[string]bool{}
+	vhs := rc.VirtualHosts[:0]
+	for _, vh := range rc.GetVirtualHosts() {
+		if err := Validate(vh); err != nil {
+			out.Problems = append(out.Problems, fmt.Sprintf("route configuration %s: virtual host %s dropped: %v", rc.GetName(), vh.GetName(), err))
+			continue
+		}
+		kept := vh.Domains[:0]
+		for _, d := range vh.GetDomains() {
+			if domains[d] {
+				out.Problems = append(out.Problems, fmt.Sprintf("route configuration %s: domain %q of %s is in an earlier virtual host; dropped", rc.GetName(), d, vh.GetName()))
+				continue
+			}
+			domains[d] = true
+			kept = append(kept, d)
+		}
+		vh.Domains = kept
+		if len(kept) == 0 {
+			continue
+		}
+		for _, r := range vh.GetRoutes() {
+			if err := routeClusters(r.GetRoute(), clusters); err != nil {
+				out.Problems = append(out.Problems, fmt.Sprintf("route configuration %s: virtual host %s route %s %v; answering 503", rc.GetName(), vh.GetName(), r.GetName(), err))
+				r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 503}}
+			}
+		}
+		vhs = append(vhs, vh)
+	}
+	rc.VirtualHosts = vhs
+}
+
+func routeClusters(ra *routev3.RouteAction, clusters map[string]bool) error {
+	if ra == nil {
+		return nil
+	}
+	names := []string{}
+	if c := ra.GetCluster(); c != "" {
+		names = append(names, c)
+	}
+	for _, w := range ra.GetWeightedClusters().GetClusters() {
+		names = append(names, w.GetName())
+	}
+	for _, m := range ra.GetRequestMirrorPolicies() {
+		names = append(names, m.GetCluster())
+	}
+	for _, n := range names {
+		if !clusters[n] {
+			return fmt.Errorf("names unknown cluster %q", n)
+		}
+	}
+	return nil
+}
+
+// repairListener drops the filter chains that fail validation or name a
+// cluster or route configuration the output lacks, or repeat an earlier
+// chain's name or match; a listener left without chains is an error.
+func repairListener(out *Output, l *listenerv3.Listener, clusters, routes map[string]bool) error {
+	if api := l.GetApiListener().GetApiListener(); api != nil {
+		hcm := &hcmv3.HttpConnectionManager{}
+		if err := api.UnmarshalTo(hcm); err != nil {
+			return fmt.Errorf("api listener: %w", err)
+		}
+		return checkHCM(out, hcm, clusters, routes)
+	}
+	names := map[string]bool{}
+	matches := map[string]bool{}
+	chains := l.FilterChains[:0]
+	for _, fc := range l.GetFilterChains() {
+		err := checkChain(out, fc, clusters, routes, names, matches)
+		if err != nil {
+			out.Problems = append(out.Problems, fmt.Sprintf("listener %s: filter chain %s dropped: %v", l.GetName(), fc.GetName(), err))
+			continue
+		}
+		chains = append(chains, fc)
+	}
+	l.FilterChains = chains
+	if len(chains) == 0 {
+		return errors.New("no filter chain left")
+	}
+	return nil
+}
+
+func checkChain(out *Output, fc *listenerv3.FilterChain, clusters, routes, names, matches map[string]bool) error {
+	if err := Validate(fc); err != nil {
+		return err
+	}
+	if names[fc.GetName()] {
+		return errors.New("an earlier chain has this name")
+	}
+	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(fc.GetFilterChainMatch())
+	if err != nil {
+		return fmt.Errorf("match: %w", err)
+	}
+	if matches[string(key)] {
+		return errors.New("an earlier chain has the same match")
+	}
+	for _, f := range fc.GetFilters() {
+		if err := checkFilter(out, f, clusters, routes); err != nil {
+			return err
+		}
+	}
+	names[fc.GetName()] = true
+	matches[string(key)] = true
+	return nil
+}
+
+func checkFilter(out *Output, f *listenerv3.Filter, clusters, routes map[string]bool) error {
+	switch f.GetName() {
+	case tcpProxyFilter:
+		tp := &tcpproxyv3.TcpProxy{}
+		if err := f.GetTypedConfig().UnmarshalTo(tp); err != nil {
+			return fmt.Errorf("tcp_proxy: %w", err)
+		}
+		names := []string{}
+		if c := tp.GetCluster(); c != "" {
+			names = append(names, c)
+		}
+		for _, w := range tp.GetWeightedClusters().GetClusters() {
+			names = append(names, w.GetName())
+		}
+		for _, n := range names {
+			if !clusters[n] {
+				return fmt.Errorf("tcp_proxy names unknown cluster %q", n)
+			}
+		}
+	case hcmFilter:
+		hcm := &hcmv3.HttpConnectionManager{}
+		if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+			return fmt.Errorf("http_connection_manager: %w", err)
+		}
+		return checkHCM(out, hcm, clusters, routes)
+	}
+	return nil
+}
+
+// checkHCM: the router filter is last, RDS names a generated route
+// configuration, and an inline one only names clusters the output has.
+func checkHCM(out *Output, hcm *hcmv3.HttpConnectionManager, clusters, routes map[string]bool) error {
+	fs := hcm.GetHttpFilters()
+	if len(fs) == 0 || fs[len(fs)-1].GetName() != routerFilter {
+		return errors.New("the router filter is not last")
+	}
+	if rds := hcm.GetRds(); rds != nil && !routes[rds.GetRouteConfigName()] {
+		return fmt.Errorf("RDS names unknown route configuration %q", rds.GetRouteConfigName())
+	}
+	if rc := hcm.GetRouteConfig(); rc != nil {
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				if err := routeClusters(r.GetRoute(), clusters); err != nil {
+					return fmt.Errorf("inline route %s: %w", r.GetName(), err)
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,401 @@
+package translate
+
+import (
+	"slices"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	originaldstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+const (
+	hcmFilter      = "envoy.filters.network.http_connection_manager"
+	tcpProxyFilter = "envoy.filters.network.tcp_proxy"
+)
+
+// listeners returns the proxy's listeners, sorted by name.
+func (g *gen) listeners() []*listenerv3.Listener {
+	var out []*listenerv3.Listener
+	if g.grpc {
+		for _, svc := range g.scope.Services() {
+			if !grpcReachable(svc) {
+				continue
+			}
+			for _, port := range svc.GetPorts() {
+				name := ListenerName(svc.GetHostname(), port.GetNumber())
+				out = append(out, &listenerv3.Listener{
+					Name:        name,
+					ApiListener: &listenerv3.ApiListener{ApiListener: toAny(httpConnectionManager(name, name))},
+				})
+			}
+		}
+		sortByName(out)
+		return out
+	}
+	out = append(out, g.virtualOutbound(), g.virtualInbound())
+	out = append(out, g.outboundListeners()...)
+	sortByName(out)
+	return out
+}
+
+func httpFilters() []*hcmv3.HttpFilter {
+	return []*hcmv3.HttpFilter{
+		{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: toAny(&faultv3.HTTPFault{})}},
+		{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: toAny(&routerv3.Router{})}},
+	}
+}
+
+func httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		StatPrefix: statPrefix,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: routeName,
+		}},
+		HttpFilters: httpFilters(),
+	}
+}
+
+func networkFilter(name string, cfg proto.Message) *listenerv3.Filter {
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: toAny(cfg)}}
+}
+
+func tcpProxy(statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) *listenerv3.Filter {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix}
+	if len(clusters) == 1 {
+		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: clusters[0].GetName()}
+	} else {
+		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: &tcpproxyv3.TcpProxy_WeightedCluster{Clusters: clusters}}
+	}
+	return networkFilter(tcpProxyFilter, tp)
+}
+
+func single(cluster string) []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight {
+	return []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{{Name: cluster, Weight: 1}}
+}
+
+// virtualOutbound receives everything the pod sends (iptables) and hands
+// each connection to the listener of its original destination; what no
+// listener claims is passed through or dropped per outboundTrafficPolicy.
+func (g *gen) virtualOutbound() *listenerv3.Listener {
+	catchAll := PassthroughCluster
+	if !g.pc.AllowAny() {
+		catchAll = BlackHoleCluster
+	}
+	return &listenerv3.Listener{
+		Name:             VirtualOutbound,
+		Address:          socketAddress("0.0.0.0", OutboundPort),
+		UseOriginalDst:   wrapperspb.Bool(true),
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		FilterChains: []*listenerv3.FilterChain{{
+			Name:    "virtualOutbound-catchall-tcp",
+			Filters: []*listenerv3.Filter{tcpProxy(catchAll, single(catchAll))},
+		}},
+	}
+}
+
+// virtualInbound receives everything sent to the pod: one filter chain per
+// port of the workload (mTLS, plaintext, or both as PeerAuthentication
+// says) to the application on localhost, and a catch-all passthrough.
+func (g *gen) virtualInbound() *listenerv3.Listener {
+	l := &listenerv3.Listener{
+		Name:             VirtualInbound,
+		Address:          socketAddress("0.0.0.0", InboundPort),
+		TrafficDirection: corev3.TrafficDirection_INBOUND,
+		ListenerFilters: []*listenerv3.ListenerFilter{
+			{Name: "envoy.filters.listener.original_dst", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: toAny(&originaldstv3.OriginalDst{})}},
+			{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: toAny(&tlsinspectorv3.TlsInspector{})}},
+		},
+	}
+	seen := map[uint32]bool{}
+	for _, in := range g.pc.Instances(g.p) {
+		for _, port := range in.Service.GetPorts() {
+			target, ok := endpointPort(in.Endpoint, port)
+			if !ok || seen[target] {
+				continue
+			}
+			seen[target] = true
+			l.FilterChains = append(l.FilterChains, g.inboundChains(target, port.GetProtocol())...)
+		}
+	}
+	l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+		Name:    "virtualInbound-catchall",
+		Filters: []*listenerv3.Filter{tcpProxy(PassthroughCluster, single(PassthroughCluster))},
+	})
+	return l
+}
+
+func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv3.FilterChain {
+	cluster := ClusterName("inbound", port, "", "")
+	filters := func() []*listenerv3.Filter {
+		if !isHTTP(proto) {
+			return []*listenerv3.Filter{tcpProxy(cluster, single(cluster))}
+		}
+		hcm := &hcmv3.HttpConnectionManager{
+			StatPrefix: cluster,
+			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+				Name: cluster,
+				VirtualHosts: []*routev3.VirtualHost{{
+					Name:    "inbound|http|" + itoa(port),
+					Domains: []string{"*"},
+					Routes: []*routev3.Route{{
+						Name:   "default",
+						Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+						Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}, Timeout: dur(0)}},
+					}},
+				}},
+				ValidateClusters: wrapperspb.Bool(false),
+			}},
+			HttpFilters:              httpFilters(),
+			ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
+		}
+		return []*listenerv3.Filter{networkFilter(hcmFilter, hcm)}
+	}
+	match := func(transport string) *listenerv3.FilterChainMatch {
+		return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: transport}
+	}
+	mtls := &listenerv3.FilterChain{
+		Name:             "inbound|" + itoa(port) + "|mtls",
+		FilterChainMatch: match("tls"),
+		Filters:          filters(),
+		TransportSocket:  g.downstreamMTLS(proto),
+	}
+	plain := &listenerv3.FilterChain{Name: "inbound|" + itoa(port) + "|plaintext", FilterChainMatch: match("raw_buffer"), Filters: filters()}
+	switch g.pc.InboundMTLS(g.p, port) {
+	case model.Strict:
+		return []*listenerv3.FilterChain{mtls}
+	case model.Disable:
+		plain.FilterChainMatch.TransportProtocol = ""
+		return []*listenerv3.FilterChain{plain}
+	default:
+		return []*listenerv3.FilterChain{mtls, plain}
+	}
+}
+
+// downstreamMTLS terminates mesh mTLS: the workload certificate and root
+// from the agent, client certificates required.
+func (g *gen) downstreamMTLS(proto registryv1.Protocol) *corev3.TransportSocket {
+	alpn := []string{"istio-peer-exchange", "istio"}
+	if isHTTP(proto) {
+		alpn = []string{"h2", "http/1.1"}
+	}
+	ctx := &tlsv3.DownstreamTlsContext{
+		RequireClientCertificate: wrapperspb.Bool(true),
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			AlpnProtocols:                  alpn,
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: SecretWorkload, SdsConfig: sdsSource()}},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: SecretRoot, SdsConfig: sdsSource()},
+			}},
+		},
+	}
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(ctx)}}
+}
+
+// outboundListeners: "0.0.0.0_<port>" for HTTP ports (routed by RDS
+// "<port>"), with SNI chains for TLS services without an address, and
+// "<vip>_<port>" tcp_proxy listeners for TCP services with addresses.
+func (g *gen) outboundListeners() []*listenerv3.Listener {
+	type wildcard struct {
+		http bool
+		sni  []*listenerv3.FilterChain
+		tcp  []*listenerv3.FilterChain
+	}
+	wild := map[uint32]*wildcard{}
+	get := func(port uint32) *wildcard {
+		if wild[port] == nil {
+			wild[port] = &wildcard{}
+		}
+		return wild[port]
+	}
+	var out []*listenerv3.Listener
+	names := map[string]string{}
+	for _, svc := range g.scope.Services() {
+		for _, port := range svc.GetPorts() {
+			num := port.GetNumber()
+			if isHTTP(port.GetProtocol()) {
+				get(num).http = true
+				continue
+			}
+			if port.GetProtocol() == registryv1.Protocol_PROTOCOL_UDP {
+				continue
+			}
+			clusters := g.tcpDestinations(svc, port)
+			if len(clusters) == 0 {
+				continue
+			}
+			vips := ipAddresses(svc.GetAddresses())
+			if len(vips) == 0 {
+				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
+				chain := &listenerv3.FilterChain{
+					Name:    ClusterName("outbound", num, "", svc.GetHostname()),
+					Filters: []*listenerv3.Filter{tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
+				}
+				if tls && svc.GetHostname() != "*" {
+					chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{svc.GetHostname()}, TransportProtocol: "tls"}
+					get(num).sni = append(get(num).sni, chain)
+				} else {
+					get(num).tcp = append(get(num).tcp, chain)
+				}
+				continue
+			}
+			for _, vip := range vips {
+				name := vip + "_" + itoa(num)
+				if owner, dup := names[name]; dup {
+					g.problem("listener %s: %s and %s share an address and port; %s left out", name, owner, svc.GetHostname(), svc.GetHostname())
+					continue
+				}
+				names[name] = svc.GetHostname()
+				out = append(out, &listenerv3.Listener{
+					Name:             name,
+					Address:          socketAddress(vip, num),
+					BindToPort:       wrapperspb.Bool(false),
+					TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+					FilterChains: []*listenerv3.FilterChain{{
+						Name:    ClusterName("outbound", num, "", svc.GetHostname()),
+						Filters: []*listenerv3.Filter{tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
+					}},
+				})
+			}
+		}
+	}
+	ports := make([]uint32, 0, len(wild))
+	for p := range wild {
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	for _, port := range ports {
+		w := wild[port]
+		name := "0.0.0.0_" + itoa(port)
+		l := &listenerv3.Listener{
+			Name:             name,
+			Address:          socketAddress("0.0.0.0", port),
+			BindToPort:       wrapperspb.Bool(false),
+			TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		}
+		l.FilterChains = append(l.FilterChains, w.sni...)
+		switch {
+		case w.http:
+			l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+				Name:    name,
+				Filters: []*listenerv3.Filter{networkFilter(hcmFilter, httpConnectionManager("outbound_"+name, itoa(port)))},
+			})
+			for _, c := range w.tcp {
+				g.problem("listener %s: TCP service %s without an address shares port %d with HTTP services; left out", name, c.GetName(), port)
+			}
+		case len(w.tcp) > 0:
+			l.FilterChains = append(l.FilterChains, w.tcp[0])
+			for _, c := range w.tcp[1:] {
+				g.problem("listener %s: TCP services %s and %s have no address and share port %d; %s left out", name, w.tcp[0].GetName(), c.GetName(), port, c.GetName())
+			}
+		}
+		if len(l.GetFilterChains()) == 0 {
+			continue
+		}
+		if len(w.sni) > 0 {
+			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: toAny(&tlsinspectorv3.TlsInspector{})}}}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func ipAddresses(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		if !strings.Contains(a, "/") && a != "" && a != "None" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// tcpDestinations are the clusters a TCP service port forwards to: its
+// VirtualService's first TCP (or TLS) route that applies, else itself.
+func (g *gen) tcpDestinations(svc *registryv1.Service, port *registryv1.ServicePort) []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight {
+	self := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
+	vs := g.scope.VirtualService(svc.GetHostname())
+	if vs == nil {
+		return single(self)
+	}
+	var dests []*networking.RouteDestination
+	found := false
+	for _, tr := range vs.Spec.GetTcp() {
+		if g.l4Applies(tr.GetMatch(), port.GetNumber()) {
+			dests, found = tr.GetRoute(), true
+			break
+		}
+	}
+	if !found {
+		for _, tr := range vs.Spec.GetTls() {
+			if g.tlsApplies(tr.GetMatch(), port.GetNumber(), svc.GetHostname()) {
+				dests, found = tr.GetRoute(), true
+				break
+			}
+		}
+	}
+	if !found {
+		return single(self)
+	}
+	var out []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight
+	for _, d := range dests {
+		if len(dests) > 1 && d.GetWeight() == 0 {
+			continue
+		}
+		name, _, ok := g.destination(d.GetDestination(), vs, port)
+		if !ok {
+			continue
+		}
+		out = append(out, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: name, Weight: uint32(max(d.GetWeight(), 1))})
+	}
+	if len(out) == 0 {
+		g.problem("VirtualService %s/%s: no TCP destination of %s is a known cluster; %s left out", vs.Namespace, vs.Name, svc.GetHostname(), self)
+	}
+	return out
+}
+
+func (g *gen) l4Applies(ms []*networking.L4MatchAttributes, port uint32) bool {
+	if len(ms) == 0 {
+		return true
+	}
+	for _, m := range ms {
+		if (m.GetPort() == 0 || m.GetPort() == port) && model.LabelsMatch(m.GetSourceLabels(), g.p.Labels) &&
+			(m.GetSourceNamespace() == "" || m.GetSourceNamespace() == g.p.Namespace) &&
+			(len(m.GetGateways()) == 0 || slices.Contains(m.GetGateways(), model.MeshGateway)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *gen) tlsApplies(ms []*networking.TLSMatchAttributes, port uint32, host string) bool {
+	for _, m := range ms {
+		if (m.GetPort() == 0 || m.GetPort() == port) && model.LabelsMatch(m.GetSourceLabels(), g.p.Labels) &&
+			(len(m.GetGateways()) == 0 || slices.Contains(m.GetGateways(), model.MeshGateway)) &&
+			slices.ContainsFunc(m.GetSniHosts(), func(h string) bool { return model.HostMatches(h, host) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// grpcReachable reports whether a proxyless gRPC client can call the
+// service: it needs endpoints it is told about (not passthrough).
+func grpcReachable(svc *registryv1.Service) bool {
+	return svc.GetResolution() != registryv1.Resolution_RESOLUTION_NONE
+}

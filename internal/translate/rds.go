@@ -1,0 +1,615 @@
+package translate
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+const (
+	faultFilter  = "envoy.filters.http.fault"
+	routerFilter = "envoy.filters.http.router"
+	// defaultRetryOn is what Istio retries when a route says nothing.
+	defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+)
+
+// grpcRetryOn are the retry conditions gRPC clients understand.
+var grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
+
+// routes returns the route configurations: one per outbound HTTP port for
+// sidecars ("80"), one per API listener for proxyless gRPC clients
+// ("host:port").
+func (g *gen) routes() []*routev3.RouteConfiguration {
+	if g.grpc {
+		return g.grpcRoutes()
+	}
+	byPort := map[uint32][]*routev3.VirtualHost{}
+	for _, svc := range g.scope.Services() {
+		for _, port := range svc.GetPorts() {
+			if !isHTTP(port.GetProtocol()) {
+				continue
+			}
+			byPort[port.GetNumber()] = append(byPort[port.GetNumber()], g.virtualHost(svc, port))
+		}
+	}
+	ports := make([]uint32, 0, len(byPort))
+	for p := range byPort {
+		ports = append(ports, p)
+	}
+	slices.Sort(ports)
+	out := make([]*routev3.RouteConfiguration, 0, len(ports))
+	for _, port := range ports {
+		vhs := byPort[port]
+		sortByName(vhs)
+		vhs = append(vhs, g.fallbackVirtualHost())
+		rc := &routev3.RouteConfiguration{Name: itoa(port), VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false)}
+		out = append(out, rc)
+	}
+	return out
+}
+
+func (g *gen) grpcRoutes() []*routev3.RouteConfiguration {
+	var out []*routev3.RouteConfiguration
+	for _, svc := range g.scope.Services() {
+		if !grpcReachable(svc) {
+			continue
+		}
+		for _, port := range svc.GetPorts() {
+			name := ListenerName(svc.GetHostname(), port.GetNumber())
+			vh := &routev3.VirtualHost{
+				Name:    name,
+				Domains: []string{name, svc.GetHostname()},
+				Routes:  g.httpRoutes(svc, port),
+			}
+			out = append(out, &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}})
+		}
+	}
+	sortByName(out)
+	return out
+}
+
+// virtualHost is "<host>:<port>", reached by every name of the service,
+// with and without the port.
+func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort) *routev3.VirtualHost {
+	p := ":" + itoa(port.GetNumber())
+	var domains []string
+	for _, n := range append(g.serviceNames(svc), svc.GetAddresses()...) {
+		if strings.Contains(n, ":") && !strings.Contains(n, ".") { // IPv6 VIP
+			domains = append(domains, "["+n+"]", "["+n+"]"+p)
+			continue
+		}
+		domains = append(domains, n, n+p)
+	}
+	return &routev3.VirtualHost{
+		Name:    ListenerName(svc.GetHostname(), port.GetNumber()),
+		Domains: domains,
+		Routes:  g.httpRoutes(svc, port),
+	}
+}
+
+// fallbackVirtualHost catches hosts the mesh does not know: passed
+// through (ALLOW_ANY) or refused with 502 (REGISTRY_ONLY).
+func (g *gen) fallbackVirtualHost() *routev3.VirtualHost {
+	if g.pc.AllowAny() {
+		return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{{
+			Name:   "allow_any",
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: PassthroughCluster}, Timeout: dur(0)}},
+		}}}
+	}
+	return &routev3.VirtualHost{Name: "block_all", Domains: []string{"*"}, Routes: []*routev3.Route{{
+		Name:   "block_all",
+		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 502}},
+	}}}
+}
+
+// httpRoutes are the routes of a service port: its VirtualService's HTTP
+// routes when one applies, else one default route to the service.
+func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) []*routev3.Route {
+	vs := g.scope.VirtualService(svc.GetHostname())
+	if vs == nil || len(vs.Spec.GetHttp()) == 0 {
+		name := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
+		ra := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}, Timeout: dur(0)}
+		if !g.grpc {
+			ra.RetryPolicy = defaultRetryPolicy()
+		}
+		g.hashPolicy(ra, svc)
+		return []*routev3.Route{{
+			Name:   "default",
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: ra},
+		}}
+	}
+	var out []*routev3.Route
+	for i, hr := range vs.Spec.GetHttp() {
+		matches := g.applicableMatches(hr, port.GetNumber())
+		if len(hr.GetMatch()) > 0 && len(matches) == 0 {
+			continue
+		}
+		if len(matches) == 0 {
+			matches = []*networking.HTTPMatchRequest{nil}
+		}
+		name := hr.GetName()
+		if name == "" {
+			name = vs.Namespace + "/" + vs.Name + "#" + strconv.Itoa(i)
+		}
+		catchAll := false
+		for _, m := range matches {
+			r := &routev3.Route{Name: name, Match: g.routeMatch(m)}
+			g.routeBody(r, hr, vs, svc, port)
+			out = append(out, r)
+			if isCatchAll(m) {
+				catchAll = true
+				break
+			}
+		}
+		if catchAll {
+			break // later routes could never match
+		}
+	}
+	return out
+}
+
+// applicableMatches drops the match conditions that cannot apply to this
+// proxy and port: another port, other source labels or namespace, or
+// only gateways.
+func (g *gen) applicableMatches(hr *networking.HTTPRoute, port uint32) []*networking.HTTPMatchRequest {
+	var out []*networking.HTTPMatchRequest
+	for _, m := range hr.GetMatch() {
+		if m.GetPort() != 0 && m.GetPort() != port {
+			continue
+		}
+		if !model.LabelsMatch(m.GetSourceLabels(), g.p.Labels) {
+			continue
+		}
+		if ns := m.GetSourceNamespace(); ns != "" && ns != g.p.Namespace {
+			continue
+		}
+		if gws := m.GetGateways(); len(gws) > 0 && !slices.Contains(gws, model.MeshGateway) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func isCatchAll(m *networking.HTTPMatchRequest) bool {
+	if m == nil {
+		return true
+	}
+	uri := m.GetUri()
+	prefixAll := uri == nil || (uri.GetPrefix() == "/" && !m.GetIgnoreUriCase())
+	return prefixAll && len(m.GetHeaders()) == 0 && len(m.GetWithoutHeaders()) == 0 && len(m.GetQueryParams()) == 0 &&
+		m.GetMethod() == nil && m.GetAuthority() == nil && m.GetScheme() == nil
+}
+
+func (g *gen) routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
+	rm := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+	if m == nil {
+		return rm
+	}
+	switch u := m.GetUri().GetMatchType().(type) {
+	case *networking.StringMatch_Exact:
+		rm.PathSpecifier = &routev3.RouteMatch_Path{Path: u.Exact}
+	case *networking.StringMatch_Prefix:
+		rm.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: u.Prefix}
+	case *networking.StringMatch_Regex:
+		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: u.Regex}}
+	}
+	if m.GetIgnoreUriCase() {
+		rm.CaseSensitive = wrapperspb.Bool(false)
+	}
+	for _, name := range sortedKeys(m.GetHeaders()) {
+		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetHeaders()[name], false))
+	}
+	for _, name := range sortedKeys(m.GetWithoutHeaders()) {
+		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetWithoutHeaders()[name], true))
+	}
+	for _, pseudo := range []struct {
+		name string
+		sm   *networking.StringMatch
+	}{{":method", m.GetMethod()}, {":authority", m.GetAuthority()}, {":scheme", m.GetScheme()}} {
+		if pseudo.sm != nil {
+			rm.Headers = append(rm.Headers, headerMatcher(pseudo.name, pseudo.sm, false))
+		}
+	}
+	for _, name := range sortedKeys(m.GetQueryParams()) {
+		qm := &routev3.QueryParameterMatcher{Name: name}
+		if sm := stringMatcher(m.GetQueryParams()[name]); sm != nil {
+			qm.QueryParameterMatchSpecifier = &routev3.QueryParameterMatcher_StringMatch{StringMatch: sm}
+		} else {
+			qm.QueryParameterMatchSpecifier = &routev3.QueryParameterMatcher_PresentMatch{PresentMatch: true}
+		}
+		rm.QueryParameters = append(rm.QueryParameters, qm)
+	}
+	return rm
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func stringMatcher(sm *networking.StringMatch) *matcherv3.StringMatcher {
+	switch v := sm.GetMatchType().(type) {
+	case *networking.StringMatch_Exact:
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: v.Exact}}
+	case *networking.StringMatch_Prefix:
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: v.Prefix}}
+	case *networking.StringMatch_Regex:
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: v.Regex}}}
+	}
+	return nil
+}
+
+// headerMatcher matches a header's value, or its presence when no value is
+// given.
+func headerMatcher(name string, sm *networking.StringMatch, invert bool) *routev3.HeaderMatcher {
+	hm := &routev3.HeaderMatcher{Name: strings.ToLower(name), InvertMatch: invert}
+	if m := stringMatcher(sm); m != nil {
+		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: m}
+	} else {
+		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+	}
+	return hm
+}
+
+// routeBody fills what a route does: redirect, direct response, or
+// forward (with weights, rewrites, timeout, retries, mirror, fault and
+// header changes).
+func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.VirtualService, svc *registryv1.Service, port *registryv1.ServicePort) {
+	g.headerOps(hr.GetHeaders(), &r.RequestHeadersToAdd, &r.RequestHeadersToRemove, &r.ResponseHeadersToAdd, &r.ResponseHeadersToRemove)
+	if f := fault(hr.GetFault()); f != nil {
+		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: toAny(f)}
+	}
+	switch {
+	case hr.GetRedirect() != nil:
+		r.Action = &routev3.Route_Redirect{Redirect: redirect(hr.GetRedirect())}
+		return
+	case hr.GetDirectResponse() != nil:
+		dr := &routev3.DirectResponseAction{Status: hr.GetDirectResponse().GetStatus()}
+		if b := hr.GetDirectResponse().GetBody(); b != nil {
+			if s := b.GetString_(); s != "" {
+				dr.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: s}}
+			} else if bs := b.GetBytes(); len(bs) > 0 {
+				dr.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: bs}}
+			}
+		}
+		r.Action = &routev3.Route_DirectResponse{DirectResponse: dr}
+		return
+	}
+	ra := &routev3.RouteAction{Timeout: dur(0)}
+	if t := hr.GetTimeout(); t != nil {
+		ra.Timeout = t
+	}
+	var wcs []*routev3.WeightedCluster_ClusterWeight
+	var firstSvc *registryv1.Service
+	for _, d := range hr.GetRoute() {
+		if len(hr.GetRoute()) > 1 && d.GetWeight() == 0 {
+			continue // weight 0 of several: no traffic
+		}
+		name, dsvc, ok := g.destination(d.GetDestination(), vs, port)
+		if !ok {
+			continue
+		}
+		if firstSvc == nil {
+			firstSvc = dsvc
+		}
+		cw := &routev3.WeightedCluster_ClusterWeight{Name: name, Weight: wrapperspb.UInt32(uint32(max(d.GetWeight(), 0)))}
+		g.headerOps(d.GetHeaders(), &cw.RequestHeadersToAdd, &cw.RequestHeadersToRemove, &cw.ResponseHeadersToAdd, &cw.ResponseHeadersToRemove)
+		wcs = append(wcs, cw)
+	}
+	if len(wcs) == 0 {
+		g.problem("route %s of VirtualService %s/%s: no destination is a known cluster; answering 503", r.GetName(), vs.Namespace, vs.Name)
+		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 503}}
+		return
+	}
+	if len(wcs) == 1 {
+		ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: wcs[0].GetName()}
+		r.RequestHeadersToAdd = append(r.RequestHeadersToAdd, wcs[0].GetRequestHeadersToAdd()...)
+		r.RequestHeadersToRemove = append(r.RequestHeadersToRemove, wcs[0].GetRequestHeadersToRemove()...)
+		r.ResponseHeadersToAdd = append(r.ResponseHeadersToAdd, wcs[0].GetResponseHeadersToAdd()...)
+		r.ResponseHeadersToRemove = append(r.ResponseHeadersToRemove, wcs[0].GetResponseHeadersToRemove()...)
+	} else {
+		for _, w := range wcs {
+			if w.GetWeight().GetValue() == 0 {
+				w.Weight = wrapperspb.UInt32(1)
+			}
+		}
+		ra.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: wcs}}
+	}
+	if rw := hr.GetRewrite(); rw != nil {
+		if rw.GetUri() != "" {
+			ra.PrefixRewrite = rw.GetUri()
+		}
+		if rw.GetAuthority() != "" {
+			ra.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.GetAuthority()}
+		}
+		if rr := rw.GetUriRegexRewrite(); rr != nil {
+			ra.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{Pattern: &matcherv3.RegexMatcher{Regex: rr.GetMatch()}, Substitution: rr.GetRewrite()}
+		}
+	}
+	ra.RetryPolicy = g.retryPolicy(hr.GetRetries())
+	g.mirrors(ra, hr, vs, port)
+	if firstSvc != nil {
+		g.hashPolicy(ra, firstSvc)
+	}
+	r.Action = &routev3.Route_Route{Route: ra}
+}
+
+// destination resolves a route destination to a cluster this proxy has.
+// The port defaults to the service's only port, else the port being
+// routed.
+func (g *gen) destination(d *networking.Destination, vs *model.VirtualService, port *registryv1.ServicePort) (string, *registryv1.Service, bool) {
+	host := model.ResolveHost(d.GetHost(), vs.Namespace, g.pc.DomainSuffix)
+	svc := g.scope.Service(host)
+	if svc == nil {
+		g.problem("VirtualService %s/%s: destination host %q is not a service this proxy sees", vs.Namespace, vs.Name, host)
+		return "", nil, false
+	}
+	num := d.GetPort().GetNumber()
+	if num == 0 {
+		switch {
+		case len(svc.GetPorts()) == 1:
+			num = svc.GetPorts()[0].GetNumber()
+		case servicePort(svc, port.GetNumber()) != nil:
+			num = port.GetNumber()
+		default:
+			g.problem("VirtualService %s/%s: destination %s has several ports and names none", vs.Namespace, vs.Name, host)
+			return "", nil, false
+		}
+	}
+	name := ClusterName("outbound", num, d.GetSubset(), host)
+	if !g.clusterNames[name] {
+		if d.GetSubset() != "" {
+			g.problem("VirtualService %s/%s: subset %q of %s is not defined by a DestinationRule this proxy sees", vs.Namespace, vs.Name, d.GetSubset(), host)
+		} else {
+			g.problem("VirtualService %s/%s: %s has no port %d", vs.Namespace, vs.Name, host, num)
+		}
+		return "", nil, false
+	}
+	return name, svc, true
+}
+
+func (g *gen) headerOps(h *networking.Headers, reqAdd *[]*corev3.HeaderValueOption, reqRemove *[]string, respAdd *[]*corev3.HeaderValueOption, respRemove *[]string) {
+	if h == nil {
+		return
+	}
+	ops := func(o *networking.Headers_HeaderOperations, add *[]*corev3.HeaderValueOption, remove *[]string) {
+		for _, k := range sortedKeys(o.GetSet()) {
+			*add = append(*add, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: o.GetSet()[k]}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+		}
+		for _, k := range sortedKeys(o.GetAdd()) {
+			*add = append(*add, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: o.GetAdd()[k]}, AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD})
+		}
+		*remove = append(*remove, o.GetRemove()...)
+	}
+	ops(h.GetRequest(), reqAdd, reqRemove)
+	ops(h.GetResponse(), respAdd, respRemove)
+}
+
+func defaultRetryPolicy() *routev3.RetryPolicy {
+	return &routev3.RetryPolicy{
+		RetryOn:                       defaultRetryOn,
+		NumRetries:                    wrapperspb.UInt32(2),
+		RetriableStatusCodes:          []uint32{503},
+		RetryHostPredicate:            []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()},
+		HostSelectionRetryMaxAttempts: 5,
+	}
+}
+
+func previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
+	return &routev3.RetryPolicy_RetryHostPredicate{
+		Name:       "envoy.retry_host_predicates.previous_hosts",
+		ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: toAny(&previoushostsv3.PreviousHostsPredicate{})},
+	}
+}
+
+// retryPolicy maps HTTPRetry: nil keeps the default, attempts 0 turns
+// retries off. Status codes in retryOn become retriable status codes.
+// gRPC clients get only the conditions they understand.
+func (g *gen) retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
+	if r == nil {
+		if g.grpc {
+			return nil
+		}
+		return defaultRetryPolicy()
+	}
+	attempts := r.GetAttempts()
+	if attempts <= 0 {
+		return nil
+	}
+	rp := &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(uint32(attempts)), PerTryTimeout: r.GetPerTryTimeout()}
+	var on []string
+	retryOn := r.GetRetryOn()
+	if retryOn == "" {
+		retryOn = defaultRetryOn
+		rp.RetriableStatusCodes = []uint32{503}
+	}
+	for _, c := range strings.Split(retryOn, ",") {
+		c = strings.TrimSpace(c)
+		if code, err := strconv.ParseUint(c, 10, 32); err == nil {
+			rp.RetriableStatusCodes = append(rp.RetriableStatusCodes, uint32(code))
+			if !slices.Contains(on, "retriable-status-codes") {
+				on = append(on, "retriable-status-codes")
+			}
+			continue
+		}
+		if c != "" && !slices.Contains(on, c) {
+			on = append(on, c)
+		}
+	}
+	slices.Sort(rp.RetriableStatusCodes)
+	rp.RetriableStatusCodes = slices.Compact(rp.RetriableStatusCodes)
+	if g.grpc {
+		on = slices.DeleteFunc(on, func(c string) bool { return !slices.Contains(grpcRetryOn, c) })
+		if len(on) == 0 {
+			return nil
+		}
+		rp.RetriableStatusCodes = nil
+		rp.PerTryTimeout = nil
+		rp.RetryOn = strings.Join(on, ",")
+		return rp
+	}
+	rp.RetryOn = strings.Join(on, ",")
+	rp.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+	rp.HostSelectionRetryMaxAttempts = 5
+	return rp
+}
+
+func redirect(r *networking.HTTPRedirect) *routev3.RedirectAction {
+	ra := &routev3.RedirectAction{ResponseCode: routev3.RedirectAction_MOVED_PERMANENTLY}
+	if r.GetUri() != "" {
+		ra.PathRewriteSpecifier = &routev3.RedirectAction_PathRedirect{PathRedirect: r.GetUri()}
+	}
+	if r.GetAuthority() != "" {
+		ra.HostRedirect = r.GetAuthority()
+	}
+	if p := r.GetPort(); p != 0 {
+		ra.PortRedirect = p
+	}
+	if s := r.GetScheme(); s != "" {
+		ra.SchemeRewriteSpecifier = &routev3.RedirectAction_SchemeRedirect{SchemeRedirect: s}
+	}
+	switch r.GetRedirectCode() {
+	case 302:
+		ra.ResponseCode = routev3.RedirectAction_FOUND
+	case 303:
+		ra.ResponseCode = routev3.RedirectAction_SEE_OTHER
+	case 307:
+		ra.ResponseCode = routev3.RedirectAction_TEMPORARY_REDIRECT
+	case 308:
+		ra.ResponseCode = routev3.RedirectAction_PERMANENT_REDIRECT
+	}
+	return ra
+}
+
+// percent converts a percentage (0–100, fractions allowed) to parts per
+// million; nil means 100 %.
+func percent(p *networking.Percent, legacy int32) *typev3.FractionalPercent {
+	v := 100.0
+	switch {
+	case p != nil:
+		v = p.GetValue()
+	case legacy > 0:
+		v = float64(legacy)
+	}
+	v = min(max(v, 0), 100)
+	return &typev3.FractionalPercent{Numerator: uint32(v * 10000), Denominator: typev3.FractionalPercent_MILLION}
+}
+
+func fault(f *networking.HTTPFaultInjection) *faultv3.HTTPFault {
+	if f == nil || (f.GetDelay() == nil && f.GetAbort() == nil) {
+		return nil
+	}
+	out := &faultv3.HTTPFault{}
+	if d := f.GetDelay(); d != nil && d.GetFixedDelay() != nil {
+		out.Delay = &faultcommonv3.FaultDelay{
+			FaultDelaySecifier: &faultcommonv3.FaultDelay_FixedDelay{FixedDelay: d.GetFixedDelay()},
+			Percentage:         percent(d.GetPercentage(), d.GetPercent()), //nolint:staticcheck // percent is still accepted
+		}
+	}
+	if a := f.GetAbort(); a != nil {
+		fa := &faultv3.FaultAbort{Percentage: percent(a.GetPercentage(), 0)}
+		switch e := a.GetErrorType().(type) {
+		case *networking.HTTPFaultInjection_Abort_HttpStatus:
+			if code := e.HttpStatus; code >= 200 && code < 600 {
+				fa.ErrorType = &faultv3.FaultAbort_HttpStatus{HttpStatus: uint32(code)}
+			}
+		case *networking.HTTPFaultInjection_Abort_GrpcStatus:
+			fa.ErrorType = &faultv3.FaultAbort_GrpcStatus{GrpcStatus: grpcStatusCode(e.GrpcStatus)}
+		}
+		if fa.ErrorType != nil {
+			out.Abort = fa
+		}
+	}
+	if out.Delay == nil && out.Abort == nil {
+		return nil
+	}
+	return out
+}
+
+// grpcStatusCode maps a gRPC status name ("UNAVAILABLE") to its number.
+func grpcStatusCode(name string) uint32 {
+	codes := map[string]uint32{
+		"OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+		"ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9, "ABORTED": 10,
+		"OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14, "DATA_LOSS": 15, "UNAUTHENTICATED": 16,
+	}
+	if c, ok := codes[strings.ToUpper(name)]; ok {
+		return c
+	}
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil && n <= 16 {
+		return uint32(n)
+	}
+	return codes["UNKNOWN"]
+}
+
+// mirrors copies a share of the traffic to other destinations.
+func (g *gen) mirrors(ra *routev3.RouteAction, hr *networking.HTTPRoute, vs *model.VirtualService, port *registryv1.ServicePort) {
+	type m struct {
+		d   *networking.Destination
+		pct *typev3.FractionalPercent
+	}
+	var ms []m
+	if hr.GetMirror() != nil {
+		ms = append(ms, m{hr.GetMirror(), percent(hr.GetMirrorPercentage(), 0)})
+	}
+	for _, mp := range hr.GetMirrors() {
+		ms = append(ms, m{mp.GetDestination(), percent(mp.GetPercentage(), 0)})
+	}
+	for _, x := range ms {
+		name, _, ok := g.destination(x.d, vs, port)
+		if !ok {
+			continue
+		}
+		ra.RequestMirrorPolicies = append(ra.RequestMirrorPolicies, &routev3.RouteAction_RequestMirrorPolicy{
+			Cluster:         name,
+			RuntimeFraction: &corev3.RuntimeFractionalPercent{DefaultValue: x.pct},
+		})
+	}
+}
+
+// hashPolicy adds the consistent-hash key of the destination's
+// DestinationRule to the route.
+func (g *gen) hashPolicy(ra *routev3.RouteAction, svc *registryv1.Service) {
+	dr := g.scope.DestinationRule(g.p, svc)
+	ch := drSpec(dr).GetTrafficPolicy().GetLoadBalancer().GetConsistentHash()
+	if ch == nil {
+		return
+	}
+	var hp *routev3.RouteAction_HashPolicy
+	switch k := ch.GetHashKey().(type) {
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
+		hp = &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: k.HttpHeaderName}}}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
+		c := &routev3.RouteAction_HashPolicy_Cookie{Name: k.HttpCookie.GetName(), Path: k.HttpCookie.GetPath(), Ttl: k.HttpCookie.GetTtl()}
+		hp = &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_Cookie_{Cookie: c}}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_UseSourceIp:
+		hp = &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_ConnectionProperties_{ConnectionProperties: &routev3.RouteAction_HashPolicy_ConnectionProperties{SourceIp: k.UseSourceIp}}}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
+		hp = &routev3.RouteAction_HashPolicy{PolicySpecifier: &routev3.RouteAction_HashPolicy_QueryParameter_{QueryParameter: &routev3.RouteAction_HashPolicy_QueryParameter{Name: k.HttpQueryParameterName}}}
+	}
+	if hp != nil {
+		ra.HashPolicy = append(ra.HashPolicy, hp)
+	}
+}
