@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -32,65 +33,114 @@ const (
 	http2Options         = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 )
 
-// clusters returns the proxy's clusters and the load assignments of its
-// EDS clusters, each sorted by name.
-func (g *gen) clusters() ([]*clusterv3.Cluster, []*endpointv3.ClusterLoadAssignment) {
-	var cs []*clusterv3.Cluster
-	var las []*endpointv3.ClusterLoadAssignment
+// clusterCandidates names every cluster the proxy may have: outbound
+// clusters for every visible service port and DestinationRule subset, and
+// for sidecars the inbound clusters of their workload, the black hole and
+// the passthrough.
+func (g *gen) clusterCandidates() []string {
+	var names []string
 	for _, svc := range g.scope.Services() {
 		dr := g.scope.DestinationRule(g.p, svc)
 		for _, port := range svc.GetPorts() {
-			c, la := g.outboundCluster(svc, port, dr, nil)
-			if c == nil {
-				continue
-			}
-			cs = append(cs, c)
-			if la != nil {
-				las = append(las, la)
-			}
+			names = append(names, ClusterName("outbound", port.GetNumber(), "", svc.GetHostname()))
 			for _, ss := range drSpec(dr).GetSubsets() {
-				if ss.GetName() == "" {
-					continue
-				}
-				c, la := g.outboundCluster(svc, port, dr, ss)
-				if c == nil {
-					continue
-				}
-				cs = append(cs, c)
-				if la != nil {
-					las = append(las, la)
+				if ss.GetName() != "" {
+					names = append(names, ClusterName("outbound", port.GetNumber(), ss.GetName(), svc.GetHostname()))
 				}
 			}
 		}
 	}
 	if !g.grpc {
-		cs = append(cs, g.inboundClusters()...)
-		cs = append(cs, blackHole(), g.passthrough())
+		for _, c := range g.inboundClusters() {
+			names = append(names, c.GetName())
+		}
+		names = append(names, BlackHoleCluster, PassthroughCluster)
 	}
-	sortByName(cs)
-	cs = slices.CompactFunc(cs, func(a, b *clusterv3.Cluster) bool { return a.GetName() == b.GetName() })
-	slices.SortFunc(las, func(a, b *endpointv3.ClusterLoadAssignment) int {
-		return compareStrings(a.GetClusterName(), b.GetClusterName())
-	})
-	for _, c := range cs {
-		g.clusterNames[c.GetName()] = true
-	}
-	return cs, las
+	return names
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// cluster builds, validates and remembers one cluster: nil when the proxy
+// has no such cluster, or when it failed validation (reported).
+func (g *gen) cluster(name string) *builtCluster {
+	if b, ok := g.clusters[name]; ok {
+		return b
 	}
-	return 0
+	b := g.buildCluster(name)
+	if b != nil {
+		if err := Validate(b.c); err != nil {
+			g.problem("cluster %s dropped: %v", name, err)
+			b = nil
+		}
+	}
+	g.clusters[name] = b
+	return b
+}
+
+func (g *gen) clusterOK(name string) bool { return g.cluster(name) != nil }
+
+func (g *gen) buildCluster(name string) *builtCluster {
+	switch {
+	case g.grpc && (name == BlackHoleCluster || name == PassthroughCluster || strings.HasPrefix(name, "inbound|")):
+		return nil
+	case name == BlackHoleCluster:
+		return &builtCluster{c: blackHole()}
+	case name == PassthroughCluster:
+		return &builtCluster{c: g.passthrough()}
+	case strings.HasPrefix(name, "inbound|"):
+		for _, c := range g.inboundClusters() {
+			if c.GetName() == name {
+				return &builtCluster{c: c}
+			}
+		}
+		return nil
+	}
+	portNum, subset, host, ok := ParseClusterName(name)
+	if !ok {
+		return nil
+	}
+	svc := g.scope.Service(host)
+	if svc == nil {
+		return nil
+	}
+	port := servicePort(svc, portNum)
+	if port == nil {
+		return nil
+	}
+	dr := g.scope.DestinationRule(g.p, svc)
+	var ss *networking.Subset
+	if subset != "" {
+		if ss = dr.Subset(subset); ss == nil {
+			return nil
+		}
+	}
+	c := g.outboundCluster(svc, port, dr, ss)
+	if c == nil {
+		return nil
+	}
+	return &builtCluster{c: c, svc: svc, port: port, subset: ss}
+}
+
+// endpoints builds, validates and remembers the load assignment of an EDS
+// cluster; nil when the proxy has no such EDS cluster.
+func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
+	if la, ok := g.las[name]; ok {
+		return la
+	}
+	var la *endpointv3.ClusterLoadAssignment
+	if b := g.cluster(name); b != nil && b.port != nil && b.c.GetType() == clusterv3.Cluster_EDS {
+		la = g.loadAssignment(name, b.svc, b.port, b.subset)
+		if err := Validate(la); err != nil {
+			g.problem("load assignment %s dropped: %v", name, err)
+			la = nil
+		}
+	}
+	g.las[name] = la
+	return la
 }
 
 // outboundCluster builds outbound|port|subset|host, and its load assignment
 // when it is an EDS cluster.
-func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServicePort, dr *model.DestinationRule, ss *networking.Subset) (*clusterv3.Cluster, *endpointv3.ClusterLoadAssignment) {
+func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServicePort, dr *model.DestinationRule, ss *networking.Subset) *clusterv3.Cluster {
 	name := ClusterName("outbound", port.GetNumber(), ss.GetName(), svc.GetHostname())
 	pol := effectivePolicy(drSpec(dr).GetTrafficPolicy(), ss.GetTrafficPolicy(), port.GetNumber())
 	c := &clusterv3.Cluster{
@@ -104,7 +154,6 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 	if g.grpc {
 		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 	}
-	var la *endpointv3.ClusterLoadAssignment
 	switch svc.GetResolution() {
 	case registryv1.Resolution_RESOLUTION_DNS, registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN:
 		t := clusterv3.Cluster_STRICT_DNS
@@ -117,14 +166,13 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 	case registryv1.Resolution_RESOLUTION_NONE:
 		if g.grpc {
 			g.problem("cluster %s: resolution NONE (passthrough) is not available to proxyless gRPC clients; left out", name)
-			return nil, nil
+			return nil
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
 		c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED
 	default:
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
 		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name}
-		la = g.loadAssignment(name, svc, port, ss)
 	}
 	if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
 		g.applyLB(c, pol.lb)
@@ -145,7 +193,7 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		}
 		g.applyTLS(c, svc, port, ss, pol.tls)
 	}
-	return c, la
+	return c
 }
 
 // drSpec is a DestinationRule's spec, nil when there is none.
@@ -416,7 +464,10 @@ func (g *gen) originatedTLS(tls *networking.ClientTLSSettings) *corev3.Transport
 // inboundClusters are inbound|<port>|| for each port of the proxy's own
 // workload: the application on localhost.
 func (g *gen) inboundClusters() []*clusterv3.Cluster {
-	var out []*clusterv3.Cluster
+	if g.inbound != nil {
+		return g.inbound
+	}
+	out := []*clusterv3.Cluster{}
 	seen := map[uint32]bool{}
 	for _, in := range g.pc.Instances(g.p) {
 		for _, port := range in.Service.GetPorts() {
@@ -441,6 +492,7 @@ func (g *gen) inboundClusters() []*clusterv3.Cluster {
 			})
 		}
 	}
+	g.inbound = out
 	return out
 }
 

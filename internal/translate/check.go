@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -15,72 +13,29 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// check drops every resource that fails its generated Validate() (applied
-// also to the messages packed in Any fields, which Validate does not open)
-// or that names a resource the output does not have, and records why in
-// Problems. What remains is a consistent set a proxy can accept.
-func check(out *Output) {
-	out.Clusters = keep(out, "cluster", out.Clusters, func(c *clusterv3.Cluster) error { return Validate(c) })
-	clusters := map[string]bool{}
-	eds := map[string]bool{}
-	for _, c := range out.Clusters {
-		clusters[c.GetName()] = true
-		if c.GetType() == clusterv3.Cluster_EDS {
-			eds[c.GetEdsClusterConfig().GetServiceName()] = true
-		}
-	}
-	out.Endpoints = keep(out, "load assignment", out.Endpoints, func(la *endpointv3.ClusterLoadAssignment) error {
-		if !eds[la.GetClusterName()] {
-			return errors.New("no EDS cluster has this name")
-		}
-		return Validate(la)
-	})
-	out.Routes = keep(out, "route configuration", out.Routes, func(rc *routev3.RouteConfiguration) error {
-		repairRoutes(out, rc, clusters)
-		return Validate(rc)
-	})
-	routes := map[string]bool{}
-	for _, rc := range out.Routes {
-		routes[rc.GetName()] = true
-	}
-	out.Listeners = keep(out, "listener", out.Listeners, func(l *listenerv3.Listener) error {
-		if err := repairListener(out, l, clusters, routes); err != nil {
-			return err
-		}
-		return Validate(l)
-	})
-}
-
-func keep[T interface {
-	proto.Message
-	comparable
-}](out *Output, what string, in []T, ok func(T) error) []T {
-	kept := in[:0]
+// checkListeners repairs and validates listeners, sorted by name: one
+// that fails, or has no filter chain left, or repeats a name, is dropped
+// and reported.
+func (g *gen) checkListeners(in []*listenerv3.Listener) []*listenerv3.Listener {
+	sortByName(in)
+	out := []*listenerv3.Listener{}
 	seen := map[string]bool{}
-	for _, r := range in {
-		name := resourceName(r)
-		err := ok(r)
-		if err == nil && seen[name] {
+	for _, l := range in {
+		err := g.repairListener(l)
+		if err == nil {
+			err = Validate(l)
+		}
+		if err == nil && seen[l.GetName()] {
 			err = errors.New("duplicate name")
 		}
 		if err != nil {
-			out.Problems = append(out.Problems, fmt.Sprintf("%s %s dropped: %v", what, name, err))
+			g.problem("listener %s dropped: %v", l.GetName(), err)
 			continue
 		}
-		seen[name] = true
-		kept = append(kept, r)
+		seen[l.GetName()] = true
+		out = append(out, l)
 	}
-	return kept
-}
-
-func resourceName(m proto.Message) string {
-	switch r := m.(type) {
-	case *endpointv3.ClusterLoadAssignment:
-		return r.GetClusterName()
-	case interface{ GetName() string }:
-		return r.GetName()
-	}
-	return ""
+	return out
 }
 
 // Validate runs a resource's generated validation, and that of every
@@ -135,18 +90,18 @@ func visit(m protoreflect.Message) error {
 // host that fails validation is dropped, a route that names a cluster the
 // output lacks answers 503 instead, and a domain already claimed by an
 // earlier virtual host is dropped from the later one.
-func repairRoutes(out *Output, rc *routev3.RouteConfiguration, clusters map[string]bool) {
+func (g *gen) repairRoutes(rc *routev3.RouteConfiguration) {
 	domains := map[string]bool{}
 	vhs := rc.VirtualHosts[:0]
 	for _, vh := range rc.GetVirtualHosts() {
 		if err := Validate(vh); err != nil {
-			out.Problems = append(out.Problems, fmt.Sprintf("route configuration %s: virtual host %s dropped: %v", rc.GetName(), vh.GetName(), err))
+			g.problem("route configuration %s: virtual host %s dropped: %v", rc.GetName(), vh.GetName(), err)
 			continue
 		}
 		kept := vh.Domains[:0]
 		for _, d := range vh.GetDomains() {
 			if domains[d] {
-				out.Problems = append(out.Problems, fmt.Sprintf("route configuration %s: domain %q of %s is in an earlier virtual host; dropped", rc.GetName(), d, vh.GetName()))
+				g.problem("route configuration %s: domain %q of %s is in an earlier virtual host; dropped", rc.GetName(), d, vh.GetName())
 				continue
 			}
 			domains[d] = true
@@ -157,8 +112,8 @@ func repairRoutes(out *Output, rc *routev3.RouteConfiguration, clusters map[stri
 			continue
 		}
 		for _, r := range vh.GetRoutes() {
-			if err := routeClusters(r.GetRoute(), clusters); err != nil {
-				out.Problems = append(out.Problems, fmt.Sprintf("route configuration %s: virtual host %s route %s %v; answering 503", rc.GetName(), vh.GetName(), r.GetName(), err))
+			if err := g.routeClusters(r.GetRoute()); err != nil {
+				g.problem("route configuration %s: virtual host %s route %s %v; answering 503", rc.GetName(), vh.GetName(), r.GetName(), err)
 				r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 503}}
 			}
 		}
@@ -167,7 +122,7 @@ func repairRoutes(out *Output, rc *routev3.RouteConfiguration, clusters map[stri
 	rc.VirtualHosts = vhs
 }
 
-func routeClusters(ra *routev3.RouteAction, clusters map[string]bool) error {
+func (g *gen) routeClusters(ra *routev3.RouteAction) error {
 	if ra == nil {
 		return nil
 	}
@@ -182,7 +137,7 @@ func routeClusters(ra *routev3.RouteAction, clusters map[string]bool) error {
 		names = append(names, m.GetCluster())
 	}
 	for _, n := range names {
-		if !clusters[n] {
+		if !g.clusterOK(n) {
 			return fmt.Errorf("names unknown cluster %q", n)
 		}
 	}
@@ -192,21 +147,21 @@ func routeClusters(ra *routev3.RouteAction, clusters map[string]bool) error {
 // repairListener drops the filter chains that fail validation or name a
 // cluster or route configuration the output lacks, or repeat an earlier
 // chain's name or match; a listener left without chains is an error.
-func repairListener(out *Output, l *listenerv3.Listener, clusters, routes map[string]bool) error {
+func (g *gen) repairListener(l *listenerv3.Listener) error {
 	if api := l.GetApiListener().GetApiListener(); api != nil {
 		hcm := &hcmv3.HttpConnectionManager{}
 		if err := api.UnmarshalTo(hcm); err != nil {
 			return fmt.Errorf("api listener: %w", err)
 		}
-		return checkHCM(out, hcm, clusters, routes)
+		return g.checkHCM(hcm)
 	}
 	names := map[string]bool{}
 	matches := map[string]bool{}
 	chains := l.FilterChains[:0]
 	for _, fc := range l.GetFilterChains() {
-		err := checkChain(out, fc, clusters, routes, names, matches)
+		err := g.checkChain(fc, names, matches)
 		if err != nil {
-			out.Problems = append(out.Problems, fmt.Sprintf("listener %s: filter chain %s dropped: %v", l.GetName(), fc.GetName(), err))
+			g.problem("listener %s: filter chain %s dropped: %v", l.GetName(), fc.GetName(), err)
 			continue
 		}
 		chains = append(chains, fc)
@@ -218,7 +173,7 @@ func repairListener(out *Output, l *listenerv3.Listener, clusters, routes map[st
 	return nil
 }
 
-func checkChain(out *Output, fc *listenerv3.FilterChain, clusters, routes, names, matches map[string]bool) error {
+func (g *gen) checkChain(fc *listenerv3.FilterChain, names, matches map[string]bool) error {
 	if err := Validate(fc); err != nil {
 		return err
 	}
@@ -233,7 +188,7 @@ func checkChain(out *Output, fc *listenerv3.FilterChain, clusters, routes, names
 		return errors.New("an earlier chain has the same match")
 	}
 	for _, f := range fc.GetFilters() {
-		if err := checkFilter(out, f, clusters, routes); err != nil {
+		if err := g.checkFilter(f); err != nil {
 			return err
 		}
 	}
@@ -242,7 +197,7 @@ func checkChain(out *Output, fc *listenerv3.FilterChain, clusters, routes, names
 	return nil
 }
 
-func checkFilter(out *Output, f *listenerv3.Filter, clusters, routes map[string]bool) error {
+func (g *gen) checkFilter(f *listenerv3.Filter) error {
 	switch f.GetName() {
 	case tcpProxyFilter:
 		tp := &tcpproxyv3.TcpProxy{}
@@ -257,7 +212,7 @@ func checkFilter(out *Output, f *listenerv3.Filter, clusters, routes map[string]
 			names = append(names, w.GetName())
 		}
 		for _, n := range names {
-			if !clusters[n] {
+			if !g.clusterOK(n) {
 				return fmt.Errorf("tcp_proxy names unknown cluster %q", n)
 			}
 		}
@@ -266,25 +221,25 @@ func checkFilter(out *Output, f *listenerv3.Filter, clusters, routes map[string]
 		if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
 			return fmt.Errorf("http_connection_manager: %w", err)
 		}
-		return checkHCM(out, hcm, clusters, routes)
+		return g.checkHCM(hcm)
 	}
 	return nil
 }
 
 // checkHCM: the router filter is last, RDS names a generated route
 // configuration, and an inline one only names clusters the output has.
-func checkHCM(out *Output, hcm *hcmv3.HttpConnectionManager, clusters, routes map[string]bool) error {
+func (g *gen) checkHCM(hcm *hcmv3.HttpConnectionManager) error {
 	fs := hcm.GetHttpFilters()
 	if len(fs) == 0 || fs[len(fs)-1].GetName() != routerFilter {
 		return errors.New("the router filter is not last")
 	}
-	if rds := hcm.GetRds(); rds != nil && !routes[rds.GetRouteConfigName()] {
+	if rds := hcm.GetRds(); rds != nil && !g.routeOK(rds.GetRouteConfigName()) {
 		return fmt.Errorf("RDS names unknown route configuration %q", rds.GetRouteConfigName())
 	}
 	if rc := hcm.GetRouteConfig(); rc != nil {
 		for _, vh := range rc.GetVirtualHosts() {
 			for _, r := range vh.GetRoutes() {
-				if err := routeClusters(r.GetRoute(), clusters); err != nil {
+				if err := g.routeClusters(r.GetRoute()); err != nil {
 					return fmt.Errorf("inline route %s: %w", r.GetName(), err)
 				}
 			}

@@ -15,45 +15,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
-// Endpoints generates the load assignments of the named EDS clusters
-// only: what an endpoint-only change pushes. Names that are not outbound
-// clusters the proxy sees get an empty assignment, as Envoy expects an
-// answer for every name it asks for.
-func Endpoints(pc *model.PushContext, p *model.Proxy, names []string) []*endpointv3.ClusterLoadAssignment {
-	g := newGen(pc, p)
-	out := make([]*endpointv3.ClusterLoadAssignment, 0, len(names))
-	for _, name := range names {
-		out = append(out, g.loadAssignmentByName(name))
-	}
-	slices.SortFunc(out, func(a, b *endpointv3.ClusterLoadAssignment) int {
-		return cmp.Compare(a.GetClusterName(), b.GetClusterName())
-	})
-	return out
-}
-
-func (g *gen) loadAssignmentByName(name string) *endpointv3.ClusterLoadAssignment {
-	empty := &endpointv3.ClusterLoadAssignment{ClusterName: name}
-	portNum, subset, host, ok := ParseClusterName(name)
-	if !ok {
-		return empty
-	}
-	svc := g.scope.Service(host)
-	if svc == nil {
-		return empty
-	}
-	port := servicePort(svc, portNum)
-	if port == nil {
-		return empty
-	}
-	var ss *networking.Subset
-	if subset != "" {
-		if ss = g.scope.DestinationRule(g.p, svc).Subset(subset); ss == nil {
-			return empty
-		}
-	}
-	return g.loadAssignment(name, svc, port, ss)
-}
-
 func servicePort(svc *registryv1.Service, n uint32) *registryv1.ServicePort {
 	for _, p := range svc.GetPorts() {
 		if p.GetNumber() == n {

@@ -27,29 +27,39 @@ const (
 	tcpProxyFilter = "envoy.filters.network.tcp_proxy"
 )
 
-// listeners returns the proxy's listeners, sorted by name.
-func (g *gen) listeners() []*listenerv3.Listener {
-	var out []*listenerv3.Listener
-	if g.grpc {
+// listenerSet returns the proxy's listeners, checked and sorted by name:
+// for sidecars all of them (they depend on each other: one wildcard
+// listener per port collects several services), for proxyless gRPC
+// clients the API listeners named (all when names is nil).
+func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
+	if !g.grpc {
+		if g.listeners == nil {
+			all := append([]*listenerv3.Listener{g.virtualOutbound(), g.virtualInbound()}, g.outboundListeners()...)
+			g.listeners = g.checkListeners(all)
+		}
+		return g.listeners
+	}
+	if names == nil {
 		for _, svc := range g.scope.Services() {
 			if !grpcReachable(svc) {
 				continue
 			}
 			for _, port := range svc.GetPorts() {
-				name := ListenerName(svc.GetHostname(), port.GetNumber())
-				out = append(out, &listenerv3.Listener{
-					Name:        name,
-					ApiListener: &listenerv3.ApiListener{ApiListener: toAny(httpConnectionManager(name, name))},
-				})
+				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
 			}
 		}
-		sortByName(out)
-		return out
 	}
-	out = append(out, g.virtualOutbound(), g.virtualInbound())
-	out = append(out, g.outboundListeners()...)
-	sortByName(out)
-	return out
+	var out []*listenerv3.Listener
+	for _, name := range uniqueSorted(names) {
+		if svc, _ := g.hostPort(name); svc == nil || !grpcReachable(svc) {
+			continue
+		}
+		out = append(out, &listenerv3.Listener{
+			Name:        name,
+			ApiListener: &listenerv3.ApiListener{ApiListener: toAny(httpConnectionManager(name, name))},
+		})
+	}
+	return g.checkListeners(out)
 }
 
 func httpFilters() []*hcmv3.HttpFilter {

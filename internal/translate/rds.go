@@ -30,56 +30,106 @@ const (
 // grpcRetryOn are the retry conditions gRPC clients understand.
 var grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
 
-// routes returns the route configurations: one per outbound HTTP port for
-// sidecars ("80"), one per API listener for proxyless gRPC clients
-// ("host:port").
-func (g *gen) routes() []*routev3.RouteConfiguration {
-	if g.grpc {
-		return g.grpcRoutes()
-	}
-	byPort := map[uint32][]*routev3.VirtualHost{}
+// routeCandidates names every route configuration: one per outbound HTTP
+// port for sidecars ("80"), one per API listener for proxyless gRPC
+// clients ("host:port").
+func (g *gen) routeCandidates() []string {
+	var names []string
 	for _, svc := range g.scope.Services() {
-		for _, port := range svc.GetPorts() {
-			if !isHTTP(port.GetProtocol()) {
-				continue
-			}
-			byPort[port.GetNumber()] = append(byPort[port.GetNumber()], g.virtualHost(svc, port))
-		}
-	}
-	ports := make([]uint32, 0, len(byPort))
-	for p := range byPort {
-		ports = append(ports, p)
-	}
-	slices.Sort(ports)
-	out := make([]*routev3.RouteConfiguration, 0, len(ports))
-	for _, port := range ports {
-		vhs := byPort[port]
-		sortByName(vhs)
-		vhs = append(vhs, g.fallbackVirtualHost())
-		rc := &routev3.RouteConfiguration{Name: itoa(port), VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false)}
-		out = append(out, rc)
-	}
-	return out
-}
-
-func (g *gen) grpcRoutes() []*routev3.RouteConfiguration {
-	var out []*routev3.RouteConfiguration
-	for _, svc := range g.scope.Services() {
-		if !grpcReachable(svc) {
+		if g.grpc && !grpcReachable(svc) {
 			continue
 		}
 		for _, port := range svc.GetPorts() {
-			name := ListenerName(svc.GetHostname(), port.GetNumber())
-			vh := &routev3.VirtualHost{
-				Name:    name,
-				Domains: []string{name, svc.GetHostname()},
-				Routes:  g.httpRoutes(svc, port),
+			switch {
+			case g.grpc:
+				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
+			case isHTTP(port.GetProtocol()):
+				names = append(names, itoa(port.GetNumber()))
 			}
-			out = append(out, &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}})
 		}
 	}
-	sortByName(out)
-	return out
+	return names
+}
+
+// route builds, checks and remembers one route configuration; nil when
+// the proxy has none of that name or it failed validation (reported).
+func (g *gen) route(name string) *routev3.RouteConfiguration {
+	if rc, ok := g.routesBy[name]; ok {
+		return rc
+	}
+	var rc *routev3.RouteConfiguration
+	if g.grpc {
+		rc = g.grpcRoute(name)
+	} else {
+		rc = g.portRoute(name)
+	}
+	if rc != nil {
+		g.repairRoutes(rc)
+		if err := Validate(rc); err != nil {
+			g.problem("route configuration %s dropped: %v", name, err)
+			rc = nil
+		}
+	}
+	g.routesBy[name] = rc
+	return rc
+}
+
+func (g *gen) routeOK(name string) bool { return g.route(name) != nil }
+
+// portRoute is a sidecar's route configuration for an outbound port: a
+// virtual host per HTTP service on the port, and the fallback.
+func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
+	n, err := strconv.ParseUint(name, 10, 32)
+	if err != nil {
+		return nil
+	}
+	var vhs []*routev3.VirtualHost
+	for _, svc := range g.scope.Services() {
+		if port := servicePort(svc, uint32(n)); port != nil && isHTTP(port.GetProtocol()) {
+			vhs = append(vhs, g.virtualHost(svc, port))
+		}
+	}
+	if len(vhs) == 0 {
+		return nil
+	}
+	sortByName(vhs)
+	vhs = append(vhs, g.fallbackVirtualHost())
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false)}
+}
+
+// grpcRoute is a proxyless client's route configuration for "host:port".
+func (g *gen) grpcRoute(name string) *routev3.RouteConfiguration {
+	svc, port := g.hostPort(name)
+	if svc == nil || !grpcReachable(svc) {
+		return nil
+	}
+	vh := &routev3.VirtualHost{
+		Name:    name,
+		Domains: []string{name, svc.GetHostname()},
+		Routes:  g.httpRoutes(svc, port),
+	}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
+}
+
+// hostPort finds the service and port a "host:port" name is about.
+func (g *gen) hostPort(name string) (*registryv1.Service, *registryv1.ServicePort) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return nil, nil
+	}
+	n, err := strconv.ParseUint(name[i+1:], 10, 32)
+	if err != nil {
+		return nil, nil
+	}
+	svc := g.scope.Service(name[:i])
+	if svc == nil {
+		return nil, nil
+	}
+	port := servicePort(svc, uint32(n))
+	if port == nil {
+		return nil, nil
+	}
+	return svc, port
 }
 
 // virtualHost is "<host>:<port>", reached by every name of the service,
@@ -379,7 +429,7 @@ func (g *gen) destination(d *networking.Destination, vs *model.VirtualService, p
 		}
 	}
 	name := ClusterName("outbound", num, d.GetSubset(), host)
-	if !g.clusterNames[name] {
+	if !g.clusterOK(name) {
 		if d.GetSubset() != "" {
 			g.problem("VirtualService %s/%s: subset %q of %s is not defined by a DestinationRule this proxy sees", vs.Namespace, vs.Name, d.GetSubset(), host)
 		} else {

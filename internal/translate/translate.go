@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -59,33 +60,134 @@ type Output struct {
 	Problems []string
 }
 
-// Generate translates the mesh for one proxy.
+// Generate translates the whole mesh for one proxy: every resource it
+// can ask for. The server asks a Generator for what a proxy watches.
 func Generate(pc *model.PushContext, p *model.Proxy) *Output {
-	g := newGen(pc, p)
-	out := &Output{}
-	out.Clusters, out.Endpoints = g.clusters()
-	out.Routes = g.routes()
-	out.Listeners = g.listeners()
-	out.Problems = g.problems
-	check(out)
+	g := NewGenerator(pc, p)
+	out := &Output{
+		Clusters:  g.Clusters(nil),
+		Endpoints: g.Endpoints(nil),
+		Routes:    g.Routes(nil),
+		Listeners: g.Listeners(nil),
+	}
+	out.Problems = g.Problems()
 	return out
 }
 
-// gen carries what one proxy's translation needs.
+// Generator translates for one proxy and one push context, resource by
+// resource, remembering what it built: a route that names a cluster
+// builds (and validates) that cluster once. Not safe for concurrent use.
+type Generator struct{ g *gen }
+
+// NewGenerator returns a generator for a proxy.
+func NewGenerator(pc *model.PushContext, p *model.Proxy) *Generator {
+	return &Generator{g: newGen(pc, p)}
+}
+
+// Clusters returns the named clusters that exist, sorted; nil names means
+// all of them.
+func (x *Generator) Clusters(names []string) []*clusterv3.Cluster {
+	if names == nil {
+		names = x.g.clusterCandidates()
+	}
+	var out []*clusterv3.Cluster
+	for _, n := range uniqueSorted(names) {
+		if c := x.g.cluster(n); c != nil {
+			out = append(out, c.c)
+		}
+	}
+	return out
+}
+
+// Endpoints returns the load assignments of the named EDS clusters,
+// sorted; nil names means every EDS cluster. A name the proxy has no EDS
+// cluster for gets no assignment.
+func (x *Generator) Endpoints(names []string) []*endpointv3.ClusterLoadAssignment {
+	if names == nil {
+		names = x.g.clusterCandidates()
+	}
+	var out []*endpointv3.ClusterLoadAssignment
+	for _, n := range uniqueSorted(names) {
+		if la := x.g.endpoints(n); la != nil {
+			out = append(out, la)
+		}
+	}
+	return out
+}
+
+// Routes returns the named route configurations that exist, sorted; nil
+// names means all of them.
+func (x *Generator) Routes(names []string) []*routev3.RouteConfiguration {
+	if names == nil {
+		names = x.g.routeCandidates()
+	}
+	var out []*routev3.RouteConfiguration
+	for _, n := range uniqueSorted(names) {
+		if rc := x.g.route(n); rc != nil {
+			out = append(out, rc)
+		}
+	}
+	return out
+}
+
+// Listeners returns the named listeners that exist, sorted; nil names
+// means all of them.
+func (x *Generator) Listeners(names []string) []*listenerv3.Listener {
+	all := x.g.listenerSet(names)
+	if names == nil {
+		return all
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []*listenerv3.Listener
+	for _, l := range all {
+		if want[l.GetName()] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Problems lists what was dropped or degraded so far, and why.
+func (x *Generator) Problems() []string { return slices.Clone(x.g.problems) }
+
+func uniqueSorted(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// gen carries what one proxy's translation needs, and what it built.
 type gen struct {
 	pc    *model.PushContext
 	p     *model.Proxy
 	scope *model.Scope
 	grpc  bool
 
-	// clusterNames are the clusters generated, for routes to check
-	// against.
-	clusterNames map[string]bool
-	problems     []string
+	clusters  map[string]*builtCluster // name → built (nil entry: does not exist)
+	las       map[string]*endpointv3.ClusterLoadAssignment
+	routesBy  map[string]*routev3.RouteConfiguration
+	listeners []*listenerv3.Listener
+	inbound   []*clusterv3.Cluster
+	problems  []string
+}
+
+type builtCluster struct {
+	c   *clusterv3.Cluster
+	svc *registryv1.Service
+	// port and subset of an outbound EDS cluster, for its endpoints.
+	port   *registryv1.ServicePort
+	subset *networking.Subset
 }
 
 func newGen(pc *model.PushContext, p *model.Proxy) *gen {
-	return &gen{pc: pc, p: p, scope: pc.Scope(p), grpc: p.ProxylessGRPC(), clusterNames: map[string]bool{}}
+	return &gen{
+		pc: pc, p: p, scope: pc.Scope(p), grpc: p.ProxylessGRPC(),
+		clusters: map[string]*builtCluster{}, las: map[string]*endpointv3.ClusterLoadAssignment{},
+		routesBy: map[string]*routev3.RouteConfiguration{},
+	}
 }
 
 // problem records something dropped or degraded, once.

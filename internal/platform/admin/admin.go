@@ -75,8 +75,13 @@ func (c *Component) set(reason string) {
 }
 
 // Handler returns the admin endpoints. metrics may be nil (no /metrics).
-func Handler(ready *Readiness, metrics http.Handler) http.Handler {
+// extra adds a service's own endpoints (e.g. "GET /debug/syncz"); they
+// must not clash with the common ones.
+func Handler(ready *Readiness, metrics http.Handler, extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	for pattern, h := range extra {
+		mux.Handle(pattern, h)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintln(w, "ok")

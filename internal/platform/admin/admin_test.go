@@ -24,7 +24,7 @@ func serve(t *testing.T, ready *Readiness) (base string, stop func() error) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, quiet(), lis, Handler(ready, metrics), 5*time.Second) }()
+	go func() { done <- Serve(ctx, quiet(), lis, Handler(ready, metrics, nil), 5*time.Second) }()
 	stopped := false
 	stop = func() error {
 		if stopped {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -110,6 +111,16 @@ type Runtime struct {
 	Telemetry *telemetry.Providers
 	Ready     *admin.Readiness
 	common    Common
+	debug     map[string]http.Handler
+}
+
+// HandleAdmin adds a service endpoint to the admin server (call before
+// Serve), e.g. HandleAdmin("GET /debug/syncz", h).
+func (rt *Runtime) HandleAdmin(pattern string, h http.Handler) {
+	if rt.debug == nil {
+		rt.debug = map[string]http.Handler{}
+	}
+	rt.debug[pattern] = h
 }
 
 // Serve runs the admin server and actors until ctx ends or one of them
@@ -119,7 +130,7 @@ func (rt *Runtime) Serve(ctx context.Context, actors ...lifecycle.Actor) error {
 	if err != nil {
 		return fmt.Errorf("admin listen: %w", err)
 	}
-	h := admin.Handler(rt.Ready, rt.Telemetry.MetricsHandler())
+	h := admin.Handler(rt.Ready, rt.Telemetry.MetricsHandler(), rt.debug)
 	adminActor := lifecycle.Actor{Name: "admin", Run: func(ctx context.Context) error {
 		return admin.Serve(ctx, rt.Log, lis, h, rt.common.ShutdownTimeout)
 	}}
