@@ -129,7 +129,37 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 		pc.cfg = prev.cfg
 	}
 	pc.indexEndpoints(s)
+	if !changes.Full && prev != nil {
+		for key := range changes.Endpoints {
+			if needsFullPush(s.services[key], prev.endpoints[key], pc.endpoints[key]) {
+				changes.Full = true
+				break
+			}
+		}
+	}
 	return pc, changes
+}
+
+// needsFullPush reports whether an endpoint change of a service changes
+// more than endpoints: DNS clusters carry their endpoints inline, and the
+// identities clients verify (SPIFFE SANs) come from endpoints' service
+// accounts.
+func needsFullPush(svc *registryv1.Service, before, after []*registryv1.Endpoint) bool {
+	switch svc.GetResolution() {
+	case registryv1.Resolution_RESOLUTION_DNS, registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN:
+		return true
+	}
+	accounts := func(eps []*registryv1.Endpoint) []string {
+		var out []string
+		for _, ep := range eps {
+			if sa := ep.GetServiceAccount(); sa != "" {
+				out = append(out, ep.GetWorkloadNamespace()+"/"+sa)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return !slices.Equal(accounts(before), accounts(after))
 }
 
 func (s *Store) indexConfig(domainSuffix string) *configIndex {
@@ -295,4 +325,17 @@ func (pc *PushContext) AllowAny() bool {
 	// zero value, so "absent" must not read as it).
 	p := pc.Mesh.GetOutboundTrafficPolicy()
 	return p == nil || p.GetMode() != meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY
+}
+
+// ServiceHasAddress reports whether any of ips is an endpoint of the
+// service "namespace/hostname".
+func (pc *PushContext) ServiceHasAddress(key string, ips []netip.Addr) bool {
+	for _, ep := range pc.endpoints[key] {
+		for _, ip := range ips {
+			if ep.GetAddress() == ip.String() {
+				return true
+			}
+		}
+	}
+	return false
 }

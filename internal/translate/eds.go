@@ -68,9 +68,11 @@ func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registr
 		k := localityKey{l.GetRegion(), l.GetZone(), l.GetSubzone()}
 		grp := groups[k]
 		if grp == nil {
-			grp = &endpointv3.LocalityLbEndpoints{LoadBalancingWeight: wrapperspb.UInt32(0)}
-			if k != (localityKey{}) {
-				grp.Locality = &corev3.Locality{Region: k.region, Zone: k.zone, SubZone: k.subzone}
+			// Always a locality, if an empty one: gRPC clients reject
+			// locality groups without one.
+			grp = &endpointv3.LocalityLbEndpoints{
+				LoadBalancingWeight: wrapperspb.UInt32(0),
+				Locality:            &corev3.Locality{Region: k.region, Zone: k.zone, SubZone: k.subzone},
 			}
 			groups[k] = grp
 		}
@@ -125,7 +127,7 @@ func (g *gen) dnsLoadAssignment(name string, svc *registryv1.Service, port *regi
 	}
 	la := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	if len(lbs) > 0 {
-		la.Endpoints = []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}}
+		la.Endpoints = []*endpointv3.LocalityLbEndpoints{{Locality: &corev3.Locality{}, LbEndpoints: lbs}}
 	}
 	return la
 }

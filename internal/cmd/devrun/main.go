@@ -63,8 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return command.ExitOK
 }
 
-// serviceArgs binds every service to loopback on its default ports, and
-// points galley at the example configuration.
+// serviceArgs binds every service to loopback on its default ports,
+// points galley at the example configuration and discovery at galley.
 func serviceArgs(name, configDir string) []string {
 	admin := map[string]string{
 		"discovery": "127.0.0.1:15014",
@@ -76,6 +76,9 @@ func serviceArgs(name, configDir string) []string {
 	var args []string
 	if admin != "" {
 		args = append(args, "--admin-address="+admin)
+	}
+	if name == "discovery" {
+		args = append(args, "--galley-address=127.0.0.1:15019", "--xds-address=127.0.0.1:15010")
 	}
 	if name == "galley" {
 		args = append(args, "--config-dir="+configDir, "--mcp-address=127.0.0.1:15019")

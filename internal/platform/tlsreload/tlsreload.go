@@ -132,6 +132,40 @@ func (r *Reloader) ServerConfig() *tls.Config {
 	}
 }
 
+// ClientConfig returns a client TLS configuration that presents the
+// current certificate and verifies the server (named serverName, a DNS
+// name or IP) against the current roots, so both rotate without a
+// restart. The CA file is required.
+func (r *Reloader) ClientConfig(serverName string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: serverName,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return r.current.Load().cert, nil
+		},
+		// Verified in VerifyConnection against the roots current at the
+		// time of the handshake; the static RootCAs could not rotate.
+		InsecureSkipVerify: true, //nolint:gosec // see VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			m := r.current.Load()
+			if m.roots == nil {
+				return errors.New("tls: no caFile to verify the server against")
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("tls: the server presented no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: m.roots, DNSName: serverName, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+				return fmt.Errorf("tls: server certificate: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
 // Run watches the files' directories and reloads on any change until ctx is
 // cancelled. Directories, not files, are watched: Secret volumes swap a
 // symlinked directory, which a watch on the file itself would miss. Bursts of

@@ -185,3 +185,47 @@ func TestNewFailsOnMissingOrMismatchedFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestClientConfigPresentsItsCertificateAndVerifiesTheServer(t *testing.T) {
+	f := newFixture(t)
+	server, err := New(f.files, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, server.ServerConfig())
+	// The client uses the same CA; its own identity is the server's files
+	// here, which is enough to show it is presented (the server requires
+	// one).
+	client, err := New(f.files, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(name string) error {
+		c, err := tls.Dial("tcp", addr, client.ClientConfig(name))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Read(make([]byte, 1))
+		return err
+	}
+	if err := dial("127.0.0.1"); err != nil {
+		t.Fatalf("mutual handshake: %v", err)
+	}
+	if err := dial("galley.example.com"); err == nil {
+		t.Fatal("a server certificate for another name was accepted")
+	}
+	other, err := testpki.NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.files.CAFile, other.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial("127.0.0.1"); err == nil {
+		t.Fatal("after the roots rotated to another CA, the old server was still trusted")
+	}
+}

@@ -1,26 +1,217 @@
 // Package app is the flotilla-discovery command: its configuration and the
-// wiring of its components. Until issue #4 builds the service, the
-// command takes only the configuration every service shares and exits
-// saying it is not built yet.
+// wiring of its components.
 package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
+	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
+	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
+	"github.com/flotilla-mesh/flotilla/services/discovery/ingest"
+	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
+
+// Config is the configuration of flotilla-discovery.
+type Config struct {
+	command.Common `yaml:",inline"`
+	// GalleyAddress is galley's MCP server.
+	GalleyAddress string `yaml:"galleyAddress" usage:"galley's MCP-over-xDS address, host:port (ignored with --config-dir)"`
+	// GalleyTLS authenticates to galley with mTLS when set (cert, key and
+	// the roots galley's certificate chains to).
+	GalleyTLS tlsreload.Files `yaml:"galleyTLS"`
+	// ConfigDir serves a directory of Istio YAML instead of subscribing to
+	// galley (local runs and tests).
+	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML to serve instead of subscribing to galley; watched for changes"`
+	// MeshConfigFile is the mesh configuration with --config-dir.
+	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to use with --config-dir"`
+	// XDSAddress serves plaintext ADS (loopback and development).
+	XDSAddress string `yaml:"xdsAddress" usage:"listen address of the plaintext xDS server"`
+	// SecureXDSAddress serves ADS over mTLS; only when XDSTLS is set.
+	SecureXDSAddress string `yaml:"secureXDSAddress" usage:"listen address of the mTLS xDS server (served when xdsTLS is set)"`
+	// XDSTLS is the certificate of the secure xDS server.
+	XDSTLS tlsreload.Files `yaml:"xdsTLS"`
+	// DebounceQuiet and DebounceMax shape pushes.
+	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
+	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
+	// DomainSuffix qualifies short host names.
+	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain used to qualify short host names"`
+	// DefaultNamespace applies to file objects without a namespace.
+	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of --config-dir objects that name none"`
+}
+
+// Defaults returns the default configuration.
+func Defaults() Config {
+	return Config{
+		Common:           command.CommonDefaults(":15014"),
+		GalleyAddress:    "127.0.0.1:15019",
+		XDSAddress:       ":15010",
+		SecureXDSAddress: ":15012",
+		DebounceQuiet:    100 * time.Millisecond,
+		DebounceMax:      10 * time.Second,
+		DomainSuffix:     model.DefaultDomainSuffix,
+		DefaultNamespace: "default",
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate(), c.GalleyTLS.Validate(), c.XDSTLS.Validate()}
+	addrs := map[string]string{"xdsAddress": c.XDSAddress}
+	if c.XDSTLS.Enabled() {
+		addrs["secureXDSAddress"] = c.SecureXDSAddress
+	}
+	if c.ConfigDir == "" {
+		addrs["galleyAddress"] = c.GalleyAddress
+		if c.GalleyTLS.Enabled() && c.GalleyTLS.CAFile == "" {
+			errs = append(errs, errors.New("galleyTLS.caFile must be set to verify galley"))
+		}
+	} else if c.MeshConfigFile != "" {
+		if _, err := os.Stat(c.MeshConfigFile); err != nil {
+			errs = append(errs, fmt.Errorf("meshConfigFile: %w", err))
+		}
+	}
+	for name, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, a, err))
+		}
+	}
+	if c.DebounceQuiet <= 0 || c.DebounceMax < c.DebounceQuiet {
+		errs = append(errs, fmt.Errorf("debounceQuiet %s and debounceMax %s: want 0 < quiet <= max", c.DebounceQuiet, c.DebounceMax))
+	}
+	return errors.Join(errs...)
+}
 
 // NewCommand returns the flotilla-discovery command.
 func NewCommand() *cobra.Command {
-	return command.New(command.Spec[command.Common]{
-		Name:     "flotilla-discovery",
-		Short:    "Flotilla's xDS server (Pilot)",
-		Long:     "discovery subscribes to galley, builds an immutable push context and serves Envoy xDS (LDS, RDS, CDS, EDS; state-of-the-world and delta) to sidecars and proxyless gRPC clients. It never talks to Kubernetes and runs as N independent replicas.",
-		Defaults: func() command.Common { return command.CommonDefaults(":15014") },
-		Run: func(context.Context, command.Common, *command.Runtime) error {
-			return &command.NotBuiltError{Service: "discovery", Issue: 4}
-		},
+	return command.New(command.Spec[Config]{
+		Name:  "flotilla-discovery",
+		Short: "Flotilla's xDS server (Pilot)",
+		Long: "discovery subscribes to galley, builds an immutable push context and serves Envoy xDS (LDS, RDS, CDS, EDS; " +
+			"state-of-the-world and delta) to sidecars and proxyless gRPC clients. It never talks to Kubernetes and runs as N independent replicas.",
+		Defaults: Defaults,
+		Run:      run,
 	})
+}
+
+func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
+	meter := rt.Telemetry.Meter.Meter("flotilla/discovery")
+	srv, err := xds.New(xds.Options{Log: rt.Log, Meter: meter})
+	if err != nil {
+		return err
+	}
+	ready := rt.Ready.Component("config")
+	ready.SetNotReady("waiting for the first configuration")
+	in, err := ingest.New(ingest.Options{
+		Log: rt.Log, Meter: meter, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
+		DomainSuffix: cfg.DomainSuffix, TypeURLs: model.TypeURLs(), Push: srv.Push,
+	})
+	if err != nil {
+		return err
+	}
+	source, err := newSource(cfg, rt, in)
+	if err != nil {
+		return err
+	}
+	rt.HandleAdmin("GET /debug/syncz", srv.SynczHandler())
+	rt.HandleAdmin("GET /debug/config_dump", srv.ConfigDumpHandler())
+
+	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}}
+	plain, err := xdsServer(rt, tlsreload.Files{}, srv)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.XDSAddress)
+	if err != nil {
+		return fmt.Errorf("xds listen: %w", err)
+	}
+	actors = append(actors, lifecycle.Actor{Name: "xds", Run: func(ctx context.Context) error { return plain.Serve(ctx, lis) }})
+	if cfg.XDSTLS.Enabled() {
+		secure, err := xdsServer(rt, cfg.XDSTLS, srv)
+		if err != nil {
+			return err
+		}
+		slis, err := net.Listen("tcp", cfg.SecureXDSAddress)
+		if err != nil {
+			return fmt.Errorf("secure xds listen: %w", err)
+		}
+		actors = append(actors, lifecycle.Actor{Name: "xds-mtls", Run: func(ctx context.Context) error { return secure.Serve(ctx, slis) }})
+	}
+	actors = append(actors, lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
+		select {
+		case <-in.Synced():
+			ready.SetReady()
+			rt.Log.Info("serving", "source", source.Name, "xds_address", lis.Addr().String())
+		case <-ctx.Done():
+		}
+		<-ctx.Done()
+		return nil
+	}})
+	return rt.Serve(ctx, actors...)
+}
+
+func xdsServer(rt *command.Runtime, files tlsreload.Files, srv *xds.Server) (*grpcserver.Server, error) {
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, MaxRecvMsgBytes: 4 << 20})
+	if err != nil {
+		return nil, err
+	}
+	srv.Register(gs.Server)
+	return gs, nil
+}
+
+// newSource subscribes to galley, or reads --config-dir.
+func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest) (lifecycle.Actor, error) {
+	if cfg.ConfigDir != "" {
+		files := ingest.NewFiles(ingest.FileOptions{
+			Dir: cfg.ConfigDir, MeshConfigFile: cfg.MeshConfigFile,
+			DefaultNamespace: cfg.DefaultNamespace, DomainSuffix: cfg.DomainSuffix, Log: rt.Log,
+		}, in)
+		return lifecycle.Actor{Name: "files:" + cfg.ConfigDir, Run: files.Run}, nil
+	}
+	creds := insecure.NewCredentials()
+	var reloader *tlsreload.Reloader
+	if cfg.GalleyTLS.Enabled() {
+		host, _, _ := net.SplitHostPort(cfg.GalleyAddress)
+		var err error
+		if reloader, err = tlsreload.New(cfg.GalleyTLS, rt.Log); err != nil {
+			return lifecycle.Actor{}, fmt.Errorf("galley tls: %w", err)
+		}
+		creds = credentials.NewTLS(reloader.ClientConfig(host))
+	}
+	conn, err := grpc.NewClient(cfg.GalleyAddress,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+	)
+	if err != nil {
+		return lifecycle.Actor{}, fmt.Errorf("galley client: %w", err)
+	}
+	nodeID, err := os.Hostname()
+	if err != nil {
+		nodeID = "discovery"
+	}
+	client := mcp.NewClient(mcp.ClientOptions{
+		Conn: conn, NodeID: "discovery~" + nodeID, TypeURLs: model.TypeURLs(), Handler: in, Log: rt.Log,
+	})
+	return lifecycle.Actor{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
+		defer conn.Close()
+		if reloader != nil {
+			go func() { _ = reloader.Run(ctx) }()
+		}
+		return client.Run(ctx)
+	}}, nil
 }

@@ -1,0 +1,174 @@
+// Package ingest feeds discovery's store from galley's MCP subscription
+// (or from a directory of YAML, through the same Apply path), and turns
+// bursts of changes into push contexts: a push waits for a quiet period
+// after the last change, but never longer than a maximum after the first.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+// PushFunc receives each push context with what changed and when the
+// first change in it was seen.
+type PushFunc func(pc *model.PushContext, changes model.ChangeSet, seen time.Time)
+
+// Options configures an Ingest.
+type Options struct {
+	Log   *slog.Logger
+	Meter metric.Meter
+	// Quiet is how long no change must arrive before a push (default
+	// 100ms); Max bounds the wait after the first change (default 10s).
+	Quiet, Max   time.Duration
+	DomainSuffix string
+	// TypeURLs must each have been applied once before the first push, so
+	// that a restarted discovery never serves a half-read mesh.
+	TypeURLs []string
+	Push     PushFunc
+}
+
+// Ingest is the store, its writers and the debouncer.
+type Ingest struct {
+	o Options
+	m *ingestMetrics
+
+	mu        sync.Mutex
+	store     *model.Store
+	applied   map[string]bool
+	synced    chan struct{}
+	firstSeen time.Time
+	events    int
+	kick      chan struct{}
+}
+
+// New returns an Ingest.
+func New(o Options) (*Ingest, error) {
+	if o.Quiet <= 0 {
+		o.Quiet = 100 * time.Millisecond
+	}
+	if o.Max <= 0 {
+		o.Max = 10 * time.Second
+	}
+	m, err := newMetrics(o.Meter)
+	if err != nil {
+		return nil, err
+	}
+	i := &Ingest{
+		o: o, m: m, store: model.NewStore(), applied: map[string]bool{},
+		synced: make(chan struct{}), kick: make(chan struct{}, 1),
+	}
+	if len(o.TypeURLs) == 0 {
+		close(i.synced)
+	}
+	return i, nil
+}
+
+// Synced is closed once every collection has been received once.
+func (i *Ingest) Synced() <-chan struct{} { return i.synced }
+
+// Apply stores one response of a collection (it is the MCP client's
+// handler). Resources that do not decode are reported in the error, so
+// the response is NACKed with the reason; the others are applied.
+func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string) error {
+	var bad []error
+	i.mu.Lock()
+	for _, r := range updated {
+		if err := i.store.Put(typeURL, r.Name, r.Labels, r.Annotations, r.Body); err != nil {
+			bad = append(bad, err)
+		}
+	}
+	for _, n := range removed {
+		i.store.Delete(typeURL, n)
+	}
+	if i.firstSeen.IsZero() {
+		i.firstSeen = time.Now()
+	}
+	i.events++
+	if !i.applied[typeURL] {
+		i.applied[typeURL] = true
+		if i.allApplied() {
+			close(i.synced)
+		}
+	}
+	i.mu.Unlock()
+	select {
+	case i.kick <- struct{}{}:
+	default:
+	}
+	if len(bad) > 0 {
+		i.m.rejected.Add(context.Background(), int64(len(bad)))
+		return fmt.Errorf("%d of %d resources rejected: %w", len(bad), len(updated), errors.Join(bad...))
+	}
+	return nil
+}
+
+func (i *Ingest) allApplied() bool {
+	select {
+	case <-i.synced:
+		return false // already closed
+	default:
+	}
+	for _, t := range i.o.TypeURLs {
+		if !i.applied[t] {
+			return false
+		}
+	}
+	return true
+}
+
+// Run debounces changes into pushes until ctx ends.
+func (i *Ingest) Run(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-i.synced:
+	}
+	var version uint64
+	var last *model.PushContext
+	quiet := time.NewTimer(time.Hour)
+	quiet.Stop()
+	var deadline <-chan time.Time
+	flush := func() {
+		deadline = nil
+		quiet.Stop()
+		version++
+		start := time.Now()
+		i.mu.Lock()
+		pc, changes := i.store.Build(model.BuildOptions{DomainSuffix: i.o.DomainSuffix}, last, version)
+		seen, events := i.firstSeen, i.events
+		i.firstSeen, i.events = time.Time{}, 0
+		i.mu.Unlock()
+		if last != nil && changes.Empty() {
+			return
+		}
+		i.m.built(time.Since(start), events, time.Since(seen), changes.Full)
+		i.o.Log.Debug("push", "version", pc.Version, "full", changes.Full, "endpoint_services", len(changes.Endpoints), "events", events)
+		last = pc
+		i.o.Push(pc, changes, seen)
+	}
+	flush() // the first, full push once everything was received
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-i.kick:
+			quiet.Reset(i.o.Quiet)
+			if deadline == nil {
+				deadline = time.After(i.o.Max)
+			}
+		case <-quiet.C:
+			flush()
+		case <-deadline:
+			flush()
+		}
+	}
+}

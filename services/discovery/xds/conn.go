@@ -1,0 +1,525 @@
+package xds
+
+import (
+	"context"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/translate"
+)
+
+// pushEvent is a push waiting for a stream; later pushes merge into it.
+type pushEvent struct {
+	pc, prev *model.PushContext
+	changes  model.ChangeSet
+	seen     time.Time
+}
+
+// Nack is the last rejection of a type by a proxy.
+type Nack struct {
+	Version string    `json:"version"`
+	Nonce   string    `json:"nonce"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+// watch is one xDS type on one stream.
+type watch struct {
+	started  bool
+	wildcard bool
+	names    map[string]bool
+
+	// What was last sent: state-of-the-world version and nonce; for delta
+	// the version of each resource the proxy holds (as far as the server
+	// knows: a NACKed resource counts as held, so it is not sent again
+	// until it changes).
+	sentVersion, sentNonce string
+	sentAt                 time.Time
+	sentCount              int
+	held                   map[string]string
+
+	ackedVersion string
+	ackedNonce   string
+	ackedAt      time.Time
+	nack         *Nack
+	// pendingSeen is when the change behind the last unacknowledged
+	// response was seen, for convergence time.
+	pendingSeen time.Time
+}
+
+// conn is one proxy's stream.
+type conn struct {
+	s           *Server
+	id          string
+	proxy       *model.Proxy
+	delta       bool
+	connectedAt time.Time
+	signal      chan struct{}
+	sendSotw    func(*discoveryv3.DiscoveryResponse) error
+	sendDelta   func(*discoveryv3.DeltaDiscoveryResponse) error
+
+	mu       sync.Mutex // guards pending, and watches for readers other than the stream
+	pending  *pushEvent
+	watches  map[string]*watch
+	pcSeen   *model.PushContext // the push context the proxy's resources come from
+	problems []string
+}
+
+func newConn(s *Server, p *model.Proxy, id string, delta bool) *conn {
+	return &conn{
+		s: s, id: id, proxy: p, delta: delta, connectedAt: time.Now(),
+		signal: make(chan struct{}, 1), watches: map[string]*watch{},
+	}
+}
+
+// enqueue merges a push into the one waiting, and wakes the stream.
+func (c *conn) enqueue(ev *pushEvent) {
+	c.mu.Lock()
+	if c.pending == nil {
+		cp := *ev
+		cp.changes = model.ChangeSet{}
+		cp.changes.Merge(ev.changes)
+		c.pending = &cp
+	} else {
+		c.pending.pc = ev.pc
+		c.pending.changes.Merge(ev.changes)
+	}
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) watch(t string) *watch {
+	w := c.watches[t]
+	if w == nil {
+		w = &watch{names: map[string]bool{}, held: map[string]string{}}
+		c.mu.Lock()
+		c.watches[t] = w
+		c.mu.Unlock()
+	}
+	return w
+}
+
+// onPush sends what the waiting push changes for this proxy.
+func (c *conn) onPush() error {
+	c.mu.Lock()
+	ev := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	if ev == nil {
+		return nil
+	}
+	c.s.sem <- struct{}{}
+	defer func() { <-c.s.sem }()
+	full := ev.changes.Full || c.pcSeen == nil || c.inboundAffected(ev)
+	c.pcSeen = ev.pc
+	gen := translate.NewGenerator(ev.pc, c.proxy)
+	defer c.keepProblems(gen)
+	if full {
+		for _, t := range pushOrder {
+			if w := c.watches[t]; w != nil && w.started {
+				if err := c.respond(t, w, gen, ev.seen, nil, false); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	w := c.watches[resourcev3.EndpointType]
+	if w == nil || !w.started {
+		return nil
+	}
+	affected := affectedClusters(w, ev.changes)
+	if len(affected) == 0 {
+		return nil // this proxy watches none of the changed clusters
+	}
+	return c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false)
+}
+
+// inboundAffected: an endpoint change at the proxy's own address changes
+// its inbound clusters and listeners, not only endpoints.
+func (c *conn) inboundAffected(ev *pushEvent) bool {
+	for key := range ev.changes.Endpoints {
+		if ev.pc.ServiceHasAddress(key, c.proxy.IPs) || (ev.prev != nil && ev.prev.ServiceHasAddress(key, c.proxy.IPs)) {
+			return true
+		}
+	}
+	return false
+}
+
+// affectedClusters are the watched EDS clusters of changed services.
+func affectedClusters(w *watch, cs model.ChangeSet) []string {
+	hosts := map[string]bool{}
+	for key := range cs.Endpoints {
+		if _, host, ok := strings.Cut(key, "/"); ok {
+			hosts[host] = true
+		}
+	}
+	var out []string
+	for name := range w.names {
+		if _, _, host, ok := translate.ParseClusterName(name); ok && hosts[host] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (c *conn) keepProblems(gen *translate.Generator) {
+	p := gen.Problems()
+	c.mu.Lock()
+	changed := !slices.Equal(p, c.problems)
+	c.problems = p
+	c.mu.Unlock()
+	if changed && len(p) > 0 {
+		c.s.log.Warn("resources dropped or degraded for a proxy", "proxy", c.id, "problems", p)
+	}
+}
+
+type named struct {
+	name    string
+	any     *anypb.Any
+	version string
+}
+
+// generate builds the resources of one type for the names asked (all when
+// nil), encoded once.
+func (c *conn) generate(t string, gen *translate.Generator, names []string) []named {
+	var msgs []proto.Message
+	switch t {
+	case resourcev3.ClusterType:
+		for _, r := range gen.Clusters(names) {
+			msgs = append(msgs, r)
+		}
+	case resourcev3.EndpointType:
+		for _, r := range gen.Endpoints(names) {
+			msgs = append(msgs, r)
+		}
+	case resourcev3.ListenerType:
+		for _, r := range gen.Listeners(names) {
+			msgs = append(msgs, r)
+		}
+	case resourcev3.RouteType:
+		for _, r := range gen.Routes(names) {
+			msgs = append(msgs, r)
+		}
+	}
+	out := make([]named, 0, len(msgs))
+	opts := proto.MarshalOptions{Deterministic: true}
+	for _, m := range msgs {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			c.s.log.Error("encoding a resource", "proxy", c.id, "type_url", t, "error", err)
+			continue
+		}
+		h := fnv.New64a()
+		_, _ = h.Write(b)
+		out = append(out, named{
+			name:    resourceName(m),
+			any:     &anypb.Any{TypeUrl: t, Value: b},
+			version: strconv.FormatUint(h.Sum64(), 36),
+		})
+	}
+	return out
+}
+
+func resourceName(m proto.Message) string {
+	type cla interface{ GetClusterName() string }
+	if r, ok := m.(cla); ok {
+		return r.GetClusterName()
+	}
+	if r, ok := m.(interface{ GetName() string }); ok {
+		return r.GetName()
+	}
+	return ""
+}
+
+// watchedNames are the names a watch asks for; nil for wildcard.
+func (w *watch) watchedNames() []string {
+	if w.wildcard {
+		return nil
+	}
+	out := make([]string, 0, len(w.names))
+	for n := range w.names {
+		out = append(out, n)
+	}
+	return out
+}
+
+// respond sends a type's resources. only limits a delta response to some
+// names (an endpoint-only push); force sends even when nothing changed (a
+// request must be answered).
+func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.Time, only []string, force bool) error {
+	start := time.Now()
+	if c.delta {
+		return c.respondDelta(t, w, gen, seen, only, force, start)
+	}
+	res := c.generate(t, gen, w.watchedNames())
+	h := fnv.New64a()
+	for _, r := range res {
+		_, _ = h.Write([]byte(r.name))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(r.version))
+		_, _ = h.Write([]byte{0})
+	}
+	version := strconv.FormatUint(h.Sum64(), 36)
+	if !force && version == w.sentVersion {
+		return nil // the proxy has (or rejected) exactly this
+	}
+	anys := make([]*anypb.Any, len(res))
+	for i, r := range res {
+		anys[i] = r.any
+	}
+	nonce := c.s.nextNonce()
+	if err := c.sendSotw(&discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: anys, TypeUrl: t, Nonce: nonce}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(res)
+	if !seen.IsZero() && w.pendingSeen.IsZero() {
+		w.pendingSeen = seen
+	}
+	c.mu.Unlock()
+	c.s.metrics.sent(t, len(res), time.Since(start))
+	return nil
+}
+
+func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen time.Time, only []string, force bool, start time.Time) error {
+	names := w.watchedNames()
+	if only != nil {
+		names = only
+	}
+	res := c.generate(t, gen, names)
+	current := make(map[string]bool, len(res))
+	var out []*discoveryv3.Resource
+	for _, r := range res {
+		current[r.name] = true
+		if w.held[r.name] == r.version {
+			continue
+		}
+		out = append(out, &discoveryv3.Resource{Name: r.name, Version: r.version, Resource: r.any})
+	}
+	var removed []string
+	inScope := func(n string) bool { return only == nil || slices.Contains(only, n) }
+	for n := range w.held {
+		if !current[n] && inScope(n) {
+			removed = append(removed, n)
+		}
+	}
+	slices.Sort(removed)
+	if len(out) == 0 && len(removed) == 0 && !force {
+		return nil
+	}
+	nonce := c.s.nextNonce()
+	if err := c.sendDelta(&discoveryv3.DeltaDiscoveryResponse{
+		TypeUrl: t, Resources: out, RemovedResources: removed, Nonce: nonce, SystemVersionInfo: c.pcSeen.Version,
+	}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for _, r := range out {
+		w.held[r.Name] = r.Version
+	}
+	for _, n := range removed {
+		delete(w.held, n)
+	}
+	w.sentNonce, w.sentAt, w.sentCount = nonce, time.Now(), len(w.held)
+	w.sentVersion = c.pcSeen.Version
+	if !seen.IsZero() && w.pendingSeen.IsZero() {
+		w.pendingSeen = seen
+	}
+	c.mu.Unlock()
+	c.s.metrics.sent(t, len(out)+len(removed), time.Since(start))
+	return nil
+}
+
+// onSotwRequest handles a state-of-the-world request: an ACK, a NACK, or
+// a (changed) subscription, which is answered.
+func (c *conn) onSotwRequest(req *discoveryv3.DiscoveryRequest) error {
+	if err := checkNames(req.GetResourceNames()); err != nil {
+		return err
+	}
+	t := req.GetTypeUrl()
+	if !slices.Contains(pushOrder, t) {
+		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", truncate(t, 200))
+		return nil
+	}
+	w := c.watch(t)
+	if nonce := req.GetResponseNonce(); nonce != "" {
+		if nonce != w.sentNonce {
+			return nil // stale: answered by a later response already
+		}
+		if req.GetErrorDetail() != nil {
+			c.nacked(t, w, req.GetVersionInfo(), nonce, req.GetErrorDetail().GetMessage())
+			return nil
+		}
+		c.acked(t, w, req.GetVersionInfo(), nonce)
+	}
+	names := req.GetResourceNames()
+	wildcard := wildcardType(t) && (len(names) == 0 || slices.Contains(names, "*"))
+	changed := !w.started || wildcard != w.wildcard || !sameNames(w.names, names)
+	if !changed {
+		return nil
+	}
+	c.mu.Lock()
+	w.started, w.wildcard = true, wildcard
+	w.names = make(map[string]bool, len(names))
+	for _, n := range names {
+		if n != "*" {
+			w.names[n] = true
+		}
+	}
+	c.mu.Unlock()
+	return c.answer(t, w)
+}
+
+// answer responds to a request with the current push context, if there is
+// one yet (otherwise the first push will).
+func (c *conn) answer(t string, w *watch) error {
+	pc, _ := c.s.current()
+	if pc == nil {
+		return nil
+	}
+	if c.pcSeen == nil {
+		c.pcSeen = pc
+	}
+	c.s.sem <- struct{}{}
+	defer func() { <-c.s.sem }()
+	gen := translate.NewGenerator(c.pcSeen, c.proxy)
+	defer c.keepProblems(gen)
+	return c.respond(t, w, gen, time.Time{}, nil, true)
+}
+
+func sameNames(have map[string]bool, names []string) bool {
+	n := 0
+	for _, name := range names {
+		if name == "*" {
+			continue
+		}
+		if !have[name] {
+			return false
+		}
+		n++
+	}
+	return n == len(have)
+}
+
+func (c *conn) acked(t string, w *watch, version, nonce string) {
+	c.mu.Lock()
+	w.ackedVersion, w.ackedNonce, w.ackedAt = version, nonce, time.Now()
+	seen := w.pendingSeen
+	w.pendingSeen = time.Time{}
+	c.mu.Unlock()
+	if !seen.IsZero() {
+		c.s.metrics.converged(t, time.Since(seen))
+	}
+}
+
+func (c *conn) nacked(t string, w *watch, version, nonce, msg string) {
+	c.mu.Lock()
+	w.nack = &Nack{Version: w.sentVersion, Nonce: nonce, Message: truncate(msg, 4096), At: time.Now()}
+	w.pendingSeen = time.Time{}
+	c.mu.Unlock()
+	c.s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", shortType(t))))
+	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", truncate(msg, 1024))
+}
+
+// onDeltaRequest handles an incremental request: subscription changes are
+// answered, ACKs and NACKs recorded.
+func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := checkNames(req.GetResourceNamesSubscribe()); err != nil {
+		return err
+	}
+	if err := checkNames(req.GetResourceNamesUnsubscribe()); err != nil {
+		return err
+	}
+	if len(req.GetInitialResourceVersions()) > maxResourceNames {
+		return checkNames(make([]string, len(req.GetInitialResourceVersions())))
+	}
+	t := req.GetTypeUrl()
+	if !slices.Contains(pushOrder, t) {
+		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", truncate(t, 200))
+		return nil
+	}
+	w := c.watch(t)
+	if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.sentNonce {
+		if req.GetErrorDetail() != nil {
+			c.nacked(t, w, "", nonce, req.GetErrorDetail().GetMessage())
+		} else {
+			c.acked(t, w, w.sentVersion, nonce)
+		}
+	}
+	first := !w.started
+	c.mu.Lock()
+	if first {
+		w.started = true
+		w.wildcard = wildcardType(t) && (len(req.GetResourceNamesSubscribe()) == 0 || slices.Contains(req.GetResourceNamesSubscribe(), "*"))
+		for n, v := range req.GetInitialResourceVersions() {
+			if len(n) <= maxNameBytes {
+				w.held[n] = v
+			}
+		}
+	}
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if n == "*" {
+			w.wildcard = true
+			continue
+		}
+		w.names[n] = true
+		if !first {
+			delete(w.held, n) // newly asked for: send it even if unchanged
+		}
+	}
+	for _, n := range req.GetResourceNamesUnsubscribe() {
+		if n == "*" {
+			w.wildcard = false
+			continue
+		}
+		delete(w.names, n)
+		delete(w.held, n)
+	}
+	c.mu.Unlock()
+	if !first && len(req.GetResourceNamesSubscribe()) == 0 {
+		return nil
+	}
+	pc, _ := c.s.current()
+	if pc == nil {
+		return nil
+	}
+	if c.pcSeen == nil {
+		c.pcSeen = pc
+	}
+	c.s.sem <- struct{}{}
+	defer func() { <-c.s.sem }()
+	gen := translate.NewGenerator(c.pcSeen, c.proxy)
+	defer c.keepProblems(gen)
+	return c.respond(t, w, gen, time.Time{}, nil, first)
+}
+
+func shortType(t string) string {
+	switch t {
+	case resourcev3.ClusterType:
+		return "CDS"
+	case resourcev3.EndpointType:
+		return "EDS"
+	case resourcev3.ListenerType:
+		return "LDS"
+	case resourcev3.RouteType:
+		return "RDS"
+	}
+	return t
+}

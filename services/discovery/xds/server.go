@@ -1,0 +1,284 @@
+// Package xds serves Envoy's aggregated discovery service to sidecars and
+// proxyless gRPC clients, state-of-the-world and delta, from the push
+// contexts discovery builds. Each stream is served by its own goroutine:
+// requests and pushes are handled in turn, so a stream never sends
+// concurrently. Pushes go out in the order CDS, EDS, LDS, RDS so that a
+// route never names a cluster the proxy does not have yet. A push whose
+// content for a proxy is what it already has is not sent; a rejected
+// (NACKed) version is not sent again until the configuration changes.
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/services/discovery/proxy"
+)
+
+// The xDS types served, in push order.
+var pushOrder = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+
+// wildcardTypes are answered with every resource when the proxy names none.
+func wildcardType(t string) bool { return t == resourcev3.ClusterType || t == resourcev3.ListenerType }
+
+// Limits on what a proxy may ask.
+const (
+	maxResourceNames = 100_000
+	maxNameBytes     = 1024
+)
+
+// Options configures a Server.
+type Options struct {
+	Log   *slog.Logger
+	Meter metric.Meter
+	// Concurrency bounds translations running at once; default twice the
+	// number of CPUs.
+	Concurrency int
+}
+
+// Server is the ADS server.
+type Server struct {
+	log     *slog.Logger
+	metrics *metrics
+	sem     chan struct{}
+	nonce   atomic.Uint64
+
+	mu    sync.Mutex
+	pc    *model.PushContext
+	seen  time.Time // when the change the current push context holds was first seen
+	conns map[*conn]struct{}
+}
+
+// New returns a server with no push context: streams wait until the first
+// Push.
+func New(o Options) (*Server, error) {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 2 * runtime.GOMAXPROCS(0)
+	}
+	s := &Server{
+		log:   o.Log.With("component", "xds"),
+		sem:   make(chan struct{}, o.Concurrency),
+		conns: map[*conn]struct{}{},
+	}
+	m, err := newMetrics(o.Meter, s)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	return s, nil
+}
+
+// Register adds the ADS service to a gRPC server.
+func (s *Server) Register(gs *grpc.Server) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, s)
+}
+
+// Push makes pc current and tells every connected proxy what changed;
+// seen is when the first change in it was observed (for convergence).
+func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.Time) {
+	s.mu.Lock()
+	prev := s.pc
+	s.pc, s.seen = pc, seen
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if prev == nil {
+		changes.Full = true
+	}
+	s.metrics.pushes(len(conns), changes)
+	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen}
+	for _, c := range conns {
+		c.enqueue(ev)
+	}
+}
+
+func (s *Server) current() (*model.PushContext, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pc, s.seen
+}
+
+func (s *Server) nextNonce() string { return strconv.FormatUint(s.nonce.Add(1), 10) }
+
+// StreamAggregatedResources serves state-of-the-world ADS.
+func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	reqs := make(chan *discoveryv3.DiscoveryRequest, 1)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	var c *conn
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case err := <-errc:
+			return recvError(err)
+		case req := <-reqs:
+			if c == nil {
+				var err error
+				if c, err = s.connect(req.GetNode(), false, stream.Context()); err != nil {
+					return err
+				}
+				defer s.disconnect(c)
+				c.sendSotw = stream.Send
+			}
+			if err := c.onSotwRequest(req); err != nil {
+				return err
+			}
+		case <-signalOf(c):
+			if err := c.onPush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// DeltaAggregatedResources serves incremental ADS.
+func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	reqs := make(chan *discoveryv3.DeltaDiscoveryRequest, 1)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	var c *conn
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case err := <-errc:
+			return recvError(err)
+		case req := <-reqs:
+			if c == nil {
+				var err error
+				if c, err = s.connect(req.GetNode(), true, stream.Context()); err != nil {
+					return err
+				}
+				defer s.disconnect(c)
+				c.sendDelta = stream.Send
+			}
+			if err := c.onDeltaRequest(req); err != nil {
+				return err
+			}
+		case <-signalOf(c):
+			if err := c.onPush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func signalOf(c *conn) <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	return c.signal
+}
+
+func recvError(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Canceled {
+		return nil
+	}
+	return err //nolint:wrapcheck // a gRPC status from the transport, returned as is
+}
+
+// connect identifies the proxy from its first request; a node that does
+// not parse ends the stream with InvalidArgument and the reason.
+func (s *Server) connect(node *corev3.Node, delta bool, ctx context.Context) (*conn, error) {
+	p, err := proxy.FromNode(node)
+	if err != nil {
+		s.metrics.rejectedNodes.Add(ctx, 1)
+		s.log.Warn("refusing a proxy", "node", truncate(node.GetId(), 200), "error", err)
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	c := newConn(s, p, node.GetId(), delta)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.metrics.connected.Add(ctx, 1)
+	s.log.Info("proxy connected", "proxy", c.id, "delta", delta, "generator", p.Generator)
+	return c, nil
+}
+
+func (s *Server) disconnect(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.metrics.connected.Add(context.Background(), -1)
+	s.log.Info("proxy disconnected", "proxy", c.id)
+}
+
+// Conns returns the connected proxies' sync status, by ID.
+func (s *Server) Conns() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// errTooMany is returned for requests naming too much.
+func checkNames(names []string) error {
+	if len(names) > maxResourceNames {
+		return status.Error(codes.InvalidArgument, fmt.Sprintf("request names %d resources, more than %d", len(names), maxResourceNames))
+	}
+	for _, n := range names {
+		if len(n) > maxNameBytes {
+			return status.Error(codes.InvalidArgument, fmt.Sprintf("resource name of %d bytes, more than %d", len(n), maxNameBytes))
+		}
+	}
+	return nil
+}
