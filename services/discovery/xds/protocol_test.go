@@ -1,0 +1,419 @@
+package xds_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
+)
+
+// harness is the ADS server on 127.0.0.1 fed by a store the test edits.
+type harness struct {
+	srv     *xds.Server
+	store   *model.Store
+	last    *model.PushContext
+	version uint64
+	conn    *grpc.ClientConn
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	srv, err := xds.New(xds.Options{Log: quiet(), Meter: noop.NewMeterProvider().Meter("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return &harness{srv: srv, store: model.NewStore(), conn: cc}
+}
+
+func (h *harness) push() {
+	h.version++
+	pc, cs := h.store.Build(model.BuildOptions{}, h.last, h.version)
+	h.last = pc
+	h.srv.Push(pc, cs, time.Now())
+}
+
+func service(name string, port uint32) *registryv1.Service {
+	return &registryv1.Service{
+		Hostname: name + ".default.svc.cluster.local", Name: name, Namespace: "default",
+		Ports:      []*registryv1.ServicePort{{Name: "http", Number: port, Protocol: registryv1.Protocol_PROTOCOL_HTTP}},
+		SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE, Addresses: []string{"10.96.0.1"},
+	}
+}
+
+func endpoints(name string, ips ...string) *registryv1.EndpointSet {
+	es := &registryv1.EndpointSet{ServiceHostname: name + ".default.svc.cluster.local", ServiceNamespace: "default", Shard: "0"}
+	for _, ip := range ips {
+		es.Endpoints = append(es.Endpoints, &registryv1.Endpoint{Address: ip, Ports: []*registryv1.EndpointPort{{ServicePortName: "http", Number: 8080}}})
+	}
+	return es
+}
+
+func node(id string, md map[string]any) *corev3.Node {
+	st, _ := structpb.NewStruct(md)
+	return &corev3.Node{Id: id, Metadata: st}
+}
+
+// sotw is a raw state-of-the-world stream whose responses arrive on a
+// channel, so a test can also show that nothing arrives.
+type sotw struct {
+	st   discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	resp chan *discoveryv3.DiscoveryResponse
+	err  chan error
+}
+
+func (h *harness) sotw(t *testing.T) *sotw {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sotw{st: st, resp: make(chan *discoveryv3.DiscoveryResponse, 64), err: make(chan error, 1)}
+	go func() {
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				s.err <- err
+				return
+			}
+			s.resp <- r
+		}
+	}()
+	return s
+}
+
+func (s *sotw) send(t *testing.T, req *discoveryv3.DiscoveryRequest) {
+	t.Helper()
+	if err := s.st.Send(req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *sotw) next(t *testing.T) *discoveryv3.DiscoveryResponse {
+	t.Helper()
+	select {
+	case r := <-s.resp:
+		return r
+	case err := <-s.err:
+		t.Fatalf("stream ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no response within 10s")
+	}
+	return nil
+}
+
+// nothing shows that no response arrives for a while.
+func (s *sotw) nothing(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-s.resp:
+		t.Fatalf("unexpected %s response, version %s, %d resources", r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
+	case <-time.After(d):
+	}
+}
+
+func ack(r *discoveryv3.DiscoveryResponse, names ...string) *discoveryv3.DiscoveryRequest {
+	return &discoveryv3.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names}
+}
+
+const sidecarID = "sidecar~10.1.0.9~app-1.default~default.svc.cluster.local"
+
+func TestBadNodesGetAnInvalidArgumentWithTheReason(t *testing.T) {
+	h := newHarness(t)
+	cases := map[string]*corev3.Node{
+		"no node":           nil,
+		"garbage id":        {Id: "not-an-istio-node"},
+		"labels not a map":  node(sidecarID, map[string]any{"LABELS": 7.0}),
+		"unknown generator": node(sidecarID, map[string]any{"GENERATOR": "xyz"}),
+	}
+	for name, n := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := h.sotw(t)
+			s.send(t, &discoveryv3.DiscoveryRequest{Node: n, TypeUrl: resourcev3.ClusterType})
+			select {
+			case err := <-s.err:
+				if grpcstatus.Code(err) != codes.InvalidArgument || grpcstatus.Convert(err).Message() == "" {
+					t.Fatalf("error %v, want InvalidArgument with a reason", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the stream stayed open")
+			}
+		})
+	}
+	// The server is still fine for a good node.
+	h.store.PutService(service("a", 80))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	if r := s.next(t); len(r.GetResources()) == 0 {
+		t.Fatal("no clusters for a good node")
+	}
+}
+
+func TestOversizedRequestsAreRefused(t *testing.T) {
+	h := newHarness(t)
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.EndpointType, ResourceNames: []string{strings.Repeat("x", 5000)}})
+	select {
+	case err := <-s.err:
+		if grpcstatus.Code(err) != codes.InvalidArgument {
+			t.Fatalf("error %v, want InvalidArgument", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a 5000-byte resource name was accepted")
+	}
+}
+
+func TestARejectedVersionIsNotSentAgainUntilTheConfigChanges(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	r := s.next(t)
+	nack := ack(r)
+	nack.VersionInfo = ""
+	nack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: "test says no"}
+	s.send(t, nack)
+	// A push with the same content for this proxy sends nothing.
+	h.store.PutService(service("a", 80))
+	h.push()
+	s.nothing(t, 300*time.Millisecond)
+	st := h.srv.Status()
+	if len(st) != 1 || st[0].Types[0].LastNack == nil || st[0].Types[0].LastNack.Message != "test says no" || st[0].Types[0].Synced {
+		t.Fatalf("status after a NACK: %+v", st)
+	}
+	// A change is sent.
+	h.store.PutService(service("b", 80))
+	h.push()
+	r2 := s.next(t)
+	if r2.GetVersionInfo() == r.GetVersionInfo() || len(r2.GetResources()) <= len(r.GetResources()) {
+		t.Fatalf("after a change: version %s (was %s), %d clusters (was %d)", r2.GetVersionInfo(), r.GetVersionInfo(), len(r2.GetResources()), len(r.GetResources()))
+	}
+	s.send(t, ack(r2))
+	eventually(t, "the proxy to show as synced", func() bool { return h.srv.Status()[0].Types[0].Synced })
+}
+
+func TestAFullPushGoesOutClustersEndpointsListenersRoutes(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1"))
+	h.push()
+	s := h.sotw(t)
+	n := node(sidecarID, nil)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: n, TypeUrl: resourcev3.ClusterType})
+	s.send(t, ack(s.next(t)))
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"outbound|80||a.default.svc.cluster.local"}})
+	s.send(t, ack(s.next(t), "outbound|80||a.default.svc.cluster.local"))
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ListenerType})
+	s.send(t, ack(s.next(t)))
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNames: []string{"80"}})
+	s.send(t, ack(s.next(t), "80"))
+	// A change to every type (a new HTTP service on the same port, a new
+	// TCP service, a's endpoints): they arrive in order. Types whose
+	// content did not change for the proxy would not be sent at all.
+	h.store.PutService(service("b", 80))
+	tcp := service("db", 5432)
+	tcp.Ports[0].Protocol = registryv1.Protocol_PROTOCOL_TCP
+	tcp.Addresses = []string{"10.96.0.9"}
+	h.store.PutService(tcp)
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1", "10.1.1.4"))
+	h.push()
+	var order []string
+	for range 4 {
+		r := s.next(t)
+		order = append(order, r.GetTypeUrl())
+	}
+	want := []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("push order %v, want %v", order, want)
+		}
+	}
+}
+
+func TestAnEndpointChangeGoesOnlyToProxiesWatchingThatCluster(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.store.PutService(service("b", 80))
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1"))
+	h.store.PutEndpointSet(endpoints("b", "10.1.1.2"))
+	h.push()
+	watch := func(cluster, id string) *sotw {
+		s := h.sotw(t)
+		s.send(t, &discoveryv3.DiscoveryRequest{Node: node(id, nil), TypeUrl: resourcev3.ClusterType})
+		s.send(t, ack(s.next(t)))
+		s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{cluster}})
+		s.send(t, ack(s.next(t), cluster))
+		return s
+	}
+	sa := watch("outbound|80||a.default.svc.cluster.local", "sidecar~10.1.0.9~x-1.default~default.svc.cluster.local")
+	sb := watch("outbound|80||b.default.svc.cluster.local", "sidecar~10.1.0.10~y-1.default~default.svc.cluster.local")
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1", "10.1.1.3"))
+	h.push()
+	r := sa.next(t)
+	if r.GetTypeUrl() != resourcev3.EndpointType {
+		t.Fatalf("the watcher of a got %s, want EDS only", r.GetTypeUrl())
+	}
+	sa.nothing(t, 200*time.Millisecond)
+	sb.nothing(t, 200*time.Millisecond)
+}
+
+// delta is a raw incremental stream.
+type delta struct {
+	st   discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	resp chan *discoveryv3.DeltaDiscoveryResponse
+	err  chan error
+}
+
+func (h *harness) delta(t *testing.T) *delta {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &delta{st: st, resp: make(chan *discoveryv3.DeltaDiscoveryResponse, 64), err: make(chan error, 1)}
+	go func() {
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				d.err <- err
+				return
+			}
+			d.resp <- r
+		}
+	}()
+	return d
+}
+
+func (d *delta) send(t *testing.T, req *discoveryv3.DeltaDiscoveryRequest) {
+	t.Helper()
+	if err := d.st.Send(req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d *delta) next(t *testing.T) *discoveryv3.DeltaDiscoveryResponse {
+	t.Helper()
+	select {
+	case r := <-d.resp:
+		return r
+	case err := <-d.err:
+		t.Fatalf("stream ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no response within 10s")
+	}
+	return nil
+}
+
+func (d *delta) nothing(t *testing.T, dur time.Duration) {
+	t.Helper()
+	select {
+	case r := <-d.resp:
+		t.Fatalf("unexpected response: %d resources, removed %v", len(r.GetResources()), r.GetRemovedResources())
+	case <-time.After(dur):
+	}
+}
+
+func names(r *discoveryv3.DeltaDiscoveryResponse) map[string]string {
+	out := map[string]string{}
+	for _, res := range r.GetResources() {
+		out[res.GetName()] = res.GetVersion()
+	}
+	return out
+}
+
+func TestDeltaSendsOnlyDifferencesAndResumes(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.store.PutService(service("b", 80))
+	h.push()
+	d := h.delta(t)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	first := d.next(t)
+	held := names(first)
+	if _, ok := held["outbound|80||a.default.svc.cluster.local"]; !ok || len(held) < 4 {
+		t.Fatalf("first delta response: %v", held)
+	}
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: first.GetNonce()})
+
+	// One service changes: only its cluster is sent.
+	changed := service("b", 80)
+	changed.Ports[0].Protocol = registryv1.Protocol_PROTOCOL_GRPC
+	h.store.PutService(changed)
+	h.push()
+	r := d.next(t)
+	if got := names(r); len(got) != 1 || got["outbound|80||b.default.svc.cluster.local"] == "" {
+		t.Fatalf("after changing b: %v, want only b's cluster", got)
+	}
+	held["outbound|80||b.default.svc.cluster.local"] = names(r)["outbound|80||b.default.svc.cluster.local"]
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: r.GetNonce()})
+
+	// A NACK is not answered with the same resources again.
+	h.store.Delete("registry.flotilla.io/v1/Service", "default/a.default.svc.cluster.local")
+	h.push()
+	r = d.next(t)
+	if len(r.GetResources()) != 0 || len(r.GetRemovedResources()) != 1 || r.GetRemovedResources()[0] != "outbound|80||a.default.svc.cluster.local" {
+		t.Fatalf("after deleting a: resources %v removed %v", names(r), r.GetRemovedResources())
+	}
+	delete(held, "outbound|80||a.default.svc.cluster.local")
+	d.st.Send(&discoveryv3.DeltaDiscoveryRequest{
+		TypeUrl: resourcev3.ClusterType, ResponseNonce: r.GetNonce(),
+		ErrorDetail: &status.Status{Code: int32(codes.InvalidArgument), Message: "no"},
+	})
+	h.store.PutService(service("b", 80)) // content changes back and forth is a change; same content is not
+	h.store.PutService(changed)
+	h.push()
+	d.nothing(t, 300*time.Millisecond)
+
+	// Reconnecting with what it holds, the proxy gets nothing it has.
+	d2 := h.delta(t)
+	d2.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType, InitialResourceVersions: held})
+	r = d2.next(t)
+	if len(r.GetResources()) != 0 || len(r.GetRemovedResources()) != 0 {
+		t.Fatalf("resume with current versions: resources %v removed %v", names(r), r.GetRemovedResources())
+	}
+	// With a stale version of one and a resource that no longer exists, it
+	// gets that one and the removal.
+	held["outbound|80||b.default.svc.cluster.local"] = "stale"
+	held["outbound|80||gone.default.svc.cluster.local"] = "x"
+	d3 := h.delta(t)
+	d3.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType, InitialResourceVersions: held})
+	r = d3.next(t)
+	if got := names(r); len(got) != 1 || got["outbound|80||b.default.svc.cluster.local"] == "" ||
+		len(r.GetRemovedResources()) != 1 || r.GetRemovedResources()[0] != "outbound|80||gone.default.svc.cluster.local" {
+		t.Fatalf("resume with a stale and a gone resource: resources %v removed %v", got, r.GetRemovedResources())
+	}
+}
