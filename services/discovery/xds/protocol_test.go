@@ -389,7 +389,7 @@ func TestDeltaSendsOnlyDifferencesAndResumes(t *testing.T) {
 		t.Fatalf("after deleting a: resources %v removed %v", names(r), r.GetRemovedResources())
 	}
 	delete(held, "outbound|80||a.default.svc.cluster.local")
-	d.st.Send(&discoveryv3.DeltaDiscoveryRequest{
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{
 		TypeUrl: resourcev3.ClusterType, ResponseNonce: r.GetNonce(),
 		ErrorDetail: &status.Status{Code: int32(codes.InvalidArgument), Message: "no"},
 	})
