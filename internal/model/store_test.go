@@ -85,3 +85,39 @@ func TestAnEndpointOnlyChangeKeepsTheConfigurationIndexes(t *testing.T) {
 		t.Fatalf("nothing changed, change set %+v", cs)
 	}
 }
+
+// FuzzPut feeds arbitrary bytes as every collection's body: Put returns an
+// error or stores something; it never panics, and a push context can be
+// built and read afterwards.
+func FuzzPut(f *testing.F) {
+	svc, _ := proto.Marshal(&registryv1.Service{Hostname: "a", Namespace: "ns", Ports: []*registryv1.ServicePort{{Number: 80}}})
+	vs, _ := proto.Marshal(&networking.VirtualService{Hosts: []string{"a"}})
+	f.Add(0, "ns/a", svc)
+	f.Add(4, "ns/vs", vs)
+	f.Add(1, "ns/a/0", []byte{0x0a, 0xff})
+	types := TypeURLs()
+	f.Fuzz(func(t *testing.T, typ int, name string, body []byte) {
+		if typ < 0 {
+			typ = -typ
+		}
+		t.Helper()
+		s := NewStore()
+		typeURL := types[typ%len(types)]
+		msgName := map[string]string{
+			registry.ServiceTypeURL:     "flotilla.registry.v1.Service",
+			registry.EndpointSetTypeURL: "flotilla.registry.v1.EndpointSet",
+		}[typeURL]
+		if msgName == "" {
+			msgName = "istio.networking.v1alpha3.VirtualService"
+		}
+		_ = s.Put(typeURL, name, nil, nil, &anypb.Any{TypeUrl: "type.googleapis.com/" + msgName, Value: body})
+		pc, _ := s.Build(BuildOptions{}, nil, 1)
+		p := &Proxy{Namespace: "ns"}
+		sc := pc.Scope(p)
+		for _, svc := range sc.Services() {
+			_ = sc.DestinationRule(p, svc)
+			_ = sc.VirtualService(svc.GetHostname())
+			_ = pc.Endpoints(svc)
+		}
+	})
+}

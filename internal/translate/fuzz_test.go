@@ -1,0 +1,73 @@
+package translate
+
+import (
+	"net/netip"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+// FuzzGenerate translates arbitrary VirtualServices and DestinationRules
+// (as if they had bypassed validation) for a sidecar and a proxyless
+// client: translation never panics, and whatever it returns passes the
+// checks it promises.
+func FuzzGenerate(f *testing.F) {
+	vs, _ := proto.Marshal(&networking.VirtualService{Hosts: []string{"a"}, Http: []*networking.HTTPRoute{{
+		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a", Subset: "v1"}, Weight: 50}},
+	}}})
+	dr, _ := proto.Marshal(&networking.DestinationRule{Host: "a", Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"v": "1"}}}})
+	f.Add(vs, dr)
+	f.Add([]byte{}, []byte{0x0a, 0x01, 0x2a})
+	kinds := map[string]istio.Kind{}
+	for _, k := range istio.Kinds() {
+		kinds[k.Kind] = k
+	}
+	f.Fuzz(func(t *testing.T, vsBytes, drBytes []byte) {
+		s := model.NewStore()
+		s.PutService(&registryv1.Service{
+			Hostname: "a.default.svc.cluster.local", Name: "a", Namespace: "default", Addresses: []string{"10.96.0.1"},
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
+			Ports: []*registryv1.ServicePort{
+				{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP},
+				{Name: "tcp", Number: 9000, Protocol: registryv1.Protocol_PROTOCOL_TCP},
+			},
+		})
+		s.PutEndpointSet(&registryv1.EndpointSet{
+			ServiceHostname: "a.default.svc.cluster.local", ServiceNamespace: "default", Shard: "0",
+			Endpoints: []*registryv1.Endpoint{{Address: "10.1.0.1", Labels: map[string]string{"v": "1"}}},
+		})
+		v := &networking.VirtualService{}
+		if proto.Unmarshal(vsBytes, v) == nil {
+			s.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: "vs", Namespace: "default"}, Spec: v})
+		}
+		d := &networking.DestinationRule{}
+		if proto.Unmarshal(drBytes, d) == nil {
+			s.PutObject(&istio.Object{Kind: kinds["DestinationRule"], Meta: istio.Meta{Name: "dr", Namespace: "default"}, Spec: d})
+		}
+		pc, _ := s.Build(model.BuildOptions{}, nil, 1)
+		for _, gen := range []string{"", model.GeneratorGRPC} {
+			p := &model.Proxy{Type: model.SidecarProxy, IPs: []netip.Addr{netip.MustParseAddr("10.1.0.9")}, Namespace: "default", Generator: gen}
+			out := Generate(pc, p)
+			for _, c := range out.Clusters {
+				if err := Validate(c); err != nil {
+					t.Fatalf("cluster %s passed the checks but is invalid: %v", c.GetName(), err)
+				}
+			}
+			for _, r := range out.Routes {
+				if err := Validate(r); err != nil {
+					t.Fatalf("route %s passed the checks but is invalid: %v", r.GetName(), err)
+				}
+			}
+			for _, l := range out.Listeners {
+				if err := Validate(l); err != nil {
+					t.Fatalf("listener %s passed the checks but is invalid: %v", l.GetName(), err)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,138 @@
+package ingest
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+)
+
+type pushed struct {
+	pc      *model.PushContext
+	changes model.ChangeSet
+}
+
+func start(t *testing.T, quiet, maxWait time.Duration, types []string) (*Ingest, chan pushed) {
+	t.Helper()
+	ch := make(chan pushed, 100)
+	in, err := New(Options{
+		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"), Quiet: quiet, Max: maxWait,
+		TypeURLs: types,
+		Push:     func(pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = in.Run(ctx) }()
+	return in, ch
+}
+
+func svc(t *testing.T, name string) *mcp.Resource {
+	t.Helper()
+	r, err := mcp.NewResource("default/"+name, &registryv1.Service{Hostname: name, Namespace: "default"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func wait(t *testing.T, ch chan pushed) pushed {
+	t.Helper()
+	select {
+	case p := <-ch:
+		return p
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push")
+	}
+	return pushed{}
+}
+
+func none(t *testing.T, ch chan pushed, d time.Duration) {
+	t.Helper()
+	select {
+	case p := <-ch:
+		t.Fatalf("unexpected push %s (%+v)", p.pc.Version, p.changes)
+	case <-time.After(d):
+	}
+}
+
+func TestNothingIsPushedUntilEveryCollectionArrived(t *testing.T) {
+	in, ch := start(t, 10*time.Millisecond, time.Hour, []string{registry.ServiceTypeURL, registry.EndpointSetTypeURL})
+	if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "a")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	none(t, ch, 100*time.Millisecond)
+	if err := in.Apply(registry.EndpointSetTypeURL, nil, nil); err != nil { // an empty collection counts
+		t.Fatal(err)
+	}
+	p := wait(t, ch)
+	if len(p.pc.Services()) != 1 || !p.changes.Full {
+		t.Fatalf("first push: %d services, %+v", len(p.pc.Services()), p.changes)
+	}
+}
+
+func TestABurstOfChangesIsOnePush(t *testing.T) {
+	in, ch := start(t, 50*time.Millisecond, time.Hour, []string{registry.ServiceTypeURL})
+	if err := in.Apply(registry.ServiceTypeURL, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ch)
+	for i := range 20 {
+		if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "s"+string(rune('a'+i)))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := wait(t, ch)
+	if len(p.pc.Services()) != 20 {
+		t.Fatalf("the push after a burst has %d services, want all 20", len(p.pc.Services()))
+	}
+	none(t, ch, 200*time.Millisecond)
+}
+
+func TestChangesThatNeverStopArePushedAtTheMaximumWait(t *testing.T) {
+	in, ch := start(t, time.Hour, 50*time.Millisecond, []string{registry.ServiceTypeURL})
+	if err := in.Apply(registry.ServiceTypeURL, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ch)
+	// Changes every 5 ms for up to 10 s: the quiet period (an hour) never
+	// comes, yet pushes do.
+	got := 0
+	for i := 0; i < 2000 && got < 2; i++ {
+		if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "s")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+			got++
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if got < 2 {
+		t.Fatal("no push while changes kept coming")
+	}
+}
+
+func TestAResourceThatDoesNotDecodeIsRejectedWithItsNameAndTheRestApplied(t *testing.T) {
+	in, ch := start(t, 10*time.Millisecond, time.Hour, []string{registry.ServiceTypeURL})
+	bad := &mcp.Resource{Name: "default/bad", Body: &anypb.Any{TypeUrl: "type.googleapis.com/flotilla.registry.v1.Service", Value: []byte{0xff, 0x01}}}
+	err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "good"), bad}, nil)
+	if err == nil || !strings.Contains(err.Error(), "default/bad") || !strings.Contains(err.Error(), "1 of 2") {
+		t.Fatalf("error %v, want the bad resource named", err)
+	}
+	p := wait(t, ch)
+	if len(p.pc.Services()) != 1 || p.pc.Services()[0].GetHostname() != "good" {
+		t.Fatalf("services %v, want the good one", p.pc.Services())
+	}
+}
