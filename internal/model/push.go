@@ -51,6 +51,21 @@ type PushContext struct {
 
 	scopeMu sync.Mutex
 	scopes  map[string]*Scope
+
+	memo sync.Map
+}
+
+// Memo returns the value kept under key in this push context, building it
+// on first use. Translation keeps what many proxies share here (a cluster
+// is the same for every proxy that sees the same service and
+// DestinationRule); the value must not be changed after it is built. Two
+// callers may build at once; one result wins and is kept.
+func (pc *PushContext) Memo(key string, build func() any) any {
+	if v, ok := pc.memo.Load(key); ok {
+		return v
+	}
+	v, _ := pc.memo.LoadOrStore(key, build())
+	return v
 }
 
 // Instance is one endpoint of one service: how a proxy's own workload is

@@ -10,6 +10,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -60,16 +61,24 @@ func (g *gen) clusterCandidates() []string {
 }
 
 // cluster builds, validates and remembers one cluster: nil when the proxy
-// has no such cluster, or when it failed validation (reported).
+// has no such cluster, or when it failed validation (reported). Outbound
+// clusters are shared through the push context by every proxy that sees
+// the same service through the same DestinationRule.
 func (g *gen) cluster(name string) *builtCluster {
 	if b, ok := g.clusters[name]; ok {
 		return b
 	}
-	b := g.buildCluster(name)
-	if b != nil {
-		if err := Validate(b.c); err != nil {
-			g.problem("cluster %s dropped: %v", name, err)
-			b = nil
+	var b *builtCluster
+	if portNum, subset, host, ok := ParseClusterName(name); ok {
+		b = g.sharedOutbound(name, portNum, subset, host)
+	} else {
+		before := g.packErrs
+		b = g.localCluster(name)
+		if b != nil {
+			if err := g.valid(b.c, before); err != nil {
+				g.problem("cluster %s dropped: %v", name, err)
+				b = nil
+			}
 		}
 	}
 	g.clusters[name] = b
@@ -78,26 +87,37 @@ func (g *gen) cluster(name string) *builtCluster {
 
 func (g *gen) clusterOK(name string) bool { return g.cluster(name) != nil }
 
-func (g *gen) buildCluster(name string) *builtCluster {
-	switch {
-	case g.grpc && (name == BlackHoleCluster || name == PassthroughCluster || strings.HasPrefix(name, "inbound|")):
-		return nil
-	case name == BlackHoleCluster:
-		return &builtCluster{c: blackHole()}
-	case name == PassthroughCluster:
-		return &builtCluster{c: g.passthrough()}
-	case strings.HasPrefix(name, "inbound|"):
-		for _, c := range g.inboundClusters() {
-			if c.GetName() == name {
-				return &builtCluster{c: c}
-			}
-		}
-		return nil
+// shared is something built once per push context for many proxies, with
+// the problems found building it (replayed to each proxy's report).
+type shared struct {
+	value    any
+	problems []string
+}
+
+// isolated is a generator sharing g's inputs but none of its findings, to
+// build what goes into the push context's memo.
+func (g *gen) isolated() *gen {
+	return &gen{
+		pc: g.pc, p: g.p, scope: g.scope, grpc: g.grpc,
+		clusters: map[string]*builtCluster{}, las: map[string]*endpointv3.ClusterLoadAssignment{},
+		routesBy: map[string]*routev3.RouteConfiguration{}, empties: map[string]*anypb.Any{},
 	}
-	portNum, subset, host, ok := ParseClusterName(name)
-	if !ok {
-		return nil
+}
+
+func drKey(dr *model.DestinationRule) string {
+	if dr == nil {
+		return "-"
 	}
+	return dr.Namespace + "/" + dr.Name
+}
+
+// outboundKey names what an outbound cluster's content depends on besides
+// the push context: its name, flavour, service and DestinationRule.
+func (g *gen) outboundKey(kind, name string, svc *registryv1.Service, dr *model.DestinationRule) string {
+	return kind + "|" + strconv.FormatBool(g.grpc) + "|" + name + "|" + svc.GetNamespace() + "|" + drKey(dr)
+}
+
+func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *builtCluster {
 	svc := g.scope.Service(host)
 	if svc == nil {
 		return nil
@@ -113,26 +133,67 @@ func (g *gen) buildCluster(name string) *builtCluster {
 			return nil
 		}
 	}
-	c := g.outboundCluster(svc, port, dr, ss)
-	if c == nil {
-		return nil
+	v := g.pc.Memo(g.outboundKey("cluster", name, svc, dr), func() any {
+		sub := g.isolated()
+		var b *builtCluster
+		if c := sub.outboundCluster(svc, port, dr, ss); c != nil {
+			if err := sub.valid(c, 0); err != nil {
+				sub.problem("cluster %s dropped: %v", name, err)
+			} else {
+				b = &builtCluster{c: c, svc: svc, port: port, subset: ss, dr: dr}
+			}
+		}
+		return &shared{value: b, problems: sub.problems}
+	}).(*shared)
+	for _, p := range v.problems {
+		g.problem("%s", p)
 	}
-	return &builtCluster{c: c, svc: svc, port: port, subset: ss}
+	b, _ := v.value.(*builtCluster)
+	return b
+}
+
+// localCluster builds the clusters that belong to one sidecar: the black
+// hole, the passthrough and its inbound clusters.
+func (g *gen) localCluster(name string) *builtCluster {
+	switch {
+	case g.grpc:
+		return nil
+	case name == BlackHoleCluster:
+		return &builtCluster{c: blackHole()}
+	case name == PassthroughCluster:
+		return &builtCluster{c: g.passthrough()}
+	case strings.HasPrefix(name, "inbound|"):
+		for _, c := range g.inboundClusters() {
+			if c.GetName() == name {
+				return &builtCluster{c: c}
+			}
+		}
+	}
+	return nil
 }
 
 // endpoints builds, validates and remembers the load assignment of an EDS
-// cluster; nil when the proxy has no such EDS cluster.
+// cluster (shared like the cluster); nil when the proxy has no such EDS
+// cluster.
 func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
 	if la, ok := g.las[name]; ok {
 		return la
 	}
 	var la *endpointv3.ClusterLoadAssignment
 	if b := g.cluster(name); b != nil && b.port != nil && b.c.GetType() == clusterv3.Cluster_EDS {
-		la = g.loadAssignment(name, b.svc, b.port, b.subset)
-		if err := Validate(la); err != nil {
-			g.problem("load assignment %s dropped: %v", name, err)
-			la = nil
+		v := g.pc.Memo(g.outboundKey("eds", name, b.svc, b.dr), func() any {
+			sub := g.isolated()
+			la := sub.loadAssignment(name, b.svc, b.port, b.subset)
+			if err := sub.valid(la, 0); err != nil {
+				sub.problem("load assignment %s dropped: %v", name, err)
+				la = nil
+			}
+			return &shared{value: la, problems: sub.problems}
+		}).(*shared)
+		for _, p := range v.problems {
+			g.problem("%s", p)
 		}
+		la, _ = v.value.(*endpointv3.ClusterLoadAssignment)
 	}
 	g.las[name] = la
 	return la
@@ -189,7 +250,7 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 	}
 	if !g.grpc {
 		if opts := httpOptions(port.GetProtocol(), pol.pool); opts != nil {
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: toAny(opts)}
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
 		}
 		g.applyTLS(c, svc, port, ss, pol.tls)
 	}
@@ -366,7 +427,7 @@ func (g *gen) applyTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *regi
 			{
 				Name:            "tlsMode-disabled",
 				Match:           &structpb.Struct{},
-				TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(&rawbufferv3.RawBuffer{})}},
+				TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(&rawbufferv3.RawBuffer{})}},
 			},
 		}
 		return
@@ -397,7 +458,7 @@ func (g *gen) istioMutual(svc *registryv1.Service, sni string) *corev3.Transport
 			}},
 		},
 	}
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(ctx)}}
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
 }
 
 // spiffeSANs are the identities a service's servers may present: those the
@@ -458,7 +519,7 @@ func (g *gen) originatedTLS(tls *networking.ClientTLSSettings) *corev3.Transport
 		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: validation}
 	}
 	ctx := &tlsv3.UpstreamTlsContext{Sni: tls.GetSni(), CommonTlsContext: common}
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(ctx)}}
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
 }
 
 // inboundClusters are inbound|<port>|| for each port of the proxy's own

@@ -16,14 +16,18 @@ import (
 // checkListeners repairs and validates listeners, sorted by name: one
 // that fails, or has no filter chain left, or repeats a name, is dropped
 // and reported.
-func (g *gen) checkListeners(in []*listenerv3.Listener) []*listenerv3.Listener {
+func (g *gen) checkListeners(in []*listenerv3.Listener, packErrsBefore int) []*listenerv3.Listener {
 	sortByName(in)
 	out := []*listenerv3.Listener{}
 	seen := map[string]bool{}
 	for _, l := range in {
-		err := g.repairListener(l)
+		err := g.repairListener(l, packErrsBefore)
 		if err == nil {
-			err = Validate(l)
+			// The filter chains were validated one by one; validate the rest.
+			chains := l.FilterChains
+			l.FilterChains = nil
+			err = g.valid(l, packErrsBefore)
+			l.FilterChains = chains
 		}
 		if err == nil && seen[l.GetName()] {
 			err = errors.New("duplicate name")
@@ -90,11 +94,11 @@ func visit(m protoreflect.Message) error {
 // host that fails validation is dropped, a route that names a cluster the
 // output lacks answers 503 instead, and a domain already claimed by an
 // earlier virtual host is dropped from the later one.
-func (g *gen) repairRoutes(rc *routev3.RouteConfiguration) {
+func (g *gen) repairRoutes(rc *routev3.RouteConfiguration, packErrsBefore int) {
 	domains := map[string]bool{}
 	vhs := rc.VirtualHosts[:0]
 	for _, vh := range rc.GetVirtualHosts() {
-		if err := Validate(vh); err != nil {
+		if err := g.valid(vh, packErrsBefore); err != nil {
 			g.problem("route configuration %s: virtual host %s dropped: %v", rc.GetName(), vh.GetName(), err)
 			continue
 		}
@@ -147,7 +151,7 @@ func (g *gen) routeClusters(ra *routev3.RouteAction) error {
 // repairListener drops the filter chains that fail validation or name a
 // cluster or route configuration the output lacks, or repeat an earlier
 // chain's name or match; a listener left without chains is an error.
-func (g *gen) repairListener(l *listenerv3.Listener) error {
+func (g *gen) repairListener(l *listenerv3.Listener, packErrsBefore int) error {
 	if api := l.GetApiListener().GetApiListener(); api != nil {
 		hcm := &hcmv3.HttpConnectionManager{}
 		if err := api.UnmarshalTo(hcm); err != nil {
@@ -159,7 +163,7 @@ func (g *gen) repairListener(l *listenerv3.Listener) error {
 	matches := map[string]bool{}
 	chains := l.FilterChains[:0]
 	for _, fc := range l.GetFilterChains() {
-		err := g.checkChain(fc, names, matches)
+		err := g.checkChain(fc, names, matches, packErrsBefore)
 		if err != nil {
 			g.problem("listener %s: filter chain %s dropped: %v", l.GetName(), fc.GetName(), err)
 			continue
@@ -173,8 +177,8 @@ func (g *gen) repairListener(l *listenerv3.Listener) error {
 	return nil
 }
 
-func (g *gen) checkChain(fc *listenerv3.FilterChain, names, matches map[string]bool) error {
-	if err := Validate(fc); err != nil {
+func (g *gen) checkChain(fc *listenerv3.FilterChain, names, matches map[string]bool, packErrsBefore int) error {
+	if err := g.valid(fc, packErrsBefore); err != nil {
 		return err
 	}
 	if names[fc.GetName()] {

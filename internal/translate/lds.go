@@ -32,10 +32,11 @@ const (
 // listener per port collects several services), for proxyless gRPC
 // clients the API listeners named (all when names is nil).
 func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
+	before := g.packErrs
 	if !g.grpc {
 		if g.listeners == nil {
 			all := append([]*listenerv3.Listener{g.virtualOutbound(), g.virtualInbound()}, g.outboundListeners()...)
-			g.listeners = g.checkListeners(all)
+			g.listeners = g.checkListeners(all, before)
 		}
 		return g.listeners
 	}
@@ -56,42 +57,42 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 		}
 		out = append(out, &listenerv3.Listener{
 			Name:        name,
-			ApiListener: &listenerv3.ApiListener{ApiListener: toAny(httpConnectionManager(name, name))},
+			ApiListener: &listenerv3.ApiListener{ApiListener: g.pack(g.httpConnectionManager(name, name))},
 		})
 	}
-	return g.checkListeners(out)
+	return g.checkListeners(out, before)
 }
 
-func httpFilters() []*hcmv3.HttpFilter {
+func (g *gen) httpFilters() []*hcmv3.HttpFilter {
 	return []*hcmv3.HttpFilter{
-		{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: toAny(&faultv3.HTTPFault{})}},
-		{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: toAny(&routerv3.Router{})}},
+		{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&faultv3.HTTPFault{})}},
+		{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&routerv3.Router{})}},
 	}
 }
 
-func httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
+func (g *gen) httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: routeName,
 		}},
-		HttpFilters: httpFilters(),
+		HttpFilters: g.httpFilters(),
 	}
 }
 
-func networkFilter(name string, cfg proto.Message) *listenerv3.Filter {
-	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: toAny(cfg)}}
+func (g *gen) networkFilter(name string, cfg proto.Message) *listenerv3.Filter {
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: g.pack(cfg)}}
 }
 
-func tcpProxy(statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) *listenerv3.Filter {
+func (g *gen) tcpProxy(statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) *listenerv3.Filter {
 	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix}
 	if len(clusters) == 1 {
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: clusters[0].GetName()}
 	} else {
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: &tcpproxyv3.TcpProxy_WeightedCluster{Clusters: clusters}}
 	}
-	return networkFilter(tcpProxyFilter, tp)
+	return g.networkFilter(tcpProxyFilter, tp)
 }
 
 func single(cluster string) []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight {
@@ -113,7 +114,7 @@ func (g *gen) virtualOutbound() *listenerv3.Listener {
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 		FilterChains: []*listenerv3.FilterChain{{
 			Name:    "virtualOutbound-catchall-tcp",
-			Filters: []*listenerv3.Filter{tcpProxy(catchAll, single(catchAll))},
+			Filters: []*listenerv3.Filter{g.tcpProxy(catchAll, single(catchAll))},
 		}},
 	}
 }
@@ -127,8 +128,8 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 		Address:          socketAddress("0.0.0.0", InboundPort),
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
 		ListenerFilters: []*listenerv3.ListenerFilter{
-			{Name: "envoy.filters.listener.original_dst", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: toAny(&originaldstv3.OriginalDst{})}},
-			{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: toAny(&tlsinspectorv3.TlsInspector{})}},
+			{Name: "envoy.filters.listener.original_dst", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&originaldstv3.OriginalDst{})}},
+			{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}},
 		},
 	}
 	seen := map[uint32]bool{}
@@ -144,7 +145,7 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 	}
 	l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 		Name:    "virtualInbound-catchall",
-		Filters: []*listenerv3.Filter{tcpProxy(PassthroughCluster, single(PassthroughCluster))},
+		Filters: []*listenerv3.Filter{g.tcpProxy(PassthroughCluster, single(PassthroughCluster))},
 	})
 	return l
 }
@@ -153,7 +154,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 	cluster := ClusterName("inbound", port, "", "")
 	filters := func() []*listenerv3.Filter {
 		if !isHTTP(proto) {
-			return []*listenerv3.Filter{tcpProxy(cluster, single(cluster))}
+			return []*listenerv3.Filter{g.tcpProxy(cluster, single(cluster))}
 		}
 		hcm := &hcmv3.HttpConnectionManager{
 			StatPrefix: cluster,
@@ -170,10 +171,10 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 				}},
 				ValidateClusters: wrapperspb.Bool(false),
 			}},
-			HttpFilters:              httpFilters(),
+			HttpFilters:              g.httpFilters(),
 			ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
 		}
-		return []*listenerv3.Filter{networkFilter(hcmFilter, hcm)}
+		return []*listenerv3.Filter{g.networkFilter(hcmFilter, hcm)}
 	}
 	match := func(transport string) *listenerv3.FilterChainMatch {
 		return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: transport}
@@ -214,7 +215,7 @@ func (g *gen) downstreamMTLS(proto registryv1.Protocol) *corev3.TransportSocket 
 			}},
 		},
 	}
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: toAny(ctx)}}
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
 }
 
 // outboundListeners: "0.0.0.0_<port>" for HTTP ports (routed by RDS
@@ -254,7 +255,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
 					Name:    ClusterName("outbound", num, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
+					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
 				}
 				if tls && svc.GetHostname() != "*" {
 					chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{svc.GetHostname()}, TransportProtocol: "tls"}
@@ -278,7 +279,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 					TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 					FilterChains: []*listenerv3.FilterChain{{
 						Name:    ClusterName("outbound", num, "", svc.GetHostname()),
-						Filters: []*listenerv3.Filter{tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
+						Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
 					}},
 				})
 			}
@@ -303,7 +304,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 		case w.http:
 			l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 				Name:    name,
-				Filters: []*listenerv3.Filter{networkFilter(hcmFilter, httpConnectionManager("outbound_"+name, itoa(port)))},
+				Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(port)))},
 			})
 			for _, c := range w.tcp {
 				g.problem("listener %s: TCP service %s without an address shares port %d with HTTP services; left out", name, c.GetName(), port)
@@ -318,7 +319,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 			continue
 		}
 		if len(w.sni) > 0 {
-			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: toAny(&tlsinspectorv3.TlsInspector{})}}}
+			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}}
 		}
 		out = append(out, l)
 	}

@@ -58,14 +58,20 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 		return rc
 	}
 	var rc *routev3.RouteConfiguration
+	before := g.packErrs
 	if g.grpc {
 		rc = g.grpcRoute(name)
 	} else {
 		rc = g.portRoute(name)
 	}
 	if rc != nil {
-		g.repairRoutes(rc)
-		if err := Validate(rc); err != nil {
+		g.repairRoutes(rc, before)
+		// The virtual hosts were validated one by one; validate the rest.
+		vhs := rc.VirtualHosts
+		rc.VirtualHosts = nil
+		err := g.valid(rc, before)
+		rc.VirtualHosts = vhs
+		if err != nil {
 			g.problem("route configuration %s dropped: %v", name, err)
 			rc = nil
 		}
@@ -176,7 +182,7 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 		name := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
 		ra := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}, Timeout: dur(0)}
 		if !g.grpc {
-			ra.RetryPolicy = defaultRetryPolicy()
+			ra.RetryPolicy = g.defaultRetryPolicy()
 		}
 		g.hashPolicy(ra, svc)
 		return []*routev3.Route{{
@@ -329,7 +335,7 @@ func headerMatcher(name string, sm *networking.StringMatch, invert bool) *routev
 func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.VirtualService, svc *registryv1.Service, port *registryv1.ServicePort) {
 	g.headerOps(hr.GetHeaders(), &r.RequestHeadersToAdd, &r.RequestHeadersToRemove, &r.ResponseHeadersToAdd, &r.ResponseHeadersToRemove)
 	if f := fault(hr.GetFault()); f != nil {
-		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: toAny(f)}
+		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: g.pack(f)}
 	}
 	switch {
 	case hr.GetRedirect() != nil:
@@ -457,20 +463,20 @@ func (g *gen) headerOps(h *networking.Headers, reqAdd *[]*corev3.HeaderValueOpti
 	ops(h.GetResponse(), respAdd, respRemove)
 }
 
-func defaultRetryPolicy() *routev3.RetryPolicy {
+func (g *gen) defaultRetryPolicy() *routev3.RetryPolicy {
 	return &routev3.RetryPolicy{
 		RetryOn:                       defaultRetryOn,
 		NumRetries:                    wrapperspb.UInt32(2),
 		RetriableStatusCodes:          []uint32{503},
-		RetryHostPredicate:            []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()},
+		RetryHostPredicate:            []*routev3.RetryPolicy_RetryHostPredicate{g.previousHosts()},
 		HostSelectionRetryMaxAttempts: 5,
 	}
 }
 
-func previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
+func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 	return &routev3.RetryPolicy_RetryHostPredicate{
 		Name:       "envoy.retry_host_predicates.previous_hosts",
-		ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: toAny(&previoushostsv3.PreviousHostsPredicate{})},
+		ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: g.pack(&previoushostsv3.PreviousHostsPredicate{})},
 	}
 }
 
@@ -482,7 +488,7 @@ func (g *gen) retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 		if g.grpc {
 			return nil
 		}
-		return defaultRetryPolicy()
+		return g.defaultRetryPolicy()
 	}
 	attempts := r.GetAttempts()
 	if attempts <= 0 {
@@ -521,7 +527,7 @@ func (g *gen) retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
 		return rp
 	}
 	rp.RetryOn = strings.Join(on, ",")
-	rp.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+	rp.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{g.previousHosts()}
 	rp.HostSelectionRetryMaxAttempts = 5
 	return rp
 }

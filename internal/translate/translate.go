@@ -172,6 +172,9 @@ type gen struct {
 	listeners []*listenerv3.Listener
 	inbound   []*clusterv3.Cluster
 	problems  []string
+	// packErrs counts messages that failed validation when packed.
+	packErrs int
+	empties  map[string]*anypb.Any
 }
 
 type builtCluster struct {
@@ -180,13 +183,14 @@ type builtCluster struct {
 	// port and subset of an outbound EDS cluster, for its endpoints.
 	port   *registryv1.ServicePort
 	subset *networking.Subset
+	dr     *model.DestinationRule
 }
 
 func newGen(pc *model.PushContext, p *model.Proxy) *gen {
 	return &gen{
 		pc: pc, p: p, scope: pc.Scope(p), grpc: p.ProxylessGRPC(),
 		clusters: map[string]*builtCluster{}, las: map[string]*endpointv3.ClusterLoadAssignment{},
-		routesBy: map[string]*routev3.RouteConfiguration{},
+		routesBy: map[string]*routev3.RouteConfiguration{}, empties: map[string]*anypb.Any{},
 	}
 }
 
@@ -257,14 +261,46 @@ func sdsSource() *corev3.ConfigSource {
 	}
 }
 
-// toAny packs a message. Marshalling a well-formed message cannot fail;
-// a failure is a bug and is reported by the checks as an empty Any.
-func toAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
-		return &anypb.Any{}
+// pack validates and packs a message into an Any. Validation here is
+// what makes the cheap check of the resources that hold the Any enough
+// (the generated Validate does not open Anys): an invalid message is
+// recorded, and the resource holding it then gets the deep check, which
+// names the problem and drops it. Empty messages (filters without
+// settings) are packed once per generator.
+func (g *gen) pack(m proto.Message) *anypb.Any {
+	if v, ok := m.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			g.packErrs++
+		}
+	}
+	empty := proto.Size(m) == 0
+	name := string(m.ProtoReflect().Descriptor().FullName())
+	if empty {
+		if a, ok := g.empties[name]; ok {
+			return a
+		}
+	}
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		g.packErrs++
+		return &anypb.Any{TypeUrl: "type.googleapis.com/" + name}
+	}
+	if empty {
+		g.empties[name] = a
 	}
 	return a
+}
+
+// valid checks a resource just built: its generated validation, and the
+// deep check (opening every Any) when something packed into it failed.
+func (g *gen) valid(m proto.Message, packErrsBefore int) error {
+	if g.packErrs > packErrsBefore {
+		return Validate(m)
+	}
+	if v, ok := m.(interface{ Validate() error }); ok {
+		return v.Validate() //nolint:wrapcheck // the generated message names the field
+	}
+	return nil
 }
 
 func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }

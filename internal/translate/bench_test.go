@@ -1,0 +1,174 @@
+package translate
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+// benchMesh is n services in 10 namespaces, each with an HTTP and a gRPC
+// port, three endpoints (v1, v2, v3), a DestinationRule with three subsets
+// and a VirtualService splitting between two of them.
+func benchMesh(b *testing.B, n int) *model.Store {
+	b.Helper()
+	kinds := map[string]istio.Kind{}
+	for _, k := range istio.Kinds() {
+		kinds[k.Kind] = k
+	}
+	s := model.NewStore()
+	for i := range n {
+		ns := fmt.Sprintf("ns-%d", i%10)
+		name := fmt.Sprintf("svc-%d", i)
+		host := name + "." + ns + ".svc.cluster.local"
+		s.PutService(&registryv1.Service{
+			Hostname: host, Name: name, Namespace: ns, Addresses: []string{fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)},
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
+			Ports: []*registryv1.ServicePort{
+				{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP, TargetPort: 8080},
+				{Name: "grpc", Number: 9090, Protocol: registryv1.Protocol_PROTOCOL_GRPC, TargetPort: 9090},
+			},
+		})
+		es := &registryv1.EndpointSet{ServiceHostname: host, ServiceNamespace: ns, Shard: "0"}
+		for v := 1; v <= 3; v++ {
+			es.Endpoints = append(es.Endpoints, &registryv1.Endpoint{
+				Address: fmt.Sprintf("10.%d.%d.%d", 1+v, i/250, i%250+1), Labels: map[string]string{"app": name, "version": fmt.Sprintf("v%d", v)},
+				Ports:          []*registryv1.EndpointPort{{ServicePortName: "http", Number: 8080}, {ServicePortName: "grpc", Number: 9090}},
+				ServiceAccount: name, Health: registryv1.HealthStatus_HEALTH_STATUS_HEALTHY, TlsMode: registryv1.TLSMode_TLS_MODE_ISTIO,
+				Locality: &registryv1.Locality{Region: "r1", Zone: fmt.Sprintf("z%d", v)},
+			})
+		}
+		s.PutEndpointSet(es)
+		s.PutObject(&istio.Object{Kind: kinds["DestinationRule"], Meta: istio.Meta{Name: name, Namespace: ns}, Spec: &networking.DestinationRule{
+			Host: name,
+			TrafficPolicy: &networking.TrafficPolicy{
+				ConnectionPool:   &networking.ConnectionPoolSettings{Tcp: &networking.ConnectionPoolSettings_TCPSettings{MaxConnections: 100}},
+				OutlierDetection: &networking.OutlierDetection{},
+			},
+			Subsets: []*networking.Subset{
+				{Name: "v1", Labels: map[string]string{"version": "v1"}},
+				{Name: "v2", Labels: map[string]string{"version": "v2"}},
+				{Name: "v3", Labels: map[string]string{"version": "v3"}},
+			},
+		}})
+		s.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: name, Namespace: ns}, Spec: &networking.VirtualService{
+			Hosts: []string{name},
+			Http: []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{
+				{Destination: &networking.Destination{Host: name, Subset: "v1"}, Weight: 90},
+				{Destination: &networking.Destination{Host: name, Subset: "v2"}, Weight: 10},
+			}}},
+		}})
+	}
+	return s
+}
+
+func benchProxy(generator string) *model.Proxy {
+	return &model.Proxy{Type: model.SidecarProxy, IPs: []netip.Addr{netip.MustParseAddr("10.2.0.1")}, ID: "svc-0-abc.ns-0", Namespace: "ns-0", Generator: generator}
+}
+
+func BenchmarkBuildPushContext(b *testing.B) {
+	s := benchMesh(b, 1000)
+	b.ReportAllocs()
+	var v uint64
+	for b.Loop() {
+		v++
+		s.PutService(&registryv1.Service{Hostname: "extra.ns-0.svc.cluster.local", Namespace: "ns-0"}) // a full change each time
+		pc, _ := s.Build(model.BuildOptions{}, nil, v)
+		_ = pc.Scope(benchProxy(""))
+	}
+}
+
+// BenchmarkSidecar is one sidecar's whole configuration in a mesh of 1,000
+// services × 2 ports × 3 subsets (8,000 clusters). "cold" is the first
+// proxy of a push (nothing shared yet; the push context's build is not
+// counted), "warm" another proxy of the same push.
+func BenchmarkSidecar(b *testing.B) {
+	s := benchMesh(b, 1000)
+	benchTypes(b, s, benchProxy(""), []string{"CDS", "EDS", "LDS", "RDS", "all"})
+}
+
+// BenchmarkCDSAndRDS100HTTPServices is a sidecar's clusters and routes in
+// a mesh of 100 services with one HTTP port each and no subsets (the
+// target is under 1 ms).
+func BenchmarkCDSAndRDS100HTTPServices(b *testing.B) {
+	s := model.NewStore()
+	for i := range 100 {
+		name := fmt.Sprintf("svc-%d", i)
+		s.PutService(&registryv1.Service{
+			Hostname: name + ".default.svc.cluster.local", Name: name, Namespace: "default",
+			Addresses: []string{fmt.Sprintf("10.96.0.%d", i+1)}, SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
+			Ports: []*registryv1.ServicePort{{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP, TargetPort: 8080}},
+		})
+	}
+	benchTypes(b, s, benchProxy(""), []string{"CDS+RDS"})
+}
+
+func benchTypes(b *testing.B, s *model.Store, p *model.Proxy, types []string) {
+	b.Helper()
+	for _, mode := range []string{"cold", "warm"} {
+		for _, typ := range types {
+			b.Run(mode+"/"+typ, func(b *testing.B) {
+				b.ReportAllocs()
+				var v uint64 = 1
+				pc, _ := s.Build(model.BuildOptions{}, nil, v)
+				pc.Scope(p)
+				n := 0
+				for range b.N {
+					if mode == "cold" {
+						b.StopTimer()
+						v++
+						s.PutMesh(nil)
+						pc, _ = s.Build(model.BuildOptions{}, nil, v)
+						pc.Scope(p)
+						b.StartTimer()
+					}
+					g := NewGenerator(pc, p)
+					switch typ {
+					case "CDS":
+						n = len(g.Clusters(nil))
+					case "EDS":
+						n = len(g.Endpoints(nil))
+					case "LDS":
+						n = len(g.Listeners(nil))
+					case "RDS":
+						n = len(g.Routes(nil))
+					case "CDS+RDS":
+						n = len(g.Clusters(nil)) + len(g.Routes(nil))
+					default:
+						out := Generate(pc, p)
+						n = len(out.Clusters) + len(out.Endpoints) + len(out.Listeners) + len(out.Routes)
+					}
+				}
+				b.ReportMetric(float64(n), "resources")
+			})
+		}
+	}
+}
+
+// BenchmarkProxylessClientOneTarget is what a proxyless gRPC client
+// dialing one service gets in the 1,000-service mesh: its listener, route,
+// clusters and endpoints (warm: another client of the same push).
+func BenchmarkProxylessClientOneTarget(b *testing.B) {
+	s := benchMesh(b, 1000)
+	pc, _ := s.Build(model.BuildOptions{}, nil, 1)
+	p := benchProxy(model.GeneratorGRPC)
+	pc.Scope(p)
+	name := ListenerName("svc-7.ns-7.svc.cluster.local", 9090)
+	clusters := []string{
+		ClusterName("outbound", 9090, "v1", "svc-7.ns-7.svc.cluster.local"),
+		ClusterName("outbound", 9090, "v2", "svc-7.ns-7.svc.cluster.local"),
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		g := NewGenerator(pc, p)
+		if len(g.Listeners([]string{name})) != 1 || len(g.Routes([]string{name})) != 1 ||
+			len(g.Clusters(clusters)) != 2 || len(g.Endpoints(clusters)) != 2 {
+			b.Fatal("missing resources")
+		}
+	}
+}
