@@ -21,7 +21,7 @@ SERVICES := galley discovery ca injector agent
 # `go test -race` everywhere; RACE= turns it off.
 RACE     ?= -race
 
-.PHONY: build run test lint generate check-generate tidy bench tools kube-assets clean check-modules help
+.PHONY: build run test lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -49,6 +49,11 @@ check-modules: ## each service module builds on its own (GOWORK=off), as image b
 
 bench: kube-assets ## run every benchmark (results go in BENCHMARKS.md)
 	go test -run '^$$' -bench . -benchmem work
+
+LOAD_CLIENTS ?= 100 1000 3000
+bench-load: build ## discovery under N proxyless gRPC clients in their own process (LOAD_CLIENTS="100 1000 3000")
+	go build -o $(BIN)/xdsload ./test/cmd/xdsload
+	@for n in $(LOAD_CLIENTS); do $(BIN)/xdsload run --bin $(BIN) --clients $$n --services 1000 --changes 5 2>/dev/null; done
 
 lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf lint
 	@for m in $(MODULES); do \

@@ -18,6 +18,7 @@ var Packages = map[string]string{
 	"flotilla-discovery": "github.com/flotilla-mesh/flotilla/services/discovery/cmd/discovery",
 	"flotilla-ca":        "github.com/flotilla-mesh/flotilla/services/ca/cmd/ca",
 	"flotilla-injector":  "github.com/flotilla-mesh/flotilla/services/injector/cmd/injector",
+	"xdsload":            "github.com/flotilla-mesh/flotilla/test/cmd/xdsload",
 	"flotilla-agent":     "github.com/flotilla-mesh/flotilla/services/agent/cmd/agent",
 	"flotilla":           "github.com/flotilla-mesh/flotilla/cli/cmd/flotilla",
 	"devrun":             "github.com/flotilla-mesh/flotilla/internal/cmd/devrun",

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := 1
-	if err := build.Binaries(dir, "flotilla-galley", "flotilla-discovery"); err != nil {
+	if err := build.Binaries(dir, "flotilla-galley", "flotilla-discovery", "xdsload"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = m.Run()

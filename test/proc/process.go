@@ -1,11 +1,15 @@
 package proc
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -104,4 +108,50 @@ func FreeAddr(tb testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// Pid is the process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// RSSMiB reads a process's resident set size from /proc (Linux).
+func RSSMiB(pid int) (float64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err != nil {
+				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
+			}
+			return float64(kb) / 1024, nil
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
+
+// CPUSeconds reads the user+system CPU time a process has used (Linux).
+func CPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may
+	// contain spaces.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }

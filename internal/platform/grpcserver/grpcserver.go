@@ -48,6 +48,11 @@ type Options struct {
 	// DrainTimeout bounds how long Serve waits for open streams after its
 	// context ends before closing them.
 	DrainTimeout time.Duration
+	// ManyStreams tunes for thousands of long-lived, mostly idle streams
+	// (xDS): small per-connection buffers, and write buffers returned to a
+	// shared pool after each flush (grpc-go's defaults hold 64 KiB per
+	// connection).
+	ManyStreams bool
 }
 
 // Server is a gRPC server with a health service.
@@ -85,6 +90,9 @@ func New(o Options) (*Server, error) {
 			MinTime:             DefaultKeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
+	}
+	if o.ManyStreams {
+		opts = append(opts, grpc.SharedWriteBuffer(true), grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10))
 	}
 	var reload *tlsreload.Reloader
 	if o.TLS.Enabled() {

@@ -30,7 +30,7 @@ type Files struct {
 	KeyFile string `yaml:"keyFile" usage:"PEM private key"`
 	// CAFile holds the roots that peer certificates must chain to. For a
 	// server it turns on mutual TLS: clients must present a certificate.
-	CAFile string `yaml:"caFile" usage:"PEM roots that client certificates must chain to (enables mTLS)"`
+	CAFile string `yaml:"caFile" usage:"PEM roots the peer's certificate must chain to (a server then requires client certificates: mTLS)"`
 }
 
 // Enabled reports whether any file is set.

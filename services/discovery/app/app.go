@@ -165,7 +165,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 }
 
 func xdsServer(rt *command.Runtime, files tlsreload.Files, srv *xds.Server) (*grpcserver.Server, error) {
-	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, MaxRecvMsgBytes: 4 << 20})
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, MaxRecvMsgBytes: 4 << 20, ManyStreams: true})
 	if err != nil {
 		return nil, err
 	}

@@ -66,12 +66,18 @@ type conn struct {
 	proxy       *model.Proxy
 	delta       bool
 	connectedAt time.Time
-	signal      chan struct{}
 	sendSotw    func(*discoveryv3.DiscoveryResponse) error
 	sendDelta   func(*discoveryv3.DeltaDiscoveryResponse) error
 
-	mu       sync.Mutex // guards pending, and watches for readers other than the stream
+	// work serializes what reads or changes the watches and sends: the
+	// stream's requests and its pushes.
+	work sync.Mutex
+
+	mu       sync.Mutex // guards pending, pushing, closed, failed, and watches for readers other than work's holder
 	pending  *pushEvent
+	pushing  bool
+	closed   bool
+	failed   error
 	watches  map[string]*watch
 	pcSeen   *model.PushContext // the push context the proxy's resources come from
 	problems []string
@@ -80,13 +86,19 @@ type conn struct {
 func newConn(s *Server, p *model.Proxy, id string, delta bool) *conn {
 	return &conn{
 		s: s, id: id, proxy: p, delta: delta, connectedAt: time.Now(),
-		signal: make(chan struct{}, 1), watches: map[string]*watch{},
+		watches: map[string]*watch{},
 	}
 }
 
-// enqueue merges a push into the one waiting, and wakes the stream.
+// enqueue merges a push into the one waiting and, unless a push goroutine
+// is already working for this stream, starts one. No goroutine waits for
+// pushes per stream: with thousands of mostly idle streams, that is memory.
 func (c *conn) enqueue(ev *pushEvent) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
 	if c.pending == nil {
 		cp := *ev
 		cp.changes = model.ChangeSet{}
@@ -96,11 +108,58 @@ func (c *conn) enqueue(ev *pushEvent) {
 		c.pending.pc = ev.pc
 		c.pending.changes.Merge(ev.changes)
 	}
-	c.mu.Unlock()
-	select {
-	case c.signal <- struct{}{}:
-	default:
+	if !c.pushing {
+		c.pushing = true
+		go c.drain()
 	}
+}
+
+// drain sends pending pushes until there are none, at most Concurrency
+// streams at once.
+func (c *conn) drain() {
+	for {
+		c.mu.Lock()
+		ev := c.pending
+		c.pending = nil
+		if ev == nil || c.closed {
+			c.pushing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.work.Lock()
+		c.s.sem <- struct{}{}
+		err := c.push(ev)
+		<-c.s.sem
+		c.work.Unlock()
+		if err != nil {
+			c.s.log.Warn("push failed; closing the stream", "proxy", c.id, "error", err)
+			c.mu.Lock()
+			c.failed, c.closed, c.pushing = err, true, false
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// handle runs a request's handling with the stream's work lock; a push
+// that failed ends the stream here.
+func (c *conn) handle(f func() error) error {
+	c.mu.Lock()
+	failed := c.failed
+	c.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
+	c.work.Lock()
+	defer c.work.Unlock()
+	return f()
+}
+
+func (c *conn) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 }
 
 func (c *conn) watch(t string) *watch {
@@ -114,17 +173,8 @@ func (c *conn) watch(t string) *watch {
 	return w
 }
 
-// onPush sends what the waiting push changes for this proxy.
-func (c *conn) onPush() error {
-	c.mu.Lock()
-	ev := c.pending
-	c.pending = nil
-	c.mu.Unlock()
-	if ev == nil {
-		return nil
-	}
-	c.s.sem <- struct{}{}
-	defer func() { <-c.s.sem }()
+// push generates and sends what ev changes for this proxy.
+func (c *conn) push(ev *pushEvent) error {
 	full := ev.changes.Full || c.pcSeen == nil || c.inboundAffected(ev)
 	c.pcSeen = ev.pc
 	gen := translate.NewGenerator(ev.pc, c.proxy)
@@ -397,11 +447,11 @@ func (c *conn) answer(t string, w *watch) error {
 	if c.pcSeen == nil {
 		c.pcSeen = pc
 	}
-	c.s.sem <- struct{}{}
-	defer func() { <-c.s.sem }()
-	gen := translate.NewGenerator(c.pcSeen, c.proxy)
-	defer c.keepProblems(gen)
-	return c.respond(t, w, gen, time.Time{}, nil, true)
+	return c.s.offload(func() error {
+		gen := translate.NewGenerator(c.pcSeen, c.proxy)
+		defer c.keepProblems(gen)
+		return c.respond(t, w, gen, time.Time{}, nil, true)
+	})
 }
 
 func sameNames(have map[string]bool, names []string) bool {
@@ -503,11 +553,11 @@ func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if c.pcSeen == nil {
 		c.pcSeen = pc
 	}
-	c.s.sem <- struct{}{}
-	defer func() { <-c.s.sem }()
-	gen := translate.NewGenerator(c.pcSeen, c.proxy)
-	defer c.keepProblems(gen)
-	return c.respond(t, w, gen, time.Time{}, nil, first)
+	return c.s.offload(func() error {
+		gen := translate.NewGenerator(c.pcSeen, c.proxy)
+		defer c.keepProblems(gen)
+		return c.respond(t, w, gen, time.Time{}, nil, first)
+	})
 }
 
 func shortType(t string) string {

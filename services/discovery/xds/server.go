@@ -111,6 +111,20 @@ func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.
 	}
 }
 
+// offload runs a stream's generation and sending on a short-lived
+// goroutine, at most Concurrency at once, while the stream's goroutine
+// waits (so a stream still never sends concurrently). Translation needs
+// deep stacks; on the stream goroutines they would stay grown for the life
+// of every connection, which at thousands of proxies is most of the
+// process's memory.
+func (s *Server) offload(f func() error) error {
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	return <-errc
+}
+
 func (s *Server) current() (*model.PushContext, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,101 +133,55 @@ func (s *Server) current() (*model.PushContext, time.Time) {
 
 func (s *Server) nextNonce() string { return strconv.FormatUint(s.nonce.Add(1), 10) }
 
-// StreamAggregatedResources serves state-of-the-world ADS.
+// StreamAggregatedResources serves state-of-the-world ADS. The handler's
+// goroutine reads and answers requests; pushes run on goroutines started
+// when there is something to push.
 func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	reqs := make(chan *discoveryv3.DiscoveryRequest, 1)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-stream.Context().Done():
-				return
-			}
+	var c *conn
+	defer func() {
+		if c != nil {
+			s.disconnect(c)
 		}
 	}()
-	var c *conn
 	for {
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case err := <-errc:
+		req, err := stream.Recv()
+		if err != nil {
 			return recvError(err)
-		case req := <-reqs:
-			if c == nil {
-				var err error
-				if c, err = s.connect(req.GetNode(), false, stream.Context()); err != nil {
-					return err
-				}
-				defer s.disconnect(c)
-				c.sendSotw = stream.Send
-			}
-			if err := c.onSotwRequest(req); err != nil {
+		}
+		if c == nil {
+			if c, err = s.connect(stream.Context(), req.GetNode(), false, func(c *conn) { c.sendSotw = stream.Send }); err != nil {
 				return err
 			}
-		case <-signalOf(c):
-			if err := c.onPush(); err != nil {
-				return err
-			}
+		}
+		if err := c.handle(func() error { return c.onSotwRequest(req) }); err != nil {
+			return err
 		}
 	}
 }
 
-// DeltaAggregatedResources serves incremental ADS.
+// DeltaAggregatedResources serves incremental ADS, like
+// StreamAggregatedResources.
 func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	reqs := make(chan *discoveryv3.DeltaDiscoveryRequest, 1)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-stream.Context().Done():
-				return
-			}
+	var c *conn
+	defer func() {
+		if c != nil {
+			s.disconnect(c)
 		}
 	}()
-	var c *conn
 	for {
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case err := <-errc:
+		req, err := stream.Recv()
+		if err != nil {
 			return recvError(err)
-		case req := <-reqs:
-			if c == nil {
-				var err error
-				if c, err = s.connect(req.GetNode(), true, stream.Context()); err != nil {
-					return err
-				}
-				defer s.disconnect(c)
-				c.sendDelta = stream.Send
-			}
-			if err := c.onDeltaRequest(req); err != nil {
-				return err
-			}
-		case <-signalOf(c):
-			if err := c.onPush(); err != nil {
+		}
+		if c == nil {
+			if c, err = s.connect(stream.Context(), req.GetNode(), true, func(c *conn) { c.sendDelta = stream.Send }); err != nil {
 				return err
 			}
 		}
+		if err := c.handle(func() error { return c.onDeltaRequest(req) }); err != nil {
+			return err
+		}
 	}
-}
-
-func signalOf(c *conn) <-chan struct{} {
-	if c == nil {
-		return nil
-	}
-	return c.signal
 }
 
 func recvError(err error) error {
@@ -228,7 +196,7 @@ func recvError(err error) error {
 
 // connect identifies the proxy from its first request; a node that does
 // not parse ends the stream with InvalidArgument and the reason.
-func (s *Server) connect(node *corev3.Node, delta bool, ctx context.Context) (*conn, error) {
+func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, setSend func(*conn)) (*conn, error) {
 	p, err := proxy.FromNode(node)
 	if err != nil {
 		s.metrics.rejectedNodes.Add(ctx, 1)
@@ -236,6 +204,7 @@ func (s *Server) connect(node *corev3.Node, delta bool, ctx context.Context) (*c
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	c := newConn(s, p, node.GetId(), delta)
+	setSend(c)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -245,6 +214,7 @@ func (s *Server) connect(node *corev3.Node, delta bool, ctx context.Context) (*c
 }
 
 func (s *Server) disconnect(c *conn) {
+	c.close()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()

@@ -74,7 +74,8 @@ func (s *Server) Status() []ProxyStatus {
 	return out
 }
 
-// SynczHandler serves the sync status as JSON; ?proxy=<id> narrows it.
+// SynczHandler serves the sync status as JSON; ?proxy=<id> narrows it,
+// ?pretty indents it.
 func (s *Server) SynczHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		all := s.Status()
@@ -83,7 +84,9 @@ func (s *Server) SynczHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
+		if r.URL.Query().Has("pretty") {
+			enc.SetIndent("", "  ")
+		}
 		_ = enc.Encode(all)
 	})
 }

@@ -49,7 +49,8 @@ type Options struct {
 	// DomainSuffix resolves short host names for cross-object warnings.
 	DomainSuffix string
 	Log          *slog.Logger
-	// Debounce coalesces bursts of file events. Default 100ms.
+	// Debounce coalesces bursts of file events (an editor's save, a
+	// ConfigMap volume swap: a few ms apart). Default 25ms.
 	Debounce time.Duration
 }
 
@@ -77,7 +78,7 @@ type fileState struct {
 // New returns a source for o.Dir that feeds sink.
 func New(o Options, sink Sink) *Source {
 	if o.Debounce == 0 {
-		o.Debounce = 100 * time.Millisecond
+		o.Debounce = 25 * time.Millisecond
 	}
 	if o.DomainSuffix == "" {
 		o.DomainSuffix = "cluster.local"
