@@ -49,9 +49,9 @@ type Options struct {
 	// context ends before closing them.
 	DrainTimeout time.Duration
 	// ManyStreams tunes for thousands of long-lived, mostly idle streams
-	// (xDS): small per-connection buffers, and write buffers returned to a
-	// shared pool after each flush (grpc-go's defaults hold 64 KiB per
-	// connection).
+	// (xDS): small per-connection read and write buffers (grpc-go's
+	// defaults are 32 KiB each; write buffers already go back to a shared
+	// pool after each flush).
 	ManyStreams bool
 }
 
@@ -92,7 +92,7 @@ func New(o Options) (*Server, error) {
 		}),
 	}
 	if o.ManyStreams {
-		opts = append(opts, grpc.SharedWriteBuffer(true), grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10))
+		opts = append(opts, grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10))
 	}
 	var reload *tlsreload.Reloader
 	if o.TLS.Enabled() {

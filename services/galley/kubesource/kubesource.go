@@ -29,9 +29,9 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/normalize"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
-	"github.com/flotilla-mesh/flotilla/internal/normalize"
 )
 
 // ConfigSink receives Istio objects (publish.Publisher).

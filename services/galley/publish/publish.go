@@ -9,8 +9,8 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
-	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/normalize"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 // Collections is what Publisher publishes: every Istio kind's type URL and
