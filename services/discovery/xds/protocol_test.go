@@ -3,10 +3,12 @@ package xds_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -16,9 +18,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
@@ -416,4 +421,44 @@ func TestDeltaSendsOnlyDifferencesAndResumes(t *testing.T) {
 		len(r.GetRemovedResources()) != 1 || r.GetRemovedResources()[0] != "outbound|80||gone.default.svc.cluster.local" {
 		t.Fatalf("resume with a stale and a gone resource: resources %v removed %v", got, r.GetRemovedResources())
 	}
+}
+
+func TestAResourceEnvoyWouldRejectIsNeverSentAndTheRestIs(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("good", 80))
+	h.store.PutService(service("bad", 80))
+	var drKind istio.Kind
+	for _, k := range istio.Kinds() {
+		if k.Kind == "DestinationRule" {
+			drKind = k
+		}
+	}
+	// As if it had bypassed validation: a negative outlier interval.
+	h.store.PutObject(&istio.Object{Kind: drKind, Meta: istio.Meta{Name: "bad", Namespace: "default"}, Spec: &networking.DestinationRule{
+		Host:          "bad",
+		TrafficPolicy: &networking.TrafficPolicy{OutlierDetection: &networking.OutlierDetection{Interval: durationpb.New(-5 * time.Second)}},
+	}})
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	r := s.next(t)
+	var names []string
+	for _, a := range r.GetResources() {
+		c := &clusterv3.Cluster{}
+		if err := a.UnmarshalTo(c); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("sent an invalid cluster %s: %v", c.GetName(), err)
+		}
+		names = append(names, c.GetName())
+	}
+	if !slices.Contains(names, "outbound|80||good.default.svc.cluster.local") || slices.Contains(names, "outbound|80||bad.default.svc.cluster.local") {
+		t.Fatalf("clusters sent: %v", names)
+	}
+	s.send(t, ack(r))
+	eventually(t, "the drop to be reported", func() bool {
+		st := h.srv.Status()
+		return len(st) == 1 && len(st[0].Problems) > 0 && strings.Contains(st[0].Problems[0], "outbound|80||bad.default.svc.cluster.local dropped")
+	})
 }

@@ -1,0 +1,168 @@
+package discovery_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+type identity struct{ cert, key string }
+
+func issue(t *testing.T, ca *testpki.CA, name string) identity {
+	t.Helper()
+	leaf, err := ca.Issue(testpki.Request{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := leaf.WriteFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return identity{cert, key}
+}
+
+// TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS: discovery subscribes
+// to galley with a client certificate, and serves xDS on its mTLS port to
+// clients with a certificate from the mesh CA only.
+func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
+	ca, err := testpki.NewCA("flotilla-test-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	galleyID, discoveryID, proxyID := issue(t, ca, "galley"), issue(t, ca, "discovery"), issue(t, ca, "proxy")
+
+	dir := t.TempDir()
+	writeFile(t, dir, "backend.yaml", entry(ep(1234, "v1")))
+	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
+	galley := proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"),
+		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin,
+		"--mcp-tls-cert-file", galleyID.cert, "--mcp-tls-key-file", galleyID.key, "--mcp-tls-ca-file", caFile)
+	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+
+	secure, admin := proc.FreeAddr(t), proc.FreeAddr(t)
+	disc := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+		"--galley-address", mcpAddr, "--xds-address", proc.FreeAddr(t), "--admin-address", admin,
+		"--galley-tls-cert-file", discoveryID.cert, "--galley-tls-key-file", discoveryID.key, "--galley-tls-ca-file", caFile,
+		"--secure-xds-address", secure,
+		"--xds-tls-cert-file", discoveryID.cert, "--xds-tls-key-file", discoveryID.key, "--xds-tls-ca-file", caFile)
+	proc.WaitReady(t, "http://"+admin+"/readyz") // ready only once it has galley's collections: the mTLS hop works
+	galley.Out.WaitFor(t, "subscriber connected")
+
+	fetch := func(cert *tls.Certificate) (int, error) {
+		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		cc, err := grpc.NewClient(secure, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			return 0, err
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if err := st.Send(&discoveryv3.DiscoveryRequest{
+			Node:    &corev3.Node{Id: "sidecar~10.0.0.9~app-1.default~default.svc.cluster.local"},
+			TypeUrl: resourcev3.ClusterType,
+		}); err != nil {
+			return 0, err
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			return 0, err
+		}
+		return len(resp.GetResources()), nil
+	}
+	pair, err := tls.LoadX509KeyPair(proxyID.cert, proxyID.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := fetch(&pair)
+	if err != nil || n < 3 {
+		t.Fatalf("over mTLS with a mesh certificate: %d clusters, %v", n, err)
+	}
+	if _, err := fetch(nil); err == nil {
+		t.Fatal("the mTLS port served a client without a certificate")
+	}
+	other, err := testpki.NewCA("someone-else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Issue(testpki.Request{CommonName: "stranger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerPair, err := stranger.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fetch(&strangerPair); err == nil {
+		t.Fatal("the mTLS port served a client whose certificate another CA signed")
+	}
+	_ = disc
+}
+
+// TestDiscoveryMetricsAreExported checks the push, proxy and convergence
+// metrics reach /metrics.
+func TestDiscoveryMetricsAreExported(t *testing.T) {
+	v1 := startBackend(t, "v1")
+	dir := t.TempDir()
+	writeFile(t, dir, "backend.yaml", entry(ep(v1, "v1")))
+	writeFile(t, dir, "routing.yaml", fmt.Sprintf(routing, 100, 0))
+	g := startGalley(t, dir, proc.FreeAddr(t))
+	d := startDiscovery(t, g.mcp)
+	c := client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", target, d.xds)
+	if got := count(t, c, 10); got["v1"] != 10 {
+		t.Fatalf("calls: %v", got)
+	}
+	writeFile(t, dir, "routing.yaml", fmt.Sprintf(routing, 0, 100))
+	eventually(t, "the change", func() bool { return count(t, c, 5)["error: "] == 0 && len(d.syncz(t)) == 1 })
+	want := []string{
+		"flotilla_discovery_proxies_connected", "flotilla_discovery_pushes_total", "flotilla_discovery_xds_responses_total",
+		"flotilla_discovery_push_duration_seconds_bucket", "flotilla_discovery_convergence_seconds_bucket",
+		"flotilla_discovery_push_context_build_seconds_bucket", "flotilla_discovery_debounce_delay_seconds_bucket",
+		"flotilla_discovery_debounce_merged_bucket",
+	}
+	eventually(t, "the metrics", func() bool {
+		resp, err := http.Get("http://" + d.admin + "/metrics") //nolint:noctx // test-local
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				return false
+			}
+		}
+		return true
+	})
+}
