@@ -125,6 +125,13 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 	if o.DomainSuffix == "" {
 		o.DomainSuffix = DefaultDomainSuffix
 	}
+	if len(s.hostRefs) > 0 {
+		changes.Hosts = map[string]bool{}
+		for _, r := range s.hostRefs {
+			changes.Hosts[ResolveHost(r.host, r.namespace, o.DomainSuffix)] = true
+		}
+		s.hostRefs = nil
+	}
 	pc := &PushContext{
 		Version:      strconv.FormatUint(version, 10),
 		DomainSuffix: o.DomainSuffix,
@@ -139,6 +146,9 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 
 	if prev == nil || changes.Full || prev.DomainSuffix != o.DomainSuffix {
 		changes.Full = prev != nil || changes.Full
+		if prev == nil || prev.DomainSuffix != o.DomainSuffix {
+			changes.All = true
+		}
 		pc.cfg = s.indexConfig(o.DomainSuffix)
 	} else {
 		pc.cfg = prev.cfg
@@ -147,7 +157,7 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 	if !changes.Full && prev != nil {
 		for key := range changes.Endpoints {
 			if needsFullPush(s.services[key], prev.endpoints[key], pc.endpoints[key]) {
-				changes.Full = true
+				changes.Full, changes.All = true, true
 				break
 			}
 		}

@@ -250,3 +250,34 @@ func (dr *DestinationRule) Subset(name string) *networking.Subset {
 	}
 	return nil
 }
+
+// DestinationHosts returns the hosts a VirtualService routes or mirrors
+// to, qualified.
+func (vs *VirtualService) DestinationHosts(domainSuffix string) []string {
+	var out []string
+	add := func(d *networking.Destination) {
+		if d != nil {
+			out = append(out, ResolveHost(d.GetHost(), vs.Namespace, domainSuffix))
+		}
+	}
+	for _, r := range vs.Spec.GetHttp() {
+		for _, d := range r.GetRoute() {
+			add(d.GetDestination())
+		}
+		add(r.GetMirror())
+		for _, m := range r.GetMirrors() {
+			add(m.GetDestination())
+		}
+	}
+	for _, r := range vs.Spec.GetTcp() {
+		for _, d := range r.GetRoute() {
+			add(d.GetDestination())
+		}
+	}
+	for _, r := range vs.Spec.GetTls() {
+		for _, d := range r.GetRoute() {
+			add(d.GetDestination())
+		}
+	}
+	return out
+}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -34,9 +35,35 @@ type ChangeSet struct {
 	// Full is set when anything but endpoints changed: configuration,
 	// services, namespaces or the mesh configuration.
 	Full bool
+	// All is set when a full change may concern any proxy (services,
+	// Sidecars, PeerAuthentications, namespaces, the mesh configuration).
+	// Without it, a full change concerns only Hosts: the hosts (or
+	// wildcards) of the VirtualServices and DestinationRules that changed,
+	// before and after the change.
+	All   bool
+	Hosts map[string]bool
 	// Endpoints holds the services ("namespace/hostname") whose endpoints
 	// changed.
 	Endpoints map[string]bool
+}
+
+// Concerns reports whether a full change can concern a proxy that watches
+// only hosts (all when hosts is nil).
+func (c ChangeSet) Concerns(hosts map[string]bool) bool {
+	if !c.Full {
+		return false
+	}
+	if c.All || hosts == nil {
+		return true
+	}
+	for changed := range c.Hosts {
+		for h := range hosts {
+			if HostMatches(changed, h) || HostMatches(h, changed) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Empty reports whether nothing changed.
@@ -45,6 +72,13 @@ func (c ChangeSet) Empty() bool { return !c.Full && len(c.Endpoints) == 0 }
 // Merge adds other's changes to c.
 func (c *ChangeSet) Merge(other ChangeSet) {
 	c.Full = c.Full || other.Full
+	c.All = c.All || other.All
+	for h := range other.Hosts {
+		if c.Hosts == nil {
+			c.Hosts = map[string]bool{}
+		}
+		c.Hosts[h] = true
+	}
 	for k := range other.Endpoints {
 		if c.Endpoints == nil {
 			c.Endpoints = map[string]bool{}
@@ -63,6 +97,36 @@ type Store struct {
 	mesh         *meshv1alpha1.MeshConfig
 
 	pending ChangeSet
+	// hostRefs are the hosts, as written, of changed VirtualServices and
+	// DestinationRules with their namespaces; Build qualifies them.
+	hostRefs []hostRef
+}
+
+type hostRef struct{ host, namespace string }
+
+// configChanged records what a change of a configuration object concerns:
+// the hosts of VirtualServices and DestinationRules (old and new), else
+// every proxy.
+func (s *Store) configChanged(objs ...*istio.Object) {
+	s.pending.Full = true
+	for _, o := range objs {
+		if o == nil {
+			continue
+		}
+		switch spec := o.Spec.(type) {
+		case *networking.VirtualService:
+			for _, h := range spec.GetHosts() {
+				s.hostRefs = append(s.hostRefs, hostRef{h, o.Meta.Namespace})
+			}
+		case *networking.DestinationRule:
+			s.hostRefs = append(s.hostRefs, hostRef{spec.GetHost(), o.Meta.Namespace})
+		case *networking.ServiceEntry, *networking.WorkloadEntry:
+			// Translation reads the registry services galley derives from
+			// these; their changes arrive (and count) as registry changes.
+		default:
+			s.pending.All = true
+		}
+	}
 }
 
 // NewStore returns an empty store.
@@ -89,7 +153,7 @@ func (s *Store) Put(typeURL, name string, labels, annotations map[string]string,
 			return fmt.Errorf("service %s: no hostname", name)
 		}
 		s.services[name] = m
-		s.pending.Full = true
+		s.pending.Full, s.pending.All = true, true
 	case registry.EndpointSetTypeURL:
 		m := &registryv1.EndpointSet{}
 		if err := unpack(body, m); err != nil {
@@ -103,14 +167,14 @@ func (s *Store) Put(typeURL, name string, labels, annotations map[string]string,
 			return fmt.Errorf("namespace %s: %w", name, err)
 		}
 		s.namespaces[name] = m
-		s.pending.Full = true
+		s.pending.Full, s.pending.All = true, true
 	case registry.MeshConfigTypeURL:
 		m := &meshv1alpha1.MeshConfig{}
 		if err := unpack(body, m); err != nil {
 			return fmt.Errorf("mesh config: %w", err)
 		}
 		s.mesh = m
-		s.pending.Full = true
+		s.pending.Full, s.pending.All = true, true
 	default:
 		kind, ok := istio.ByTypeURL(typeURL)
 		if !ok {
@@ -127,12 +191,13 @@ func (s *Store) Put(typeURL, name string, labels, annotations map[string]string,
 		if s.configs[kind.Kind] == nil {
 			s.configs[kind.Kind] = map[string]*istio.Object{}
 		}
-		s.configs[kind.Kind][name] = &istio.Object{
+		obj := &istio.Object{
 			Kind: kind,
 			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(labels), Annotations: maps.Clone(annotations)},
 			Spec: spec,
 		}
-		s.pending.Full = true
+		s.configChanged(s.configs[kind.Kind][name], obj)
+		s.configs[kind.Kind][name] = obj
 	}
 	return nil
 }
@@ -143,7 +208,7 @@ func (s *Store) Delete(typeURL, name string) {
 	case registry.ServiceTypeURL:
 		if _, ok := s.services[name]; ok {
 			delete(s.services, name)
-			s.pending.Full = true
+			s.pending.Full, s.pending.All = true, true
 		}
 	case registry.EndpointSetTypeURL:
 		if es, ok := s.endpointSets[name]; ok {
@@ -153,18 +218,18 @@ func (s *Store) Delete(typeURL, name string) {
 	case registry.NamespaceTypeURL:
 		if _, ok := s.namespaces[name]; ok {
 			delete(s.namespaces, name)
-			s.pending.Full = true
+			s.pending.Full, s.pending.All = true, true
 		}
 	case registry.MeshConfigTypeURL:
 		if s.mesh != nil {
 			s.mesh = nil
-			s.pending.Full = true
+			s.pending.Full, s.pending.All = true, true
 		}
 	default:
 		if kind, ok := istio.ByTypeURL(typeURL); ok {
-			if _, ok := s.configs[kind.Kind][name]; ok {
+			if old, ok := s.configs[kind.Kind][name]; ok {
 				delete(s.configs[kind.Kind], name)
-				s.pending.Full = true
+				s.configChanged(old)
 			}
 		}
 	}
@@ -176,14 +241,14 @@ func (s *Store) PutObject(o *istio.Object) {
 	if s.configs[o.Kind.Kind] == nil {
 		s.configs[o.Kind.Kind] = map[string]*istio.Object{}
 	}
+	s.configChanged(s.configs[o.Kind.Kind][o.Key()], o)
 	s.configs[o.Kind.Kind][o.Key()] = o
-	s.pending.Full = true
 }
 
 // PutService stores a registry service.
 func (s *Store) PutService(svc *registryv1.Service) {
 	s.services[registry.ServiceName(svc.GetNamespace(), svc.GetHostname())] = svc
-	s.pending.Full = true
+	s.pending.Full, s.pending.All = true, true
 }
 
 // PutEndpointSet stores a registry endpoint set.
@@ -195,7 +260,7 @@ func (s *Store) PutEndpointSet(es *registryv1.EndpointSet) {
 // PutMesh stores the mesh configuration.
 func (s *Store) PutMesh(m *meshv1alpha1.MeshConfig) {
 	s.mesh = m
-	s.pending.Full = true
+	s.pending.Full, s.pending.All = true, true
 }
 
 func (s *Store) endpointsChanged(service string) {

@@ -27,6 +27,8 @@ type Options struct {
 	Clients      int
 	Services     int
 	Changes      int
+	// DiscoveryEnv is added to discovery's environment (e.g. GOMEMLIMIT).
+	DiscoveryEnv []string
 	// Log receives progress and the services' output.
 	Log io.Writer
 }
@@ -97,7 +99,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	galley, err := start(ctx, o.Log, filepath.Join(o.BinDir, "flotilla-galley"),
+	galley, err := start(ctx, o.Log, nil, filepath.Join(o.BinDir, "flotilla-galley"),
 		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin, "--log-level", "warn")
 	if err != nil {
 		return nil, err
@@ -106,7 +108,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := waitReady(ctx, galleyAdmin); err != nil {
 		return nil, fmt.Errorf("galley: %w", err)
 	}
-	disc, err := start(ctx, o.Log, filepath.Join(o.BinDir, "flotilla-discovery"),
+	disc, err := start(ctx, o.Log, o.DiscoveryEnv, filepath.Join(o.BinDir, "flotilla-discovery"),
 		"--galley-address", mcpAddr, "--xds-address", xdsAddr, "--admin-address", discAdmin, "--log-level", "warn")
 	if err != nil {
 		return nil, err
@@ -117,7 +119,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	fmt.Fprintf(o.Log, "xdsload: galley (admin %s) and discovery (admin %s) ready; starting %d clients\n", galleyAdmin, discAdmin, o.Clients)
 	began := time.Now()
-	clients, err := start(ctx, o.Log, o.Self, "clients", "--xds", xdsAddr, "--target", Target, "--n", fmt.Sprint(o.Clients))
+	clients, err := start(ctx, o.Log, nil, o.Self, "clients", "--xds", xdsAddr, "--target", Target, "--n", fmt.Sprint(o.Clients))
 	if err != nil {
 		return nil, err
 	}
@@ -254,10 +256,10 @@ func syncz(ctx context.Context, admin string) ([]proxyStatus, error) {
 	return st, nil
 }
 
-func start(ctx context.Context, log io.Writer, path string, args ...string) (*exec.Cmd, error) {
+func start(ctx context.Context, log io.Writer, env []string, path string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", filepath.Base(path), err)

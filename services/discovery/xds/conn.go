@@ -175,11 +175,12 @@ func (c *conn) watch(t string) *watch {
 
 // push generates and sends what ev changes for this proxy.
 func (c *conn) push(ev *pushEvent) error {
-	full := ev.changes.Full || c.pcSeen == nil || c.inboundAffected(ev)
+	full := c.pcSeen == nil || c.inboundAffected(ev) || ev.changes.Concerns(c.watchedHosts(ev.pc))
 	c.pcSeen = ev.pc
 	gen := translate.NewGenerator(ev.pc, c.proxy)
 	defer c.keepProblems(gen)
 	if full {
+		c.s.metrics.decided("full")
 		for _, t := range pushOrder {
 			if w := c.watches[t]; w != nil && w.started {
 				if err := c.respond(t, w, gen, ev.seen, nil, false); err != nil {
@@ -190,14 +191,60 @@ func (c *conn) push(ev *pushEvent) error {
 		return nil
 	}
 	w := c.watches[resourcev3.EndpointType]
-	if w == nil || !w.started {
+	var affected []string
+	if w != nil && w.started {
+		affected = affectedClusters(w, ev.changes)
+	}
+	if len(affected) == 0 {
+		c.s.metrics.decided("skipped") // nothing this proxy watches changed
 		return nil
 	}
-	affected := affectedClusters(w, ev.changes)
-	if len(affected) == 0 {
-		return nil // this proxy watches none of the changed clusters
-	}
+	c.s.metrics.decided("eds")
 	return c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false)
+}
+
+// watchedHosts are the hosts a proxy that names what it watches (a
+// proxyless client) depends on: those of its listeners, routes and
+// clusters, and the destinations of the VirtualServices of its routes. It
+// is nil for a proxy that watches everything of some type (sidecars),
+// which every full change concerns.
+func (c *conn) watchedHosts(pc *model.PushContext) map[string]bool {
+	hosts := map[string]bool{}
+	var scope *model.Scope
+	for t, w := range c.watches {
+		if !w.started {
+			continue
+		}
+		if w.wildcard {
+			return nil
+		}
+		for name := range w.names {
+			switch t {
+			case resourcev3.ListenerType, resourcev3.RouteType:
+				i := strings.LastIndexByte(name, ':')
+				if i < 0 {
+					return nil // a sidecar's port route ("80"): many hosts
+				}
+				host := name[:i]
+				hosts[host] = true
+				if scope == nil {
+					scope = pc.Scope(c.proxy)
+				}
+				if vs := scope.VirtualService(host); vs != nil {
+					for _, d := range vs.DestinationHosts(pc.DomainSuffix) {
+						hosts[d] = true
+					}
+				}
+			case resourcev3.ClusterType, resourcev3.EndpointType:
+				_, _, host, ok := translate.ParseClusterName(name)
+				if !ok {
+					return nil
+				}
+				hosts[host] = true
+			}
+		}
+	}
+	return hosts
 }
 
 // inboundAffected: an endpoint change at the proxy's own address changes

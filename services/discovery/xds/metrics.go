@@ -20,6 +20,7 @@ type metrics struct {
 	convergence   metric.Float64Histogram
 	nacks         metric.Int64Counter
 	rejectedNodes metric.Int64Counter
+	proxyPushes   metric.Int64Counter
 }
 
 func newMetrics(m metric.Meter, _ *Server) (*metrics, error) {
@@ -64,7 +65,15 @@ func newMetrics(m metric.Meter, _ *Server) (*metrics, error) {
 		metric.WithDescription("Streams refused because the node ID or metadata did not parse.")); err != nil {
 		return nil, wrap("rejected_nodes", err)
 	}
+	if out.proxyPushes, err = m.Int64Counter("flotilla.discovery.proxy_pushes",
+		metric.WithDescription("Pushes handled per proxy, by decision: full (translated again), eds (endpoints only) or skipped (the change does not concern it).")); err != nil {
+		return nil, wrap("proxy_pushes", err)
+	}
 	return &out, nil
+}
+
+func (m *metrics) decided(decision string) {
+	m.proxyPushes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("decision", decision)))
 }
 
 func (m *metrics) pushes(conns int, cs model.ChangeSet) {

@@ -12,7 +12,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -35,11 +36,34 @@ type harness struct {
 	last    *model.PushContext
 	version uint64
 	conn    *grpc.ClientConn
+	reader  *sdkmetric.ManualReader
+}
+
+// pushes reads the proxy_pushes counter for a decision.
+func (h *harness) pushes(decision string) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		panic(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "flotilla.discovery.proxy_pushes" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if v, ok := dp.Attributes.Value("decision"); ok && v.AsString() == decision {
+					return dp.Value
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	srv, err := xds.New(xds.Options{Log: quiet(), Meter: noop.NewMeterProvider().Meter("test")})
+	reader := sdkmetric.NewManualReader()
+	srv, err := xds.New(xds.Options{Log: quiet(), Meter: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +80,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &harness{srv: srv, store: model.NewStore(), conn: cc}
+	return &harness{srv: srv, store: model.NewStore(), conn: cc, reader: reader}
 }
 
 func (h *harness) push() {
@@ -461,4 +485,43 @@ func TestAResourceEnvoyWouldRejectIsNeverSentAndTheRestIs(t *testing.T) {
 		st := h.srv.Status()
 		return len(st) == 1 && len(st[0].Problems) > 0 && strings.Contains(st[0].Problems[0], "outbound|80||bad.default.svc.cluster.local dropped")
 	})
+}
+
+func TestAVirtualServiceChangeGoesOnlyToClientsWatchingItsHosts(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.store.PutService(service("b", 80))
+	h.push()
+	kinds := map[string]istio.Kind{}
+	for _, k := range istio.Kinds() {
+		kinds[k.Kind] = k
+	}
+	watch := func(host, id string) *sotw {
+		s := h.sotw(t)
+		l := host + ".default.svc.cluster.local:80"
+		s.send(t, &discoveryv3.DiscoveryRequest{Node: node(id, map[string]any{"GENERATOR": "grpc"}), TypeUrl: resourcev3.ListenerType, ResourceNames: []string{l}})
+		s.send(t, ack(s.next(t), l))
+		s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNames: []string{l}})
+		s.send(t, ack(s.next(t), l))
+		return s
+	}
+	sa := watch("a", "sidecar~10.1.0.9~x-1.default~default.svc.cluster.local")
+	sb := watch("b", "sidecar~10.1.0.10~y-1.default~default.svc.cluster.local")
+	eventually(t, "both synced", func() bool {
+		st := h.srv.Status()
+		return len(st) == 2 && st[0].Types[1].Synced && st[1].Types[1].Synced
+	})
+	skippedBefore := h.pushes("skipped")
+	h.store.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: "a", Namespace: "default"}, Spec: &networking.VirtualService{
+		Hosts: []string{"a"},
+		Http:  []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a"}}}, Timeout: durationpb.New(3 * time.Second)}},
+	}})
+	h.push()
+	if r := sa.next(t); r.GetTypeUrl() != resourcev3.RouteType {
+		t.Fatalf("a's watcher got %s, want its routes", r.GetTypeUrl())
+	}
+	sb.nothing(t, 300*time.Millisecond)
+	if got := h.pushes("skipped") - skippedBefore; got != 1 {
+		t.Fatalf("%d proxies skipped the change, want b's watcher alone", got)
+	}
 }

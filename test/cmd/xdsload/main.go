@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/flotilla-mesh/flotilla/test/load"
@@ -38,8 +39,12 @@ func main() {
 		fs.IntVar(&o.Clients, "clients", 100, "number of proxyless gRPC clients")
 		fs.IntVar(&o.Services, "services", 1000, "number of services in the mesh")
 		fs.IntVar(&o.Changes, "changes", 5, "configuration changes to measure")
+		env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
 		bin := fs.String("bin", "", "directory with flotilla-galley and flotilla-discovery (default: next to this binary)")
 		_ = fs.Parse(os.Args[2:])
+		if *env != "" {
+			o.DiscoveryEnv = strings.Split(*env, ",")
+		}
 		self, _ := os.Executable()
 		o.Self = self
 		o.BinDir = *bin
