@@ -372,3 +372,30 @@ func TestClientsMoveToAnotherDiscoveryReplicaAndKeepRouting(t *testing.T) {
 	took := eventually(t, "a change through the second replica", func() bool { return count(t, c, 20)["v2"] == 20 })
 	t.Logf("measured: a change reached the client through the second replica %s later (%s after the kill)", took, time.Since(killed))
 }
+
+func TestDiscoveryServesADirectoryOnItsOwn(t *testing.T) {
+	v1, v2 := startBackend(t, "v1"), startBackend(t, "v2")
+	dir := t.TempDir()
+	writeFile(t, dir, "backend.yaml", entry(ep(v1, "v1"), ep(v2, "v2")))
+	writeFile(t, dir, "routing.yaml", fmt.Sprintf(routing, 0, 100))
+	xdsAddr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
+	d := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+		"--config-dir", dir, "--xds-address", xdsAddr, "--admin-address", admin, "--debounce-quiet", "20ms")
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+	c := client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", target, xdsAddr)
+	if got := count(t, c, 50); got["v2"] != 50 {
+		t.Fatalf("0/100 from --config-dir: %v", got)
+	}
+	writeFile(t, dir, "routing.yaml", fmt.Sprintf(routing, 100, 0))
+	eventually(t, "the edit", func() bool { return count(t, c, 20)["v1"] == 20 })
+	// An invalid edit is reported with its file and line, and the rest is
+	// still served.
+	writeFile(t, dir, "broken.yaml", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: broken}\nspec:\n  hosts: []\n")
+	d.Out.WaitFor(t, "broken.yaml:4: VirtualService default/broken: spec")
+	if got := count(t, c, 20); got["v1"] != 20 {
+		t.Fatalf("after an invalid file: %v", got)
+	}
+	if err := d.Stop(t, 20*time.Second); err != nil {
+		t.Fatalf("discovery after SIGTERM: %v", err)
+	}
+}
