@@ -176,7 +176,7 @@ func (c *conn) watch(t string) *watch {
 // push generates and sends what ev changes for this proxy.
 func (c *conn) push(ev *pushEvent) error {
 	full := c.pcSeen == nil || c.inboundAffected(ev) || ev.changes.Concerns(c.watchedHosts(ev.pc))
-	c.pcSeen = ev.pc
+	c.setPushContext(ev.pc)
 	gen := translate.NewGenerator(ev.pc, c.proxy)
 	defer c.keepProblems(gen)
 	if full {
@@ -201,6 +201,14 @@ func (c *conn) push(ev *pushEvent) error {
 	}
 	c.s.metrics.decided("eds")
 	return c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false)
+}
+
+// setPushContext records the push context the proxy's resources come
+// from (read by the status endpoint under mu).
+func (c *conn) setPushContext(pc *model.PushContext) {
+	c.mu.Lock()
+	c.pcSeen = pc
+	c.mu.Unlock()
 }
 
 // watchedHosts are the hosts a proxy that names what it watches (a
@@ -492,7 +500,7 @@ func (c *conn) answer(t string, w *watch) error {
 		return nil
 	}
 	if c.pcSeen == nil {
-		c.pcSeen = pc
+		c.setPushContext(pc)
 	}
 	return c.s.offload(func() error {
 		gen := translate.NewGenerator(c.pcSeen, c.proxy)
@@ -598,7 +606,7 @@ func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return nil
 	}
 	if c.pcSeen == nil {
-		c.pcSeen = pc
+		c.setPushContext(pc)
 	}
 	return c.s.offload(func() error {
 		gen := translate.NewGenerator(c.pcSeen, c.proxy)

@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -524,4 +525,35 @@ func TestAVirtualServiceChangeGoesOnlyToClientsWatchingItsHosts(t *testing.T) {
 	if got := h.pushes("skipped") - skippedBefore; got != 1 {
 		t.Fatalf("%d proxies skipped the change, want b's watcher alone", got)
 	}
+}
+
+// TestStatusCanBeReadWhilePushing runs under -race in make test: the debug
+// endpoints read what streams are writing.
+func TestStatusCanBeReadWhilePushing(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	s.next(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			_ = h.srv.Status()
+		}
+	}()
+	for i := range 20 {
+		h.store.PutService(service(fmt.Sprintf("s%d", i), 80))
+		h.push()
+	}
+	<-done
+	for range 20 { // pushes coalesce: at most 20 responses
+		r := s.next(t)
+		s.send(t, ack(r))
+		if len(r.GetResources()) == 23 {
+			return // caught up: 21 services, the black hole and the passthrough
+		}
+	}
+	t.Fatal("the proxy never received the last push")
 }
