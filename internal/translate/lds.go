@@ -55,12 +55,33 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 		if svc, _ := g.hostPort(name); svc == nil || !grpcReachable(svc) {
 			continue
 		}
-		out = append(out, &listenerv3.Listener{
-			Name:        name,
-			ApiListener: &listenerv3.ApiListener{ApiListener: g.pack(g.httpConnectionManager(name, name))},
-		})
+		if !g.routeOK(name) {
+			g.problem("listener %s dropped: its route configuration was dropped", name)
+			continue
+		}
+		// The API listener depends on its name only: built and checked
+		// once per push context, shared by every client.
+		v := g.pc.Memo("lds|grpc|"+name, func() any {
+			sub := g.isolated()
+			before := sub.packErrs
+			l := &listenerv3.Listener{
+				Name:        name,
+				ApiListener: &listenerv3.ApiListener{ApiListener: sub.pack(sub.httpConnectionManager(name, name))},
+			}
+			if err := sub.valid(l, before); err != nil {
+				sub.problem("listener %s dropped: %v", name, err)
+				l = nil
+			}
+			return &shared{value: l, problems: sub.problems}
+		}).(*shared)
+		for _, p := range v.problems {
+			g.problem("%s", p)
+		}
+		if l, _ := v.value.(*listenerv3.Listener); l != nil {
+			out = append(out, l)
+		}
 	}
-	return g.checkListeners(out, before)
+	return out
 }
 
 func (g *gen) httpFilters() []*hcmv3.HttpFilter {
