@@ -3,7 +3,6 @@ package discovery_test
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
@@ -57,7 +57,7 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 	galleyID, discoveryID, proxyID := issue(t, ca, "galley"), issue(t, ca, "discovery"), issue(t, ca, "proxy")
 
 	dir := t.TempDir()
-	writeFile(t, dir, "backend.yaml", entry(ep(1234, "v1")))
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(1234, "v1")))
 	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
 	galley := proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"),
 		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin,
@@ -133,25 +133,25 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 // TestDiscoveryMetricsAreExported checks the push, proxy and convergence
 // metrics reach /metrics.
 func TestDiscoveryMetricsAreExported(t *testing.T) {
-	v1 := startBackend(t, "v1")
+	v1 := xdstest.StartBackend(t, "v1")
 	dir := t.TempDir()
-	writeFile(t, dir, "backend.yaml", entry(ep(v1, "v1")))
-	writeFile(t, dir, "routing.yaml", fmt.Sprintf(routing, 100, 0))
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1")))
+	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(100, 0))
 	g := startGalley(t, dir, proc.FreeAddr(t))
 	d := startDiscovery(t, g.mcp)
-	c := client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", target, d.xds)
-	if got := count(t, c, 10); got["v1"] != 10 {
+	c := xdstest.Client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", xdstest.Target, d.xds)
+	if got := xdstest.Count(t, c, 10); got["v1"] != 10 {
 		t.Fatalf("calls: %v", got)
 	}
-	writeFile(t, dir, "routing.yaml", fmt.Sprintf(routing, 0, 100))
-	eventually(t, "the change", func() bool { return count(t, c, 5)["error: "] == 0 && len(d.syncz(t)) == 1 })
+	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(0, 100))
+	xdstest.Eventually(t, "the change", func() bool { return xdstest.Count(t, c, 5)["error: "] == 0 && len(d.syncz(t)) == 1 })
 	want := []string{
 		"flotilla_discovery_proxies_connected", "flotilla_discovery_pushes_total", "flotilla_discovery_xds_responses_total",
 		"flotilla_discovery_push_duration_seconds_bucket", "flotilla_discovery_convergence_seconds_bucket",
 		"flotilla_discovery_push_context_build_seconds_bucket", "flotilla_discovery_debounce_delay_seconds_bucket",
 		"flotilla_discovery_debounce_merged_bucket",
 	}
-	eventually(t, "the metrics", func() bool {
+	xdstest.Eventually(t, "the metrics", func() bool {
 		resp, err := http.Get("http://" + d.admin + "/metrics") //nolint:noctx // test-local
 		if err != nil {
 			return false

@@ -27,6 +27,7 @@ import (
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
 
@@ -251,7 +252,7 @@ func TestARejectedVersionIsNotSentAgainUntilTheConfigChanges(t *testing.T) {
 		t.Fatalf("after a change: version %s (was %s), %d clusters (was %d)", r2.GetVersionInfo(), r.GetVersionInfo(), len(r2.GetResources()), len(r.GetResources()))
 	}
 	s.send(t, ack(r2))
-	eventually(t, "the proxy to show as synced", func() bool { return h.srv.Status()[0].Types[0].Synced })
+	xdstest.Eventually(t, "the proxy to show as synced", func() bool { return h.srv.Status()[0].Types[0].Synced })
 }
 
 func TestAFullPushGoesOutClustersEndpointsListenersRoutes(t *testing.T) {
@@ -482,7 +483,7 @@ func TestAResourceEnvoyWouldRejectIsNeverSentAndTheRestIs(t *testing.T) {
 		t.Fatalf("clusters sent: %v", names)
 	}
 	s.send(t, ack(r))
-	eventually(t, "the drop to be reported", func() bool {
+	xdstest.Eventually(t, "the drop to be reported", func() bool {
 		st := h.srv.Status()
 		return len(st) == 1 && len(st[0].Problems) > 0 && strings.Contains(st[0].Problems[0], "outbound|80||bad.default.svc.cluster.local dropped")
 	})
@@ -508,7 +509,7 @@ func TestAVirtualServiceChangeGoesOnlyToClientsWatchingItsHosts(t *testing.T) {
 	}
 	sa := watch("a", "sidecar~10.1.0.9~x-1.default~default.svc.cluster.local")
 	sb := watch("b", "sidecar~10.1.0.10~y-1.default~default.svc.cluster.local")
-	eventually(t, "both synced", func() bool {
+	xdstest.Eventually(t, "both synced", func() bool {
 		st := h.srv.Status()
 		return len(st) == 2 && st[0].Types[1].Synced && st[1].Types[1].Synced
 	})

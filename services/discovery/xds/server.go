@@ -133,35 +133,27 @@ func (s *Server) current() (*model.PushContext, time.Time) {
 
 func (s *Server) nextNonce() string { return strconv.FormatUint(s.nonce.Add(1), 10) }
 
-// StreamAggregatedResources serves state-of-the-world ADS. The handler's
-// goroutine reads and answers requests; pushes run on goroutines started
-// when there is something to push.
+// StreamAggregatedResources serves state-of-the-world ADS.
 func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	var c *conn
-	defer func() {
-		if c != nil {
-			s.disconnect(c)
-		}
-	}()
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return recvError(err)
-		}
-		if c == nil {
-			if c, err = s.connect(stream.Context(), req.GetNode(), false, func(c *conn) { c.sendSotw = stream.Send }); err != nil {
-				return err
-			}
-		}
-		if err := c.handle(func() error { return c.onSotwRequest(req) }); err != nil {
-			return err
-		}
-	}
+	return serveStream(s, stream.Context(), stream.Recv, false,
+		func(c *conn) { c.sendSotw = stream.Send },
+		(*conn).onSotwRequest)
 }
 
-// DeltaAggregatedResources serves incremental ADS, like
-// StreamAggregatedResources.
+// DeltaAggregatedResources serves incremental ADS.
 func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return serveStream(s, stream.Context(), stream.Recv, true,
+		func(c *conn) { c.sendDelta = stream.Send },
+		(*conn).onDeltaRequest)
+}
+
+// serveStream is one ADS stream: the handler's goroutine reads and answers
+// requests (the first identifies the proxy); pushes run on goroutines
+// started when there is something to push.
+func serveStream[Req interface{ GetNode() *corev3.Node }](
+	s *Server, ctx context.Context, recv func() (Req, error), delta bool,
+	setSend func(*conn), onRequest func(*conn, Req) error,
+) error {
 	var c *conn
 	defer func() {
 		if c != nil {
@@ -169,16 +161,16 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 		}
 	}()
 	for {
-		req, err := stream.Recv()
+		req, err := recv()
 		if err != nil {
 			return recvError(err)
 		}
 		if c == nil {
-			if c, err = s.connect(stream.Context(), req.GetNode(), true, func(c *conn) { c.sendDelta = stream.Send }); err != nil {
+			if c, err = s.connect(ctx, req.GetNode(), delta, setSend); err != nil {
 				return err
 			}
 		}
-		if err := c.handle(func() error { return c.onDeltaRequest(req) }); err != nil {
+		if err := c.handle(func() error { return onRequest(c, req) }); err != nil {
 			return err
 		}
 	}
