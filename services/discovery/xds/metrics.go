@@ -23,7 +23,7 @@ type metrics struct {
 	proxyPushes   metric.Int64Counter
 }
 
-func newMetrics(m metric.Meter, _ *Server) (*metrics, error) {
+func newMetrics(m metric.Meter) (*metrics, error) {
 	var out metrics
 	var err error
 	wrap := func(name string, e error) error {
@@ -76,13 +76,12 @@ func (m *metrics) decided(decision string) {
 	m.proxyPushes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("decision", decision)))
 }
 
-func (m *metrics) pushes(conns int, cs model.ChangeSet) {
+func (m *metrics) pushes(cs model.ChangeSet) {
 	kind := "eds"
 	if cs.Full {
 		kind = "full"
 	}
 	m.pushCount.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", kind)))
-	_ = conns
 }
 
 func (m *metrics) sent(t string, resources int, d time.Duration) {

@@ -77,7 +77,7 @@ func New(o Options) (*Server, error) {
 		sem:   make(chan struct{}, o.Concurrency),
 		conns: map[*conn]struct{}{},
 	}
-	m, err := newMetrics(o.Meter, s)
+	m, err := newMetrics(o.Meter)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.
 	if prev == nil {
 		changes.Full = true
 	}
-	s.metrics.pushes(len(conns), changes)
+	s.metrics.pushes(changes)
 	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen}
 	for _, c := range conns {
 		c.enqueue(ev)
