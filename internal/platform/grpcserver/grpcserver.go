@@ -5,6 +5,7 @@
 package grpcserver
 
 import (
+	"crypto/tls"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,10 @@ type Options struct {
 	// when they change; a CA file turns on mutual TLS. With no files the
 	// server is plain text, for loopback and development.
 	TLS tlsreload.Files
+	// TLSConfig serves TLS from a configuration the service builds itself
+	// (ca, which issues its own certificate); TLS files win when both are
+	// set.
+	TLSConfig *tls.Config
 	// MaxRecvMsgBytes bounds a single received message.
 	MaxRecvMsgBytes int
 	// DrainTimeout bounds how long Serve waits for open streams after its
@@ -63,7 +68,8 @@ type Server struct {
 
 	log    *slog.Logger
 	drain  time.Duration
-	reload *tlsreload.Reloader // nil for plain text
+	reload *tlsreload.Reloader // nil unless serving TLS from files
+	tls    bool
 }
 
 // New builds a server. Register services on it, then call Serve. It fails
@@ -101,11 +107,14 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("grpc server tls: %w", err)
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(reload.ServerConfig())))
+	} else if o.TLSConfig != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLSConfig)))
 	}
 	s := &Server{
 		Server: grpc.NewServer(opts...),
 		Health: health.NewServer(),
 		log:    o.Log,
+		tls:    o.TLS.Enabled() || o.TLSConfig != nil,
 		drain:  o.DrainTimeout,
 		reload: reload,
 	}
@@ -124,7 +133,7 @@ func New(o Options) (*Server, error) {
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.Server.Serve(lis) }()
-	s.log.Info("grpc server listening", "address", lis.Addr().String(), "tls", s.reload != nil)
+	s.log.Info("grpc server listening", "address", lis.Addr().String(), "tls", s.tls)
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"time"
@@ -82,6 +83,18 @@ func (a *Authority) Issue(r Request, now time.Time) (*Issued, error) {
 	if len(csr.IPAddresses) > 0 || len(csr.EmailAddresses) > 0 {
 		return nil, fmt.Errorf("%w: the CSR asks for IP addresses or e-mail addresses; only %s is issued", ErrForbidden, spiffe)
 	}
+	return a.sign(csr.PublicKey, id, csr.DNSNames, nil, ttl, now)
+}
+
+// IssueServing signs a certificate for a key ca holds itself (its own
+// serving certificate), with DNS names and IP addresses as given: no CSR
+// policy applies, so it is not reachable from callers.
+func (a *Authority) IssueServing(pub crypto.PublicKey, id Identity, ips []net.IP, ttl time.Duration, now time.Time) (*Issued, error) {
+	return a.sign(pub, id, id.DNSNames, ips, ttl, now)
+}
+
+func (a *Authority) sign(pub crypto.PublicKey, id Identity, dnsNames []string, ips []net.IP, ttl time.Duration, now time.Time) (*Issued, error) {
+	spiffe := id.SPIFFEID()
 	u, err := url.Parse(spiffe)
 	if err != nil {
 		return nil, fmt.Errorf("%w: identity %s: %w", ErrForbidden, spiffe, err)
@@ -98,10 +111,11 @@ func (a *Authority) Issue(r Request, now time.Time) (*Issued, error) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		URIs:                  []*url.URL{u},
-		DNSNames:              slices.Clone(csr.DNSNames),
+		DNSNames:              slices.Clone(dnsNames),
+		IPAddresses:           slices.Clone(ips),
 		AuthorityKeyId:        a.signer.SubjectKeyId,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.signer, csr.PublicKey, a.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.signer, pub, a.key)
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}

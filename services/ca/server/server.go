@@ -1,0 +1,208 @@
+// Package server is ca's gRPC edge: Istio's IstioCertificateService
+// (CreateCertificate), authenticating callers and mapping errors to gRPC
+// codes: Unauthenticated (no or bad credential), PermissionDenied (asks
+// for an identity that is not the caller's), InvalidArgument (bad CSR or
+// TTL), ResourceExhausted (rate limit), Unavailable (no signing key).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/services/ca/authority"
+)
+
+// ControlPlane names a control-plane service account that may also get
+// DNS names for its Service.
+type ControlPlane struct {
+	Namespace, ServiceAccount, Service string
+}
+
+// Options configures a Server.
+type Options struct {
+	Log   *slog.Logger
+	Meter metric.Meter
+	// CA returns the current authority (nil while none is loaded).
+	CA func() *authority.Authority
+	// Authenticators are tried in order; the first that finds a credential
+	// of its kind decides.
+	Authenticators []Authenticator
+	TrustDomain    string
+	DomainSuffix   string
+	ControlPlane   []ControlPlane
+	// RatePerIdentity and Burst limit requests per caller identity
+	// (default 10/s, burst 20).
+	RatePerIdentity float64
+	Burst           int
+	// Deadline bounds one request (default 10s).
+	Deadline time.Duration
+	Now      func() time.Time
+}
+
+// Server implements IstioCertificateService.
+type Server struct {
+	securityv1alpha1.UnimplementedIstioCertificateServiceServer
+	o Options
+
+	mu       sync.Mutex
+	limiters map[string]*rate.Limiter
+
+	issued  metric.Int64Counter
+	failed  metric.Int64Counter
+	latency metric.Float64Histogram
+}
+
+// New returns a Server.
+func New(o Options) (*Server, error) {
+	if o.RatePerIdentity <= 0 {
+		o.RatePerIdentity = 10
+	}
+	if o.Burst <= 0 {
+		o.Burst = 20
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Server{o: o, limiters: map[string]*rate.Limiter{}}
+	var err error
+	if s.issued, err = o.Meter.Int64Counter("flotilla.ca.certificates_issued",
+		metric.WithDescription("Certificates issued, by kind (workload or control-plane).")); err != nil {
+		return nil, fmt.Errorf("metric: %w", err)
+	}
+	if s.failed, err = o.Meter.Int64Counter("flotilla.ca.certificate_failures",
+		metric.WithDescription("CreateCertificate calls refused or failed, by reason (gRPC code).")); err != nil {
+		return nil, fmt.Errorf("metric: %w", err)
+	}
+	if s.latency, err = o.Meter.Float64Histogram("flotilla.ca.signing_duration", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+		metric.WithDescription("Time to authenticate and sign one request.")); err != nil {
+		return nil, fmt.Errorf("metric: %w", err)
+	}
+	return s, nil
+}
+
+// Register adds the service to a gRPC server.
+func (s *Server) Register(gs *grpc.Server) {
+	securityv1alpha1.RegisterIstioCertificateServiceServer(gs, s)
+}
+
+// CreateCertificate signs the CSR for the authenticated caller.
+func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
+	defer cancel()
+	resp, kind, err := s.create(ctx, req)
+	if err != nil {
+		st := toStatus(err)
+		s.failed.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", st.Code().String())))
+		s.o.Log.Info("certificate refused", "code", st.Code().String(), "error", err.Error())
+		return nil, st.Err()
+	}
+	s.issued.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
+	s.latency.Record(ctx, time.Since(start).Seconds())
+	return resp, nil
+}
+
+func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, string, error) {
+	ca := s.o.CA()
+	if ca == nil {
+		return nil, "", errUnavailable
+	}
+	id, err := s.authenticate(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	id.TrustDomain = s.o.TrustDomain
+	kind := "workload"
+	for _, cp := range s.o.ControlPlane {
+		if cp.Namespace == id.Namespace && cp.ServiceAccount == id.ServiceAccount {
+			kind = "control-plane"
+			base := cp.Service + "." + cp.Namespace + ".svc"
+			id.DNSNames = []string{base, base + "." + s.o.DomainSuffix}
+		}
+	}
+	if !s.limiter(id.SPIFFEID()).Allow() {
+		return nil, "", fmt.Errorf("%w: %s", errRateLimited, id.SPIFFEID())
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", errDeadline, err)
+	}
+	ttl := time.Duration(req.GetValidityDuration()) * time.Second
+	if req.GetValidityDuration() < 0 || req.GetValidityDuration() > int64((100*365*24*time.Hour)/time.Second) {
+		return nil, "", fmt.Errorf("%w: validity_duration %d s is out of range", authority.ErrInvalidRequest, req.GetValidityDuration())
+	}
+	issued, err := ca.Issue(authority.Request{CSRPEM: []byte(req.GetCsr()), TTL: ttl, Identity: id}, s.o.Now())
+	if err != nil {
+		return nil, "", err
+	}
+	return &securityv1alpha1.IstioCertificateResponse{CertChain: issued.PEM()}, kind, nil
+}
+
+func (s *Server) authenticate(ctx context.Context) (authority.Identity, error) {
+	for _, a := range s.o.Authenticators {
+		id, ok, err := a.Authenticate(ctx)
+		if !ok {
+			continue
+		}
+		if err != nil {
+			return authority.Identity{}, err
+		}
+		return id, nil
+	}
+	return authority.Identity{}, fmt.Errorf("%w: no credential (send a service account token as \"authorization: Bearer <token>\", or renew with a client certificate)", ErrUnauthenticated)
+}
+
+func (s *Server) limiter(id string) *rate.Limiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.limiters[id]
+	if !ok {
+		if len(s.limiters) > 100_000 {
+			s.limiters = map[string]*rate.Limiter{} // bounded: forget everyone rather than grow without end
+		}
+		l = rate.NewLimiter(rate.Limit(s.o.RatePerIdentity), s.o.Burst)
+		s.limiters[id] = l
+	}
+	return l
+}
+
+var (
+	errUnavailable = errors.New("no signing key is loaded")
+	errRateLimited = errors.New("too many requests")
+	errDeadline    = errors.New("request deadline exceeded")
+)
+
+// toStatus maps an error to its gRPC status, once, at the edge.
+func toStatus(err error) *status.Status {
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		return status.New(codes.Unauthenticated, err.Error())
+	case errors.Is(err, authority.ErrForbidden):
+		return status.New(codes.PermissionDenied, err.Error())
+	case errors.Is(err, authority.ErrInvalidRequest):
+		return status.New(codes.InvalidArgument, err.Error())
+	case errors.Is(err, errRateLimited):
+		return status.New(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, errUnavailable):
+		return status.New(codes.Unavailable, err.Error())
+	case errors.Is(err, errDeadline):
+		return status.New(codes.DeadlineExceeded, err.Error())
+	default:
+		return status.New(codes.Internal, "signing failed")
+	}
+}

@@ -1,0 +1,335 @@
+package server
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/services/ca/authority"
+)
+
+const (
+	issuer   = "https://flotilla.test"
+	audience = "istio-ca"
+)
+
+type fixture struct {
+	ca      *authority.Authority
+	signKey *ecdsa.PrivateKey
+	addr    string
+	roots   *x509.CertPool
+	srv     *Server
+}
+
+func newFixture(t *testing.T, mutate func(*Options)) *fixture {
+	t.Helper()
+	now := time.Now()
+	rootCert, rootKey, err := authority.NewRoot(authority.ECDSAP256, "cluster.local", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := authority.New(rootCert, rootKey, nil, rootCert, authority.Options{MaxTTL: 48 * time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{ca: ca, roots: x509.NewCertPool()}
+	f.roots.AppendCertsFromPEM(ca.RootsPEM())
+	if f.signKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: f.signKey.Public(), KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwksFile := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(jwksFile, jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, err := NewJWT(jwksFile, issuer, audience, "cluster.local", time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := func() *authority.Authority { return f.ca }
+	o := Options{
+		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"), CA: current,
+		Authenticators: []Authenticator{ClientCert{CA: current, Now: time.Now}, j},
+		TrustDomain:    "cluster.local", DomainSuffix: "cluster.local",
+		ControlPlane: []ControlPlane{{Namespace: "istio-system", ServiceAccount: "flotilla-galley", Service: "flotilla-galley"}},
+	}
+	if mutate != nil {
+		mutate(&o)
+	}
+	if f.srv, err = New(o); err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, err := ServingTLS(current, authority.Identity{
+		TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "flotilla-ca",
+		DNSNames: []string{"flotilla-ca.istio-system.svc"},
+	}, []net.IP{net.IPv4(127, 0, 0, 1)}, time.Hour, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)))
+	f.srv.Register(gs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	f.addr = lis.Addr().String()
+	return f
+}
+
+type claims struct {
+	sub, aud, iss string
+	exp           time.Duration
+	key           crypto.Signer
+}
+
+func (f *fixture) token(t *testing.T, c claims) string {
+	t.Helper()
+	if c.aud == "" {
+		c.aud = audience
+	}
+	if c.iss == "" {
+		c.iss = issuer
+	}
+	if c.exp == 0 {
+		c.exp = time.Hour
+	}
+	if c.key == nil {
+		c.key = f.signKey
+	}
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: c.key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := jwt.Signed(sig).Claims(jwt.Claims{
+		Subject: c.sub, Issuer: c.iss, Audience: jwt.Audience{c.aud},
+		IssuedAt: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(c.exp)),
+	}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func csr(t *testing.T, key crypto.Signer, uris ...string) string {
+	t.Helper()
+	tmpl := &x509.CertificateRequest{}
+	for _, u := range uris {
+		pu, _ := url.Parse(u)
+		tmpl.URIs = append(tmpl.URIs, pu)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
+
+// call dials ca over TLS (optionally with a client certificate) and asks.
+func (f *fixture) call(t *testing.T, token string, client *tls.Certificate, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
+	t.Helper()
+	cfg := &tls.Config{RootCAs: f.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+	if client != nil {
+		cfg.Certificates = []tls.Certificate{*client}
+	}
+	cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	return securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(ctx, req)
+}
+
+func newKey(t *testing.T) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func parseChain(t *testing.T, chain []string) []*x509.Certificate {
+	t.Helper()
+	var out []*x509.Certificate
+	for _, p := range chain {
+		b, _ := pem.Decode([]byte(p))
+		if b == nil {
+			t.Fatalf("not PEM: %q", p)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func TestATokenGetsACertificateForItsServiceAccountOnly(t *testing.T) {
+	f := newFixture(t, nil)
+	key := newKey(t)
+	resp, err := f.call(t, f.token(t, claims{sub: "system:serviceaccount:default:app"}), nil,
+		&securityv1alpha1.IstioCertificateRequest{Csr: csr(t, key), ValidityDuration: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := parseChain(t, resp.GetCertChain())
+	if len(chain) != 2 {
+		t.Fatalf("chain of %d, want leaf and root", len(chain))
+	}
+	leaf := chain[0]
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/default/sa/app" || len(leaf.DNSNames) != 0 {
+		t.Fatalf("SANs %v %v", leaf.URIs, leaf.DNSNames)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: f.roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("does not chain to the root: %v", err)
+	}
+	if d := leaf.NotAfter.Sub(leaf.NotBefore); d < time.Hour || d > time.Hour+2*time.Minute {
+		t.Fatalf("validity %s, want the hour asked for", d)
+	}
+
+	// Renewal: the certificate itself authenticates, no token needed.
+	client := &tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
+	resp, err = f.call(t, "", client, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))})
+	if err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if got := parseChain(t, resp.GetCertChain())[0].URIs[0].String(); got != "spiffe://cluster.local/ns/default/sa/app" {
+		t.Fatalf("renewed as %s", got)
+	}
+}
+
+func TestControlPlaneServiceAccountsGetTheirServiceNames(t *testing.T) {
+	f := newFixture(t, nil)
+	key := newKey(t)
+	tmpl := &x509.CertificateRequest{DNSNames: []string{"flotilla-galley.istio-system.svc", "flotilla-galley.istio-system.svc.cluster.local"}}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.call(t, f.token(t, claims{sub: "system:serviceaccount:istio-system:flotilla-galley"}), nil,
+		&securityv1alpha1.IstioCertificateRequest{Csr: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parseChain(t, resp.GetCertChain())[0].DNSNames; len(got) != 2 {
+		t.Fatalf("DNS names %v", got)
+	}
+	// The same DNS names for a workload are refused.
+	_, err = f.call(t, f.token(t, claims{sub: "system:serviceaccount:default:app"}), nil,
+		&securityv1alpha1.IstioCertificateRequest{Csr: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a workload asking for galley's names: %v", err)
+	}
+}
+
+func TestBadCredentialsAndRequestsGetTheRightCodes(t *testing.T) {
+	f := newFixture(t, nil)
+	other := newKey(t)
+	good := func() string { return f.token(t, claims{sub: "system:serviceaccount:default:app"}) }
+	req := func() *securityv1alpha1.IstioCertificateRequest {
+		return &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}
+	}
+	tests := map[string]struct {
+		token string
+		req   *securityv1alpha1.IstioCertificateRequest
+		code  codes.Code
+		says  string
+	}{
+		"no token":              {"", req(), codes.Unauthenticated, "no credential"},
+		"another audience":      {f.token(t, claims{sub: "system:serviceaccount:default:app", aud: "kubernetes"}), req(), codes.Unauthenticated, "audience"},
+		"another issuer":        {f.token(t, claims{sub: "system:serviceaccount:default:app", iss: "https://evil"}), req(), codes.Unauthenticated, "issuer"},
+		"expired":               {f.token(t, claims{sub: "system:serviceaccount:default:app", exp: -time.Hour}), req(), codes.Unauthenticated, "expired"},
+		"signed by a stranger":  {f.token(t, claims{sub: "system:serviceaccount:default:app", key: other}), req(), codes.Unauthenticated, "does not verify"},
+		"not a service account": {f.token(t, claims{sub: "alice"}), req(), codes.Unauthenticated, "not a service account"},
+		"garbage token":         {"not.a.jwt", req(), codes.Unauthenticated, "token"},
+		"oversized token":       {strings.Repeat("a", maxTokenBytes+1), req(), codes.Unauthenticated, "more than"},
+		"another identity":      {good(), &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t), "spiffe://cluster.local/ns/kube-system/sa/admin")}, codes.PermissionDenied, "kube-system"},
+		"TTL above the max":     {good(), &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t)), ValidityDuration: 72 * 3600}, codes.InvalidArgument, "maximum 48h0m0s"},
+		"negative TTL":          {good(), &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t)), ValidityDuration: -5}, codes.InvalidArgument, "out of range"},
+		"garbage CSR":           {good(), &securityv1alpha1.IstioCertificateRequest{Csr: "hello"}, codes.InvalidArgument, "PEM"},
+		"empty CSR":             {good(), &securityv1alpha1.IstioCertificateRequest{}, codes.InvalidArgument, "no CSR"},
+	}
+	for name, tt := range tests {
+		_, err := f.call(t, tt.token, nil, tt.req)
+		if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.says) {
+			t.Errorf("%s: %v, want %s mentioning %q", name, err, tt.code, tt.says)
+		}
+	}
+	// A client certificate from another CA does not authenticate.
+	otherRoot, otherKey, err := authority.NewRoot(authority.ECDSAP256, "elsewhere", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, err := authority.New(otherRoot, otherKey, nil, otherRoot, authority.Options{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKey(t)
+	issued, err := otherCA.IssueServing(k.Public(), authority.Identity{TrustDomain: "cluster.local", Namespace: "default", ServiceAccount: "app"}, nil, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.call(t, "", &tls.Certificate{Certificate: [][]byte{issued.Chain[0].Raw}, PrivateKey: k}, req())
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a foreign client certificate: %v", err)
+	}
+}
+
+func TestRateLimitAndNoAuthority(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.RatePerIdentity, o.Burst = 0.001, 2 })
+	tok := f.token(t, claims{sub: "system:serviceaccount:default:app"})
+	codesSeen := map[codes.Code]int{}
+	for range 4 {
+		_, err := f.call(t, tok, nil, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))})
+		codesSeen[status.Code(err)]++
+	}
+	if codesSeen[codes.OK] != 2 || codesSeen[codes.ResourceExhausted] != 2 {
+		t.Fatalf("codes %v, want 2 OK then 2 ResourceExhausted", codesSeen)
+	}
+	// Another identity has its own budget.
+	if _, err := f.call(t, f.token(t, claims{sub: "system:serviceaccount:default:other"}), nil,
+		&securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}); err != nil {
+		t.Fatalf("another identity: %v", err)
+	}
+	f.ca = nil
+	_, err := f.call(t, tok, nil, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("without an authority: %v", err)
+	}
+}
