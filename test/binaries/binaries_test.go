@@ -26,7 +26,7 @@ type binary struct {
 var binaries = []binary{
 	{"flotilla-galley", 3, true},
 	{"flotilla-discovery", 4, true},
-	{"flotilla-ca", 5, false},
+	{"flotilla-ca", 5, true},
 	{"flotilla-injector", 6, false},
 	{"flotilla-agent", 6, false},
 	{"flotilla", 0, false},
@@ -181,7 +181,7 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", filepath.Join(root, "examples"))
+	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", filepath.Join(root, "examples"), "--state-dir", t.TempDir())
 	var out proc.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -191,7 +191,7 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 	for _, want := range []string{
 		"msg=serving service=flotilla-galley source=files:",
 		"msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019",
-		"ca        | flotilla-ca: ca is not built yet",
+		"msg=serving service=flotilla-ca",
 		"injector  | flotilla-injector: injector is not built yet",
 	} {
 		out.WaitFor(t, want)
@@ -202,14 +202,14 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("devrun after Ctrl-C: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"galley    | ", "msg=\"grpc server drained\"", "not built yet: ca, injector", "stopped: "} {
+	for _, want := range []string{"galley    | ", "msg=\"grpc server drained\"", "not built yet: injector", "stopped: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
-		if rest, ok := strings.CutPrefix(line, "stopped: "); ok && (!strings.Contains(rest, "galley") || !strings.Contains(rest, "discovery")) {
-			t.Errorf("stopped %q, want galley and discovery", rest)
+		if rest, ok := strings.CutPrefix(line, "stopped: "); ok && (!strings.Contains(rest, "galley") || !strings.Contains(rest, "discovery") || !strings.Contains(rest, "ca")) {
+			t.Errorf("stopped %q, want galley, discovery and ca", rest)
 		}
 	}
 }

@@ -27,6 +27,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bin := fs.String("bin", "bin", "directory holding the flotilla-* binaries")
 	services := fs.String("services", "galley,discovery,ca,injector", "control-plane services to start, comma separated")
 	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves")
+	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
 	if err := fs.Parse(args); err != nil {
 		return command.ExitUsage
@@ -41,7 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		procs = append(procs, devrun.Process{
 			Name: name,
 			Path: filepath.Join(*bin, "flotilla-"+name),
-			Args: append([]string{"--log-format=text"}, serviceArgs(name, *configDir)...),
+			Args: append([]string{"--log-format=text"}, serviceArgs(name, *configDir, *stateDir)...),
 		})
 	}
 	ctx, stop := lifecycle.SignalContext(context.Background())
@@ -64,8 +65,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // serviceArgs binds every service to loopback on its default ports,
-// points galley at the example configuration and discovery at galley.
-func serviceArgs(name, configDir string) []string {
+// points galley at the example configuration, discovery at galley, and ca
+// at a local state directory.
+func serviceArgs(name, configDir, stateDir string) []string {
 	admin := map[string]string{
 		"discovery": "127.0.0.1:15014",
 		"galley":    "127.0.0.1:15015",
@@ -76,6 +78,9 @@ func serviceArgs(name, configDir string) []string {
 	var args []string
 	if admin != "" {
 		args = append(args, "--admin-address="+admin)
+	}
+	if name == "ca" {
+		args = append(args, "--address=127.0.0.1:15013", "--state-dir="+filepath.Join(stateDir, "ca"))
 	}
 	if name == "discovery" {
 		args = append(args, "--galley-address=127.0.0.1:15019", "--xds-address=127.0.0.1:15010")

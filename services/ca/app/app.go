@@ -1,26 +1,242 @@
 // Package app is the flotilla-ca command: its configuration and the
-// wiring of its components. Until issue #5 builds the service, the
-// command takes only the configuration every service shares and exits
-// saying it is not built yet.
+// wiring of its components.
 package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
+	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
+	"github.com/flotilla-mesh/flotilla/services/ca/authority"
+	"github.com/flotilla-mesh/flotilla/services/ca/server"
+	"github.com/flotilla-mesh/flotilla/services/ca/store"
 )
+
+// Config is the configuration of flotilla-ca.
+type Config struct {
+	command.Common `yaml:",inline"`
+	// Address serves IstioCertificateService over TLS.
+	Address string `yaml:"address" usage:"listen address of the certificate service (gRPC over TLS)"`
+	// StateDir holds the signing material without a cluster: a plugged-in
+	// CA (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem) or the
+	// self-signed root created on first start. roots.pem there is the trust
+	// bundle for clients.
+	StateDir string `yaml:"stateDir" usage:"directory of the signing material (plugged-in cacerts files, or the self-signed root created on first start)"`
+	// KeyType of a self-signed root.
+	KeyType string `yaml:"keyType" usage:"key of a self-signed root: ECDSA_P256, RSA_2048 or RSA_4096"`
+	// TrustDomain of issued SPIFFE IDs.
+	TrustDomain string        `yaml:"trustDomain" usage:"trust domain of the SPIFFE IDs issued"`
+	DefaultTTL  time.Duration `yaml:"defaultTTL" usage:"validity of a certificate when the request names none"`
+	MaxTTL      time.Duration `yaml:"maxTTL" usage:"longest validity a request may ask for"`
+	// JWT authentication without a cluster.
+	JWKSFile    string `yaml:"jwksFile" usage:"JWKS of the keys that sign service account tokens (no-cluster mode); empty turns token authentication off"`
+	JWTIssuer   string `yaml:"jwtIssuer" usage:"issuer tokens must name"`
+	JWTAudience string `yaml:"jwtAudience" usage:"audience tokens must name"`
+	// SystemNamespace holds the control-plane service accounts.
+	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace: its galley, discovery, injector and ca service accounts get their Service names as DNS SANs"`
+	DomainSuffix    string `yaml:"domainSuffix" usage:"cluster DNS domain"`
+	// ServingIPs are put in ca's own certificate besides its DNS names.
+	ServingIPs      []string `yaml:"servingIPs" usage:"IP addresses in ca's own serving certificate"`
+	RatePerIdentity float64  `yaml:"ratePerIdentity" usage:"certificate requests per second allowed to one identity"`
+}
+
+// Defaults returns the default configuration.
+func Defaults() Config {
+	return Config{
+		Common:          command.CommonDefaults(":15018"),
+		Address:         ":15013",
+		KeyType:         string(authority.ECDSAP256),
+		TrustDomain:     "cluster.local",
+		DefaultTTL:      authority.DefaultTTL,
+		MaxTTL:          authority.DefaultMaxTTL,
+		JWTAudience:     "istio-ca",
+		SystemNamespace: "istio-system",
+		DomainSuffix:    "cluster.local",
+		ServingIPs:      []string{"127.0.0.1"},
+		RatePerIdentity: 10,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if _, _, err := net.SplitHostPort(c.Address); err != nil {
+		errs = append(errs, fmt.Errorf("address %q: %w", c.Address, err))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("stateDir is required: the Kubernetes Secret store (cluster mode) is not built yet"))
+	}
+	if err := authority.CheckKeyType(authority.KeyType(c.KeyType)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
+		errs = append(errs, fmt.Errorf("defaultTTL %s and maxTTL %s: want 0 < default <= max", c.DefaultTTL, c.MaxTTL))
+	}
+	if c.JWKSFile != "" && (c.JWTIssuer == "" || c.JWTAudience == "") {
+		errs = append(errs, errors.New("jwksFile needs jwtIssuer and jwtAudience"))
+	}
+	for _, ip := range c.ServingIPs {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, fmt.Errorf("servingIPs: %q is not an IP address", ip))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // NewCommand returns the flotilla-ca command.
 func NewCommand() *cobra.Command {
-	return command.New(command.Spec[command.Common]{
-		Name:     "flotilla-ca",
-		Short:    "Flotilla's certificate authority (Citadel)",
-		Long:     "ca issues SPIFFE X.509 workload certificates over Istio's IstioCertificateService API, authenticating callers by Kubernetes service account token or, without a cluster, by JWT, and issues the other services' serving certificates.",
-		Defaults: func() command.Common { return command.CommonDefaults(":15018") },
-		Run: func(context.Context, command.Common, *command.Runtime) error {
-			return &command.NotBuiltError{Service: "ca", Issue: 5}
-		},
+	return command.New(command.Spec[Config]{
+		Name:  "flotilla-ca",
+		Short: "Flotilla's certificate authority (Citadel)",
+		Long: "ca issues SPIFFE X.509 workload certificates over Istio's IstioCertificateService API, authenticating callers by " +
+			"service account token (a JWT checked against a JWKS without a cluster) or by a certificate it issued (renewal), " +
+			"and issues the other services' serving certificates.",
+		Defaults: Defaults,
+		Run:      run,
 	})
+}
+
+func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
+	var current atomic.Pointer[authority.Authority]
+	load := func() error {
+		m, err := store.Dir(cfg.StateDir, authority.KeyType(cfg.KeyType), cfg.TrustDomain, time.Now())
+		if err != nil {
+			return err
+		}
+		a, err := authority.New(m.Signer, m.Key, m.Chain, m.Roots, authority.Options{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL}, time.Now())
+		if err != nil {
+			return fmt.Errorf("signing material in %s: %w", cfg.StateDir, err)
+		}
+		if err := writeRoots(cfg.StateDir, a.RootsPEM()); err != nil {
+			return err
+		}
+		current.Store(a)
+		rt.Log.Info("signing authority loaded", "plugged_in", m.Plugged, "signer_not_after", a.SignerNotAfter(), "roots_not_after", a.RootsNotAfter())
+		return nil
+	}
+	if err := load(); err != nil {
+		return err
+	}
+	ca := func() *authority.Authority { return current.Load() }
+	meter := rt.Telemetry.Meter.Meter("flotilla/ca")
+	if err := expiryGauges(meter, ca); err != nil {
+		return err
+	}
+	auths := []server.Authenticator{server.ClientCert{CA: ca, Now: time.Now}}
+	if cfg.JWKSFile != "" {
+		j, err := server.NewJWT(cfg.JWKSFile, cfg.JWTIssuer, cfg.JWTAudience, cfg.TrustDomain, time.Now)
+		if err != nil {
+			return err
+		}
+		auths = append(auths, j)
+	} else {
+		rt.Log.Warn("no jwksFile: only renewals with a client certificate are served")
+	}
+	var cp []server.ControlPlane
+	for _, name := range []string{"flotilla-galley", "flotilla-discovery", "flotilla-injector", "flotilla-ca"} {
+		cp = append(cp, server.ControlPlane{Namespace: cfg.SystemNamespace, ServiceAccount: name, Service: name})
+	}
+	srv, err := server.New(server.Options{
+		Log: rt.Log, Meter: meter, CA: ca, Authenticators: auths, TrustDomain: cfg.TrustDomain,
+		DomainSuffix: cfg.DomainSuffix, ControlPlane: cp, RatePerIdentity: cfg.RatePerIdentity,
+	})
+	if err != nil {
+		return err
+	}
+	var ips []net.IP
+	for _, ip := range cfg.ServingIPs {
+		ips = append(ips, net.ParseIP(ip))
+	}
+	self := authority.Identity{
+		TrustDomain: cfg.TrustDomain, Namespace: cfg.SystemNamespace, ServiceAccount: "flotilla-ca",
+		DNSNames: []string{"flotilla-ca." + cfg.SystemNamespace + ".svc", "flotilla-ca." + cfg.SystemNamespace + ".svc." + cfg.DomainSuffix, "localhost"},
+	}
+	tlsCfg, err := server.ServingTLS(ca, self, ips, min(cfg.MaxTTL, 30*24*time.Hour), time.Now)
+	if err != nil {
+		return err
+	}
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLSConfig: tlsCfg})
+	if err != nil {
+		return err
+	}
+	srv.Register(gs.Server)
+	lis, err := net.Listen("tcp", cfg.Address)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	rt.Ready.Component("authority").SetReady()
+	rt.Log.Info("serving", "address", lis.Addr().String(), "state_dir", cfg.StateDir)
+	return rt.Serve(ctx,
+		lifecycle.Actor{Name: "certificates", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
+		lifecycle.Actor{Name: "watch:" + cfg.StateDir, Run: func(ctx context.Context) error {
+			// A plugged-in CA that changes is loaded again; a bad change
+			// keeps the current one.
+			return fswatch.Run(ctx, fswatch.Options{
+				Dirs: []string{cfg.StateDir}, Debounce: 200 * time.Millisecond, Log: rt.Log,
+				Relevant: func(p string) bool { return filepath.Base(p) != "roots.pem" && filepath.Base(p)[0] != '.' },
+				OnChange: func() error {
+					if err := load(); err != nil {
+						rt.Log.Error("reloading the signing material failed; keeping the current one", "error", err)
+					}
+					return nil
+				},
+			})
+		}},
+	)
+}
+
+// writeRoots publishes the trust bundle for clients as roots.pem.
+func writeRoots(dir string, roots []byte) error {
+	path := filepath.Join(dir, "roots.pem")
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(roots) {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, roots, 0o644); err != nil { //nolint:gosec // public certificates
+		return fmt.Errorf("roots: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("roots: %w", err)
+	}
+	return nil
+}
+
+// expiryGauges export seconds until the signer and the earliest root
+// expire, to alert on.
+func expiryGauges(m metric.Meter, ca func() *authority.Authority) error {
+	_, err := m.Float64ObservableGauge("flotilla.ca.signer_expiry_seconds",
+		metric.WithDescription("Seconds until the signing (root or intermediate) certificate expires."),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			if a := ca(); a != nil {
+				o.Observe(time.Until(a.SignerNotAfter()).Seconds())
+			}
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("metric: %w", err)
+	}
+	_, err = m.Float64ObservableGauge("flotilla.ca.root_expiry_seconds",
+		metric.WithDescription("Seconds until the earliest root of the trust bundle expires."),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			if a := ca(); a != nil {
+				o.Observe(time.Until(a.RootsNotAfter()).Seconds())
+			}
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("metric: %w", err)
+	}
+	return nil
 }

@@ -67,6 +67,15 @@ func GenerateKey(kt KeyType) (crypto.Signer, error) {
 	}
 }
 
+// CheckKeyType reports whether a key type is supported.
+func CheckKeyType(kt KeyType) error {
+	switch kt {
+	case ECDSAP256, RSA2048, RSA4096:
+		return nil
+	}
+	return fmt.Errorf("key type %q: want %s, %s or %s", kt, ECDSAP256, RSA2048, RSA4096)
+}
+
 // NewRoot creates a self-signed root certificate (10 years, CA basic
 // constraints, certificate and CRL signing, subject and authority key
 // identifiers) for org, and returns it and its key as PEM.

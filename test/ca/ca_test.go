@@ -1,0 +1,242 @@
+// Package ca_test runs flotilla-ca as its own process (no-cluster mode: a
+// state directory and a JWKS) and asks it for certificates over gRPC/TLS
+// on 127.0.0.1, as agents will.
+package ca_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/build"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "flotilla-ca-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := 1
+	if err := build.Binaries(dir, "flotilla-ca"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type signer struct {
+	key  *ecdsa.PrivateKey
+	jwks string
+}
+
+func newSigner(t *testing.T) *signer {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: key.Public(), KeyID: "test", Algorithm: "ES256", Use: "sig"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &signer{key: key, jwks: path}
+}
+
+func (s *signer) token(t *testing.T, ns, sa string) string {
+	t.Helper()
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: s.key}, (&jose.SignerOptions{}).WithHeader("kid", "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.Signed(sig).Claims(jwt.Claims{
+		Subject: "system:serviceaccount:" + ns + ":" + sa, Issuer: "https://flotilla.test", Audience: jwt.Audience{"istio-ca"},
+		Expiry: jwt.NewNumericDate(time.Now().Add(time.Hour)),
+	}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+type ca struct {
+	p     *proc.Process
+	addr  string
+	state string
+}
+
+func startCA(t *testing.T, state string, s *signer) *ca {
+	t.Helper()
+	c := &ca{addr: proc.FreeAddr(t), state: state}
+	admin := proc.FreeAddr(t)
+	c.p = proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", c.addr, "--admin-address", admin,
+		"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test")
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+	return c
+}
+
+// certificate asks ca for a certificate with a token, trusting roots.pem.
+func (c *ca) certificate(t *testing.T, token string) []*x509.Certificate {
+	t.Helper()
+	roots := x509.NewCertPool()
+	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
+	if err != nil || !roots.AppendCertsFromPEM(pemRoots) {
+		t.Fatalf("roots.pem: %v", err)
+	}
+	cc, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token), 10*time.Second)
+	defer cancel()
+	resp, err := securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{
+		Csr: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chain []*x509.Certificate
+	for _, p := range resp.GetCertChain() {
+		b, _ := pem.Decode([]byte(p))
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain = append(chain, c)
+	}
+	return chain
+}
+
+func TestTwoCAsStartedTogetherEndWithOneRootAndIssueUnderIt(t *testing.T) {
+	s := newSigner(t)
+	state := t.TempDir()
+	// Both start before either is ready.
+	a := &ca{addr: proc.FreeAddr(t), state: state}
+	b := &ca{addr: proc.FreeAddr(t), state: state}
+	adminA, adminB := proc.FreeAddr(t), proc.FreeAddr(t)
+	for _, x := range []struct {
+		c     *ca
+		admin string
+	}{{a, adminA}, {b, adminB}} {
+		x.c.p = proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", x.c.addr, "--admin-address", x.admin,
+			"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test")
+	}
+	proc.WaitReady(t, "http://"+adminA+"/readyz")
+	proc.WaitReady(t, "http://"+adminB+"/readyz")
+	tok := s.token(t, "default", "app")
+	ca, cb := a.certificate(t, tok), b.certificate(t, tok)
+	if !ca[len(ca)-1].Equal(cb[len(cb)-1]) {
+		t.Fatal("the two replicas issue under different roots")
+	}
+	if got := ca[0].URIs[0].String(); got != "spiffe://cluster.local/ns/default/sa/app" {
+		t.Fatalf("issued for %s", got)
+	}
+	if err := a.p.Stop(t, 20*time.Second); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+}
+
+func TestAPluggedInIntermediateIsUsedAndReloaded(t *testing.T) {
+	s := newSigner(t)
+	state := t.TempDir()
+	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootTmpl := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: "corp root"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * 365 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, rootKey.Public(), rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := x509.ParseCertificate(rootDER)
+	plug := func(cn string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: serial(), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(90 * 24 * time.Hour),
+			IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), rootKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		// Key first: the certificate's arrival is what triggers a reload.
+		xdstest.WriteFile(t, state, "ca-key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})))
+		xdstest.WriteFile(t, state, "cert-chain.pem", string(cert))
+		xdstest.WriteFile(t, state, "root-cert.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rootDER})))
+		xdstest.WriteFile(t, state, "ca-cert.pem", string(cert))
+	}
+	plug("intermediate-1")
+	c := startCA(t, state, s)
+	tok := s.token(t, "shop", "cart")
+	chain := c.certificate(t, tok)
+	if len(chain) != 3 || chain[1].Subject.CommonName != "intermediate-1" || !chain[2].Equal(root) {
+		t.Fatalf("chain %d long, intermediate %q", len(chain), chain[1].Subject.CommonName)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(root)
+	inter := x509.NewCertPool()
+	inter.AddCert(chain[1])
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter}); err != nil {
+		t.Fatalf("does not verify against the plugged root: %v", err)
+	}
+	plug("intermediate-2")
+	xdstest.Eventually(t, "the new intermediate", func() bool { return c.certificate(t, tok)[1].Subject.CommonName == "intermediate-2" })
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		panic(err)
+	}
+	return n.Add(n, big.NewInt(1))
+}
