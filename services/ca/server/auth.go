@@ -22,6 +22,10 @@ import (
 // ErrUnauthenticated is the kind of every authentication failure.
 var ErrUnauthenticated = errors.New("unauthenticated")
 
+// ErrAuthUnavailable means a credential could not be checked now (the apiserver
+// did not answer); the caller should retry.
+var ErrAuthUnavailable = errors.New("authentication unavailable")
+
 // maxTokenBytes bounds a bearer token.
 const maxTokenBytes = 16 << 10
 
@@ -33,8 +37,8 @@ type Authenticator interface {
 	Authenticate(ctx context.Context) (id authority.Identity, ok bool, err error)
 }
 
-// bearer is the token of an "authorization: Bearer <token>" header.
-func bearer(ctx context.Context) (string, bool, error) {
+// Bearer is the token of an "authorization: Bearer <token>" header.
+func Bearer(ctx context.Context) (string, bool, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
@@ -53,8 +57,8 @@ func bearer(ctx context.Context) (string, bool, error) {
 	return tok, true, nil
 }
 
-// serviceAccountSubject parses "system:serviceaccount:<ns>:<name>".
-func serviceAccountSubject(sub string) (ns, sa string, err error) {
+// ServiceAccountSubject parses "system:serviceaccount:<ns>:<name>".
+func ServiceAccountSubject(sub string) (ns, sa string, err error) {
 	rest, ok := strings.CutPrefix(sub, "system:serviceaccount:")
 	if !ok {
 		return "", "", fmt.Errorf("%w: subject %q is not a service account", ErrUnauthenticated, sub)
@@ -101,7 +105,7 @@ var jwtAlgorithms = []jose.SignatureAlgorithm{jose.ES256, jose.ES384, jose.RS256
 
 // Authenticate implements Authenticator.
 func (j *JWT) Authenticate(ctx context.Context) (authority.Identity, bool, error) {
-	raw, present, err := bearer(ctx)
+	raw, present, err := Bearer(ctx)
 	if !present || err != nil {
 		return authority.Identity{}, present, err
 	}
@@ -136,7 +140,7 @@ func (j *JWT) Authenticate(ctx context.Context) (authority.Identity, bool, error
 	if claims.Expiry == nil {
 		return authority.Identity{}, true, fmt.Errorf("%w: token has no expiry", ErrUnauthenticated)
 	}
-	ns, sa, err := serviceAccountSubject(claims.Subject)
+	ns, sa, err := ServiceAccountSubject(claims.Subject)
 	if err != nil {
 		return authority.Identity{}, true, err
 	}

@@ -190,6 +190,8 @@ var (
 // toStatus maps an error to its gRPC status, once, at the edge.
 func toStatus(err error) *status.Status {
 	switch {
+	case errors.Is(err, ErrAuthUnavailable):
+		return status.New(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrUnauthenticated):
 		return status.New(codes.Unauthenticated, err.Error())
 	case errors.Is(err, authority.ErrForbidden):
