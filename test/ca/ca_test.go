@@ -27,12 +27,16 @@ import (
 	"google.golang.org/grpc/metadata"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
-var binDir string
+var (
+	binDir string
+	env    *kubeenv.Env
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "flotilla-ca-")
@@ -45,7 +49,7 @@ func TestMain(m *testing.M) {
 	if err := build.Binaries(dir, "flotilla-ca"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
-		code = m.Run()
+		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
 	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
@@ -108,12 +112,25 @@ func startCA(t *testing.T, state string, s *signer) *ca {
 // certificate asks ca for a certificate with a token, trusting roots.pem.
 func (c *ca) certificate(t *testing.T, token string) []*x509.Certificate {
 	t.Helper()
-	roots := x509.NewCertPool()
 	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
-	if err != nil || !roots.AppendCertsFromPEM(pemRoots) {
+	if err != nil {
 		t.Fatalf("roots.pem: %v", err)
 	}
-	cc, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})))
+	chain, err := request(t, c.addr, pemRoots, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chain
+}
+
+// request asks the ca at addr for a certificate with a token.
+func request(t *testing.T, addr string, pemRoots []byte, token string) ([]*x509.Certificate, error) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pemRoots) {
+		t.Fatal("no roots")
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,13 +143,17 @@ func (c *ca) certificate(t *testing.T, token string) []*x509.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token), 10*time.Second)
+	ctx := context.Background()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(ctx, &securityv1alpha1.IstioCertificateRequest{
 		Csr: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})),
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var chain []*x509.Certificate
 	for _, p := range resp.GetCertChain() {
@@ -143,7 +164,7 @@ func (c *ca) certificate(t *testing.T, token string) []*x509.Certificate {
 		}
 		chain = append(chain, c)
 	}
-	return chain
+	return chain, nil
 }
 
 func TestTwoCAsStartedTogetherEndWithOneRootAndIssueUnderIt(t *testing.T) {

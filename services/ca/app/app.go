@@ -9,17 +9,23 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/metric"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
+	"github.com/flotilla-mesh/flotilla/services/ca/kube"
 	"github.com/flotilla-mesh/flotilla/services/ca/server"
 	"github.com/flotilla-mesh/flotilla/services/ca/store"
 )
@@ -32,8 +38,10 @@ type Config struct {
 	// StateDir holds the signing material without a cluster: a plugged-in
 	// CA (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem) or the
 	// self-signed root created on first start. roots.pem there is the trust
-	// bundle for clients.
-	StateDir string `yaml:"stateDir" usage:"directory of the signing material (plugged-in cacerts files, or the self-signed root created on first start)"`
+	// bundle for clients. Without it, ca runs in cluster mode.
+	StateDir string `yaml:"stateDir" usage:"no-cluster mode: directory of the signing material (plugged-in cacerts files, or the self-signed root created on first start)"`
+	// Kubeconfig selects the cluster in cluster mode; empty means in-cluster.
+	Kubeconfig string `yaml:"kubeconfig" usage:"cluster mode: kubeconfig file; empty uses the in-cluster service account"`
 	// KeyType of a self-signed root.
 	KeyType string `yaml:"keyType" usage:"key of a self-signed root: ECDSA_P256, RSA_2048 or RSA_4096"`
 	// TrustDomain of issued SPIFFE IDs.
@@ -41,9 +49,10 @@ type Config struct {
 	DefaultTTL  time.Duration `yaml:"defaultTTL" usage:"validity of a certificate when the request names none"`
 	MaxTTL      time.Duration `yaml:"maxTTL" usage:"longest validity a request may ask for"`
 	// JWT authentication without a cluster.
-	JWKSFile    string `yaml:"jwksFile" usage:"JWKS of the keys that sign service account tokens (no-cluster mode); empty turns token authentication off"`
-	JWTIssuer   string `yaml:"jwtIssuer" usage:"issuer tokens must name"`
-	JWTAudience string `yaml:"jwtAudience" usage:"audience tokens must name"`
+	JWKSFile  string `yaml:"jwksFile" usage:"JWKS of the keys that sign service account tokens (no-cluster mode); empty turns token authentication off"`
+	JWTIssuer string `yaml:"jwtIssuer" usage:"issuer JWKS-checked tokens must name"`
+	// Audience service account tokens must be for.
+	Audience string `yaml:"audience" usage:"audience service account tokens must be for (TokenReview and JWT)"`
 	// SystemNamespace holds the control-plane service accounts.
 	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace: its galley, discovery, injector and ca service accounts get their Service names as DNS SANs"`
 	DomainSuffix    string `yaml:"domainSuffix" usage:"cluster DNS domain"`
@@ -61,7 +70,7 @@ func Defaults() Config {
 		TrustDomain:     "cluster.local",
 		DefaultTTL:      authority.DefaultTTL,
 		MaxTTL:          authority.DefaultMaxTTL,
-		JWTAudience:     "istio-ca",
+		Audience:        "istio-ca",
 		SystemNamespace: "istio-system",
 		DomainSuffix:    "cluster.local",
 		ServingIPs:      []string{"127.0.0.1"},
@@ -75,17 +84,17 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Address); err != nil {
 		errs = append(errs, fmt.Errorf("address %q: %w", c.Address, err))
 	}
-	if c.StateDir == "" {
-		errs = append(errs, errors.New("stateDir is required: the Kubernetes Secret store (cluster mode) is not built yet"))
-	}
 	if err := authority.CheckKeyType(authority.KeyType(c.KeyType)); err != nil {
 		errs = append(errs, err)
 	}
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, fmt.Errorf("defaultTTL %s and maxTTL %s: want 0 < default <= max", c.DefaultTTL, c.MaxTTL))
 	}
-	if c.JWKSFile != "" && (c.JWTIssuer == "" || c.JWTAudience == "") {
-		errs = append(errs, errors.New("jwksFile needs jwtIssuer and jwtAudience"))
+	if c.JWKSFile != "" && c.JWTIssuer == "" {
+		errs = append(errs, errors.New("jwksFile needs jwtIssuer"))
+	}
+	if c.Audience == "" {
+		errs = append(errs, errors.New("audience must not be empty"))
 	}
 	for _, ip := range c.ServingIPs {
 		if net.ParseIP(ip) == nil {
@@ -109,21 +118,49 @@ func NewCommand() *cobra.Command {
 }
 
 func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
-	var current atomic.Pointer[authority.Authority]
-	load := func() error {
-		m, err := store.Dir(cfg.StateDir, authority.KeyType(cfg.KeyType), cfg.TrustDomain, time.Now())
+	var client kubernetes.Interface
+	source := "state dir " + cfg.StateDir
+	material := func() (*store.Material, error) {
+		return store.Dir(cfg.StateDir, authority.KeyType(cfg.KeyType), cfg.TrustDomain, time.Now())
+	}
+	if cfg.StateDir == "" {
+		rest, err := kubeconfig(cfg.Kubeconfig)
 		if err != nil {
 			return err
+		}
+		if client, err = kubernetes.NewForConfig(rest); err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		klog.SetSlogLogger(rt.Log.With("component", "client-go"))
+		source = "secrets in " + cfg.SystemNamespace
+		material = func() (*store.Material, error) {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return kube.Material(lctx, client, cfg.SystemNamespace, authority.KeyType(cfg.KeyType), cfg.TrustDomain, time.Now())
+		}
+	}
+	var current atomic.Pointer[authority.Authority]
+	var loadedSigner []byte
+	load := func() error {
+		m, err := material()
+		if err != nil {
+			return err
+		}
+		if string(m.Signer) == string(loadedSigner) && current.Load() != nil {
+			return nil // unchanged
 		}
 		a, err := authority.New(m.Signer, m.Key, m.Chain, m.Roots, authority.Options{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL}, time.Now())
 		if err != nil {
-			return fmt.Errorf("signing material in %s: %w", cfg.StateDir, err)
+			return fmt.Errorf("signing material (%s): %w", source, err)
 		}
-		if err := writeRoots(cfg.StateDir, a.RootsPEM()); err != nil {
-			return err
+		if cfg.StateDir != "" {
+			if err := writeRoots(cfg.StateDir, a.RootsPEM()); err != nil {
+				return err
+			}
 		}
 		current.Store(a)
-		rt.Log.Info("signing authority loaded", "plugged_in", m.Plugged, "signer_not_after", a.SignerNotAfter(), "roots_not_after", a.RootsNotAfter())
+		loadedSigner = m.Signer
+		rt.Log.Info("signing authority loaded", "source", source, "plugged_in", m.Plugged, "signer_not_after", a.SignerNotAfter(), "roots_not_after", a.RootsNotAfter())
 		return nil
 	}
 	if err := load(); err != nil {
@@ -135,14 +172,22 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err
 	}
 	auths := []server.Authenticator{server.ClientCert{CA: ca, Now: time.Now}}
+	if client != nil {
+		tr, err := kube.NewTokenReview(client, cfg.Audience, meter, time.Now)
+		if err != nil {
+			return err
+		}
+		auths = append(auths, tr)
+	}
 	if cfg.JWKSFile != "" {
-		j, err := server.NewJWT(cfg.JWKSFile, cfg.JWTIssuer, cfg.JWTAudience, cfg.TrustDomain, time.Now)
+		j, err := server.NewJWT(cfg.JWKSFile, cfg.JWTIssuer, cfg.Audience, cfg.TrustDomain, time.Now)
 		if err != nil {
 			return err
 		}
 		auths = append(auths, j)
-	} else {
-		rt.Log.Warn("no jwksFile: only renewals with a client certificate are served")
+	}
+	if len(auths) == 1 {
+		rt.Log.Warn("no token authentication (no cluster, no jwksFile): only renewals with a client certificate are served")
 	}
 	var cp []server.ControlPlane
 	for _, name := range []string{"flotilla-galley", "flotilla-discovery", "flotilla-injector", "flotilla-ca"} {
@@ -177,15 +222,43 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	rt.Ready.Component("authority").SetReady()
-	rt.Log.Info("serving", "address", lis.Addr().String(), "state_dir", cfg.StateDir)
-	return rt.Serve(ctx,
-		lifecycle.Actor{Name: "certificates", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
+	rt.Log.Info("serving", "address", lis.Addr().String(), "source", source)
+	actors := []lifecycle.Actor{{Name: "certificates", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }}}
+	if client != nil {
+		identity, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("leader identity: %w", err)
+		}
+		pub := kube.NewRootPublisher(kube.RootPublisherOptions{
+			Client: client, Log: rt.Log, Roots: func() []byte { return ca().RootsPEM() },
+			Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-ca-root-publisher",
+		})
+		actors = append(actors,
+			lifecycle.Actor{Name: "root-publisher", Run: pub.Run},
+			lifecycle.Actor{Name: "secrets:" + cfg.SystemNamespace, Run: func(ctx context.Context) error {
+				// A plugged-in CA put in (or changed) later is picked up.
+				t := time.NewTicker(30 * time.Second)
+				defer t.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-t.C:
+						if err := load(); err != nil {
+							rt.Log.Error("reloading the signing material failed; keeping the current one", "error", err)
+						}
+					}
+				}
+			}})
+		return rt.Serve(ctx, actors...)
+	}
+	return rt.Serve(ctx, append(actors,
 		lifecycle.Actor{Name: "watch:" + cfg.StateDir, Run: func(ctx context.Context) error {
 			// A plugged-in CA that changes is loaded again; a bad change
 			// keeps the current one.
 			return fswatch.Run(ctx, fswatch.Options{
 				Dirs: []string{cfg.StateDir}, Debounce: 200 * time.Millisecond, Log: rt.Log,
-				Relevant: func(p string) bool { return filepath.Base(p) != "roots.pem" && filepath.Base(p)[0] != '.' },
+				Relevant: func(p string) bool { b := filepath.Base(p); return b != "roots.pem" && !strings.HasPrefix(b, ".") },
 				OnChange: func() error {
 					if err := load(); err != nil {
 						rt.Log.Error("reloading the signing material failed; keeping the current one", "error", err)
@@ -193,8 +266,23 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 					return nil
 				},
 			})
-		}},
-	)
+		}})...)
+}
+
+// kubeconfig loads a kubeconfig file, or the in-cluster configuration.
+func kubeconfig(path string) (*restclient.Config, error) {
+	if path != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+		}
+		return c, nil
+	}
+	c, err := restclient.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --state-dir, no --kubeconfig and not running in a cluster: %w", err)
+	}
+	return c, nil
 }
 
 // writeRoots publishes the trust bundle for clients as roots.pem.
@@ -203,11 +291,25 @@ func writeRoots(dir string, roots []byte) error {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(roots) {
 		return nil
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, roots, 0o644); err != nil { //nolint:gosec // public certificates
+	// A temporary file of its own: replicas sharing the directory write
+	// at the same time.
+	tmp, err := os.CreateTemp(dir, ".roots-*")
+	if err != nil {
 		return fmt.Errorf("roots: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(roots); err != nil {
+		tmp.Close()
+		return fmt.Errorf("roots: %w", err)
+	}
+	if err := tmp.Chmod(0o644); err != nil { // public certificates: readable by clients
+		tmp.Close()
+		return fmt.Errorf("roots: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("roots: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("roots: %w", err)
 	}
 	return nil
