@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
@@ -260,4 +262,57 @@ func serial() *big.Int {
 		panic(err)
 	}
 	return n.Add(n, big.NewInt(1))
+}
+
+// TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt uses
+// internal/certclient as galley will: its Service names, served over TLS,
+// renewed before it expires.
+func TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt(t *testing.T) {
+	s := newSigner(t)
+	state := t.TempDir()
+	c := startCA(t, state, s)
+	pemRoots, err := os.ReadFile(filepath.Join(state, "roots.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pemRoots)
+	cl := certclient.New(certclient.Options{
+		Address: c.addr, ServerName: "127.0.0.1", Roots: roots,
+		Token:    func() (string, error) { return s.token(t, "istio-system", "flotilla-galley"), nil },
+		DNSNames: []string{"flotilla-galley.istio-system.svc", "flotilla-galley.istio-system.svc.cluster.local"},
+		TTL:      4 * time.Second, Log: slog.New(slog.DiscardHandler), MinBackoff: 100 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = cl.Run(ctx) }()
+	select {
+	case <-cl.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no certificate from ca")
+	}
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", cl.ServerConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = conn.(*tls.Conn).Handshake(); _, _ = conn.Write([]byte("x")); conn.Close() }()
+		}
+	}()
+	serial := func() string {
+		conn, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{RootCAs: roots, ServerName: "flotilla-galley.istio-system.svc", MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatalf("a client trusting the mesh roots: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	first := serial()
+	xdstest.Eventually(t, "a renewed certificate", func() bool { return serial() != first })
 }

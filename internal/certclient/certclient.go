@@ -1,0 +1,178 @@
+// Package certclient gets a control-plane service its own certificate from
+// ca (Istio's IstioCertificateService) and keeps it fresh: renewed at a
+// random point between 50 % and 80 % of its lifetime, retried with backoff
+// on failure while the current certificate keeps being served.
+package certclient
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+)
+
+// Options configures a Client.
+type Options struct {
+	// Address of ca, host:port; ServerName is the name its certificate is
+	// checked against (default: the host of Address).
+	Address, ServerName string
+	// Roots are the roots ca's certificate chains to (the trust bundle).
+	Roots *x509.CertPool
+	// Token returns the service account token to authenticate with (a
+	// projected token file is re-read each time).
+	Token func() (string, error)
+	// DNSNames to ask for (the service's own Service names; ca grants them
+	// to control-plane service accounts only).
+	DNSNames []string
+	// TTL to ask for; zero takes ca's default.
+	TTL time.Duration
+	Log *slog.Logger
+	// MinBackoff and MaxBackoff bound retries (default 1s to 1min).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Client holds the current certificate.
+type Client struct {
+	o       Options
+	current atomic.Pointer[tls.Certificate]
+	ready   chan struct{}
+}
+
+// New returns a client; Run gets and renews the certificate.
+func New(o Options) *Client {
+	if o.MinBackoff == 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = time.Minute
+	}
+	o.Log = o.Log.With("component", "certclient")
+	return &Client{o: o, ready: make(chan struct{})}
+}
+
+// Ready is closed once a certificate is held.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
+
+// Certificate is the current certificate, nil before the first.
+func (c *Client) Certificate() *tls.Certificate { return c.current.Load() }
+
+// ServerConfig serves with the current certificate; with clientRoots it
+// also requires client certificates chaining to them (mTLS).
+func (c *Client) ServerConfig(clientRoots *x509.CertPool) *tls.Config {
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if cert := c.current.Load(); cert != nil {
+				return cert, nil
+			}
+			return nil, errors.New("no certificate from ca yet")
+		},
+	}
+	if clientRoots != nil {
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		cfg.ClientCAs = clientRoots
+	}
+	return cfg
+}
+
+// Run gets a certificate and renews it until ctx ends.
+func (c *Client) Run(ctx context.Context) error {
+	backoff := c.o.MinBackoff
+	for {
+		fetched := time.Now()
+		cert, err := c.fetch(ctx)
+		var wait time.Duration
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil //nolint:nilerr // stopping
+			}
+			wait = time.Duration(mrand.Int64N(int64(backoff))) + backoff/2 //nolint:gosec // jitter
+			backoff = min(2*backoff, c.o.MaxBackoff)
+			c.o.Log.Warn("getting a certificate from ca failed; retrying", "error", err, "in", wait)
+		} else {
+			backoff = c.o.MinBackoff
+			c.current.Store(cert)
+			select {
+			case <-c.ready:
+			default:
+				close(c.ready)
+			}
+			// The lifetime counts from when it was asked for: ca backdates
+			// NotBefore for clock skew.
+			leaf := cert.Leaf
+			life := leaf.NotAfter.Sub(fetched)
+			renewAt := fetched.Add(time.Duration(float64(life) * (0.5 + 0.3*mrand.Float64()))) //nolint:gosec // jitter
+			wait = time.Until(renewAt)
+			c.o.Log.Info("certificate from ca", "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter, "renew_in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *Client) fetch(ctx context.Context) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: c.o.DNSNames}, key)
+	if err != nil {
+		return nil, fmt.Errorf("csr: %w", err)
+	}
+	tok, err := c.o.Token()
+	if err != nil {
+		return nil, fmt.Errorf("token: %w", err)
+	}
+	tlsCfg := &tls.Config{RootCAs: c.o.Roots, ServerName: c.o.ServerName, MinVersion: tls.VersionTLS12}
+	cc, err := grpc.NewClient(c.o.Address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		return nil, fmt.Errorf("ca client: %w", err)
+	}
+	defer cc.Close()
+	rctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), 30*time.Second)
+	defer cancel()
+	resp, err := securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(rctx, &securityv1alpha1.IstioCertificateRequest{
+		Csr:              string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})),
+		ValidityDuration: int64(c.o.TTL / time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("CreateCertificate: %w", err)
+	}
+	chain := resp.GetCertChain()
+	if len(chain) < 2 {
+		return nil, fmt.Errorf("ca returned %d certificates; want the leaf and its root", len(chain))
+	}
+	cert := &tls.Certificate{PrivateKey: key}
+	for i, p := range chain[:len(chain)-1] { // the root is not sent to peers
+		b, _ := pem.Decode([]byte(p))
+		if b == nil {
+			return nil, fmt.Errorf("certificate %d is not PEM", i)
+		}
+		cert.Certificate = append(cert.Certificate, b.Bytes)
+	}
+	if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+		return nil, fmt.Errorf("leaf: %w", err)
+	}
+	if pub, ok := cert.Leaf.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(key.Public()) {
+		return nil, errors.New("ca returned a certificate for another key")
+	}
+	return cert, nil
+}
