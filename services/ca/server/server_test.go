@@ -45,7 +45,7 @@ type fixture struct {
 	srv     *Server
 }
 
-func newFixture(t *testing.T, mutate func(*Options)) *fixture {
+func newFixture(t testing.TB, mutate func(*Options)) *fixture {
 	t.Helper()
 	now := time.Now()
 	rootCert, rootKey, err := authority.NewRoot(authority.ECDSAP256, "cluster.local", now)
@@ -111,7 +111,7 @@ type claims struct {
 	key           crypto.Signer
 }
 
-func (f *fixture) token(t *testing.T, c claims) string {
+func (f *fixture) token(t testing.TB, c claims) string {
 	t.Helper()
 	if c.aud == "" {
 		c.aud = audience
@@ -140,7 +140,7 @@ func (f *fixture) token(t *testing.T, c claims) string {
 	return tok
 }
 
-func csr(t *testing.T, key crypto.Signer, uris ...string) string {
+func csr(t testing.TB, key crypto.Signer, uris ...string) string {
 	t.Helper()
 	tmpl := &x509.CertificateRequest{}
 	for _, u := range uris {
@@ -154,8 +154,8 @@ func csr(t *testing.T, key crypto.Signer, uris ...string) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
-// call dials ca over TLS (optionally with a client certificate) and asks.
-func (f *fixture) call(t *testing.T, token string, client *tls.Certificate, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
+// dial connects to ca over TLS, optionally with a client certificate.
+func (f *fixture) dial(t testing.TB, client *tls.Certificate) *grpc.ClientConn {
 	t.Helper()
 	cfg := &tls.Config{RootCAs: f.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 	if client != nil {
@@ -165,7 +165,18 @@ func (f *fixture) call(t *testing.T, token string, client *tls.Certificate, req 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cc
+}
+
+// call asks ca on a new connection.
+func (f *fixture) call(t testing.TB, token string, client *tls.Certificate, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
+	t.Helper()
+	cc := f.dial(t, client)
 	defer cc.Close()
+	return ask(cc, token, req)
+}
+
+func ask(cc *grpc.ClientConn, token string, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if token != "" {
@@ -174,7 +185,7 @@ func (f *fixture) call(t *testing.T, token string, client *tls.Certificate, req 
 	return securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(ctx, req)
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
