@@ -16,13 +16,12 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/metric"
 	"k8s.io/client-go/kubernetes"
-	restclient "k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
+	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 	"github.com/flotilla-mesh/flotilla/services/ca/kube"
@@ -124,7 +123,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return store.Dir(cfg.StateDir, authority.KeyType(cfg.KeyType), cfg.TrustDomain, time.Now())
 	}
 	if cfg.StateDir == "" {
-		rest, err := kubeconfig(cfg.Kubeconfig)
+		rest, err := kubeconfig.Load(cfg.Kubeconfig, "--state-dir")
 		if err != nil {
 			return err
 		}
@@ -267,22 +266,6 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 				},
 			})
 		}})...)
-}
-
-// kubeconfig loads a kubeconfig file, or the in-cluster configuration.
-func kubeconfig(path string) (*restclient.Config, error) {
-	if path != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
-		}
-		return c, nil
-	}
-	c, err := restclient.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no --state-dir, no --kubeconfig and not running in a cluster: %w", err)
-	}
-	return c, nil
 }
 
 // writeRoots publishes the trust bundle for clients as roots.pem.

@@ -2,8 +2,8 @@ package server
 
 import (
 	"crypto"
-	"crypto/rsa"
 	"crypto/rand"
+	"crypto/rsa"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -62,7 +62,7 @@ func BenchmarkRawSigning(b *testing.B) {
 func BenchmarkCreateCertificate(b *testing.B) {
 	for _, kind := range []string{"ECDSA-P256", "RSA-2048"} {
 		b.Run(kind, func(b *testing.B) {
-			f := newFixture(b, func(o *Options) { o.RatePerIdentity, o.Burst = 1e9, 1 << 30 })
+			f := newFixture(b, func(o *Options) { o.RatePerIdentity, o.Burst = 1e9, 1<<30 })
 			pool := csrs(b, 8, kind == "RSA-2048")
 			tok := f.token(b, claims{sub: "system:serviceaccount:default:app"})
 			var mu sync.Mutex

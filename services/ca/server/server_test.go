@@ -45,33 +45,33 @@ type fixture struct {
 	srv     *Server
 }
 
-func newFixture(t testing.TB, mutate func(*Options)) *fixture {
-	t.Helper()
+func newFixture(tb testing.TB, mutate func(*Options)) *fixture {
+	tb.Helper()
 	now := time.Now()
 	rootCert, rootKey, err := authority.NewRoot(authority.ECDSAP256, "cluster.local", now)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ca, err := authority.New(rootCert, rootKey, nil, rootCert, authority.Options{MaxTTL: 48 * time.Hour}, now)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	f := &fixture{ca: ca, roots: x509.NewCertPool()}
 	f.roots.AppendCertsFromPEM(ca.RootsPEM())
 	if f.signKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: f.signKey.Public(), KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	jwksFile := filepath.Join(t.TempDir(), "jwks.json")
+	jwksFile := filepath.Join(tb.TempDir(), "jwks.json")
 	if err := os.WriteFile(jwksFile, jwks, 0o600); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	j, err := NewJWT(jwksFile, issuer, audience, "cluster.local", time.Now)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	current := func() *authority.Authority { return f.ca }
 	o := Options{
@@ -84,23 +84,23 @@ func newFixture(t testing.TB, mutate func(*Options)) *fixture {
 		mutate(&o)
 	}
 	if f.srv, err = New(o); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	tlsCfg, err := ServingTLS(current, authority.Identity{
 		TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "flotilla-ca",
 		DNSNames: []string{"flotilla-ca.istio-system.svc"},
 	}, []net.IP{net.IPv4(127, 0, 0, 1)}, time.Hour, time.Now)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)))
 	f.srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	tb.Cleanup(gs.Stop)
 	f.addr = lis.Addr().String()
 	return f
 }
@@ -111,8 +111,8 @@ type claims struct {
 	key           crypto.Signer
 }
 
-func (f *fixture) token(t testing.TB, c claims) string {
-	t.Helper()
+func (f *fixture) token(tb testing.TB, c claims) string {
+	tb.Helper()
 	if c.aud == "" {
 		c.aud = audience
 	}
@@ -127,7 +127,7 @@ func (f *fixture) token(t testing.TB, c claims) string {
 	}
 	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: c.key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", "k1"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	now := time.Now()
 	tok, err := jwt.Signed(sig).Claims(jwt.Claims{
@@ -135,13 +135,13 @@ func (f *fixture) token(t testing.TB, c claims) string {
 		IssuedAt: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(c.exp)),
 	}).Serialize()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return tok
 }
 
-func csr(t testing.TB, key crypto.Signer, uris ...string) string {
-	t.Helper()
+func csr(tb testing.TB, key crypto.Signer, uris ...string) string {
+	tb.Helper()
 	tmpl := &x509.CertificateRequest{}
 	for _, u := range uris {
 		pu, _ := url.Parse(u)
@@ -149,29 +149,29 @@ func csr(t testing.TB, key crypto.Signer, uris ...string) string {
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
 // dial connects to ca over TLS, optionally with a client certificate.
-func (f *fixture) dial(t testing.TB, client *tls.Certificate) *grpc.ClientConn {
-	t.Helper()
+func (f *fixture) dial(tb testing.TB, client *tls.Certificate) *grpc.ClientConn {
+	tb.Helper()
 	cfg := &tls.Config{RootCAs: f.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 	if client != nil {
 		cfg.Certificates = []tls.Certificate{*client}
 	}
 	cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return cc
 }
 
 // call asks ca on a new connection.
-func (f *fixture) call(t testing.TB, token string, client *tls.Certificate, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
-	t.Helper()
-	cc := f.dial(t, client)
+func (f *fixture) call(tb testing.TB, token string, client *tls.Certificate, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
+	tb.Helper()
+	cc := f.dial(tb, client)
 	defer cc.Close()
 	return ask(cc, token, req)
 }
@@ -185,11 +185,11 @@ func ask(cc *grpc.ClientConn, token string, req *securityv1alpha1.IstioCertifica
 	return securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(ctx, req)
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
+func newKey(tb testing.TB) *ecdsa.PrivateKey {
+	tb.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return k
 }

@@ -489,12 +489,13 @@ func (c *conn) onSotwRequest(req *discoveryv3.DiscoveryRequest) error {
 		}
 	}
 	c.mu.Unlock()
-	return c.answer(t, w)
+	return c.answer(t, w, true)
 }
 
 // answer responds to a request with the current push context, if there is
-// one yet (otherwise the first push will).
-func (c *conn) answer(t string, w *watch) error {
+// one yet (otherwise the first push will); force sends even an unchanged
+// or empty response.
+func (c *conn) answer(t string, w *watch, force bool) error {
 	pc, _ := c.s.current()
 	if pc == nil {
 		return nil
@@ -505,7 +506,7 @@ func (c *conn) answer(t string, w *watch) error {
 	return c.s.offload(func() error {
 		gen := translate.NewGenerator(c.pcSeen, c.proxy)
 		defer c.keepProblems(gen)
-		return c.respond(t, w, gen, time.Time{}, nil, true)
+		return c.respond(t, w, gen, time.Time{}, nil, force)
 	})
 }
 
@@ -601,18 +602,7 @@ func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if !first && len(req.GetResourceNamesSubscribe()) == 0 {
 		return nil
 	}
-	pc, _ := c.s.current()
-	if pc == nil {
-		return nil
-	}
-	if c.pcSeen == nil {
-		c.setPushContext(pc)
-	}
-	return c.s.offload(func() error {
-		gen := translate.NewGenerator(c.pcSeen, c.proxy)
-		defer c.keepProblems(gen)
-		return c.respond(t, w, gen, time.Time{}, nil, first)
-	})
+	return c.answer(t, w, first)
 }
 
 func shortType(t string) string {

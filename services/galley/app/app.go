@@ -15,14 +15,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	restclient "k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
+	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
@@ -169,7 +168,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 		}
 		return []lifecycle.Actor{{Name: "files:" + cfg.ConfigDir, Run: src.Run}}, src.Loaded(), src.Objects, nil
 	}
-	rest, err := kubeconfig(cfg.Kubeconfig)
+	rest, err := kubeconfig.Load(cfg.Kubeconfig, "--config-dir")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -225,22 +224,6 @@ func publishMeshFile(srv *mcp.Server, path string) error {
 		return fmt.Errorf("mesh config: %w", err)
 	}
 	return nil
-}
-
-// kubeconfig loads a kubeconfig file, or the in-cluster configuration.
-func kubeconfig(path string) (*restclient.Config, error) {
-	if path != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
-		}
-		return c, nil
-	}
-	c, err := restclient.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no --config-dir, no --kubeconfig and not running in a cluster: %w", err)
-	}
-	return c, nil
 }
 
 // webhookActors serves the validating webhook when it has a certificate.
