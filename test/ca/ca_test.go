@@ -316,3 +316,40 @@ func TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt(t *testing.
 	first := serial()
 	xdstest.Eventually(t, "a renewed certificate", func() bool { return serial() != first })
 }
+
+// TestAnExtraTrustedRootReachesTheBundle: during a root rotation the old
+// and new roots are trusted together; adding trust-bundle.pem to the state
+// directory updates roots.pem without a restart.
+func TestAnExtraTrustedRootReachesTheBundle(t *testing.T) {
+	s := newSigner(t)
+	state := t.TempDir()
+	startCA(t, state, s)
+	count := func() int {
+		data, err := os.ReadFile(filepath.Join(state, "roots.pem"))
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for b, rest := pem.Decode(data); b != nil; b, rest = pem.Decode(rest) {
+			n++
+		}
+		return n
+	}
+	if count() != 1 {
+		t.Fatalf("roots.pem holds %d roots at start", count())
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: "next root"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xdstest.WriteFile(t, state, "trust-bundle.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	xdstest.Eventually(t, "roots.pem with both roots", func() bool { return count() == 2 })
+}

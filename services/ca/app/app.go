@@ -139,13 +139,14 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}
 	}
 	var current atomic.Pointer[authority.Authority]
-	var loadedSigner []byte
+	var loaded string // the material in force, to skip reloading what did not change
 	load := func() error {
 		m, err := material()
 		if err != nil {
 			return err
 		}
-		if string(m.Signer) == string(loadedSigner) && current.Load() != nil {
+		key := string(m.Signer) + "\x00" + string(m.Key) + "\x00" + string(m.Chain) + "\x00" + string(m.Roots)
+		if key == loaded && current.Load() != nil {
 			return nil // unchanged
 		}
 		a, err := authority.New(m.Signer, m.Key, m.Chain, m.Roots, authority.Options{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL}, time.Now())
@@ -158,7 +159,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			}
 		}
 		current.Store(a)
-		loadedSigner = m.Signer
+		loaded = key
 		rt.Log.Info("signing authority loaded", "source", source, "plugged_in", m.Plugged, "signer_not_after", a.SignerNotAfter(), "roots_not_after", a.RootsNotAfter())
 		return nil
 	}
