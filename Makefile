@@ -24,7 +24,7 @@ SERVICES := galley discovery ca injector agent
 # `go test -race` everywhere; RACE= turns it off.
 RACE     ?= -race
 
-.PHONY: build run test lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
+.PHONY: build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -41,9 +41,14 @@ build: ## build every binary into bin/ (static, version stamped)
 run: build ## run the control plane locally (no cluster); Ctrl-C stops it
 	@$(BIN)/devrun --bin $(BIN)
 
-test: tools kube-assets check-generate lint check-modules ## everything CI checks: generated code, lint, module builds, all tests
+test: system-deps tools kube-assets check-generate lint check-modules ## everything CI checks: generated code, lint, module builds, all tests
 	go test $(RACE) -count=1 -timeout 20m work
 	@for m in $(STANDALONE); do (cd $$m && GOWORK=off go test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
+
+SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables
+system-deps: ## Debian packages the tests need (iptables in network namespaces); installed with apt-get when missing
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
+	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
 check-modules: ## each service module builds on its own (GOWORK=off), as image builds do
 	@for m in services/galley services/discovery services/ca services/injector services/agent cli; do \

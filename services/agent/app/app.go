@@ -1,20 +1,22 @@
 // Package app is the flotilla-agent command: its configuration and the
-// wiring of its components. Until issue #6 builds the service, the
-// command takes only the configuration every service shares and exits
-// saying it is not built yet.
+// wiring of its components. The "iptables" subcommand (the init
+// container's traffic capture) is built; the agent itself (certificates
+// over SDS) is not yet, and says so.
 package app
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/services/agent/iptables"
 )
 
 // NewCommand returns the flotilla-agent command.
 func NewCommand() *cobra.Command {
-	return command.New(command.Spec[command.Common]{
+	cmd := command.New(command.Spec[command.Common]{
 		Name:     "flotilla-agent",
 		Short:    "Flotilla's in-pod agent",
 		Long:     "agent runs next to Envoy in each pod: it sets up traffic capture (iptables), gets the workload certificate from ca and serves it to Envoy over SDS on a Unix socket, rotating it before it expires.",
@@ -23,4 +25,68 @@ func NewCommand() *cobra.Command {
 			return &command.NotBuiltError{Service: "agent", Issue: 6}
 		},
 	})
+	cmd.AddCommand(iptablesCommand())
+	return cmd
+}
+
+// iptablesCommand installs (or with --dry-run prints) the traffic capture
+// rules, as the injected init container runs it.
+func iptablesCommand() *cobra.Command {
+	var s iptables.Settings
+	var inPorts, exclIn, exclOut []uint
+	var dryRun bool
+	var netns string
+	var uid, gid uint32
+	var inPort, outPort uint16
+	cmd := &cobra.Command{
+		Use:   "iptables",
+		Short: "Install the pod's traffic capture (nat table) with iptables-restore, or print it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s.ProxyUID, s.ProxyGID, s.InboundPort, s.OutboundPort = uid, gid, inPort, outPort
+			var err error
+			if s.InboundPorts, err = ports("inbound-ports", inPorts); err != nil {
+				return err
+			}
+			if s.ExcludeInboundPorts, err = ports("exclude-inbound-ports", exclIn); err != nil {
+				return err
+			}
+			if s.ExcludeOutboundPorts, err = ports("exclude-outbound-ports", exclOut); err != nil {
+				return err
+			}
+			rules, err := iptables.Rules(s)
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				_, err := fmt.Fprint(cmd.OutOrStdout(), rules)
+				return err
+			}
+			return iptables.Apply(cmd.Context(), rules, netns)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&dryRun, "dry-run", false, "print the rules instead of installing them")
+	f.StringVar(&netns, "netns", "", "named network namespace to install them in (ip netns exec); default the current one")
+	f.Uint32Var(&uid, "proxy-uid", 1337, "user the proxy runs as: its traffic is not captured")
+	f.Uint32Var(&gid, "proxy-gid", 1337, "group the proxy runs as")
+	f.Uint16Var(&inPort, "inbound-capture-port", 15006, "port of the proxy's inbound listener")
+	f.Uint16Var(&outPort, "outbound-capture-port", 15001, "port of the proxy's outbound listener")
+	f.UintSliceVar(&inPorts, "inbound-ports", nil, "inbound TCP ports to capture (default all)")
+	f.UintSliceVar(&exclIn, "exclude-inbound-ports", nil, "inbound TCP ports never captured")
+	f.StringSliceVar(&s.IncludeOutboundIPRanges, "include-outbound-ip-ranges", []string{"*"}, "outbound IPv4 ranges to capture (* for all)")
+	f.StringSliceVar(&s.ExcludeOutboundIPRanges, "exclude-outbound-ip-ranges", nil, "outbound IPv4 ranges never captured")
+	f.UintSliceVar(&exclOut, "exclude-outbound-ports", nil, "outbound TCP ports never captured")
+	return cmd
+}
+
+func ports(flag string, in []uint) ([]uint16, error) {
+	out := make([]uint16, 0, len(in))
+	for _, p := range in {
+		if p == 0 || p > 65535 {
+			return nil, fmt.Errorf("--%s: %d is not a port", flag, p)
+		}
+		out = append(out, uint16(p))
+	}
+	return out, nil
 }
