@@ -8,29 +8,25 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
-// MaxBodyBytes bounds an AdmissionReview: the apiserver's own request limit
-// is 3 MiB of object, and a review carries the object twice on update.
-const MaxBodyBytes = 6 << 20
+// MaxBodyBytes bounds an AdmissionReview.
+const MaxBodyBytes = admission.MaxBodyBytes
 
 // maxWarning bounds one warning: the apiserver truncates longer ones.
 const maxWarning = 256
@@ -47,79 +43,15 @@ type Options struct {
 }
 
 type handler struct {
-	o        Options
-	reviews  metric.Int64Counter
-	duration metric.Float64Histogram
+	o Options
 }
 
 // Handler returns the webhook's HTTP handler.
 func Handler(o Options) (http.Handler, error) {
 	h := &handler{o: o}
-	var err error
-	if h.reviews, err = o.Meter.Int64Counter("flotilla.galley.webhook.reviews",
-		metric.WithDescription("Admission reviews answered, by result.")); err != nil {
-		return nil, fmt.Errorf("webhook metrics: %w", err)
-	}
-	if h.duration, err = o.Meter.Float64Histogram("flotilla.galley.webhook.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to answer an admission review.")); err != nil {
-		return nil, fmt.Errorf("webhook metrics: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(Path, h)
-	return mux, nil
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	result := h.serve(w, r)
-	ctx := r.Context()
-	h.reviews.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
-	h.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("result", result)))
-}
-
-func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "only POST is accepted", http.StatusMethodNotAllowed)
-		return "bad_request"
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		http.Error(w, "Content-Type must be application/json", http.StatusBadRequest)
-		return "bad_request"
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), http.StatusBadRequest)
-		} else {
-			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
-		}
-		return "bad_request"
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
-		return "bad_request"
-	}
-	if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" {
-		http.Error(w, fmt.Sprintf("want an admission.k8s.io/v1 AdmissionReview, got %s %s", review.APIVersion, review.Kind), http.StatusBadRequest)
-		return "bad_request"
-	}
-	if review.Request == nil || review.Request.UID == "" {
-		http.Error(w, "AdmissionReview has no request (or no request uid)", http.StatusBadRequest)
-		return "bad_request"
-	}
-	resp := h.review(review.Request)
-	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
-	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(&out); err != nil {
-		h.o.Log.Warn("writing admission response", "error", err)
-	}
-	if resp.Allowed {
-		return "allowed"
-	}
-	return "denied"
+	return admission.Handler(o.Log, o.Meter, "flotilla.galley.webhook", Path, func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return h.review(req)
+	})
 }
 
 func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
@@ -193,32 +125,5 @@ func truncate(s string, n int) string {
 // Serve serves h over TLS on lis until ctx ends, then drains in-flight
 // reviews for up to drain.
 func Serve(ctx context.Context, log *slog.Logger, lis net.Listener, tlsConfig *tls.Config, h http.Handler, drain time.Duration) error {
-	srv := &http.Server{
-		Handler:           h,
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(lis, "", "") }()
-	log.Info("webhook listening", "address", lis.Addr().String(), "path", Path)
-	select {
-	case err := <-errc:
-		return fmt.Errorf("webhook serve: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("webhook shutdown: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("webhook serve: %w", err)
-	}
-	return nil
+	return admission.Serve(ctx, log, lis, tlsConfig, h, drain) //nolint:wrapcheck // already says what failed
 }

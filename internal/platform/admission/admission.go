@@ -1,0 +1,144 @@
+// Package admission serves Kubernetes admission webhooks: the HTTP edge
+// (POST only, JSON, a body size cap, an admission.k8s.io/v1 review with a
+// request) and the TLS server with timeouts and a graceful drain. Each
+// webhook gives only its decision; a malformed, oversized or hostile
+// request gets HTTP 400 and a message and never reaches it.
+package admission
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+// MaxBodyBytes bounds an AdmissionReview: the apiserver's own request limit
+// is 3 MiB of object, and a review carries the object twice on update.
+const MaxBodyBytes = 6 << 20
+
+// Decide answers one admission request; it must set Allowed (and may set
+// a patch, warnings or a result). The UID is filled in.
+type Decide func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
+type handler struct {
+	log      *slog.Logger
+	decide   Decide
+	reviews  metric.Int64Counter
+	duration metric.Float64Histogram
+}
+
+// Handler serves decide at path; metrics are named <prefix>.reviews and
+// <prefix>.duration, by result (allowed, denied, bad_request).
+func Handler(log *slog.Logger, meter metric.Meter, prefix, path string, decide Decide) (http.Handler, error) {
+	h := &handler{log: log, decide: decide}
+	var err error
+	if h.reviews, err = meter.Int64Counter(prefix+".reviews",
+		metric.WithDescription("Admission reviews answered, by result.")); err != nil {
+		return nil, fmt.Errorf("webhook metrics: %w", err)
+	}
+	if h.duration, err = meter.Float64Histogram(prefix+".duration", metric.WithUnit("s"),
+		metric.WithDescription("Time to answer an admission review.")); err != nil {
+		return nil, fmt.Errorf("webhook metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	return mux, nil
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	result := h.serve(w, r)
+	ctx := r.Context()
+	h.reviews.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	h.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("result", result)))
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "only POST is accepted", http.StatusMethodNotAllowed)
+		return "bad_request"
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, "Content-Type must be application/json", http.StatusBadRequest)
+		return "bad_request"
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), http.StatusBadRequest)
+		} else {
+			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+		}
+		return "bad_request"
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		return "bad_request"
+	}
+	if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" {
+		http.Error(w, fmt.Sprintf("want an admission.k8s.io/v1 AdmissionReview, got %s %s", review.APIVersion, review.Kind), http.StatusBadRequest)
+		return "bad_request"
+	}
+	if review.Request == nil || review.Request.UID == "" {
+		http.Error(w, "AdmissionReview has no request (or no request uid)", http.StatusBadRequest)
+		return "bad_request"
+	}
+	resp := h.decide(r.Context(), review.Request)
+	resp.UID = review.Request.UID
+	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&out); err != nil {
+		h.log.Warn("writing admission response", "error", err)
+	}
+	if resp.Allowed {
+		return "allowed"
+	}
+	return "denied"
+}
+
+// Serve serves h over TLS on lis until ctx ends, then drains in-flight
+// reviews for up to drain.
+func Serve(ctx context.Context, log *slog.Logger, lis net.Listener, tlsConfig *tls.Config, h http.Handler, drain time.Duration) error {
+	srv := &http.Server{
+		Handler:           h,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(lis, "", "") }()
+	log.Info("webhook listening", "address", lis.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("webhook serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("webhook shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("webhook serve: %w", err)
+	}
+	return nil
+}
