@@ -1,0 +1,225 @@
+package inject
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func pod(mut func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: "shop", Labels: map[string]string{"app": "cart"}},
+		Spec:       corev1.PodSpec{ServiceAccountName: "cart", Containers: []corev1.Container{{Name: "app", Image: "cart:1"}}},
+	}
+	if mut != nil {
+		mut(p)
+	}
+	return p
+}
+
+func TestDecide(t *testing.T) {
+	enabled := map[string]string{NamespaceLabel: "enabled"}
+	p := Policy{SystemNamespace: "istio-system"}
+	tests := []struct {
+		name   string
+		pod    *corev1.Pod
+		ns     string
+		labels map[string]string
+		want   bool
+		why    string
+	}{
+		{"labelled namespace", pod(nil), "shop", enabled, true, "istio-injection=enabled"},
+		{"unlabelled namespace", pod(nil), "shop", nil, false, "neither"},
+		{"kube-system even if asked", pod(func(p *corev1.Pod) { p.Labels[InjectLabel] = "true" }), "kube-system", enabled, false, "never injected"},
+		{"the control plane", pod(nil), "istio-system", enabled, false, "never injected"},
+		{"host network", pod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), "shop", enabled, false, "host network"},
+		{"opt out by label", pod(func(p *corev1.Pod) { p.Labels[InjectLabel] = "false" }), "shop", enabled, false, "label is false"},
+		{"opt in by label", pod(func(p *corev1.Pod) { p.Labels[InjectLabel] = "true" }), "shop", nil, true, "label is true"},
+		{"opt in by annotation", pod(func(p *corev1.Pod) { p.Annotations = map[string]string{InjectLabel: "true"} }), "shop", nil, true, "annotation is true"},
+		{"label beats annotation", pod(func(p *corev1.Pod) {
+			p.Labels[InjectLabel] = "false"
+			p.Annotations = map[string]string{InjectLabel: "true"}
+		}), "shop", nil, false, "label is false"},
+		{"namespace disabled", pod(nil), "shop", map[string]string{NamespaceLabel: "disabled"}, false, "disabled"},
+		{"this revision", pod(nil), "shop", map[string]string{RevisionLabel: "default"}, true, "istio.io/rev=default"},
+		{"another revision", pod(nil), "shop", map[string]string{RevisionLabel: "canary"}, false, "revision canary"},
+		{"already injected", pod(func(p *corev1.Pod) { p.Annotations = map[string]string{StatusAnnotation: "{}"} }), "shop", enabled, false, "already injected"},
+		{"has a proxy already", pod(func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ProxyContainer})
+		}), "shop", enabled, false, "already has"},
+	}
+	for _, tt := range tests {
+		got, why := Decide(tt.pod, tt.ns, tt.labels, p)
+		if got != tt.want || !strings.Contains(why, tt.why) {
+			t.Errorf("%s: %v (%s), want %v (…%s…)", tt.name, got, why, tt.want, tt.why)
+		}
+	}
+}
+
+func defaultTemplate(t *testing.T) *Template {
+	t.Helper()
+	tmpl, err := ParseTemplate(DefaultTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
+
+func TestTheDefaultSidecar(t *testing.T) {
+	out, err := defaultTemplate(t).Inject(pod(nil), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names(out.Spec.InitContainers)[0] != InitContainer || !slices.Equal(names(out.Spec.Containers), []string{"app", ProxyContainer}) {
+		t.Fatalf("init %v, containers %v", names(out.Spec.InitContainers), names(out.Spec.Containers))
+	}
+	init := out.Spec.InitContainers[0]
+	if caps := init.SecurityContext.Capabilities.Add; !slices.Contains(caps, "NET_ADMIN") || !slices.Contains(caps, "NET_RAW") {
+		t.Fatalf("init capabilities %v", caps)
+	}
+	if init.Args[0] != "iptables" || !slices.Contains(init.Args, "--include-outbound-ip-ranges=*") {
+		t.Fatalf("init args %v", init.Args)
+	}
+	proxy := out.Spec.Containers[1]
+	if *proxy.SecurityContext.RunAsUser != 1337 || proxy.ReadinessProbe.HTTPGet.Port.IntValue() != 15021 {
+		t.Fatal("proxy user or readiness")
+	}
+	env := map[string]string{}
+	for _, e := range proxy.Env {
+		env[e.Name] = e.Value
+		if e.ValueFrom != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	for k, v := range map[string]string{
+		"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "INSTANCE_IP": "status.podIP",
+		"SERVICE_ACCOUNT": "spec.serviceAccountName", "TRUST_DOMAIN": "cluster.local", "CA_ADDRESS": "flotilla-ca.istio-system.svc:15013",
+	} {
+		if env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range out.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	tok := vols["istio-token"].Projected.Sources[0].ServiceAccountToken
+	if tok.Audience != "istio-ca" || *tok.ExpirationSeconds != 43200 {
+		t.Fatalf("token volume %+v", tok)
+	}
+	if vols["istio-ca-root-cert"].ConfigMap.Name != "istio-ca-root-cert" || vols["workload-socket"].EmptyDir == nil {
+		t.Fatal("root cert or socket volume")
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(out.Annotations[StatusAnnotation]), &st); err != nil || !slices.Equal(st.Containers, []string{ProxyContainer}) || len(st.Volumes) != 4 {
+		t.Fatalf("status %q: %v", out.Annotations[StatusAnnotation], err)
+	}
+	if out.Labels[TLSModeLabel] != "istio" {
+		t.Fatal("no tlsMode label")
+	}
+	// Injecting again is refused by the policy: once equals twice.
+	if ok, _ := Decide(out, "shop", map[string]string{NamespaceLabel: "enabled"}, Policy{}); ok {
+		t.Fatal("an injected pod would be injected again")
+	}
+}
+
+func TestAnnotationsOverrideValues(t *testing.T) {
+	p := pod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{
+			AnnotationProxyCPU: "250m", AnnotationProxyMemory: "256Mi", AnnotationProxyImage: "registry.local/agent:2",
+			AnnotationLogLevel: "debug", AnnotationExcludeInbound: "9090, 9091", AnnotationExcludeOutboundPt: "3306",
+			AnnotationIncludeOutbound: "10.0.0.0/8", AnnotationExcludeOutbound: "10.96.0.1/32",
+			AnnotationProxyConfig: "holdApplicationUntilProxyStarts: true",
+		}
+	})
+	out, err := defaultTemplate(t).Inject(p, DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := out.Spec.Containers[0]
+	if proxy.Name != ProxyContainer || proxy.Lifecycle == nil {
+		t.Fatal("holdApplicationUntilProxyStarts: the proxy is not first with a postStart hook")
+	}
+	if proxy.Image != "registry.local/agent:2" || proxy.Resources.Requests.Cpu().String() != "250m" || proxy.Resources.Requests.Memory().String() != "256Mi" ||
+		!slices.Contains(proxy.Args, "--log-level=debug") {
+		t.Fatalf("proxy %v %v %v", proxy.Image, proxy.Resources.Requests, proxy.Args)
+	}
+	args := out.Spec.InitContainers[0].Args
+	for _, want := range []string{"--exclude-inbound-ports=9090,9091", "--exclude-outbound-ports=3306", "--include-outbound-ip-ranges=10.0.0.0/8", "--exclude-outbound-ip-ranges=10.96.0.1/32"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("init args %v lack %s", args, want)
+		}
+	}
+	for key, bad := range map[string]string{
+		AnnotationProxyCPU: "lots", AnnotationExcludeInbound: "99999", AnnotationExcludeOutboundPt: "http",
+		AnnotationLogLevel: "chatty", AnnotationProxyConfig: "holdApplicationUntilProxyStarts: [",
+	} {
+		if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) { p.Annotations = map[string]string{key: bad} }), DefaultValues()); err == nil {
+			t.Errorf("%s=%q accepted", key, bad)
+		}
+	}
+}
+
+func TestThePatchTurnsThePodIntoTheInjectedOne(t *testing.T) {
+	tmpl := defaultTemplate(t)
+	for name, p := range map[string]*corev1.Pod{
+		"bare": pod(func(p *corev1.Pod) { p.Labels = nil }),
+		"with init containers, volumes and annotations": pod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "m"}}
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			p.Annotations = map[string]string{"a/b~c": "x"}
+		}),
+		"held": pod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationProxyConfig: `{"holdApplicationUntilProxyStarts": true}`}
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "worker", Image: "w"})
+		}),
+	} {
+		injected, err := tmpl.Inject(p, DefaultValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch, err := Patch(p, injected)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		decoded, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		orig, _ := json.Marshal(p)
+		applied, err := decoded.Apply(orig)
+		if err != nil {
+			t.Fatalf("%s: applying %s: %v", name, patch, err)
+		}
+		want, _ := json.Marshal(injected)
+		var a, b any
+		_ = json.Unmarshal(applied, &a)
+		_ = json.Unmarshal(want, &b)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s: the patched pod differs from the injected one:\n%s\n%s", name, applied, want)
+		}
+	}
+}
+
+func TestABrokenTemplateIsAnError(t *testing.T) {
+	if _, err := ParseTemplate("{{ .Values.Nope"); err == nil {
+		t.Fatal("an unparsable template was accepted")
+	}
+	tmpl, err := ParseTemplate("containers: [{name: x, image: {{ .Values.NoSuchField }}}]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmpl.Inject(pod(nil), DefaultValues()); err == nil {
+		t.Fatal("a template naming a missing value rendered")
+	}
+	tmpl, _ = ParseTemplate("containers: {not: a list}")
+	if _, err := tmpl.Inject(pod(nil), DefaultValues()); err == nil || !strings.Contains(err.Error(), "invalid YAML") {
+		t.Fatalf("a template rendering the wrong shape: %v", err)
+	}
+}

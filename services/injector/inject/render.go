@@ -1,0 +1,229 @@
+package inject
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/template"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// Per-pod annotations that override values.
+const (
+	AnnotationProxyImage        = "sidecar.istio.io/proxyImage"
+	AnnotationProxyCPU          = "sidecar.istio.io/proxyCPU"
+	AnnotationProxyMemory       = "sidecar.istio.io/proxyMemory"
+	AnnotationProxyCPULimit     = "sidecar.istio.io/proxyCPULimit"
+	AnnotationProxyMemoryLimit  = "sidecar.istio.io/proxyMemoryLimit"
+	AnnotationLogLevel          = "sidecar.istio.io/logLevel"
+	AnnotationIncludeOutbound   = "traffic.sidecar.istio.io/includeOutboundIPRanges"
+	AnnotationExcludeOutbound   = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+	AnnotationExcludeInbound    = "traffic.sidecar.istio.io/excludeInboundPorts"
+	AnnotationExcludeOutboundPt = "traffic.sidecar.istio.io/excludeOutboundPorts"
+	AnnotationProxyConfig       = "proxy.istio.io/config"
+)
+
+// Values fill the template.
+type Values struct {
+	ProxyImage       string `json:"proxyImage"`
+	CPURequest       string `json:"cpuRequest"`
+	MemoryRequest    string `json:"memoryRequest"`
+	CPULimit         string `json:"cpuLimit"`
+	MemoryLimit      string `json:"memoryLimit"`
+	DiscoveryAddress string `json:"discoveryAddress"`
+	CAAddress        string `json:"caAddress"`
+	TrustDomain      string `json:"trustDomain"`
+	ClusterID        string `json:"clusterID"`
+	LogLevel         string `json:"logLevel"`
+	Revision         string `json:"revision"`
+	// Traffic capture, as the annotations of the same names.
+	IncludeOutboundIPRanges string `json:"includeOutboundIPRanges"`
+	ExcludeOutboundIPRanges string `json:"excludeOutboundIPRanges"`
+	ExcludeInboundPorts     string `json:"excludeInboundPorts"`
+	ExcludeOutboundPorts    string `json:"excludeOutboundPorts"`
+	// HoldApplicationUntilProxyStarts starts the proxy first and holds the
+	// application's containers until it is ready.
+	HoldApplicationUntilProxyStarts bool `json:"holdApplicationUntilProxyStarts"`
+}
+
+// DefaultValues are the built-in values.
+func DefaultValues() Values {
+	return Values{
+		ProxyImage: "flotilla-agent:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
+		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
+		TrustDomain: "cluster.local", ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
+		IncludeOutboundIPRanges: "*",
+	}
+}
+
+// DefaultTemplate is the built-in sidecar template.
+//
+//go:embed sidecar.yaml.tmpl
+var DefaultTemplate string
+
+// Template is a parsed sidecar template.
+type Template struct{ t *template.Template }
+
+// ParseTemplate parses a sidecar template (the injection ConfigMap's).
+func ParseTemplate(text string) (*Template, error) {
+	t, err := template.New("sidecar").Option("missingkey=error").Funcs(template.FuncMap{
+		"quote": func(s string) string { b, _ := json.Marshal(s); return string(b) },
+	}).Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar template: %w", err)
+	}
+	return &Template{t: t}, nil
+}
+
+// Sidecar is what a template renders: what is added to the pod.
+type Sidecar struct {
+	InitContainers []corev1.Container `json:"initContainers"`
+	Containers     []corev1.Container `json:"containers"`
+	Volumes        []corev1.Volume    `json:"volumes"`
+}
+
+// effective applies a pod's annotations to the values.
+func effective(v Values, pod *corev1.Pod) (Values, error) {
+	a := pod.Annotations
+	set := func(dst *string, key string) {
+		if s, ok := a[key]; ok {
+			*dst = s
+		}
+	}
+	set(&v.ProxyImage, AnnotationProxyImage)
+	set(&v.CPURequest, AnnotationProxyCPU)
+	set(&v.MemoryRequest, AnnotationProxyMemory)
+	set(&v.CPULimit, AnnotationProxyCPULimit)
+	set(&v.MemoryLimit, AnnotationProxyMemoryLimit)
+	set(&v.LogLevel, AnnotationLogLevel)
+	set(&v.IncludeOutboundIPRanges, AnnotationIncludeOutbound)
+	set(&v.ExcludeOutboundIPRanges, AnnotationExcludeOutbound)
+	set(&v.ExcludeInboundPorts, AnnotationExcludeInbound)
+	set(&v.ExcludeOutboundPorts, AnnotationExcludeOutboundPt)
+	for key, q := range map[string]string{"CPU request": v.CPURequest, "memory request": v.MemoryRequest, "CPU limit": v.CPULimit, "memory limit": v.MemoryLimit} {
+		if q == "" {
+			continue
+		}
+		if _, err := resource.ParseQuantity(q); err != nil {
+			return v, fmt.Errorf("proxy %s %q: %w", key, q, err)
+		}
+	}
+	switch v.LogLevel {
+	case "trace", "debug", "info", "warning", "error", "critical", "off":
+	default:
+		return v, fmt.Errorf("%s %q: want trace, debug, info, warning, error, critical or off", AnnotationLogLevel, v.LogLevel)
+	}
+	if cfg, ok := a[AnnotationProxyConfig]; ok {
+		var pc struct {
+			HoldApplicationUntilProxyStarts *bool `json:"holdApplicationUntilProxyStarts"`
+		}
+		if err := sigsyaml.Unmarshal([]byte(cfg), &pc); err != nil {
+			return v, fmt.Errorf("%s: %w", AnnotationProxyConfig, err)
+		}
+		if pc.HoldApplicationUntilProxyStarts != nil {
+			v.HoldApplicationUntilProxyStarts = *pc.HoldApplicationUntilProxyStarts
+		}
+	}
+	for _, s := range []string{v.ExcludeInboundPorts, v.ExcludeOutboundPorts} {
+		for _, p := range splitList(s) {
+			var n int
+			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 || fmt.Sprint(n) != p {
+				return v, fmt.Errorf("port %q: want 1 to 65535", p)
+			}
+		}
+	}
+	return v, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Render renders the sidecar for a pod: values overridden by the pod's
+// annotations, then the template.
+func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, error) {
+	v, err := effective(values, pod)
+	if err != nil {
+		return nil, v, err
+	}
+	var buf bytes.Buffer
+	data := map[string]any{
+		"Values": v, "Pod": pod,
+		"ExcludeInboundPorts": splitList(v.ExcludeInboundPorts), "ExcludeOutboundPorts": splitList(v.ExcludeOutboundPorts),
+		"IncludeOutboundIPRanges": splitList(v.IncludeOutboundIPRanges), "ExcludeOutboundIPRanges": splitList(v.ExcludeOutboundIPRanges),
+	}
+	if err := t.t.Execute(&buf, data); err != nil {
+		return nil, v, fmt.Errorf("sidecar template: %w", err)
+	}
+	var sc Sidecar
+	if err := sigsyaml.UnmarshalStrict(buf.Bytes(), &sc); err != nil {
+		return nil, v, fmt.Errorf("sidecar template rendered invalid YAML: %w", err)
+	}
+	return &sc, v, nil
+}
+
+// Status is the status annotation's content: what was injected.
+type Status struct {
+	InitContainers []string `json:"initContainers"`
+	Containers     []string `json:"containers"`
+	Volumes        []string `json:"volumes"`
+	Revision       string   `json:"revision"`
+}
+
+// Inject returns a copy of pod with the sidecar added.
+func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
+	sc, v, err := t.Render(pod, values)
+	if err != nil {
+		return nil, err
+	}
+	out := pod.DeepCopy()
+	st := Status{Revision: v.Revision}
+	for _, c := range sc.InitContainers {
+		st.InitContainers = append(st.InitContainers, c.Name)
+	}
+	for _, c := range sc.Containers {
+		st.Containers = append(st.Containers, c.Name)
+	}
+	for _, vol := range sc.Volumes {
+		if slices.ContainsFunc(out.Spec.Volumes, func(e corev1.Volume) bool { return e.Name == vol.Name }) {
+			return nil, fmt.Errorf("the pod already has a volume named %s", vol.Name)
+		}
+		st.Volumes = append(st.Volumes, vol.Name)
+	}
+	// Capture first, before any other init container opens connections.
+	out.Spec.InitContainers = append(slices.Clone(sc.InitContainers), out.Spec.InitContainers...)
+	if v.HoldApplicationUntilProxyStarts {
+		out.Spec.Containers = append(slices.Clone(sc.Containers), out.Spec.Containers...)
+	} else {
+		out.Spec.Containers = append(out.Spec.Containers, sc.Containers...)
+	}
+	out.Spec.Volumes = append(out.Spec.Volumes, sc.Volumes...)
+	status, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	out.Annotations = maps.Clone(out.Annotations)
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[StatusAnnotation] = string(status)
+	out.Labels = maps.Clone(out.Labels)
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.Labels[TLSModeLabel] = "istio"
+	return out, nil
+}
