@@ -1,0 +1,219 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+	admregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
+	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/services/injector/inject"
+)
+
+var env *kubeenv.Env
+
+func TestMain(m *testing.M) { os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{})) }
+
+// serve runs the webhook on 127.0.0.1 and registers it for pods in the
+// test's namespaces (those with the test label).
+func serve(t *testing.T, ctx context.Context, label string) {
+	t.Helper()
+	ca, err := testpki.NewCA("injector CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(testpki.Request{CommonName: "injector", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.WriteFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := tlsreload.New(tlsreload.Files{CertFile: certFile, KeyFile: keyFile}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := inject.ParseTemplate(inject.DefaultTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Handler(Options{
+		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
+		Template: func() *inject.Template { return tmpl }, Values: inject.DefaultValues,
+		Policy: inject.Policy{SystemNamespace: "istio-system"},
+		NamespaceLabels: func(ctx context.Context, ns string) (map[string]string, error) {
+			n, err := env.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return n.Labels, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- admission.Serve(sctx, slog.New(slog.DiscardHandler), lis, rl.ServerConfig(), h, 5*time.Second)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	url := "https://" + lis.Addr().String() + Path
+	fail := admregv1.Fail
+	none := admregv1.SideEffectClassNone
+	timeout := int32(10)
+	_, err = env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-injector-" + label},
+		Webhooks: []admregv1.MutatingWebhook{{
+			Name:         "injection.flotilla.io",
+			ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM},
+			Rules: []admregv1.RuleWithOperations{{
+				Operations: []admregv1.OperationType{admregv1.Create},
+				Rule:       admregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+			}},
+			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout,
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"flotilla-test": label}},
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func namespace(t *testing.T, ctx context.Context, prefix, label string, labels map[string]string) string {
+	t.Helper()
+	ns, err := env.CreateNamespace(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := env.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels["flotilla-test"] = label
+	for k, v := range labels {
+		n.Labels[k] = v
+	}
+	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func podIn(ns, name string, mut func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}
+	if mut != nil {
+		mut(p)
+	}
+	return p
+}
+
+func containerNames(p *corev1.Pod) []string {
+	var out []string
+	for _, c := range p.Spec.Containers {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func TestTheAPIServerInjectsThePodsThePolicySelects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const label = "inject" // one apiserver per test binary: no other test registers pods
+	serve(t, ctx, label)
+	enabled := namespace(t, ctx, "inj-on", label, map[string]string{inject.NamespaceLabel: "enabled"})
+	plain := namespace(t, ctx, "inj-off", label, nil)
+
+	create := func(p *corev1.Pod) *corev1.Pod {
+		t.Helper()
+		// The webhook configuration takes effect through an informer: retry
+		// until a pod that must be injected is.
+		got, err := env.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create %s/%s: %v", p.Namespace, p.Name, err)
+		}
+		return got
+	}
+	// Wait for the webhook to be live.
+	for i := 0; ; i++ {
+		probe, err := env.Client.CoreV1().Pods(enabled).Create(ctx, podIn(enabled, "probe", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil && slices.Contains(containerNames(probe), inject.ProxyContainer) {
+			break
+		}
+		if i > 200 {
+			t.Fatalf("the webhook never took effect: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	injected := create(podIn(enabled, "app", nil))
+	if !slices.Equal(containerNames(injected), []string{"app", inject.ProxyContainer}) || injected.Spec.InitContainers[0].Name != inject.InitContainer {
+		t.Fatalf("in a labelled namespace: containers %v", containerNames(injected))
+	}
+	var st inject.Status
+	if err := json.Unmarshal([]byte(injected.Annotations[inject.StatusAnnotation]), &st); err != nil || len(st.Volumes) != 4 {
+		t.Fatalf("status annotation %q", injected.Annotations[inject.StatusAnnotation])
+	}
+	hasVolume := func(p *corev1.Pod, name string) bool {
+		return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+	}
+	if !hasVolume(injected, "istio-token") || !hasVolume(injected, "istio-ca-root-cert") || injected.Labels[inject.TLSModeLabel] != "istio" {
+		t.Fatal("volumes or label missing")
+	}
+
+	for name, p := range map[string]*corev1.Pod{
+		"unlabelled namespace": podIn(plain, "plain", nil),
+		"opted out":            podIn(enabled, "optout", func(p *corev1.Pod) { p.Labels[inject.InjectLabel] = "false" }),
+		"host network":         podIn(enabled, "hostnet", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+	} {
+		if got := create(p); len(got.Spec.Containers) != 1 {
+			t.Errorf("%s: injected: %v", name, containerNames(got))
+		}
+	}
+	if got := create(podIn(plain, "optin", func(p *corev1.Pod) { p.Labels[inject.InjectLabel] = "true" })); len(got.Spec.Containers) != 2 {
+		t.Errorf("opted in in an unlabelled namespace: %v", containerNames(got))
+	}
+	// A pod that is already injected (as kube-inject writes it) is left
+	// alone: injecting twice equals injecting once.
+	tmpl, err := inject.ParseTemplate(inject.DefaultTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := tmpl.Inject(podIn(enabled, "again", nil), inject.DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := create(again)
+	if len(got.Spec.Containers) != 2 || len(got.Spec.InitContainers) != 1 {
+		t.Fatalf("an injected pod was injected again: %v, %d init", containerNames(got), len(got.Spec.InitContainers))
+	}
+}

@@ -1,0 +1,88 @@
+// Package webhook is the injector's mutating admission webhook: pods that
+// the policy selects come back with the sidecar, as a JSONPatch.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"go.opentelemetry.io/otel/metric"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
+	"github.com/flotilla-mesh/flotilla/services/injector/inject"
+)
+
+// Path is where the webhook is served.
+const Path = "/inject"
+
+// Options configures the webhook.
+type Options struct {
+	Log   *slog.Logger
+	Meter metric.Meter
+	// Template and Values are the current ones (the injection ConfigMap's,
+	// or the built-in).
+	Template func() *inject.Template
+	Values   func() inject.Values
+	Policy   inject.Policy
+	// NamespaceLabels returns a namespace's labels.
+	NamespaceLabels func(ctx context.Context, namespace string) (map[string]string, error)
+}
+
+// Handler returns the webhook's HTTP handler.
+func Handler(o Options) (http.Handler, error) {
+	return admission.Handler(o.Log, o.Meter, "flotilla.injector.webhook", Path, func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return review(ctx, o, req)
+	})
+}
+
+func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create || req.SubResource != "" {
+		return resp
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return deny(resp, "the request's object is not a Pod: "+err.Error())
+	}
+	ns := req.Namespace
+	if ns == "" {
+		ns = pod.Namespace
+	}
+	labels, err := o.NamespaceLabels(ctx, ns)
+	if err != nil {
+		return deny(resp, fmt.Sprintf("cannot read namespace %s's labels to decide on injection: %v", ns, err))
+	}
+	ok, why := inject.Decide(&pod, ns, labels, o.Policy)
+	name := pod.Name
+	if name == "" {
+		name = pod.GenerateName + "…"
+	}
+	if !ok {
+		o.Log.Debug("not injected", "pod", ns+"/"+name, "reason", why)
+		return resp
+	}
+	injected, err := o.Template().Inject(&pod, o.Values())
+	if err != nil {
+		return deny(resp, "sidecar injection failed: "+err.Error())
+	}
+	patch, err := inject.Patch(&pod, injected)
+	if err != nil {
+		return deny(resp, "sidecar injection failed: "+err.Error())
+	}
+	jsonPatch := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &jsonPatch
+	o.Log.Info("injected", "pod", ns+"/"+name, "reason", why)
+	return resp
+}
+
+func deny(resp *admissionv1.AdmissionResponse, msg string) *admissionv1.AdmissionResponse {
+	resp.Allowed = false
+	resp.Result = &metav1.Status{Status: metav1.StatusFailure, Reason: metav1.StatusReasonBadRequest, Code: http.StatusBadRequest, Message: msg}
+	return resp
+}
