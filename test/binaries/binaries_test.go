@@ -27,7 +27,7 @@ var binaries = []binary{
 	{"flotilla-galley", 3, true},
 	{"flotilla-discovery", 4, true},
 	{"flotilla-ca", 5, true},
-	{"flotilla-injector", 6, false},
+	{"flotilla-injector", 6, true},
 	{"flotilla-agent", 6, false},
 	{"flotilla", 0, false},
 }
@@ -192,7 +192,7 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 		"msg=serving service=flotilla-galley source=files:",
 		"msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019",
 		"msg=serving service=flotilla-ca",
-		"injector  | flotilla-injector: injector is not built yet",
+		"msg=serving service=flotilla-injector",
 	} {
 		out.WaitFor(t, want)
 	}
@@ -202,14 +202,14 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("devrun after Ctrl-C: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"galley    | ", "msg=\"grpc server drained\"", "not built yet: injector", "stopped: "} {
+	for _, want := range []string{"galley    | ", "msg=\"grpc server drained\"", "stopped: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
-		if rest, ok := strings.CutPrefix(line, "stopped: "); ok && (!strings.Contains(rest, "galley") || !strings.Contains(rest, "discovery") || !strings.Contains(rest, "ca")) {
-			t.Errorf("stopped %q, want galley, discovery and ca", rest)
+		if rest, ok := strings.CutPrefix(line, "stopped: "); ok && (!strings.Contains(rest, "galley") || !strings.Contains(rest, "discovery") || !strings.Contains(rest, "ca") || !strings.Contains(rest, "injector")) {
+			t.Errorf("stopped %q, want galley, discovery, ca and injector", rest)
 		}
 	}
 }

@@ -85,6 +85,9 @@ func serviceArgs(name, configDir, stateDir string) []string {
 	if name == "discovery" {
 		args = append(args, "--galley-address=127.0.0.1:15019", "--xds-address=127.0.0.1:15010")
 	}
+	if name == "injector" {
+		args = append(args, "--galley-address=127.0.0.1:15019", "--webhook-address=127.0.0.1:15016")
+	}
 	if name == "galley" {
 		args = append(args, "--config-dir="+configDir, "--mcp-address=127.0.0.1:15019")
 		if mesh := filepath.Join(configDir, "mesh", "mesh.yaml"); fileExists(mesh) {

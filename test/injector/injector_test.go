@@ -1,0 +1,142 @@
+// Package injector_test runs galley (watching the real apiserver) and
+// flotilla-injector as processes, registers the injector as the
+// apiserver's mutating webhook, and creates pods: the injector decides
+// from the namespace labels galley streams it, watching nothing itself.
+package injector_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	admregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/build"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+var (
+	binDir string
+	env    *kubeenv.Env
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "flotilla-injector-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := 1
+	if err := build.Binaries(dir, "flotilla-galley", "flotilla-injector"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	system, err := env.CreateNamespace(ctx, "flotilla-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
+	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr,
+		"--admin-address", galleyAdmin, "--system-namespace", system)
+	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+
+	ca, err := testpki.NewCA("injector CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(testpki.Request{CommonName: "injector", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := leaf.WriteFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook, injAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
+	inj := proc.Start(t, "injector", filepath.Join(binDir, "flotilla-injector"), "--galley-address", mcpAddr, "--admin-address", injAdmin,
+		"--webhook-address", hook, "--webhook-tls-cert-file", cert, "--webhook-tls-key-file", key, "--system-namespace", system)
+	proc.WaitReady(t, "http://"+injAdmin+"/readyz")
+
+	url := "https://" + hook + "/inject"
+	fail := admregv1.Fail
+	none := admregv1.SideEffectClassNone
+	timeout := int32(10)
+	if _, err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-injector"},
+		Webhooks: []admregv1.MutatingWebhook{{
+			Name:         "injection.flotilla.io",
+			ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM},
+			Rules: []admregv1.RuleWithOperations{{
+				Operations: []admregv1.OperationType{admregv1.Create},
+				Rule:       admregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+			}},
+			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout,
+			// The control plane's own pods never go through it.
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{system, "kube-system"},
+			}}},
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	app, err := env.CreateNamespace(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := env.Client.CoreV1().Namespaces().Get(ctx, app, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["istio-injection"] = "enabled"
+	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "cart", Namespace: app},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "cart:1"}}},
+	}
+	// The label reaches the injector through galley: retry (dry run) until
+	// it does.
+	var got *corev1.Pod
+	xdstest.Eventually(t, "an injected pod", func() bool {
+		got, err = env.Client.CoreV1().Pods(app).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && len(got.Spec.Containers) == 2
+	})
+	if got.Spec.Containers[1].Name != "istio-proxy" || got.Spec.InitContainers[0].Name != "flotilla-init" ||
+		!slices.ContainsFunc(got.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "istio-token" }) {
+		t.Fatalf("injected pod: containers %v", got.Spec.Containers)
+	}
+	inj.Out.WaitFor(t, "msg=injected")
+	if err := inj.Stop(t, 20*time.Second); err != nil {
+		t.Fatalf("injector after SIGTERM: %v", err)
+	}
+}
