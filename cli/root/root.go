@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 )
@@ -27,7 +28,7 @@ they configure.`,
 		SilenceErrors: true,
 	}
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
-	cmd.AddCommand(newVersionCommand(info))
+	cmd.AddCommand(newVersionCommand(info), kubeinject.NewCommand())
 	return cmd
 }
 

@@ -9,14 +9,18 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	admregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
@@ -39,7 +43,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := 1
-	if err := build.Binaries(dir, "flotilla-galley", "flotilla-injector"); err != nil {
+	if err := build.Binaries(dir, "flotilla-galley", "flotilla-injector", "flotilla"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
@@ -136,6 +140,55 @@ func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testi
 		t.Fatalf("injected pod: containers %v", got.Spec.Containers)
 	}
 	inj.Out.WaitFor(t, "msg=injected")
+
+	// kube-inject on a Deployment of the same pod adds the same sidecar.
+	deployment := filepath.Join(t.TempDir(), "deployment.yaml")
+	if err := os.WriteFile(deployment, []byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cart, namespace: `+app+`}
+spec:
+  selector: {matchLabels: {app: cart}}
+  template:
+    metadata: {labels: {app: cart}}
+    spec:
+      containers: [{name: app, image: "cart:1"}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(binDir, "flotilla"), "kube-inject", "-f", deployment).Output()
+	if err != nil {
+		t.Fatalf("kube-inject: %v", err)
+	}
+	var dep appsv1.Deployment
+	if err := sigsyaml.UnmarshalStrict(out, &dep); err != nil {
+		t.Fatal(err)
+	}
+	offline := dep.Spec.Template.Spec
+	summary := func(cs []corev1.Container) []string {
+		var s []string
+		for _, c := range cs {
+			s = append(s, fmt.Sprint(c.Name, c.Image, c.Args, len(c.Env), len(c.VolumeMounts)))
+		}
+		return s
+	}
+	hooked := got.DeepCopy()
+	// The apiserver adds its own service account token mount; compare
+	// what injection added.
+	for i := range hooked.Spec.Containers {
+		hooked.Spec.Containers[i].VolumeMounts = slices.DeleteFunc(hooked.Spec.Containers[i].VolumeMounts, func(m corev1.VolumeMount) bool { return strings.HasPrefix(m.Name, "kube-api-access") })
+	}
+	for i := range hooked.Spec.InitContainers {
+		hooked.Spec.InitContainers[i].VolumeMounts = slices.DeleteFunc(hooked.Spec.InitContainers[i].VolumeMounts, func(m corev1.VolumeMount) bool { return strings.HasPrefix(m.Name, "kube-api-access") })
+	}
+	if a, b := summary(offline.Containers), summary(hooked.Spec.Containers); !slices.Equal(a, b) {
+		t.Fatalf("kube-inject containers %v, webhook %v", a, b)
+	}
+	if a, b := summary(offline.InitContainers), summary(hooked.Spec.InitContainers); !slices.Equal(a, b) {
+		t.Fatalf("kube-inject init containers %v, webhook %v", a, b)
+	}
+	if dep.Spec.Template.Annotations["sidecar.istio.io/status"] != got.Annotations["sidecar.istio.io/status"] {
+		t.Fatal("kube-inject and the webhook record different status annotations")
+	}
 	if err := inj.Stop(t, 20*time.Second); err != nil {
 		t.Fatalf("injector after SIGTERM: %v", err)
 	}

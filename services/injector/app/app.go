@@ -22,13 +22,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
-	"github.com/flotilla-mesh/flotilla/services/injector/inject"
 	"github.com/flotilla-mesh/flotilla/services/injector/namespaces"
 	"github.com/flotilla-mesh/flotilla/services/injector/webhook"
 )

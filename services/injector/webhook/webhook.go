@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
-	"github.com/flotilla-mesh/flotilla/services/injector/inject"
 )
 
 // Path is where the webhook is served.

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/flotilla-mesh/flotilla/services/injector/inject"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 )
 
 func options(t *testing.T, labels func(context.Context, string) (map[string]string, error)) Options {
