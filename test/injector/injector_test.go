@@ -88,42 +88,9 @@ func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testi
 		"--webhook-address", hook, "--webhook-tls-cert-file", cert, "--webhook-tls-key-file", key, "--system-namespace", system)
 	proc.WaitReady(t, "http://"+injAdmin+"/readyz")
 
-	url := "https://" + hook + "/inject"
-	fail := admregv1.Fail
-	none := admregv1.SideEffectClassNone
-	timeout := int32(10)
-	if _, err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admregv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-injector"},
-		Webhooks: []admregv1.MutatingWebhook{{
-			Name:         "injection.flotilla.io",
-			ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM},
-			Rules: []admregv1.RuleWithOperations{{
-				Operations: []admregv1.OperationType{admregv1.Create},
-				Rule:       admregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-			}},
-			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout,
-			// The control plane's own pods never go through it.
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{system, "kube-system"},
-			}}},
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	register(t, ctx, "flotilla-injector", hook, system, ca.CertPEM)
 
-	app, err := env.CreateNamespace(ctx, "shop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := env.Client.CoreV1().Namespaces().Get(ctx, app, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Labels["istio-injection"] = "enabled"
-	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	app := labelledNamespace(t, ctx)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "cart", Namespace: app},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "cart:1"}}},
@@ -192,4 +159,100 @@ spec:
 	if err := inj.Stop(t, 20*time.Second); err != nil {
 		t.Fatalf("injector after SIGTERM: %v", err)
 	}
+}
+
+// register installs the injector as the apiserver's mutating webhook for
+// pods outside the control plane.
+func register(t *testing.T, ctx context.Context, name, hook, system string, caBundle []byte) {
+	t.Helper()
+	url := "https://" + hook + "/inject"
+	fail := admregv1.Fail
+	none := admregv1.SideEffectClassNone
+	timeout := int32(10)
+	if _, err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admregv1.MutatingWebhook{{
+			Name:         "injection.flotilla.io",
+			ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
+			Rules: []admregv1.RuleWithOperations{{
+				Operations: []admregv1.OperationType{admregv1.Create},
+				Rule:       admregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+			}},
+			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout,
+			// The control plane's own pods never go through it.
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{system, "kube-system"},
+			}}},
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests share the apiserver: a webhook left behind would fail
+	// their pods once its process is gone.
+	t.Cleanup(func() {
+		if err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting webhook %s: %v", name, err)
+		}
+	})
+}
+
+// labelledNamespace creates a namespace with istio-injection=enabled.
+func labelledNamespace(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	app, err := env.CreateNamespace(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := env.Client.CoreV1().Namespaces().Get(ctx, app, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["istio-injection"] = "enabled"
+	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
+// TestTheCABundleControllerMakesTheDevelopmentCertificateTrusted: an
+// injector with no certificate files serves a self-signed one, and its
+// caBundle controller puts it into the webhook configuration, after which
+// the apiserver calls it.
+func TestTheCABundleControllerMakesTheDevelopmentCertificateTrusted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	system, err := env.CreateNamespace(ctx, "flotilla-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
+	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr,
+		"--admin-address", galleyAdmin, "--system-namespace", system)
+	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+	hook, injAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
+	register(t, ctx, "dev-injector", hook, system, nil) // no caBundle yet
+	proc.Start(t, "injector", filepath.Join(binDir, "flotilla-injector"), "--galley-address", mcpAddr, "--admin-address", injAdmin,
+		"--webhook-address", hook, "--system-namespace", system, "--kubeconfig", kubeconfig, "--webhook-config", "dev-injector")
+	proc.WaitReady(t, "http://"+injAdmin+"/readyz")
+	app := labelledNamespace(t, ctx)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cart", Namespace: app}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "cart:1"}}}}
+	var last error
+	defer func() {
+		if t.Failed() {
+			t.Logf("last error: %v", last)
+		}
+	}()
+	xdstest.Eventually(t, "an injected pod through the development certificate", func() bool {
+		got, err := env.Client.CoreV1().Pods(app).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		last = err
+		return err == nil && len(got.Spec.Containers) == 2
+	})
 }

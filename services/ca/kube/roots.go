@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,9 +12,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/leader"
 )
 
 // Root ConfigMap, as Istio's agents read it.
@@ -50,9 +49,6 @@ type RootPublisher struct {
 
 // NewRootPublisher returns a publisher.
 func NewRootPublisher(o RootPublisherOptions) *RootPublisher {
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
-	}
 	if o.Resync == 0 {
 		o.Resync = time.Minute
 	}
@@ -62,27 +58,10 @@ func NewRootPublisher(o RootPublisherOptions) *RootPublisher {
 
 // Run campaigns for the Lease and publishes while leading, until ctx ends.
 func (p *RootPublisher) Run(ctx context.Context) error {
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: p.o.LeaseNamespace, Name: p.o.LeaseName},
-			Client:     p.o.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: p.o.Identity},
-		},
+	return leader.Run(ctx, leader.Options{ //nolint:wrapcheck // says what failed
+		Client: p.o.Client, Log: p.o.Log, Namespace: p.o.LeaseNamespace, Name: p.o.LeaseName, Identity: p.o.Identity,
 		LeaseDuration: p.o.LeaseDuration, RenewDeadline: p.o.RenewDeadline, RetryPeriod: p.o.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            p.o.LeaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: p.lead,
-			OnStoppedLeading: func() { p.o.Log.Info("stopped leading") },
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("root publisher leader election: %w", err)
-	}
-	for ctx.Err() == nil {
-		le.Run(ctx)
-	}
-	return nil
+	}, p.lead)
 }
 
 // lead watches namespaces and the root ConfigMaps, reconciling each

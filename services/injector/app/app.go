@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
@@ -20,15 +21,19 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/services/injector/cabundle"
 	"github.com/flotilla-mesh/flotilla/services/injector/namespaces"
 	"github.com/flotilla-mesh/flotilla/services/injector/webhook"
 )
@@ -52,6 +57,13 @@ type Config struct {
 	// and values.
 	TemplateFile string `yaml:"templateFile" usage:"sidecar template (Go text/template of initContainers, containers, volumes); empty uses the built-in"`
 	ValuesFile   string `yaml:"valuesFile" usage:"values for the template (YAML); empty uses the built-in"`
+	// Kubeconfig, WebhookConfig and CABundleFile run the caBundle
+	// controller: a leader-elected replica keeps WebhookConfig's caBundle
+	// equal to CABundleFile (the CA of webhookTLS; the certificate itself
+	// when it is the self-signed development one).
+	Kubeconfig    string `yaml:"kubeconfig" usage:"kubeconfig for the caBundle controller; empty uses the in-cluster service account when running in a cluster, else the controller is off"`
+	WebhookConfig string `yaml:"webhookConfig" usage:"MutatingWebhookConfiguration whose caBundle is kept"`
+	CABundleFile  string `yaml:"caBundleFile" usage:"PEM CA of the webhook's serving certificate, for the caBundle"`
 }
 
 // Defaults returns the default configuration.
@@ -62,6 +74,7 @@ func Defaults() Config {
 		GalleyAddress:   "127.0.0.1:15019",
 		SystemNamespace: "istio-system",
 		Revision:        "default",
+		WebhookConfig:   "flotilla-sidecar-injector",
 	}
 }
 
@@ -124,7 +137,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	tlsCfg, reloader, err := servingTLS(cfg, rt)
+	tlsCfg, reloader, devCert, err := servingTLS(cfg, rt)
 	if err != nil {
 		return err
 	}
@@ -163,37 +176,83 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if reloader != nil {
 		actors = append(actors, lifecycle.Actor{Name: "webhook-tls", Run: reloader.Run})
 	}
+	if c, err := caBundleController(cfg, rt, devCert); err != nil {
+		return err
+	} else if c != nil {
+		actors = append(actors, lifecycle.Actor{Name: "cabundle", Run: c.Run})
+	}
 	return rt.Serve(ctx, actors...)
 }
 
+// caBundleController runs when there is a cluster to write to.
+func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabundle.Controller, error) {
+	if cfg.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return nil, nil
+	}
+	bundle := func() []byte { return devCert }
+	if cfg.CABundleFile != "" {
+		bundle = func() []byte {
+			data, err := os.ReadFile(cfg.CABundleFile)
+			if err != nil {
+				rt.Log.Warn("reading the caBundle file", "error", err)
+				return nil
+			}
+			return data
+		}
+	} else if devCert == nil {
+		rt.Log.Warn("no caBundleFile: the caBundle controller is off")
+		return nil, nil
+	}
+	rest, err := kubeconfig.Load(cfg.Kubeconfig, "--kubeconfig")
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
+	identity, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("leader identity: %w", err)
+	}
+	return cabundle.New(cabundle.Options{
+		Client: client, Log: rt.Log, Webhook: cfg.WebhookConfig, Bundle: bundle,
+		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-injector-cabundle",
+	}), nil
+}
+
 // servingTLS serves the configured certificate, or a self-signed one made
-// now (development: nothing trusts it unless told).
-func servingTLS(cfg Config, rt *command.Runtime) (*tls.Config, *tlsreload.Reloader, error) {
+// now (development: nothing trusts it unless told; the caBundle
+// controller can tell the apiserver), returned as PEM.
+func servingTLS(cfg Config, rt *command.Runtime) (*tls.Config, *tlsreload.Reloader, []byte, error) {
 	if cfg.WebhookTLS.Enabled() {
 		rl, err := tlsreload.New(cfg.WebhookTLS, rt.Log)
 		if err != nil {
-			return nil, nil, fmt.Errorf("webhook tls: %w", err)
+			return nil, nil, nil, fmt.Errorf("webhook tls: %w", err)
 		}
-		return rl.ServerConfig(), rl, nil
+		return rl.ServerConfig(), rl, nil, nil
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dev certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("dev certificate: %w", err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
-		return nil, nil, fmt.Errorf("dev certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("dev certificate: %w", err)
 	}
 	name := "flotilla-injector." + cfg.SystemNamespace + ".svc"
 	tmpl := &x509.Certificate{
 		SerialNumber: serial, Subject: pkix.Name{CommonName: name}, DNSNames: []string{name, "localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true, // its own CA, so a caBundle holding it verifies it
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dev certificate: %w", err)
+		return nil, nil, nil, fmt.Errorf("dev certificate: %w", err)
 	}
 	rt.Log.Warn("no webhookTLS: serving a self-signed development certificate")
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, nil, nil
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, nil,
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
