@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := 1
-	if err := build.Binaries(dir, "flotilla-ca"); err != nil {
+	if err := build.Binaries(dir, "flotilla-ca", "flotilla-injector"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
@@ -352,4 +352,39 @@ func TestAnExtraTrustedRootReachesTheBundle(t *testing.T) {
 	}
 	xdstest.WriteFile(t, state, "trust-bundle.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 	xdstest.Eventually(t, "roots.pem with both roots", func() bool { return count() == 2 })
+}
+
+// TestTheInjectorServesItsWebhookWithACertificateFromCA: the injector
+// gets its serving certificate from ca for its Service names.
+func TestTheInjectorServesItsWebhookWithACertificateFromCA(t *testing.T) {
+	s := newSigner(t)
+	state := t.TempDir()
+	c := startCA(t, state, s)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(s.token(t, "istio-system", "flotilla-injector")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hook, admin := proc.FreeAddr(t), proc.FreeAddr(t)
+	// No galley here: the webhook serves (readiness waits for namespaces).
+	proc.Start(t, "injector", filepath.Join(binDir, "flotilla-injector"), "--webhook-address", hook, "--admin-address", admin,
+		"--galley-address", proc.FreeAddr(t), "--ca-address", c.addr, "--ca-roots-file", filepath.Join(state, "roots.pem"), "--token-file", tokenFile)
+	pemRoots, err := os.ReadFile(filepath.Join(state, "roots.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pemRoots)
+	var served *x509.Certificate
+	xdstest.Eventually(t, "the webhook's certificate from ca", func() bool {
+		conn, err := tls.Dial("tcp", hook, &tls.Config{RootCAs: roots, ServerName: "flotilla-injector.istio-system.svc", MinVersion: tls.VersionTLS12})
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		served = conn.ConnectionState().PeerCertificates[0]
+		return true
+	})
+	if len(served.URIs) != 1 || served.URIs[0].String() != "spiffe://cluster.local/ns/istio-system/sa/flotilla-injector" {
+		t.Fatalf("served %v", served.URIs)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
@@ -47,6 +49,12 @@ type Config struct {
 	// is made at start (development only: the apiserver must be given its
 	// CA).
 	WebhookTLS tlsreload.Files `yaml:"webhookTLS"`
+	// CAAddress, CARootsFile and TokenFile get the serving certificate from
+	// ca (flotilla-injector's Service names), renewed before it expires;
+	// they take the place of webhookTLS.
+	CAAddress   string `yaml:"caAddress" usage:"ca's address, to get the webhook's serving certificate from it (instead of webhookTLS)"`
+	CARootsFile string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to; also the caBundle the controller keeps"`
+	TokenFile   string `yaml:"tokenFile" usage:"service account token (audience istio-ca) to authenticate to ca with"`
 	// GalleyAddress streams the namespaces (their injection labels).
 	GalleyAddress string `yaml:"galleyAddress" usage:"galley's MCP-over-xDS address, for namespace labels"`
 	// SystemNamespace is never injected.
@@ -63,6 +71,7 @@ type Config struct {
 	// when it is the self-signed development one).
 	Kubeconfig    string `yaml:"kubeconfig" usage:"kubeconfig for the caBundle controller; empty uses the in-cluster service account when running in a cluster, else the controller is off"`
 	WebhookConfig string `yaml:"webhookConfig" usage:"MutatingWebhookConfiguration whose caBundle is kept"`
+	DomainSuffix  string `yaml:"domainSuffix" usage:"cluster DNS domain, for the Service names in the certificate from ca"`
 	CABundleFile  string `yaml:"caBundleFile" usage:"PEM CA of the webhook's serving certificate, for the caBundle"`
 }
 
@@ -75,6 +84,7 @@ func Defaults() Config {
 		SystemNamespace: "istio-system",
 		Revision:        "default",
 		WebhookConfig:   "flotilla-sidecar-injector",
+		DomainSuffix:    "cluster.local",
 	}
 }
 
@@ -88,6 +98,14 @@ func (c Config) Validate() error {
 	}
 	if c.WebhookTLS.CAFile != "" {
 		errs = append(errs, errors.New("webhookTLS.caFile must be empty: the apiserver does not present a client certificate to webhooks"))
+	}
+	if c.CAAddress != "" {
+		if c.WebhookTLS.Enabled() {
+			errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the certificate comes from ca or from files"))
+		}
+		if c.CARootsFile == "" || c.TokenFile == "" {
+			errs = append(errs, errors.New("caAddress needs caRootsFile and tokenFile"))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -137,8 +155,16 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	tlsCfg, reloader, devCert, err := servingTLS(cfg, rt)
-	if err != nil {
+	var tlsCfg *tls.Config
+	var reloader *tlsreload.Reloader
+	var devCert []byte
+	var certs *certclient.Client
+	if cfg.CAAddress != "" {
+		if certs, err = caCertificates(cfg, rt); err != nil {
+			return err
+		}
+		tlsCfg = certs.ServerConfig(nil)
+	} else if tlsCfg, reloader, devCert, err = servingTLS(cfg, rt); err != nil {
 		return err
 	}
 	conn, err := grpc.NewClient(cfg.GalleyAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -176,6 +202,9 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if reloader != nil {
 		actors = append(actors, lifecycle.Actor{Name: "webhook-tls", Run: reloader.Run})
 	}
+	if certs != nil {
+		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CAAddress, Run: certs.Run})
+	}
 	if c, err := caBundleController(cfg, rt, devCert); err != nil {
 		return err
 	} else if c != nil {
@@ -190,6 +219,9 @@ func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabun
 		return nil, nil
 	}
 	bundle := func() []byte { return devCert }
+	if cfg.CABundleFile == "" && cfg.CARootsFile != "" {
+		cfg.CABundleFile = cfg.CARootsFile // certificates from ca chain to its roots
+	}
 	if cfg.CABundleFile != "" {
 		bundle = func() []byte {
 			data, err := os.ReadFile(cfg.CABundleFile)
@@ -219,6 +251,29 @@ func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabun
 	return cabundle.New(cabundle.Options{
 		Client: client, Log: rt.Log, Webhook: cfg.WebhookConfig, Bundle: bundle,
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-injector-cabundle",
+	}), nil
+}
+
+// caCertificates gets the serving certificate from ca, for
+// flotilla-injector's Service names.
+func caCertificates(cfg Config, rt *command.Runtime) (*certclient.Client, error) {
+	pemRoots, err := os.ReadFile(cfg.CARootsFile)
+	if err != nil {
+		return nil, fmt.Errorf("ca roots: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pemRoots) {
+		return nil, fmt.Errorf("ca roots %s: no PEM certificates", cfg.CARootsFile)
+	}
+	host, _, _ := net.SplitHostPort(cfg.CAAddress)
+	base := "flotilla-injector." + cfg.SystemNamespace + ".svc"
+	return certclient.New(certclient.Options{
+		Address: cfg.CAAddress, ServerName: host, Roots: roots,
+		Token: func() (string, error) {
+			b, err := os.ReadFile(cfg.TokenFile)
+			return strings.TrimSpace(string(b)), err
+		},
+		DNSNames: []string{base, base + "." + cfg.DomainSuffix}, Log: rt.Log,
 	}), nil
 }
 
