@@ -74,7 +74,7 @@ func iptablesCommand() *cobra.Command {
 	f.Uint16Var(&outPort, "outbound-capture-port", 15001, "port of the proxy's outbound listener")
 	f.UintSliceVar(&inPorts, "inbound-ports", nil, "inbound TCP ports to capture (default all)")
 	f.UintSliceVar(&exclIn, "exclude-inbound-ports", nil, "inbound TCP ports never captured")
-	f.StringSliceVar(&s.IncludeOutboundIPRanges, "include-outbound-ip-ranges", []string{"*"}, "outbound IPv4 ranges to capture (* for all)")
+	f.StringSliceVar(&s.IncludeOutboundIPRanges, "include-outbound-ip-ranges", []string{"*"}, "outbound IPv4 ranges to capture: * for all, empty for none")
 	f.StringSliceVar(&s.ExcludeOutboundIPRanges, "exclude-outbound-ip-ranges", nil, "outbound IPv4 ranges never captured")
 	f.UintSliceVar(&exclOut, "exclude-outbound-ports", nil, "outbound TCP ports never captured")
 	return cmd

@@ -2,9 +2,14 @@ package app
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/services/agent/iptables"
 )
 
@@ -40,6 +45,54 @@ func TestIptablesRefusesBadFlags(t *testing.T) {
 		cmd.SetArgs(args)
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v: %v, want an error saying %q", args, err, want)
+		}
+	}
+}
+
+// TestTheInjectedInitContainerArgsDriveTheRules runs the agent with the
+// arguments the injection template gives flotilla-init: the contract
+// between injector and agent. includeOutboundIPRanges "" captures no
+// outbound traffic, as in Istio; "*" captures all.
+func TestTheInjectedInitContainerArgsDriveTheRules(t *testing.T) {
+	tmpl, err := inject.ParseTemplate(inject.DefaultTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		annotations map[string]string
+		want        iptables.Settings
+	}{
+		{nil, iptables.Settings{IncludeOutboundIPRanges: []string{"*"}}},
+		{map[string]string{inject.AnnotationIncludeOutbound: ""}, iptables.Settings{}},
+		{
+			map[string]string{
+				inject.AnnotationIncludeOutbound: "10.96.0.0/12", inject.AnnotationExcludeOutboundPt: "3306",
+				inject.AnnotationExcludeInbound: "9000,9001", inject.AnnotationExcludeOutbound: "169.254.169.254/32",
+			},
+			iptables.Settings{
+				IncludeOutboundIPRanges: []string{"10.96.0.0/12"}, ExcludeOutboundPorts: []uint16{3306},
+				ExcludeInboundPorts: []uint16{9000, 9001}, ExcludeOutboundIPRanges: []string{"169.254.169.254/32"},
+			},
+		},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: tc.annotations}}
+		sc, _, err := tmpl.Render(pod, inject.DefaultValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := NewCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetArgs(append(slices.Clone(sc.InitContainers[0].Args), "--dry-run"))
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("%v: %v", tc.annotations, err)
+		}
+		want, err := iptables.Rules(tc.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want {
+			t.Errorf("%v: printed:\n%s\nwant:\n%s", tc.annotations, out.String(), want)
 		}
 	}
 }

@@ -35,8 +35,10 @@ type Settings struct {
 	// ExcludeInboundPorts are never captured inbound (the sidecar's own
 	// ports are added).
 	ExcludeInboundPorts []uint16
-	// IncludeOutboundIPRanges to capture ("*" or empty means all);
-	// ExcludeOutboundIPRanges and ExcludeOutboundPorts are never captured.
+	// IncludeOutboundIPRanges to capture: "*" captures all, no range
+	// captures no outbound traffic (as Istio's includeOutboundIPRanges
+	// annotation set to ""). ExcludeOutboundIPRanges and
+	// ExcludeOutboundPorts are never captured.
 	IncludeOutboundIPRanges []string
 	ExcludeOutboundIPRanges []string
 	ExcludeOutboundPorts    []uint16
@@ -68,11 +70,11 @@ const (
 // Rules returns the iptables-restore input for the nat table.
 func Rules(s Settings) (string, error) {
 	s.defaults()
-	include, err := ranges(s.IncludeOutboundIPRanges, true)
+	include, all, err := ranges(s.IncludeOutboundIPRanges, true)
 	if err != nil {
 		return "", fmt.Errorf("includeOutboundIPRanges: %w", err)
 	}
-	exclude, err := ranges(s.ExcludeOutboundIPRanges, false)
+	exclude, _, err := ranges(s.ExcludeOutboundIPRanges, false)
 	if err != nil {
 		return "", fmt.Errorf("excludeOutboundIPRanges: %w", err)
 	}
@@ -125,10 +127,10 @@ func Rules(s Settings) (string, error) {
 	for _, p := range exclude {
 		add("-A %s -d %s -j RETURN", chainOutput, p)
 	}
-	if include == nil {
+	if all {
 		add("-A %s -j %s", chainOutput, chainRedirect)
 	} else {
-		for _, p := range include {
+		for _, p := range include { // none: outbound is not captured
 			add("-A %s -d %s -j %s", chainOutput, p, chainRedirect)
 		}
 	}
@@ -147,9 +149,8 @@ func Rules(s Settings) (string, error) {
 }
 
 // ranges parses CIDRs (IPv4; a bare address is a /32), sorted and without
-// duplicates. With star, "*" means everything (nil).
-func ranges(in []string, star bool) ([]string, error) {
-	var out []string
+// duplicates. With star, "*" means everything (all).
+func ranges(in []string, star bool) (out []string, all bool, err error) {
 	for _, s := range in {
 		for _, f := range strings.Split(s, ",") {
 			f = strings.TrimSpace(f)
@@ -157,12 +158,11 @@ func ranges(in []string, star bool) ([]string, error) {
 			case f == "":
 				continue
 			case f == "*" && star:
-				return nil, nil
+				return nil, true, nil
 			case f == "*":
-				return nil, errors.New(`"*" is not a range here`)
+				return nil, false, errors.New(`"*" is not a range here`)
 			}
 			var p netip.Prefix
-			var err error
 			if strings.Contains(f, "/") {
 				p, err = netip.ParsePrefix(f)
 			} else {
@@ -171,17 +171,14 @@ func ranges(in []string, star bool) ([]string, error) {
 				p = netip.PrefixFrom(a, a.BitLen())
 			}
 			if err != nil {
-				return nil, fmt.Errorf("%q is not an IP range", f)
+				return nil, false, fmt.Errorf("%q is not an IP range", f)
 			}
 			if !p.Addr().Is4() {
-				return nil, fmt.Errorf("%q: only IPv4 ranges are captured (ip6tables rules are not built)", f)
+				return nil, false, fmt.Errorf("%q: only IPv4 ranges are captured (ip6tables rules are not built)", f)
 			}
 			out = append(out, p.Masked().String())
 		}
 	}
-	if star && len(out) == 0 {
-		return nil, nil
-	}
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	return slices.Compact(out), false, nil
 }

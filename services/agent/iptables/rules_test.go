@@ -15,7 +15,9 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files")
 
 var cases = map[string]Settings{
-	"defaults": {},
+	"defaults": {IncludeOutboundIPRanges: []string{"*"}},
+	// Istio's includeOutboundIPRanges: "" — inbound only.
+	"no-outbound-capture": {},
 	"include-and-exclude": {
 		IncludeOutboundIPRanges: []string{"10.96.0.0/12, 10.0.0.0/8"},
 		ExcludeOutboundIPRanges: []string{"10.96.0.1", "169.254.169.254/32"},
@@ -23,8 +25,9 @@ var cases = map[string]Settings{
 		ExcludeInboundPorts:     []uint16{9999},
 	},
 	"listed-inbound-ports": {
-		InboundPorts:         []uint16{8080, 9090, 15090},
-		ExcludeOutboundPorts: []uint16{53},
+		InboundPorts:            []uint16{8080, 9090, 15090},
+		IncludeOutboundIPRanges: []string{"*"},
+		ExcludeOutboundPorts:    []uint16{53},
 		ProxyUID:             1000, ProxyGID: 1001,
 		InboundPort: 16006, OutboundPort: 16001,
 	},
