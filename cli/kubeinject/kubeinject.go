@@ -27,7 +27,7 @@ const maxInput = 32 << 20
 
 // NewCommand returns the kube-inject command.
 func NewCommand() *cobra.Command {
-	var file, templateFile, valuesFile string
+	var file, templateFile, valuesFile, revision string
 	cmd := &cobra.Command{
 		Use:   "kube-inject -f FILE",
 		Short: "Add the sidecar to the pods of Kubernetes YAML, as the injection webhook would",
@@ -36,27 +36,9 @@ func NewCommand() *cobra.Command {
 			"(sidecar.istio.io/inject: \"false\", hostNetwork) and is not injected already. Other objects pass unchanged.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tmplText := inject.DefaultTemplate
-			if templateFile != "" {
-				data, err := os.ReadFile(templateFile)
-				if err != nil {
-					return fmt.Errorf("template: %w", err)
-				}
-				tmplText = string(data)
-			}
-			tmpl, err := inject.ParseTemplate(tmplText)
+			cfg, err := inject.ConfigFromFiles(revision, templateFile, valuesFile)
 			if err != nil {
 				return err
-			}
-			values := inject.DefaultValues()
-			if valuesFile != "" {
-				data, err := os.ReadFile(valuesFile)
-				if err != nil {
-					return fmt.Errorf("values: %w", err)
-				}
-				if err := sigsyaml.UnmarshalStrict(data, &values); err != nil {
-					return fmt.Errorf("values %s: %w", valuesFile, err)
-				}
 			}
 			var in io.Reader
 			if file == "-" {
@@ -76,7 +58,7 @@ func NewCommand() *cobra.Command {
 			if len(data) > maxInput {
 				return fmt.Errorf("input is larger than %d bytes", maxInput)
 			}
-			out, err := Inject(data, tmpl, values)
+			out, err := Inject(data, cfg.Template, cfg.Values)
 			if err != nil {
 				return err
 			}
@@ -86,7 +68,8 @@ func NewCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "YAML to inject, or - for standard input")
 	cmd.Flags().StringVar(&templateFile, "template-file", "", "sidecar template; empty uses the built-in")
-	cmd.Flags().StringVar(&valuesFile, "values-file", "", "template values (YAML); empty uses the built-in")
+	cmd.Flags().StringVar(&valuesFile, "values-file", "", "template values (YAML) laid over the built-in ones; empty uses the built-in")
+	cmd.Flags().StringVar(&revision, "revision", inject.DefaultRevision, "revision recorded on injected pods")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }

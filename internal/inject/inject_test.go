@@ -223,3 +223,13 @@ func TestABrokenTemplateIsAnError(t *testing.T) {
 		t.Fatalf("a template rendering the wrong shape: %v", err)
 	}
 }
+
+func TestARunawayTemplateFailsInsteadOfGrowing(t *testing.T) {
+	tmpl, err := ParseTemplate("containers: [{name: istio-proxy, image: x}]\n{{ range 100000000 }}# padding\n{{ end }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmpl.Inject(pod(nil), DefaultValues()); err == nil || !strings.Contains(err.Error(), "renders more than") {
+		t.Fatalf("rendered: %v", err)
+	}
+}

@@ -3,7 +3,8 @@
 // istio-proxy container, their volumes and the status annotation) from a
 // text/template and values, with Istio's per-pod annotations as
 // overrides; and it computes the JSONPatch the webhook returns. It does no
-// I/O: the webhook and kube-inject share it.
+// I/O beyond reading configuration files it is named: the webhook, galley
+// (which validates the injection ConfigMap) and kube-inject share it.
 package inject
 
 import (

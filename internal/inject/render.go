@@ -159,7 +159,7 @@ func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, err
 	if err != nil {
 		return nil, v, err
 	}
-	var buf bytes.Buffer
+	buf := limitedBuffer{max: MaxRenderedBytes}
 	data := map[string]any{
 		"Values": v, "Pod": pod,
 		"ExcludeInboundPorts": splitList(v.ExcludeInboundPorts), "ExcludeOutboundPorts": splitList(v.ExcludeOutboundPorts),
@@ -169,10 +169,27 @@ func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, err
 		return nil, v, fmt.Errorf("sidecar template: %w", err)
 	}
 	var sc Sidecar
-	if err := sigsyaml.UnmarshalStrict(buf.Bytes(), &sc); err != nil {
+	if err := sigsyaml.UnmarshalStrict(buf.b.Bytes(), &sc); err != nil {
 		return nil, v, fmt.Errorf("sidecar template rendered invalid YAML: %w", err)
 	}
 	return &sc, v, nil
+}
+
+// MaxRenderedBytes bounds what a template may render for one pod: a
+// runaway template fails instead of eating the webhook's memory.
+const MaxRenderedBytes = 1 << 20
+
+// limitedBuffer refuses writes beyond max, which stops template execution.
+type limitedBuffer struct {
+	b   bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if l.b.Len()+len(p) > l.max {
+		return 0, fmt.Errorf("the template renders more than %d bytes", l.max)
+	}
+	return l.b.Write(p) //nolint:wrapcheck // bytes.Buffer does not fail
 }
 
 // Status is the status annotation's content: what was injected.

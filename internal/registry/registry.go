@@ -16,7 +16,10 @@ const (
 	ServiceTypeURL     = "registry.flotilla.io/v1/Service"
 	EndpointSetTypeURL = "registry.flotilla.io/v1/EndpointSet"
 	NamespaceTypeURL   = "registry.flotilla.io/v1/Namespace"
-	MeshConfigTypeURL  = "mesh.istio.io/v1alpha1/MeshConfig"
+	// InjectionConfigTypeURL: one resource per injector revision, named by
+	// the revision.
+	InjectionConfigTypeURL = "registry.flotilla.io/v1/InjectionConfig"
+	MeshConfigTypeURL      = "mesh.istio.io/v1alpha1/MeshConfig"
 )
 
 // MeshConfigName is the name of the single MeshConfig resource.

@@ -67,7 +67,7 @@ func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testi
 		t.Fatal(err)
 	}
 	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
-	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr,
+	galley := proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr,
 		"--admin-address", galleyAdmin, "--system-namespace", system)
 	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
 
@@ -156,6 +156,42 @@ spec:
 	if dep.Spec.Template.Annotations["sidecar.istio.io/status"] != got.Annotations["sidecar.istio.io/status"] {
 		t.Fatal("kube-inject and the webhook record different status annotations")
 	}
+
+	// The injection ConfigMap reaches the injector through galley: its
+	// values take effect, a broken edit changes nothing, deleting it
+	// brings back the built-in configuration.
+	proxyImage := func() string {
+		p, err := env.Client.CoreV1().Pods(app).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil || len(p.Spec.Containers) != 2 {
+			return fmt.Sprint("not injected: ", err)
+		}
+		return p.Spec.Containers[1].Image
+	}
+	cms := env.Client.CoreV1().ConfigMaps(system)
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-sidecar-injector"},
+		Data:       map[string]string{"values": "proxyImage: registry.example/flotilla-agent:9\n"},
+	}
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the ConfigMap's proxy image", func() bool { return proxyImage() == "registry.example/flotilla-agent:9" })
+	cm.Data["template"] = "containers: [{{ .Values.Nope"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	galley.Out.WaitFor(t, "invalid configuration; keeping the last valid one")
+	if got := proxyImage(); got != "registry.example/flotilla-agent:9" {
+		t.Fatalf("after a broken edit the proxy image is %s", got)
+	}
+	if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the built-in proxy image", func() bool { return proxyImage() == "flotilla-agent:latest" })
+	if inj.Out.Count("refusing galley's injection configuration") > 0 {
+		t.Fatal("galley passed on a broken injection ConfigMap")
+	}
+
 	if err := inj.Stop(t, 20*time.Second); err != nil {
 		t.Fatalf("injector after SIGTERM: %v", err)
 	}

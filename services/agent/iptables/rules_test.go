@@ -28,7 +28,7 @@ var cases = map[string]Settings{
 		InboundPorts:            []uint16{8080, 9090, 15090},
 		IncludeOutboundIPRanges: []string{"*"},
 		ExcludeOutboundPorts:    []uint16{53},
-		ProxyUID:             1000, ProxyGID: 1001,
+		ProxyUID:                1000, ProxyGID: 1001,
 		InboundPort: 16006, OutboundPort: 16001,
 	},
 	"no-outbound-capture-of-a-range": {

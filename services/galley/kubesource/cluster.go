@@ -1,14 +1,17 @@
 package kubesource
 
 import (
+	"fmt"
 	"maps"
 
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
@@ -45,34 +48,80 @@ func (s *Source) namespaceHandler() cache.ResourceEventHandler {
 	}
 }
 
-// meshHandler publishes the mesh configuration. An invalid one is logged and
-// the last valid one stays in force; a deleted one is withdrawn (subscribers
-// then use Istio's defaults).
-func (s *Source) meshHandler() cache.ResourceEventHandler {
+// configMapHandler publishes the ConfigMaps of the system namespace that
+// configure the mesh: the mesh configuration ("istio", key "mesh") and the
+// sidecar injection configuration of each revision
+// ("flotilla-sidecar-injector[-<revision>]", keys "template" and "values").
+// An invalid one is logged and the last valid one stays in force; a
+// deleted one is withdrawn (subscribers then use their defaults).
+func (s *Source) configMapHandler() cache.ResourceEventHandler {
 	upsert := func(obj any) {
 		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok || cm.Name != MeshConfigMap {
+		if !ok {
 			return
 		}
-		mesh := &meshv1alpha1.MeshConfig{}
-		if err := istio.DecodeProtoYAML([]byte(cm.Data["mesh"]), mesh); err != nil {
-			s.o.Log.Error("invalid mesh configuration; keeping the last valid one", "configmap", cm.Namespace+"/"+cm.Name, "error", err)
+		typeURL, name, msg, err := configMapResource(cm)
+		if typeURL == "" {
+			return
+		}
+		if err != nil {
+			s.o.Log.Error("invalid configuration; keeping the last valid one", "configmap", cm.Namespace+"/"+cm.Name, "error", err)
 			return
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.publish(registry.MeshConfigTypeURL, registry.MeshConfigName, mesh)
+		s.publish(typeURL, name, msg)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    upsert,
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			if cm, ok := unwrap(obj).(*corev1.ConfigMap); !ok || cm.Name != MeshConfigMap {
+			cm, ok := unwrap(obj).(*corev1.ConfigMap)
+			if !ok {
+				return
+			}
+			typeURL, name := configMapCollection(cm.Name)
+			if typeURL == "" {
 				return
 			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.remove(registry.MeshConfigTypeURL, registry.MeshConfigName)
+			s.remove(typeURL, name)
 		},
 	}
+}
+
+// configMapCollection says which collection and resource a system
+// namespace ConfigMap feeds, if any.
+func configMapCollection(name string) (typeURL, resource string) {
+	if name == MeshConfigMap {
+		return registry.MeshConfigTypeURL, registry.MeshConfigName
+	}
+	if rev, ok := inject.ConfigMapRevision(name); ok {
+		return registry.InjectionConfigTypeURL, rev
+	}
+	return "", ""
+}
+
+// configMapResource decodes and validates a system namespace ConfigMap
+// into the resource it feeds (typeURL "" when it feeds none).
+func configMapResource(cm *corev1.ConfigMap) (typeURL, name string, msg proto.Message, err error) {
+	typeURL, name = configMapCollection(cm.Name)
+	switch typeURL {
+	case registry.MeshConfigTypeURL:
+		mesh := &meshv1alpha1.MeshConfig{}
+		if err := istio.DecodeProtoYAML([]byte(cm.Data["mesh"]), mesh); err != nil {
+			return typeURL, name, nil, fmt.Errorf("mesh: %w", err)
+		}
+		return typeURL, name, mesh, nil
+	case registry.InjectionConfigTypeURL:
+		ic := &registryv1.InjectionConfig{
+			Revision: name, Template: cm.Data[inject.ConfigMapTemplateKey], Values: cm.Data[inject.ConfigMapValuesKey],
+		}
+		if _, err := inject.ParseConfig(name, ic.GetTemplate(), ic.GetValues()); err != nil {
+			return typeURL, name, nil, err //nolint:wrapcheck // says what is wrong with which part
+		}
+		return typeURL, name, ic, nil
+	}
+	return "", "", nil, nil
 }

@@ -145,12 +145,14 @@ func (s *Source) Run(ctx context.Context) error {
 	if _, err := nsInf.AddEventHandler(s.namespaceHandler()); err != nil {
 		return fmt.Errorf("watch namespaces: %w", err)
 	}
-	meshFactory := informers.NewSharedInformerFactoryWithOptions(s.o.Kube, 0,
-		informers.WithNamespace(s.o.SystemNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + MeshConfigMap }))
+	// The system namespace's ConfigMaps: mesh and injection configuration.
+	meshFactory := informers.NewSharedInformerFactoryWithOptions(s.o.Kube, 0, informers.WithNamespace(s.o.SystemNamespace))
 	meshInf := meshFactory.Core().V1().ConfigMaps().Informer()
-	if _, err := meshInf.AddEventHandler(s.meshHandler()); err != nil {
-		return fmt.Errorf("watch mesh config: %w", err)
+	if err := meshInf.SetTransform(dropManagedFields); err != nil {
+		return fmt.Errorf("configmaps transform: %w", err)
+	}
+	if _, err := meshInf.AddEventHandler(s.configMapHandler()); err != nil {
+		return fmt.Errorf("watch configuration configmaps: %w", err)
 	}
 	syncs = append(syncs, nsInf.HasSynced, meshInf.HasSynced)
 

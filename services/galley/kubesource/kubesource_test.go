@@ -21,6 +21,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
@@ -376,4 +377,82 @@ func TestAServiceSelectsWorkloadEntriesAsWellAsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the VM endpoint to go", func() bool { return st.endpointSet(name) == nil })
+}
+
+// TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot: galley
+// publishes each revision's injection ConfigMap (so injectors watch
+// nothing), keeps the last valid one when it is broken, ignores other
+// ConfigMaps and withdraws a deleted one.
+func TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot(t *testing.T) {
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: systemNamespace},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	st, _ := start(t)
+	get := func(rev string) *registryv1.InjectionConfig {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		r := st.registry[registry.InjectionConfigTypeURL][rev]
+		var ic registryv1.InjectionConfig
+		if r == nil || r.Body.UnmarshalTo(&ic) != nil {
+			return nil
+		}
+		return &ic
+	}
+	cms := env.Client.CoreV1().ConfigMaps(systemNamespace)
+	def := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: inject.ConfigMapName},
+		Data:       map[string]string{inject.ConfigMapValuesKey: "proxyImage: registry.example/agent:1.2\n"},
+	}
+	canary := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: inject.ConfigMapName + "-canary"},
+		Data:       map[string]string{inject.ConfigMapValuesKey: "proxyImage: registry.example/agent:1.3\n"},
+	}
+	unrelated := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "something-else"}, Data: map[string]string{"values": "x"}}
+	for _, cm := range []*corev1.ConfigMap{unrelated, def, canary} {
+		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "both revisions", func() bool {
+		d, c := get(inject.DefaultRevision), get("canary")
+		return d != nil && c != nil && d.GetValues() == def.Data["values"] && c.GetValues() == canary.Data["values"] &&
+			d.GetRevision() == inject.DefaultRevision && c.GetRevision() == "canary"
+	})
+	st.mu.Lock()
+	n := len(st.registry[registry.InjectionConfigTypeURL])
+	st.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d injection configurations published, want 2", n)
+	}
+
+	// Broken: a template that does not parse, values naming no field.
+	// Each keeps the last valid configuration. The canary's later valid
+	// update (same informer, so in order) shows the broken ones were seen.
+	def.Data[inject.ConfigMapTemplateKey] = "containers: [{{ .Values.Nope"
+	if _, err := cms.Update(ctx, def, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	canary.Data[inject.ConfigMapValuesKey] = "noSuchValue: 1\n"
+	if _, err := cms.Update(ctx, canary, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	canary.Data[inject.ConfigMapValuesKey] = "proxyImage: registry.example/agent:1.4\n"
+	if _, err := cms.Update(ctx, canary, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the canary's fixed values", func() bool {
+		c := get("canary")
+		return c != nil && c.GetValues() == canary.Data["values"]
+	})
+	if d := get(inject.DefaultRevision); d == nil || d.GetTemplate() != "" || d.GetValues() != "proxyImage: registry.example/agent:1.2\n" {
+		t.Fatalf("after a broken update the default revision's configuration is %v", d)
+	}
+
+	if err := cms.Delete(ctx, canary.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the canary withdrawn", func() bool { return get("canary") == nil })
 }

@@ -20,7 +20,7 @@ func Collections() []string {
 	for _, k := range istio.Kinds() {
 		out = append(out, k.TypeURL())
 	}
-	return append(out, registry.ServiceTypeURL, registry.EndpointSetTypeURL, registry.NamespaceTypeURL, registry.MeshConfigTypeURL)
+	return append(out, registry.ServiceTypeURL, registry.EndpointSetTypeURL, registry.NamespaceTypeURL, registry.MeshConfigTypeURL, registry.InjectionConfigTypeURL)
 }
 
 // Updater is the part of mcp.Server a Publisher uses.

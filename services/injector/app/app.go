@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
@@ -36,6 +35,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/services/injector/cabundle"
+	"github.com/flotilla-mesh/flotilla/services/injector/injectconfig"
 	"github.com/flotilla-mesh/flotilla/services/injector/namespaces"
 	"github.com/flotilla-mesh/flotilla/services/injector/webhook"
 )
@@ -62,9 +62,10 @@ type Config struct {
 	// Revision this injector serves (istio.io/rev).
 	Revision string `yaml:"revision" usage:"revision served: namespaces labelled istio.io/rev=<revision> are injected"`
 	// TemplateFile and ValuesFile replace the built-in sidecar template
-	// and values.
-	TemplateFile string `yaml:"templateFile" usage:"sidecar template (Go text/template of initContainers, containers, volumes); empty uses the built-in"`
-	ValuesFile   string `yaml:"valuesFile" usage:"values for the template (YAML); empty uses the built-in"`
+	// and values while galley has no injection ConfigMap for the revision
+	// (which then takes their place).
+	TemplateFile string `yaml:"templateFile" usage:"sidecar template (Go text/template of initContainers, containers, volumes) used while galley has no injection ConfigMap; empty uses the built-in"`
+	ValuesFile   string `yaml:"valuesFile" usage:"values for the template (YAML, laid over the built-in ones) used while galley has no injection ConfigMap"`
 	// Kubeconfig, WebhookConfig and CABundleFile run the caBundle
 	// controller: a leader-elected replica keeps WebhookConfig's caBundle
 	// equal to CABundleFile (the CA of webhookTLS; the certificate itself
@@ -123,32 +124,15 @@ func NewCommand() *cobra.Command {
 }
 
 func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
-	tmplText := inject.DefaultTemplate
-	if cfg.TemplateFile != "" {
-		data, err := os.ReadFile(cfg.TemplateFile)
-		if err != nil {
-			return fmt.Errorf("template: %w", err)
-		}
-		tmplText = string(data)
-	}
-	tmpl, err := inject.ParseTemplate(tmplText)
+	local, err := inject.ConfigFromFiles(cfg.Revision, cfg.TemplateFile, cfg.ValuesFile)
 	if err != nil {
 		return err
 	}
-	values := inject.DefaultValues()
-	if cfg.ValuesFile != "" {
-		data, err := os.ReadFile(cfg.ValuesFile)
-		if err != nil {
-			return fmt.Errorf("values: %w", err)
-		}
-		if err := sigsyaml.UnmarshalStrict(data, &values); err != nil {
-			return fmt.Errorf("values %s: %w", cfg.ValuesFile, err)
-		}
-	}
 	labels := namespaces.New()
+	configs := injectconfig.New(cfg.Revision, local, rt.Log)
 	h, err := webhook.Handler(webhook.Options{
 		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/injector"),
-		Template: func() *inject.Template { return tmpl }, Values: func() inject.Values { return values },
+		Config:          configs.Current,
 		Policy:          inject.Policy{SystemNamespace: cfg.SystemNamespace, Revision: cfg.Revision},
 		NamespaceLabels: labels.Get,
 	})
@@ -172,14 +156,21 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return fmt.Errorf("galley client: %w", err)
 	}
 	client := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "injector", TypeURLs: []string{registry.NamespaceTypeURL}, Handler: labels, Log: rt.Log,
+		Conn: conn, NodeID: "injector", TypeURLs: []string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL},
+		Handler: mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
+			if typeURL == registry.InjectionConfigTypeURL {
+				return configs.Apply(typeURL, updated, removed)
+			}
+			return labels.Apply(typeURL, updated, removed)
+		}),
+		Log: rt.Log,
 	})
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("webhook listen: %w", err)
 	}
-	ready := rt.Ready.Component("namespaces")
-	ready.SetNotReady("waiting for galley's namespaces")
+	ready := rt.Ready.Component("galley")
+	ready.SetNotReady("waiting for galley's namespaces and injection configuration")
 	actors := []lifecycle.Actor{
 		{Name: "webhook", Run: func(ctx context.Context) error {
 			return admission.Serve(ctx, rt.Log, lis, tlsCfg, h, cfg.ShutdownTimeout) //nolint:wrapcheck // says what failed
@@ -189,12 +180,15 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			return client.Run(ctx)
 		}},
 		{Name: "readiness", Run: func(ctx context.Context) error {
-			select {
-			case <-labels.Synced():
-				ready.SetReady()
-				rt.Log.Info("serving", "webhook_address", lis.Addr().String())
-			case <-ctx.Done():
+			for _, synced := range []<-chan struct{}{labels.Synced(), configs.Synced()} {
+				select {
+				case <-synced:
+				case <-ctx.Done():
+					return nil
+				}
 			}
+			ready.SetReady()
+			rt.Log.Info("serving", "webhook_address", lis.Addr().String())
 			<-ctx.Done()
 			return nil
 		}},

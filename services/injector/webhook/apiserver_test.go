@@ -46,13 +46,10 @@ func serve(t *testing.T, ctx context.Context, label string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := inject.ParseTemplate(inject.DefaultTemplate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	def := inject.DefaultConfig(inject.DefaultRevision)
 	h, err := Handler(Options{
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
-		Template: func() *inject.Template { return tmpl }, Values: inject.DefaultValues,
+		Config: func() inject.Config { return def },
 		Policy: inject.Policy{SystemNamespace: "istio-system"},
 		NamespaceLabels: func(ctx context.Context, ns string) (map[string]string, error) {
 			n, err := env.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})

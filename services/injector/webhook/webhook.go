@@ -25,11 +25,10 @@ const Path = "/inject"
 type Options struct {
 	Log   *slog.Logger
 	Meter metric.Meter
-	// Template and Values are the current ones (the injection ConfigMap's,
-	// or the built-in).
-	Template func() *inject.Template
-	Values   func() inject.Values
-	Policy   inject.Policy
+	// Config returns the template and values in force (the injection
+	// ConfigMap's, or the local ones).
+	Config func() inject.Config
+	Policy inject.Policy
 	// NamespaceLabels returns a namespace's labels.
 	NamespaceLabels func(ctx context.Context, namespace string) (map[string]string, error)
 }
@@ -67,7 +66,8 @@ func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest) *
 		o.Log.Debug("not injected", "pod", ns+"/"+name, "reason", why)
 		return resp
 	}
-	injected, err := o.Template().Inject(&pod, o.Values())
+	c := o.Config()
+	injected, err := c.Template.Inject(&pod, c.Values)
 	if err != nil {
 		return deny(resp, "sidecar injection failed: "+err.Error())
 	}

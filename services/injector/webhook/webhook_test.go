@@ -17,13 +17,10 @@ import (
 
 func options(t *testing.T, labels func(context.Context, string) (map[string]string, error)) Options {
 	t.Helper()
-	tmpl, err := inject.ParseTemplate(inject.DefaultTemplate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	def := inject.DefaultConfig(inject.DefaultRevision)
 	return Options{
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
-		Template: func() *inject.Template { return tmpl }, Values: inject.DefaultValues, NamespaceLabels: labels,
+		Config: func() inject.Config { return def }, NamespaceLabels: labels,
 	}
 }
 

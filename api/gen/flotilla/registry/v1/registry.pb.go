@@ -7,8 +7,9 @@
 // DestinationRule, ...) is NOT modelled here: it travels as its istio.io/api
 // spec.
 //
-// Resources and their names. Two kinds are distributed, each as its own
-// collection (type URL) so that a subscriber can watch them separately:
+// Resources and their names. Each kind is its own collection (type URL), so
+// that a subscriber can watch them separately. The two that carry the
+// registry:
 //
 //   - Service:     one resource per service hostname, named
 //                  "<namespace>/<hostname>" (a ServiceEntry with several
@@ -27,6 +28,10 @@
 // of all EndpointSets that name it; a Service change (a label, a port name)
 // does not resend any endpoint, and an endpoint change does not resend the
 // Service.
+//
+// Two more carry cluster state the injector needs without watching the
+// cluster: Namespace (labels, one per namespace) and InjectionConfig (the
+// sidecar template, one per injector revision).
 //
 // Every message is deterministic for a given world: repeated fields are
 // sorted as documented, so galley can version each resource by a hash of its
@@ -1075,6 +1080,78 @@ func (x *Namespace) GetLabels() map[string]string {
 	return nil
 }
 
+// InjectionConfig is the sidecar injection template and values of one
+// injector revision, from the injection ConfigMap in the control-plane
+// namespace ("flotilla-sidecar-injector" for the default revision,
+// "flotilla-sidecar-injector-<revision>" for others). One resource per
+// revision, named by the revision. galley publishes only a configuration
+// that parses; an invalid ConfigMap leaves the last valid one in force.
+type InjectionConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Revision the configuration is for (istio.io/rev); "default" for the
+	// default injector.
+	Revision string `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Go text/template rendering the injected init containers, containers
+	// and volumes; empty means the injector's built-in template.
+	Template string `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	// Values for the template (YAML), laid over the built-in values; empty
+	// means the built-in values.
+	Values        string `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InjectionConfig) Reset() {
+	*x = InjectionConfig{}
+	mi := &file_flotilla_registry_v1_registry_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InjectionConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InjectionConfig) ProtoMessage() {}
+
+func (x *InjectionConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_flotilla_registry_v1_registry_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InjectionConfig.ProtoReflect.Descriptor instead.
+func (*InjectionConfig) Descriptor() ([]byte, []int) {
+	return file_flotilla_registry_v1_registry_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *InjectionConfig) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *InjectionConfig) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *InjectionConfig) GetValues() string {
+	if x != nil {
+		return x.Values
+	}
+	return ""
+}
+
 var File_flotilla_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
@@ -1145,7 +1222,11 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x06labels\x18\x02 \x03(\v2+.flotilla.registry.v1.Namespace.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xe4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
+	"\x0fInjectionConfig\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\tR\brevision\x12\x1a\n" +
+	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x16\n" +
+	"\x06values\x18\x03 \x01(\tR\x06values*\xe4\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROTOCOL_HTTP\x10\x01\x12\x12\n" +
@@ -1198,41 +1279,42 @@ func file_flotilla_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_flotilla_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_flotilla_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_flotilla_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_flotilla_registry_v1_registry_proto_goTypes = []any{
-	(Protocol)(0),        // 0: flotilla.registry.v1.Protocol
-	(Resolution)(0),      // 1: flotilla.registry.v1.Resolution
-	(SourceKind)(0),      // 2: flotilla.registry.v1.SourceKind
-	(Location)(0),        // 3: flotilla.registry.v1.Location
-	(HealthStatus)(0),    // 4: flotilla.registry.v1.HealthStatus
-	(TLSMode)(0),         // 5: flotilla.registry.v1.TLSMode
-	(*Service)(nil),      // 6: flotilla.registry.v1.Service
-	(*ServicePort)(nil),  // 7: flotilla.registry.v1.ServicePort
-	(*EndpointSet)(nil),  // 8: flotilla.registry.v1.EndpointSet
-	(*Endpoint)(nil),     // 9: flotilla.registry.v1.Endpoint
-	(*EndpointPort)(nil), // 10: flotilla.registry.v1.EndpointPort
-	(*Locality)(nil),     // 11: flotilla.registry.v1.Locality
-	(*Namespace)(nil),    // 12: flotilla.registry.v1.Namespace
-	nil,                  // 13: flotilla.registry.v1.Service.LabelsEntry
-	nil,                  // 14: flotilla.registry.v1.Service.SelectorEntry
-	nil,                  // 15: flotilla.registry.v1.Endpoint.LabelsEntry
-	nil,                  // 16: flotilla.registry.v1.Namespace.LabelsEntry
+	(Protocol)(0),           // 0: flotilla.registry.v1.Protocol
+	(Resolution)(0),         // 1: flotilla.registry.v1.Resolution
+	(SourceKind)(0),         // 2: flotilla.registry.v1.SourceKind
+	(Location)(0),           // 3: flotilla.registry.v1.Location
+	(HealthStatus)(0),       // 4: flotilla.registry.v1.HealthStatus
+	(TLSMode)(0),            // 5: flotilla.registry.v1.TLSMode
+	(*Service)(nil),         // 6: flotilla.registry.v1.Service
+	(*ServicePort)(nil),     // 7: flotilla.registry.v1.ServicePort
+	(*EndpointSet)(nil),     // 8: flotilla.registry.v1.EndpointSet
+	(*Endpoint)(nil),        // 9: flotilla.registry.v1.Endpoint
+	(*EndpointPort)(nil),    // 10: flotilla.registry.v1.EndpointPort
+	(*Locality)(nil),        // 11: flotilla.registry.v1.Locality
+	(*Namespace)(nil),       // 12: flotilla.registry.v1.Namespace
+	(*InjectionConfig)(nil), // 13: flotilla.registry.v1.InjectionConfig
+	nil,                     // 14: flotilla.registry.v1.Service.LabelsEntry
+	nil,                     // 15: flotilla.registry.v1.Service.SelectorEntry
+	nil,                     // 16: flotilla.registry.v1.Endpoint.LabelsEntry
+	nil,                     // 17: flotilla.registry.v1.Namespace.LabelsEntry
 }
 var file_flotilla_registry_v1_registry_proto_depIdxs = []int32{
 	7,  // 0: flotilla.registry.v1.Service.ports:type_name -> flotilla.registry.v1.ServicePort
-	13, // 1: flotilla.registry.v1.Service.labels:type_name -> flotilla.registry.v1.Service.LabelsEntry
+	14, // 1: flotilla.registry.v1.Service.labels:type_name -> flotilla.registry.v1.Service.LabelsEntry
 	1,  // 2: flotilla.registry.v1.Service.resolution:type_name -> flotilla.registry.v1.Resolution
 	2,  // 3: flotilla.registry.v1.Service.source_kind:type_name -> flotilla.registry.v1.SourceKind
-	14, // 4: flotilla.registry.v1.Service.selector:type_name -> flotilla.registry.v1.Service.SelectorEntry
+	15, // 4: flotilla.registry.v1.Service.selector:type_name -> flotilla.registry.v1.Service.SelectorEntry
 	3,  // 5: flotilla.registry.v1.Service.location:type_name -> flotilla.registry.v1.Location
 	0,  // 6: flotilla.registry.v1.ServicePort.protocol:type_name -> flotilla.registry.v1.Protocol
 	9,  // 7: flotilla.registry.v1.EndpointSet.endpoints:type_name -> flotilla.registry.v1.Endpoint
 	10, // 8: flotilla.registry.v1.Endpoint.ports:type_name -> flotilla.registry.v1.EndpointPort
-	15, // 9: flotilla.registry.v1.Endpoint.labels:type_name -> flotilla.registry.v1.Endpoint.LabelsEntry
+	16, // 9: flotilla.registry.v1.Endpoint.labels:type_name -> flotilla.registry.v1.Endpoint.LabelsEntry
 	11, // 10: flotilla.registry.v1.Endpoint.locality:type_name -> flotilla.registry.v1.Locality
 	4,  // 11: flotilla.registry.v1.Endpoint.health:type_name -> flotilla.registry.v1.HealthStatus
 	5,  // 12: flotilla.registry.v1.Endpoint.tls_mode:type_name -> flotilla.registry.v1.TLSMode
-	16, // 13: flotilla.registry.v1.Namespace.labels:type_name -> flotilla.registry.v1.Namespace.LabelsEntry
+	17, // 13: flotilla.registry.v1.Namespace.labels:type_name -> flotilla.registry.v1.Namespace.LabelsEntry
 	14, // [14:14] is the sub-list for method output_type
 	14, // [14:14] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
@@ -1251,7 +1333,7 @@ func file_flotilla_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flotilla_registry_v1_registry_proto_rawDesc), len(file_flotilla_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
