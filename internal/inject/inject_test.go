@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -231,5 +232,88 @@ func TestARunawayTemplateFailsInsteadOfGrowing(t *testing.T) {
 	}
 	if _, err := tmpl.Inject(pod(nil), DefaultValues()); err == nil || !strings.Contains(err.Error(), "renders more than") {
 		t.Fatalf("rendered: %v", err)
+	}
+}
+
+// TestHostileAnnotationsCannotChangeTheShapeOfWhatIsInjected: annotation
+// values are data, never YAML or template text: they are quoted where
+// they land, and the lists are checked.
+func TestHostileAnnotationsCannotChangeTheShapeOfWhatIsInjected(t *testing.T) {
+	escape := "x\"}\n  securityContext: {privileged: true}\n# "
+	out, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{AnnotationProxyImage: escape, AnnotationProxyConfig: "'{{ .Values }}': x"}
+	}), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range slices.Concat(out.Spec.InitContainers, out.Spec.Containers) {
+		if c.SecurityContext != nil && c.SecurityContext.Privileged != nil {
+			t.Fatalf("%s became privileged", c.Name)
+		}
+		if c.Name != "app" && c.Image != escape {
+			t.Fatalf("%s: image %q, want the annotation verbatim", c.Name, c.Image)
+		}
+	}
+	for _, bad := range [][2]string{
+		{AnnotationIncludeOutbound, "10.0.0.0/8\n  - --evil"},
+		{AnnotationIncludeOutbound, "{{ .Values.ProxyImage }}"},
+		{AnnotationExcludeOutbound, "*"},
+		{AnnotationExcludeInbound, "80\n- x"},
+		{AnnotationLogLevel, "debug\n  privileged: true"},
+		{AnnotationProxyCPU, "1\"\n  privileged: true"},
+		{AnnotationProxyConfig, "{{ .Values }}: x"},
+	} {
+		if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) { p.Annotations = map[string]string{bad[0]: bad[1]} }), DefaultValues()); err == nil {
+			t.Errorf("%s=%q accepted", bad[0], bad[1])
+		}
+	}
+	if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{AnnotationIncludeOutbound: "fd00::/8"}
+	}), DefaultValues()); err == nil || !strings.Contains(err.Error(), "IPv6") {
+		t.Errorf("an IPv6 range: %v", err)
+	}
+}
+
+// TestAPodWithAThousandContainersIsInjected: size is no problem, the
+// sidecar is added once.
+func TestAPodWithAThousandContainersIsInjected(t *testing.T) {
+	p := pod(func(p *corev1.Pod) {
+		p.Spec.Containers = nil
+		for i := range 1000 {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "c" + strconv.Itoa(i), Image: "x"})
+		}
+	})
+	out, err := defaultTemplate(t).Inject(p, DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Spec.Containers) != 1001 || out.Spec.Containers[1000].Name != ProxyContainer {
+		t.Fatalf("%d containers", len(out.Spec.Containers))
+	}
+	patch, err := Patch(p, out)
+	if err != nil || len(patch) == 0 {
+		t.Fatalf("patch: %v", err)
+	}
+}
+
+// TestInjectionsShareNothing: the decoded template output is memoised;
+// changing one injected pod must not change the next.
+func TestInjectionsShareNothing(t *testing.T) {
+	tmpl := defaultTemplate(t)
+	first, err := tmpl.Inject(pod(nil), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := &first.Spec.Containers[len(first.Spec.Containers)-1]
+	proxy.Args[0] = "changed"
+	proxy.Env[0].Value = "changed"
+	first.Spec.InitContainers[0].SecurityContext.Capabilities.Add[0] = "SYS_ADMIN"
+	second, err := tmpl.Inject(pod(nil), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := second.Spec.Containers[len(second.Spec.Containers)-1]
+	if p2.Args[0] == "changed" || p2.Env[0].Value == "changed" || second.Spec.InitContainers[0].SecurityContext.Capabilities.Add[0] == "SYS_ADMIN" {
+		t.Fatal("a change to one injected pod reached the next")
 	}
 }

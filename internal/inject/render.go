@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,18 +70,30 @@ func DefaultValues() Values {
 //go:embed sidecar.yaml.tmpl
 var DefaultTemplate string
 
-// Template is a parsed sidecar template.
-type Template struct{ t *template.Template }
+// Template is a parsed sidecar template. Safe for concurrent use.
+type Template struct {
+	t *template.Template
+
+	// parsed memoises the decoding of rendered text: pods with the same
+	// effective values render the same text, and decoding the YAML is
+	// most of an injection's cost.
+	mu     sync.Mutex
+	parsed map[string]*Sidecar
+}
+
+// maxParsed bounds the memo; when full it starts over.
+const maxParsed = 64
 
 // ParseTemplate parses a sidecar template (the injection ConfigMap's).
 func ParseTemplate(text string) (*Template, error) {
 	t, err := template.New("sidecar").Option("missingkey=error").Funcs(template.FuncMap{
 		"quote": func(s string) string { b, _ := json.Marshal(s); return string(b) },
+		"join":  func(l []string) string { return strings.Join(l, ",") },
 	}).Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar template: %w", err)
 	}
-	return &Template{t: t}, nil
+	return &Template{t: t, parsed: map[string]*Sidecar{}}, nil
 }
 
 // Sidecar is what a template renders: what is added to the pod.
@@ -131,6 +145,11 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 			v.HoldApplicationUntilProxyStarts = *pc.HoldApplicationUntilProxyStarts
 		}
 	}
+	for key, r := range map[string]string{AnnotationIncludeOutbound: v.IncludeOutboundIPRanges, AnnotationExcludeOutbound: v.ExcludeOutboundIPRanges} {
+		if err := checkRanges(r, key == AnnotationIncludeOutbound); err != nil {
+			return v, fmt.Errorf("%s: %w", key, err)
+		}
+	}
 	for _, s := range []string{v.ExcludeInboundPorts, v.ExcludeOutboundPorts} {
 		for _, p := range splitList(s) {
 			var n int
@@ -140,6 +159,28 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 		}
 	}
 	return v, nil
+}
+
+// checkRanges accepts a list of IPv4 CIDRs or addresses (and "*" when
+// star): what the agent's capture rules take.
+func checkRanges(list string, star bool) error {
+	for _, f := range splitList(list) {
+		if f == "*" && star {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			a, aerr := netip.ParseAddr(f)
+			if aerr != nil {
+				return fmt.Errorf("%q is not an IP range", f)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !p.Addr().Is4() {
+			return fmt.Errorf("%q: only IPv4 traffic is captured (IPv6 capture is not built)", f)
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {
@@ -168,11 +209,54 @@ func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, err
 	if err := t.t.Execute(&buf, data); err != nil {
 		return nil, v, fmt.Errorf("sidecar template: %w", err)
 	}
-	var sc Sidecar
-	if err := sigsyaml.UnmarshalStrict(buf.b.Bytes(), &sc); err != nil {
-		return nil, v, fmt.Errorf("sidecar template rendered invalid YAML: %w", err)
+	sc, err := t.decode(buf.b.Bytes())
+	if err != nil {
+		return nil, v, err
 	}
-	return &sc, v, nil
+	return sc, v, nil
+}
+
+// decode parses rendered text, or copies the memoised result.
+func (t *Template) decode(text []byte) (*Sidecar, error) {
+	t.mu.Lock()
+	sc, ok := t.parsed[string(text)]
+	t.mu.Unlock()
+	if !ok {
+		sc = &Sidecar{}
+		if err := sigsyaml.UnmarshalStrict(text, sc); err != nil {
+			return nil, fmt.Errorf("sidecar template rendered invalid YAML: %w", err)
+		}
+		t.mu.Lock()
+		if len(t.parsed) >= maxParsed {
+			clear(t.parsed)
+		}
+		t.parsed[string(text)] = sc
+		t.mu.Unlock()
+	}
+	return sc.deepCopy(), nil
+}
+
+func (s *Sidecar) deepCopy() *Sidecar {
+	out := &Sidecar{}
+	if s.InitContainers != nil {
+		out.InitContainers = make([]corev1.Container, len(s.InitContainers))
+	}
+	if s.Containers != nil {
+		out.Containers = make([]corev1.Container, len(s.Containers))
+	}
+	if s.Volumes != nil {
+		out.Volumes = make([]corev1.Volume, len(s.Volumes))
+	}
+	for i := range s.InitContainers {
+		s.InitContainers[i].DeepCopyInto(&out.InitContainers[i])
+	}
+	for i := range s.Containers {
+		s.Containers[i].DeepCopyInto(&out.Containers[i])
+	}
+	for i := range s.Volumes {
+		s.Volumes[i].DeepCopyInto(&out.Volumes[i])
+	}
+	return out
 }
 
 // MaxRenderedBytes bounds what a template may render for one pod: a

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,10 +27,43 @@ func TestMain(m *testing.M) {
 	os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{}))
 }
 
-func clientAs(t *testing.T, agent string) kubernetes.Interface {
+// writes counts the webhook configuration updates the apiserver accepted,
+// per client.
+type writes struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (w *writes) count(agent string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n[agent]
+}
+
+type countingTransport struct {
+	next  http.RoundTripper
+	agent string
+	w     *writes
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && resp.StatusCode < 300 && (r.Method == http.MethodPut || r.Method == http.MethodPatch) &&
+		strings.Contains(r.URL.Path, "/mutatingwebhookconfigurations/") {
+		c.w.mu.Lock()
+		c.w.n[c.agent]++
+		c.w.mu.Unlock()
+	}
+	return resp, err //nolint:wrapcheck // a transport passes errors on
+}
+
+func clientAs(t *testing.T, agent string, w *writes) kubernetes.Interface {
 	t.Helper()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.UserAgent = agent
+	if w != nil {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, agent: agent, w: w} })
+	}
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +109,10 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 	var mu sync.Mutex
 	bundle := []byte("-----BEGIN CERTIFICATE-----\nca-1\n-----END CERTIFICATE-----\n")
 	current := func() []byte { mu.Lock(); defer mu.Unlock(); return bundle }
+	w := &writes{n: map[string]int{}}
 	for _, id := range []string{"injector-a", "injector-b"} {
 		c := New(Options{
-			Client: clientAs(t, id), Log: slog.New(slog.DiscardHandler), Webhook: "flotilla-sidecar-injector", Bundle: current,
+			Client: clientAs(t, id, w), Log: slog.New(slog.DiscardHandler), Webhook: "flotilla-sidecar-injector", Bundle: current,
 			Identity: id, LeaseNamespace: lease, LeaseName: "cabundle",
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Resync: time.Second,
 		})
@@ -127,4 +163,11 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 	bundle = []byte("-----BEGIN CERTIFICATE-----\nca-2\n-----END CERTIFICATE-----\n")
 	mu.Unlock()
 	eventually(t, "the new CA rolled out", right)
+	// Three changes were needed (the stale bundle, the edit, the new CA):
+	// three accepted writes in all between the two replicas.
+	time.Sleep(2 * time.Second) // resyncs by both replicas
+	if a, b := w.count("injector-a"), w.count("injector-b"); a+b != 3 {
+		t.Fatalf("accepted writes: injector-a %d, injector-b %d; want 3", a, b)
+	}
+	t.Logf("accepted caBundle writes: injector-a %d, injector-b %d", w.count("injector-a"), w.count("injector-b"))
 }

@@ -3,6 +3,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
@@ -45,9 +47,20 @@ func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest) *
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create || req.SubResource != "" {
 		return resp
 	}
+	// Case-sensitive, as the apiserver decodes: the patch addresses the
+	// object's keys exactly.
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return deny(resp, "the request's object is not a Pod: "+err.Error())
+	}
+	var top map[string]json.RawMessage
+	if err := utiljson.Unmarshal(req.Object.Raw, &top); err != nil {
+		return deny(resp, "the request's object is not a Pod: "+err.Error())
+	}
+	for _, key := range []string{"metadata", "spec"} {
+		if v := bytes.TrimSpace(top[key]); len(v) == 0 || v[0] != '{' {
+			return deny(resp, "the request's object is not a Pod: it has no "+key)
+		}
 	}
 	ns := req.Namespace
 	if ns == "" {

@@ -15,8 +15,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 )
 
-func options(t *testing.T, labels func(context.Context, string) (map[string]string, error)) Options {
-	t.Helper()
+func options(labels func(context.Context, string) (map[string]string, error)) Options {
 	def := inject.DefaultConfig(inject.DefaultRevision)
 	return Options{
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
@@ -41,10 +40,14 @@ func TestRequestsTheWebhookCannotDecideOnAreDeniedWithTheReason(t *testing.T) {
 		req  *admissionv1.AdmissionRequest
 		says string
 	}{
-		"not a pod":           {options(t, enabled), podRequest(`{"spec": {"containers": "nope"}}`), "not a Pod"},
-		"garbage":             {options(t, enabled), podRequest(`{{{`), "not a Pod"},
-		"no namespace labels": {options(t, broken), podRequest(`{"spec": {"containers": [{"name": "a"}]}}`), "galley is away"},
-		"a bad annotation":    {options(t, enabled), podRequest(`{"metadata": {"annotations": {"sidecar.istio.io/proxyCPU": "lots"}}, "spec": {"containers": [{"name": "a"}]}}`), "injection failed"},
+		"not a pod":            {options(enabled), podRequest(`{"spec": {"containers": "nope"}}`), "not a Pod"},
+		"garbage":              {options(enabled), podRequest(`{{{`), "not a Pod"},
+		"no namespace labels":  {options(broken), podRequest(`{"metadata": {}, "spec": {"containers": [{"name": "a"}]}}`), "galley is away"},
+		"no metadata":          {options(enabled), podRequest(`{"spec": {"containers": [{"name": "a"}]}}`), "it has no metadata"},
+		"metadata not a map":   {options(enabled), podRequest(`{"metadata": null, "spec": {"containers": [{"name": "a"}]}}`), "it has no metadata"},
+		"keys in another case": {options(enabled), podRequest(`{"Metadata": {}, "Spec": {"containers": [{"name": "a"}]}}`), "it has no metadata"},
+		"a bad annotation":     {options(enabled), podRequest(`{"metadata": {"annotations": {"sidecar.istio.io/proxyCPU": "lots"}}, "spec": {"containers": [{"name": "a"}]}}`), "injection failed"},
+		"no spec":              {options(enabled), podRequest(`{"metadata": {}}`), "it has no spec"},
 	}
 	for name, tt := range tests {
 		resp := review(context.Background(), tt.o, tt.req)
@@ -58,7 +61,7 @@ func TestRequestsTheWebhookCannotDecideOnAreDeniedWithTheReason(t *testing.T) {
 		{UID: "3", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Operation: admissionv1.Update},
 		{UID: "4", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Operation: admissionv1.Create, SubResource: "binding"},
 	} {
-		if resp := review(context.Background(), options(t, broken), req); !resp.Allowed || resp.Patch != nil {
+		if resp := review(context.Background(), options(broken), req); !resp.Allowed || resp.Patch != nil {
 			t.Errorf("%s %s: %+v", req.Kind.Kind, req.Operation, resp)
 		}
 	}
