@@ -16,7 +16,7 @@ LDFLAGS   := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(C
 export PATH := $(TOOLS):$(PATH)
 
 # Workspace modules (go.work) and the binaries they produce.
-MODULES  := api internal cli test services/galley services/discovery services/ca services/injector services/agent
+MODULES  := api internal cli test services/galley services/discovery services/ca services/injector services/agent examples/demo
 # Modules outside go.work (their dependency graphs must not touch the
 # services): Istio's delta xDS client for discovery's tests.
 STANDALONE := test/adsc
@@ -35,6 +35,7 @@ build: ## build every binary into bin/ (static, version stamped)
 	  CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla-$$s ./services/$$s/cmd/$$s; \
 	done
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla ./cli/cmd/flotilla
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla-demo ./examples/demo/cmd/flotilla-demo
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/devrun ./internal/cmd/devrun
 	@ls -1 $(BIN)/flotilla*
 
@@ -51,7 +52,7 @@ system-deps: ## Debian packages the tests need (iptables in network namespaces);
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
 check-modules: ## each service module builds on its own (GOWORK=off), as image builds do
-	@for m in services/galley services/discovery services/ca services/injector services/agent cli; do \
+	@for m in services/galley services/discovery services/ca services/injector services/agent cli examples/demo; do \
 	  echo "GOWORK=off go build ./... in $$m"; \
 	  (cd $$m && GOWORK=off CGO_ENABLED=0 go build -o /dev/null ./...) || exit 1; \
 	done

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -28,7 +29,14 @@ type Process struct {
 	Args []string
 	// Env is added to the supervisor's environment.
 	Env []string
+	// ReadyURL, when set, is polled after the start until it answers 200
+	// (at most ReadyTimeout) before the next process starts, so those that
+	// depend on it do not start against nothing.
+	ReadyURL string
 }
+
+// ReadyTimeout bounds the wait for a process's ReadyURL.
+const ReadyTimeout = 30 * time.Second
 
 // Result says how each process ended.
 type Result struct {
@@ -82,6 +90,9 @@ func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 			<-c.done
 			exits <- c
 		}()
+		if p.ReadyURL != "" {
+			s.waitReady(ctx, c, p.ReadyURL)
+		}
 	}
 
 	running := len(children)
@@ -118,6 +129,33 @@ func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 		return res, errors.Join(failure, s.stopAll(children))
 	}
 	return res, nil
+}
+
+// waitReady polls url until it answers 200, the process ends, ctx ends or
+// ReadyTimeout passes (then it goes on: the others retry on their own).
+func (s *Supervisor) waitReady(ctx context.Context, c *child, url string) {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(ReadyTimeout)
+	for time.Now().Before(deadline) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return
+		}
+		if resp, err := client.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.Log.Warn("not ready in time; starting the rest anyway", "process", c.name, "url", url)
 }
 
 func isNotBuilt(err error, code int) bool {

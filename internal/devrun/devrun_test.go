@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -40,6 +42,28 @@ func TestMain(m *testing.M) {
 	case "notbuilt":
 		fmt.Fprintln(os.Stderr, "not built yet")
 		os.Exit(3)
+	case "slowready":
+		// Serves 503 on $READY_ADDR, then 200 after 300 ms.
+		start := time.Now()
+		ready := false
+		var mu sync.Mutex
+		go func() {
+			_ = http.ListenAndServe(os.Getenv("READY_ADDR"), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				if time.Since(start) < 300*time.Millisecond {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				if !ready {
+					ready = true
+					fmt.Println("ready")
+				}
+			}))
+		}()
+		signal.Notify(sig, syscall.SIGTERM)
+		<-sig
+		os.Exit(0)
 	case "crash":
 		time.Sleep(100 * time.Millisecond)
 		fmt.Fprintln(os.Stderr, "panic: boom")
@@ -118,6 +142,35 @@ func TestCancelStopsEveryProcessGracefullyWithPrefixedOutput(t *testing.T) {
 	}
 	if fmt.Sprint(res.NotBuilt) != "[injector]" || fmt.Sprint(res.Stopped) != "[galley ca]" {
 		t.Fatalf("result %+v", res)
+	}
+}
+
+// TestTheNextProcessStartsOnceTheReadyURLAnswers: what depends on a
+// process (discovery on galley) starts after it is ready.
+func TestTheNextProcessStartsOnceTheReadyURLAnswers(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	first := proc("first", "slowready")
+	first.Env = append(first.Env, "READY_ADDR="+addr)
+	first.ReadyURL = "http://" + addr + "/readyz"
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := supervisor(out).Run(ctx, []Process{first, proc("second", "serve")})
+		done <- err
+	}()
+	waitFor(t, out, "second | listening")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r, l := strings.Index(out.String(), "first  | ready"), strings.Index(out.String(), "second | listening"); r < 0 || r > l {
+		t.Fatalf("second started before first was ready:\n%s", out.String())
 	}
 }
 

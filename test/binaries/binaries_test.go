@@ -12,24 +12,26 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 type binary struct {
-	name  string // file name in bin/
-	issue int    // the issue that builds the service; 0 for the CLI
-	built bool   // the service runs (rather than saying it is not built)
+	name    string // file name in bin/
+	service bool   // a service (the shared flags); false for the CLI and the demo
+	built   bool   // the service runs (rather than saying it is not built)
 }
 
 var binaries = []binary{
-	{"flotilla-galley", 3, true},
-	{"flotilla-discovery", 4, true},
-	{"flotilla-ca", 5, true},
-	{"flotilla-injector", 6, true},
-	{"flotilla-agent", 6, false},
-	{"flotilla", 0, false},
+	{"flotilla-galley", true, true},
+	{"flotilla-discovery", true, true},
+	{"flotilla-ca", true, true},
+	{"flotilla-injector", true, true},
+	{"flotilla-agent", true, false},
+	{"flotilla", false, false},
+	{"flotilla-demo", false, false},
 }
 
 var binDir string
@@ -96,7 +98,7 @@ func TestEveryBinaryAnswersHelpAndVersion(t *testing.T) {
 
 func TestEveryServiceTakesTheSharedFlagsAndEnvironment(t *testing.T) {
 	for _, b := range binaries {
-		if b.issue == 0 {
+		if !b.service {
 			continue
 		}
 		t.Run(b.name, func(t *testing.T) {
@@ -112,12 +114,12 @@ func TestEveryServiceTakesTheSharedFlagsAndEnvironment(t *testing.T) {
 
 func TestServicesNotBuiltYetSaySoAndExitThree(t *testing.T) {
 	for _, b := range binaries {
-		if b.issue == 0 || b.built {
+		if !b.service || b.built {
 			continue
 		}
 		t.Run(b.name, func(t *testing.T) {
 			r := run(t, nil, b.name, "--admin-address=127.0.0.1:0")
-			want := fmt.Sprintf("is not built yet (tracked in issue #%d)", b.issue)
+			want := "is not built yet ("
 			if r.code != 3 || !strings.Contains(r.stderr, want) {
 				t.Fatalf("exit %d, stderr %q; want 3 and %q", r.code, r.stderr, want)
 			}
@@ -162,7 +164,7 @@ func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 		{"bad admin address", nil, []string{"--admin-address=nowhere"}, "adminAddress"},
 	}
 	for _, b := range binaries {
-		if b.issue == 0 {
+		if !b.service {
 			continue
 		}
 		for _, c := range cases {
@@ -176,12 +178,20 @@ func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 	}
 }
 
-func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
+// TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC runs what `make run` runs
+// (on a copy of examples/, which it edits): the control plane with two
+// discovery replicas and the demo, whose client prints the split the
+// example VirtualService asks for, and follows an edit of it.
+func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	root, err := build.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", filepath.Join(root, "examples"), "--state-dir", t.TempDir())
+	examples := t.TempDir()
+	if err := os.CopyFS(examples, os.DirFS(filepath.Join(root, "examples"))); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", examples, "--state-dir", t.TempDir())
 	var out proc.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -190,28 +200,113 @@ func TestMakeRunStartsWhatIsBuiltReportsTheRestAndStopsOnCtrlC(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill() }()
 	for _, want := range []string{
 		"msg=serving service=flotilla-galley source=files:",
-		"msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019",
+		"discovery-1 | time=",
+		"discovery-2 | time=",
 		"msg=serving service=flotilla-ca",
 		"msg=serving service=flotilla-injector",
+		"msg=\"greeter serving\" version=v1",
+		"msg=\"greeter serving\" version=v2",
 	} {
 		out.WaitFor(t, want)
 	}
+	out.WaitForCount(t, "msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019", 2)
+
+	// 80/20 in examples/greeter.yaml: over ten one-second lines with no
+	// errors, v1 gets 70–90 %.
+	v1, v2 := splitOver(t, &out, 10)
+	t.Logf("split over 10 s: v1 %d, v2 %d", v1, v2)
+	if share := v1 * 100 / (v1 + v2); share < 70 || share > 90 {
+		t.Fatalf("v1 got %d%% of the calls, want about 80%%", share)
+	}
+
+	// Editing the example moves the split: all to v2.
+	data, err := os.ReadFile(filepath.Join(examples, "greeter.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(strings.Replace(string(data), "weight: 80", "weight: 0", 1), "weight: 20", "weight: 100", 1)
+	if edited == string(data) {
+		t.Fatal("examples/greeter.yaml has no 80/20 weights to edit")
+	}
+	if err := os.WriteFile(filepath.Join(examples, "greeter.yaml"), []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.WaitFor(t, "split: v2 100%")
+
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("devrun after Ctrl-C: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"galley    | ", "msg=\"grpc server drained\"", "stopped: "} {
+	for _, want := range []string{"galley      | ", "msg=\"grpc server drained\"", "stopped: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
-		if rest, ok := strings.CutPrefix(line, "stopped: "); ok && (!strings.Contains(rest, "galley") || !strings.Contains(rest, "discovery") || !strings.Contains(rest, "ca") || !strings.Contains(rest, "injector")) {
-			t.Errorf("stopped %q, want galley, discovery, ca and injector", rest)
+		if rest, ok := strings.CutPrefix(line, "stopped: "); ok {
+			for _, s := range strings.Split("galley, ca, discovery-1, discovery-2, injector, greeter-v1, greeter-v2, client", ", ") {
+				if !strings.Contains(rest, s) {
+					t.Errorf("stopped %q, lacks %s", rest, s)
+				}
+			}
 		}
 	}
+}
+
+// splitOver waits for n consecutive split lines without errors from the
+// demo client and sums their v1 and v2 counts.
+func splitOver(t *testing.T, out *proc.Output, n int) (v1, v2 int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		lines := splitLines(out.String())
+		v1, v2 = 0, 0
+		run := 0
+		for _, l := range lines {
+			if strings.Contains(l, "error") || !strings.Contains(l, "v1") && !strings.Contains(l, "v2") {
+				v1, v2, run = 0, 0, 0
+				continue
+			}
+			a, b := counts(l)
+			v1, v2, run = v1+a, v2+b, run+1
+			if run == n {
+				return v1, v2
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("no %d error-free split lines in a row:\n%s", n, out.String())
+	return 0, 0
+}
+
+func splitLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if _, rest, ok := strings.Cut(l, "| split: "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+// counts reads "v1 80% (40) · v2 20% (10)".
+func counts(line string) (v1, v2 int) {
+	for _, part := range strings.Split(line, " · ") {
+		var name string
+		var pct, n int
+		if _, err := fmt.Sscanf(part, "%s %d%% (%d)", &name, &pct, &n); err != nil {
+			continue
+		}
+		switch name {
+		case "v1":
+			v1 = n
+		case "v2":
+			v2 = n
+		}
+	}
+	return v1, v2
 }
 
 func TestEachServiceModuleBuildsOutsideTheWorkspace(t *testing.T) {
@@ -219,7 +314,7 @@ func TestEachServiceModuleBuildsOutsideTheWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mod := range []string{"services/galley", "services/discovery", "services/ca", "services/injector", "services/agent", "cli"} {
+	for _, mod := range []string{"services/galley", "services/discovery", "services/ca", "services/injector", "services/agent", "cli", "examples/demo"} {
 		t.Run(mod, func(t *testing.T) {
 			cmd := exec.Command("go", "build", "-o", os.DevNull, "./...")
 			cmd.Dir = filepath.Join(root, mod)

@@ -21,6 +21,7 @@ var Packages = map[string]string{
 	"xdsload":            "github.com/flotilla-mesh/flotilla/test/cmd/xdsload",
 	"flotilla-agent":     "github.com/flotilla-mesh/flotilla/services/agent/cmd/agent",
 	"flotilla":           "github.com/flotilla-mesh/flotilla/cli/cmd/flotilla",
+	"flotilla-demo":      "github.com/flotilla-mesh/flotilla/examples/demo/cmd/flotilla-demo",
 	"devrun":             "github.com/flotilla-mesh/flotilla/internal/cmd/devrun",
 }
 

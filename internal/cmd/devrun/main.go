@@ -25,7 +25,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("devrun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "bin", "directory holding the flotilla-* binaries")
-	services := fs.String("services", "galley,discovery,ca,injector", "control-plane services to start, comma separated")
+	services := fs.String("services", defaultServices, "processes to start, comma separated (of "+defaultServices+")")
 	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves")
 	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
@@ -39,11 +39,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
-		procs = append(procs, devrun.Process{
-			Name: name,
-			Path: filepath.Join(*bin, "flotilla-"+name),
-			Args: append([]string{"--log-format=text"}, serviceArgs(name, *configDir, *stateDir)...),
-		})
+		p, ok := process(name, *bin, *configDir, *stateDir)
+		if !ok {
+			_, _ = fmt.Fprintf(stderr, "devrun: unknown service %q (want some of %s)\n", name, defaultServices)
+			return command.ExitUsage
+		}
+		procs = append(procs, p)
 	}
 	ctx, stop := lifecycle.SignalContext(context.Background())
 	defer stop()
@@ -64,37 +65,67 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return command.ExitOK
 }
 
-// serviceArgs binds every service to loopback on its default ports,
-// points galley at the example configuration, discovery at galley, and ca
-// at a local state directory.
-func serviceArgs(name, configDir, stateDir string) []string {
-	admin := map[string]string{
-		"discovery": "127.0.0.1:15014",
-		"galley":    "127.0.0.1:15015",
-		"ca":        "127.0.0.1:15018",
-		"injector":  "127.0.0.1:15022",
-		"agent":     "127.0.0.1:15020",
-	}[name]
-	var args []string
-	if admin != "" {
-		args = append(args, "--admin-address="+admin)
+// defaultServices is what `make run` starts: the control plane (two
+// discovery replicas) and the demo (greeter v1 and v2, and a proxyless
+// gRPC client printing how its calls split).
+const defaultServices = "galley,ca,discovery-1,discovery-2,injector,greeter-v1,greeter-v2,client"
+
+// Loopback addresses of the local topology.
+const (
+	galleyMCP  = "127.0.0.1:15019"
+	discovery1 = "127.0.0.1:15010"
+	discovery2 = "127.0.0.1:15110"
+	clientNode = "sidecar~127.0.0.1~demo-client.demo~demo.svc.cluster.local"
+	demoBinary = "flotilla-demo"
+	greeterV1  = "127.0.0.1:50061" // the endpoints of examples/greeter.yaml
+	greeterV2  = "127.0.0.1:50062"
+)
+
+// clientBootstrap is the demo client's xDS bootstrap: the discovery
+// replicas behind one name (the client's --discovery list), as behind a
+// Kubernetes Service; proxyless gRPC node metadata.
+const clientBootstrap = `{"xds_servers": [{"server_uri": "flotilla-demo:///discovery", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],` +
+	` "node": {"id": "` + clientNode + `", "metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo"}}}`
+
+// process binds each service to loopback on its default ports, points
+// galley at the example configuration, discovery and injector at galley,
+// ca at a local state directory, and the demo at discovery.
+func process(name, bin, configDir, stateDir string) (devrun.Process, bool) {
+	service := func(binary, admin string, args ...string) devrun.Process {
+		return devrun.Process{
+			Name: name, Path: filepath.Join(bin, binary),
+			Args: append([]string{"--log-format=text", "--admin-address=" + admin}, args...),
+		}
 	}
-	if name == "ca" {
-		args = append(args, "--address=127.0.0.1:15013", "--state-dir="+filepath.Join(stateDir, "ca"))
-	}
-	if name == "discovery" {
-		args = append(args, "--galley-address=127.0.0.1:15019", "--xds-address=127.0.0.1:15010")
-	}
-	if name == "injector" {
-		args = append(args, "--galley-address=127.0.0.1:15019", "--webhook-address=127.0.0.1:15016")
-	}
-	if name == "galley" {
-		args = append(args, "--config-dir="+configDir, "--mcp-address=127.0.0.1:15019")
+	switch name {
+	case "galley":
+		args := []string{"--config-dir=" + configDir, "--mcp-address=" + galleyMCP}
 		if mesh := filepath.Join(configDir, "mesh", "mesh.yaml"); fileExists(mesh) {
 			args = append(args, "--mesh-config-file="+mesh)
 		}
+		p := service("flotilla-galley", "127.0.0.1:15015", args...)
+		p.ReadyURL = "http://127.0.0.1:15015/readyz" // discovery and injector subscribe to it
+		return p, true
+	case "ca":
+		return service("flotilla-ca", "127.0.0.1:15018", "--address=127.0.0.1:15013", "--state-dir="+filepath.Join(stateDir, "ca")), true
+	case "discovery-1":
+		return service("flotilla-discovery", "127.0.0.1:15014", "--galley-address="+galleyMCP, "--xds-address="+discovery1), true
+	case "discovery-2":
+		return service("flotilla-discovery", "127.0.0.1:15114", "--galley-address="+galleyMCP, "--xds-address="+discovery2), true
+	case "injector":
+		return service("flotilla-injector", "127.0.0.1:15022", "--galley-address="+galleyMCP, "--webhook-address=127.0.0.1:15016"), true
+	case "greeter-v1":
+		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v1", "--address=" + greeterV1}}, true
+	case "greeter-v2":
+		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v2", "--address=" + greeterV2}}, true
+	case "client":
+		return devrun.Process{
+			Name: name, Path: filepath.Join(bin, demoBinary),
+			Args: []string{"client", "--discovery=" + discovery1 + "," + discovery2},
+			Env:  []string{"GRPC_XDS_BOOTSTRAP_CONFIG=" + clientBootstrap},
+		}, true
 	}
-	return args
+	return devrun.Process{}, false
 }
 
 func fileExists(path string) bool {

@@ -141,11 +141,16 @@ func (rt *Runtime) Serve(ctx context.Context, actors ...lifecycle.Actor) error {
 // implemented yet. It exits with ExitNotBuilt.
 type NotBuiltError struct {
 	Service string
-	Issue   int
+	// Issue tracks the work; 0 when no issue does yet.
+	Issue int
 }
 
 func (e *NotBuiltError) Error() string {
-	return fmt.Sprintf("%s is not built yet (tracked in issue #%d): this binary parses its configuration and exits", e.Service, e.Issue)
+	tracked := "no issue tracks it yet"
+	if e.Issue != 0 {
+		tracked = fmt.Sprintf("tracked in issue #%d", e.Issue)
+	}
+	return fmt.Sprintf("%s is not built yet (%s): this binary parses its configuration and exits", e.Service, tracked)
 }
 
 type usageError struct{ err error }

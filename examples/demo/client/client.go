@@ -1,0 +1,130 @@
+// Package client is the demo's proxyless gRPC client: it calls the
+// greeter through grpc-go's xDS resolver (xds:///host:port), so Flotilla's
+// discovery decides where each call goes, and prints once per interval how
+// the calls split between the versions that answered.
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	_ "google.golang.org/grpc/xds" // registers the xds:/// resolver and balancers
+)
+
+// DiscoveryScheme names the replicas listed with Options.Discovery in an
+// xDS bootstrap: server_uri "flotilla-demo:///discovery".
+const DiscoveryScheme = "flotilla-demo"
+
+// Options configure the client.
+type Options struct {
+	// Target is the xds:/// target to call.
+	Target string
+	// Discovery lists discovery replicas for the bootstrap's
+	// "flotilla-demo:///discovery" server_uri: the xDS stream uses one and
+	// moves to the next when it goes away, as behind a Kubernetes Service.
+	// Empty when the bootstrap names a server another way (dns:///...).
+	Discovery []string
+	// Rate is calls per second; Interval how often the split is printed.
+	Rate     int
+	Interval time.Duration
+	// Timeout bounds each call.
+	Timeout time.Duration
+	Out     io.Writer
+	Log     *slog.Logger
+}
+
+// Run calls until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if os.Getenv("GRPC_XDS_BOOTSTRAP") == "" && os.Getenv("GRPC_XDS_BOOTSTRAP_CONFIG") == "" {
+		return fmt.Errorf("no xDS bootstrap: set GRPC_XDS_BOOTSTRAP (a file) or GRPC_XDS_BOOTSTRAP_CONFIG (JSON) naming discovery")
+	}
+	if o.Rate <= 0 || o.Interval <= 0 || o.Timeout <= 0 {
+		return fmt.Errorf("rate, interval and timeout must be positive")
+	}
+	if len(o.Discovery) > 0 {
+		r := manual.NewBuilderWithScheme(DiscoveryScheme)
+		addrs := make([]resolver.Address, 0, len(o.Discovery))
+		for _, a := range o.Discovery {
+			addrs = append(addrs, resolver.Address{Addr: a})
+		}
+		r.InitialState(resolver.State{Addresses: addrs})
+		resolver.Register(r)
+	}
+	cc, err := grpc.NewClient(o.Target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("client for %s: %w", o.Target, err)
+	}
+	defer cc.Close()
+	c := testgrpc.NewTestServiceClient(cc)
+	o.Log.Info("calling", "target", o.Target, "rate", o.Rate)
+
+	type result struct{ who string }
+	results := make(chan result, o.Rate)
+	tick := time.NewTicker(time.Second / time.Duration(o.Rate))
+	defer tick.Stop()
+	report := time.NewTicker(o.Interval)
+	defer report.Stop()
+	counts := map[string]int{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			go func() {
+				cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+				defer cancel()
+				resp, err := c.UnaryCall(cctx, &testgrpc.SimpleRequest{})
+				who := resp.GetHostname()
+				if err != nil {
+					who = "error"
+					if ctx.Err() == nil {
+						o.Log.Debug("call failed", "error", err)
+					}
+				}
+				select {
+				case results <- result{who}:
+				case <-ctx.Done():
+				}
+			}()
+		case r := <-results:
+			counts[r.who]++
+		case <-report.C:
+			_, _ = fmt.Fprintln(o.Out, Split(counts))
+			clear(counts)
+		}
+	}
+}
+
+// Split formats counts as "v1 80% (40) · v2 20% (10)", versions sorted,
+// failed calls last as "error".
+func Split(counts map[string]int) string {
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if total == 0 {
+		return "split: no answers"
+	}
+	keys := slices.Sorted(maps.Keys(counts))
+	keys = slices.DeleteFunc(keys, func(k string) bool { return k == "error" })
+	if counts["error"] > 0 {
+		keys = append(keys, "error")
+	}
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d%% (%d)", k, (counts[k]*100+total/2)/total, counts[k]))
+	}
+	return "split: " + strings.Join(parts, " · ")
+}
