@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -153,6 +154,45 @@ func (e *NotBuiltError) Error() string {
 	return fmt.Sprintf("%s is not built yet (%s): this binary parses its configuration and exits", e.Service, tracked)
 }
 
+// probeCommand checks a health URL (a container healthcheck in images
+// that hold nothing but the binary): exit 0 when it answers 200.
+func probeCommand() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "probe URL",
+		Short: "Exit 0 if URL (e.g. http://127.0.0.1:15014/healthz) answers 200: a healthcheck for containers without a shell",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+				return &usageError{err}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := url.Parse(args[0])
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return &usageError{fmt.Errorf("probe: %q is not an http(s) URL", args[0])}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+			if err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("probe: %s answered %s", u, resp.Status)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
+	return cmd
+}
+
 type usageError struct{ err error }
 
 func (e *usageError) Error() string { return e.err.Error() }
@@ -176,6 +216,7 @@ func New[C Config](spec Spec[C]) *cobra.Command {
 		SilenceErrors: true,
 	}
 	cmd.SetVersionTemplate(spec.Name + " {{.Version}}\n")
+	cmd.AddCommand(probeCommand())
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML configuration file; flags, then "+EnvPrefix+"* environment variables, override it (env "+EnvPrefix+"CONFIG)")
 	binding, err := config.Bind(cmd.Flags(), spec.Defaults, EnvPrefix)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,5 +149,36 @@ func TestARunningServiceServesAdminAndStopsOnCancel(t *testing.T) {
 	cancel()
 	if code := <-done; code != ExitOK {
 		t.Fatalf("exit %d after cancel, want 0", code)
+	}
+}
+
+func TestProbeExitsZeroOnlyOnA200(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ok.Close()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+	defer down.Close()
+	closed := httptest.NewServer(nil)
+	closed.Close()
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"probe", ok.URL + "/healthz"}, ExitOK, ""},
+		{[]string{"probe", down.URL + "/healthz"}, ExitError, "503"},
+		{[]string{"probe", closed.URL + "/healthz"}, ExitError, "connection refused"},
+		{[]string{"probe", "not a url"}, ExitUsage, "not an http(s) URL"},
+		{[]string{"probe"}, ExitUsage, "accepts 1 arg"},
+	} {
+		code, out := execute(t, context.Background(), notBuilt, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.says) {
+			t.Errorf("%v: exit %d %q, want %d saying %q", tc.args, code, out, tc.code, tc.says)
+		}
+	}
+}
+
+func TestNotBuiltWithoutAnIssueSaysSo(t *testing.T) {
+	if msg := (&NotBuiltError{Service: "x"}).Error(); !strings.Contains(msg, "x is not built yet (no issue tracks it yet)") {
+		t.Fatal(msg)
 	}
 }

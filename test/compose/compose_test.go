@@ -1,0 +1,236 @@
+// Package compose_test runs docker-compose.yaml as users do — `make
+// images`, then docker compose up — and checks the demo's split, that it
+// follows an edit, and that losing a discovery replica loses no call. It
+// needs a Docker engine and Compose; without them it says so and skips
+// (the process-level tests in test/binaries and test/faults cover the same
+// topology without Docker).
+package compose_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flotilla-mesh/flotilla/test/build"
+)
+
+// compose returns the Compose command: docker-compose, or docker compose.
+func compose(t *testing.T) []string {
+	t.Helper()
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		t.Skipf("no Docker engine here (docker info: %v)", err)
+	}
+	if _, err := exec.LookPath("docker-compose"); err == nil {
+		return []string{"docker-compose"}
+	}
+	if err := exec.Command("docker", "compose", "version").Run(); err == nil {
+		return []string{"docker", "compose"}
+	}
+	t.Skip("no docker-compose and no docker compose plugin here")
+	return nil
+}
+
+type stack struct {
+	t       *testing.T
+	root    string
+	cmd     []string
+	project string
+	env     []string
+}
+
+func (s *stack) run(args ...string) (string, error) {
+	s.t.Helper()
+	full := append(append(append([]string{}, s.cmd[1:]...), "-p", s.project, "-f", filepath.Join(s.root, "docker-compose.yaml")), args...)
+	c := exec.Command(s.cmd[0], full...)
+	c.Dir = s.root
+	c.Env = append(os.Environ(), s.env...)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	err := c.Run()
+	return out.String(), err
+}
+
+func (s *stack) must(args ...string) string {
+	s.t.Helper()
+	out, err := s.run(args...)
+	if err != nil {
+		s.t.Fatalf("compose %v: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+// splits returns the client's split lines so far.
+func (s *stack) splits() []string {
+	s.t.Helper()
+	out, _ := s.run("logs", "--no-color", "client")
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if _, rest, ok := strings.Cut(l, "| split: "); ok {
+			lines = append(lines, strings.TrimSpace(rest))
+		}
+	}
+	return lines
+}
+
+// waitSplit waits (up to 90 s) for n consecutive split lines after the
+// first `from` lines that satisfy ok, and returns the v1, v2 and error
+// counts over them.
+func (s *stack) waitSplit(from, n int, ok func(line string) bool) (v1, v2 int) {
+	s.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		lines := s.splits()
+		run := 0
+		v1, v2 = 0, 0
+		for _, l := range lines[min(from, len(lines)):] {
+			if !ok(l) {
+				run, v1, v2 = 0, 0, 0
+				continue
+			}
+			a, b := counts(l)
+			run, v1, v2 = run+1, v1+a, v2+b
+			if run == n {
+				return v1, v2
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	logs, _ := s.run("logs", "--no-color")
+	s.t.Fatalf("no %d split lines in a row as wanted; client said:\n%s\nall logs:\n%s", n, strings.Join(s.splits(), "\n"), logs)
+	return 0, 0
+}
+
+// counts reads "v1 80% (40) · v2 20% (10)".
+func counts(line string) (v1, v2 int) {
+	for _, part := range strings.Split(line, " · ") {
+		var name string
+		var pct, n int
+		if _, err := fmt.Sscanf(part, "%s %d%% (%d)", &name, &pct, &n); err != nil {
+			continue
+		}
+		switch name {
+		case "v1":
+			v1 = n
+		case "v2":
+			v2 = n
+		}
+	}
+	return v1, v2
+}
+
+func noErrors(l string) bool { return !strings.Contains(l, "error") && strings.Contains(l, "(") }
+
+func TestDockerComposeRunsTheDemoAndSurvivesLosingADiscoveryReplica(t *testing.T) {
+	cmd := compose(t)
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, err := exec.Command("make", "-C", root, "images").CombinedOutput(); err != nil {
+		t.Fatalf("make images: %v\n%s", err, out)
+	}
+	t.Logf("make images took %s", time.Since(start).Round(time.Second))
+
+	examples := t.TempDir()
+	if err := os.CopyFS(examples, os.DirFS(filepath.Join(root, "deploy", "compose", "examples"))); err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{t: t, root: root, cmd: cmd, project: fmt.Sprintf("flotillae2e%d", os.Getpid()), env: []string{"FLOTILLA_EXAMPLES=" + examples}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := s.run("logs", "--no-color")
+			t.Logf("compose logs:\n%s", logs)
+		}
+		if out, err := s.run("down", "-v", "--remove-orphans", "-t", "10"); err != nil {
+			t.Errorf("compose down: %v\n%s", err, out)
+		}
+	})
+	start = time.Now()
+	s.must("up", "-d")
+	ps := s.must("ps")
+	for _, svc := range []string{"galley", "ca", "discovery", "injector"} {
+		if !strings.Contains(ps, svc) {
+			t.Fatalf("compose ps lacks %s:\n%s", svc, ps)
+		}
+	}
+	if ids := strings.Fields(s.must("ps", "-q", "discovery")); len(ids) != 2 {
+		t.Fatalf("%d discovery replicas, want 2 (deploy.replicas)", len(ids))
+	}
+
+	v1, v2 := s.waitSplit(0, 10, noErrors)
+	t.Logf("up and splitting %s after `up`: over 10 s v1 %d, v2 %d", time.Since(start).Round(time.Second), v1, v2)
+	if share := v1 * 100 / (v1 + v2); share < 70 || share > 90 {
+		t.Fatalf("v1 got %d%%, want about 80%%", share)
+	}
+
+	base := len(s.splits()) // from here on no call may fail
+
+	// An edit moves the split.
+	pristine, err := os.ReadFile(filepath.Join(examples, "greeter.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setWeights := func(w1, w2 int) {
+		t.Helper()
+		next := strings.Replace(string(pristine), "weight: 80", fmt.Sprintf("weight: %d", w1), 1)
+		next = strings.Replace(next, "weight: 20", fmt.Sprintf("weight: %d", w2), 1)
+		if next == string(pristine) {
+			t.Fatal("greeter.yaml has no 80/20 weights")
+		}
+		if err := os.WriteFile(filepath.Join(examples, "greeter.yaml"), []byte(next), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	share := func(lo, hi int) func(string) bool {
+		return func(l string) bool {
+			a, b := counts(l)
+			return noErrors(l) && a+b > 0 && a*100/(a+b) >= lo && a*100/(a+b) <= hi
+		}
+	}
+	setWeights(0, 100)
+	seen := len(s.splits())
+	start = time.Now()
+	s.waitSplit(seen, 2, share(0, 0))
+	t.Logf("an edit of greeter.yaml (0/100) reached the client within %s", time.Since(start).Round(time.Second))
+
+	// Lose each discovery replica in turn (the first is started again
+	// before the second goes): no call fails, and a change still arrives,
+	// through the replica left.
+	ids := strings.Fields(s.must("ps", "-q", "discovery"))
+	for i, id := range ids {
+		if out, err := exec.Command("docker", "kill", id).CombinedOutput(); err != nil {
+			t.Fatalf("docker kill: %v\n%s", err, out)
+		}
+		seen = len(s.splits())
+		start = time.Now()
+		want := share(100, 100)
+		if i == 0 {
+			setWeights(50, 50)
+			want = share(30, 70)
+		} else {
+			setWeights(100, 0)
+		}
+		a, b := s.waitSplit(seen, 3, want)
+		t.Logf("discovery replica %d of 2 killed: the next change's split held 3 s in a row, %s after the kill (v1 %d, v2 %d, no failed call)",
+			i+1, time.Since(start).Round(time.Second), a, b)
+		if i == 0 {
+			if out, err := exec.Command("docker", "start", id).CombinedOutput(); err != nil {
+				t.Fatalf("docker start: %v\n%s", err, out)
+			}
+		}
+	}
+	failed := 0
+	for _, l := range s.splits()[base:] {
+		if strings.Contains(l, "error") {
+			failed++
+			t.Errorf("calls failed: %s", l)
+		}
+	}
+	t.Logf("failed calls after the first convergence: %d seconds with failures", failed)
+}
