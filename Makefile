@@ -87,11 +87,11 @@ lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf 
 	done
 	cd api && buf lint
 
-GENERATED := api/gen deploy/crds
+GENERATED := api/gen deploy/helm/flotilla/crds
 
-generate: tools ## regenerate protobuf code (api/proto) and the Istio CRDs (deploy/crds)
+generate: tools ## regenerate protobuf code (api/proto) and the Istio CRDs (deploy/helm/flotilla/crds)
 	cd api && buf generate
-	go run ./internal/cmd/crdgen --out deploy/crds/istio.yaml
+	go run ./internal/cmd/crdgen --out deploy/helm/flotilla/crds/istio.yaml
 
 check-generate: generate ## fail if generated code differs from what is committed
 	@if ! git diff --quiet --exit-code -- $(GENERATED) || [ -n "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" ]; then \
@@ -102,15 +102,18 @@ check-generate: generate ## fail if generated code differs from what is committe
 tidy: ## go work sync and go mod tidy in every module
 	go work sync
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
-	@for m in tools tools/buf tools/lint tools/kube; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
+	@for m in tools tools/buf tools/lint tools/kube tools/helm; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint ## install the pinned tools into bin/tools
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint $(TOOLS)/helm ## install the pinned tools into bin/tools
 
 $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc &: tools/go.mod
 	cd tools && GOWORK=off GOBIN=$(TOOLS) go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
 
 $(TOOLS)/buf: tools/buf/go.mod
 	cd tools/buf && GOWORK=off GOBIN=$(TOOLS) go install github.com/bufbuild/buf/cmd/buf
+
+$(TOOLS)/helm: tools/helm/go.mod
+	cd tools/helm && GOWORK=off GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm
 
 $(TOOLS)/golangci-lint: tools/lint/go.mod
 	cd tools/lint && GOWORK=off GOBIN=$(TOOLS) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint

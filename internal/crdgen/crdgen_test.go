@@ -32,12 +32,12 @@ func TestTheCommittedManifestIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("../../deploy/crds/istio.yaml")
+	got, err := os.ReadFile("../../deploy/helm/flotilla/crds/istio.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatal("deploy/crds/istio.yaml is stale: run `make generate`")
+		t.Fatal("deploy/helm/flotilla/crds/istio.yaml is stale: run `make generate`")
 	}
 }
 
