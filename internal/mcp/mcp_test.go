@@ -266,6 +266,13 @@ func TestAfterAGalleyRestartTheSubscriberReceivesOnlyTheDifference(t *testing.T)
 	rec := newRecorder()
 	subscribe(t, g.addr, rec)
 	rec.waitFor(t, "the world", func() bool { return len(rec.names(vsType)) == 50 })
+	// And the (empty) DestinationRule collection's first response, or the
+	// count of calls below would race with it.
+	rec.waitFor(t, "both collections", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.calls) >= 2
+	})
 	before := rec.changes()
 
 	// Same world after a restart: nothing to send.

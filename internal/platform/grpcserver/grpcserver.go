@@ -11,14 +11,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
@@ -60,6 +63,11 @@ type Options struct {
 	ManyStreams bool
 }
 
+// DrainWithin is the drain timeout that leaves a service whose whole
+// shutdown is bounded by shutdown the rest of it (two thirds), so a slow
+// drain ends in a clean exit rather than the process being cut off.
+func DrainWithin(shutdown time.Duration) time.Duration { return shutdown * 2 / 3 }
+
 // Server is a gRPC server with a health service.
 type Server struct {
 	*grpc.Server
@@ -70,7 +78,86 @@ type Server struct {
 	drain  time.Duration
 	reload *tlsreload.Reloader // nil unless serving TLS from files
 	tls    bool
+
+	streams streamSet
 }
+
+// streamSet holds the cancel functions of the open streaming RPCs, so a
+// drain can end subscriptions (xDS, MCP) that would otherwise never end.
+type streamSet struct {
+	mu       sync.Mutex
+	next     uint64
+	cancels  map[uint64]context.CancelFunc
+	draining bool
+	empty    chan struct{} // closed when draining and no stream is left
+}
+
+func (ss *streamSet) add(cancel context.CancelFunc) (uint64, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.draining {
+		return 0, false
+	}
+	if ss.cancels == nil {
+		ss.cancels = map[uint64]context.CancelFunc{}
+	}
+	ss.next++
+	ss.cancels[ss.next] = cancel
+	return ss.next, true
+}
+
+func (ss *streamSet) remove(id uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.cancels, id)
+	if ss.draining && len(ss.cancels) == 0 {
+		select {
+		case <-ss.empty:
+		default:
+			close(ss.empty)
+		}
+	}
+}
+
+// endAll cancels every open stream (and refuses any opened later); the
+// channel returned is closed once every stream handler has returned.
+func (ss *streamSet) endAll() (int, <-chan struct{}) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.draining = true
+	ss.empty = make(chan struct{})
+	for _, cancel := range ss.cancels {
+		cancel()
+	}
+	if len(ss.cancels) == 0 {
+		close(ss.empty)
+	}
+	return len(ss.cancels), ss.empty
+}
+
+// StreamGrace is how long stream handlers get to return once their
+// contexts are cancelled; those still running then (blocked receiving,
+// not watching their context) have their connections closed.
+const StreamGrace = time.Second
+
+// interceptor gives each streaming RPC a context the drain can cancel.
+func (ss *streamSet) interceptor(srv any, stream grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	id, ok := ss.add(cancel)
+	if !ok {
+		return status.Error(codes.Unavailable, "server is shutting down")
+	}
+	defer ss.remove(id)
+	return handler(srv, &drainableStream{ServerStream: stream, ctx: ctx})
+}
+
+type drainableStream struct {
+	grpc.ServerStream
+	ctx context.Context //nolint:containedctx // the stream's context, as grpc.ServerStream exposes it
+}
+
+func (d *drainableStream) Context() context.Context { return d.ctx }
 
 // New builds a server. Register services on it, then call Serve. It fails
 // only when TLS files are configured and cannot be loaded.
@@ -111,20 +198,24 @@ func New(o Options) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLSConfig)))
 	}
 	s := &Server{
-		Server: grpc.NewServer(opts...),
 		Health: health.NewServer(),
 		log:    o.Log,
 		tls:    o.TLS.Enabled() || o.TLSConfig != nil,
 		drain:  o.DrainTimeout,
 		reload: reload,
 	}
+	opts = append(opts, grpc.ChainStreamInterceptor(s.streams.interceptor))
+	s.Server = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	return s, nil
 }
 
 // Serve accepts connections on lis until ctx ends, then shuts down
-// gracefully: health turns NOT_SERVING, no new streams are accepted, open
-// streams get DrainTimeout to finish, and whatever is left is closed.
+// gracefully: health turns NOT_SERVING, no new RPCs are accepted (clients
+// get GOAWAY), open streaming RPCs — subscriptions that would never end on
+// their own — have their contexts cancelled so their handlers return and
+// clients reconnect elsewhere, unary RPCs get DrainTimeout to finish, and
+// whatever is left then is closed.
 //
 // With TLS files, Serve also watches them and serves rotated certificates to
 // new connections. If the watch fails, Serve shuts down and returns the
@@ -158,6 +249,16 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		s.GracefulStop()
 		close(stopped)
 	}()
+	if n, ended := s.streams.endAll(); n > 0 {
+		s.log.Info("ending open streams for the drain", "streams", n)
+		select {
+		case <-ended:
+		case <-stopped:
+		case <-time.After(StreamGrace):
+			s.log.Info("closing the connections of streams still open")
+			s.Stop()
+		}
+	}
 	timer := time.NewTimer(s.drain)
 	defer timer.Stop()
 	select {

@@ -131,7 +131,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	rt.HandleAdmin("GET /debug/config_dump", srv.ConfigDumpHandler())
 
 	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}}
-	plain, err := xdsServer(rt, tlsreload.Files{}, srv)
+	plain, err := xdsServer(rt, tlsreload.Files{}, srv, cfg.ShutdownTimeout)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	actors = append(actors, lifecycle.Actor{Name: "xds", Run: func(ctx context.Context) error { return plain.Serve(ctx, lis) }})
 	if cfg.XDSTLS.Enabled() {
-		secure, err := xdsServer(rt, cfg.XDSTLS, srv)
+		secure, err := xdsServer(rt, cfg.XDSTLS, srv, cfg.ShutdownTimeout)
 		if err != nil {
 			return err
 		}
@@ -164,8 +164,8 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	return rt.Serve(ctx, actors...)
 }
 
-func xdsServer(rt *command.Runtime, files tlsreload.Files, srv *xds.Server) (*grpcserver.Server, error) {
-	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, MaxRecvMsgBytes: 4 << 20, ManyStreams: true})
+func xdsServer(rt *command.Runtime, files tlsreload.Files, srv *xds.Server, shutdown time.Duration) (*grpcserver.Server, error) {
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, MaxRecvMsgBytes: 4 << 20, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown)})
 	if err != nil {
 		return nil, err
 	}

@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: cfg.MCPTLS})
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: cfg.MCPTLS, DrainTimeout: grpcserver.DrainWithin(cfg.ShutdownTimeout)})
 	if err != nil {
 		return err
 	}
