@@ -90,7 +90,6 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
-	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
@@ -101,6 +100,7 @@ require (
 require (
 	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000
 	gopkg.in/evanphx/json-patch.v4 v4.13.0
+	k8s.io/klog/v2 v2.140.0
 )
 
 replace github.com/flotilla-mesh/flotilla/api => ../api

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := 1
-	if err := build.Binaries(dir, "flotilla-ca", "flotilla-injector"); err != nil {
+	if err := build.Binaries(dir, "flotilla-ca", "flotilla-injector", "flotilla-galley"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
@@ -101,12 +101,14 @@ type ca struct {
 	state string
 }
 
-func startCA(t *testing.T, state string, s *signer) *ca {
+func startCA(t *testing.T, state string, s *signer, extra ...string) *ca {
 	t.Helper()
 	c := &ca{addr: proc.FreeAddr(t), state: state}
 	admin := proc.FreeAddr(t)
-	c.p = proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", c.addr, "--admin-address", admin,
-		"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test")
+	c.p = proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), append([]string{
+		"--address", c.addr, "--admin-address", admin,
+		"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test",
+	}, extra...)...)
 	proc.WaitReady(t, "http://"+admin+"/readyz")
 	return c
 }

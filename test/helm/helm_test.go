@@ -77,10 +77,8 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 			"--set", "injector.revision=canary", "--set", "global.imageRegistry=registry.example", "--set", "global.imageTag=v1.2.3",
 			"--set", "galley.autoscaling.enabled=true", "--set", "ca.autoscaling.enabled=true", "--set", "discovery.autoscaling.enabled=false",
 		},
-		"the validation webhook": {
-			"--set", "galley.validationWebhook.enabled=true", "--set", "galley.validationWebhook.tlsSecretName=galley-tls",
-			"--set", "galley.validationWebhook.caBundle=Y2E=", "--set", "galley.validationWebhook.failurePolicy=Ignore",
-		},
+		"no validation webhook":   {"--set", "galley.validationWebhook.enabled=false"},
+		"validation failing open": {"--set", "galley.validationWebhook.failurePolicy=Ignore"},
 		"scheduling": {
 			"--set", "discovery.nodeSelector.pool=mesh", "--set-json", `discovery.tolerations=[{"key":"mesh","operator":"Exists"}]`,
 			"--set-json", `discovery.affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"flotilla-discovery"}}}}]}}`,
@@ -103,7 +101,7 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 		"unknown top-level key":                {"--set", "galey.replicaCount=2"},
 		"bad key type":                         {"--set", "ca.keyType=DSA"},
 		"bad failure policy":                   {"--set", "injector.webhook.failurePolicy=Maybe"},
-		"webhook without its certificate":      {"--set", "galley.validationWebhook.enabled=true"},
+		"bad validation failure policy":        {"--set", "galley.validationWebhook.failurePolicy=Sometimes"},
 		"no replicas":                          {"--set", "galley.replicaCount=0"},
 		"a revision that is not a label value": {"--set", "injector.revision=Not_OK"},
 		"a duration that is not one":           {"--set", "discovery.debounceQuiet=soon"},
@@ -148,9 +146,7 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := helmRun(t, helm, "template", "flotilla", dir, "-n", namespace,
-		"--set", "galley.validationWebhook.enabled=true", "--set", "galley.validationWebhook.tlsSecretName=galley-tls",
-		"--set", "galley.validationWebhook.caBundle=Y2E=", "--set", "galley.validationWebhook.failurePolicy=Ignore")
+	rendered, err := helmRun(t, helm, "template", "flotilla", dir, "-n", namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +227,15 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		}
 	}
 
-	// The injection webhook never sees the control plane's namespace.
+	// Both webhooks fail closed by default; the injection webhook never
+	// sees the control plane's namespace.
+	val, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "flotilla-validator-"+namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := val.Webhooks[0].FailurePolicy; p == nil || *p != admregv1.Fail {
+		t.Errorf("validation failurePolicy %v", p)
+	}
 	hook, err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "flotilla-sidecar-injector", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +272,9 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		{"flotilla-galley", "list", "", "configmaps", "app", "", "", false},
 		{"flotilla-galley", "get", "", "secrets", namespace, "istio-ca-secret", "", false},
 		{"flotilla-galley", "update", "coordination.k8s.io", "leases", namespace, "flotilla-galley-status", "", true},
+		{"flotilla-galley", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "flotilla-validator-" + namespace, "", true},
+		{"flotilla-galley", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "another", "", false},
+		{"flotilla-galley", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "flotilla-sidecar-injector", "", false},
 		// ca: TokenReview, its own Secrets, root ConfigMaps everywhere.
 		{"flotilla-ca", "create", "authentication.k8s.io", "tokenreviews", "", "", "", true},
 		{"flotilla-ca", "get", "", "secrets", namespace, "istio-ca-secret", "", true},

@@ -3,7 +3,9 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,8 +19,10 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
 
+	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/platform/cabundle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
@@ -54,8 +58,20 @@ type Config struct {
 	// WebhookAddress serves the validating admission webhook.
 	WebhookAddress string `yaml:"webhookAddress" usage:"listen address of the validating admission webhook (HTTPS, path /validate)"`
 	// WebhookTLS is the webhook's serving certificate; the webhook runs only
-	// when it is set (the apiserver calls webhooks over HTTPS only).
+	// when it is set, or when the certificate comes from ca (the apiserver
+	// calls webhooks over HTTPS only).
 	WebhookTLS tlsreload.Files `yaml:"webhookTLS"`
+	// CAAddress, CARootsFile and TokenFile get the webhook's certificate
+	// from ca (flotilla-galley's Service names), renewed before it expires;
+	// they take the place of webhookTLS.
+	CAAddress   string `yaml:"caAddress" usage:"ca's address, to get the webhook's serving certificate from it (instead of webhookTLS)"`
+	CARootsFile string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to; also the caBundle the controller keeps"`
+	TokenFile   string `yaml:"tokenFile" usage:"service account token (audience istio-ca) to authenticate to ca with"`
+	// WebhookConfig and CABundleFile run the caBundle controller (in a
+	// cluster): a leader-elected replica keeps WebhookConfig's caBundle
+	// equal to CABundleFile (default: caRootsFile).
+	WebhookConfig string `yaml:"webhookConfig" usage:"ValidatingWebhookConfiguration whose caBundle is kept (with a cluster and a CA bundle)"`
+	CABundleFile  string `yaml:"caBundleFile" usage:"PEM CA of the webhook's serving certificate, for the caBundle (default caRootsFile)"`
 	// DefaultNamespace applies to file objects without a namespace.
 	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of file objects that name none"`
 	// DomainSuffix is the cluster's DNS domain.
@@ -72,13 +88,25 @@ func Defaults() Config {
 		DomainSuffix:     "cluster.local",
 		ClusterID:        "Kubernetes",
 		SystemNamespace:  "istio-system",
+		WebhookConfig:    "flotilla-validator",
 	}
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	errs := []error{c.Common.Validate(), c.MCPTLS.Validate(), c.WebhookTLS.Validate()}
-	if c.WebhookTLS.Enabled() {
+	if c.CAAddress != "" {
+		if c.WebhookTLS.Enabled() {
+			errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the webhook's certificate comes from ca or from files"))
+		}
+		if c.CARootsFile == "" || c.TokenFile == "" {
+			errs = append(errs, errors.New("caAddress needs caRootsFile and tokenFile"))
+		}
+		if _, _, err := net.SplitHostPort(c.CAAddress); err != nil {
+			errs = append(errs, fmt.Errorf("caAddress %q: %w", c.CAAddress, err))
+		}
+	}
+	if c.WebhookTLS.Enabled() || c.CAAddress != "" {
 		if _, _, err := net.SplitHostPort(c.WebhookAddress); err != nil {
 			errs = append(errs, fmt.Errorf("webhookAddress %q: %w", c.WebhookAddress, err))
 		}
@@ -228,12 +256,25 @@ func publishMeshFile(srv *mcp.Server, path string) error {
 
 // webhookActors serves the validating webhook when it has a certificate.
 func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Object) ([]lifecycle.Actor, error) {
-	if !cfg.WebhookTLS.Enabled() {
+	var actors []lifecycle.Actor
+	var tlsCfg *tls.Config
+	switch {
+	case cfg.CAAddress != "":
+		certs, err := certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-galley", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+		if err != nil {
+			return nil, err //nolint:wrapcheck // says what failed
+		}
+		tlsCfg = certs.ServerConfig(nil)
+		actors = append(actors, lifecycle.Actor{Name: "webhook-certificate:" + cfg.CAAddress, Run: certs.Run})
+	case cfg.WebhookTLS.Enabled():
+		rl, err := tlsreload.New(cfg.WebhookTLS, rt.Log)
+		if err != nil {
+			return nil, fmt.Errorf("webhook tls: %w", err)
+		}
+		tlsCfg = rl.ServerConfig()
+		actors = append(actors, lifecycle.Actor{Name: "webhook-certs", Run: rl.Run})
+	default:
 		return nil, nil
-	}
-	rl, err := tlsreload.New(cfg.WebhookTLS, rt.Log)
-	if err != nil {
-		return nil, fmt.Errorf("webhook tls: %w", err)
 	}
 	h, err := webhook.Handler(webhook.Options{
 		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/galley/webhook"),
@@ -247,10 +288,22 @@ func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Obje
 	if err != nil {
 		return nil, fmt.Errorf("webhook listen: %w", err)
 	}
-	return []lifecycle.Actor{
-		{Name: "webhook", Run: func(ctx context.Context) error {
-			return webhook.Serve(ctx, rt.Log, lis, rl.ServerConfig(), h, cfg.ShutdownTimeout)
-		}},
-		{Name: "webhook-certs", Run: rl.Run},
-	}, nil
+	actors = append(actors, lifecycle.Actor{Name: "webhook", Run: func(ctx context.Context) error {
+		return webhook.Serve(ctx, rt.Log, lis, tlsCfg, h, cfg.ShutdownTimeout)
+	}})
+	// In a cluster, a leader keeps the ValidatingWebhookConfiguration's
+	// caBundle equal to the CA of the certificate served.
+	if bundle := cmp.Or(cfg.CABundleFile, cfg.CARootsFile); bundle != "" && cfg.ConfigDir == "" {
+		c, err := cabundle.FromSetup(cabundle.Setup{
+			Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Validating, Webhook: cfg.WebhookConfig,
+			Bundle: cabundle.FileBundle(bundle, rt.Log), LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-cabundle", Log: rt.Log,
+		})
+		if err != nil {
+			return nil, err //nolint:wrapcheck // says what failed
+		}
+		if c != nil {
+			actors = append(actors, lifecycle.Actor{Name: "cabundle", Run: c.Run})
+		}
+	}
+	return actors, nil
 }

@@ -15,26 +15,21 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
+	"github.com/flotilla-mesh/flotilla/internal/platform/cabundle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
-	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
-	"github.com/flotilla-mesh/flotilla/services/injector/cabundle"
 	"github.com/flotilla-mesh/flotilla/services/injector/injectconfig"
 	"github.com/flotilla-mesh/flotilla/services/injector/namespaces"
 	"github.com/flotilla-mesh/flotilla/services/injector/webhook"
@@ -144,7 +139,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	var devCert []byte
 	var certs *certclient.Client
 	if cfg.CAAddress != "" {
-		if certs, err = caCertificates(cfg, rt); err != nil {
+		if certs, err = certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-injector", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log); err != nil {
 			return err
 		}
 		tlsCfg = certs.ServerConfig(nil)
@@ -209,66 +204,20 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 
 // caBundleController runs when there is a cluster to write to.
 func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabundle.Controller, error) {
-	if cfg.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
-		return nil, nil
-	}
 	bundle := func() []byte { return devCert }
 	if cfg.CABundleFile == "" && cfg.CARootsFile != "" {
 		cfg.CABundleFile = cfg.CARootsFile // certificates from ca chain to its roots
 	}
 	if cfg.CABundleFile != "" {
-		bundle = func() []byte {
-			data, err := os.ReadFile(cfg.CABundleFile)
-			if err != nil {
-				rt.Log.Warn("reading the caBundle file", "error", err)
-				return nil
-			}
-			return data
-		}
+		bundle = cabundle.FileBundle(cfg.CABundleFile, rt.Log)
 	} else if devCert == nil {
 		rt.Log.Warn("no caBundleFile: the caBundle controller is off")
 		return nil, nil
 	}
-	rest, err := kubeconfig.Load(cfg.Kubeconfig, "--kubeconfig")
-	if err != nil {
-		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
-	identity, err := os.Hostname()
-	if err != nil {
-		return nil, fmt.Errorf("leader identity: %w", err)
-	}
-	return cabundle.New(cabundle.Options{
-		Client: client, Log: rt.Log, Webhook: cfg.WebhookConfig, Bundle: bundle,
-		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-injector-cabundle",
-	}), nil
-}
-
-// caCertificates gets the serving certificate from ca, for
-// flotilla-injector's Service names.
-func caCertificates(cfg Config, rt *command.Runtime) (*certclient.Client, error) {
-	pemRoots, err := os.ReadFile(cfg.CARootsFile)
-	if err != nil {
-		return nil, fmt.Errorf("ca roots: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pemRoots) {
-		return nil, fmt.Errorf("ca roots %s: no PEM certificates", cfg.CARootsFile)
-	}
-	host, _, _ := net.SplitHostPort(cfg.CAAddress)
-	base := "flotilla-injector." + cfg.SystemNamespace + ".svc"
-	return certclient.New(certclient.Options{
-		Address: cfg.CAAddress, ServerName: host, Roots: roots,
-		Token: func() (string, error) {
-			b, err := os.ReadFile(cfg.TokenFile)
-			return strings.TrimSpace(string(b)), err
-		},
-		DNSNames: []string{base, base + "." + cfg.DomainSuffix}, Log: rt.Log,
-	}), nil
+	return cabundle.FromSetup(cabundle.Setup{ //nolint:wrapcheck // says what failed
+		Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Mutating, Webhook: cfg.WebhookConfig, Bundle: bundle,
+		LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-injector-cabundle", Log: rt.Log,
+	})
 }
 
 // servingTLS serves the configured certificate, or a self-signed one made

@@ -134,3 +134,7 @@ spec:
 {{- define "flotilla.injectionConfigMap" -}}
 {{ include "flotilla.injectorWebhookName" . }}
 {{- end }}
+
+{{- define "flotilla.validatorName" -}}
+flotilla-validator-{{ .Release.Namespace }}
+{{- end }}

@@ -49,7 +49,7 @@ type countingTransport struct {
 func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := c.next.RoundTrip(r)
 	if err == nil && resp.StatusCode < 300 && (r.Method == http.MethodPut || r.Method == http.MethodPatch) &&
-		strings.Contains(r.URL.Path, "/mutatingwebhookconfigurations/") {
+		(strings.Contains(r.URL.Path, "/mutatingwebhookconfigurations/") || strings.Contains(r.URL.Path, "/validatingwebhookconfigurations/")) {
 		c.w.mu.Lock()
 		c.w.n[c.agent]++
 		c.w.mu.Unlock()
@@ -170,4 +170,44 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 		t.Fatalf("accepted writes: injector-a %d, injector-b %d; want 3", a, b)
 	}
 	t.Logf("accepted caBundle writes: injector-a %d, injector-b %d", w.count("injector-a"), w.count("injector-b"))
+}
+
+// TestAValidatingWebhookConfigurationIsKeptToo: galley's validating
+// webhook goes through the same controller.
+func TestAValidatingWebhookConfigurationIsKeptToo(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lease, err := env.CreateNamespace(ctx, "val-lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "https://127.0.0.1:1/validate"
+	none := admregv1.SideEffectClassNone
+	cfgs := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := cfgs.Create(ctx, &admregv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-validator"},
+		Webhooks: []admregv1.ValidatingWebhook{{
+			Name: "validation.flotilla.io", ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: []byte("stale")},
+			SideEffects: &none, AdmissionReviewVersions: []string{"v1"},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"never": "matches"}},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bundle := []byte("-----BEGIN CERTIFICATE-----\nvalidator\n-----END CERTIFICATE-----\n")
+	w := &writes{n: map[string]int{}}
+	c := New(Options{
+		Client: clientAs(t, "galley", w), Log: slog.New(slog.DiscardHandler), Kind: Validating, Webhook: "flotilla-validator",
+		Bundle: func() []byte { return bundle }, Identity: "galley", LeaseNamespace: lease, LeaseName: "validator",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Resync: time.Second,
+	})
+	go func() { _ = c.Run(ctx) }()
+	eventually(t, "the bundle", func() bool {
+		cfg, err := cfgs.Get(ctx, "flotilla-validator", metav1.GetOptions{})
+		return err == nil && bytes.Equal(cfg.Webhooks[0].ClientConfig.CABundle, bundle)
+	})
+	time.Sleep(2 * time.Second) // resyncs
+	if n := w.count("galley"); n != 1 {
+		t.Fatalf("%d accepted writes, want 1", n)
+	}
 }

@@ -1,0 +1,176 @@
+// Package cabundle keeps the caBundle of a webhook configuration (the
+// injector's MutatingWebhookConfiguration, galley's
+// ValidatingWebhookConfiguration) equal to the CA of the webhook's serving
+// certificate: a leader-elected controller that writes only when a bundle
+// differs, so replicas never fight over it.
+package cabundle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	admregv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/leader"
+)
+
+// Kind of webhook configuration.
+type Kind int
+
+// The two kinds of webhook configuration.
+const (
+	Mutating Kind = iota
+	Validating
+)
+
+func (k Kind) String() string {
+	if k == Validating {
+		return "ValidatingWebhookConfiguration"
+	}
+	return "MutatingWebhookConfiguration"
+}
+
+// Options configures a Controller.
+type Options struct {
+	Client kubernetes.Interface
+	Log    *slog.Logger
+	// Kind and Webhook name the webhook configuration.
+	Kind    Kind
+	Webhook string
+	// Bundle returns the PEM the webhooks' caBundle must hold.
+	Bundle func() []byte
+	// Lease.
+	Identity, LeaseNamespace, LeaseName       string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Resync re-checks this often (default 1 minute), so a changed bundle
+	// is rolled out.
+	Resync time.Duration
+}
+
+// Controller is the caBundle patcher.
+type Controller struct{ o Options }
+
+// New returns a controller.
+func New(o Options) *Controller {
+	if o.Resync == 0 {
+		o.Resync = time.Minute
+	}
+	o.Log = o.Log.With("component", "cabundle", "identity", o.Identity)
+	return &Controller{o: o}
+}
+
+// Run campaigns for the Lease and, while leading, keeps the bundle.
+func (c *Controller) Run(ctx context.Context) error {
+	return leader.Run(ctx, leader.Options{ //nolint:wrapcheck // says what failed
+		Client: c.o.Client, Log: c.o.Log, Namespace: c.o.LeaseNamespace, Name: c.o.LeaseName, Identity: c.o.Identity,
+		LeaseDuration: c.o.LeaseDuration, RenewDeadline: c.o.RenewDeadline, RetryPeriod: c.o.RetryPeriod,
+	}, c.lead)
+}
+
+func (c *Controller) lead(ctx context.Context) {
+	c.o.Log.Info("leading: keeping the webhook's caBundle", "kind", c.o.Kind.String(), "webhook", c.o.Webhook)
+	f := informers.NewSharedInformerFactoryWithOptions(c.o.Client, c.o.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.o.Webhook).String()
+	}))
+	kick := make(chan struct{}, 1)
+	wake := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: wake, UpdateFunc: func(_, n any) { wake(n) }}
+	var reconcile func(context.Context) error
+	if c.o.Kind == Validating {
+		inf := f.Admissionregistration().V1().ValidatingWebhookConfigurations()
+		_, _ = inf.Informer().AddEventHandler(handler)
+		lister := inf.Lister()
+		reconcile = func(ctx context.Context) error {
+			cfg, err := lister.Get(c.o.Webhook)
+			if err != nil {
+				return err //nolint:wrapcheck // a lister error, checked for NotFound
+			}
+			fixed := cfg.DeepCopy()
+			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.ValidatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {
+				return nil
+			}
+			_, err = c.o.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
+			return c.updated(err)
+		}
+	} else {
+		inf := f.Admissionregistration().V1().MutatingWebhookConfigurations()
+		_, _ = inf.Informer().AddEventHandler(handler)
+		lister := inf.Lister()
+		reconcile = func(ctx context.Context) error {
+			cfg, err := lister.Get(c.o.Webhook)
+			if err != nil {
+				return err //nolint:wrapcheck // a lister error, checked for NotFound
+			}
+			fixed := cfg.DeepCopy()
+			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.MutatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {
+				return nil
+			}
+			_, err = c.o.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
+			return c.updated(err)
+		}
+	}
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		}
+		err := reconcile(ctx)
+		if apierrors.IsNotFound(err) {
+			continue // not installed (yet): the informer wakes us when it is
+		}
+		if err != nil && ctx.Err() == nil {
+			c.o.Log.Warn("patching the caBundle failed; retrying", "error", err)
+			time.AfterFunc(2*time.Second, func() { wake(nil) })
+		}
+	}
+}
+
+func clientConfigs[W any](webhooks []W, cc func(*W) *admregv1.WebhookClientConfig) []*admregv1.WebhookClientConfig {
+	out := make([]*admregv1.WebhookClientConfig, len(webhooks))
+	for i := range webhooks {
+		out[i] = cc(&webhooks[i])
+	}
+	return out
+}
+
+// fix sets every differing bundle and says how many it changed; none when
+// there is no bundle to set.
+func (c *Controller) fix(configs []*admregv1.WebhookClientConfig) int {
+	want := c.o.Bundle()
+	if len(want) == 0 {
+		return 0
+	}
+	changed := 0
+	for _, cc := range configs {
+		if !bytes.Equal(cc.CABundle, want) {
+			cc.CABundle = want
+			changed++
+		}
+	}
+	return changed
+}
+
+func (c *Controller) updated(err error) error {
+	if err != nil {
+		return fmt.Errorf("update %s %s: %w", c.o.Kind, c.o.Webhook, err)
+	}
+	c.o.Log.Info("caBundle patched", "kind", c.o.Kind.String(), "webhook", c.o.Webhook)
+	return nil
+}
