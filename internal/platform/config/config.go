@@ -227,7 +227,9 @@ func kebab(segs []string) string {
 		for i, c := range r {
 			if unicode.IsUpper(c) && i > 0 {
 				prevLower := unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1])
-				nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
+				// A plural acronym ends the word ("servingIPs" → serving-ips).
+				plural := i+2 == len(r) && r[i+1] == 's'
+				nextLower := i+1 < len(r) && unicode.IsLower(r[i+1]) && !plural
 				if prevLower || (unicode.IsUpper(r[i-1]) && nextLower) {
 					b.WriteByte('-')
 				}

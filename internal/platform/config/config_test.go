@@ -243,6 +243,11 @@ func TestKebabCase(t *testing.T) {
 		"maxRecvMsgMiB": "max-recv-msg-mi-b",
 		"http2Port":     "http2-port",
 		"level":         "level",
+		"servingIPs":    "serving-ips",
+		"caBundleURLs":  "ca-bundle-urls",
+		"clusterID":     "cluster-id",
+		"defaultTTL":    "default-ttl",
+		"isTLS":         "is-tls",
 	}
 	for in, want := range tests {
 		if got := kebab([]string{in}); got != want {
