@@ -1,6 +1,7 @@
 // Package compose_test runs docker-compose.yaml as users do — `make
 // images`, then docker compose up — and checks the demo's split, that it
-// follows an edit, and that losing a discovery replica loses no call. It
+// follows an edit, that losing a discovery replica or galley loses no
+// call, and that every container drains and exits 0 on docker stop. It
 // needs a Docker engine and Compose; without them it says so and skips
 // (the process-level tests in test/binaries and test/faults cover the same
 // topology without Docker).
@@ -125,7 +126,7 @@ func counts(line string) (v1, v2 int) {
 
 func noErrors(l string) bool { return !strings.Contains(l, "error") && strings.Contains(l, "(") }
 
-func TestDockerComposeRunsTheDemoAndSurvivesLosingADiscoveryReplica(t *testing.T) {
+func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	cmd := compose(t)
 	root, err := build.RepoRoot()
 	if err != nil {
@@ -178,11 +179,10 @@ func TestDockerComposeRunsTheDemoAndSurvivesLosingADiscoveryReplica(t *testing.T
 	}
 	setWeights := func(w1, w2 int) {
 		t.Helper()
-		next := strings.Replace(string(pristine), "weight: 80", fmt.Sprintf("weight: %d", w1), 1)
-		next = strings.Replace(next, "weight: 20", fmt.Sprintf("weight: %d", w2), 1)
-		if next == string(pristine) {
+		if !strings.Contains(string(pristine), "weight: 80") || !strings.Contains(string(pristine), "weight: 20") {
 			t.Fatal("greeter.yaml has no 80/20 weights")
 		}
+		next := strings.NewReplacer("weight: 80", fmt.Sprintf("weight: %d", w1), "weight: 20", fmt.Sprintf("weight: %d", w2)).Replace(string(pristine))
 		if err := os.WriteFile(filepath.Join(examples, "greeter.yaml"), []byte(next), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -199,9 +199,9 @@ func TestDockerComposeRunsTheDemoAndSurvivesLosingADiscoveryReplica(t *testing.T
 	s.waitSplit(seen, 2, share(0, 0))
 	t.Logf("an edit of greeter.yaml (0/100) reached the client within %s", time.Since(start).Round(time.Second))
 
-	// Lose each discovery replica in turn (the first is started again
-	// before the second goes): no call fails, and a change still arrives,
-	// through the replica left.
+	// Lose each discovery replica in turn (each is started again before
+	// the next goes): no call fails, and a change still arrives, through
+	// the replica left.
 	ids := strings.Fields(s.must("ps", "-q", "discovery"))
 	for i, id := range ids {
 		if out, err := exec.Command("docker", "kill", id).CombinedOutput(); err != nil {
@@ -219,12 +219,29 @@ func TestDockerComposeRunsTheDemoAndSurvivesLosingADiscoveryReplica(t *testing.T
 		a, b := s.waitSplit(seen, 3, want)
 		t.Logf("discovery replica %d of 2 killed: the next change's split held 3 s in a row, %s after the kill (v1 %d, v2 %d, no failed call)",
 			i+1, time.Since(start).Round(time.Second), a, b)
-		if i == 0 {
-			if out, err := exec.Command("docker", "start", id).CombinedOutput(); err != nil {
-				t.Fatalf("docker start: %v\n%s", err, out)
-			}
+		// Back for what follows.
+		if out, err := exec.Command("docker", "start", id).CombinedOutput(); err != nil {
+			t.Fatalf("docker start: %v\n%s", err, out)
 		}
 	}
+	// galley killed: the client keeps routing on what discovery holds; once
+	// galley is back, changes flow again.
+	galley := strings.TrimSpace(s.must("ps", "-q", "galley"))
+	if out, err := exec.Command("docker", "kill", galley).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill galley: %v\n%s", err, out)
+	}
+	seen = len(s.splits())
+	a, b := s.waitSplit(seen, 3, share(100, 100))
+	t.Logf("galley killed: 3 s of calls as before (v1 %d, v2 %d), none failed", a, b)
+	if out, err := exec.Command("docker", "start", galley).CombinedOutput(); err != nil {
+		t.Fatalf("docker start galley: %v\n%s", err, out)
+	}
+	start = time.Now()
+	setWeights(20, 80)
+	seen = len(s.splits())
+	s.waitSplit(seen, 3, share(5, 35))
+	t.Logf("galley restarted: a change's split held 3 s in a row, %s after the restart", time.Since(start).Round(time.Second))
+
 	failed := 0
 	for _, l := range s.splits()[base:] {
 		if strings.Contains(l, "error") {
@@ -233,4 +250,26 @@ func TestDockerComposeRunsTheDemoAndSurvivesLosingADiscoveryReplica(t *testing.T
 		}
 	}
 	t.Logf("failed calls after the first convergence: %d seconds with failures", failed)
+
+	// docker stop (SIGTERM, then SIGKILL after 15 s): every container
+	// drains and exits 0, the client first so that nothing it depends on
+	// goes away under it.
+	for _, svc := range []string{"client", "greeter-v1", "greeter-v2", "injector", "galley", "ca", "discovery"} {
+		for _, id := range strings.Fields(s.must("ps", "-q", svc)) {
+			start := time.Now()
+			if out, err := exec.Command("docker", "stop", "-t", "15", id).CombinedOutput(); err != nil {
+				t.Fatalf("docker stop %s: %v\n%s", svc, err, out)
+			}
+			took := time.Since(start)
+			out, err := exec.Command("docker", "inspect", "-f", "{{.State.ExitCode}}", id).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			code := strings.TrimSpace(string(out))
+			t.Logf("measured: %s stopped in %s, exit code %s", svc, took.Round(time.Millisecond), code)
+			if code != "0" {
+				t.Errorf("%s exited %s after SIGTERM, want 0", svc, code)
+			}
+		}
+	}
 }
