@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,78 @@ func (c *Client) ServerConfig(clientRoots *x509.CertPool) *tls.Config {
 	if clientRoots != nil {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 		cfg.ClientCAs = clientRoots
+	}
+	return cfg
+}
+
+// Roots are ca's roots the client was given: the mesh's trust bundle.
+func (c *Client) Roots() *x509.CertPool { return c.o.Roots }
+
+// ClientConfig presents the current certificate to a server that must be
+// the given service account ("<namespace>/<sa>"): its certificate must
+// chain to the mesh roots and carry that SPIFFE identity. The identity,
+// not a DNS name, is what is checked (as between Istio's components), so
+// the server may be reached by any address.
+func (c *Client) ClientConfig(account string) *tls.Config {
+	want := spiffePath(account)
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Verified below, by chain and identity instead of host name.
+		InsecureSkipVerify: true, //nolint:gosec // VerifyConnection checks the chain and the SPIFFE ID
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the server sent no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, ic := range cs.PeerCertificates[1:] {
+				inter.AddCert(ic)
+			}
+			leaf := cs.PeerCertificates[0]
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.o.Roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				return fmt.Errorf("server certificate: %w", err)
+			}
+			for _, u := range leaf.URIs {
+				if u.Scheme == "spiffe" && u.Path == want {
+					return nil
+				}
+			}
+			return fmt.Errorf("server %v is not %s", leaf.URIs, account)
+		},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if cert := c.current.Load(); cert != nil {
+				return cert, nil
+			}
+			return nil, errors.New("no certificate from ca yet")
+		},
+	}
+}
+
+func spiffePath(account string) string {
+	ns, sa, _ := strings.Cut(account, "/")
+	return "/ns/" + ns + "/sa/" + sa
+}
+
+// RequirePeers makes a server configuration that verifies client
+// certificates also accept only the given service accounts: the peer's
+// SPIFFE ID (its certificate's URI SAN) must end in /ns/<namespace>/sa/<sa>
+// for one of them, given as "<namespace>/<sa>". The trust domain is the
+// issuing ca's, already checked by the chain.
+func RequirePeers(cfg *tls.Config, accounts ...string) *tls.Config {
+	allowed := map[string]bool{}
+	for _, a := range accounts {
+		allowed[spiffePath(a)] = true
+	}
+	cfg = cfg.Clone()
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("no client certificate")
+		}
+		for _, u := range cs.PeerCertificates[0].URIs {
+			if u.Scheme == "spiffe" && allowed[u.Path] {
+				return nil
+			}
+		}
+		return fmt.Errorf("client %v is not one of %v", cs.PeerCertificates[0].URIs, accounts)
 	}
 	return cfg
 }

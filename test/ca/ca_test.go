@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := 1
-	if err := build.Binaries(dir, "flotilla-ca", "flotilla-injector", "flotilla-galley"); err != nil {
+	if err := build.Binaries(dir, "flotilla-ca", "flotilla-injector", "flotilla-galley", "flotilla-discovery"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = kubeenv.RunTests(m, &env, kubeenv.Options{})

@@ -219,7 +219,7 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the injection ConfigMap: %v", err)
 			}
-			if c.Values.DiscoveryAddress != "flotilla-discovery."+namespace+".svc:15010" || c.Values.ProxyImage != "flotilla-agent:latest" {
+			if c.Values.DiscoveryAddress != "flotilla-discovery."+namespace+".svc:15012" || c.Values.ProxyImage != "flotilla-agent:latest" {
 				t.Errorf("injection values %+v", c.Values)
 			}
 		default:

@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
@@ -42,7 +44,7 @@ type Config struct {
 	// XDSAddress serves plaintext ADS (loopback and development).
 	XDSAddress string `yaml:"xdsAddress" usage:"listen address of the plaintext xDS server"`
 	// SecureXDSAddress serves ADS over mTLS; only when XDSTLS is set.
-	SecureXDSAddress string `yaml:"secureXDSAddress" usage:"listen address of the mTLS xDS server (served when xdsTLS is set)"`
+	SecureXDSAddress string `yaml:"secureXDSAddress" usage:"listen address of the mTLS xDS server (served with xdsTLS, or with a certificate from ca)"`
 	// XDSTLS is the certificate of the secure xDS server.
 	XDSTLS tlsreload.Files `yaml:"xdsTLS"`
 	// DebounceQuiet and DebounceMax shape pushes.
@@ -52,6 +54,14 @@ type Config struct {
 	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain used to qualify short host names"`
 	// DefaultNamespace applies to file objects without a namespace.
 	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of --config-dir objects that name none"`
+	// CAAddress, CARootsFile and TokenFile get discovery's certificate from
+	// ca (flotilla-discovery's Service names in SystemNamespace): it then
+	// subscribes to galley over mTLS and serves ADS over mTLS on
+	// secureXDSAddress, unless galleyTLS / xdsTLS files say otherwise.
+	CAAddress       string `yaml:"caAddress" usage:"ca's address, for discovery's certificate (mTLS to galley and on the secure xDS port)"`
+	CARootsFile     string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to (the mesh trust bundle)"`
+	TokenFile       string `yaml:"tokenFile" usage:"service account token (audience istio-ca) to authenticate to ca with"`
+	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace (discovery's Service names in its certificate from ca)"`
 }
 
 // Defaults returns the default configuration.
@@ -65,6 +75,7 @@ func Defaults() Config {
 		DebounceMax:      10 * time.Second,
 		DomainSuffix:     model.DefaultDomainSuffix,
 		DefaultNamespace: "default",
+		SystemNamespace:  "istio-system",
 	}
 }
 
@@ -72,8 +83,14 @@ func Defaults() Config {
 func (c Config) Validate() error {
 	errs := []error{c.Common.Validate(), c.GalleyTLS.Validate(), c.XDSTLS.Validate()}
 	addrs := map[string]string{"xdsAddress": c.XDSAddress}
-	if c.XDSTLS.Enabled() {
+	if c.XDSTLS.Enabled() || c.CAAddress != "" {
 		addrs["secureXDSAddress"] = c.SecureXDSAddress
+	}
+	if c.CAAddress != "" {
+		addrs["caAddress"] = c.CAAddress
+		if c.CARootsFile == "" || c.TokenFile == "" {
+			errs = append(errs, errors.New("caAddress needs caRootsFile and tokenFile"))
+		}
 	}
 	if c.ConfigDir == "" {
 		addrs["galleyAddress"] = c.GalleyAddress
@@ -123,7 +140,13 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	source, err := newSource(cfg, rt, in)
+	var certs *certclient.Client
+	if cfg.CAAddress != "" {
+		if certs, err = certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-discovery", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log); err != nil {
+			return err //nolint:wrapcheck // says what failed
+		}
+	}
+	source, err := newSource(cfg, rt, in, certs)
 	if err != nil {
 		return err
 	}
@@ -131,7 +154,10 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	rt.HandleAdmin("GET /debug/config_dump", srv.ConfigDumpHandler())
 
 	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}}
-	plain, err := xdsServer(rt, tlsreload.Files{}, srv, cfg.ShutdownTimeout)
+	if certs != nil {
+		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CAAddress, Run: certs.Run})
+	}
+	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg.ShutdownTimeout)
 	if err != nil {
 		return err
 	}
@@ -140,8 +166,13 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return fmt.Errorf("xds listen: %w", err)
 	}
 	actors = append(actors, lifecycle.Actor{Name: "xds", Run: func(ctx context.Context) error { return plain.Serve(ctx, lis) }})
-	if cfg.XDSTLS.Enabled() {
-		secure, err := xdsServer(rt, cfg.XDSTLS, srv, cfg.ShutdownTimeout)
+	if cfg.XDSTLS.Enabled() || certs != nil {
+		// Proxies present their workload certificates from ca.
+		var tlsCfg *tls.Config
+		if certs != nil {
+			tlsCfg = certs.ServerConfig(certs.Roots())
+		}
+		secure, err := xdsServer(rt, cfg.XDSTLS, tlsCfg, srv, cfg.ShutdownTimeout)
 		if err != nil {
 			return err
 		}
@@ -164,8 +195,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	return rt.Serve(ctx, actors...)
 }
 
-func xdsServer(rt *command.Runtime, files tlsreload.Files, srv *xds.Server, shutdown time.Duration) (*grpcserver.Server, error) {
-	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, MaxRecvMsgBytes: 4 << 20, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown)})
+func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, shutdown time.Duration) (*grpcserver.Server, error) {
+	gs, err := grpcserver.New(grpcserver.Options{
+		Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, TLSConfig: tlsCfg,
+		MaxRecvMsgBytes: 4 << 20, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +208,7 @@ func xdsServer(rt *command.Runtime, files tlsreload.Files, srv *xds.Server, shut
 }
 
 // newSource subscribes to galley, or reads --config-dir.
-func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest) (lifecycle.Actor, error) {
+func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client) (lifecycle.Actor, error) {
 	if cfg.ConfigDir != "" {
 		files := ingest.NewFiles(ingest.FileOptions{
 			Dir: cfg.ConfigDir, MeshConfigFile: cfg.MeshConfigFile,
@@ -191,6 +225,8 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest) (lifecycle.Ac
 			return lifecycle.Actor{}, fmt.Errorf("galley tls: %w", err)
 		}
 		creds = credentials.NewTLS(reloader.ClientConfig(host))
+	} else if certs != nil {
+		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/flotilla-galley"))
 	}
 	conn, err := grpc.NewClient(cfg.GalleyAddress,
 		grpc.WithTransportCredentials(creds),

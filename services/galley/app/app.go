@@ -53,7 +53,9 @@ type Config struct {
 	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML files to serve instead of a cluster; watched for changes"`
 	// MCPAddress is where subscribers connect.
 	MCPAddress string `yaml:"mcpAddress" usage:"listen address of the MCP-over-xDS gRPC server"`
-	// MCPTLS serves MCP over (m)TLS from reloading files.
+	// MCPTLS serves MCP over (m)TLS from reloading files; without them and
+	// with caAddress, MCP is served over mTLS with galley's certificate from
+	// ca, to discovery's and the injector's service accounts only.
 	MCPTLS tlsreload.Files `yaml:"mcpTLS"`
 	// WebhookAddress serves the validating admission webhook.
 	WebhookAddress string `yaml:"webhookAddress" usage:"listen address of the validating admission webhook (HTTPS, path /validate)"`
@@ -140,7 +142,24 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLS: cfg.MCPTLS, DrainTimeout: grpcserver.DrainWithin(cfg.ShutdownTimeout)})
+	// A certificate from ca serves the webhook and, unless mcpTLS files are
+	// given, MCP over mTLS to discovery and the injector only.
+	var certs *certclient.Client
+	var actors []lifecycle.Actor
+	var mcpTLS *tls.Config
+	if cfg.CAAddress != "" {
+		if certs, err = certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-galley", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log); err != nil {
+			return err //nolint:wrapcheck // says what failed
+		}
+		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CAAddress, Run: certs.Run})
+		if !cfg.MCPTLS.Enabled() {
+			mcpTLS = certclient.RequirePeers(certs.ServerConfig(certs.Roots()),
+				cfg.SystemNamespace+"/flotilla-discovery", cfg.SystemNamespace+"/flotilla-injector")
+		}
+	}
+	gs, err := grpcserver.New(grpcserver.Options{
+		Log: rt.Log, Telemetry: rt.Telemetry, TLS: cfg.MCPTLS, TLSConfig: mcpTLS, DrainTimeout: grpcserver.DrainWithin(cfg.ShutdownTimeout),
+	})
 	if err != nil {
 		return err
 	}
@@ -155,10 +174,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("reading the configuration")
-	actors, err := webhookActors(cfg, rt, objects)
+	hooks, err := webhookActors(cfg, rt, objects, certs)
 	if err != nil {
 		return err
 	}
+	actors = append(actors, hooks...)
 	return rt.Serve(ctx, append(actors,
 		append(sources,
 			lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
@@ -255,17 +275,12 @@ func publishMeshFile(srv *mcp.Server, path string) error {
 }
 
 // webhookActors serves the validating webhook when it has a certificate.
-func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Object) ([]lifecycle.Actor, error) {
+func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Object, certs *certclient.Client) ([]lifecycle.Actor, error) {
 	var actors []lifecycle.Actor
 	var tlsCfg *tls.Config
 	switch {
-	case cfg.CAAddress != "":
-		certs, err := certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-galley", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
-		if err != nil {
-			return nil, err //nolint:wrapcheck // says what failed
-		}
+	case certs != nil:
 		tlsCfg = certs.ServerConfig(nil)
-		actors = append(actors, lifecycle.Actor{Name: "webhook-certificate:" + cfg.CAAddress, Run: certs.Run})
 	case cfg.WebhookTLS.Enabled():
 		rl, err := tlsreload.New(cfg.WebhookTLS, rt.Log)
 		if err != nil {

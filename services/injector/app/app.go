@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
@@ -146,7 +147,12 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	} else if tlsCfg, reloader, devCert, err = servingTLS(cfg, rt); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(cfg.GalleyAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// With a certificate from ca, galley is reached over mTLS.
+	creds := insecure.NewCredentials()
+	if certs != nil {
+		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/flotilla-galley"))
+	}
+	conn, err := grpc.NewClient(cfg.GalleyAddress, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return fmt.Errorf("galley client: %w", err)
 	}

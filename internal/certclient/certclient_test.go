@@ -1,0 +1,137 @@
+package certclient
+
+import (
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+)
+
+// TestRequirePeersAcceptsOnlyTheNamedServiceAccounts: a real TLS
+// handshake on loopback with client certificates from the same CA.
+func TestRequirePeersAcceptsOnlyTheNamedServiceAccounts(t *testing.T) {
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := func(uri string) tls.Certificate {
+		t.Helper()
+		l, err := ca.Issue(testpki.Request{CommonName: "x", URIs: []string{uri}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.TLSCertificate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	server := leaf("spiffe://cluster.local/ns/istio-system/sa/flotilla-galley")
+	cfg := RequirePeers(&tls.Config{
+		MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{server},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+	}, "istio-system/flotilla-discovery", "istio-system/flotilla-injector")
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if c.(*tls.Conn).Handshake() == nil {
+					_, _ = c.Write([]byte("ok"))
+				}
+			}()
+		}
+	}()
+	for uri, ok := range map[string]bool{
+		"spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery":   true,
+		"spiffe://cluster.local/ns/istio-system/sa/flotilla-injector":    true,
+		"spiffe://cluster.local/ns/default/sa/flotilla-discovery":        false, // another namespace
+		"spiffe://cluster.local/ns/istio-system/sa/app":                  false,
+		"spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery/x": false,
+	} {
+		conn, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{
+			MinVersion: tls.VersionTLS12, RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{leaf(uri)},
+		})
+		got := false
+		if err == nil {
+			b, _ := io.ReadAll(conn)
+			got = strings.Contains(string(b), "ok")
+			conn.Close()
+		}
+		if got != ok {
+			t.Errorf("%s: accepted %v, want %v", uri, got, ok)
+		}
+	}
+}
+
+// TestClientConfigChecksTheServersIdentityNotItsName: the server is
+// reached at 127.0.0.1 but named by its SPIFFE ID; another identity, or
+// the right one from another CA, is refused.
+func TestClientConfigChecksTheServersIdentityNotItsName(t *testing.T) {
+	mesh, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := testpki.NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := func(ca *testpki.CA, uri string) tls.Certificate {
+		t.Helper()
+		l, err := ca.Issue(testpki.Request{CommonName: "x", URIs: []string{uri}, DNSNames: []string{"somewhere.example"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.TLSCertificate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := New(Options{Roots: mesh.Pool(), Log: slog.New(slog.DiscardHandler)})
+	mine := cert(mesh, "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery")
+	c.current.Store(&mine)
+	for name, tc := range map[string]struct {
+		server tls.Certificate
+		ok     bool
+	}{
+		"galley":               {cert(mesh, "spiffe://cluster.local/ns/istio-system/sa/flotilla-galley"), true},
+		"a workload":           {cert(mesh, "spiffe://cluster.local/ns/default/sa/app"), false},
+		"galley of another CA": {cert(other, "spiffe://cluster.local/ns/istio-system/sa/flotilla-galley"), false},
+	} {
+		lis, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+			MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{tc.server},
+			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: mesh.Pool(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			conn, err := lis.Accept()
+			if err == nil {
+				_ = conn.(*tls.Conn).Handshake()
+				conn.Close()
+			}
+		}()
+		conn, err := tls.Dial("tcp", lis.Addr().String(), c.ClientConfig("istio-system/flotilla-galley"))
+		if err == nil {
+			conn.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", name, err, tc.ok)
+		}
+		lis.Close()
+	}
+}
