@@ -68,6 +68,17 @@ func New(o Options) *Client {
 // Ready is closed once a certificate is held.
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
+// Wait blocks until a certificate is held (true) or ctx ends (false), for
+// what cannot start without one: a subscription over mTLS, readiness.
+func (c *Client) Wait(ctx context.Context) bool {
+	select {
+	case <-c.ready:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // Certificate is the current certificate, nil before the first.
 func (c *Client) Certificate() *tls.Certificate { return c.current.Load() }
 

@@ -1,12 +1,14 @@
 package certclient
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
@@ -133,5 +135,27 @@ func TestClientConfigChecksTheServersIdentityNotItsName(t *testing.T) {
 			t.Errorf("%s: %v, want ok=%v", name, err, tc.ok)
 		}
 		lis.Close()
+	}
+}
+
+// Wait holds what needs a certificate until the first one arrives, and
+// lets go when the context ends without one.
+func TestWaitReturnsWithTheFirstCertificateOrWhenTheContextEnds(t *testing.T) {
+	c := New(Options{Address: "127.0.0.1:1", Log: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if c.Wait(ctx) {
+		t.Fatal("Wait reported a certificate that never came")
+	}
+	done := make(chan bool)
+	go func() { done <- c.Wait(context.Background()) }()
+	select {
+	case <-done:
+		t.Fatal("Wait returned before a certificate was held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(c.ready) // as Run does when it stores the first certificate
+	if !<-done {
+		t.Fatal("Wait did not report the certificate")
 	}
 }

@@ -18,9 +18,10 @@ import (
 	"math/big"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 )
 
 // CA is a self-signed certificate authority.
@@ -137,33 +138,13 @@ func (l *Leaf) TLSCertificate() (tls.Certificate, error) {
 // dir (atomically, by rename) and returns their paths.
 func (l *Leaf) WriteFiles(dir string) (certFile, keyFile string, err error) {
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := WriteFileAtomic(keyFile, l.KeyPEM); err != nil {
+	if err := atomicfile.Write(keyFile, l.KeyPEM, 0o600); err != nil {
 		return "", "", err
 	}
-	if err := WriteFileAtomic(certFile, l.CertPEM); err != nil {
+	if err := atomicfile.Write(certFile, l.CertPEM, 0o600); err != nil {
 		return "", "", err
 	}
 	return certFile, keyFile, nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file and a rename,
-// so readers see the old or the new content, never a mix.
-func WriteFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 func pemBlock(typ string, der []byte) []byte {

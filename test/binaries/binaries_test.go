@@ -5,6 +5,8 @@ package binaries_test
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -180,8 +182,9 @@ func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 
 // TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC runs what `make run` runs
 // (on a copy of examples/, which it edits): the control plane with two
-// discovery replicas and the demo, whose client prints the split the
-// example VirtualService asks for, and follows an edit of it.
+// discovery replicas, talking mTLS with certificates from ca, and the
+// demo, whose client prints the split the example VirtualService asks for,
+// and follows an edit of it.
 func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	root, err := build.RepoRoot()
 	if err != nil {
@@ -191,7 +194,8 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if err := os.CopyFS(examples, os.DirFS(filepath.Join(root, "examples"))); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", examples, "--state-dir", t.TempDir())
+	state := t.TempDir()
+	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", examples, "--state-dir", state)
 	var out proc.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -210,6 +214,12 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 		out.WaitFor(t, want)
 	}
 	out.WaitForCount(t, "msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019", 2)
+	checkControlPlaneMTLS(t, filepath.Join(state, "ca", "roots.pem"))
+	for _, unwanted := range []string{"self-signed development certificate", "no token authentication", "no certificate from ca yet"} {
+		if strings.Contains(out.String(), unwanted) {
+			t.Errorf("make run's control plane logged %q:\n%s", unwanted, out.String())
+		}
+	}
 
 	// 80/20 in examples/greeter.yaml: over ten one-second lines with no
 	// errors, v1 gets 70–90 %.
@@ -252,6 +262,47 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// checkControlPlaneMTLS: galley's MCP port serves a certificate from make
+// run's ca with galley's SPIFFE identity and wants a client certificate;
+// the injector's webhook and discovery's secure xDS ports serve their ca
+// certificates for their Service names.
+func checkControlPlaneMTLS(t *testing.T, rootsFile string) {
+	t.Helper()
+	pemRoots, err := os.ReadFile(rootsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pemRoots) {
+		t.Fatalf("%s holds no certificate", rootsFile)
+	}
+	for _, c := range []struct{ addr, name, spiffe string }{
+		{"127.0.0.1:15019", "flotilla-galley.istio-system.svc", "spiffe://cluster.local/ns/istio-system/sa/flotilla-galley"},
+		{"127.0.0.1:15017", "flotilla-galley.istio-system.svc", "spiffe://cluster.local/ns/istio-system/sa/flotilla-galley"},
+		{"127.0.0.1:15016", "flotilla-injector.istio-system.svc", "spiffe://cluster.local/ns/istio-system/sa/flotilla-injector"},
+		{"127.0.0.1:15012", "flotilla-discovery.istio-system.svc", "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery"},
+		{"127.0.0.1:15112", "flotilla-discovery.istio-system.svc", "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery"},
+	} {
+		conn, err := tls.Dial("tcp", c.addr, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: c.name, NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Errorf("%s: %v", c.addr, err)
+			continue
+		}
+		leaf := conn.ConnectionState().PeerCertificates[0]
+		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != c.spiffe {
+			t.Errorf("%s serves %v, want %s", c.addr, leaf.URIs, c.spiffe)
+		}
+		if c.addr == "127.0.0.1:15019" {
+			// TLS 1.3 reports a refused client certificate on the first read.
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := conn.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+				t.Errorf("galley's MCP port took a client without a certificate (read: %v)", err)
+			}
+		}
+		_ = conn.Close()
 	}
 }
 

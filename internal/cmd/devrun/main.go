@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,20 +35,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "devrun")
 
-	var procs []devrun.Process
+	requested := map[string]bool{}
 	for _, name := range strings.Split(*services, ",") {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
-		p, ok := process(name, *bin, *configDir, *stateDir)
-		if !ok {
+		if !slices.Contains(strings.Split(defaultServices, ","), name) {
 			_, _ = fmt.Fprintf(stderr, "devrun: unknown service %q (want some of %s)\n", name, defaultServices)
 			return command.ExitUsage
 		}
-		procs = append(procs, p)
+		requested[name] = true
 	}
 	ctx, stop := lifecycle.SignalContext(context.Background())
 	defer stop()
+	var ids *identities
+	if requested["ca"] {
+		var err error
+		if ids, err = newIdentities(filepath.Join(*stateDir, "identity")); err != nil {
+			_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
+			return command.ExitError
+		}
+		go ids.refresh(ctx, log)
+	}
+	// In dependency order, whatever the order asked for: ca, then galley,
+	// then those that subscribe to galley.
+	var procs []devrun.Process
+	for _, name := range strings.Split(defaultServices, ",") {
+		if requested[name] {
+			procs = append(procs, process(name, *bin, *configDir, *stateDir, ids))
+		}
+	}
 	sup := &devrun.Supervisor{Out: stdout, Log: log, StopTimeout: *stopTimeout, NotBuiltCode: command.ExitNotBuilt}
 	res, err := sup.Run(ctx, procs)
 	if len(res.NotBuilt) > 0 {
@@ -65,16 +82,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return command.ExitOK
 }
 
-// defaultServices is what `make run` starts: the control plane (two
-// discovery replicas) and the demo (greeter v1 and v2, and a proxyless
-// gRPC client printing how its calls split).
-const defaultServices = "galley,ca,discovery-1,discovery-2,injector,greeter-v1,greeter-v2,client"
+// defaultServices is what `make run` starts, in the order it starts them:
+// the control plane (two discovery replicas) and the demo (greeter v1 and
+// v2, and a proxyless gRPC client printing how its calls split).
+const defaultServices = "ca,galley,discovery-1,discovery-2,injector,greeter-v1,greeter-v2,client"
 
 // Loopback addresses of the local topology.
 const (
+	caAddress  = "127.0.0.1:15013"
 	galleyMCP  = "127.0.0.1:15019"
-	discovery1 = "127.0.0.1:15010"
+	discovery1 = "127.0.0.1:15010" // plain text, for the demo client
 	discovery2 = "127.0.0.1:15110"
+	secure1    = "127.0.0.1:15012" // mTLS, for workloads with ca certificates
+	secure2    = "127.0.0.1:15112"
 	clientNode = "sidecar~127.0.0.1~demo-client.demo~demo.svc.cluster.local"
 	demoBinary = "flotilla-demo"
 	greeterV1  = "127.0.0.1:50061" // the endpoints of examples/greeter.yaml
@@ -89,43 +109,66 @@ const clientBootstrap = `{"xds_servers": [{"server_uri": "flotilla-demo:///disco
 
 // process binds each service to loopback on its default ports, points
 // galley at the example configuration, discovery and injector at galley,
-// ca at a local state directory, and the demo at discovery.
-func process(name, bin, configDir, stateDir string) (devrun.Process, bool) {
+// ca at a local state directory, and the demo at discovery. With ids (ca
+// runs), galley, discovery and the injector get their certificates from ca
+// and talk mTLS, as in a cluster.
+func process(name, bin, configDir, stateDir string, ids *identities) devrun.Process {
 	service := func(binary, admin string, args ...string) devrun.Process {
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, binary),
 			Args: append([]string{"--log-format=text", "--admin-address=" + admin}, args...),
 		}
 	}
+	caState := filepath.Join(stateDir, "ca")
+	fromCA := func(account string) []string {
+		if ids == nil {
+			return nil
+		}
+		return []string{"--ca-address=" + caAddress, "--ca-roots-file=" + filepath.Join(caState, "roots.pem"), "--token-file=" + ids.tokenFile(account)}
+	}
 	switch name {
+	case "ca":
+		args := []string{"--address=" + caAddress, "--state-dir=" + caState}
+		if ids != nil {
+			args = append(args, "--jwks-file="+ids.jwksFile(), "--jwt-issuer="+ids.issuer.Name)
+		}
+		p := service("flotilla-ca", "127.0.0.1:15018", args...)
+		p.ReadyURL = "http://127.0.0.1:15018/readyz" // the others get their certificates from it
+		return p
 	case "galley":
 		args := []string{"--config-dir=" + configDir, "--mcp-address=" + galleyMCP}
 		if mesh := filepath.Join(configDir, "mesh", "mesh.yaml"); fileExists(mesh) {
 			args = append(args, "--mesh-config-file="+mesh)
 		}
-		p := service("flotilla-galley", "127.0.0.1:15015", args...)
+		if ids != nil { // with a certificate, galley also serves its validating webhook
+			args = append(args, "--webhook-address=127.0.0.1:15017")
+		}
+		p := service("flotilla-galley", "127.0.0.1:15015", append(args, fromCA("flotilla-galley")...)...)
 		p.ReadyURL = "http://127.0.0.1:15015/readyz" // discovery and injector subscribe to it
-		return p, true
-	case "ca":
-		return service("flotilla-ca", "127.0.0.1:15018", "--address=127.0.0.1:15013", "--state-dir="+filepath.Join(stateDir, "ca")), true
-	case "discovery-1":
-		return service("flotilla-discovery", "127.0.0.1:15014", "--galley-address="+galleyMCP, "--xds-address="+discovery1), true
-	case "discovery-2":
-		return service("flotilla-discovery", "127.0.0.1:15114", "--galley-address="+galleyMCP, "--xds-address="+discovery2), true
+		return p
+	case "discovery-1", "discovery-2":
+		admin, xds, secure := "127.0.0.1:15014", discovery1, secure1
+		if name == "discovery-2" {
+			admin, xds, secure = "127.0.0.1:15114", discovery2, secure2
+		}
+		args := []string{"--galley-address=" + galleyMCP, "--xds-address=" + xds}
+		if ids != nil {
+			args = append(args, "--secure-xds-address="+secure)
+		}
+		return service("flotilla-discovery", admin, append(args, fromCA("flotilla-discovery")...)...)
 	case "injector":
-		return service("flotilla-injector", "127.0.0.1:15022", "--galley-address="+galleyMCP, "--webhook-address=127.0.0.1:15016"), true
+		return service("flotilla-injector", "127.0.0.1:15022", append([]string{"--galley-address=" + galleyMCP, "--webhook-address=127.0.0.1:15016"}, fromCA("flotilla-injector")...)...)
 	case "greeter-v1":
-		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v1", "--address=" + greeterV1}}, true
+		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v1", "--address=" + greeterV1}}
 	case "greeter-v2":
-		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v2", "--address=" + greeterV2}}, true
-	case "client":
+		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v2", "--address=" + greeterV2}}
+	default: // "client"
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, demoBinary),
 			Args: []string{"client", "--discovery=" + discovery1 + "," + discovery2},
 			Env:  []string{"GRPC_XDS_BOOTSTRAP_CONFIG=" + clientBootstrap},
-		}, true
+		}
 	}
-	return devrun.Process{}, false
 }
 
 func fileExists(path string) bool {

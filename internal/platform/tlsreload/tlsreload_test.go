@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
@@ -143,7 +144,7 @@ func TestRotatedFilesAreServedWithoutRestart(t *testing.T) {
 	}
 
 	// A broken update keeps the last good certificate.
-	if err := testpki.WriteFileAtomic(f.files.CertFile, []byte("not a certificate")); err != nil {
+	if err := atomicfile.Write(f.files.CertFile, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	waitReload(t, r, true)

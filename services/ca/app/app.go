@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
@@ -275,25 +276,7 @@ func writeRoots(dir string, roots []byte) error {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(roots) {
 		return nil
 	}
-	// A temporary file of its own: replicas sharing the directory write
-	// at the same time.
-	tmp, err := os.CreateTemp(dir, ".roots-*")
-	if err != nil {
-		return fmt.Errorf("roots: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(roots); err != nil {
-		tmp.Close()
-		return fmt.Errorf("roots: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil { // public certificates: readable by clients
-		tmp.Close()
-		return fmt.Errorf("roots: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("roots: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, roots, 0o644); err != nil { // public certificates: readable by clients
 		return fmt.Errorf("roots: %w", err)
 	}
 	return nil

@@ -248,6 +248,9 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		if reloader != nil {
 			go func() { _ = reloader.Run(ctx) }()
 		}
+		if certs != nil && !certs.Wait(ctx) { // galley wants a client certificate
+			return nil
+		}
 		return client.Run(ctx)
 	}}, nil
 }

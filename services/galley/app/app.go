@@ -185,6 +185,12 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
 				select {
 				case <-loaded:
+					if certs != nil { // MCP and the webhook serve with it
+						ready.SetNotReady("waiting for a certificate from ca")
+						if !certs.Wait(ctx) {
+							return nil
+						}
+					}
 					ready.SetReady()
 					rt.Log.Info("serving", "source", sources[0].Name, "mcp_address", lis.Addr().String())
 				case <-ctx.Done():

@@ -178,6 +178,9 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}},
 		{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 			defer conn.Close()
+			if certs != nil && !certs.Wait(ctx) { // galley wants a client certificate
+				return nil
+			}
 			return client.Run(ctx)
 		}},
 		{Name: "readiness", Run: func(ctx context.Context) error {
