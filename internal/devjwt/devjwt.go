@@ -10,13 +10,19 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 )
 
 // keyID names the issuer's key in its JWKS and in every token's header.
@@ -32,12 +38,53 @@ type Issuer struct {
 
 // New makes an issuer with a new key.
 func New(name string) (*Issuer, error) {
-	if name == "" {
-		return nil, errors.New("devjwt: an issuer needs a name")
-	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("devjwt: generating the signing key: %w", err)
+	}
+	return withKey(name, key)
+}
+
+// LoadOrCreate makes an issuer with the key in keyFile (PKCS#8 PEM),
+// creating the file with a new key when there is none, so that a restarted
+// issuer signs as before and what trusts its JWKS keeps trusting it.
+func LoadOrCreate(name, keyFile string) (*Issuer, error) {
+	data, err := os.ReadFile(keyFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		iss, err := New(name)
+		if err != nil {
+			return nil, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(iss.key)
+		if err != nil {
+			return nil, fmt.Errorf("devjwt: encoding the signing key: %w", err)
+		}
+		if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return nil, fmt.Errorf("devjwt: %w", err)
+		}
+		return iss, nil
+	case err != nil:
+		return nil, fmt.Errorf("devjwt: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("devjwt: %s holds no PEM PRIVATE KEY", keyFile)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("devjwt: %s: %w", keyFile, err)
+	}
+	ec, ok := key.(*ecdsa.PrivateKey)
+	if !ok || ec.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("devjwt: %s: want an ECDSA P-256 key, got %T", keyFile, key)
+	}
+	return withKey(name, ec)
+}
+
+func withKey(name string, key *ecdsa.PrivateKey) (*Issuer, error) {
+	if name == "" {
+		return nil, errors.New("devjwt: an issuer needs a name")
 	}
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", keyID))
 	if err != nil {

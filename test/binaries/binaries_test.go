@@ -136,6 +136,13 @@ func TestGalleyWithoutAClusterOrADirectorySaysWhatItNeeds(t *testing.T) {
 	}
 }
 
+func TestCAPublishesRootsOnlyWithAStateDirectory(t *testing.T) {
+	r := run(t, nil, "flotilla-ca", "--roots-file", filepath.Join(t.TempDir(), "roots.pem"), "--admin-address=127.0.0.1:0")
+	if r.code != 2 || !strings.Contains(r.stderr, "rootsFile needs stateDir") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
 func TestGalleyRefusesAnInvalidMeshConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	mesh := filepath.Join(dir, "mesh.yaml")
@@ -214,7 +221,7 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 		out.WaitFor(t, want)
 	}
 	out.WaitForCount(t, "msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019", 2)
-	checkControlPlaneMTLS(t, filepath.Join(state, "ca", "roots.pem"))
+	checkControlPlaneMTLS(t, filepath.Join(state, "roots.pem"))
 	for _, unwanted := range []string{"self-signed development certificate", "no token authentication", "no certificate from ca yet"} {
 		if strings.Contains(out.String(), unwanted) {
 			t.Errorf("make run's control plane logged %q:\n%s", unwanted, out.String())

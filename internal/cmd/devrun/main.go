@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/devrun"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
@@ -48,14 +49,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := lifecycle.SignalContext(context.Background())
 	defer stop()
-	var ids *identities
+	var ids *devjwt.Dir
 	if requested["ca"] {
 		var err error
 		if ids, err = newIdentities(filepath.Join(*stateDir, "identity")); err != nil {
 			_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
 			return command.ExitError
 		}
-		go ids.refresh(ctx, log)
+		go ids.Refresh(ctx, log)
 	}
 	// In dependency order, whatever the order asked for: ca, then galley,
 	// then those that subscribe to galley.
@@ -112,25 +113,27 @@ const clientBootstrap = `{"xds_servers": [{"server_uri": "flotilla-demo:///disco
 // ca at a local state directory, and the demo at discovery. With ids (ca
 // runs), galley, discovery and the injector get their certificates from ca
 // and talk mTLS, as in a cluster.
-func process(name, bin, configDir, stateDir string, ids *identities) devrun.Process {
+func process(name, bin, configDir, stateDir string, ids *devjwt.Dir) devrun.Process {
 	service := func(binary, admin string, args ...string) devrun.Process {
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, binary),
 			Args: append([]string{"--log-format=text", "--admin-address=" + admin}, args...),
 		}
 	}
-	caState := filepath.Join(stateDir, "ca")
+	// ca's keys stay in its state directory; the trust bundle is published
+	// beside it for the others.
+	caState, roots := filepath.Join(stateDir, "ca"), filepath.Join(stateDir, "roots.pem")
 	fromCA := func(account string) []string {
 		if ids == nil {
 			return nil
 		}
-		return []string{"--ca-address=" + caAddress, "--ca-roots-file=" + filepath.Join(caState, "roots.pem"), "--token-file=" + ids.tokenFile(account)}
+		return []string{"--ca-address=" + caAddress, "--ca-roots-file=" + roots, "--token-file=" + ids.TokenFile(account)}
 	}
 	switch name {
 	case "ca":
-		args := []string{"--address=" + caAddress, "--state-dir=" + caState}
+		args := []string{"--address=" + caAddress, "--state-dir=" + caState, "--roots-file=" + roots}
 		if ids != nil {
-			args = append(args, "--jwks-file="+ids.jwksFile(), "--jwt-issuer="+ids.issuer.Name)
+			args = append(args, "--jwks-file="+ids.JWKSFile(), "--jwt-issuer="+ids.Issuer.Name)
 		}
 		p := service("flotilla-ca", "127.0.0.1:15018", args...)
 		p.ReadyURL = "http://127.0.0.1:15018/readyz" // the others get their certificates from it

@@ -40,6 +40,9 @@ type Config struct {
 	// self-signed root created on first start. roots.pem there is the trust
 	// bundle for clients. Without it, ca runs in cluster mode.
 	StateDir string `yaml:"stateDir" usage:"no-cluster mode: directory of the signing material (plugged-in cacerts files, or the self-signed root created on first start)"`
+	// RootsFile is where the trust bundle is published in no-cluster mode,
+	// for clients that must not see the state directory (its keys).
+	RootsFile string `yaml:"rootsFile" usage:"no-cluster mode: file the trust bundle is published to for clients (default <stateDir>/roots.pem)"`
 	// Kubeconfig selects the cluster in cluster mode; empty means in-cluster.
 	Kubeconfig string `yaml:"kubeconfig" usage:"cluster mode: kubeconfig file; empty uses the in-cluster service account"`
 	// KeyType of a self-signed root.
@@ -89,6 +92,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, fmt.Errorf("defaultTTL %s and maxTTL %s: want 0 < default <= max", c.DefaultTTL, c.MaxTTL))
+	}
+	if c.RootsFile != "" && c.StateDir == "" {
+		errs = append(errs, errors.New("rootsFile needs stateDir (in a cluster the roots are published as ConfigMaps)"))
 	}
 	if c.JWKSFile != "" && c.JWTIssuer == "" {
 		errs = append(errs, errors.New("jwksFile needs jwtIssuer"))
@@ -155,7 +161,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			return fmt.Errorf("signing material (%s): %w", source, err)
 		}
 		if cfg.StateDir != "" {
-			if err := writeRoots(cfg.StateDir, a.RootsPEM()); err != nil {
+			if err := writeRoots(cfg.rootsFile(), a.RootsPEM()); err != nil {
 				return err
 			}
 		}
@@ -270,9 +276,15 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}})...)
 }
 
-// writeRoots publishes the trust bundle for clients as roots.pem.
-func writeRoots(dir string, roots []byte) error {
-	path := filepath.Join(dir, "roots.pem")
+func (c Config) rootsFile() string {
+	if c.RootsFile != "" {
+		return c.RootsFile
+	}
+	return filepath.Join(c.StateDir, "roots.pem")
+}
+
+// writeRoots publishes the trust bundle for clients at path.
+func writeRoots(path string, roots []byte) error {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(roots) {
 		return nil
 	}
