@@ -1,5 +1,6 @@
 // Package compose_test runs docker-compose.yaml as users do — `make
-// images`, then docker compose up — and checks the demo's split, that it
+// images`, then docker compose up — and checks the demo's split, that the
+// control plane talks mTLS with certificates from ca, that the split
 // follows an edit, that losing a discovery replica or galley loses no
 // call, and that every container drains and exits 0 on docker stop. It
 // needs a Docker engine and Compose; without them it says so and skips
@@ -155,7 +156,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	start = time.Now()
 	s.must("up", "-d")
 	ps := s.must("ps")
-	for _, svc := range []string{"galley", "ca", "discovery", "injector"} {
+	for _, svc := range []string{"identity", "galley", "ca", "discovery", "injector"} {
 		if !strings.Contains(ps, svc) {
 			t.Fatalf("compose ps lacks %s:\n%s", svc, ps)
 		}
@@ -171,6 +172,20 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	}
 
 	base := len(s.splits()) // from here on no call may fail
+
+	// The control plane talks mTLS with certificates from ca: each of
+	// galley, the two discovery replicas and the injector got one (with
+	// the token identity wrote), and discovery and the injector subscribed
+	// to galley, which takes only their certificates.
+	for svc, want := range map[string]int{"galley": 1, "discovery": 2, "injector": 1} {
+		logs := s.must("logs", "--no-color", svc)
+		if got := strings.Count(logs, `msg="certificate from ca"`); got < want {
+			t.Errorf("%s: %d certificates from ca in its logs, want %d:\n%s", svc, got, want, logs)
+		}
+	}
+	if got := strings.Count(s.must("logs", "--no-color", "galley"), "subscriber connected"); got < 3 {
+		t.Errorf("%d subscribers connected to galley over mTLS, want 3 (two discovery replicas and the injector)", got)
+	}
 
 	// An edit moves the split.
 	pristine, err := os.ReadFile(filepath.Join(examples, "greeter.yaml"))
@@ -254,7 +269,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	// docker stop (SIGTERM, then SIGKILL after 15 s): every container
 	// drains and exits 0, the client first so that nothing it depends on
 	// goes away under it.
-	for _, svc := range []string{"client", "greeter-v1", "greeter-v2", "injector", "galley", "ca", "discovery"} {
+	for _, svc := range []string{"client", "greeter-v1", "greeter-v2", "injector", "galley", "ca", "discovery", "identity"} {
 		for _, id := range strings.Fields(s.must("ps", "-q", svc)) {
 			start := time.Now()
 			if out, err := exec.Command("docker", "stop", "-t", "15", id).CombinedOutput(); err != nil {

@@ -3,8 +3,10 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/examples/demo/client"
 	"github.com/flotilla-mesh/flotilla/examples/demo/greeter"
+	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 )
 
@@ -71,6 +74,67 @@ func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 	c.Flags().DurationVar(&o.Interval, "interval", time.Second, "how often to print the split")
 	c.Flags().DurationVar(&o.Timeout, "timeout", 5*time.Second, "deadline of each call")
 
-	root.AddCommand(g, c)
+	root.AddCommand(g, c, identityCommand(log))
 	return root
+}
+
+// identityCommand stands in for the kubelet where there is no cluster (the
+// docker compose stack): it writes a JWKS for ca's --jwks-file and a
+// service account token per control-plane account, and replaces the tokens
+// at a third of their life until stopped. The signing key is kept in
+// --key-file, apart from what the services mount, so a restart signs as
+// before.
+func identityCommand(log *slog.Logger) *cobra.Command {
+	d := &devjwt.Dir{}
+	var issuer, keyFile string
+	var check bool
+	cmd := &cobra.Command{
+		Use:   "identity",
+		Short: "Write a JWKS and service account tokens for the control plane to --dir, and keep the tokens fresh",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if check {
+				return checkIdentity(d)
+			}
+			iss, err := devjwt.LoadOrCreate(issuer, keyFile)
+			if err != nil {
+				return err //nolint:wrapcheck // says which file and why
+			}
+			d.Issuer = iss
+			if err := d.Write(time.Now()); err != nil {
+				return err //nolint:wrapcheck // as above
+			}
+			log.Info("service account tokens written", "dir", d.Path, "accounts", d.Accounts, "issuer", issuer, "lifetime", d.Lifetime)
+			d.Refresh(cmd.Context(), log)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&d.Path, "dir", "/var/lib/flotilla/identity", "directory for jwks.json and <account>.token")
+	f.StringVar(&keyFile, "key-file", "/var/lib/flotilla/identity-key/key.pem", "the issuer's signing key (created when missing)")
+	f.StringVar(&issuer, "issuer", "https://flotilla.local/compose", "the tokens' issuer, ca's --jwt-issuer")
+	f.StringVar(&d.Namespace, "namespace", "istio-system", "namespace of the service accounts")
+	f.StringVar(&d.Audience, "audience", "istio-ca", "audience of the tokens")
+	f.StringSliceVar(&d.Accounts, "accounts", []string{"flotilla-galley", "flotilla-discovery", "flotilla-injector"}, "service accounts to write tokens for")
+	f.DurationVar(&d.Lifetime, "lifetime", time.Hour, "lifetime of each token")
+	f.BoolVar(&check, "check", false, "only check that --dir holds the JWKS and every account's token (a container healthcheck)")
+	return cmd
+}
+
+// checkIdentity reports the first file of d that is missing or empty.
+func checkIdentity(d *devjwt.Dir) error {
+	files := []string{d.JWKSFile()}
+	for _, a := range d.Accounts {
+		files = append(files, d.TokenFile(a))
+	}
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			return err //nolint:wrapcheck // names the file
+		}
+		if st.Size() == 0 {
+			return fmt.Errorf("%s is empty", f)
+		}
+	}
+	return nil
 }
