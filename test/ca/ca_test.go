@@ -11,7 +11,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"log/slog"
@@ -21,14 +20,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
@@ -57,18 +55,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// signer issues the service account tokens ca checks against its JWKS
+// (no-cluster mode).
 type signer struct {
-	key  *ecdsa.PrivateKey
+	iss  *devjwt.Issuer
 	jwks string
 }
 
 func newSigner(t *testing.T) *signer {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	iss, err := devjwt.New("https://flotilla.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: key.Public(), KeyID: "test", Algorithm: "ES256", Use: "sig"}}})
+	data, err := iss.JWKS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,19 +76,12 @@ func newSigner(t *testing.T) *signer {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &signer{key: key, jwks: path}
+	return &signer{iss: iss, jwks: path}
 }
 
 func (s *signer) token(t *testing.T, ns, sa string) string {
 	t.Helper()
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: s.key}, (&jose.SignerOptions{}).WithHeader("kid", "test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jwt.Signed(sig).Claims(jwt.Claims{
-		Subject: "system:serviceaccount:" + ns + ":" + sa, Issuer: "https://flotilla.test", Audience: jwt.Audience{"istio-ca"},
-		Expiry: jwt.NewNumericDate(time.Now().Add(time.Hour)),
-	}).Serialize()
+	tok, err := s.iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,8 @@ package faults_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,10 +19,8 @@ import (
 	"testing"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
-
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
@@ -55,11 +49,11 @@ func TestMain(m *testing.M) {
 // it verifies (ca's no-cluster authentication).
 func jwks(t *testing.T) (path string, token func(ns, sa string) (string, error)) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	iss, err := devjwt.New("https://flotilla.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: key.Public(), KeyID: "k", Algorithm: "ES256", Use: "sig"}}})
+	data, err := iss.JWKS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +62,7 @@ func jwks(t *testing.T) (path string, token func(ns, sa string) (string, error))
 		t.Fatal(err)
 	}
 	return path, func(ns, sa string) (string, error) {
-		sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "k"))
-		if err != nil {
-			return "", err
-		}
-		return jwt.Signed(sig).Claims(jwt.Claims{ //nolint:wrapcheck // test helper
-			Subject: "system:serviceaccount:" + ns + ":" + sa, Issuer: "https://flotilla.test", Audience: jwt.Audience{"istio-ca"},
-			Expiry: jwt.NewNumericDate(time.Now().Add(time.Hour)),
-		}).Serialize()
+		return iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour) //nolint:wrapcheck // test helper
 	}
 }
 
