@@ -68,15 +68,11 @@ func newSigner(t *testing.T) *signer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := iss.JWKS()
-	if err != nil {
+	d := &devjwt.Dir{Path: t.TempDir(), Issuer: iss} // the JWKS only: tokens are minted per test
+	if err := d.Write(time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &signer{iss: iss, jwks: path}
+	return &signer{iss: iss, jwks: d.JWKSFile()}
 }
 
 func (s *signer) token(t *testing.T, ns, sa string) string {

@@ -53,15 +53,11 @@ func jwks(t *testing.T) (path string, token func(ns, sa string) (string, error))
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := iss.JWKS()
-	if err != nil {
+	d := &devjwt.Dir{Path: t.TempDir(), Issuer: iss} // the JWKS only: tokens are minted per test
+	if err := d.Write(time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	path = filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, func(ns, sa string) (string, error) {
+	return d.JWKSFile(), func(ns, sa string) (string, error) {
 		return iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour) //nolint:wrapcheck // test helper
 	}
 }
