@@ -117,3 +117,20 @@ func TestDirWriteFailsWithABadAccount(t *testing.T) {
 		t.Fatal("a token for an account without a name")
 	}
 }
+
+// A Dir without a lifetime (the JWKS only) has nothing to refresh: Refresh
+// waits for the end instead of ticking.
+func TestRefreshWithoutALifetimeWaitsForTheEnd(t *testing.T) {
+	iss, _ := devjwt.New("iss")
+	d := &devjwt.Dir{Path: t.TempDir(), Issuer: iss}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Refresh(ctx, slog.New(slog.DiscardHandler)); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("Refresh returned before its context ended")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	<-done
+}

@@ -96,6 +96,9 @@ func identityCommand(log *slog.Logger) *cobra.Command {
 			if check {
 				return checkIdentity(d)
 			}
+			if d.Lifetime <= 0 {
+				return fmt.Errorf("--lifetime %s: want a positive lifetime", d.Lifetime)
+			}
 			iss, err := devjwt.LoadOrCreate(issuer, keyFile)
 			if err != nil {
 				return err //nolint:wrapcheck // says which file and why

@@ -56,3 +56,11 @@ func TestIdentityWritesTokensAndChecksThem(t *testing.T) {
 		t.Fatalf("--check with b's token missing: %v", err)
 	}
 }
+
+func TestIdentityRefusesANonPositiveLifetime(t *testing.T) {
+	cmd := NewCommand(&bytes.Buffer{}, &bytes.Buffer{})
+	cmd.SetArgs([]string{"identity", "--dir", t.TempDir(), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--lifetime", "0s"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "positive lifetime") {
+		t.Fatalf("got %v", err)
+	}
+}
