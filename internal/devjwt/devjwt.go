@@ -1,8 +1,9 @@
 // Package devjwt issues service account tokens where there is no cluster
-// to do it: a signing key held in memory, the JWKS that ca takes as
-// --jwks-file, and tokens naming a Kubernetes service account (subject
-// system:serviceaccount:<namespace>:<name>) for an audience, as a
-// projected service account token would. `make run` uses it so that the
+// to do it: a signing key (new, or kept in a file across restarts), the
+// JWKS that ca takes as --jwks-file, and tokens naming a Kubernetes service
+// account (subject system:serviceaccount:<namespace>:<name>) for an
+// audience, as a projected service account token would. `make run` and
+// the docker compose stack (flotilla-demo identity) use it so that the
 // control plane gets its certificates from ca, as it does in a cluster.
 package devjwt
 
@@ -24,6 +25,12 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 )
+
+// ControlPlaneAccounts are the service accounts (in the system namespace)
+// of the services that authenticate to ca with a token.
+func ControlPlaneAccounts() []string {
+	return []string{"flotilla-galley", "flotilla-discovery", "flotilla-injector"}
+}
 
 // keyID names the issuer's key in its JWKS and in every token's header.
 const keyID = "flotilla-dev"

@@ -62,7 +62,7 @@ func (d *Dir) Write(now time.Time) error {
 // ends; a failed write is logged and tried again at the next tick, while
 // the tokens written before are still valid.
 func (d *Dir) Refresh(ctx context.Context, log *slog.Logger) {
-	if d.Lifetime < 3 { // no lifetime: nothing expires, nothing to replace
+	if d.Lifetime/3 <= 0 { // no lifetime: nothing expires, nothing to replace
 		<-ctx.Done()
 		return
 	}

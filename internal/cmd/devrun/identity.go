@@ -17,7 +17,7 @@ func newIdentities(dir string) (*devjwt.Dir, error) {
 	}
 	ids := &devjwt.Dir{
 		Path: dir, Issuer: iss, Namespace: "istio-system", Audience: "istio-ca",
-		Accounts: []string{"flotilla-galley", "flotilla-discovery", "flotilla-injector"},
+		Accounts: devjwt.ControlPlaneAccounts(),
 		Lifetime: time.Hour,
 	}
 	if err := ids.Write(time.Now()); err != nil {
