@@ -6,6 +6,7 @@ require (
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/flotilla-mesh/flotilla/internal v0.0.0-00010101000000-000000000000
+	github.com/google/go-cmp v0.7.0
 	google.golang.org/grpc v1.85.0
 	istio.io/api v1.32.0
 	istio.io/client-go v1.32.0

@@ -1,55 +1,24 @@
 package normalize
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flotilla-mesh/flotilla/internal/golden"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// golden compares what normalisation made of testdata/<case>/input.yaml with
+// check compares what normalisation made of testdata/<case>/input.yaml with
 // testdata/<case>/want.golden.json.
-func golden(t *testing.T, dir string, got []proto.Message) {
+func check(t *testing.T, dir string, got []proto.Message) {
 	t.Helper()
-	var parts []json.RawMessage
-	for _, m := range got {
-		b, err := protojson.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parts = append(parts, b)
-	}
-	raw, err := json.Marshal(parts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, raw, "", "  "); err != nil {
-		t.Fatal(err)
-	}
-	out.WriteByte('\n')
-	path := filepath.Join(dir, "want.golden.json")
-	if *update {
-		if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if !bytes.Equal(out.Bytes(), want) {
-		t.Fatalf("%s differs; rerun with -update if intended. got:\n%s", path, out.String())
-	}
+	golden.Check(t, filepath.Join(dir, "want.golden.json"), golden.JSON(t, got), *update)
 }
 
 func loadObjects(t *testing.T, path string) []*istio.Object {
@@ -96,7 +65,7 @@ func TestServiceEntryGoldens(t *testing.T) {
 					got = append(got, s)
 				}
 			}
-			golden(t, dir, got)
+			check(t, dir, got)
 			// Normalisation is deterministic.
 			again, _ := ServiceEntry(objs[0], workloads)
 			first, _ := ServiceEntry(objs[0], workloads)

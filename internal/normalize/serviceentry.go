@@ -1,7 +1,9 @@
-// Package normalize turns the world galley reads — ServiceEntries and
-// WorkloadEntries, Kubernetes Services, EndpointSlices and Pods — into the
-// one registry model (api/proto/flotilla/registry/v1) that discovery reads.
-// Its functions are pure: same input, same output, sorted, so that resource
+// Package normalize turns ServiceEntries and WorkloadEntries into the one
+// registry model (api/proto/flotilla/registry/v1) that discovery reads; its
+// subpackage kube does the same for Kubernetes Services, EndpointSlices and
+// Pods. This package links no Kubernetes library, so a process that reads
+// only Istio YAML (discovery with --config-dir) does not either. Its
+// functions are pure: same input, same output, sorted, so that resource
 // versions (content hashes) are stable.
 package normalize
 
@@ -49,15 +51,9 @@ func ServiceEntry(se *istio.Object, workloads []*istio.Object) ([]*registryv1.Se
 		endpoints = append(endpoints, endpoint(we, ns, "", spec.GetPorts()))
 	}
 	if sel := spec.GetWorkloadSelector().GetLabels(); len(sel) > 0 {
-		for _, w := range workloads {
-			wspec, ok := w.Spec.(*networking.WorkloadEntry)
-			if !ok || w.Meta.Namespace != ns || !matches(sel, wspec.GetLabels()) {
-				continue
-			}
-			endpoints = append(endpoints, endpoint(wspec, ns, w.Meta.Name, spec.GetPorts()))
-		}
+		endpoints = append(endpoints, WorkloadEntries(workloads, ns, sel, spec.GetPorts())...)
 	}
-	sortEndpoints(endpoints)
+	SortEndpoints(endpoints)
 
 	var services []*registryv1.Service
 	var sets []*registryv1.EndpointSet
@@ -92,6 +88,25 @@ func ServiceEntry(se *istio.Object, workloads []*istio.Object) ([]*registryv1.Se
 	return services, sets
 }
 
+// WorkloadEntries returns the endpoints of the WorkloadEntries in namespace
+// that selector matches, serving ports, sorted. An empty selector matches
+// none: Istio selects workloads only through labels.
+func WorkloadEntries(workloads []*istio.Object, namespace string, selector map[string]string, ports []*networking.ServicePort) []*registryv1.Endpoint {
+	if len(selector) == 0 {
+		return nil
+	}
+	var eps []*registryv1.Endpoint
+	for _, w := range workloads {
+		we, ok := w.Spec.(*networking.WorkloadEntry)
+		if !ok || w.Meta.Namespace != namespace || !matches(selector, we.GetLabels()) {
+			continue
+		}
+		eps = append(eps, endpoint(we, namespace, w.Meta.Name, ports))
+	}
+	SortEndpoints(eps)
+	return eps
+}
+
 // endpoint converts one WorkloadEntry (inline or standalone) serving ports.
 func endpoint(we *networking.WorkloadEntry, ns, name string, ports []*networking.ServicePort) *registryv1.Endpoint {
 	ep := &registryv1.Endpoint{
@@ -104,7 +119,7 @@ func endpoint(we *networking.WorkloadEntry, ns, name string, ports []*networking
 		Weight:            we.GetWeight(),
 		WorkloadName:      name,
 		WorkloadNamespace: ns,
-		TlsMode:           tlsMode(we.GetLabels()),
+		TlsMode:           TLSMode(we.GetLabels()),
 	}
 	for _, p := range ports {
 		n, ok := we.GetPorts()[p.GetName()]
@@ -139,7 +154,8 @@ func shard(ns, host, prefix string, eps []*registryv1.Endpoint) []*registryv1.En
 	return out
 }
 
-func sortEndpoints(eps []*registryv1.Endpoint) {
+// SortEndpoints orders endpoints by address, then workload name.
+func SortEndpoints(eps []*registryv1.Endpoint) {
 	slices.SortFunc(eps, func(a, b *registryv1.Endpoint) int {
 		return cmp.Or(strings.Compare(a.GetAddress(), b.GetAddress()), strings.Compare(a.GetWorkloadName(), b.GetWorkloadName()))
 	})
@@ -178,7 +194,8 @@ func parseLocality(s string) *registryv1.Locality {
 	return l
 }
 
-func tlsMode(labels map[string]string) registryv1.TLSMode {
+// TLSMode reads a workload's TLSModeLabel.
+func TLSMode(labels map[string]string) registryv1.TLSMode {
 	switch labels[TLSModeLabel] {
 	case "istio":
 		return registryv1.TLSMode_TLS_MODE_ISTIO

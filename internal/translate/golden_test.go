@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,14 +14,17 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	sigyaml "sigs.k8s.io/yaml"
 
+	"github.com/flotilla-mesh/flotilla/internal/filesource"
+	"github.com/flotilla-mesh/flotilla/internal/golden"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
-	"github.com/flotilla-mesh/flotilla/internal/normalize"
+	"github.com/flotilla-mesh/flotilla/internal/normalize/kube"
+	"github.com/flotilla-mesh/flotilla/internal/publish"
 )
 
 var update = flag.Bool("update", false, "rewrite want.golden.json files")
@@ -42,10 +45,13 @@ type testProxy struct {
 	} `json:"spec"`
 }
 
-// loadCase reads a case's input: Istio objects (ServiceEntries and
-// WorkloadEntries normalised as galley does), Kubernetes Services,
-// EndpointSlices and Pods (normalised likewise), an optional MeshConfig
-// and the proxies to translate for.
+// loadCase reads a case's input the way Flotilla reads config: the Istio
+// objects through galley's file source and publisher (validated, then
+// ServiceEntries and WorkloadEntries made into registry services) into the
+// store as discovery receives them; Kubernetes Services, EndpointSlices and
+// Pods (which only galley's cluster mode reads) normalised as galley does;
+// an optional MeshConfig; and the proxies to translate for. A document
+// galley would reject fails the case.
 func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 	tb.Helper()
 	data, err := os.ReadFile(path)
@@ -54,7 +60,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 	}
 	store := model.NewStore()
 	var proxies []*model.Proxy
-	var entries, workloads []*istio.Object
+	var istioDocs [][]byte
 	var slices []*discoveryv1.EndpointSlice
 	pods := map[string]*corev1.Pod{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -92,8 +98,8 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			m := &meshv1alpha1.MeshConfig{}
-			if err := istio.DecodeProtoYAML(spec, m); err != nil {
+			m, err := istio.ParseMeshConfig(spec)
+			if err != nil {
 				tb.Fatal(err)
 			}
 			store.PutMesh(m)
@@ -105,7 +111,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 			if svc.Namespace == "" {
 				svc.Namespace = "default"
 			}
-			store.PutService(normalize.KubernetesService(&svc, model.DefaultDomainSuffix, "Kubernetes"))
+			store.PutService(kube.Service(&svc, model.DefaultDomainSuffix, "Kubernetes"))
 		case head.APIVersion == "v1" && head.Kind == "Pod":
 			var pod corev1.Pod
 			if err := sigyaml.UnmarshalStrict(doc, &pod); err != nil {
@@ -125,32 +131,13 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 			}
 			slices = append(slices, &s)
 		default:
-			for _, d := range istio.Decode(path, doc, "default") {
-				if d.Err != nil {
-					tb.Fatal(d.Err)
-				}
-				store.PutObject(d.Object)
-				switch d.Object.Kind.Kind {
-				case "ServiceEntry":
-					entries = append(entries, d.Object)
-				case "WorkloadEntry":
-					workloads = append(workloads, d.Object)
-				}
-			}
+			istioDocs = append(istioDocs, doc)
 		}
 	}
-	for _, se := range entries {
-		svcs, sets := normalize.ServiceEntry(se, workloads)
-		for _, s := range svcs {
-			store.PutService(s)
-		}
-		for _, s := range sets {
-			store.PutEndpointSet(s)
-		}
-	}
+	readIstio(tb, store, bytes.Join(istioDocs, []byte("---\n")))
 	lookup := func(ns, name string) *corev1.Pod { return pods[ns+"/"+name] }
 	for _, s := range slices {
-		if set, _, ok := normalize.EndpointSlice(s, lookup, model.DefaultDomainSuffix); ok {
+		if set, _, ok := kube.EndpointSlice(s, lookup, model.DefaultDomainSuffix); ok {
 			store.PutEndpointSet(set)
 		}
 	}
@@ -158,6 +145,34 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 		tb.Fatalf("%s: no test.flotilla.io/v1 Proxy document", path)
 	}
 	return store, proxies
+}
+
+// readIstio puts Istio YAML into store the way discovery's --config-dir
+// does: galley's file source and publisher, handed on through mcp.Local.
+func readIstio(tb testing.TB, store *model.Store, docs []byte) {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "input.yaml"), docs, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	local := mcp.NewLocal(mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
+		for _, r := range updated {
+			if err := store.Put(typeURL, r.Name, r.Labels, r.Annotations, r.Body); err != nil {
+				return err //nolint:wrapcheck // test
+			}
+		}
+		for _, n := range removed {
+			store.Delete(typeURL, n)
+		}
+		return nil
+	}), model.TypeURLs())
+	src := filesource.New(filesource.Options{Dir: dir, DefaultNamespace: "default", Log: slog.New(slog.DiscardHandler)}, publish.New(local))
+	if err := src.Scan(); err != nil {
+		tb.Fatal(err)
+	}
+	if problems := src.Problems(); len(problems) > 0 {
+		tb.Fatalf("galley rejects the case's input: %v", problems)
+	}
 }
 
 func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
@@ -254,37 +269,7 @@ func TestGolden(t *testing.T) {
 				}
 			}
 			got.WriteString("\n]\n")
-			path := filepath.Join(dir, "want.golden.json")
-			if *update {
-				if err := os.WriteFile(path, got.Bytes(), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if !bytes.Equal(got.Bytes(), want) {
-				t.Fatalf("%s differs; run go test -update if the change is intended:\n%s", path, diffHint(want, got.Bytes()))
-			}
+			golden.Check(t, filepath.Join(dir, "want.golden.json"), got.Bytes(), *update)
 		})
 	}
-}
-
-// diffHint shows the first differing line.
-func diffHint(want, got []byte) string {
-	wl, gl := strings.Split(string(want), "\n"), strings.Split(string(got), "\n")
-	for i := range max(len(wl), len(gl)) {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if w != g {
-			return fmt.Sprintf("line %d:\n- %s\n+ %s", i+1, w, g)
-		}
-	}
-	return "(same lines)"
 }

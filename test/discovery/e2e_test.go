@@ -8,11 +8,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
@@ -240,4 +248,145 @@ func TestDiscoveryServesADirectoryOnItsOwn(t *testing.T) {
 	if err := d.Stop(t, 20*time.Second); err != nil {
 		t.Fatalf("discovery after SIGTERM: %v", err)
 	}
+}
+
+// TestTheSameDirectoryYieldsTheSameXDSThroughGalleyOrOnItsOwn gives one
+// directory to galley (discovery subscribed to it) and to discovery's own
+// --config-dir, with a mesh configuration, ServiceEntries, WorkloadEntries,
+// routing, security policy, an invalid object and an object defined in two
+// files: both discoveries must generate the same xDS for the same proxy,
+// because both read the directory through the one file source and
+// publisher.
+func TestTheSameDirectoryYieldsTheSameXDSThroughGalleyOrOnItsOwn(t *testing.T) {
+	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
+	dir := t.TempDir()
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
+	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(30, 70))
+	xdstest.WriteFile(t, dir, "policy.yaml", readExample(t, "mesh-policy.yaml"))
+	xdstest.WriteFile(t, dir, "vm.yaml", `apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-1}
+spec: {address: 10.9.0.1, labels: {app: legacy}, serviceAccount: legacy}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: legacy}
+spec: {host: legacy.example.com, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: legacy}
+spec:
+  hosts: [legacy.example.com]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{name: http, number: 8080, protocol: HTTP}]
+  workloadSelector: {labels: {app: legacy}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: broken}
+spec: {hosts: []}
+`)
+	// The same object again in a later file: the first file's definition
+	// stands in both.
+	xdstest.WriteFile(t, dir, "z-duplicate.yaml", "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: legacy}\nspec: {hosts: [other.example.com], ports: [{name: tcp, number: 9, protocol: TCP}], resolution: NONE}\n")
+	mesh := filepath.Join(t.TempDir(), "mesh.yaml")
+	xdstest.WriteFile(t, filepath.Dir(mesh), "mesh.yaml", "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\ntrustDomain: example.org\n")
+
+	galleyAdmin, galleyMCP := proc.FreeAddr(t), proc.FreeAddr(t)
+	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"),
+		"--config-dir", dir, "--mesh-config-file", mesh, "--mcp-address", galleyMCP, "--admin-address", galleyAdmin)
+	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+	viaGalley := startDiscovery(t, galleyMCP)
+	onItsOwn := &discovery{xds: proc.FreeAddr(t), admin: proc.FreeAddr(t)}
+	onItsOwn.p = proc.Start(t, "discovery-files", filepath.Join(binDir, "flotilla-discovery"),
+		"--config-dir", dir, "--mesh-config-file", mesh, "--xds-address", onItsOwn.xds, "--admin-address", onItsOwn.admin)
+	proc.WaitReady(t, "http://"+onItsOwn.admin+"/readyz")
+
+	// A proxyless gRPC client that calls through each, and an Envoy
+	// sidecar's stream (everything it can see) on each.
+	const proxyless = "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local"
+	const sidecar = "sidecar~10.0.0.8~app-1.default~default.svc.cluster.local"
+	dumps := map[string]map[string]any{}
+	for name, d := range map[string]*discovery{"via galley": viaGalley, "on its own": onItsOwn} {
+		c := xdstest.Client(t, proxyless, xdstest.Target, d.xds)
+		if got := xdstest.Count(t, c, 20); got["v1"]+got["v2"] != 20 {
+			t.Fatalf("%s: calls %v", name, got)
+		}
+		openSidecarStream(t, d.xds, sidecar)
+		for _, node := range []string{proxyless, sidecar} {
+			dump := configDump(t, d, node)
+			delete(dump, "pushVersion") // each replica counts its own pushes
+			dumps[name+" "+node] = dump
+		}
+	}
+	for _, node := range []string{proxyless, sidecar} {
+		if diff := cmp.Diff(dumps["via galley "+node], dumps["on its own "+node]); diff != "" {
+			t.Fatalf("the same directory gave %s different xDS (- via galley, + on its own):\n%s", node, diff)
+		}
+	}
+	// What both say is what the directory says: the duplicate and the
+	// invalid object left out, the mesh configuration in force.
+	raw, err := json.Marshal(dumps["via galley "+sidecar])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"legacy.example.com", "10.9.0.1", "BlackHoleCluster", "spiffe://example.org/"} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("the xDS lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"other.example.com", "broken"} {
+		if strings.Contains(string(raw), unwanted) {
+			t.Errorf("the xDS holds %q", unwanted)
+		}
+	}
+}
+
+// openSidecarStream connects as an Envoy sidecar asking for clusters, and
+// keeps the stream open until the test ends.
+func openSidecarStream(t *testing.T, addr, node string) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node}, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := st.Recv(); err != nil || len(resp.GetResources()) == 0 {
+		t.Fatalf("sidecar stream: %d clusters, %v", len(resp.GetResources()), err)
+	}
+}
+
+func readExample(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func configDump(t *testing.T, d *discovery, proxy string) map[string]any {
+	t.Helper()
+	resp, err := http.Get("http://" + d.admin + "/debug/config_dump?proxy=" + url.QueryEscape(proxy)) //nolint:noctx // test-local
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("config_dump: %s", resp.Status)
+	}
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	admregv1 "k8s.io/api/admissionregistration/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -211,7 +210,7 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		data, _, _ := unstructured.NestedStringMap(o.Object, "data")
 		switch o.GetName() {
 		case "istio":
-			if err := istio.DecodeProtoYAML([]byte(data["mesh"]), &meshv1alpha1.MeshConfig{}); err != nil {
+			if _, err := istio.ParseMeshConfig([]byte(data["mesh"])); err != nil {
 				t.Errorf("the mesh ConfigMap: %v", err)
 			}
 		case inject.ConfigMapName:

@@ -12,7 +12,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/cabundle"
@@ -28,11 +28,9 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
-	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/publish"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
-	"github.com/flotilla-mesh/flotilla/services/galley/filesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
-	"github.com/flotilla-mesh/flotilla/services/galley/publish"
 	"github.com/flotilla-mesh/flotilla/services/galley/status"
 	"github.com/flotilla-mesh/flotilla/services/galley/webhook"
 )
@@ -216,7 +214,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 			Log:              rt.Log,
 		}, pub)
 		if cfg.MeshConfigFile != "" {
-			if err := publishMeshFile(srv, cfg.MeshConfigFile); err != nil {
+			if err := publish.MeshFile(srv, cfg.MeshConfigFile); err != nil {
 				return nil, nil, nil, err
 			}
 		}
@@ -258,26 +256,6 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 		{Name: "kubernetes:" + rest.Host, Run: src.Run},
 		{Name: "status-writer", Run: writer.Run},
 	}, src.Synced(), src.Objects, nil
-}
-
-// publishMeshFile serves a MeshConfig file; an invalid one stops galley.
-func publishMeshFile(srv *mcp.Server, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("mesh config: %w", err)
-	}
-	mesh := &meshv1alpha1.MeshConfig{}
-	if err := istio.DecodeProtoYAML(data, mesh); err != nil {
-		return fmt.Errorf("mesh config %s: %w", path, err)
-	}
-	r, err := mcp.NewResource(registry.MeshConfigName, mesh, nil, nil)
-	if err != nil {
-		return err
-	}
-	if _, err := srv.Update(registry.MeshConfigTypeURL, []*mcp.Resource{r}, nil); err != nil {
-		return fmt.Errorf("mesh config: %w", err)
-	}
-	return nil
 }
 
 // webhookActors serves the validating webhook when it has a certificate.

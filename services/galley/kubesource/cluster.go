@@ -5,7 +5,6 @@ import (
 	"maps"
 
 	"google.golang.org/protobuf/proto"
-	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -109,8 +108,8 @@ func configMapResource(cm *corev1.ConfigMap) (typeURL, name string, msg proto.Me
 	typeURL, name = configMapCollection(cm.Name)
 	switch typeURL {
 	case registry.MeshConfigTypeURL:
-		mesh := &meshv1alpha1.MeshConfig{}
-		if err := istio.DecodeProtoYAML([]byte(cm.Data["mesh"]), mesh); err != nil {
+		mesh, err := istio.ParseMeshConfig([]byte(cm.Data["mesh"]))
+		if err != nil {
 			return typeURL, name, nil, fmt.Errorf("mesh: %w", err)
 		}
 		return typeURL, name, mesh, nil

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/publish"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
-	"github.com/flotilla-mesh/flotilla/services/galley/publish"
 )
 
 // counter is a subscriber that counts endpoint sets received.

@@ -29,7 +29,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
-	"github.com/flotilla-mesh/flotilla/internal/normalize"
+	kubenorm "github.com/flotilla-mesh/flotilla/internal/normalize/kube"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
@@ -280,15 +280,15 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		rs := normalize.KubernetesService(svc, s.o.DomainSuffix, s.o.ClusterID)
+		rs := kubenorm.Service(svc, s.o.DomainSuffix, s.o.ClusterID)
 		s.publish(registry.ServiceTypeURL, registry.ServiceName(rs.GetNamespace(), rs.GetHostname()), rs)
 		key := svc.Namespace + "/" + svc.Name
 		s.services[key] = svc
 		s.publishWorkloadEntries(svc)
-		extName := registry.EndpointSetName(svc.Namespace, rs.GetHostname(), normalize.ExternalNameShard)
+		extName := registry.EndpointSetName(svc.Namespace, rs.GetHostname(), kubenorm.ExternalNameShard)
 		switch {
 		case svc.Spec.Type == corev1.ServiceTypeExternalName:
-			s.publish(registry.EndpointSetTypeURL, extName, normalize.ExternalNameEndpoints(svc, s.o.DomainSuffix))
+			s.publish(registry.EndpointSetTypeURL, extName, kubenorm.ExternalNameEndpoints(svc, s.o.DomainSuffix))
 			s.externalName[key] = true
 		case s.externalName[key]:
 			s.remove(registry.EndpointSetTypeURL, extName)
@@ -305,16 +305,16 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			host := normalize.KubernetesHostname(svc.Name, svc.Namespace, s.o.DomainSuffix)
+			host := kubenorm.Hostname(svc.Name, svc.Namespace, s.o.DomainSuffix)
 			s.remove(registry.ServiceTypeURL, registry.ServiceName(svc.Namespace, host))
 			key := svc.Namespace + "/" + svc.Name
 			delete(s.services, key)
 			if s.weShards[key] {
-				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, normalize.WorkloadEntryShard))
+				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, kubenorm.WorkloadEntryShard))
 				delete(s.weShards, key)
 			}
 			if s.externalName[key] {
-				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, normalize.ExternalNameShard))
+				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, kubenorm.ExternalNameShard))
 				delete(s.externalName, key)
 			}
 		},
@@ -357,7 +357,7 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 			s.unindex(key)
 			delete(s.slices, key)
 			if svc := slice.Labels[discoveryv1.LabelServiceName]; svc != "" {
-				host := normalize.KubernetesHostname(svc, slice.Namespace, s.o.DomainSuffix)
+				host := kubenorm.Hostname(svc, slice.Namespace, s.o.DomainSuffix)
 				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(slice.Namespace, host, slice.Name))
 			}
 		},
@@ -374,8 +374,8 @@ func (s *Source) publishWorkloadEntries(svc *corev1.Service) {
 		}
 	}
 	key := svc.Namespace + "/" + svc.Name
-	name := registry.EndpointSetName(svc.Namespace, normalize.KubernetesHostname(svc.Name, svc.Namespace, s.o.DomainSuffix), normalize.WorkloadEntryShard)
-	set, ok := normalize.KubernetesWorkloadEntries(svc, wes, s.o.DomainSuffix)
+	name := registry.EndpointSetName(svc.Namespace, kubenorm.Hostname(svc.Name, svc.Namespace, s.o.DomainSuffix), kubenorm.WorkloadEntryShard)
+	set, ok := kubenorm.WorkloadEntries(svc, wes, s.o.DomainSuffix)
 	switch {
 	case ok:
 		s.publish(registry.EndpointSetTypeURL, name, set)
@@ -450,7 +450,7 @@ func (s *Source) podHandler() cache.ResourceEventHandler {
 
 // publishSlice normalises and publishes one slice. Must hold s.mu.
 func (s *Source) publishSlice(slice *discoveryv1.EndpointSlice) {
-	set, _, ok := normalize.EndpointSlice(slice, func(ns, name string) *corev1.Pod { return s.pods[ns+"/"+name] }, s.o.DomainSuffix)
+	set, _, ok := kubenorm.EndpointSlice(slice, func(ns, name string) *corev1.Pod { return s.pods[ns+"/"+name] }, s.o.DomainSuffix)
 	if !ok {
 		return
 	}

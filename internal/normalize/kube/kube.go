@@ -1,4 +1,8 @@
-package normalize
+// Package kube turns Kubernetes Services, EndpointSlices and Pods (and the
+// WorkloadEntries a Service selects) into the registry model, as package
+// normalize does for ServiceEntries. It is galley's alone: only galley reads
+// Kubernetes, and only this package of the registry's links its API types.
+package kube
 
 import (
 	"cmp"
@@ -12,6 +16,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/normalize"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -23,15 +28,15 @@ const (
 	RegionLabel        = "topology.kubernetes.io/region"
 )
 
-// KubernetesHostname is a Service's fully qualified name.
-func KubernetesHostname(name, namespace, domainSuffix string) string {
+// Hostname is a Service's fully qualified name.
+func Hostname(name, namespace, domainSuffix string) string {
 	return name + "." + namespace + ".svc." + domainSuffix
 }
 
-// KubernetesService converts a core/v1 Service.
-func KubernetesService(svc *corev1.Service, domainSuffix, clusterID string) *registryv1.Service {
+// Service converts a core/v1 Service.
+func Service(svc *corev1.Service, domainSuffix, clusterID string) *registryv1.Service {
 	out := &registryv1.Service{
-		Hostname:   KubernetesHostname(svc.Name, svc.Namespace, domainSuffix),
+		Hostname:   Hostname(svc.Name, svc.Namespace, domainSuffix),
 		Name:       svc.Name,
 		Namespace:  svc.Namespace,
 		Labels:     maps.Clone(svc.Labels),
@@ -110,7 +115,7 @@ func ExternalNameEndpoints(svc *corev1.Service, domainSuffix string) *registryv1
 		return strings.Compare(a.GetServicePortName(), b.GetServicePortName())
 	})
 	return &registryv1.EndpointSet{
-		ServiceHostname:  KubernetesHostname(svc.Name, svc.Namespace, domainSuffix),
+		ServiceHostname:  Hostname(svc.Name, svc.Namespace, domainSuffix),
 		ServiceNamespace: svc.Namespace,
 		Shard:            ExternalNameShard,
 		Endpoints:        []*registryv1.Endpoint{ep},
@@ -144,7 +149,7 @@ func EndpointSlice(slice *discoveryv1.EndpointSlice, pods PodLookup, domainSuffi
 		return strings.Compare(a.GetServicePortName(), b.GetServicePortName())
 	})
 	set = &registryv1.EndpointSet{
-		ServiceHostname:  KubernetesHostname(service, slice.Namespace, domainSuffix),
+		ServiceHostname:  Hostname(service, slice.Namespace, domainSuffix),
 		ServiceNamespace: slice.Namespace,
 		Shard:            slice.Name,
 	}
@@ -174,7 +179,7 @@ func EndpointSlice(slice *discoveryv1.EndpointSlice, pods PodLookup, domainSuffi
 				ep.ServiceAccount = pod.Spec.ServiceAccountName
 				ep.WorkloadName = pod.Name
 				ep.Network = pod.Labels[NetworkLabel]
-				ep.TlsMode = tlsMode(pod.Labels)
+				ep.TlsMode = normalize.TLSMode(pod.Labels)
 				if ep.NodeName == "" {
 					ep.NodeName = pod.Spec.NodeName
 				}
@@ -190,7 +195,7 @@ func EndpointSlice(slice *discoveryv1.EndpointSlice, pods PodLookup, domainSuffi
 			set.Endpoints = append(set.Endpoints, ep)
 		}
 	}
-	sortEndpoints(set.Endpoints)
+	normalize.SortEndpoints(set.Endpoints)
 	return set, service, true
 }
 
@@ -219,13 +224,10 @@ func portNumber(n int) uint32 {
 // WorkloadEntryShard names the EndpointSet of a Service's WorkloadEntries.
 const WorkloadEntryShard = "workloadentries"
 
-// KubernetesWorkloadEntries returns the endpoints a Kubernetes Service gets
-// from WorkloadEntries (VMs and other non-pod workloads) in its namespace
-// that its selector matches, as Istio does; ok is false when none match.
-func KubernetesWorkloadEntries(svc *corev1.Service, workloads []*istio.Object, domainSuffix string) (*registryv1.EndpointSet, bool) {
-	if len(svc.Spec.Selector) == 0 {
-		return nil, false
-	}
+// WorkloadEntries returns the endpoints a Kubernetes Service gets from
+// WorkloadEntries (VMs and other non-pod workloads) in its namespace that
+// its selector matches, as Istio does; ok is false when none match.
+func WorkloadEntries(svc *corev1.Service, workloads []*istio.Object, domainSuffix string) (*registryv1.EndpointSet, bool) {
 	var ports []*networking.ServicePort
 	for _, p := range svc.Spec.Ports {
 		target := portNumber(p.TargetPort.IntValue())
@@ -234,20 +236,12 @@ func KubernetesWorkloadEntries(svc *corev1.Service, workloads []*istio.Object, d
 		}
 		ports = append(ports, &networking.ServicePort{Name: p.Name, Number: portNumber(int(p.Port)), TargetPort: target})
 	}
-	var eps []*registryv1.Endpoint
-	for _, w := range workloads {
-		we, ok := w.Spec.(*networking.WorkloadEntry)
-		if !ok || w.Meta.Namespace != svc.Namespace || !matches(svc.Spec.Selector, we.GetLabels()) {
-			continue
-		}
-		eps = append(eps, endpoint(we, w.Meta.Namespace, w.Meta.Name, ports))
-	}
+	eps := normalize.WorkloadEntries(workloads, svc.Namespace, svc.Spec.Selector, ports)
 	if len(eps) == 0 {
 		return nil, false
 	}
-	sortEndpoints(eps)
 	return &registryv1.EndpointSet{
-		ServiceHostname:  KubernetesHostname(svc.Name, svc.Namespace, domainSuffix),
+		ServiceHostname:  Hostname(svc.Name, svc.Namespace, domainSuffix),
 		ServiceNamespace: svc.Namespace,
 		Shard:            WorkloadEntryShard,
 		Endpoints:        eps,

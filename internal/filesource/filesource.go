@@ -1,8 +1,21 @@
-// Package filesource is galley's no-cluster source: a directory of
-// multi-document YAML files holding Istio configuration, watched for
-// changes. Each file is applied atomically: all of its valid objects at
-// once. An invalid document is reported as "file:line: Kind ns/name:
-// reason" and the last valid state of that object is kept.
+// Package filesource is Flotilla's one way of reading Istio YAML from a
+// directory: galley's no-cluster mode, discovery's --config-dir and the
+// translation goldens all read through it (and through package publish).
+//
+// The rules, in one place:
+//   - Only the directory's own regular files whose names end in .yaml, .yml
+//     or .json are read, not subdirectories (a ConfigMap volume's ..data
+//     links and a mesh/ folder beside the config stay out); names starting
+//     with "." (editors' swap files, atomic-rename temporaries) are skipped.
+//     Each file is at most istio.MaxFileBytes.
+//   - Each file holds any number of YAML documents and is applied
+//     atomically: all of its valid objects at once. The directory is
+//     watched and re-read after a burst of changes.
+//   - An invalid document is reported as "file:line: Kind ns/name: reason"
+//     and the last valid state of that object is kept.
+//   - An object (kind, namespace, name) defined in two files belongs to the
+//     file first in name order; the later definition is reported ("already
+//     defined in") and taken once the first file lets go of it.
 package filesource
 
 import (

@@ -190,3 +190,20 @@ func annotations(in map[string]string) map[string]string {
 	delete(out, "kubectl.kubernetes.io/last-applied-configuration")
 	return out
 }
+
+// MeshFile publishes the MeshConfig in a file (galley's and discovery's
+// --mesh-config-file); a file that cannot be read or decoded is an error.
+func MeshFile(up Updater, path string) error {
+	mesh, err := istio.ReadMeshConfig(path)
+	if err != nil {
+		return err //nolint:wrapcheck // names the file
+	}
+	r, err := mcp.NewResource(registry.MeshConfigName, mesh, nil, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := up.Update(registry.MeshConfigTypeURL, []*mcp.Resource{r}, nil); err != nil {
+		return fmt.Errorf("mesh config %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
-package normalize
+package kube
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/flotilla-mesh/flotilla/internal/golden"
 )
+
+var update = flag.Bool("update", false, "rewrite golden files")
 
 // kubeObjects decodes a multi-document file of core Kubernetes objects.
 func kubeObjects(t *testing.T, path string) (svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, pods map[string]*corev1.Pod) {
@@ -52,7 +57,7 @@ func TestKubernetesGoldens(t *testing.T) {
 			lookup := func(ns, name string) *corev1.Pod { return pods[ns+"/"+name] }
 			var got []proto.Message
 			for _, s := range svcs {
-				got = append(got, KubernetesService(s, "cluster.local", "Kubernetes"))
+				got = append(got, Service(s, "cluster.local", "Kubernetes"))
 				if s.Spec.Type == corev1.ServiceTypeExternalName {
 					got = append(got, ExternalNameEndpoints(s, "cluster.local"))
 				}
@@ -67,7 +72,7 @@ func TestKubernetesGoldens(t *testing.T) {
 				}
 				got = append(got, set)
 			}
-			golden(t, dir, got)
+			golden.Check(t, filepath.Join(dir, "want.golden.json"), golden.JSON(t, got), *update)
 		})
 	}
 }

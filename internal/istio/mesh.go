@@ -1,0 +1,41 @@
+package istio
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+)
+
+// ParseMeshConfig decodes Istio's MeshConfig from YAML or JSON, strictly
+// (an unknown field is an error), as galley reads the "mesh" key of the
+// istio ConfigMap and a --mesh-config-file.
+func ParseMeshConfig(data []byte) (*meshv1alpha1.MeshConfig, error) {
+	mesh := &meshv1alpha1.MeshConfig{}
+	if err := DecodeProtoYAML(data, mesh); err != nil {
+		return nil, err
+	}
+	return mesh, nil
+}
+
+// ReadMeshConfig reads a MeshConfig file of at most MaxFileBytes.
+func ReadMeshConfig(path string) (*meshv1alpha1.MeshConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("mesh config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("mesh config %s: %w", path, err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("mesh config %s: larger than %d bytes", path, MaxFileBytes)
+	}
+	mesh, err := ParseMeshConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("mesh config %s: %w", path, err)
+	}
+	return mesh, nil
+}
