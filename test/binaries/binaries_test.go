@@ -156,6 +156,19 @@ func TestGalleyRefusesAnInvalidMeshConfigFile(t *testing.T) {
 	}
 }
 
+func TestAMeshConfigFileWithoutAConfigDirIsRefusedRatherThanIgnored(t *testing.T) {
+	mesh := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(mesh, []byte("trustDomain: example.org\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"flotilla-galley", "flotilla-discovery"} {
+		r := run(t, []string{"KUBERNETES_SERVICE_HOST="}, b, "--mesh-config-file", mesh, "--admin-address=127.0.0.1:0")
+		if r.code != 2 || !strings.Contains(r.stderr, "meshConfigFile is read only with configDir") {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and the reason", b, r.code, r.stderr)
+		}
+	}
+}
+
 func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfg, []byte("log:\n  level: debug\nadminAdress: :1\n"), 0o600); err != nil {

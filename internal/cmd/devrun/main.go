@@ -28,11 +28,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "bin", "directory holding the flotilla-* binaries")
 	services := fs.String("services", defaultServices, "processes to start, comma separated (of "+defaultServices+")")
-	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves")
+	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves (its own files only, not subdirectories)")
+	meshFile := fs.String("mesh-config-file", "", "mesh configuration (MeshConfig YAML) galley serves (default: <config-dir>/mesh/mesh.yaml when that file exists)")
+	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
 	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
 	if err := fs.Parse(args); err != nil {
 		return command.ExitUsage
+	}
+	if *portOffset < 0 || *portOffset > 50000 {
+		_, _ = fmt.Fprintf(stderr, "devrun: --port-offset %d: want 0..50000\n", *portOffset)
+		return command.ExitUsage
+	}
+	if *meshFile == "" {
+		if def := filepath.Join(*configDir, "mesh", "mesh.yaml"); fileExists(def) {
+			*meshFile = def
+		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "devrun")
 
@@ -63,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var procs []devrun.Process
 	for _, name := range strings.Split(defaultServices, ",") {
 		if requested[name] {
-			procs = append(procs, process(name, *bin, *configDir, *stateDir, ids))
+			procs = append(procs, process(name, local{bin: *bin, configDir: *configDir, meshFile: *meshFile, stateDir: *stateDir, offset: *portOffset}, ids))
 		}
 	}
 	sup := &devrun.Supervisor{Out: stdout, Log: log, StopTimeout: *stopTimeout, NotBuiltCode: command.ExitNotBuilt}
@@ -88,18 +99,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 // v2, and a proxyless gRPC client printing how its calls split).
 const defaultServices = "ca,galley,discovery-1,discovery-2,injector,greeter-v1,greeter-v2,client"
 
-// Loopback addresses of the local topology.
+// local is the topology's settings: where binaries, config and state are,
+// and how far every control-plane port is moved.
+type local struct {
+	bin, configDir, meshFile, stateDir string
+	offset                             int
+}
+
+// addr is the loopback address of a control-plane port, moved by offset.
+func (l local) addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port+l.offset) }
+
+// Default ports of the local topology (the services' own defaults, and a
+// second discovery replica 100 above the first).
 const (
-	caAddress  = "127.0.0.1:15013"
-	galleyMCP  = "127.0.0.1:15019"
-	discovery1 = "127.0.0.1:15010" // plain text, for the demo client
-	discovery2 = "127.0.0.1:15110"
-	secure1    = "127.0.0.1:15012" // mTLS, for workloads with ca certificates
-	secure2    = "127.0.0.1:15112"
-	clientNode = "sidecar~127.0.0.1~demo-client.demo~demo.svc.cluster.local"
-	demoBinary = "flotilla-demo"
-	greeterV1  = "127.0.0.1:50061" // the endpoints of examples/greeter.yaml
-	greeterV2  = "127.0.0.1:50062"
+	caPort, caAdmin                       = 15013, 15018
+	galleyMCP, galleyWebhook, galleyAdmin = 15019, 15017, 15015
+	discovery1, secure1, discovery1Admin  = 15010, 15012, 15014 // plain text for the demo client; mTLS for workloads with ca certificates
+	discovery2, secure2, discovery2Admin  = 15110, 15112, 15114
+	injectorWebhook, injectorAdmin        = 15016, 15022
+	clientNode                            = "sidecar~127.0.0.1~demo-client.demo~demo.svc.cluster.local"
+	demoBinary                            = "flotilla-demo"
+	greeterV1, greeterV2                  = "127.0.0.1:50061", "127.0.0.1:50062" // the endpoints of examples/greeter.yaml
 )
 
 // clientBootstrap is the demo client's xDS bootstrap: the discovery
@@ -113,16 +133,18 @@ const clientBootstrap = `{"xds_servers": [{"server_uri": "flotilla-demo:///disco
 // ca at a local state directory, and the demo at discovery. With ids (ca
 // runs), galley, discovery and the injector get their certificates from ca
 // and talk mTLS, as in a cluster.
-func process(name, bin, configDir, stateDir string, ids *devjwt.Dir) devrun.Process {
-	service := func(binary, admin string, args ...string) devrun.Process {
+func process(name string, l local, ids *devjwt.Dir) devrun.Process {
+	bin := l.bin
+	service := func(binary string, admin int, args ...string) devrun.Process {
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, binary),
-			Args: append([]string{"--log-format=text", "--admin-address=" + admin}, args...),
+			Args: append([]string{"--log-format=text", "--admin-address=" + l.addr(admin)}, args...),
 		}
 	}
+	caAddress, galleyAddress := l.addr(caPort), l.addr(galleyMCP)
 	// ca's keys stay in its state directory; the trust bundle is published
 	// beside it for the others.
-	caState, roots := filepath.Join(stateDir, "ca"), filepath.Join(stateDir, "roots.pem")
+	caState, roots := filepath.Join(l.stateDir, "ca"), filepath.Join(l.stateDir, "roots.pem")
 	fromCA := func(account string) []string {
 		if ids == nil {
 			return nil
@@ -135,32 +157,32 @@ func process(name, bin, configDir, stateDir string, ids *devjwt.Dir) devrun.Proc
 		if ids != nil {
 			args = append(args, "--jwks-file="+ids.JWKSFile(), "--jwt-issuer="+ids.Issuer.Name)
 		}
-		p := service("flotilla-ca", "127.0.0.1:15018", args...)
-		p.ReadyURL = "http://127.0.0.1:15018/readyz" // the others get their certificates from it
+		p := service("flotilla-ca", caAdmin, args...)
+		p.ReadyURL = "http://" + l.addr(caAdmin) + "/readyz" // the others get their certificates from it
 		return p
 	case "galley":
-		args := []string{"--config-dir=" + configDir, "--mcp-address=" + galleyMCP}
-		if mesh := filepath.Join(configDir, "mesh", "mesh.yaml"); fileExists(mesh) {
-			args = append(args, "--mesh-config-file="+mesh)
+		args := []string{"--config-dir=" + l.configDir, "--mcp-address=" + galleyAddress}
+		if l.meshFile != "" {
+			args = append(args, "--mesh-config-file="+l.meshFile)
 		}
 		if ids != nil { // with a certificate, galley also serves its validating webhook
-			args = append(args, "--webhook-address=127.0.0.1:15017")
+			args = append(args, "--webhook-address="+l.addr(galleyWebhook))
 		}
-		p := service("flotilla-galley", "127.0.0.1:15015", append(args, fromCA("flotilla-galley")...)...)
-		p.ReadyURL = "http://127.0.0.1:15015/readyz" // discovery and injector subscribe to it
+		p := service("flotilla-galley", galleyAdmin, append(args, fromCA("flotilla-galley")...)...)
+		p.ReadyURL = "http://" + l.addr(galleyAdmin) + "/readyz" // discovery and injector subscribe to it
 		return p
 	case "discovery-1", "discovery-2":
-		admin, xds, secure := "127.0.0.1:15014", discovery1, secure1
+		admin, xds, secure := discovery1Admin, discovery1, secure1
 		if name == "discovery-2" {
-			admin, xds, secure = "127.0.0.1:15114", discovery2, secure2
+			admin, xds, secure = discovery2Admin, discovery2, secure2
 		}
-		args := []string{"--galley-address=" + galleyMCP, "--xds-address=" + xds}
+		args := []string{"--galley-address=" + galleyAddress, "--xds-address=" + l.addr(xds)}
 		if ids != nil {
-			args = append(args, "--secure-xds-address="+secure)
+			args = append(args, "--secure-xds-address="+l.addr(secure))
 		}
 		return service("flotilla-discovery", admin, append(args, fromCA("flotilla-discovery")...)...)
 	case "injector":
-		return service("flotilla-injector", "127.0.0.1:15022", append([]string{"--galley-address=" + galleyMCP, "--webhook-address=127.0.0.1:15016"}, fromCA("flotilla-injector")...)...)
+		return service("flotilla-injector", injectorAdmin, append([]string{"--galley-address=" + galleyAddress, "--webhook-address=" + l.addr(injectorWebhook)}, fromCA("flotilla-injector")...)...)
 	case "greeter-v1":
 		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v1", "--address=" + greeterV1}}
 	case "greeter-v2":
@@ -168,7 +190,7 @@ func process(name, bin, configDir, stateDir string, ids *devjwt.Dir) devrun.Proc
 	default: // "client"
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, demoBinary),
-			Args: []string{"client", "--discovery=" + discovery1 + "," + discovery2},
+			Args: []string{"client", "--discovery=" + l.addr(discovery1) + "," + l.addr(discovery2)},
 			Env:  []string{"GRPC_XDS_BOOTSTRAP_CONFIG=" + clientBootstrap},
 		}
 	}

@@ -124,6 +124,25 @@ func (rt *Runtime) HandleAdmin(pattern string, h http.Handler) {
 	rt.debug[pattern] = h
 }
 
+// LocalMode is called by a service running without a cluster (a directory
+// of YAML on a developer's machine): its admin server, plain text, then
+// listens on loopback unless its address names a host (":15015" becomes
+// "127.0.0.1:15015"; "0.0.0.0:15015" stays as given). Call before Serve.
+func (rt *Runtime) LocalMode() {
+	rt.common.AdminAddress = LoopbackIfNoHost(rt.common.AdminAddress)
+}
+
+// LoopbackIfNoHost gives an address that names no host (":15010") the
+// loopback host; any other address is returned as it is. In local mode,
+// plain-text ports are for this machine only.
+func LoopbackIfNoHost(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
 // Serve runs the admin server and actors until ctx ends or one of them
 // stops, then drains everything within the configured shutdown timeout.
 func (rt *Runtime) Serve(ctx context.Context, actors ...lifecycle.Actor) error {

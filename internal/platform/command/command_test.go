@@ -182,3 +182,17 @@ func TestNotBuiltWithoutAnIssueSaysSo(t *testing.T) {
 		t.Fatal(msg)
 	}
 }
+
+func TestLoopbackIfNoHostKeepsLocalModePortsOnThisMachine(t *testing.T) {
+	for in, want := range map[string]string{
+		":15010":         "127.0.0.1:15010",
+		"0.0.0.0:15010":  "0.0.0.0:15010",
+		"10.0.0.1:15010": "10.0.0.1:15010",
+		"[::]:15010":     "[::]:15010",
+		"not an address": "not an address",
+	} {
+		if got := LoopbackIfNoHost(in); got != want {
+			t.Errorf("LoopbackIfNoHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -38,11 +38,11 @@ type Config struct {
 	GalleyTLS tlsreload.Files `yaml:"galleyTLS"`
 	// ConfigDir serves a directory of Istio YAML instead of subscribing to
 	// galley (local runs and tests).
-	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML to serve instead of subscribing to galley; watched for changes"`
+	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML to serve instead of subscribing to galley; watched for changes. Local mode: plain-text ports (admin, xDS) whose address names no host listen on 127.0.0.1"`
 	// MeshConfigFile is the mesh configuration with --config-dir.
-	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to use with --config-dir"`
+	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to use with --config-dir, read at start (refused without --config-dir: galley serves it then)"`
 	// XDSAddress serves plaintext ADS (loopback and development).
-	XDSAddress string `yaml:"xdsAddress" usage:"listen address of the plaintext xDS server"`
+	XDSAddress string `yaml:"xdsAddress" usage:"listen address of the plaintext xDS server (with --config-dir, an address without a host means 127.0.0.1)"`
 	// SecureXDSAddress serves ADS over mTLS; only when XDSTLS is set.
 	SecureXDSAddress string `yaml:"secureXDSAddress" usage:"listen address of the mTLS xDS server (served with xdsTLS, or with a certificate from ca)"`
 	// XDSTLS is the certificate of the secure xDS server.
@@ -97,6 +97,9 @@ func (c Config) Validate() error {
 		if c.GalleyTLS.Enabled() && c.GalleyTLS.CAFile == "" {
 			errs = append(errs, errors.New("galleyTLS.caFile must be set to verify galley"))
 		}
+		if c.MeshConfigFile != "" {
+			errs = append(errs, errors.New("meshConfigFile is read only with configDir: subscribed to galley, discovery uses the mesh configuration galley serves (give the file to galley)"))
+		}
 	} else if c.MeshConfigFile != "" {
 		if _, err := os.Stat(c.MeshConfigFile); err != nil {
 			errs = append(errs, fmt.Errorf("meshConfigFile: %w", err))
@@ -126,6 +129,12 @@ func NewCommand() *cobra.Command {
 }
 
 func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
+	if cfg.ConfigDir != "" {
+		// Local mode: plain-text ports that name no host stay on this
+		// machine.
+		rt.LocalMode()
+		cfg.XDSAddress = command.LoopbackIfNoHost(cfg.XDSAddress)
+	}
 	meter := rt.Telemetry.Meter.Meter("flotilla/discovery")
 	srv, err := xds.New(xds.Options{Log: rt.Log, Meter: meter})
 	if err != nil {

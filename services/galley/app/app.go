@@ -46,11 +46,11 @@ type Config struct {
 	ClusterID string `yaml:"clusterID" usage:"cluster name recorded on registry services"`
 	// MeshConfigFile is the mesh configuration in file mode (the cluster
 	// mode reads the istio ConfigMap).
-	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to serve with --config-dir; read at start"`
+	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to serve with --config-dir, read at start (refused without --config-dir: in a cluster the istio ConfigMap's mesh key is served)"`
 	// ConfigDir serves the Istio YAML in a directory instead of a cluster.
-	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML files to serve instead of a cluster; watched for changes"`
+	ConfigDir string `yaml:"configDir" usage:"directory of Istio YAML files to serve instead of a cluster; watched for changes. Local mode: plain-text ports (admin, MCP without TLS) whose address names no host listen on 127.0.0.1"`
 	// MCPAddress is where subscribers connect.
-	MCPAddress string `yaml:"mcpAddress" usage:"listen address of the MCP-over-xDS gRPC server"`
+	MCPAddress string `yaml:"mcpAddress" usage:"listen address of the MCP-over-xDS gRPC server (with --config-dir and without TLS, an address without a host means 127.0.0.1)"`
 	// MCPTLS serves MCP over (m)TLS from reloading files; without them and
 	// with caAddress, MCP is served over mTLS with galley's certificate from
 	// ca, to discovery's and the injector's service accounts only.
@@ -117,6 +117,9 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.MCPAddress); err != nil {
 		errs = append(errs, fmt.Errorf("mcpAddress %q: %w", c.MCPAddress, err))
 	}
+	if c.MeshConfigFile != "" && c.ConfigDir == "" {
+		errs = append(errs, errors.New("meshConfigFile is read only with configDir: in a cluster galley serves the mesh configuration of the istio ConfigMap"))
+	}
 	if c.DefaultNamespace == "" {
 		errs = append(errs, errors.New("defaultNamespace must not be empty"))
 	}
@@ -136,6 +139,14 @@ func NewCommand() *cobra.Command {
 }
 
 func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
+	if cfg.ConfigDir != "" {
+		// Local mode: plain-text ports that name no host stay on this
+		// machine; MCP over (m)TLS listens as given.
+		rt.LocalMode()
+		if !cfg.MCPTLS.Enabled() && cfg.CAAddress == "" {
+			cfg.MCPAddress = command.LoopbackIfNoHost(cfg.MCPAddress)
+		}
+	}
 	srv, err := mcp.NewServer(ctx, rt.Log, rt.Telemetry.Meter.Meter("flotilla/galley"), publish.Collections())
 	if err != nil {
 		return err
