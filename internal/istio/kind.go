@@ -116,6 +116,15 @@ func ByAPIVersion(apiVersion, kind string) (Kind, error) {
 	return Kind{}, fmt.Errorf("unsupported kind %s %s", apiVersion, kind)
 }
 
+// ByName finds a kind by its name ("VirtualService").
+func ByName(kind string) (Kind, bool) {
+	i := slices.IndexFunc(Kinds(), func(k Kind) bool { return k.Kind == kind })
+	if i < 0 {
+		return Kind{}, false
+	}
+	return Kinds()[i], true
+}
+
 // ByTypeURL finds a kind by its MCP type URL.
 func ByTypeURL(typeURL string) (Kind, bool) {
 	i := slices.IndexFunc(Kinds(), func(k Kind) bool { return k.TypeURL() == typeURL })

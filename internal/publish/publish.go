@@ -156,9 +156,9 @@ func (p *Publisher) applyConfig(upserts []*istio.Object, deletes []istio.ID) err
 		b.up = append(b.up, r)
 	}
 	for _, id := range deletes {
-		k, err := kindByName(id.Kind)
-		if err != nil {
-			return err
+		k, ok := istio.ByName(id.Kind)
+		if !ok {
+			return fmt.Errorf("publish: unknown kind %q", id.Kind)
 		}
 		b := get(k.TypeURL())
 		b.del = append(b.del, id.Name)
@@ -169,15 +169,6 @@ func (p *Publisher) applyConfig(upserts []*istio.Object, deletes []istio.ID) err
 		}
 	}
 	return nil
-}
-
-func kindByName(name string) (istio.Kind, error) {
-	for _, k := range istio.Kinds() {
-		if k.Kind == name {
-			return k, nil
-		}
-	}
-	return istio.Kind{}, fmt.Errorf("publish: unknown kind %q", name)
 }
 
 // annotations drops what subscribers never need and what would make equal

@@ -80,31 +80,40 @@ func Validate(obj *istio.Object, ctx Context) Result {
 	var r Result
 	validateMeta(&r, obj)
 	v := &validator{r: &r, ctx: ctx, obj: obj}
-	switch obj.Kind.Kind {
-	case "VirtualService":
-		v.virtualService()
-	case "DestinationRule":
-		v.destinationRule()
-	case "Gateway":
-		v.gateway()
-	case "ServiceEntry":
-		v.serviceEntry()
-	case "WorkloadEntry":
-		v.workloadEntry()
-	case "Sidecar":
-		v.sidecar()
-	case "PeerAuthentication":
-		v.peerAuthentication()
-	case "RequestAuthentication":
-		v.requestAuthentication()
-	case "AuthorizationPolicy":
-		v.authorizationPolicy()
-	default:
+	if check := checkFor(obj.Kind.Kind); check != nil {
+		check(v)
+	} else {
 		r.errorf("kind", "unsupported kind %s", obj.Kind.Kind)
 	}
 	sortIssues(r.Errors)
 	sortIssues(r.Warnings)
 	return r
+}
+
+// checkFor returns the check of a kind of istio.Kinds() by its name, nil
+// for any other (a test keeps the two in step).
+func checkFor(kind string) func(*validator) {
+	switch kind {
+	case "VirtualService":
+		return (*validator).virtualService
+	case "DestinationRule":
+		return (*validator).destinationRule
+	case "Gateway":
+		return (*validator).gateway
+	case "ServiceEntry":
+		return (*validator).serviceEntry
+	case "WorkloadEntry":
+		return (*validator).workloadEntry
+	case "Sidecar":
+		return (*validator).sidecar
+	case "PeerAuthentication":
+		return (*validator).peerAuthentication
+	case "RequestAuthentication":
+		return (*validator).requestAuthentication
+	case "AuthorizationPolicy":
+		return (*validator).authorizationPolicy
+	}
+	return nil
 }
 
 // sortIssues orders issues by path so that results are deterministic

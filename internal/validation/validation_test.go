@@ -156,3 +156,14 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestEveryServedKindHasItsCheck(t *testing.T) {
+	for _, k := range istio.Kinds() {
+		if checkFor(k.Kind) == nil {
+			t.Errorf("%s is served but has no check", k.Kind)
+		}
+	}
+	if checkFor("Ingress") != nil {
+		t.Error("a kind Flotilla does not serve has a check")
+	}
+}

@@ -108,7 +108,12 @@ func (s *Source) Synced() <-chan struct{} { return s.synced }
 func (s *Source) Run(ctx context.Context) error {
 	istioFactory := istioinformers.NewSharedInformerFactory(s.o.Istio, 0)
 	var syncs []cache.InformerSynced
-	for kind, inf := range istioInformers(istioFactory) {
+	istioInfs, err := istioInformers(istioFactory)
+	if err != nil {
+		return err
+	}
+	for _, ki := range istioInfs {
+		kind, inf := ki.kind, ki.informer
 		if err := inf.SetTransform(dropManagedFields); err != nil {
 			return fmt.Errorf("%s transform: %w", kind, err)
 		}
@@ -186,9 +191,9 @@ func unwrap(obj any) any {
 	return obj
 }
 
-func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
+func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 	upsert := func(obj any) {
-		o, ok := toObject(obj)
+		o, ok := toObject(kind, obj)
 		if !ok {
 			return
 		}
@@ -214,7 +219,7 @@ func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
 			return
 		}
 		s.published[o.ID()] = o
-		if kind == "WorkloadEntry" {
+		if kind.Kind == "WorkloadEntry" {
 			s.refreshWorkloadEntries(o.Meta.Namespace)
 		}
 	}
@@ -226,7 +231,7 @@ func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
 			if err != nil {
 				return
 			}
-			id := istio.ID{Kind: kind, Name: m.GetNamespace() + "/" + m.GetName()}
+			id := istio.ID{Kind: kind.Kind, Name: m.GetNamespace() + "/" + m.GetName()}
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			delete(s.rejected, id)
@@ -234,7 +239,7 @@ func (s *Source) istioHandler(kind string) cache.ResourceEventHandler {
 			if err := s.config.Apply(nil, []istio.ID{id}); err != nil {
 				s.o.Log.Error("publish deletion", "object", id, "error", err)
 			}
-			if kind == "WorkloadEntry" {
+			if kind.Kind == "WorkloadEntry" {
 				s.refreshWorkloadEntries(m.GetNamespace())
 			}
 		},
