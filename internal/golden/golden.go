@@ -38,6 +38,13 @@ func Check(tb testing.TB, path string, got []byte, update bool) {
 // golden form of a list of resources, stable across runs.
 func JSON[T proto.Message](tb testing.TB, msgs []T) []byte {
 	tb.Helper()
+	return Indent(tb, Raw(tb, msgs))
+}
+
+// Raw marshals each message with protojson, for golden documents that hold
+// lists of resources among other fields.
+func Raw[T proto.Message](tb testing.TB, msgs []T) []json.RawMessage {
+	tb.Helper()
 	parts := make([]json.RawMessage, 0, len(msgs))
 	for _, m := range msgs {
 		b, err := protojson.Marshal(m)
@@ -46,7 +53,7 @@ func JSON[T proto.Message](tb testing.TB, msgs []T) []byte {
 		}
 		parts = append(parts, b)
 	}
-	return Indent(tb, parts)
+	return parts
 }
 
 // Indent marshals v as indented JSON ending in a newline.

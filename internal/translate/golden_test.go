@@ -12,8 +12,6 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	sigyaml "sigs.k8s.io/yaml"
@@ -193,17 +191,6 @@ func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
 // across runs.
 func render(tb testing.TB, p *model.Proxy, out *Output) []byte {
 	tb.Helper()
-	list := func(ms []proto.Message) []json.RawMessage {
-		parts := make([]json.RawMessage, 0, len(ms))
-		for _, m := range ms {
-			b, err := protojson.Marshal(m)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			parts = append(parts, b)
-		}
-		return parts
-	}
 	doc := struct {
 		Proxy     string            `json:"proxy"`
 		Clusters  []json.RawMessage `json:"clusters"`
@@ -213,10 +200,10 @@ func render(tb testing.TB, p *model.Proxy, out *Output) []byte {
 		Problems  []string          `json:"problems,omitempty"`
 	}{
 		Proxy:     string(p.Type) + "~" + p.IPs[0].String() + "~" + p.ID + "~" + p.DNSDomain,
-		Clusters:  list(messages(out.Clusters)),
-		Endpoints: list(messages(out.Endpoints)),
-		Listeners: list(messages(out.Listeners)),
-		Routes:    list(messages(out.Routes)),
+		Clusters:  golden.Raw(tb, out.Clusters),
+		Endpoints: golden.Raw(tb, out.Endpoints),
+		Listeners: golden.Raw(tb, out.Listeners),
+		Routes:    golden.Raw(tb, out.Routes),
 		Problems:  out.Problems,
 	}
 	raw, err := json.Marshal(doc)
@@ -228,14 +215,6 @@ func render(tb testing.TB, p *model.Proxy, out *Output) []byte {
 		tb.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-func messages[T proto.Message](in []T) []proto.Message {
-	out := make([]proto.Message, len(in))
-	for i, m := range in {
-		out[i] = m
-	}
-	return out
 }
 
 // TestGolden translates testdata/<case>/input.yaml for each proxy in it
