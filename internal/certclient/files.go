@@ -2,6 +2,7 @@ package certclient
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,27 +10,65 @@ import (
 	"strings"
 )
 
+// Config is how a control-plane service (galley, discovery, injector)
+// reaches ca for its own certificate. Embed it inline in a service's
+// configuration: its fields are the --ca-address, --ca-roots-file and
+// --token-file flags.
+type Config struct {
+	// Address is ca's gRPC address; empty means the service's certificate
+	// does not come from ca.
+	Address string `yaml:"caAddress" usage:"ca's address, host:port: the service's own certificate comes from ca and is renewed before it expires"`
+	// RootsFile holds the roots ca's certificate chains to (the mesh trust
+	// bundle: the istio-ca-root-cert ConfigMap, mounted).
+	RootsFile string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to (the mesh trust bundle)"`
+	// TokenFile is the service account token (audience istio-ca), re-read
+	// for each request.
+	TokenFile string `yaml:"tokenFile" usage:"service account token (audience istio-ca) to authenticate to ca with"`
+}
+
+// Enabled reports whether the certificate comes from ca.
+func (c Config) Enabled() bool { return c.Address != "" }
+
+// Validate checks that an address comes with the roots and the token file.
+func (c Config) Validate() error {
+	if !c.Enabled() {
+		return nil
+	}
+	var errs []error
+	if c.RootsFile == "" || c.TokenFile == "" {
+		errs = append(errs, errors.New("caAddress needs caRootsFile and tokenFile"))
+	}
+	if _, _, err := net.SplitHostPort(c.Address); err != nil {
+		errs = append(errs, fmt.Errorf("caAddress %q: %w", c.Address, err))
+	}
+	return errors.Join(errs...)
+}
+
 // ForService returns a client for a control-plane service running in a
-// pod: ca's roots from a PEM file (the istio-ca-root-cert ConfigMap
-// mounted), the token from a file (a projected token with audience
-// istio-ca, re-read for each request), and the Service names
-// <service>.<namespace>.svc and <service>.<namespace>.svc.<domainSuffix>.
-func ForService(address, rootsFile, tokenFile, service, namespace, domainSuffix string, log *slog.Logger) (*Client, error) {
-	pemRoots, err := os.ReadFile(rootsFile)
+// pod: ca's roots from RootsFile, the token from TokenFile (a projected
+// token with audience istio-ca, re-read for each request), and the Service
+// names <service>.<namespace>.svc and <service>.<namespace>.svc.<domainSuffix>.
+// It returns nil, nil when the configuration is not Enabled.
+func (c Config) ForService(service, namespace, domainSuffix string, log *slog.Logger) (*Client, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
+	pemRoots, err := os.ReadFile(c.RootsFile)
 	if err != nil {
 		return nil, fmt.Errorf("ca roots: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(pemRoots) {
-		return nil, fmt.Errorf("ca roots %s: no PEM certificates", rootsFile)
+		return nil, fmt.Errorf("ca roots %s: no PEM certificates", c.RootsFile)
 	}
-	host, _, err := net.SplitHostPort(address)
+	host, _, err := net.SplitHostPort(c.Address)
 	if err != nil {
-		return nil, fmt.Errorf("ca address %q: %w", address, err)
+		return nil, fmt.Errorf("ca address %q: %w", c.Address, err)
 	}
+	tokenFile := c.TokenFile
 	base := service + "." + namespace + ".svc"
 	return New(Options{
-		Address: address, ServerName: host, Roots: roots,
+		Address: c.Address, ServerName: host, Roots: roots,
 		Token: func() (string, error) {
 			b, err := os.ReadFile(tokenFile)
 			if err != nil {

@@ -54,14 +54,12 @@ type Config struct {
 	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain used to qualify short host names"`
 	// DefaultNamespace applies to file objects without a namespace.
 	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of --config-dir objects that name none"`
-	// CAAddress, CARootsFile and TokenFile get discovery's certificate from
-	// ca (flotilla-discovery's Service names in SystemNamespace): it then
-	// subscribes to galley over mTLS and serves ADS over mTLS on
-	// secureXDSAddress, unless galleyTLS / xdsTLS files say otherwise.
-	CAAddress       string `yaml:"caAddress" usage:"ca's address, for discovery's certificate (mTLS to galley and on the secure xDS port)"`
-	CARootsFile     string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to (the mesh trust bundle)"`
-	TokenFile       string `yaml:"tokenFile" usage:"service account token (audience istio-ca) to authenticate to ca with"`
-	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace (discovery's Service names in its certificate from ca)"`
+	// CA gets discovery's certificate from ca (flotilla-discovery's Service
+	// names in SystemNamespace): it then subscribes to galley over mTLS and
+	// serves ADS over mTLS on secureXDSAddress, unless galleyTLS / xdsTLS
+	// files say otherwise.
+	CA              certclient.Config `yaml:",inline"`
+	SystemNamespace string            `yaml:"systemNamespace" usage:"control-plane namespace (discovery's Service names in its certificate from ca)"`
 }
 
 // Defaults returns the default configuration.
@@ -81,16 +79,10 @@ func Defaults() Config {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.GalleyTLS.Validate(), c.XDSTLS.Validate()}
+	errs := []error{c.Common.Validate(), c.GalleyTLS.Validate(), c.XDSTLS.Validate(), c.CA.Validate()}
 	addrs := map[string]string{"xdsAddress": c.XDSAddress}
-	if c.XDSTLS.Enabled() || c.CAAddress != "" {
+	if c.XDSTLS.Enabled() || c.CA.Enabled() {
 		addrs["secureXDSAddress"] = c.SecureXDSAddress
-	}
-	if c.CAAddress != "" {
-		addrs["caAddress"] = c.CAAddress
-		if c.CARootsFile == "" || c.TokenFile == "" {
-			errs = append(errs, errors.New("caAddress needs caRootsFile and tokenFile"))
-		}
 	}
 	if c.ConfigDir == "" {
 		addrs["galleyAddress"] = c.GalleyAddress
@@ -149,11 +141,9 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	var certs *certclient.Client
-	if cfg.CAAddress != "" {
-		if certs, err = certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-discovery", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log); err != nil {
-			return err //nolint:wrapcheck // says what failed
-		}
+	certs, err := cfg.CA.ForService("flotilla-discovery", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	if err != nil {
+		return err //nolint:wrapcheck // says what failed
 	}
 	source, err := newSource(cfg, rt, in, certs)
 	if err != nil {
@@ -164,7 +154,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 
 	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}}
 	if certs != nil {
-		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CAAddress, Run: certs.Run})
+		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 	}
 	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg.ShutdownTimeout)
 	if err != nil {

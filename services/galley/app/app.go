@@ -61,12 +61,11 @@ type Config struct {
 	// when it is set, or when the certificate comes from ca (the apiserver
 	// calls webhooks over HTTPS only).
 	WebhookTLS tlsreload.Files `yaml:"webhookTLS"`
-	// CAAddress, CARootsFile and TokenFile get the webhook's certificate
-	// from ca (flotilla-galley's Service names), renewed before it expires;
-	// they take the place of webhookTLS.
-	CAAddress   string `yaml:"caAddress" usage:"ca's address, to get the webhook's serving certificate from it (instead of webhookTLS)"`
-	CARootsFile string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to; also the caBundle the controller keeps"`
-	TokenFile   string `yaml:"tokenFile" usage:"service account token (audience istio-ca) to authenticate to ca with"`
+	// CA gets galley's certificate from ca (flotilla-galley's Service
+	// names): it serves the webhook in place of webhookTLS and, without
+	// mcpTLS, MCP over mTLS; its roots are also the caBundle the controller
+	// keeps.
+	CA certclient.Config `yaml:",inline"`
 	// WebhookConfig and CABundleFile run the caBundle controller (in a
 	// cluster): a leader-elected replica keeps WebhookConfig's caBundle
 	// equal to CABundleFile (default: caRootsFile).
@@ -94,19 +93,11 @@ func Defaults() Config {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.MCPTLS.Validate(), c.WebhookTLS.Validate()}
-	if c.CAAddress != "" {
-		if c.WebhookTLS.Enabled() {
-			errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the webhook's certificate comes from ca or from files"))
-		}
-		if c.CARootsFile == "" || c.TokenFile == "" {
-			errs = append(errs, errors.New("caAddress needs caRootsFile and tokenFile"))
-		}
-		if _, _, err := net.SplitHostPort(c.CAAddress); err != nil {
-			errs = append(errs, fmt.Errorf("caAddress %q: %w", c.CAAddress, err))
-		}
+	errs := []error{c.Common.Validate(), c.MCPTLS.Validate(), c.WebhookTLS.Validate(), c.CA.Validate()}
+	if c.CA.Enabled() && c.WebhookTLS.Enabled() {
+		errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the webhook's certificate comes from ca or from files"))
 	}
-	if c.WebhookTLS.Enabled() || c.CAAddress != "" {
+	if c.WebhookTLS.Enabled() || c.CA.Enabled() {
 		if _, _, err := net.SplitHostPort(c.WebhookAddress); err != nil {
 			errs = append(errs, fmt.Errorf("webhookAddress %q: %w", c.WebhookAddress, err))
 		}
@@ -143,7 +134,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		// Local mode: plain-text ports that name no host stay on this
 		// machine; MCP over (m)TLS listens as given.
 		rt.LocalMode()
-		if !cfg.MCPTLS.Enabled() && cfg.CAAddress == "" {
+		if !cfg.MCPTLS.Enabled() && !cfg.CA.Enabled() {
 			cfg.MCPAddress = command.LoopbackIfNoHost(cfg.MCPAddress)
 		}
 	}
@@ -153,14 +144,14 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	// A certificate from ca serves the webhook and, unless mcpTLS files are
 	// given, MCP over mTLS to discovery and the injector only.
-	var certs *certclient.Client
 	var actors []lifecycle.Actor
 	var mcpTLS *tls.Config
-	if cfg.CAAddress != "" {
-		if certs, err = certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-galley", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log); err != nil {
-			return err //nolint:wrapcheck // says what failed
-		}
-		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CAAddress, Run: certs.Run})
+	certs, err := cfg.CA.ForService("flotilla-galley", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	if err != nil {
+		return err //nolint:wrapcheck // says what failed
+	}
+	if certs != nil {
+		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 		if !cfg.MCPTLS.Enabled() {
 			mcpTLS = certclient.RequirePeers(certs.ServerConfig(certs.Roots()),
 				cfg.SystemNamespace+"/flotilla-discovery", cfg.SystemNamespace+"/flotilla-injector")
@@ -303,7 +294,7 @@ func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Obje
 	}})
 	// In a cluster, a leader keeps the ValidatingWebhookConfiguration's
 	// caBundle equal to the CA of the certificate served.
-	if bundle := cmp.Or(cfg.CABundleFile, cfg.CARootsFile); bundle != "" && cfg.ConfigDir == "" {
+	if bundle := cmp.Or(cfg.CABundleFile, cfg.CA.RootsFile); bundle != "" && cfg.ConfigDir == "" {
 		c, err := cabundle.FromSetup(cabundle.Setup{
 			Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Validating, Webhook: cfg.WebhookConfig,
 			Bundle: cabundle.FileBundle(bundle, rt.Log), LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-cabundle", Log: rt.Log,

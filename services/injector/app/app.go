@@ -45,12 +45,10 @@ type Config struct {
 	// is made at start (development only: the apiserver must be given its
 	// CA).
 	WebhookTLS tlsreload.Files `yaml:"webhookTLS"`
-	// CAAddress, CARootsFile and TokenFile get the serving certificate from
-	// ca (flotilla-injector's Service names), renewed before it expires;
-	// they take the place of webhookTLS.
-	CAAddress   string `yaml:"caAddress" usage:"ca's address, to get the webhook's serving certificate from it (instead of webhookTLS)"`
-	CARootsFile string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to; also the caBundle the controller keeps"`
-	TokenFile   string `yaml:"tokenFile" usage:"service account token (audience istio-ca) to authenticate to ca with"`
+	// CA gets the serving certificate from ca (flotilla-injector's Service
+	// names) in place of webhookTLS, and reaches galley over mTLS with it;
+	// its roots are also the caBundle the controller keeps.
+	CA certclient.Config `yaml:",inline"`
 	// GalleyAddress streams the namespaces (their injection labels).
 	GalleyAddress string `yaml:"galleyAddress" usage:"galley's MCP-over-xDS address, for namespace labels"`
 	// SystemNamespace is never injected.
@@ -87,7 +85,7 @@ func Defaults() Config {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.WebhookTLS.Validate()}
+	errs := []error{c.Common.Validate(), c.WebhookTLS.Validate(), c.CA.Validate()}
 	for name, a := range map[string]string{"webhookAddress": c.WebhookAddress, "galleyAddress": c.GalleyAddress} {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", name, a, err))
@@ -96,13 +94,8 @@ func (c Config) Validate() error {
 	if c.WebhookTLS.CAFile != "" {
 		errs = append(errs, errors.New("webhookTLS.caFile must be empty: the apiserver does not present a client certificate to webhooks"))
 	}
-	if c.CAAddress != "" {
-		if c.WebhookTLS.Enabled() {
-			errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the certificate comes from ca or from files"))
-		}
-		if c.CARootsFile == "" || c.TokenFile == "" {
-			errs = append(errs, errors.New("caAddress needs caRootsFile and tokenFile"))
-		}
+	if c.CA.Enabled() && c.WebhookTLS.Enabled() {
+		errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the certificate comes from ca or from files"))
 	}
 	return errors.Join(errs...)
 }
@@ -138,11 +131,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	var tlsCfg *tls.Config
 	var reloader *tlsreload.Reloader
 	var devCert []byte
-	var certs *certclient.Client
-	if cfg.CAAddress != "" {
-		if certs, err = certclient.ForService(cfg.CAAddress, cfg.CARootsFile, cfg.TokenFile, "flotilla-injector", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log); err != nil {
-			return err
-		}
+	certs, err := cfg.CA.ForService("flotilla-injector", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	if err != nil {
+		return err //nolint:wrapcheck // says what failed
+	}
+	if certs != nil {
 		tlsCfg = certs.ServerConfig(nil)
 	} else if tlsCfg, reloader, devCert, err = servingTLS(cfg, rt); err != nil {
 		return err
@@ -201,7 +194,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		actors = append(actors, lifecycle.Actor{Name: "webhook-tls", Run: reloader.Run})
 	}
 	if certs != nil {
-		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CAAddress, Run: certs.Run})
+		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 	}
 	if c, err := caBundleController(cfg, rt, devCert); err != nil {
 		return err
@@ -214,8 +207,8 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 // caBundleController runs when there is a cluster to write to.
 func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabundle.Controller, error) {
 	bundle := func() []byte { return devCert }
-	if cfg.CABundleFile == "" && cfg.CARootsFile != "" {
-		cfg.CABundleFile = cfg.CARootsFile // certificates from ca chain to its roots
+	if cfg.CABundleFile == "" && cfg.CA.RootsFile != "" {
+		cfg.CABundleFile = cfg.CA.RootsFile // certificates from ca chain to its roots
 	}
 	if cfg.CABundleFile != "" {
 		bundle = cabundle.FileBundle(cfg.CABundleFile, rt.Log)
