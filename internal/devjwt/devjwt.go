@@ -26,12 +26,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 )
 
-// ControlPlaneAccounts are the service accounts (in the system namespace)
-// of the services that authenticate to ca with a token.
-func ControlPlaneAccounts() []string {
-	return []string{"flotilla-galley", "flotilla-discovery", "flotilla-injector"}
-}
-
 // keyID names the issuer's key in its JWKS and in every token's header.
 const keyID = "flotilla-dev"
 

@@ -2,11 +2,9 @@ package kubeenv
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -26,8 +24,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
 var env *Env
@@ -183,29 +179,12 @@ type webhook struct {
 
 func startWebhook(t *testing.T) *webhook {
 	t.Helper()
-	ca, err := testpki.NewCA("webhook CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue(testpki.Request{CommonName: "webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := leaf.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &webhook{url: "https://" + lis.Addr().String(), caBundle: ca.CertPEM}
+	w := &webhook{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/validate", w.handle(validate))
 	mux.HandleFunc("/mutate", w.handle(mutate))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	cc := ServeWebhook(t, mux, "")
+	w.url, w.caBundle = *cc.URL, cc.CABundle
 	return w
 }
 

@@ -39,24 +39,11 @@ var binaries = []binary{
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flotilla-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := 1
 	names := []string{"devrun"}
 	for _, b := range binaries {
 		names = append(names, b.name)
 	}
-	if err := build.Binaries(dir, names...); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(build.Main(m, &binDir, nil, names...))
 }
 
 type result struct {

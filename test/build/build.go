@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
+
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 )
 
 // Version is stamped into test builds.
@@ -59,4 +62,27 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// Main is the TestMain body of a package that tests built binaries: it
+// builds names into a temporary directory, stores the directory in *dir,
+// runs the tests (with a kube-apiserver and etcd in *env when env is not
+// nil, see kubeenv.RunTests) and removes the directory. A failed build
+// fails the run with the reason, never skips it.
+func Main(m *testing.M, dir *string, env **kubeenv.Env, names ...string) int {
+	d, err := os.MkdirTemp("", "flotilla-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(d)
+	*dir = d
+	if err := Binaries(d, names...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if env == nil {
+		return m.Run()
+	}
+	return kubeenv.RunTests(m, env, kubeenv.Options{})
 }

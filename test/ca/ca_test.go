@@ -12,7 +12,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"log/slog"
 	"math/big"
 	"os"
@@ -39,20 +38,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flotilla-ca-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := 1
-	if err := build.Binaries(dir, "flotilla-ca", "flotilla-injector", "flotilla-galley", "flotilla-discovery"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-ca", "flotilla-injector", "flotilla-galley", "flotilla-discovery"))
 }
 
 // signer issues the service account tokens ca checks against its JWKS

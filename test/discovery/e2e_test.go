@@ -6,7 +6,6 @@ package discovery_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,20 +29,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flotilla-discovery-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := 1
-	if err := build.Binaries(dir, "flotilla-galley", "flotilla-discovery", "xdsload"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(build.Main(m, &binDir, nil, "flotilla-galley", "flotilla-discovery", "xdsload"))
 }
 
 type galley struct {

@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,20 +28,7 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flotilla-faults-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := 1
-	if err := build.Binaries(dir, "flotilla-galley", "flotilla-discovery", "flotilla-ca", "flotilla-injector"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(build.Main(m, &binDir, nil, "flotilla-galley", "flotilla-discovery", "flotilla-ca", "flotilla-injector"))
 }
 
 // jwks writes a JWKS and returns a function minting service account tokens

@@ -34,20 +34,7 @@ var binDir string
 var env *kubeenv.Env
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flotilla-galley-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := 1
-	if err := build.Binaries(dir, "flotilla-galley"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley"))
 }
 
 func freeAddr(tb testing.TB) string {

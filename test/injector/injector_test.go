@@ -36,20 +36,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "flotilla-injector-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := 1
-	if err := build.Binaries(dir, "flotilla-galley", "flotilla-injector", "flotilla"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = kubeenv.RunTests(m, &env, kubeenv.Options{})
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-injector", "flotilla"))
 }
 
 func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/examples/demo/client"
 	"github.com/flotilla-mesh/flotilla/examples/demo/greeter"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 )
@@ -118,7 +119,7 @@ func identityCommand(log *slog.Logger) *cobra.Command {
 	f.StringVar(&issuer, "issuer", "https://flotilla.local/compose", "the tokens' issuer, ca's --jwt-issuer")
 	f.StringVar(&d.Namespace, "namespace", "istio-system", "namespace of the service accounts")
 	f.StringVar(&d.Audience, "audience", "istio-ca", "audience of the tokens")
-	f.StringSliceVar(&d.Accounts, "accounts", devjwt.ControlPlaneAccounts(), "service accounts to write tokens for")
+	f.StringSliceVar(&d.Accounts, "accounts", controlplane.TokenAccounts(), "service accounts to write tokens for")
 	f.DurationVar(&d.Lifetime, "lifetime", time.Hour, "lifetime of each token")
 	f.BoolVar(&check, "check", false, "only check that --dir holds the JWKS and every account's token (a container healthcheck)")
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 )
 
@@ -17,7 +18,7 @@ func newIdentities(dir string) (*devjwt.Dir, error) {
 	}
 	ids := &devjwt.Dir{
 		Path: dir, Issuer: iss, Namespace: "istio-system", Audience: "istio-ca",
-		Accounts: devjwt.ControlPlaneAccounts(),
+		Accounts: controlplane.TokenAccounts(),
 		Lifetime: time.Hour,
 	}
 	if err := ids.Write(time.Now()); err != nil {

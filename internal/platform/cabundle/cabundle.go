@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/flotilla-mesh/flotilla/internal/platform/leader"
+	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 )
 
 // Kind of webhook configuration.
@@ -48,9 +48,8 @@ type Options struct {
 	Webhook string
 	// Bundle returns the PEM the webhooks' caBundle must hold.
 	Bundle func() []byte
-	// Lease.
-	Identity, LeaseNamespace, LeaseName       string
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Lease elects the replica that writes.
+	Lease controller.Lease
 	// Resync re-checks this often (default 1 minute), so a changed bundle
 	// is rolled out.
 	Resync time.Duration
@@ -64,30 +63,26 @@ func New(o Options) *Controller {
 	if o.Resync == 0 {
 		o.Resync = time.Minute
 	}
-	o.Log = o.Log.With("component", "cabundle", "identity", o.Identity)
+	o.Log = o.Log.With("component", "cabundle", "identity", o.Lease.Identity)
 	return &Controller{o: o}
 }
 
 // Run campaigns for the Lease and, while leading, keeps the bundle.
 func (c *Controller) Run(ctx context.Context) error {
-	return leader.Run(ctx, leader.Options{ //nolint:wrapcheck // says what failed
-		Client: c.o.Client, Log: c.o.Log, Namespace: c.o.LeaseNamespace, Name: c.o.LeaseName, Identity: c.o.Identity,
-		LeaseDuration: c.o.LeaseDuration, RenewDeadline: c.o.RenewDeadline, RetryPeriod: c.o.RetryPeriod,
-	}, c.lead)
+	return controller.Run(ctx, controller.Options{ //nolint:wrapcheck // says what failed
+		Client: c.o.Client, Log: c.o.Log, Lease: c.o.Lease,
+		Doing: "keeping the caBundle of " + c.o.Kind.String() + " " + c.o.Webhook,
+		Lead:  c.lead,
+	})
 }
 
-func (c *Controller) lead(ctx context.Context) {
-	c.o.Log.Info("leading: keeping the webhook's caBundle", "kind", c.o.Kind.String(), "webhook", c.o.Webhook)
+// lead watches the one webhook configuration (resynced, so a changed
+// bundle file is rolled out) and fixes its caBundle when it differs.
+func (c *Controller) lead(enqueue func(string)) controller.Term {
 	f := informers.NewSharedInformerFactoryWithOptions(c.o.Client, c.o.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.o.Webhook).String()
 	}))
-	kick := make(chan struct{}, 1)
-	wake := func(any) {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
+	wake := func(any) { enqueue(c.o.Webhook) }
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: wake, UpdateFunc: func(_, n any) { wake(n) }}
 	var reconcile func(context.Context) error
 	if c.o.Kind == Validating {
@@ -123,22 +118,14 @@ func (c *Controller) lead(ctx context.Context) {
 			return c.updated(err)
 		}
 	}
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-kick:
-		}
-		err := reconcile(ctx)
-		if apierrors.IsNotFound(err) {
-			continue // not installed (yet): the informer wakes us when it is
-		}
-		if err != nil && ctx.Err() == nil {
-			c.o.Log.Warn("patching the caBundle failed; retrying", "error", err)
-			time.AfterFunc(2*time.Second, func() { wake(nil) })
-		}
+	return controller.Term{
+		Informers: []informers.SharedInformerFactory{f},
+		Reconcile: func(ctx context.Context, _ string) error {
+			if err := reconcile(ctx); !apierrors.IsNotFound(err) {
+				return err
+			}
+			return nil // not installed (yet): the informer wakes us when it is
+		},
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 )
 
 var env *kubeenv.Env
@@ -113,8 +114,8 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 	for _, id := range []string{"injector-a", "injector-b"} {
 		c := New(Options{
 			Client: clientAs(t, id, w), Log: slog.New(slog.DiscardHandler), Webhook: "flotilla-sidecar-injector", Bundle: current,
-			Identity: id, LeaseNamespace: lease, LeaseName: "cabundle",
-			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Resync: time.Second,
+			Resync: time.Second,
+			Lease:  controller.Lease{Identity: id, Namespace: lease, Name: "cabundle", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 		})
 		go func() { _ = c.Run(ctx) }()
 	}
@@ -198,8 +199,8 @@ func TestAValidatingWebhookConfigurationIsKeptToo(t *testing.T) {
 	w := &writes{n: map[string]int{}}
 	c := New(Options{
 		Client: clientAs(t, "galley", w), Log: slog.New(slog.DiscardHandler), Kind: Validating, Webhook: "flotilla-validator",
-		Bundle: func() []byte { return bundle }, Identity: "galley", LeaseNamespace: lease, LeaseName: "validator",
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Resync: time.Second,
+		Bundle: func() []byte { return bundle }, Resync: time.Second,
+		Lease: controller.Lease{Identity: "galley", Namespace: lease, Name: "validator", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 	})
 	go func() { _ = c.Run(ctx) }()
 	eventually(t, "the bundle", func() bool {

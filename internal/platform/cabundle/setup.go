@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
 )
 
@@ -48,7 +49,7 @@ func FromSetup(s Setup) (*Controller, error) {
 	}
 	return New(Options{
 		Client: client, Log: s.Log, Kind: s.Kind, Webhook: s.Webhook, Bundle: s.Bundle,
-		Identity: identity, LeaseNamespace: s.LeaseNamespace, LeaseName: s.LeaseName,
+		Lease: controller.Lease{Identity: identity, Namespace: s.LeaseNamespace, Name: s.LeaseName},
 	}), nil
 }
 

@@ -18,8 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/kubeconfig"
@@ -197,7 +199,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		rt.Log.Warn("no token authentication (no cluster, no jwksFile): only renewals with a client certificate are served")
 	}
 	var cp []server.ControlPlane
-	for _, name := range []string{"flotilla-galley", "flotilla-discovery", "flotilla-injector", "flotilla-ca"} {
+	for _, name := range controlplane.Accounts() {
 		cp = append(cp, server.ControlPlane{Namespace: cfg.SystemNamespace, ServiceAccount: name, Service: name})
 	}
 	srv, err := server.New(server.Options{
@@ -212,8 +214,8 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		ips = append(ips, net.ParseIP(ip))
 	}
 	self := authority.Identity{
-		TrustDomain: cfg.TrustDomain, Namespace: cfg.SystemNamespace, ServiceAccount: "flotilla-ca",
-		DNSNames: []string{"flotilla-ca." + cfg.SystemNamespace + ".svc", "flotilla-ca." + cfg.SystemNamespace + ".svc." + cfg.DomainSuffix, "localhost"},
+		TrustDomain: cfg.TrustDomain, Namespace: cfg.SystemNamespace, ServiceAccount: controlplane.CA,
+		DNSNames: []string{controlplane.CA + "." + cfg.SystemNamespace + ".svc", controlplane.CA + "." + cfg.SystemNamespace + ".svc." + cfg.DomainSuffix, "localhost"},
 	}
 	tlsCfg, err := server.ServingTLS(ca, self, ips, min(cfg.MaxTTL, 30*24*time.Hour), time.Now)
 	if err != nil {
@@ -238,7 +240,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}
 		pub := kube.NewRootPublisher(kube.RootPublisherOptions{
 			Client: client, Log: rt.Log, Roots: func() []byte { return ca().RootsPEM() },
-			Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-ca-root-publisher",
+			Lease: controller.Lease{Identity: identity, Namespace: cfg.SystemNamespace, Name: "flotilla-ca-root-publisher"},
 		})
 		actors = append(actors,
 			lifecycle.Actor{Name: "root-publisher", Run: pub.Run},

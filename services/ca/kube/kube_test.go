@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 	"github.com/flotilla-mesh/flotilla/services/ca/server"
 )
@@ -204,8 +205,8 @@ func TestTheRootIsPublishedInEveryNamespaceByTheLeaderOnly(t *testing.T) {
 	current := func() []byte { mu.Lock(); defer mu.Unlock(); return roots }
 	for _, id := range []string{"ca-a", "ca-b"} {
 		p := NewRootPublisher(RootPublisherOptions{
-			Client: clientAs(t, id), Log: quiet(), Roots: current, Identity: id, LeaseNamespace: lease, LeaseName: "roots",
-			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Resync: time.Second,
+			Client: clientAs(t, id), Log: quiet(), Roots: current, Resync: time.Second,
+			Lease: controller.Lease{Identity: id, Namespace: lease, Name: "roots", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 		})
 		go func() { _ = p.Run(ctx) }()
 	}

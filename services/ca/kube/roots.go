@@ -12,9 +12,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
-	"github.com/flotilla-mesh/flotilla/internal/platform/leader"
+	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 )
 
 // Root ConfigMap, as Istio's agents read it.
@@ -29,11 +28,8 @@ type RootPublisherOptions struct {
 	Log    *slog.Logger
 	// Roots returns the current trust bundle (PEM).
 	Roots func() []byte
-	// Identity, LeaseNamespace and LeaseName elect the one replica that
-	// writes.
-	Identity, LeaseNamespace, LeaseName string
-	// LeaseDuration, RenewDeadline, RetryPeriod default to 15s, 10s, 2s.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Lease elects the one replica that writes.
+	Lease controller.Lease
 	// Resync re-checks every namespace this often (default 1 minute), so a
 	// changed trust bundle reaches them.
 	Resync time.Duration
@@ -52,24 +48,22 @@ func NewRootPublisher(o RootPublisherOptions) *RootPublisher {
 	if o.Resync == 0 {
 		o.Resync = time.Minute
 	}
-	o.Log = o.Log.With("component", "root-publisher", "identity", o.Identity)
+	o.Log = o.Log.With("component", "root-publisher", "identity", o.Lease.Identity)
 	return &RootPublisher{o: o}
 }
 
 // Run campaigns for the Lease and publishes while leading, until ctx ends.
 func (p *RootPublisher) Run(ctx context.Context) error {
-	return leader.Run(ctx, leader.Options{ //nolint:wrapcheck // says what failed
-		Client: p.o.Client, Log: p.o.Log, Namespace: p.o.LeaseNamespace, Name: p.o.LeaseName, Identity: p.o.Identity,
-		LeaseDuration: p.o.LeaseDuration, RenewDeadline: p.o.RenewDeadline, RetryPeriod: p.o.RetryPeriod,
-	}, p.lead)
+	return controller.Run(ctx, controller.Options{ //nolint:wrapcheck // says what failed
+		Client: p.o.Client, Log: p.o.Log, Lease: p.o.Lease,
+		Doing: "publishing the root certificate",
+		Lead:  p.lead,
+	})
 }
 
-// lead watches namespaces and the root ConfigMaps, reconciling each
-// namespace that changes, until leadership ends.
-func (p *RootPublisher) lead(ctx context.Context) {
-	p.o.Log.Info("leading: publishing the root certificate")
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
-	defer q.ShutDown()
+// lead watches namespaces and the root ConfigMaps; a key is a namespace
+// whose ConfigMap to reconcile.
+func (p *RootPublisher) lead(enqueue func(string)) controller.Term {
 	nsInf := informers.NewSharedInformerFactory(p.o.Client, p.o.Resync)
 	cmInf := informers.NewSharedInformerFactoryWithOptions(p.o.Client, p.o.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -77,7 +71,7 @@ func (p *RootPublisher) lead(ctx context.Context) {
 		}))
 	enqueueNS := func(obj any) {
 		if ns, ok := obj.(*corev1.Namespace); ok {
-			q.Add(ns.Name)
+			enqueue(ns.Name)
 		}
 	}
 	enqueueCM := func(obj any) {
@@ -85,7 +79,7 @@ func (p *RootPublisher) lead(ctx context.Context) {
 			obj = t.Obj
 		}
 		if cm, ok := obj.(*corev1.ConfigMap); ok {
-			q.Add(cm.Namespace)
+			enqueue(cm.Namespace)
 		}
 	}
 	nsLister := nsInf.Core().V1().Namespaces().Lister()
@@ -96,29 +90,13 @@ func (p *RootPublisher) lead(ctx context.Context) {
 	_, _ = cmInf.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueueCM, UpdateFunc: func(_, n any) { enqueueCM(n) }, DeleteFunc: enqueueCM,
 	})
-	nsInf.Start(ctx.Done())
-	cmInf.Start(ctx.Done())
-	nsInf.WaitForCacheSync(ctx.Done())
-	cmInf.WaitForCacheSync(ctx.Done())
-	go func() {
-		<-ctx.Done()
-		q.ShutDown()
-	}()
-	for {
-		ns, shutdown := q.Get()
-		if shutdown {
-			return
-		}
-		err := p.reconcile(ctx, ns, nsLister.Get, func(ns string) (*corev1.ConfigMap, error) {
-			return cmLister.ConfigMaps(ns).Get(RootConfigMap)
-		})
-		if err != nil && ctx.Err() == nil {
-			p.o.Log.Warn("publishing the root certificate failed; retrying", "namespace", ns, "error", err)
-			q.AddRateLimited(ns)
-		} else {
-			q.Forget(ns)
-		}
-		q.Done(ns)
+	return controller.Term{
+		Informers: []informers.SharedInformerFactory{nsInf, cmInf},
+		Reconcile: func(ctx context.Context, ns string) error {
+			return p.reconcile(ctx, ns, nsLister.Get, func(ns string) (*corev1.ConfigMap, error) {
+				return cmLister.ConfigMaps(ns).Get(RootConfigMap)
+			})
+		},
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
@@ -141,7 +142,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	certs, err := cfg.CA.ForService("flotilla-discovery", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	certs, err := cfg.CA.ForService(controlplane.Discovery, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
 		return err //nolint:wrapcheck // says what failed
 	}
@@ -225,7 +226,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		}
 		creds = credentials.NewTLS(reloader.ClientConfig(host))
 	} else if certs != nil {
-		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/flotilla-galley"))
+		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/" + controlplane.Galley))
 	}
 	conn, err := grpc.NewClient(cfg.GalleyAddress,
 		grpc.WithTransportCredentials(creds),

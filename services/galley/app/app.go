@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
@@ -146,7 +147,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	// given, MCP over mTLS to discovery and the injector only.
 	var actors []lifecycle.Actor
 	var mcpTLS *tls.Config
-	certs, err := cfg.CA.ForService("flotilla-galley", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	certs, err := cfg.CA.ForService(controlplane.Galley, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
 		return err //nolint:wrapcheck // says what failed
 	}
@@ -154,7 +155,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 		if !cfg.MCPTLS.Enabled() {
 			mcpTLS = certclient.RequirePeers(certs.ServerConfig(certs.Roots()),
-				cfg.SystemNamespace+"/flotilla-discovery", cfg.SystemNamespace+"/flotilla-injector")
+				cfg.SystemNamespace+"/"+controlplane.Discovery, cfg.SystemNamespace+"/"+controlplane.Injector)
 		}
 	}
 	gs, err := grpcserver.New(grpcserver.Options{

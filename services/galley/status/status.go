@@ -22,10 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/leader"
 )
 
 // MessageCode marks Flotilla's validation messages among others in status.
@@ -59,9 +58,6 @@ func New(o Options) *Writer {
 	if o.Interval == 0 {
 		o.Interval = 2 * time.Second
 	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
-	}
 	o.Log = o.Log.With("component", "status-writer", "identity", o.Identity)
 	return &Writer{o: o, written: map[istio.ID]string{}}
 }
@@ -70,30 +66,10 @@ func New(o Options) *Writer {
 // returns when ctx ends, releasing the Lease so another replica takes over
 // at once.
 func (w *Writer) Run(ctx context.Context) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: w.o.LeaseNamespace, Name: w.o.LeaseName},
-		Client:     w.o.Kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: w.o.Identity},
-	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   w.o.LeaseDuration,
-		RenewDeadline:   w.o.RenewDeadline,
-		RetryPeriod:     w.o.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            w.o.LeaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: w.lead,
-			OnStoppedLeading: func() { w.o.Log.Info("stopped leading") },
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("status leader election: %w", err)
-	}
-	for ctx.Err() == nil {
-		le.Run(ctx) // returns when leadership is lost or ctx ends; campaign again
-	}
-	return nil
+	return leader.Run(ctx, leader.Options{ //nolint:wrapcheck // says what failed
+		Client: w.o.Kube, Log: w.o.Log, Namespace: w.o.LeaseNamespace, Name: w.o.LeaseName, Identity: w.o.Identity,
+		LeaseDuration: w.o.LeaseDuration, RenewDeadline: w.o.RenewDeadline, RetryPeriod: w.o.RetryPeriod,
+	}, w.lead)
 }
 
 func (w *Writer) lead(ctx context.Context) {

@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +23,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
-	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
 var env *kubeenv.Env
@@ -58,41 +55,11 @@ func (w *warnings) take() []string {
 // for every Istio kind in one namespace.
 func serveRegistered(t *testing.T, ctx context.Context, ns string) {
 	t.Helper()
-	ca, err := testpki.NewCA("galley webhook CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue(testpki.Request{CommonName: "galley", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := leaf.WriteFiles(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rl, err := tlsreload.New(tlsreload.Files{CertFile: certFile, KeyFile: keyFile}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	h, err := Handler(Options{Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(sctx, slog.New(slog.DiscardHandler), lis, rl.ServerConfig(), h, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-
-	url := "https://" + lis.Addr().String() + Path
+	client := kubeenv.ServeWebhook(t, h, Path)
 	fail := admregv1.Fail
 	none := admregv1.SideEffectClassNone
 	timeout := int32(10)
@@ -100,7 +67,7 @@ func serveRegistered(t *testing.T, ctx context.Context, ns string) {
 		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-galley-" + ns},
 		Webhooks: []admregv1.ValidatingWebhook{{
 			Name:         "validation.flotilla.io",
-			ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM},
+			ClientConfig: client,
 			Rules: []admregv1.RuleWithOperations{{
 				Operations: []admregv1.OperationType{admregv1.Create, admregv1.Update},
 				Rule: admregv1.Rule{

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
@@ -131,7 +132,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	var tlsCfg *tls.Config
 	var reloader *tlsreload.Reloader
 	var devCert []byte
-	certs, err := cfg.CA.ForService("flotilla-injector", cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	certs, err := cfg.CA.ForService(controlplane.Injector, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
 		return err //nolint:wrapcheck // says what failed
 	}
@@ -143,7 +144,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	// With a certificate from ca, galley is reached over mTLS.
 	creds := insecure.NewCredentials()
 	if certs != nil {
-		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/flotilla-galley"))
+		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/" + controlplane.Galley))
 	}
 	conn, err := grpc.NewClient(cfg.GalleyAddress, grpc.WithTransportCredentials(creds))
 	if err != nil {

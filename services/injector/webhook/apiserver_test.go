@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"testing"
@@ -17,9 +16,6 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
-	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
-	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
 var env *kubeenv.Env
@@ -30,22 +26,6 @@ func TestMain(m *testing.M) { os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{
 // test's namespaces (those with the test label).
 func serve(t *testing.T, ctx context.Context, label string) {
 	t.Helper()
-	ca, err := testpki.NewCA("injector CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue(testpki.Request{CommonName: "injector", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := leaf.WriteFiles(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rl, err := tlsreload.New(tlsreload.Files{CertFile: certFile, KeyFile: keyFile}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
 	def := inject.DefaultConfig(inject.DefaultRevision)
 	h, err := Handler(Options{
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
@@ -62,22 +42,7 @@ func serve(t *testing.T, ctx context.Context, label string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- admission.Serve(sctx, slog.New(slog.DiscardHandler), lis, rl.ServerConfig(), h, 5*time.Second)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	url := "https://" + lis.Addr().String() + Path
+	client := kubeenv.ServeWebhook(t, h, Path)
 	fail := admregv1.Fail
 	none := admregv1.SideEffectClassNone
 	timeout := int32(10)
@@ -85,7 +50,7 @@ func serve(t *testing.T, ctx context.Context, label string) {
 		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-injector-" + label},
 		Webhooks: []admregv1.MutatingWebhook{{
 			Name:         "injection.flotilla.io",
-			ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM},
+			ClientConfig: client,
 			Rules: []admregv1.RuleWithOperations{{
 				Operations: []admregv1.OperationType{admregv1.Create},
 				Rule:       admregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
