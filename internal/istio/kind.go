@@ -14,6 +14,20 @@ import (
 	security "istio.io/api/security/v1beta1"
 )
 
+// The kinds' names, for code that treats one kind apart (the table in
+// Kinds holds everything else about them).
+const (
+	DestinationRule       = "DestinationRule"
+	Gateway               = "Gateway"
+	ServiceEntry          = "ServiceEntry"
+	Sidecar               = "Sidecar"
+	VirtualService        = "VirtualService"
+	WorkloadEntry         = "WorkloadEntry"
+	AuthorizationPolicy   = "AuthorizationPolicy"
+	PeerAuthentication    = "PeerAuthentication"
+	RequestAuthentication = "RequestAuthentication"
+)
+
 // Kind is one Istio configuration kind.
 type Kind struct {
 	// Group is the API group, e.g. "networking.istio.io".
@@ -63,39 +77,39 @@ func Kinds() []Kind {
 	secVersions := []string{"v1", "v1beta1"}
 	ks := []Kind{
 		{
-			Group: "networking.istio.io", Kind: "DestinationRule", Plural: "destinationrules", Versions: netVersions, ShortNames: []string{"dr"},
+			Group: "networking.istio.io", Kind: DestinationRule, Plural: "destinationrules", Versions: netVersions, ShortNames: []string{"dr"},
 			newSpec: func() proto.Message { return &networking.DestinationRule{} },
 		},
 		{
-			Group: "networking.istio.io", Kind: "Gateway", Plural: "gateways", Versions: netVersions, ShortNames: []string{"gw"},
+			Group: "networking.istio.io", Kind: Gateway, Plural: "gateways", Versions: netVersions, ShortNames: []string{"gw"},
 			newSpec: func() proto.Message { return &networking.Gateway{} },
 		},
 		{
-			Group: "networking.istio.io", Kind: "ServiceEntry", Plural: "serviceentries", Versions: netVersions, ShortNames: []string{"se"},
+			Group: "networking.istio.io", Kind: ServiceEntry, Plural: "serviceentries", Versions: netVersions, ShortNames: []string{"se"},
 			newSpec: func() proto.Message { return &networking.ServiceEntry{} },
 		},
 		{
-			Group: "networking.istio.io", Kind: "Sidecar", Plural: "sidecars", Versions: netVersions,
+			Group: "networking.istio.io", Kind: Sidecar, Plural: "sidecars", Versions: netVersions,
 			newSpec: func() proto.Message { return &networking.Sidecar{} },
 		},
 		{
-			Group: "networking.istio.io", Kind: "VirtualService", Plural: "virtualservices", Versions: netVersions, ShortNames: []string{"vs"},
+			Group: "networking.istio.io", Kind: VirtualService, Plural: "virtualservices", Versions: netVersions, ShortNames: []string{"vs"},
 			newSpec: func() proto.Message { return &networking.VirtualService{} },
 		},
 		{
-			Group: "networking.istio.io", Kind: "WorkloadEntry", Plural: "workloadentries", Versions: netVersions, ShortNames: []string{"we"},
+			Group: "networking.istio.io", Kind: WorkloadEntry, Plural: "workloadentries", Versions: netVersions, ShortNames: []string{"we"},
 			newSpec: func() proto.Message { return &networking.WorkloadEntry{} },
 		},
 		{
-			Group: "security.istio.io", Kind: "AuthorizationPolicy", Plural: "authorizationpolicies", Versions: secVersions, ShortNames: []string{"ap"},
+			Group: "security.istio.io", Kind: AuthorizationPolicy, Plural: "authorizationpolicies", Versions: secVersions, ShortNames: []string{"ap"},
 			newSpec: func() proto.Message { return &security.AuthorizationPolicy{} },
 		},
 		{
-			Group: "security.istio.io", Kind: "PeerAuthentication", Plural: "peerauthentications", Versions: secVersions, ShortNames: []string{"pa"},
+			Group: "security.istio.io", Kind: PeerAuthentication, Plural: "peerauthentications", Versions: secVersions, ShortNames: []string{"pa"},
 			newSpec: func() proto.Message { return &security.PeerAuthentication{} },
 		},
 		{
-			Group: "security.istio.io", Kind: "RequestAuthentication", Plural: "requestauthentications", Versions: secVersions, ShortNames: []string{"ra"},
+			Group: "security.istio.io", Kind: RequestAuthentication, Plural: "requestauthentications", Versions: secVersions, ShortNames: []string{"ra"},
 			newSpec: func() proto.Message { return &security.RequestAuthentication{} },
 		},
 	}

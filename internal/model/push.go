@@ -201,7 +201,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	for _, svc := range ci.services {
 		ci.byHost[svc.GetHostname()] = append(ci.byHost[svc.GetHostname()], svc)
 	}
-	for _, o := range sortedObjects(s.configs["VirtualService"]) {
+	for _, o := range sortedObjects(s.configs[istio.VirtualService]) {
 		spec, ok := o.Spec.(*networking.VirtualService)
 		if !ok {
 			continue
@@ -221,7 +221,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		}
 		ci.virtualServices = append(ci.virtualServices, vs)
 	}
-	for _, o := range sortedObjects(s.configs["DestinationRule"]) {
+	for _, o := range sortedObjects(s.configs[istio.DestinationRule]) {
 		spec, ok := o.Spec.(*networking.DestinationRule)
 		if !ok {
 			continue
@@ -242,14 +242,14 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 			idx.exact[dr.Host] = append(idx.exact[dr.Host], dr)
 		}
 	}
-	for _, o := range sortedObjects(s.configs["Sidecar"]) {
+	for _, o := range sortedObjects(s.configs[istio.Sidecar]) {
 		spec, ok := o.Spec.(*networking.Sidecar)
 		if !ok {
 			continue
 		}
 		ci.sidecars[o.Meta.Namespace] = append(ci.sidecars[o.Meta.Namespace], &SidecarConfig{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
 	}
-	for _, o := range sortedObjects(s.configs["PeerAuthentication"]) {
+	for _, o := range sortedObjects(s.configs[istio.PeerAuthentication]) {
 		if spec, ok := o.Spec.(*security.PeerAuthentication); ok {
 			ci.peerAuth[o.Meta.Namespace] = append(ci.peerAuth[o.Meta.Namespace], &PeerAuthentication{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
 		}

@@ -59,18 +59,18 @@ func (p *Publisher) Apply(upserts []*istio.Object, deletes []istio.ID) error {
 	changed := false
 	for _, o := range upserts {
 		switch o.Kind.Kind {
-		case "ServiceEntry":
+		case istio.ServiceEntry:
 			p.serviceEntries[o.Key()], changed = o, true
-		case "WorkloadEntry":
+		case istio.WorkloadEntry:
 			p.workloads[o.Key()], changed = o, true
 		}
 	}
 	for _, id := range deletes {
 		switch id.Kind {
-		case "ServiceEntry":
+		case istio.ServiceEntry:
 			delete(p.serviceEntries, id.Name)
 			changed = true
-		case "WorkloadEntry":
+		case istio.WorkloadEntry:
 			delete(p.workloads, id.Name)
 			changed = true
 		}

@@ -20,7 +20,7 @@ type SubsetIndex struct {
 func NewSubsetIndex(objects []*istio.Object, domainSuffix string) SubsetIndex {
 	x := SubsetIndex{suffix: domainSuffix}
 	for _, o := range objects {
-		if o.Kind.Kind == "DestinationRule" {
+		if o.Kind.Kind == istio.DestinationRule {
 			x.drs = append(x.drs, o)
 		}
 	}

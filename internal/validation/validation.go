@@ -94,23 +94,23 @@ func Validate(obj *istio.Object, ctx Context) Result {
 // for any other (a test keeps the two in step).
 func checkFor(kind string) func(*validator) {
 	switch kind {
-	case "VirtualService":
+	case istio.VirtualService:
 		return (*validator).virtualService
-	case "DestinationRule":
+	case istio.DestinationRule:
 		return (*validator).destinationRule
-	case "Gateway":
+	case istio.Gateway:
 		return (*validator).gateway
-	case "ServiceEntry":
+	case istio.ServiceEntry:
 		return (*validator).serviceEntry
-	case "WorkloadEntry":
+	case istio.WorkloadEntry:
 		return (*validator).workloadEntry
-	case "Sidecar":
+	case istio.Sidecar:
 		return (*validator).sidecar
-	case "PeerAuthentication":
+	case istio.PeerAuthentication:
 		return (*validator).peerAuthentication
-	case "RequestAuthentication":
+	case istio.RequestAuthentication:
 		return (*validator).requestAuthentication
-	case "AuthorizationPolicy":
+	case istio.AuthorizationPolicy:
 		return (*validator).authorizationPolicy
 	}
 	return nil

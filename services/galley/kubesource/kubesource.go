@@ -219,7 +219,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			return
 		}
 		s.published[o.ID()] = o
-		if kind.Kind == "WorkloadEntry" {
+		if kind.Kind == istio.WorkloadEntry {
 			s.refreshWorkloadEntries(o.Meta.Namespace)
 		}
 	}
@@ -239,7 +239,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			if err := s.config.Apply(nil, []istio.ID{id}); err != nil {
 				s.o.Log.Error("publish deletion", "object", id, "error", err)
 			}
-			if kind.Kind == "WorkloadEntry" {
+			if kind.Kind == istio.WorkloadEntry {
 				s.refreshWorkloadEntries(m.GetNamespace())
 			}
 		},
@@ -374,7 +374,7 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 func (s *Source) publishWorkloadEntries(svc *corev1.Service) {
 	var wes []*istio.Object
 	for id, o := range s.published {
-		if id.Kind == "WorkloadEntry" && o.Meta.Namespace == svc.Namespace {
+		if id.Kind == istio.WorkloadEntry && o.Meta.Namespace == svc.Namespace {
 			wes = append(wes, o)
 		}
 	}
