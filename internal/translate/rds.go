@@ -119,19 +119,15 @@ func (g *gen) grpcRoute(name string) *routev3.RouteConfiguration {
 
 // hostPort finds the service and port a "host:port" name is about.
 func (g *gen) hostPort(name string) (*registryv1.Service, *registryv1.ServicePort) {
-	i := strings.LastIndexByte(name, ':')
-	if i < 0 {
+	host, n, ok := ParseListenerName(name)
+	if !ok {
 		return nil, nil
 	}
-	n, err := strconv.ParseUint(name[i+1:], 10, 32)
-	if err != nil {
-		return nil, nil
-	}
-	svc := g.scope.Service(name[:i])
+	svc := g.scope.Service(host)
 	if svc == nil {
 		return nil, nil
 	}
-	port := servicePort(svc, uint32(n))
+	port := servicePort(svc, n)
 	if port == nil {
 		return nil, nil
 	}

@@ -225,6 +225,20 @@ func ListenerName(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
+// ParseListenerName splits a ListenerName (also the name of its route
+// configuration).
+func ParseListenerName(name string) (host string, port uint32, ok bool) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(name[i+1:], 10, 32)
+	if err != nil {
+		return "", 0, false
+	}
+	return name[:i], uint32(n), true
+}
+
 // isHTTP reports whether a port protocol is routed by HTTP attributes.
 func isHTTP(p registryv1.Protocol) bool {
 	switch p {

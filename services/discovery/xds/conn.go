@@ -1,11 +1,16 @@
 package xds
 
+// This file is the protocol of one proxy's stream: state-of-the-world and
+// delta requests, nonces, ACKs and NACKs, what was sent and acknowledged
+// per type, and how pushes are queued to a stream (latest wins, one
+// goroutine at a time). What a change means for the proxy is decided in
+// targeting.go; resources are built and encoded in generation.go.
+
 import (
 	"context"
 	"hash/fnv"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,7 +18,6 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -173,186 +177,6 @@ func (c *conn) watch(t string) *watch {
 	return w
 }
 
-// push generates and sends what ev changes for this proxy.
-func (c *conn) push(ev *pushEvent) error {
-	full := c.pcSeen == nil || c.inboundAffected(ev) || ev.changes.Concerns(c.watchedHosts(ev.pc))
-	c.setPushContext(ev.pc)
-	gen := translate.NewGenerator(ev.pc, c.proxy)
-	defer c.keepProblems(gen)
-	if full {
-		c.s.metrics.decided("full")
-		for _, t := range pushOrder {
-			if w := c.watches[t]; w != nil && w.started {
-				if err := c.respond(t, w, gen, ev.seen, nil, false); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	w := c.watches[resourcev3.EndpointType]
-	var affected []string
-	if w != nil && w.started {
-		affected = affectedClusters(w, ev.changes)
-	}
-	if len(affected) == 0 {
-		c.s.metrics.decided("skipped") // nothing this proxy watches changed
-		return nil
-	}
-	c.s.metrics.decided("eds")
-	return c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false)
-}
-
-// setPushContext records the push context the proxy's resources come
-// from (read by the status endpoint under mu).
-func (c *conn) setPushContext(pc *model.PushContext) {
-	c.mu.Lock()
-	c.pcSeen = pc
-	c.mu.Unlock()
-}
-
-// watchedHosts are the hosts a proxy that names what it watches (a
-// proxyless client) depends on: those of its listeners, routes and
-// clusters, and the destinations of the VirtualServices of its routes. It
-// is nil for a proxy that watches everything of some type (sidecars),
-// which every full change concerns.
-func (c *conn) watchedHosts(pc *model.PushContext) map[string]bool {
-	hosts := map[string]bool{}
-	var scope *model.Scope
-	for t, w := range c.watches {
-		if !w.started {
-			continue
-		}
-		if w.wildcard {
-			return nil
-		}
-		for name := range w.names {
-			switch t {
-			case resourcev3.ListenerType, resourcev3.RouteType:
-				i := strings.LastIndexByte(name, ':')
-				if i < 0 {
-					return nil // a sidecar's port route ("80"): many hosts
-				}
-				host := name[:i]
-				hosts[host] = true
-				if scope == nil {
-					scope = pc.Scope(c.proxy)
-				}
-				if vs := scope.VirtualService(host); vs != nil {
-					for _, d := range vs.DestinationHosts(pc.DomainSuffix) {
-						hosts[d] = true
-					}
-				}
-			case resourcev3.ClusterType, resourcev3.EndpointType:
-				_, _, host, ok := translate.ParseClusterName(name)
-				if !ok {
-					return nil
-				}
-				hosts[host] = true
-			}
-		}
-	}
-	return hosts
-}
-
-// inboundAffected: an endpoint change at the proxy's own address changes
-// its inbound clusters and listeners, not only endpoints.
-func (c *conn) inboundAffected(ev *pushEvent) bool {
-	for key := range ev.changes.Endpoints {
-		if ev.pc.ServiceHasAddress(key, c.proxy.IPs) || (ev.prev != nil && ev.prev.ServiceHasAddress(key, c.proxy.IPs)) {
-			return true
-		}
-	}
-	return false
-}
-
-// affectedClusters are the watched EDS clusters of changed services.
-func affectedClusters(w *watch, cs model.ChangeSet) []string {
-	hosts := map[string]bool{}
-	for key := range cs.Endpoints {
-		if _, host, ok := strings.Cut(key, "/"); ok {
-			hosts[host] = true
-		}
-	}
-	var out []string
-	for name := range w.names {
-		if _, _, host, ok := translate.ParseClusterName(name); ok && hosts[host] {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func (c *conn) keepProblems(gen *translate.Generator) {
-	p := gen.Problems()
-	c.mu.Lock()
-	changed := !slices.Equal(p, c.problems)
-	c.problems = p
-	c.mu.Unlock()
-	if changed && len(p) > 0 {
-		c.s.log.Warn("resources dropped or degraded for a proxy", "proxy", c.id, "problems", p)
-	}
-}
-
-type named struct {
-	name    string
-	any     *anypb.Any
-	version string
-}
-
-// generate builds the resources of one type for the names asked (all when
-// nil), encoded once.
-func (c *conn) generate(t string, gen *translate.Generator, names []string) []named {
-	var msgs []proto.Message
-	switch t {
-	case resourcev3.ClusterType:
-		for _, r := range gen.Clusters(names) {
-			msgs = append(msgs, r)
-		}
-	case resourcev3.EndpointType:
-		for _, r := range gen.Endpoints(names) {
-			msgs = append(msgs, r)
-		}
-	case resourcev3.ListenerType:
-		for _, r := range gen.Listeners(names) {
-			msgs = append(msgs, r)
-		}
-	case resourcev3.RouteType:
-		for _, r := range gen.Routes(names) {
-			msgs = append(msgs, r)
-		}
-	}
-	out := make([]named, 0, len(msgs))
-	opts := proto.MarshalOptions{Deterministic: true}
-	for _, m := range msgs {
-		b, err := opts.Marshal(m)
-		if err != nil {
-			c.s.log.Error("encoding a resource", "proxy", c.id, "type_url", t, "error", err)
-			continue
-		}
-		h := fnv.New64a()
-		_, _ = h.Write(b)
-		out = append(out, named{
-			name:    resourceName(m),
-			any:     &anypb.Any{TypeUrl: t, Value: b},
-			version: strconv.FormatUint(h.Sum64(), 36),
-		})
-	}
-	return out
-}
-
-func resourceName(m proto.Message) string {
-	type cla interface{ GetClusterName() string }
-	if r, ok := m.(cla); ok {
-		return r.GetClusterName()
-	}
-	if r, ok := m.(interface{ GetName() string }); ok {
-		return r.GetName()
-	}
-	return ""
-}
-
 // watchedNames are the names a watch asks for; nil for wildcard.
 func (w *watch) watchedNames() []string {
 	if w.wildcard {
@@ -459,7 +283,7 @@ func (c *conn) onSotwRequest(req *discoveryv3.DiscoveryRequest) error {
 		return err
 	}
 	t := req.GetTypeUrl()
-	if !slices.Contains(pushOrder, t) {
+	if !slices.Contains(translate.Types(), t) {
 		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", truncate(t, 200))
 		return nil
 	}
@@ -557,7 +381,7 @@ func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return checkNames(make([]string, len(req.GetInitialResourceVersions())))
 	}
 	t := req.GetTypeUrl()
-	if !slices.Contains(pushOrder, t) {
+	if !slices.Contains(translate.Types(), t) {
 		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", truncate(t, 200))
 		return nil
 	}

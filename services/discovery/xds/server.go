@@ -32,9 +32,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/services/discovery/proxy"
 )
 
-// The xDS types served, in push order.
-var pushOrder = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
-
 // wildcardTypes are answered with every resource when the proxy names none.
 func wildcardType(t string) bool { return t == resourcev3.ClusterType || t == resourcev3.ListenerType }
 

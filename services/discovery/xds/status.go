@@ -49,7 +49,7 @@ func (c *conn) status() ProxyStatus {
 	if c.pcSeen != nil {
 		ps.PushVersion = c.pcSeen.Version
 	}
-	for _, t := range pushOrder {
+	for _, t := range translate.Types() {
 		w := c.watches[t]
 		if w == nil {
 			continue

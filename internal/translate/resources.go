@@ -1,0 +1,88 @@
+package translate
+
+import (
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// Types are the xDS types a Generator builds, in the order a push sends
+// them so that what a resource names exists before it (clusters before
+// their endpoints, listeners before their routes, as Envoy's ADS ordering
+// asks).
+func Types() []string {
+	return []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+}
+
+// Resources returns the resources of one xDS type (a type URL of Types)
+// with the names asked, sorted; nil names means all of them. Any other
+// type gets none.
+func (x *Generator) Resources(typeURL string, names []string) []proto.Message {
+	var out []proto.Message
+	switch typeURL {
+	case resourcev3.ClusterType:
+		for _, r := range x.Clusters(names) {
+			out = append(out, r)
+		}
+	case resourcev3.EndpointType:
+		for _, r := range x.Endpoints(names) {
+			out = append(out, r)
+		}
+	case resourcev3.ListenerType:
+		for _, r := range x.Listeners(names) {
+			out = append(out, r)
+		}
+	case resourcev3.RouteType:
+		for _, r := range x.Routes(names) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ResourceName is the name a resource is known by in xDS: a load
+// assignment's cluster name, any other resource's name.
+func ResourceName(m proto.Message) string {
+	if r, ok := m.(interface{ GetClusterName() string }); ok {
+		return r.GetClusterName()
+	}
+	if r, ok := m.(interface{ GetName() string }); ok {
+		return r.GetName()
+	}
+	return ""
+}
+
+// DependsOn tells which hosts the resource of an xDS type and name is
+// built from, for this proxy and push context, so a server can tell which
+// changes concern a proxy that watches resources by name (a proxyless gRPC
+// client) without knowing how names are made:
+//
+//   - an outbound cluster or its endpoints ("outbound|80|v1|reviews…")
+//     depend on its service's host;
+//   - a proxyless client's listener or route configuration ("host:port")
+//     depends on that host and on every destination of the
+//     VirtualService that applies to it for this proxy;
+//   - anything else (a sidecar's port route "80", inbound and special
+//     clusters, named listeners) depends on more than its name says: all
+//     is true, and every change concerns it.
+//
+// The hosts may be ones that do not exist (yet): a client may watch a
+// cluster before its service is there, and its arrival concerns it.
+func (x *Generator) DependsOn(typeURL, name string) (hosts []string, all bool) {
+	switch typeURL {
+	case resourcev3.ClusterType, resourcev3.EndpointType:
+		if _, _, host, ok := ParseClusterName(name); ok {
+			return []string{host}, false
+		}
+	case resourcev3.ListenerType, resourcev3.RouteType:
+		host, _, ok := ParseListenerName(name)
+		if !ok {
+			return nil, true
+		}
+		hosts = []string{host}
+		if vs := x.g.scope.VirtualService(host); vs != nil {
+			hosts = append(hosts, vs.DestinationHosts(x.g.pc.DomainSuffix)...)
+		}
+		return hosts, false
+	}
+	return nil, true
+}

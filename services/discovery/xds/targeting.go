@@ -1,0 +1,114 @@
+package xds
+
+import (
+	"slices"
+	"strings"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/translate"
+)
+
+// This file decides what a change means for one proxy: a full push of
+// every type it watches, an endpoints-only push of the clusters whose
+// services changed, or nothing. The hosts a watched resource depends on
+// come from translate (Generator.DependsOn); nothing here knows how
+// resource names are made.
+
+// push generates and sends what ev changes for this proxy.
+func (c *conn) push(ev *pushEvent) error {
+	gen := translate.NewGenerator(ev.pc, c.proxy)
+	full := c.pcSeen == nil || c.inboundAffected(ev) || ev.changes.Concerns(c.watchedHosts(gen))
+	c.setPushContext(ev.pc)
+	defer c.keepProblems(gen)
+	if full {
+		c.s.metrics.decided("full")
+		for _, t := range translate.Types() {
+			if w := c.watches[t]; w != nil && w.started {
+				if err := c.respond(t, w, gen, ev.seen, nil, false); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	w := c.watches[resourcev3.EndpointType]
+	var affected []string
+	if w != nil && w.started {
+		affected = affectedClusters(gen, w, ev.changes)
+	}
+	if len(affected) == 0 {
+		c.s.metrics.decided("skipped") // nothing this proxy watches changed
+		return nil
+	}
+	c.s.metrics.decided("eds")
+	return c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false)
+}
+
+// setPushContext records the push context the proxy's resources come
+// from (read by the status endpoint under mu).
+func (c *conn) setPushContext(pc *model.PushContext) {
+	c.mu.Lock()
+	c.pcSeen = pc
+	c.mu.Unlock()
+}
+
+// watchedHosts are the hosts a proxy that names what it watches (a
+// proxyless client) depends on, as translate tells for each name. It is
+// nil, which every full change concerns, for a proxy that watches
+// everything of some type (sidecars) or a resource that depends on more
+// than can be listed.
+func (c *conn) watchedHosts(gen *translate.Generator) map[string]bool {
+	hosts := map[string]bool{}
+	for t, w := range c.watches {
+		if !w.started {
+			continue
+		}
+		if w.wildcard {
+			return nil
+		}
+		for name := range w.names {
+			deps, all := gen.DependsOn(t, name)
+			if all {
+				return nil
+			}
+			for _, h := range deps {
+				hosts[h] = true
+			}
+		}
+	}
+	return hosts
+}
+
+// inboundAffected: an endpoint change at the proxy's own address changes
+// its inbound clusters and listeners, not only endpoints.
+func (c *conn) inboundAffected(ev *pushEvent) bool {
+	for key := range ev.changes.Endpoints {
+		if ev.pc.ServiceHasAddress(key, c.proxy.IPs) || (ev.prev != nil && ev.prev.ServiceHasAddress(key, c.proxy.IPs)) {
+			return true
+		}
+	}
+	return false
+}
+
+// affectedClusters are the watched EDS clusters built from a service
+// whose endpoints changed. A cluster whose hosts cannot be listed is left
+// to full pushes (inbound endpoint changes are one, inboundAffected).
+func affectedClusters(gen *translate.Generator, w *watch, cs model.ChangeSet) []string {
+	hosts := map[string]bool{}
+	for key := range cs.Endpoints {
+		if _, host, ok := strings.Cut(key, "/"); ok {
+			hosts[host] = true
+		}
+	}
+	var out []string
+	for name := range w.names {
+		deps, _ := gen.DependsOn(resourcev3.EndpointType, name)
+		if slices.ContainsFunc(deps, func(h string) bool { return hosts[h] }) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
