@@ -81,7 +81,10 @@ const maxCells = 16 << 20
 // Diff returns a line diff of want and got: changed lines prefixed "-"
 // (want) and "+" (got), with a few unchanged lines around each change and
 // "@@ line N" before each hunk.
-func Diff(want, got string) string {
+func Diff(want, got string) string { return diff(want, got, context) }
+
+// diff is Diff with ctx unchanged lines around each change.
+func diff(want, got string, ctx int) string {
 	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
 	// Common head and tail need no table.
 	head := 0
@@ -110,7 +113,7 @@ func Diff(want, got string) string {
 	for i := len(w) - tail; i < len(w); i++ {
 		ops = append(ops, op{' ', w[i], i})
 	}
-	return render(ops)
+	return render(ops, ctx)
 }
 
 type op struct {
@@ -156,13 +159,13 @@ func lcs(a, b []string, offset int) []op {
 	return out
 }
 
-func render(ops []op) string {
+func render(ops []op, ctx int) string {
 	show := make([]bool, len(ops))
 	for i, o := range ops {
 		if o.kind == ' ' {
 			continue
 		}
-		for k := max(0, i-context); k <= min(len(ops)-1, i+context); k++ {
+		for k := max(0, i-ctx); k <= min(len(ops)-1, i+ctx); k++ {
 			show[k] = true
 		}
 	}

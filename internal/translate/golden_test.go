@@ -8,9 +8,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -25,7 +30,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/publish"
 )
 
-var update = flag.Bool("update", false, "rewrite want.golden.json files")
+var update = flag.Bool("update", false, "rewrite the golden files")
 
 // testProxy is the test-only document naming a proxy to translate for:
 //
@@ -59,7 +64,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 	store := model.NewStore()
 	var proxies []*model.Proxy
 	var istioDocs [][]byte
-	var slices []*discoveryv1.EndpointSlice
+	var endpointSlices []*discoveryv1.EndpointSlice
 	pods := map[string]*corev1.Pod{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
@@ -127,14 +132,14 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 			if s.Namespace == "" {
 				s.Namespace = "default"
 			}
-			slices = append(slices, &s)
+			endpointSlices = append(endpointSlices, &s)
 		default:
 			istioDocs = append(istioDocs, doc)
 		}
 	}
 	readIstio(tb, store, bytes.Join(istioDocs, []byte("---\n")))
 	lookup := func(ns, name string) *corev1.Pod { return pods[ns+"/"+name] }
-	for _, s := range slices {
+	for _, s := range endpointSlices {
 		if set, _, ok := kube.EndpointSlice(s, lookup, model.DefaultDomainSuffix); ok {
 			store.PutEndpointSet(set)
 		}
@@ -187,40 +192,35 @@ func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
 	}
 }
 
-// render is the golden form of one proxy's output: indented JSON, stable
-// across runs.
-func render(tb testing.TB, p *model.Proxy, out *Output) []byte {
+// proxyKey names a proxy in the golden files.
+func proxyKey(p *model.Proxy) string {
+	return string(p.Type) + "~" + p.IPs[0].String() + "~" + p.ID + "~" + p.DNSDomain
+}
+
+// goldenFiles are the golden documents of a case, one per xDS type, each
+// proxy's resources keyed by name; problems.golden.json lists what was
+// dropped or degraded, and exists only when something was.
+type goldenFiles struct {
+	clusters, endpoints, listeners, routes golden.Named
+	problems                               map[string][]string
+}
+
+func (f *goldenFiles) add(tb testing.TB, p *model.Proxy, out *Output) {
 	tb.Helper()
-	doc := struct {
-		Proxy     string            `json:"proxy"`
-		Clusters  []json.RawMessage `json:"clusters"`
-		Endpoints []json.RawMessage `json:"endpoints"`
-		Listeners []json.RawMessage `json:"listeners"`
-		Routes    []json.RawMessage `json:"routes"`
-		Problems  []string          `json:"problems,omitempty"`
-	}{
-		Proxy:     string(p.Type) + "~" + p.IPs[0].String() + "~" + p.ID + "~" + p.DNSDomain,
-		Clusters:  golden.Raw(tb, out.Clusters),
-		Endpoints: golden.Raw(tb, out.Endpoints),
-		Listeners: golden.Raw(tb, out.Listeners),
-		Routes:    golden.Raw(tb, out.Routes),
-		Problems:  out.Problems,
+	key := proxyKey(p)
+	golden.Add(tb, f.clusters, key, out.Clusters, func(m *clusterv3.Cluster) string { return ResourceName(m) })
+	golden.Add(tb, f.endpoints, key, out.Endpoints, func(m *endpointv3.ClusterLoadAssignment) string { return ResourceName(m) })
+	golden.Add(tb, f.listeners, key, out.Listeners, func(m *listenerv3.Listener) string { return ResourceName(m) })
+	golden.Add(tb, f.routes, key, out.Routes, func(m *routev3.RouteConfiguration) string { return ResourceName(m) })
+	if len(out.Problems) > 0 {
+		f.problems[key] = out.Problems
 	}
-	raw, err := json.Marshal(doc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		tb.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // TestGolden translates testdata/<case>/input.yaml for each proxy in it
-// and compares with testdata/<case>/want.golden.json (-update rewrites).
-// Every case's output must also pass the checks with no resource dropped
-// unless the case expects problems.
+// and compares with the case's clusters, endpoints, listeners and routes
+// golden files, and its problems (-update rewrites them). Translating
+// twice gives the same bytes.
 func TestGolden(t *testing.T) {
 	inputs, err := filepath.Glob("testdata/*/input.yaml")
 	if err != nil {
@@ -234,21 +234,52 @@ func TestGolden(t *testing.T) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			store, proxies := loadCase(t, in)
 			pc, _ := store.Build(model.BuildOptions{}, nil, 1)
-			var got bytes.Buffer
-			got.WriteString("[\n")
-			for i, p := range proxies {
+			files := goldenFiles{
+				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{},
+				problems: map[string][]string{},
+			}
+			for _, p := range proxies {
 				out := Generate(pc, p)
-				if i > 0 {
-					got.WriteString(",\n")
-				}
-				got.Write(render(t, p, out))
-				// Deterministic: a second run gives the same bytes.
-				if again := render(t, p, Generate(pc, p)); !bytes.Equal(again, render(t, p, out)) {
-					t.Fatal("two translations of the same input differ")
+				files.add(t, p, out)
+				if !deterministic(t, out, Generate(pc, p)) {
+					t.Fatalf("%s: two translations of the same input differ", proxyKey(p))
 				}
 			}
-			got.WriteString("\n]\n")
-			golden.Check(t, filepath.Join(dir, "want.golden.json"), got.Bytes(), *update)
+			golden.CheckNamed(t, filepath.Join(dir, "clusters.golden.json"), files.clusters, *update)
+			golden.CheckNamed(t, filepath.Join(dir, "endpoints.golden.json"), files.endpoints, *update)
+			golden.CheckNamed(t, filepath.Join(dir, "listeners.golden.json"), files.listeners, *update)
+			golden.CheckNamed(t, filepath.Join(dir, "routes.golden.json"), files.routes, *update)
+			checkProblems(t, filepath.Join(dir, "problems.golden.json"), files.problems)
 		})
+	}
+}
+
+// deterministic reports whether two outputs are the same resources in the
+// same order, byte for byte.
+func deterministic(tb testing.TB, a, b *Output) bool {
+	tb.Helper()
+	render := func(o *Output) []byte {
+		return golden.Indent(tb, [][]json.RawMessage{
+			golden.Raw(tb, o.Clusters), golden.Raw(tb, o.Endpoints), golden.Raw(tb, o.Listeners), golden.Raw(tb, o.Routes),
+		})
+	}
+	return bytes.Equal(render(a), render(b)) && slices.Equal(a.Problems, b.Problems)
+}
+
+// checkProblems compares the problems with path, which exists only when
+// there are some.
+func checkProblems(tb testing.TB, path string, problems map[string][]string) {
+	tb.Helper()
+	if len(problems) > 0 {
+		golden.Check(tb, path, golden.Indent(tb, problems), *update)
+		return
+	}
+	if *update {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			tb.Fatal(err)
+		}
+	}
+	if data, err := os.ReadFile(path); err == nil {
+		tb.Errorf("%s expects problems, and translation reported none (run go test -update if that is intended):\n%s", path, data)
 	}
 }
