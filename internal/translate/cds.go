@@ -203,7 +203,7 @@ func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
 // when it is an EDS cluster.
 func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServicePort, dr *model.DestinationRule, ss *networking.Subset) *clusterv3.Cluster {
 	name := ClusterName("outbound", port.GetNumber(), ss.GetName(), svc.GetHostname())
-	pol := effectivePolicy(drSpec(dr).GetTrafficPolicy(), ss.GetTrafficPolicy(), port.GetNumber())
+	pol := EffectivePolicy(drSpec(dr), ss.GetName(), port.GetNumber())
 	c := &clusterv3.Cluster{
 		Name:           name,
 		ConnectTimeout: dur(defaultConnectTimeout),
@@ -236,23 +236,23 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name}
 	}
 	if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
-		g.applyLB(c, pol.lb)
+		g.applyLB(c, pol.LoadBalancer)
 	}
-	c.CircuitBreakers = circuitBreakers(pol.pool)
-	if pool := pol.pool; pool.GetTcp().GetConnectTimeout() != nil {
+	c.CircuitBreakers = circuitBreakers(pol.ConnectionPool)
+	if pool := pol.ConnectionPool; pool.GetTcp().GetConnectTimeout() != nil {
 		c.ConnectTimeout = pool.GetTcp().GetConnectTimeout()
 	}
-	if od := outlierDetection(pol.outlier); od != nil {
+	if od := outlierDetection(pol.OutlierDetection); od != nil {
 		c.OutlierDetection = od
-		if mh := pol.outlier.GetMinHealthPercent(); mh > 0 && !g.grpc {
+		if mh := pol.OutlierDetection.GetMinHealthPercent(); mh > 0 && !g.grpc {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(mh)}}
 		}
 	}
 	if !g.grpc {
-		if opts := httpOptions(port.GetProtocol(), pol.pool); opts != nil {
+		if opts := httpOptions(port.GetProtocol(), pol.ConnectionPool); opts != nil {
 			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
 		}
-		g.applyTLS(c, svc, port, ss, pol.tls)
+		g.applyTLS(c, svc, port, ss, pol.TLS)
 	}
 	return c
 }
