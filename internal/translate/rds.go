@@ -170,8 +170,31 @@ func (g *gen) fallbackVirtualHost() *routev3.VirtualHost {
 	}}}
 }
 
-// httpRoutes are the routes of a service port: its VirtualService's HTTP
-// routes when one applies, else one default route to the service.
+// HTTPRoutes are the Envoy routes of one service port (host, port) as
+// this proxy sees it; Istio's BuildHTTPRoutesForVirtualService is the
+// model. When a VirtualService with HTTP routes applies to the host for
+// this proxy (Scope.VirtualService: exact host before wildcard, the
+// proxy's namespace first), each of its http entries becomes one route per
+// match that can apply here — matches for another port, other
+// sourceLabels or sourceNamespace, or gateways without "mesh" are left
+// out, and an entry all of whose matches are left out is skipped — in the
+// VirtualService's order, and nothing follows a catch-all. A route keeps
+// the entry's name, else is named "<namespace>/<name>#<index>"; its
+// destinations, weights, retries, timeout, faults, mirrors, header
+// operations, redirect, rewrite or direct response follow the entry.
+// Without such a VirtualService one route, "default", sends everything to
+// the service's cluster with Istio's default retries. It is nil when the
+// proxy sees no such service port.
+func (x *Generator) HTTPRoutes(host string, port uint32) []*routev3.Route {
+	svc := x.g.scope.Service(host)
+	sp := servicePort(svc, port)
+	if svc == nil || sp == nil {
+		return nil
+	}
+	return x.g.httpRoutes(svc, sp)
+}
+
+// httpRoutes are HTTPRoutes for a service port the proxy sees.
 func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) []*routev3.Route {
 	vs := g.scope.VirtualService(svc.GetHostname())
 	if vs == nil || len(vs.Spec.GetHttp()) == 0 {

@@ -42,15 +42,23 @@ spec:
   generator: grpc
 `
 
-func dependsGenerator(t *testing.T) *Generator {
+func dependsGenerator(t *testing.T) *Generator { return generators(t, dependsMesh)[0] }
+
+// generators reads a mesh written as a golden case's input and returns a
+// generator for each of its proxies, in order.
+func generators(t *testing.T, mesh string) []*Generator {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "input.yaml")
-	if err := os.WriteFile(path, []byte(dependsMesh), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(mesh), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	store, proxies := loadCase(t, path)
 	pc, _ := store.Build(model.BuildOptions{}, nil, 1)
-	return NewGenerator(pc, proxies[0])
+	out := make([]*Generator, len(proxies))
+	for i, p := range proxies {
+		out[i] = NewGenerator(pc, p)
+	}
+	return out
 }
 
 func TestDependsOnNamesTheHostsAResourceIsBuiltFrom(t *testing.T) {
