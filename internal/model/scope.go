@@ -77,7 +77,7 @@ func (pc *PushContext) newScope(ns string, sc *SidecarConfig) *Scope {
 		if !ExportedTo(svc.GetExportTo(), pc.Mesh.GetDefaultServiceExportTo(), svc.GetNamespace(), ns) {
 			continue
 		}
-		if !s.imports(svc.GetNamespace(), svc.GetHostname()) {
+		if !s.Imports(svc.GetNamespace(), svc.GetHostname()) {
 			continue
 		}
 		if have, ok := s.byHost[svc.GetHostname()]; ok {
@@ -102,7 +102,7 @@ func (pc *PushContext) newScope(ns string, sc *SidecarConfig) *Scope {
 		if !ExportedTo(vs.Spec.GetExportTo(), pc.Mesh.GetDefaultVirtualServiceExportTo(), vs.Namespace, ns) {
 			continue
 		}
-		if !slices.ContainsFunc(vs.Hosts, func(h string) bool { return s.imports(vs.Namespace, h) }) {
+		if !slices.ContainsFunc(vs.Hosts, func(h string) bool { return s.Imports(vs.Namespace, h) }) {
 			continue
 		}
 		visible = append(visible, vs)
@@ -134,9 +134,12 @@ func boolRank(b bool) int {
 	return 0
 }
 
-// imports reports whether the Sidecar's egress hosts ("namespace/host")
-// include host of namespace ns. Without a Sidecar everything is imported.
-func (s *Scope) imports(ns, host string) bool {
+// Imports reports whether the Sidecar's egress hosts include host of
+// namespace ns, as Istio reads "namespace/host": "*/" any namespace, "./"
+// the proxy's own, "~/" none, a name that namespace; the host part may be
+// a wildcard ("*", "*.example.com"). Without a Sidecar, or one without
+// egress, everything is imported.
+func (s *Scope) Imports(ns, host string) bool {
 	if s.Sidecar == nil || len(s.Sidecar.Spec.GetEgress()) == 0 {
 		return true
 	}
