@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -317,54 +316,19 @@ func checkControlPlaneMTLS(t *testing.T, rootsFile string) {
 // demo client and sums their v1 and v2 counts.
 func splitOver(t *testing.T, out *proc.Output, n int) (v1, v2 int) {
 	t.Helper()
+	answered := func(l string) bool {
+		c := proc.DemoCounts(l)
+		return c["error"] == 0 && c["v1"]+c["v2"] > 0
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		lines := splitLines(out.String())
-		v1, v2 = 0, 0
-		run := 0
-		for _, l := range lines {
-			if strings.Contains(l, "error") || !strings.Contains(l, "v1") && !strings.Contains(l, "v2") {
-				v1, v2, run = 0, 0, 0
-				continue
-			}
-			a, b := counts(l)
-			v1, v2, run = v1+a, v2+b, run+1
-			if run == n {
-				return v1, v2
-			}
+		if v1, v2, ok := proc.DemoRun(proc.DemoSplits(out.String()), n, answered); ok {
+			return v1, v2
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Fatalf("no %d error-free split lines in a row:\n%s", n, out.String())
 	return 0, 0
-}
-
-func splitLines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if _, rest, ok := strings.Cut(l, "| split: "); ok {
-			out = append(out, rest)
-		}
-	}
-	return out
-}
-
-// counts reads "v1 80% (40) · v2 20% (10)".
-func counts(line string) (v1, v2 int) {
-	for _, part := range strings.Split(line, " · ") {
-		var name string
-		var pct, n int
-		if _, err := fmt.Sscanf(part, "%s %d%% (%d)", &name, &pct, &n); err != nil {
-			continue
-		}
-		switch name {
-		case "v1":
-			v1 = n
-		case "v2":
-			v2 = n
-		}
-	}
-	return v1, v2
 }
 
 func TestEachServiceModuleBuildsOutsideTheWorkspace(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flotilla-mesh/flotilla/test/build"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // compose returns the Compose command: docker-compose, or docker compose.
@@ -70,13 +71,7 @@ func (s *stack) must(args ...string) string {
 func (s *stack) splits() []string {
 	s.t.Helper()
 	out, _ := s.run("logs", "--no-color", "client")
-	var lines []string
-	for _, l := range strings.Split(out, "\n") {
-		if _, rest, ok := strings.Cut(l, "| split: "); ok {
-			lines = append(lines, strings.TrimSpace(rest))
-		}
-	}
-	return lines
+	return proc.DemoSplits(out)
 }
 
 // waitSplit waits (up to 90 s) for n consecutive split lines after the
@@ -87,42 +82,14 @@ func (s *stack) waitSplit(from, n int, ok func(line string) bool) (v1, v2 int) {
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		lines := s.splits()
-		run := 0
-		v1, v2 = 0, 0
-		for _, l := range lines[min(from, len(lines)):] {
-			if !ok(l) {
-				run, v1, v2 = 0, 0, 0
-				continue
-			}
-			a, b := counts(l)
-			run, v1, v2 = run+1, v1+a, v2+b
-			if run == n {
-				return v1, v2
-			}
+		if v1, v2, found := proc.DemoRun(lines[min(from, len(lines)):], n, ok); found {
+			return v1, v2
 		}
 		time.Sleep(time.Second)
 	}
 	logs, _ := s.run("logs", "--no-color")
 	s.t.Fatalf("no %d split lines in a row as wanted; client said:\n%s\nall logs:\n%s", n, strings.Join(s.splits(), "\n"), logs)
 	return 0, 0
-}
-
-// counts reads "v1 80% (40) · v2 20% (10)".
-func counts(line string) (v1, v2 int) {
-	for _, part := range strings.Split(line, " · ") {
-		var name string
-		var pct, n int
-		if _, err := fmt.Sscanf(part, "%s %d%% (%d)", &name, &pct, &n); err != nil {
-			continue
-		}
-		switch name {
-		case "v1":
-			v1 = n
-		case "v2":
-			v2 = n
-		}
-	}
-	return v1, v2
 }
 
 func noErrors(l string) bool { return !strings.Contains(l, "error") && strings.Contains(l, "(") }
@@ -204,7 +171,8 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	}
 	share := func(lo, hi int) func(string) bool {
 		return func(l string) bool {
-			a, b := counts(l)
+			c := proc.DemoCounts(l)
+			a, b := c["v1"], c["v2"]
 			return noErrors(l) && a+b > 0 && a*100/(a+b) >= lo && a*100/(a+b) <= hi
 		}
 	}

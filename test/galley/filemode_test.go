@@ -5,10 +5,8 @@ package galley_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,7 +69,7 @@ func startGalleyWith(tb testing.TB, adminAddr string, args ...string) *process {
 			tb.Logf("galley (%v) output:\n%s", exit, p.out.String())
 		}
 	})
-	waitReady(tb, "http://"+adminAddr+"/readyz")
+	proc.WaitReady(tb, "http://"+adminAddr+"/readyz")
 	return p
 }
 
@@ -89,25 +87,6 @@ func (p *process) stop(t *testing.T) {
 		p.done <- nil // for the cleanup
 	case <-time.After(30 * time.Second):
 		t.Fatal("galley did not stop")
-	}
-}
-
-func waitReady(tb testing.TB, url string) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(url) //nolint:noctx // bounded by the loop's deadline
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s never ready: %v", url, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -39,9 +39,17 @@ func TestMain(m *testing.M) {
 	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-injector", "flotilla"))
 }
 
-func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+// cluster is where a test's control plane runs.
+type cluster struct {
+	system     string // the control-plane namespace
+	kubeconfig string // a kubeconfig file of the test apiserver
+	mcpAddr    string // galley's MCP address
+}
+
+// startGalley installs Istio's CRDs, makes a control-plane namespace and
+// starts a ready galley process watching the test apiserver.
+func startGalley(t *testing.T, ctx context.Context) (*proc.Process, cluster) {
+	t.Helper()
 	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
 		t.Fatal(err)
 	}
@@ -49,14 +57,22 @@ func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+	c := cluster{system: system, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig"), mcpAddr: proc.FreeAddr(t)}
+	if err := env.WriteKubeconfig(c.kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
-	galley := proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr,
-		"--admin-address", galleyAdmin, "--system-namespace", system)
-	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+	admin := proc.FreeAddr(t)
+	galley := proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", c.kubeconfig, "--mcp-address", c.mcpAddr,
+		"--admin-address", admin, "--system-namespace", system)
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+	return galley, c
+}
+
+func TestPodsInALabelledNamespaceGetTheSidecarThroughTheInjectorProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	galley, c := startGalley(t, ctx)
+	system, mcpAddr := c.system, c.mcpAddr
 
 	ca, err := testpki.NewCA("injector CA")
 	if err != nil {
@@ -245,21 +261,8 @@ func labelledNamespace(t *testing.T, ctx context.Context) string {
 func TestTheCABundleControllerMakesTheDevelopmentCertificateTrusted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
-		t.Fatal(err)
-	}
-	system, err := env.CreateNamespace(ctx, "flotilla-system")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
-	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr,
-		"--admin-address", galleyAdmin, "--system-namespace", system)
-	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+	_, c := startGalley(t, ctx)
+	system, kubeconfig, mcpAddr := c.system, c.kubeconfig, c.mcpAddr
 	hook, injAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
 	register(t, ctx, "dev-injector", hook, system, nil) // no caBundle yet
 	proc.Start(t, "injector", filepath.Join(binDir, "flotilla-injector"), "--galley-address", mcpAddr, "--admin-address", injAdmin,
