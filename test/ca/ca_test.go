@@ -260,30 +260,10 @@ func TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt(t *testing.
 		DNSNames: []string{"flotilla-galley.istio-system.svc", "flotilla-galley.istio-system.svc.cluster.local"},
 		TTL:      4 * time.Second, Log: slog.New(slog.DiscardHandler), MinBackoff: 100 * time.Millisecond,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = cl.Run(ctx) }()
-	select {
-	case <-cl.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no certificate from ca")
-	}
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", cl.ServerConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		for {
-			conn, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = conn.(*tls.Conn).Handshake(); _, _ = conn.Write([]byte("x")); conn.Close() }()
-		}
-	}()
+	proc.Certificate(t, cl)
+	addr := proc.ServeTLS(t, cl.ServerConfig(nil))
 	serial := func() string {
-		conn, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{RootCAs: roots, ServerName: "flotilla-galley.istio-system.svc", MinVersion: tls.VersionTLS12})
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "flotilla-galley.istio-system.svc", MinVersion: tls.VersionTLS12})
 		if err != nil {
 			t.Fatalf("a client trusting the mesh roots: %v", err)
 		}

@@ -76,14 +76,7 @@ func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
 		Address: c.addr, ServerName: "127.0.0.1", Roots: roots, Log: slog.New(slog.DiscardHandler),
 		Token: func() (string, error) { return s.token(t, "default", "app"), nil },
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = app.Run(ctx) }()
-	select {
-	case <-app.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no workload certificate")
-	}
+	proc.Certificate(t, app)
 	workload := app.Certificate()
 
 	// galley's MCP refuses a workload, and anyone without a certificate.
@@ -98,7 +91,7 @@ func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
 			Conn: conn, NodeID: "intruder", TypeURLs: []string{registry.ServiceTypeURL}, Log: slog.New(slog.DiscardHandler),
 			Handler: mcp.HandlerFunc(func(string, []*mcp.Resource, []string) error { got <- struct{}{}; return nil }),
 		})
-		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer ccancel()
 		go func() { _ = cl.Run(cctx) }()
 		select {

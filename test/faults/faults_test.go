@@ -8,7 +8,6 @@
 package faults_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
@@ -84,31 +83,11 @@ func TestWithCAGoneCertificatesKeepWorkingAndRenewalResumesWhenItIsBack(t *testi
 		DNSNames: []string{"flotilla-injector.istio-system.svc"},
 		TTL:      40 * time.Second, Log: slog.New(slog.DiscardHandler), MinBackoff: 200 * time.Millisecond, MaxBackoff: time.Second,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = cl.Run(ctx) }()
-	select {
-	case <-cl.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no certificate from ca")
-	}
+	proc.Certificate(t, cl)
 	issued := time.Now()
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", cl.ServerConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		for {
-			conn, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = conn.(*tls.Conn).Handshake(); conn.Close() }()
-		}
-	}()
+	served := proc.ServeTLS(t, cl.ServerConfig(nil))
 	handshake := func() (*x509.Certificate, error) {
-		conn, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{RootCAs: roots, ServerName: "flotilla-injector.istio-system.svc", MinVersion: tls.VersionTLS12})
+		conn, err := tls.Dial("tcp", served, &tls.Config{RootCAs: roots, ServerName: "flotilla-injector.istio-system.svc", MinVersion: tls.VersionTLS12})
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,6 @@
-// Package proc helps cross-service tests watch the processes they run.
+// Package proc is what cross-service tests share: the service processes
+// they start and watch, what they read of those processes' output (the
+// demo client's split lines), and a certificate from a running ca.
 package proc
 
 import (
