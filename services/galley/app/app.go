@@ -23,6 +23,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 	"github.com/flotilla-mesh/flotilla/internal/platform/cabundle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
@@ -56,22 +57,17 @@ type Config struct {
 	// with caAddress, MCP is served over mTLS with galley's certificate from
 	// ca, to discovery's and the injector's service accounts only.
 	MCPTLS tlsreload.Files `yaml:"mcpTLS"`
-	// WebhookAddress serves the validating admission webhook.
-	WebhookAddress string `yaml:"webhookAddress" usage:"listen address of the validating admission webhook (HTTPS, path /validate)"`
-	// WebhookTLS is the webhook's serving certificate; the webhook runs only
-	// when it is set, or when the certificate comes from ca (the apiserver
-	// calls webhooks over HTTPS only).
-	WebhookTLS tlsreload.Files `yaml:"webhookTLS"`
+	// Webhook serves the validating admission webhook (path /validate). It
+	// runs only with a serving certificate, from webhookTLS or from ca (the
+	// apiserver calls webhooks over HTTPS only). In a cluster, a leader
+	// keeps the ValidatingWebhookConfiguration's caBundle equal to
+	// caBundleFile (default: caRootsFile).
+	Webhook admission.Config `yaml:",inline"`
 	// CA gets galley's certificate from ca (flotilla-galley's Service
 	// names): it serves the webhook in place of webhookTLS and, without
 	// mcpTLS, MCP over mTLS; its roots are also the caBundle the controller
 	// keeps.
 	CA certclient.Config `yaml:",inline"`
-	// WebhookConfig and CABundleFile run the caBundle controller (in a
-	// cluster): a leader-elected replica keeps WebhookConfig's caBundle
-	// equal to CABundleFile (default: caRootsFile).
-	WebhookConfig string `yaml:"webhookConfig" usage:"ValidatingWebhookConfiguration whose caBundle is kept (with a cluster and a CA bundle)"`
-	CABundleFile  string `yaml:"caBundleFile" usage:"PEM CA of the webhook's serving certificate, for the caBundle (default caRootsFile)"`
 	// DefaultNamespace applies to file objects without a namespace.
 	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of file objects that name none"`
 	// DomainSuffix is the cluster's DNS domain.
@@ -83,28 +79,19 @@ func Defaults() Config {
 	return Config{
 		Common:           command.CommonDefaults(":15015"),
 		MCPAddress:       ":15019",
-		WebhookAddress:   ":15017",
+		Webhook:          admission.Config{Address: ":15017", Configuration: "flotilla-validator"},
 		DefaultNamespace: "default",
 		DomainSuffix:     "cluster.local",
 		ClusterID:        "Kubernetes",
 		SystemNamespace:  "istio-system",
-		WebhookConfig:    "flotilla-validator",
 	}
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.MCPTLS.Validate(), c.WebhookTLS.Validate(), c.CA.Validate()}
-	if c.CA.Enabled() && c.WebhookTLS.Enabled() {
-		errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the webhook's certificate comes from ca or from files"))
-	}
-	if c.WebhookTLS.Enabled() || c.CA.Enabled() {
-		if _, _, err := net.SplitHostPort(c.WebhookAddress); err != nil {
-			errs = append(errs, fmt.Errorf("webhookAddress %q: %w", c.WebhookAddress, err))
-		}
-		if c.WebhookTLS.CAFile != "" {
-			errs = append(errs, errors.New("webhookTLS.caFile must be empty: the apiserver does not present a client certificate to webhooks"))
-		}
+	errs := []error{c.Common.Validate(), c.MCPTLS.Validate(), c.CA.Validate()}
+	if c.Webhook.TLS.Enabled() || c.CA.Enabled() {
+		errs = append(errs, c.Webhook.Validate(c.CA.Enabled()))
 	}
 	if _, _, err := net.SplitHostPort(c.MCPAddress); err != nil {
 		errs = append(errs, fmt.Errorf("mcpAddress %q: %w", c.MCPAddress, err))
@@ -268,8 +255,8 @@ func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Obje
 	switch {
 	case certs != nil:
 		tlsCfg = certs.ServerConfig(nil)
-	case cfg.WebhookTLS.Enabled():
-		rl, err := tlsreload.New(cfg.WebhookTLS, rt.Log)
+	case cfg.Webhook.TLS.Enabled():
+		rl, err := tlsreload.New(cfg.Webhook.TLS, rt.Log)
 		if err != nil {
 			return nil, fmt.Errorf("webhook tls: %w", err)
 		}
@@ -286,7 +273,7 @@ func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Obje
 	if err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", cfg.WebhookAddress)
+	lis, err := net.Listen("tcp", cfg.Webhook.Address)
 	if err != nil {
 		return nil, fmt.Errorf("webhook listen: %w", err)
 	}
@@ -295,9 +282,9 @@ func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Obje
 	}})
 	// In a cluster, a leader keeps the ValidatingWebhookConfiguration's
 	// caBundle equal to the CA of the certificate served.
-	if bundle := cmp.Or(cfg.CABundleFile, cfg.CA.RootsFile); bundle != "" && cfg.ConfigDir == "" {
+	if bundle := cmp.Or(cfg.Webhook.CABundleFile, cfg.CA.RootsFile); bundle != "" && cfg.ConfigDir == "" {
 		c, err := cabundle.FromSetup(cabundle.Setup{
-			Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Validating, Webhook: cfg.WebhookConfig,
+			Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Validating, Webhook: cfg.Webhook.Configuration,
 			Bundle: cabundle.FileBundle(bundle, rt.Log), LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-cabundle", Log: rt.Log,
 		})
 		if err != nil {

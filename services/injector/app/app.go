@@ -40,12 +40,13 @@ import (
 // Config is the configuration of flotilla-injector.
 type Config struct {
 	command.Common `yaml:",inline"`
-	// WebhookAddress serves /inject over HTTPS.
-	WebhookAddress string `yaml:"webhookAddress" usage:"listen address of the injection webhook (HTTPS, path /inject)"`
-	// WebhookTLS is the serving certificate; without it a self-signed one
-	// is made at start (development only: the apiserver must be given its
-	// CA).
-	WebhookTLS tlsreload.Files `yaml:"webhookTLS"`
+	// Webhook serves /inject over HTTPS. Without webhookTLS or a
+	// certificate from ca, a self-signed certificate is made at start
+	// (development only: the caBundle controller, or the user, must give
+	// the apiserver its CA). A leader keeps the
+	// MutatingWebhookConfiguration's caBundle equal to caBundleFile (the
+	// CA of the serving certificate; the self-signed one itself).
+	Webhook admission.Config `yaml:",inline"`
 	// CA gets the serving certificate from ca (flotilla-injector's Service
 	// names) in place of webhookTLS, and reaches galley over mTLS with it;
 	// its roots are also the caBundle the controller keeps.
@@ -61,42 +62,28 @@ type Config struct {
 	// (which then takes their place).
 	TemplateFile string `yaml:"templateFile" usage:"sidecar template (Go text/template of initContainers, containers, volumes) used while galley has no injection ConfigMap; empty uses the built-in"`
 	ValuesFile   string `yaml:"valuesFile" usage:"values for the template (YAML, laid over the built-in ones) used while galley has no injection ConfigMap"`
-	// Kubeconfig, WebhookConfig and CABundleFile run the caBundle
-	// controller: a leader-elected replica keeps WebhookConfig's caBundle
-	// equal to CABundleFile (the CA of webhookTLS; the certificate itself
-	// when it is the self-signed development one).
-	Kubeconfig    string `yaml:"kubeconfig" usage:"kubeconfig for the caBundle controller; empty uses the in-cluster service account when running in a cluster, else the controller is off"`
-	WebhookConfig string `yaml:"webhookConfig" usage:"MutatingWebhookConfiguration whose caBundle is kept"`
-	DomainSuffix  string `yaml:"domainSuffix" usage:"cluster DNS domain, for the Service names in the certificate from ca"`
-	CABundleFile  string `yaml:"caBundleFile" usage:"PEM CA of the webhook's serving certificate, for the caBundle"`
+	// Kubeconfig is the cluster the caBundle controller writes to.
+	Kubeconfig   string `yaml:"kubeconfig" usage:"kubeconfig for the caBundle controller; empty uses the in-cluster service account when running in a cluster, else the controller is off"`
+	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain, for the Service names in the certificate from ca"`
 }
 
 // Defaults returns the default configuration.
 func Defaults() Config {
 	return Config{
 		Common:          command.CommonDefaults(":15022"),
-		WebhookAddress:  ":15016",
+		Webhook:         admission.Config{Address: ":15016", Configuration: "flotilla-sidecar-injector"},
 		GalleyAddress:   "127.0.0.1:15019",
 		SystemNamespace: "istio-system",
 		Revision:        "default",
-		WebhookConfig:   "flotilla-sidecar-injector",
 		DomainSuffix:    "cluster.local",
 	}
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.WebhookTLS.Validate(), c.CA.Validate()}
-	for name, a := range map[string]string{"webhookAddress": c.WebhookAddress, "galleyAddress": c.GalleyAddress} {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", name, a, err))
-		}
-	}
-	if c.WebhookTLS.CAFile != "" {
-		errs = append(errs, errors.New("webhookTLS.caFile must be empty: the apiserver does not present a client certificate to webhooks"))
-	}
-	if c.CA.Enabled() && c.WebhookTLS.Enabled() {
-		errs = append(errs, errors.New("caAddress and webhookTLS are exclusive: the certificate comes from ca or from files"))
+	errs := []error{c.Common.Validate(), c.CA.Validate(), c.Webhook.Validate(c.CA.Enabled())}
+	if _, _, err := net.SplitHostPort(c.GalleyAddress); err != nil {
+		errs = append(errs, fmt.Errorf("galleyAddress %q: %w", c.GalleyAddress, err))
 	}
 	return errors.Join(errs...)
 }
@@ -160,7 +147,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}),
 		Log: rt.Log,
 	})
-	lis, err := net.Listen("tcp", cfg.WebhookAddress)
+	lis, err := net.Listen("tcp", cfg.Webhook.Address)
 	if err != nil {
 		return fmt.Errorf("webhook listen: %w", err)
 	}
@@ -208,17 +195,17 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 // caBundleController runs when there is a cluster to write to.
 func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabundle.Controller, error) {
 	bundle := func() []byte { return devCert }
-	if cfg.CABundleFile == "" && cfg.CA.RootsFile != "" {
-		cfg.CABundleFile = cfg.CA.RootsFile // certificates from ca chain to its roots
+	if cfg.Webhook.CABundleFile == "" && cfg.CA.RootsFile != "" {
+		cfg.Webhook.CABundleFile = cfg.CA.RootsFile // certificates from ca chain to its roots
 	}
-	if cfg.CABundleFile != "" {
-		bundle = cabundle.FileBundle(cfg.CABundleFile, rt.Log)
+	if cfg.Webhook.CABundleFile != "" {
+		bundle = cabundle.FileBundle(cfg.Webhook.CABundleFile, rt.Log)
 	} else if devCert == nil {
 		rt.Log.Warn("no caBundleFile: the caBundle controller is off")
 		return nil, nil
 	}
 	return cabundle.FromSetup(cabundle.Setup{ //nolint:wrapcheck // says what failed
-		Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Mutating, Webhook: cfg.WebhookConfig, Bundle: bundle,
+		Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Mutating, Webhook: cfg.Webhook.Configuration, Bundle: bundle,
 		LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-injector-cabundle", Log: rt.Log,
 	})
 }
@@ -227,8 +214,8 @@ func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabun
 // now (development: nothing trusts it unless told; the caBundle
 // controller can tell the apiserver), returned as PEM.
 func servingTLS(cfg Config, rt *command.Runtime) (*tls.Config, *tlsreload.Reloader, []byte, error) {
-	if cfg.WebhookTLS.Enabled() {
-		rl, err := tlsreload.New(cfg.WebhookTLS, rt.Log)
+	if cfg.Webhook.TLS.Enabled() {
+		rl, err := tlsreload.New(cfg.Webhook.TLS, rt.Log)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("webhook tls: %w", err)
 		}
