@@ -102,31 +102,18 @@ func TestResourcesReturnsWhatTheTypedMethodsReturn(t *testing.T) {
 	if got := gen.Resources("type.googleapis.com/not.Served", nil); got != nil {
 		t.Errorf("a type not served: %d resources, want none", len(got))
 	}
+	typed := map[string][]proto.Message{
+		resourcev3.ClusterType:  messages(gen.Clusters(nil)),
+		resourcev3.EndpointType: messages(gen.Endpoints(nil)),
+		resourcev3.ListenerType: messages(gen.Listeners(nil)),
+		resourcev3.RouteType:    messages(gen.Routes(nil)),
+	}
 	for _, typeURL := range Types() {
 		got := gen.Resources(typeURL, nil)
 		if len(got) == 0 {
 			t.Errorf("%s: no resources for the proxyless client", typeURL)
 		}
-		var want []proto.Message
-		switch typeURL {
-		case resourcev3.ClusterType:
-			for _, r := range gen.Clusters(nil) {
-				want = append(want, r)
-			}
-		case resourcev3.EndpointType:
-			for _, r := range gen.Endpoints(nil) {
-				want = append(want, r)
-			}
-		case resourcev3.ListenerType:
-			for _, r := range gen.Listeners(nil) {
-				want = append(want, r)
-			}
-		case resourcev3.RouteType:
-			for _, r := range gen.Routes(nil) {
-				want = append(want, r)
-			}
-		}
-		if !slices.EqualFunc(got, want, proto.Equal) {
+		if !slices.EqualFunc(got, typed[typeURL], proto.Equal) {
 			t.Errorf("%s: Resources differs from the typed method", typeURL)
 		}
 	}
@@ -134,6 +121,14 @@ func TestResourcesReturnsWhatTheTypedMethodsReturn(t *testing.T) {
 	if len(named) != 1 || ResourceName(named[0]) != "outbound|8080||back.demo.svc.cluster.local" {
 		t.Errorf("asking for one existing and one missing cluster: got %d resources", len(named))
 	}
+}
+
+func messages[T proto.Message](in []T) []proto.Message {
+	out := make([]proto.Message, len(in))
+	for i, m := range in {
+		out[i] = m
+	}
+	return out
 }
 
 func TestNamesRoundTrip(t *testing.T) {
