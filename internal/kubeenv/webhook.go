@@ -3,6 +3,7 @@ package kubeenv
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	admregv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
@@ -50,4 +52,51 @@ func ServeWebhook(t testing.TB, h http.Handler, path string) admregv1.WebhookCli
 	})
 	url := "https://" + lis.Addr().String() + path
 	return admregv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
+}
+
+// Webhook is an admission webhook to register with the apiserver, the way
+// Flotilla's charts do: failurePolicy Fail, no side effects, a 10 second
+// timeout, admission.k8s.io/v1 reviews.
+type Webhook struct {
+	// Name is the webhook's name, e.g. "validation.flotilla.io".
+	Name string
+	// Client reaches the webhook (ServeWebhook returns it).
+	Client admregv1.WebhookClientConfig
+	// Rules and NamespaceSelector say what it is called for.
+	Rules             []admregv1.RuleWithOperations
+	NamespaceSelector *metav1.LabelSelector
+}
+
+// RegisterValidating creates a ValidatingWebhookConfiguration named name
+// holding w.
+func (e *Env) RegisterValidating(ctx context.Context, name string, w Webhook) error {
+	fail, none, timeout := admregv1.Fail, admregv1.SideEffectClassNone, int32(10)
+	_, err := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admregv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admregv1.ValidatingWebhook{{
+			Name: w.Name, ClientConfig: w.Client, Rules: w.Rules, NamespaceSelector: w.NamespaceSelector,
+			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", name, err)
+	}
+	return nil
+}
+
+// RegisterMutating creates a MutatingWebhookConfiguration named name
+// holding w.
+func (e *Env) RegisterMutating(ctx context.Context, name string, w Webhook) error {
+	fail, none, timeout := admregv1.Fail, admregv1.SideEffectClassNone, int32(10)
+	_, err := e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admregv1.MutatingWebhook{{
+			Name: w.Name, ClientConfig: w.Client, Rules: w.Rules, NamespaceSelector: w.NamespaceSelector,
+			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", name, err)
+	}
+	return nil
 }

@@ -60,25 +60,16 @@ func serveRegistered(t *testing.T, ctx context.Context, ns string) {
 		t.Fatal(err)
 	}
 	client := kubeenv.ServeWebhook(t, h, Path)
-	fail := admregv1.Fail
-	none := admregv1.SideEffectClassNone
-	timeout := int32(10)
-	_, err = env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admregv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-galley-" + ns},
-		Webhooks: []admregv1.ValidatingWebhook{{
-			Name:         "validation.flotilla.io",
-			ClientConfig: client,
-			Rules: []admregv1.RuleWithOperations{{
-				Operations: []admregv1.OperationType{admregv1.Create, admregv1.Update},
-				Rule: admregv1.Rule{
-					APIGroups: []string{"networking.istio.io", "security.istio.io"}, APIVersions: []string{"*"}, Resources: []string{"*"},
-				},
-			}},
-			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout,
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			AdmissionReviewVersions: []string{"v1"},
+	err = env.RegisterValidating(ctx, "flotilla-galley-"+ns, kubeenv.Webhook{
+		Name: "validation.flotilla.io", Client: client,
+		Rules: []admregv1.RuleWithOperations{{
+			Operations: []admregv1.OperationType{admregv1.Create, admregv1.Update},
+			Rule: admregv1.Rule{
+				APIGroups: []string{"networking.istio.io", "security.istio.io"}, APIVersions: []string{"*"}, Resources: []string{"*"},
+			},
 		}},
-	}, metav1.CreateOptions{})
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

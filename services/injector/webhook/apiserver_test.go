@@ -43,23 +43,14 @@ func serve(t *testing.T, ctx context.Context, label string) {
 		t.Fatal(err)
 	}
 	client := kubeenv.ServeWebhook(t, h, Path)
-	fail := admregv1.Fail
-	none := admregv1.SideEffectClassNone
-	timeout := int32(10)
-	_, err = env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admregv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-injector-" + label},
-		Webhooks: []admregv1.MutatingWebhook{{
-			Name:         "injection.flotilla.io",
-			ClientConfig: client,
-			Rules: []admregv1.RuleWithOperations{{
-				Operations: []admregv1.OperationType{admregv1.Create},
-				Rule:       admregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-			}},
-			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout,
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"flotilla-test": label}},
-			AdmissionReviewVersions: []string{"v1"},
+	err = env.RegisterMutating(ctx, "flotilla-injector-"+label, kubeenv.Webhook{
+		Name: "injection.flotilla.io", Client: client,
+		Rules: []admregv1.RuleWithOperations{{
+			Operations: []admregv1.OperationType{admregv1.Create},
+			Rule:       admregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 		}},
-	}, metav1.CreateOptions{})
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"flotilla-test": label}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
