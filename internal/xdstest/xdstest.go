@@ -106,18 +106,28 @@ func Count(tb testing.TB, c testgrpc.TestServiceClient, n int, md ...string) map
 	return got
 }
 
-// Eventually polls cond every 50 ms, at most 600 times (30 s), and returns
+// Eventually polls cond every 50 ms for up to 30 s, and returns
 // how long it took.
 func Eventually(tb testing.TB, what string, cond func() bool) time.Duration {
 	tb.Helper()
+	return EventuallyWithin(tb, 30*time.Second, what, cond)
+}
+
+// EventuallyWithin is Eventually with another bound, for what waits on
+// something slower (a Lease changing hands).
+func EventuallyWithin(tb testing.TB, limit time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
 	start := time.Now()
-	for range 600 {
+	for time.Since(start) < limit {
 		if cond() {
 			return time.Since(start)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	tb.Fatalf("timed out after %s waiting for %s", time.Since(start), what)
+	if cond() {
+		return time.Since(start)
+	}
+	tb.Fatalf("timed out after %s waiting for %s", time.Since(start).Round(time.Millisecond), what)
 	return 0
 }
 

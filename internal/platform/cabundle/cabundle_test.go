@@ -19,6 +19,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
 var env *kubeenv.Env
@@ -72,17 +73,6 @@ func clientAs(t *testing.T, agent string, w *writes) kubernetes.Interface {
 	return c
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 300 {
-		if cond() {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -134,7 +124,7 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 		}
 		return true
 	}
-	eventually(t, "the bundle in both webhooks", right)
+	xdstest.Eventually(t, "the bundle in both webhooks", right)
 	l, err := env.Client.CoordinationV1().Leases(lease).Get(ctx, "cabundle", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -159,11 +149,11 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 	if _, err := cfgs.Update(ctx, edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the edit repaired", right)
+	xdstest.Eventually(t, "the edit repaired", right)
 	mu.Lock()
 	bundle = []byte("-----BEGIN CERTIFICATE-----\nca-2\n-----END CERTIFICATE-----\n")
 	mu.Unlock()
-	eventually(t, "the new CA rolled out", right)
+	xdstest.Eventually(t, "the new CA rolled out", right)
 	// Three changes were needed (the stale bundle, the edit, the new CA):
 	// three accepted writes in all between the two replicas.
 	time.Sleep(2 * time.Second) // resyncs by both replicas
@@ -203,7 +193,7 @@ func TestAValidatingWebhookConfigurationIsKeptToo(t *testing.T) {
 		Lease: controller.Lease{Identity: "galley", Namespace: lease, Name: "validator", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 	})
 	go func() { _ = c.Run(ctx) }()
-	eventually(t, "the bundle", func() bool {
+	xdstest.Eventually(t, "the bundle", func() bool {
 		cfg, err := cfgs.Get(ctx, "flotilla-validator", metav1.GetOptions{})
 		return err == nil && bytes.Equal(cfg.Webhooks[0].ClientConfig.CABundle, bundle)
 	})

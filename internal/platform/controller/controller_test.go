@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
 var env *kubeenv.Env
@@ -74,12 +75,9 @@ func TestTheLeaderReconcilesEnqueuedKeysRetriesFailuresAndReleasesTheLease(t *te
 		}
 	}()
 	count := func(key string) int { mu.Lock(); defer mu.Unlock(); return calls[key] }
-	for deadline := time.Now().Add(30 * time.Second); count(flaky) < 2 || count(leaseNS) < 1; {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s: %d reconciles of %s (want 2: a failure, then its retry), %d of %s (want 1)", count(flaky), flaky, count(leaseNS), leaseNS)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	xdstest.Eventually(t, "a failed reconcile retried, and every namespace reconciled", func() bool {
+		return count(flaky) >= 2 && count(leaseNS) >= 1
+	})
 	time.Sleep(500 * time.Millisecond)
 	if n := count(flaky); n != 2 {
 		t.Errorf("%s reconciled %d times: a success must forget the key, not retry it", flaky, n)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 	"github.com/flotilla-mesh/flotilla/services/ca/server"
 )
@@ -129,7 +130,7 @@ func TestTokenReviewAuthenticatesOnlyTheRightAudienceAndLiveAccounts(t *testing.
 	r.now = func() time.Time { return time.Now().Add(6 * time.Minute) }
 	// The apiserver keeps its own successful reviews for 10 s: poll, each
 	// time past our cache entry.
-	eventually(t, "the deleted account's token to be refused once the cache entry ended", func() bool {
+	xdstest.Eventually(t, "the deleted account's token to be refused once the cache entry ended", func() bool {
 		r.mu.Lock()
 		r.cache = map[[32]byte]cached{}
 		r.mu.Unlock()
@@ -222,7 +223,7 @@ func TestTheRootIsPublishedInEveryNamespaceByTheLeaderOnly(t *testing.T) {
 		}
 		return cm
 	}
-	eventually(t, "the ConfigMap in a new namespace", func() bool { cm := get(); return cm != nil && cm.Data[RootKey] == string(roots) })
+	xdstest.Eventually(t, "the ConfigMap in a new namespace", func() bool { cm := get(); return cm != nil && cm.Data[RootKey] == string(roots) })
 
 	l, err := env.Client.CoordinationV1().Leases(lease).Get(ctx, "roots", metav1.GetOptions{})
 	if err != nil {
@@ -238,14 +239,14 @@ func TestTheRootIsPublishedInEveryNamespaceByTheLeaderOnly(t *testing.T) {
 	if err := cms.Delete(ctx, RootConfigMap, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ConfigMap back after deletion", func() bool { return get() != nil })
+	xdstest.Eventually(t, "the ConfigMap back after deletion", func() bool { return get() != nil })
 
 	edited := get()
 	edited.Data[RootKey] = "tampered"
 	if _, err := cms.Update(ctx, edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the edit repaired", func() bool { cm := get(); return cm != nil && cm.Data[RootKey] == string(roots) })
+	xdstest.Eventually(t, "the edit repaired", func() bool { cm := get(); return cm != nil && cm.Data[RootKey] == string(roots) })
 
 	// Nothing to change: several resyncs later, no write.
 	rv := get().ResourceVersion
@@ -257,16 +258,5 @@ func TestTheRootIsPublishedInEveryNamespaceByTheLeaderOnly(t *testing.T) {
 	mu.Lock()
 	roots = []byte("-----BEGIN CERTIFICATE-----\nroot-2\n-----END CERTIFICATE-----\n")
 	mu.Unlock()
-	eventually(t, "the new bundle", func() bool { cm := get(); return cm != nil && cm.Data[RootKey] == string(current()) })
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 300 {
-		if cond() {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	xdstest.Eventually(t, "the new bundle", func() bool { cm := get(); return cm != nil && cm.Data[RootKey] == string(current()) })
 }

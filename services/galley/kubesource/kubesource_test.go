@@ -26,6 +26,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
 var env *kubeenv.Env
@@ -105,17 +106,6 @@ func (s *state) has(typeURL, name string) bool {
 	return s.registry[typeURL][name] != nil
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func start(t *testing.T) (*state, *Source) {
 	t.Helper()
 	// The Istio informers list their CRDs: without them they never sync.
@@ -178,7 +168,7 @@ func TestIstioObjectsFlowThroughAndInvalidOnesKeepTheirLastValidState(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the VirtualService", func() bool { return len(st.vsHosts(ns+"/reviews")) == 1 })
+	xdstest.Eventually(t, "the VirtualService", func() bool { return len(st.vsHosts(ns+"/reviews")) == 1 })
 
 	// No webhook here: an invalid update reaches the cluster but not the mesh.
 	created.Spec.Hosts = []string{"reviews", "reviews.prod"}
@@ -187,7 +177,7 @@ func TestIstioObjectsFlowThroughAndInvalidOnesKeepTheirLastValidState(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the rejection", func() bool { return src.Rejected()[istio.ID{Kind: "VirtualService", Name: ns + "/reviews"}] != "" })
+	xdstest.Eventually(t, "the rejection", func() bool { return src.Rejected()[istio.ID{Kind: "VirtualService", Name: ns + "/reviews"}] != "" })
 	if got := st.vsHosts(ns + "/reviews"); len(got) != 1 {
 		t.Fatalf("an invalid update was published: hosts %v", got)
 	}
@@ -195,14 +185,14 @@ func TestIstioObjectsFlowThroughAndInvalidOnesKeepTheirLastValidState(t *testing
 	if _, err := vss.Update(ctx, bad, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the fixed update", func() bool { return len(st.vsHosts(ns+"/reviews")) == 2 })
+	xdstest.Eventually(t, "the fixed update", func() bool { return len(st.vsHosts(ns+"/reviews")) == 2 })
 	if len(src.Rejected()) != 0 {
 		t.Fatalf("still rejected: %v", src.Rejected())
 	}
 	if err := vss.Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deletion", func() bool { return st.vsHosts(ns+"/reviews") == nil })
+	xdstest.Eventually(t, "the deletion", func() bool { return st.vsHosts(ns+"/reviews") == nil })
 }
 
 func TestServicesSlicesAndPodsBecomeTheRegistry(t *testing.T) {
@@ -223,7 +213,7 @@ func TestServicesSlicesAndPodsBecomeTheRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := "reviews." + ns + ".svc.cluster.local"
-	eventually(t, "the Service", func() bool { return st.has(registry.ServiceTypeURL, ns+"/"+host) })
+	xdstest.Eventually(t, "the Service", func() bool { return st.has(registry.ServiceTypeURL, ns+"/"+host) })
 
 	pod, err := core.Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "reviews-v1", Labels: map[string]string{"app": "reviews", "version": "v1"}},
@@ -247,7 +237,7 @@ func TestServicesSlicesAndPodsBecomeTheRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	setName := registry.EndpointSetName(ns, host, "reviews-abc")
-	eventually(t, "the endpoints with the pod's labels", func() bool {
+	xdstest.Eventually(t, "the endpoints with the pod's labels", func() bool {
 		es := st.endpointSet(setName)
 		return es != nil && len(es.GetEndpoints()) == 1 && es.GetEndpoints()[0].GetLabels()["version"] == "v1" &&
 			es.GetEndpoints()[0].GetServiceAccount() == "default"
@@ -258,7 +248,7 @@ func TestServicesSlicesAndPodsBecomeTheRegistry(t *testing.T) {
 	if _, err := core.Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the relabelled endpoint", func() bool {
+	xdstest.Eventually(t, "the relabelled endpoint", func() bool {
 		es := st.endpointSet(setName)
 		return es != nil && es.GetEndpoints()[0].GetLabels()["version"] == "v2"
 	})
@@ -266,11 +256,11 @@ func TestServicesSlicesAndPodsBecomeTheRegistry(t *testing.T) {
 	if err := env.Client.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "reviews-abc", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the slice's removal", func() bool { return st.endpointSet(setName) == nil })
+	xdstest.Eventually(t, "the slice's removal", func() bool { return st.endpointSet(setName) == nil })
 	if err := core.Services(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the Service's removal", func() bool { return !st.has(registry.ServiceTypeURL, ns+"/"+host) })
+	xdstest.Eventually(t, "the Service's removal", func() bool { return !st.has(registry.ServiceTypeURL, ns+"/"+host) })
 }
 
 func TestNamespacesAndTheMeshConfigAreServedAndABadMeshConfigIsNot(t *testing.T) {
@@ -293,7 +283,7 @@ func TestNamespacesAndTheMeshConfigAreServedAndABadMeshConfigIsNot(t *testing.T)
 	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the labelled namespace", func() bool {
+	xdstest.Eventually(t, "the labelled namespace", func() bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		r := st.registry[registry.NamespaceTypeURL][ns]
@@ -319,7 +309,7 @@ func TestNamespacesAndTheMeshConfigAreServedAndABadMeshConfigIsNot(t *testing.T)
 		}
 		return m.GetTrustDomain()
 	}
-	eventually(t, "the mesh config", func() bool { return trustDomain() == "example.org" })
+	xdstest.Eventually(t, "the mesh config", func() bool { return trustDomain() == "example.org" })
 
 	// A broken mesh config keeps the last valid one; a fixed one replaces it.
 	cm.Data["mesh"] = "trustDomain: [not, a, string]\n"
@@ -334,7 +324,7 @@ func TestNamespacesAndTheMeshConfigAreServedAndABadMeshConfigIsNot(t *testing.T)
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the fixed mesh config", func() bool { return trustDomain() == "other.org" })
+	xdstest.Eventually(t, "the fixed mesh config", func() bool { return trustDomain() == "other.org" })
 }
 
 func TestAServiceSelectsWorkloadEntriesAsWellAsPods(t *testing.T) {
@@ -365,7 +355,7 @@ func TestAServiceSelectsWorkloadEntriesAsWellAsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := registry.EndpointSetName(ns, "details."+ns+".svc.cluster.local", "workloadentries")
-	eventually(t, "the VM endpoint", func() bool {
+	xdstest.Eventually(t, "the VM endpoint", func() bool {
 		es := st.endpointSet(name)
 		if es == nil || len(es.GetEndpoints()) != 1 {
 			return false
@@ -376,7 +366,7 @@ func TestAServiceSelectsWorkloadEntriesAsWellAsPods(t *testing.T) {
 	if err := ic.NetworkingV1().WorkloadEntries(ns).Delete(ctx, "vm-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the VM endpoint to go", func() bool { return st.endpointSet(name) == nil })
+	xdstest.Eventually(t, "the VM endpoint to go", func() bool { return st.endpointSet(name) == nil })
 }
 
 // TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot: galley
@@ -416,7 +406,7 @@ func TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "both revisions", func() bool {
+	xdstest.Eventually(t, "both revisions", func() bool {
 		d, c := get(inject.DefaultRevision), get("canary")
 		return d != nil && c != nil && d.GetValues() == def.Data["values"] && c.GetValues() == canary.Data["values"] &&
 			d.GetRevision() == inject.DefaultRevision && c.GetRevision() == "canary"
@@ -443,7 +433,7 @@ func TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot(t *testing.T) {
 	if _, err := cms.Update(ctx, canary, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the canary's fixed values", func() bool {
+	xdstest.Eventually(t, "the canary's fixed values", func() bool {
 		c := get("canary")
 		return c != nil && c.GetValues() == canary.Data["values"]
 	})
@@ -454,5 +444,5 @@ func TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot(t *testing.T) {
 	if err := cms.Delete(ctx, canary.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the canary withdrawn", func() bool { return get("canary") == nil })
+	xdstest.Eventually(t, "the canary withdrawn", func() bool { return get("canary") == nil })
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 )
 
@@ -89,17 +90,6 @@ func messages(t *testing.T, dyn dynamic.Interface, ns string) []any {
 	return msgs
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -165,7 +155,7 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 	start("galley-a")
 	start("galley-b")
 
-	eventually(t, "the validation message", func() bool {
+	xdstest.EventuallyWithin(t, 60*time.Second, "the validation message", func() bool {
 		m := messages(t, dyn, ns)
 		return len(m) == 1 && strings.Contains(m[0].(map[string]any)["message"].(string), "destination weights must add up to 100, not 140")
 	})
@@ -182,7 +172,7 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 	}
 	// The leader goes away: the other takes over at once (the lease is released).
 	stop(first)
-	eventually(t, "a new leader", func() bool { h := holder(); return h != "" && h != first })
+	xdstest.EventuallyWithin(t, 60*time.Second, "a new leader", func() bool { h := holder(); return h != "" && h != first })
 
 	// Fixing the object publishes it once; clearing its status publishes nothing.
 	id := istio.ID{Kind: "VirtualService", Name: ns + "/reviews"}
@@ -198,8 +188,8 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 	if _, err := dyn.Resource(vsGVR).Namespace(ns).Update(ctx, fixed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the status to clear", func() bool { return len(messages(t, dyn, ns)) == 0 })
-	eventually(t, "the fix to be published", func() bool { return sink.count(id) == 1 })
+	xdstest.EventuallyWithin(t, 60*time.Second, "the status to clear", func() bool { return len(messages(t, dyn, ns)) == 0 })
+	xdstest.EventuallyWithin(t, 60*time.Second, "the fix to be published", func() bool { return sink.count(id) == 1 })
 	// The status write reaches the informer too; it must not be published.
 	time.Sleep(500 * time.Millisecond)
 	if n := sink.count(id); n != 1 {
