@@ -1,7 +1,6 @@
 package certclient
 
 import (
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -37,7 +36,7 @@ func TestConfigValidateNeedsRootsAndTokenWithAnAddress(t *testing.T) {
 }
 
 func TestForServiceAsksForTheServiceNamesAndRereadsTheToken(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	if c, err := (Config{}).ForService("flotilla-galley", "istio-system", "cluster.local", log); c != nil || err != nil {
 		t.Fatalf("disabled ForService = %v, %v; want nil, nil", c, err)
 	}

@@ -22,32 +22,32 @@ import (
 // certificate from a CA made for it, until the test ends. It returns what
 // a webhook configuration needs to reach it: the URL of path and the CA
 // bundle.
-func ServeWebhook(t testing.TB, h http.Handler, path string) admregv1.WebhookClientConfig {
-	t.Helper()
-	ca, err := testpki.NewCA("webhook CA " + t.Name())
+func ServeWebhook(tb testing.TB, h http.Handler, path string) admregv1.WebhookClientConfig {
+	tb.Helper()
+	ca, err := testpki.NewCA("webhook CA " + tb.Name())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	leaf, err := ca.Issue(testpki.Request{CommonName: "webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cert, err := leaf.TLSCertificate()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	go func() { done <- admission.Serve(ctx, slog.New(slog.DiscardHandler), lis, tlsCfg, h, 5*time.Second) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Error(err)
+			tb.Error(err)
 		}
 	})
 	url := "https://" + lis.Addr().String() + path

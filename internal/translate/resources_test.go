@@ -42,7 +42,10 @@ spec:
   generator: grpc
 `
 
-func dependsGenerator(t *testing.T) *Generator { return generators(t, dependsMesh)[0] }
+func dependsGenerator(t *testing.T) *Generator {
+	t.Helper()
+	return generators(t, dependsMesh)[0]
+}
 
 // generators reads a mesh written as a golden case's input and returns a
 // generator for each of its proxies, in order.

@@ -65,7 +65,7 @@ func Run(ctx context.Context, o Options) error {
 
 func lead(ctx context.Context, o Options) {
 	log := o.Log
-	log.Info("leading: " + o.Doing)
+	log.Info("leading", "doing", o.Doing)
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer q.ShutDown()
 	term := o.Lead(q.Add)
@@ -85,7 +85,7 @@ func lead(ctx context.Context, o Options) {
 			break
 		}
 		if err := term.Reconcile(ctx, key); err != nil && ctx.Err() == nil {
-			log.Warn(o.Doing+" failed; retrying", "key", key, "error", err)
+			log.Warn("reconcile failed; retrying", "doing", o.Doing, "key", key, "error", err)
 			q.AddRateLimited(key)
 		} else {
 			q.Forget(key)
