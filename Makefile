@@ -57,8 +57,8 @@ test: system-deps tools kube-assets check-generate lint check-modules ## everyth
 	go test $(RACE) -count=1 -timeout 20m work
 	@for m in $(STANDALONE); do (cd $$m && GOWORK=off go test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 
-SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables
-system-deps: ## Debian packages the tests need (iptables in network namespaces); installed with apt-get when missing
+SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables nft:nftables
+system-deps: ## Debian packages the tests need (iptables and nft in network namespaces); installed with apt-get when missing
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 

@@ -1,7 +1,8 @@
 // Package app is the flotilla-agent command: its configuration and the
 // wiring of its components. The "iptables" subcommand (the init
-// container's traffic capture) is built; the agent itself (certificates
-// over SDS) is not yet, and says so.
+// container's traffic capture, over nftables or iptables) is built; the
+// agent itself (certificates over SDS, the xDS proxy, Envoy) is not yet,
+// and says so.
 package app
 
 import (
@@ -11,15 +12,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
-	"github.com/flotilla-mesh/flotilla/services/agent/iptables"
+	"github.com/flotilla-mesh/flotilla/services/agent/capture"
 )
 
 // NewCommand returns the flotilla-agent command.
 func NewCommand() *cobra.Command {
 	cmd := command.New(command.Spec[command.Common]{
-		Name:     "flotilla-agent",
-		Short:    "Flotilla's in-pod agent",
-		Long:     "agent runs next to Envoy in each pod: it sets up traffic capture (iptables), gets the workload certificate from ca and serves it to Envoy over SDS on a Unix socket, rotating it before it expires.",
+		Name:  "flotilla-agent",
+		Short: "Flotilla's in-pod agent",
+		Long: "agent is the pod's half of the mesh. Built today: `flotilla-agent iptables`, the init container's traffic capture. " +
+			"Planned (issue 13): running next to Envoy, getting the workload certificate from ca and serving it over SDS, proxying xDS to discovery.",
 		Defaults: func() command.Common { return command.CommonDefaults(":15020") },
 		Run: func(context.Context, command.Common, *command.Runtime) error {
 			// The runtime (certificates from ca over SDS, Envoy) is not in
@@ -31,20 +33,25 @@ func NewCommand() *cobra.Command {
 	return cmd
 }
 
-// iptablesCommand installs (or with --dry-run prints) the traffic capture
-// rules, as the injected init container runs it.
+// iptablesCommand installs (or with --dry-run prints) the traffic
+// capture, as the injected init container runs it. The name is Istio's
+// (istio-iptables); the default backend is nftables over netlink, which
+// needs no binary in the image.
 func iptablesCommand() *cobra.Command {
-	var s iptables.Settings
+	var s capture.Settings
 	var inPorts, exclIn, exclOut []uint
 	var dryRun bool
-	var netns string
+	var mode, netns string
 	var uid, gid uint32
 	var inPort, outPort uint16
 	cmd := &cobra.Command{
 		Use:   "iptables",
-		Short: "Install the pod's traffic capture (nat table) with iptables-restore, or print it",
+		Short: "Install the pod's traffic capture (nftables over netlink, or iptables-restore), or print it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if mode != modeNFTables && mode != modeIPTables {
+				return fmt.Errorf("--mode %q: want %s or %s", mode, modeNFTables, modeIPTables)
+			}
 			s.ProxyUID, s.ProxyGID, s.InboundPort, s.OutboundPort = uid, gid, inPort, outPort
 			var err error
 			if s.InboundPorts, err = ports("inbound-ports", inPorts); err != nil {
@@ -56,20 +63,27 @@ func iptablesCommand() *cobra.Command {
 			if s.ExcludeOutboundPorts, err = ports("exclude-outbound-ports", exclOut); err != nil {
 				return err
 			}
-			rules, err := iptables.Rules(s)
+			plan, err := capture.Build(s)
 			if err != nil {
-				return err
+				return err //nolint:wrapcheck // says which setting
 			}
-			if dryRun {
-				_, err := fmt.Fprint(cmd.OutOrStdout(), rules)
-				return err
+			switch {
+			case dryRun && mode == modeIPTables:
+				_, err = fmt.Fprint(cmd.OutOrStdout(), plan.IPTables())
+			case dryRun:
+				_, err = fmt.Fprint(cmd.OutOrStdout(), plan.NFTables())
+			case mode == modeIPTables:
+				err = capture.ApplyIPTables(cmd.Context(), plan.IPTables(), netns)
+			default:
+				err = capture.ApplyNFTables(plan, netns)
 			}
-			return iptables.Apply(cmd.Context(), rules, netns)
+			return err //nolint:wrapcheck // says what failed
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&dryRun, "dry-run", false, "print the rules instead of installing them")
-	f.StringVar(&netns, "netns", "", "named network namespace to install them in (ip netns exec); default the current one")
+	f.BoolVar(&dryRun, "dry-run", false, "print the rules instead of installing them (an nft script, or iptables-restore input)")
+	f.StringVar(&mode, "mode", modeNFTables, "nftables: program the table inet istio-proxy-nat over netlink (no binary needed); iptables: the nat table with iptables-restore, which must be on the PATH")
+	f.StringVar(&netns, "netns", "", "named network namespace to install them in (/run/netns/<name>); default the current one")
 	f.Uint32Var(&uid, "proxy-uid", 1337, "user the proxy runs as: its traffic is not captured")
 	f.Uint32Var(&gid, "proxy-gid", 1337, "group the proxy runs as")
 	f.Uint16Var(&inPort, "inbound-capture-port", 15006, "port of the proxy's inbound listener")
@@ -81,6 +95,12 @@ func iptablesCommand() *cobra.Command {
 	f.UintSliceVar(&exclOut, "exclude-outbound-ports", nil, "outbound TCP ports never captured")
 	return cmd
 }
+
+// The capture backends.
+const (
+	modeNFTables = "nftables"
+	modeIPTables = "iptables"
+)
 
 func ports(flag string, in []uint) ([]uint16, error) {
 	out := make([]uint16, 0, len(in))

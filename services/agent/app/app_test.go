@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/inject"
-	"github.com/flotilla-mesh/flotilla/services/agent/iptables"
+	"github.com/flotilla-mesh/flotilla/services/agent/capture"
 )
 
 func TestIptablesDryRunPrintsTheRulesForTheFlags(t *testing.T) {
@@ -21,15 +21,25 @@ func TestIptablesDryRunPrintsTheRulesForTheFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	want, err := iptables.Rules(iptables.Settings{
+	plan, err := capture.Build(capture.Settings{
 		ExcludeOutboundPorts: []uint16{3306, 5432}, ExcludeOutboundIPRanges: []string{"169.254.169.254/32"},
 		InboundPorts: []uint16{8080}, IncludeOutboundIPRanges: []string{"*"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != want {
-		t.Fatalf("printed:\n%s\nwant:\n%s", out.String(), want)
+	if out.String() != plan.NFTables() {
+		t.Fatalf("printed:\n%s\nwant the nft script:\n%s", out.String(), plan.NFTables())
+	}
+	cmd = NewCommand()
+	out.Reset()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"iptables", "--dry-run", "--mode", "iptables", "--exclude-outbound-ports", "3306,5432", "--exclude-outbound-ip-ranges", "169.254.169.254/32", "--inbound-ports", "8080"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != plan.IPTables() {
+		t.Fatalf("--mode iptables printed:\n%s\nwant:\n%s", out.String(), plan.IPTables())
 	}
 }
 
@@ -38,6 +48,7 @@ func TestIptablesRefusesBadFlags(t *testing.T) {
 		"70000 is not a port":       {"iptables", "--dry-run", "--exclude-outbound-ports", "70000"},
 		`"nope" is not an IP range`: {"iptables", "--dry-run", "--exclude-outbound-ip-ranges", "nope"},
 		"0 is not a port":           {"iptables", "--dry-run", "--inbound-ports", "0"},
+		`--mode "legacy"`:           {"iptables", "--dry-run", "--mode", "legacy"},
 	} {
 		cmd := NewCommand()
 		cmd.SetOut(&bytes.Buffer{})
@@ -60,16 +71,16 @@ func TestTheInjectedInitContainerArgsDriveTheRules(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		annotations map[string]string
-		want        iptables.Settings
+		want        capture.Settings
 	}{
-		{nil, iptables.Settings{IncludeOutboundIPRanges: []string{"*"}}},
-		{map[string]string{inject.AnnotationIncludeOutbound: ""}, iptables.Settings{}},
+		{nil, capture.Settings{IncludeOutboundIPRanges: []string{"*"}}},
+		{map[string]string{inject.AnnotationIncludeOutbound: ""}, capture.Settings{}},
 		{
 			map[string]string{
 				inject.AnnotationIncludeOutbound: "10.96.0.0/12", inject.AnnotationExcludeOutboundPt: "3306",
 				inject.AnnotationExcludeInbound: "9000,9001", inject.AnnotationExcludeOutbound: "169.254.169.254/32",
 			},
-			iptables.Settings{
+			capture.Settings{
 				IncludeOutboundIPRanges: []string{"10.96.0.0/12"}, ExcludeOutboundPorts: []uint16{3306},
 				ExcludeInboundPorts: []uint16{9000, 9001}, ExcludeOutboundIPRanges: []string{"169.254.169.254/32"},
 			},
@@ -87,11 +98,11 @@ func TestTheInjectedInitContainerArgsDriveTheRules(t *testing.T) {
 		if err := cmd.Execute(); err != nil {
 			t.Fatalf("%v: %v", tc.annotations, err)
 		}
-		want, err := iptables.Rules(tc.want)
+		plan, err := capture.Build(tc.want)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out.String() != want {
+		if want := plan.NFTables(); out.String() != want {
 			t.Errorf("%v: printed:\n%s\nwant:\n%s", tc.annotations, out.String(), want)
 		}
 	}

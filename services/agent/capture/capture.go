@@ -1,0 +1,279 @@
+// Package capture builds the traffic capture the init container installs
+// in a pod's network namespace, as Istio's istio-init does, and installs
+// it with one of two backends:
+//
+//   - nftables (the default): programmed over netlink, with no binary, so
+//     the agent's image stays FROM scratch. Its table and chains are
+//     those of Istio's native nftables mode (table inet istio-proxy-nat,
+//     chains prerouting, output, istio-inbound, istio-in-redirect,
+//     istio-output, istio-redirect).
+//   - iptables: the nat table through iptables-restore, for nodes that
+//     need it; the iptables-restore binary must be on the PATH.
+//
+// Build is pure: the same settings give the same Plan, and both backends
+// install the same rules from it, in the same order. The whole capture is
+// replaced atomically: a failure leaves what was there.
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Ports the sidecar itself uses, never captured inbound.
+const (
+	PortHBONE      = 15008 // mTLS tunnel
+	PortAgent      = 15020 // agent's merged metrics and health
+	PortHealth     = 15021 // readiness
+	PortPrometheus = 15090 // Envoy's stats
+)
+
+// Settings say what to capture.
+type Settings struct {
+	// ProxyUID and ProxyGID run the sidecar; its own traffic is not
+	// captured (default 1337).
+	ProxyUID, ProxyGID uint32
+	// InboundPort and OutboundPort are Envoy's virtualInbound and
+	// virtualOutbound listeners (defaults 15006, 15001).
+	InboundPort, OutboundPort uint16
+	// InboundPorts to capture; empty means all TCP ports.
+	InboundPorts []uint16
+	// ExcludeInboundPorts are never captured inbound (the sidecar's own
+	// ports are added).
+	ExcludeInboundPorts []uint16
+	// IncludeOutboundIPRanges to capture: "*" captures all, no range
+	// captures no outbound traffic (as Istio's includeOutboundIPRanges
+	// annotation set to ""). ExcludeOutboundIPRanges and
+	// ExcludeOutboundPorts are never captured.
+	IncludeOutboundIPRanges []string
+	ExcludeOutboundIPRanges []string
+	ExcludeOutboundPorts    []uint16
+}
+
+func (s *Settings) defaults() {
+	if s.ProxyUID == 0 {
+		s.ProxyUID = 1337
+	}
+	if s.ProxyGID == 0 {
+		s.ProxyGID = 1337
+	}
+	if s.InboundPort == 0 {
+		s.InboundPort = 15006
+	}
+	if s.OutboundPort == 0 {
+		s.OutboundPort = 15001
+	}
+}
+
+// Chain is one chain of the capture.
+type Chain int
+
+// The chains: the two hooks (nat PREROUTING and OUTPUT) and the four
+// chains of the capture itself.
+const (
+	ChainPrerouting Chain = iota
+	ChainOutput
+	ChainInbound    // ISTIO_INBOUND: what arrives
+	ChainInRedirect // ISTIO_IN_REDIRECT: to Envoy's inbound listener
+	ChainOutbound   // ISTIO_OUTPUT: what leaves
+	ChainRedirect   // ISTIO_REDIRECT: to Envoy's outbound listener
+)
+
+// Chains lists the capture's own chains (not the hooks), in the order
+// they are declared.
+func Chains() []Chain { return []Chain{ChainInbound, ChainInRedirect, ChainOutbound, ChainRedirect} }
+
+// IPTables is the chain's name in the nat table.
+func (c Chain) IPTables() string {
+	switch c {
+	case ChainPrerouting:
+		return "PREROUTING"
+	case ChainOutput:
+		return "OUTPUT"
+	case ChainInbound:
+		return "ISTIO_INBOUND"
+	case ChainInRedirect:
+		return "ISTIO_IN_REDIRECT"
+	case ChainOutbound:
+		return "ISTIO_OUTPUT"
+	case ChainRedirect:
+		return "ISTIO_REDIRECT"
+	}
+	return fmt.Sprintf("UNKNOWN_%d", int(c))
+}
+
+// NFTables is the chain's name in Istio's nftables table.
+func (c Chain) NFTables() string {
+	switch c {
+	case ChainPrerouting:
+		return "prerouting"
+	case ChainOutput:
+		return "output"
+	case ChainInbound:
+		return "istio-inbound"
+	case ChainInRedirect:
+		return "istio-in-redirect"
+	case ChainOutbound:
+		return "istio-output"
+	case ChainRedirect:
+		return "istio-redirect"
+	}
+	return fmt.Sprintf("unknown-%d", int(c))
+}
+
+// Action is what a rule does with a matching packet.
+type Action int
+
+// The actions.
+const (
+	Return     Action = iota // leave the chain
+	Jump                     // go to Target.Chain
+	RedirectTo               // redirect to Target.Port on this host
+)
+
+// Target is a rule's action and its argument.
+type Target struct {
+	Action Action
+	To     Chain  // for Jump
+	Port   uint16 // for RedirectTo
+}
+
+// Owner matches the socket's user or group.
+type Owner struct {
+	ID    uint32
+	Group bool // a group ID, not a user ID
+	Not   bool // anyone but ID
+}
+
+// Rule is one rule: every match given must hold.
+type Rule struct {
+	Chain Chain
+	// Src and Dst match IPv4 source and destination ranges when valid;
+	// NotDst inverts Dst.
+	Src, Dst netip.Prefix
+	NotDst   bool
+	// OutLoopback matches packets leaving through lo.
+	OutLoopback bool
+	// TCP matches TCP; DPort (with TCP) its destination port.
+	TCP   bool
+	DPort uint16
+	Owner *Owner
+	Target
+}
+
+// Plan is the capture: its rules in order.
+type Plan struct{ Rules []Rule }
+
+// Build returns the capture for s.
+func Build(s Settings) (Plan, error) {
+	s.defaults()
+	include, all, err := ranges(s.IncludeOutboundIPRanges, true)
+	if err != nil {
+		return Plan{}, fmt.Errorf("includeOutboundIPRanges: %w", err)
+	}
+	exclude, _, err := ranges(s.ExcludeOutboundIPRanges, false)
+	if err != nil {
+		return Plan{}, fmt.Errorf("excludeOutboundIPRanges: %w", err)
+	}
+	var p Plan
+	add := func(r Rule) { p.Rules = append(p.Rules, r) }
+	ret := Target{Action: Return}
+	jump := func(c Chain) Target { return Target{Action: Jump, To: c} }
+
+	add(Rule{Chain: ChainPrerouting, TCP: true, Target: jump(ChainInbound)})
+	add(Rule{Chain: ChainOutput, TCP: true, Target: jump(ChainOutbound)})
+
+	// Inbound: the sidecar's own ports and the excluded ones pass; the
+	// rest (or the listed ports) go to Envoy's inbound listener.
+	skip := slices.Concat([]uint16{PortHBONE, PortAgent, PortHealth, PortPrometheus}, s.ExcludeInboundPorts)
+	slices.Sort(skip)
+	skip = slices.Compact(skip)
+	if len(s.InboundPorts) == 0 {
+		for _, port := range skip {
+			add(Rule{Chain: ChainInbound, TCP: true, DPort: port, Target: ret})
+		}
+		add(Rule{Chain: ChainInbound, TCP: true, Target: jump(ChainInRedirect)})
+	} else {
+		ports := slices.Clone(s.InboundPorts)
+		slices.Sort(ports)
+		for _, port := range slices.Compact(ports) {
+			if !slices.Contains(skip, port) {
+				add(Rule{Chain: ChainInbound, TCP: true, DPort: port, Target: jump(ChainInRedirect)})
+			}
+		}
+	}
+	add(Rule{Chain: ChainInRedirect, TCP: true, Target: Target{Action: RedirectTo, Port: s.InboundPort}})
+
+	// Outbound: traffic Envoy sends to itself through the inbound path
+	// (127.0.0.6) passes; the application calling itself over a non-
+	// loopback address is captured inbound; everything else the proxy
+	// sends, loopback, excluded ports and ranges pass; the rest goes to
+	// Envoy's outbound listener.
+	loopback := netip.MustParsePrefix("127.0.0.1/32")
+	add(Rule{Chain: ChainOutbound, Src: netip.MustParsePrefix("127.0.0.6/32"), OutLoopback: true, Target: ret})
+	for _, group := range []bool{false, true} {
+		id := s.ProxyUID
+		if group {
+			id = s.ProxyGID
+		}
+		add(Rule{Chain: ChainOutbound, Dst: loopback, NotDst: true, OutLoopback: true, TCP: true, Owner: &Owner{ID: id, Group: group}, Target: jump(ChainInRedirect)})
+		add(Rule{Chain: ChainOutbound, OutLoopback: true, Owner: &Owner{ID: id, Group: group, Not: true}, Target: ret})
+		add(Rule{Chain: ChainOutbound, Owner: &Owner{ID: id, Group: group}, Target: ret})
+	}
+	add(Rule{Chain: ChainOutbound, Dst: loopback, Target: ret})
+	ports := slices.Clone(s.ExcludeOutboundPorts)
+	slices.Sort(ports)
+	for _, port := range slices.Compact(ports) {
+		add(Rule{Chain: ChainOutbound, TCP: true, DPort: port, Target: ret})
+	}
+	for _, r := range exclude {
+		add(Rule{Chain: ChainOutbound, Dst: r, Target: ret})
+	}
+	if all {
+		add(Rule{Chain: ChainOutbound, Target: jump(ChainRedirect)})
+	} else {
+		for _, r := range include { // none: outbound is not captured
+			add(Rule{Chain: ChainOutbound, Dst: r, Target: jump(ChainRedirect)})
+		}
+	}
+	add(Rule{Chain: ChainRedirect, TCP: true, Target: Target{Action: RedirectTo, Port: s.OutboundPort}})
+	return p, nil
+}
+
+// ranges parses CIDRs (IPv4; a bare address is a /32), sorted and without
+// duplicates. With star, "*" means everything (all).
+func ranges(in []string, star bool) (out []netip.Prefix, all bool, err error) {
+	for _, s := range in {
+		for _, f := range strings.Split(s, ",") {
+			f = strings.TrimSpace(f)
+			switch {
+			case f == "":
+				continue
+			case f == "*" && star:
+				return nil, true, nil
+			case f == "*":
+				return nil, false, errors.New(`"*" is not a range here`)
+			}
+			var p netip.Prefix
+			if strings.Contains(f, "/") {
+				p, err = netip.ParsePrefix(f)
+			} else {
+				var a netip.Addr
+				a, err = netip.ParseAddr(f)
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			if err != nil {
+				return nil, false, fmt.Errorf("%q is not an IP range", f)
+			}
+			if !p.Addr().Is4() {
+				return nil, false, fmt.Errorf("%q: only IPv4 ranges are captured", f)
+			}
+			out = append(out, p.Masked())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	return slices.Compact(out), false, nil
+}
