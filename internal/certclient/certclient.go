@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,14 +32,27 @@ type Options struct {
 	// Address of ca, host:port; ServerName is the name its certificate is
 	// checked against (default: the host of Address).
 	Address, ServerName string
-	// Roots are the roots ca's certificate chains to (the trust bundle).
-	Roots *x509.CertPool
+	// Roots returns the roots ca's certificate chains to (the trust
+	// bundle), asked for at each request so a rotated bundle is used
+	// (StaticRoots for a fixed pool).
+	Roots func() *x509.CertPool
 	// Token returns the service account token to authenticate with (a
 	// projected token file is re-read each time).
 	Token func() (string, error)
 	// DNSNames to ask for (the service's own Service names; ca grants them
-	// to control-plane service accounts only).
+	// to control-plane service accounts only) and URIs (a workload's SPIFFE
+	// ID, as Istio's agent puts it in its CSR; ca decides the identity from
+	// the credential either way).
 	DNSNames []string
+	URIs     []*url.URL
+	// RenewWithCertificate presents the held certificate, while it is
+	// valid, as the TLS client certificate of renewals, so a renewal
+	// succeeds without a token (ca authenticates it by that certificate);
+	// the token is sent too when it can be read.
+	RenewWithCertificate bool
+	// OnCertificate, when set, is called with each new certificate, after
+	// it is held.
+	OnCertificate func(*tls.Certificate)
 	// TTL to ask for; zero takes ca's default.
 	TTL time.Duration
 	Log *slog.Logger
@@ -103,7 +117,12 @@ func (c *Client) ServerConfig(clientRoots *x509.CertPool) *tls.Config {
 }
 
 // Roots are ca's roots the client was given: the mesh's trust bundle.
-func (c *Client) Roots() *x509.CertPool { return c.o.Roots }
+func (c *Client) Roots() *x509.CertPool { return c.o.Roots() }
+
+// StaticRoots returns a fixed pool as Options.Roots.
+func StaticRoots(pool *x509.CertPool) func() *x509.CertPool {
+	return func() *x509.CertPool { return pool }
+}
 
 // ClientConfig presents the current certificate to a server that must be
 // the given service account ("<namespace>/<sa>"): its certificate must
@@ -125,7 +144,7 @@ func (c *Client) ClientConfig(account string) *tls.Config {
 				inter.AddCert(ic)
 			}
 			leaf := cs.PeerCertificates[0]
-			if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.o.Roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.o.Roots(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 				return fmt.Errorf("server certificate: %w", err)
 			}
 			for _, u := range leaf.URIs {
@@ -196,6 +215,9 @@ func (c *Client) Run(ctx context.Context) error {
 			default:
 				close(c.ready)
 			}
+			if c.o.OnCertificate != nil {
+				c.o.OnCertificate(cert)
+			}
 			// The lifetime counts from when it was asked for: ca backdates
 			// NotBefore for clock skew.
 			leaf := cert.Leaf
@@ -217,21 +239,31 @@ func (c *Client) fetch(ctx context.Context) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key: %w", err)
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: c.o.DNSNames}, key)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: c.o.DNSNames, URIs: c.o.URIs}, key)
 	if err != nil {
 		return nil, fmt.Errorf("csr: %w", err)
 	}
-	tok, err := c.o.Token()
-	if err != nil {
-		return nil, fmt.Errorf("token: %w", err)
+	tlsCfg := &tls.Config{RootCAs: c.o.Roots(), ServerName: c.o.ServerName, MinVersion: tls.VersionTLS12}
+	held := c.current.Load()
+	renewing := c.o.RenewWithCertificate && held != nil && time.Now().Before(held.Leaf.NotAfter)
+	if renewing {
+		tlsCfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return held, nil }
 	}
-	tlsCfg := &tls.Config{RootCAs: c.o.Roots, ServerName: c.o.ServerName, MinVersion: tls.VersionTLS12}
+	tok, err := c.o.Token()
+	switch {
+	case err == nil:
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+	case !renewing:
+		return nil, fmt.Errorf("token: %w", err)
+	default:
+		c.o.Log.Warn("no token; renewing with the held certificate alone", "error", err)
+	}
 	cc, err := grpc.NewClient(c.o.Address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 	if err != nil {
 		return nil, fmt.Errorf("ca client: %w", err)
 	}
 	defer cc.Close()
-	rctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), 30*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(rctx, &securityv1alpha1.IstioCertificateRequest{
 		Csr:              string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})),

@@ -102,7 +102,7 @@ func TestClientConfigChecksTheServersIdentityNotItsName(t *testing.T) {
 		}
 		return c
 	}
-	c := New(Options{Roots: mesh.Pool(), Log: slog.New(slog.DiscardHandler)})
+	c := New(Options{Roots: StaticRoots(mesh.Pool()), Log: slog.New(slog.DiscardHandler)})
 	mine := cert(mesh, "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery")
 	c.current.Store(&mine)
 	for name, tc := range map[string]struct {

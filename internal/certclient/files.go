@@ -68,7 +68,7 @@ func (c Config) ForService(service, namespace, domainSuffix string, log *slog.Lo
 	tokenFile := c.TokenFile
 	base := service + "." + namespace + ".svc"
 	return New(Options{
-		Address: c.Address, ServerName: host, Roots: roots,
+		Address: c.Address, ServerName: host, Roots: StaticRoots(roots),
 		Token: func() (string, error) {
 			b, err := os.ReadFile(tokenFile)
 			if err != nil {

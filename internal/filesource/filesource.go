@@ -23,7 +23,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -33,6 +32,7 @@ import (
 	"time"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/boundedfile"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
@@ -198,9 +198,9 @@ func (s *Source) Scan() error {
 
 // readFile returns what one file changes. Must be called with s.mu held.
 func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, problems []Problem) {
-	data, err := readBounded(path)
+	data, err := boundedfile.Read(path, istio.MaxFileBytes)
 	if err != nil {
-		return nil, nil, []Problem{{Message: fmt.Sprintf("%s: %v", path, err)}}
+		return nil, nil, []Problem{{Message: err.Error()}} // names the path
 	}
 	hash := sha256.Sum256(data)
 	prev := s.files[path]
@@ -300,21 +300,6 @@ func parseObjectRef(s string) (Key, bool) {
 	return Key{Kind: kind, Name: name}, true
 }
 
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, istio.MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	if len(data) > istio.MaxFileBytes {
-		return nil, fmt.Errorf("larger than %d bytes", istio.MaxFileBytes)
-	}
-	return data, nil
-}
 
 // subsetContext answers subset lookups from the DestinationRules of the
 // other files and of this file's new documents, wherever they stand in it.

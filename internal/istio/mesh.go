@@ -2,10 +2,10 @@ package istio
 
 import (
 	"fmt"
-	"io"
-	"os"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/boundedfile"
 )
 
 // ParseMeshConfig decodes Istio's MeshConfig from YAML or JSON, strictly
@@ -21,17 +21,9 @@ func ParseMeshConfig(data []byte) (*meshv1alpha1.MeshConfig, error) {
 
 // ReadMeshConfig reads a MeshConfig file of at most MaxFileBytes.
 func ReadMeshConfig(path string) (*meshv1alpha1.MeshConfig, error) {
-	f, err := os.Open(path)
+	data, err := boundedfile.Read(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("mesh config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("mesh config %s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("mesh config %s: larger than %d bytes", path, MaxFileBytes)
 	}
 	mesh, err := ParseMeshConfig(data)
 	if err != nil {

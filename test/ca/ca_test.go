@@ -255,7 +255,7 @@ func TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt(t *testing.
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pemRoots)
 	cl := certclient.New(certclient.Options{
-		Address: c.addr, ServerName: "127.0.0.1", Roots: roots,
+		Address: c.addr, ServerName: "127.0.0.1", Roots: certclient.StaticRoots(roots),
 		Token:    func() (string, error) { return s.token(t, "istio-system", "flotilla-galley"), nil },
 		DNSNames: []string{"flotilla-galley.istio-system.svc", "flotilla-galley.istio-system.svc.cluster.local"},
 		TTL:      4 * time.Second, Log: slog.New(slog.DiscardHandler), MinBackoff: 100 * time.Millisecond,

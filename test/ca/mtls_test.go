@@ -73,7 +73,7 @@ func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pemRoots)
 	app := certclient.New(certclient.Options{
-		Address: c.addr, ServerName: "127.0.0.1", Roots: roots, Log: slog.New(slog.DiscardHandler),
+		Address: c.addr, ServerName: "127.0.0.1", Roots: certclient.StaticRoots(roots), Log: slog.New(slog.DiscardHandler),
 		Token: func() (string, error) { return s.token(t, "default", "app"), nil },
 	})
 	proc.Certificate(t, app)

@@ -75,7 +75,7 @@ func TestWithCAGoneCertificatesKeepWorkingAndRenewalResumesWhenItIsBack(t *testi
 	roots.AppendCertsFromPEM(pemRoots)
 	renewals := atomic.Int64{}
 	cl := certclient.New(certclient.Options{
-		Address: addr, ServerName: "127.0.0.1", Roots: roots,
+		Address: addr, ServerName: "127.0.0.1", Roots: certclient.StaticRoots(roots),
 		Token: func() (string, error) {
 			renewals.Add(1)
 			return token("istio-system", "flotilla-injector")

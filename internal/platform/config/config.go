@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -29,6 +28,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/boundedfile"
 )
 
 // MaxFileBytes bounds the size of a configuration file.
@@ -172,17 +173,9 @@ func (b *Binding[T]) Load(path string, lookupEnv func(string) (string, bool)) (T
 }
 
 func decodeFile(path string, cfg any) error {
-	f, err := os.Open(path)
+	data, err := boundedfile.Read(path, MaxFileBytes)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return fmt.Errorf("config file %s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return fmt.Errorf("config file %s: larger than %d bytes", path, MaxFileBytes)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
