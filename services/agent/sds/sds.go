@@ -1,0 +1,377 @@
+// Package sds serves the workload's identity to its Envoy over the Secret
+// Discovery Service, on a Unix socket in the pod (Istio's
+// /var/run/secrets/workload-spiffe-uds/socket). Two secrets exist, as in
+// Istio: "default", the certificate chain and private key, and "ROOTCA",
+// the trust bundle. Every open stream, state-of-the-world or delta, gets a
+// rotated certificate or bundle pushed as soon as the agent holds it.
+//
+// A name other than those two does not exist here. Istio's agent hands
+// the workload certificate out under any other name; Flotilla does not:
+// a state-of-the-world response leaves the name out (Envoy keeps waiting
+// for it until its initial_fetch_timeout, and the listener needing it
+// stays warming), and a delta response lists it as removed, which is how
+// the delta protocol says a resource does not exist.
+package sds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync/atomic"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/flotilla-mesh/flotilla/services/agent/identity"
+)
+
+// The secrets served, and their type URL.
+const (
+	SecretWorkload = "default"
+	SecretRoot     = "ROOTCA"
+	TypeURL        = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+
+	// SocketPath is Istio's workload SDS socket.
+	SocketPath = "/var/run/secrets/workload-spiffe-uds/socket"
+
+	maxNames     = 64
+	maxNameBytes = 512
+
+	// removed marks, among the versions a delta stream's proxy holds, a
+	// name it was told does not exist.
+	removed = "\x00removed"
+)
+
+// Server is the SDS server of one pod.
+type Server struct {
+	secretv3.UnimplementedSecretDiscoveryServiceServer
+	state  *identity.State
+	log    *slog.Logger
+	nonces atomic.Uint64
+}
+
+// New returns a server of state's secrets.
+func New(state *identity.State, log *slog.Logger) *Server {
+	return &Server{state: state, log: log.With("component", "sds")}
+}
+
+// Register adds the service to gs.
+func (s *Server) Register(gs *grpc.Server) { secretv3.RegisterSecretDiscoveryServiceServer(gs, s) }
+
+// Listen listens on a Unix socket at path: a stale socket file is removed
+// first, the directory made if missing, and the socket is readable and
+// writable by its owner only (Envoy runs as the agent's user in the same
+// container; the socket hands out the private key).
+func Listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("sds socket directory: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("stale sds socket: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("sds socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("sds socket: %w", err)
+	}
+	return lis, nil
+}
+
+// secret is one served secret, encoded, with a version that is the hash
+// of its content.
+type secret struct {
+	any     *anypb.Any
+	version string
+}
+
+// secrets are the secrets snap holds (none before a certificate and
+// roots are held).
+func secrets(snap identity.Snapshot) map[string]secret {
+	out := map[string]secret{}
+	if snap.Leaf != nil {
+		out[SecretWorkload] = encode(&tlsv3.Secret{Name: SecretWorkload, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			CertificateChain: inline(snap.ChainPEM), PrivateKey: inline(snap.KeyPEM),
+		}}})
+	}
+	if len(snap.RootsPEM) > 0 {
+		out[SecretRoot] = encode(&tlsv3.Secret{Name: SecretRoot, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: inline(snap.RootsPEM),
+		}}})
+	}
+	return out
+}
+
+func inline(b []byte) *corev3.DataSource {
+	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
+}
+
+func encode(m *tlsv3.Secret) secret {
+	a, err := anypb.New(m)
+	if err != nil { // a Secret always marshals
+		panic(err)
+	}
+	sum := sha256.Sum256(a.GetValue())
+	return secret{any: a, version: hex.EncodeToString(sum[:8])}
+}
+
+// known reports whether name is a secret this server can ever serve.
+func known(name string) bool { return name == SecretWorkload || name == SecretRoot }
+
+func checkNames(names []string) error {
+	if len(names) > maxNames {
+		return status.Errorf(codes.InvalidArgument, "%d secret names, more than %d", len(names), maxNames)
+	}
+	for _, n := range names {
+		if len(n) > maxNameBytes {
+			return status.Errorf(codes.InvalidArgument, "a secret name of %d bytes, more than %d", len(n), maxNameBytes)
+		}
+	}
+	return nil
+}
+
+func checkType(t string) error {
+	if t != "" && t != TypeURL {
+		return status.Errorf(codes.InvalidArgument, "type %.100q is not served here: SDS serves %s", t, TypeURL)
+	}
+	return nil
+}
+
+func (s *Server) nonce() string { return strconv.FormatUint(s.nonces.Add(1), 10) }
+
+// receive forwards a stream's requests to a channel until the stream
+// ends (ctx is the stream's, done when its handler returns); the error
+// ends it.
+func receive[T any](ctx context.Context, recv func() (T, error)) (<-chan T, <-chan error) {
+	reqs, errs := make(chan T), make(chan error, 1)
+	go func() {
+		for {
+			r, err := recv()
+			if err != nil {
+				errs <- err
+				return
+			}
+			select {
+			case reqs <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return reqs, errs
+}
+
+// streamEnd maps the end of a client's stream to what the handler returns.
+func streamEnd(ctx context.Context, err error) error {
+	if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err
+}
+
+// FetchSecrets answers one request with the named secrets held now.
+func (s *Server) FetchSecrets(_ context.Context, req *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	if err := errors.Join(checkType(req.GetTypeUrl()), checkNames(req.GetResourceNames())); err != nil {
+		return nil, err
+	}
+	snap := s.state.Snapshot()
+	have := secrets(snap)
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: strconv.FormatUint(snap.Version, 10), TypeUrl: TypeURL, Nonce: s.nonce()}
+	for _, n := range req.GetResourceNames() {
+		if sec, ok := have[n]; ok {
+			resp.Resources = append(resp.Resources, sec.any)
+		}
+	}
+	return resp, nil
+}
+
+// StreamSecrets serves state-of-the-world SDS: each (changed) request is
+// answered with the named secrets held, and every change of them is
+// pushed; ACKs are recorded, a NACK is logged and nothing is resent until
+// the secrets change.
+func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecretsServer) error {
+	ctx := stream.Context()
+	reqs, errs := receive(ctx, stream.Recv)
+	var names []string
+	var lastNonce string
+	var sentVersion uint64
+	sent := false
+	warned := map[string]bool{}
+	respond := func(snap identity.Snapshot) error {
+		have := secrets(snap)
+		resp := &discoveryv3.DiscoveryResponse{VersionInfo: strconv.FormatUint(snap.Version, 10), TypeUrl: TypeURL, Nonce: s.nonce()}
+		for _, n := range names {
+			sec, ok := have[n]
+			switch {
+			case ok:
+				resp.Resources = append(resp.Resources, sec.any)
+			case !known(n) && !warned[n] && len(warned) < maxNames:
+				warned[n] = true
+				s.log.Warn("a proxy asked for a secret that does not exist here; it is left out", "name", n)
+			}
+		}
+		if err := stream.Send(resp); err != nil {
+			return err //nolint:wrapcheck // the stream's own error
+		}
+		lastNonce, sentVersion, sent = resp.GetNonce(), snap.Version, true
+		return nil
+	}
+	// ready says whether the named secrets that can exist are all held,
+	// so no half answer is sent while the first certificate is on its way.
+	ready := func(snap identity.Snapshot) bool {
+		have := secrets(snap)
+		for _, n := range names {
+			if _, ok := have[n]; known(n) && !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for {
+		changed := s.state.Changed()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errs:
+			return streamEnd(ctx, err)
+		case req := <-reqs:
+			if err := errors.Join(checkType(req.GetTypeUrl()), checkNames(req.GetResourceNames())); err != nil {
+				return err
+			}
+			if n := req.GetResponseNonce(); n != "" && n != lastNonce {
+				continue // answered by a later response already
+			}
+			if d := req.GetErrorDetail(); d != nil {
+				s.log.Warn("the proxy rejected its secrets", "version", sentVersion, "error", truncate(d.GetMessage(), 1024))
+				continue
+			}
+			asked := slices.Clone(req.GetResourceNames())
+			slices.Sort(asked)
+			asked = slices.Compact(asked)
+			if sent && slices.Equal(asked, names) {
+				continue // an ACK
+			}
+			names = asked
+			if len(names) == 0 {
+				sent = false // unsubscribed: nothing to send until asked again
+				continue
+			}
+			if snap := s.state.Snapshot(); ready(snap) {
+				if err := respond(snap); err != nil {
+					return streamEnd(ctx, err)
+				}
+			} else {
+				sent = false // answered when the secrets arrive
+			}
+		case <-changed:
+			snap := s.state.Snapshot()
+			if len(names) == 0 || !ready(snap) || (sent && snap.Version == sentVersion) {
+				continue
+			}
+			if err := respond(snap); err != nil {
+				return streamEnd(ctx, err)
+			}
+		}
+	}
+}
+
+// DeltaSecrets serves incremental SDS: subscribed secrets are sent when
+// their content differs from what the proxy holds (its initial versions
+// count), a name that does not exist is answered as removed, and every
+// change of a subscribed secret is pushed alone.
+func (s *Server) DeltaSecrets(stream secretv3.SecretDiscoveryService_DeltaSecretsServer) error {
+	ctx := stream.Context()
+	reqs, errs := receive(ctx, stream.Recv)
+	subscribed := map[string]bool{}
+	held := map[string]string{} // name → version the proxy holds
+	var lastNonce string
+	push := func(snap identity.Snapshot) error {
+		have := secrets(snap)
+		resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: TypeURL, SystemVersionInfo: strconv.FormatUint(snap.Version, 10)}
+		for _, n := range slices.Sorted(maps.Keys(subscribed)) {
+			sec, ok := have[n]
+			switch {
+			case ok && held[n] != sec.version:
+				resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: sec.version, Resource: sec.any})
+				held[n] = sec.version
+			case !known(n) && held[n] != removed:
+				resp.RemovedResources = append(resp.RemovedResources, n)
+				held[n] = removed
+			}
+		}
+		if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
+			return nil
+		}
+		resp.Nonce = s.nonce()
+		lastNonce = resp.Nonce
+		return stream.Send(resp) //nolint:wrapcheck // the stream's own error
+	}
+	for {
+		changed := s.state.Changed()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errs:
+			return streamEnd(ctx, err)
+		case req := <-reqs:
+			if err := errors.Join(checkType(req.GetTypeUrl()), checkNames(req.GetResourceNamesSubscribe()),
+				checkNames(req.GetResourceNamesUnsubscribe())); err != nil {
+				return err
+			}
+			if len(req.GetInitialResourceVersions()) > maxNames {
+				return status.Errorf(codes.InvalidArgument, "%d initial resource versions, more than %d", len(req.GetInitialResourceVersions()), maxNames)
+			}
+			if d := req.GetErrorDetail(); d != nil && req.GetResponseNonce() == lastNonce {
+				s.log.Warn("the proxy rejected its secrets", "error", truncate(d.GetMessage(), 1024))
+			}
+			for n, v := range req.GetInitialResourceVersions() {
+				subscribed[n], held[n] = true, v
+			}
+			for _, n := range req.GetResourceNamesSubscribe() {
+				if !subscribed[n] {
+					subscribed[n] = true
+					delete(held, n) // newly asked for: sent even if unchanged
+				}
+			}
+			for _, n := range req.GetResourceNamesUnsubscribe() {
+				delete(subscribed, n)
+				delete(held, n)
+			}
+			if len(subscribed) > maxNames {
+				return status.Errorf(codes.InvalidArgument, "%d secrets subscribed, more than %d", len(subscribed), maxNames)
+			}
+			if err := push(s.state.Snapshot()); err != nil {
+				return streamEnd(ctx, err)
+			}
+		case <-changed:
+			if err := push(s.state.Snapshot()); err != nil {
+				return streamEnd(ctx, err)
+			}
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
