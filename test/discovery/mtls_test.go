@@ -16,7 +16,9 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
@@ -25,9 +27,9 @@ import (
 
 type identity struct{ cert, key string }
 
-func issue(t *testing.T, ca *testpki.CA, name string) identity {
+func issue(t *testing.T, ca *testpki.CA, name, spiffeID string) identity {
 	t.Helper()
-	leaf, err := ca.Issue(testpki.Request{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	leaf, err := ca.Issue(testpki.Request{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, URIs: []string{spiffeID}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,9 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	galleyID, discoveryID, proxyID := issue(t, ca, "galley"), issue(t, ca, "discovery"), issue(t, ca, "proxy")
+	galleyID := issue(t, ca, "galley", "spiffe://cluster.local/ns/istio-system/sa/flotilla-galley")
+	discoveryID := issue(t, ca, "discovery", "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery")
+	proxyID := issue(t, ca, "proxy", "spiffe://cluster.local/ns/default/sa/app")
 
 	dir := t.TempDir()
 	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(1234, "v1")))
@@ -73,7 +77,7 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 	proc.WaitReady(t, "http://"+admin+"/readyz") // ready only once it has galley's collections: the mTLS hop works
 	galley.Out.WaitFor(t, "subscriber connected")
 
-	fetch := func(cert *tls.Certificate) (int, error) {
+	fetch := func(cert *tls.Certificate, nodeID string) (int, error) {
 		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
@@ -90,7 +94,7 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 			return 0, err
 		}
 		if err := st.Send(&discoveryv3.DiscoveryRequest{
-			Node:    &corev3.Node{Id: "sidecar~10.0.0.9~app-1.default~default.svc.cluster.local"},
+			Node:    &corev3.Node{Id: nodeID},
 			TypeUrl: resourcev3.ClusterType,
 		}); err != nil {
 			return 0, err
@@ -105,11 +109,16 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := fetch(&pair)
+	const app = "sidecar~10.0.0.9~app-1.default~default.svc.cluster.local"
+	n, err := fetch(&pair, app)
 	if err != nil || n < 3 {
 		t.Fatalf("over mTLS with a mesh certificate: %d clusters, %v", n, err)
 	}
-	if _, err := fetch(nil); err == nil {
+	// A workload of default cannot ask for another namespace's config.
+	if _, err := fetch(&pair, "sidecar~10.0.0.9~app-1.bank~bank.svc.cluster.local"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a node claiming another namespace than its certificate: %v, want PermissionDenied", err)
+	}
+	if _, err := fetch(nil, app); err == nil {
 		t.Fatal("the mTLS port served a client without a certificate")
 	}
 	other, err := testpki.NewCA("someone-else")
@@ -124,7 +133,7 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fetch(&strangerPair); err == nil {
+	if _, err := fetch(&strangerPair, app); err == nil {
 		t.Fatal("the mTLS port served a client whose certificate another CA signed")
 	}
 	_ = disc

@@ -18,10 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 )
 
 // Errors are one of these kinds, for the server to map to gRPC codes.
@@ -279,18 +279,14 @@ type Identity struct {
 
 // SPIFFEID is spiffe://<trust-domain>/ns/<namespace>/sa/<service account>.
 func (id Identity) SPIFFEID() string {
-	return "spiffe://" + id.TrustDomain + "/ns/" + id.Namespace + "/sa/" + id.ServiceAccount
+	return spiffe.ID{TrustDomain: id.TrustDomain, Namespace: id.Namespace, ServiceAccount: id.ServiceAccount}.String()
 }
 
-// ParseSPIFFEID parses an Istio workload SPIFFE ID.
+// ParseSPIFFEID parses an Istio workload SPIFFE ID (spiffe.Parse).
 func ParseSPIFFEID(s string) (Identity, error) {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "spiffe" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "" {
-		return Identity{}, fmt.Errorf("%q is not a SPIFFE ID", s)
+	id, err := spiffe.Parse(s)
+	if err != nil {
+		return Identity{}, err //nolint:wrapcheck // says what is wrong
 	}
-	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
-	if len(parts) != 4 || parts[0] != "ns" || parts[2] != "sa" || parts[1] == "" || parts[3] == "" {
-		return Identity{}, fmt.Errorf("%q: want spiffe://<trust-domain>/ns/<namespace>/sa/<service account>", s)
-	}
-	return Identity{TrustDomain: u.Host, Namespace: parts[1], ServiceAccount: parts[3]}, nil
+	return Identity{TrustDomain: id.TrustDomain, Namespace: id.Namespace, ServiceAccount: id.ServiceAccount}, nil
 }

@@ -48,6 +48,9 @@ type Config struct {
 	SecureXDSAddress string `yaml:"secureXDSAddress" usage:"listen address of the mTLS xDS server (served with xdsTLS, or with a certificate from ca)"`
 	// XDSTLS is the certificate of the secure xDS server.
 	XDSTLS tlsreload.Files `yaml:"xdsTLS"`
+	// VerifyProxyIdentity refuses, on the mTLS port, a proxy whose node
+	// claims another namespace or service account than its certificate.
+	VerifyProxyIdentity bool `yaml:"verifyProxyIdentity" usage:"on the mTLS xDS port, refuse a proxy whose node metadata claims another namespace or service account than its certificate's SPIFFE ID"`
 	// DebounceQuiet and DebounceMax shape pushes.
 	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
@@ -75,6 +78,8 @@ func Defaults() Config {
 		DomainSuffix:     model.DefaultDomainSuffix,
 		DefaultNamespace: "default",
 		SystemNamespace:  "istio-system",
+
+		VerifyProxyIdentity: true,
 	}
 }
 
@@ -129,7 +134,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		cfg.XDSAddress = command.LoopbackIfNoHost(cfg.XDSAddress)
 	}
 	meter := rt.Telemetry.Meter.Meter("flotilla/discovery")
-	srv, err := xds.New(xds.Options{Log: rt.Log, Meter: meter})
+	srv, err := xds.New(xds.Options{Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity})
 	if err != nil {
 		return err
 	}

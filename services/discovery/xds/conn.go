@@ -67,6 +67,7 @@ type watch struct {
 type conn struct {
 	s           *Server
 	id          string
+	identity    string // the SPIFFE ID of its client certificate, if any
 	proxy       *model.Proxy
 	delta       bool
 	connectedAt time.Time

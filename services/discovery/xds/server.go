@@ -26,9 +26,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/services/discovery/proxy"
 )
 
@@ -48,14 +51,21 @@ type Options struct {
 	// Concurrency bounds translations running at once; default twice the
 	// number of CPUs.
 	Concurrency int
+	// VerifyIdentity refuses a proxy that presents a client certificate
+	// (the mTLS port) whose SPIFFE ID names another namespace or service
+	// account than its node claims: a workload cannot ask for another's
+	// configuration. A proxy without a certificate (the plain-text port)
+	// is not checked.
+	VerifyIdentity bool
 }
 
 // Server is the ADS server.
 type Server struct {
-	log     *slog.Logger
-	metrics *metrics
-	sem     chan struct{}
-	nonce   atomic.Uint64
+	log            *slog.Logger
+	verifyIdentity bool
+	metrics        *metrics
+	sem            chan struct{}
+	nonce          atomic.Uint64
 
 	mu    sync.Mutex
 	pc    *model.PushContext
@@ -70,9 +80,11 @@ func New(o Options) (*Server, error) {
 		o.Concurrency = 2 * runtime.GOMAXPROCS(0)
 	}
 	s := &Server{
-		log:   o.Log.With("component", "xds"),
-		sem:   make(chan struct{}, o.Concurrency),
-		conns: map[*conn]struct{}{},
+		log: o.Log.With("component", "xds"),
+		sem: make(chan struct{}, o.Concurrency),
+
+		verifyIdentity: o.VerifyIdentity,
+		conns:          map[*conn]struct{}{},
 	}
 	m, err := newMetrics(o.Meter)
 	if err != nil {
@@ -192,7 +204,14 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 		s.log.Warn("refusing a proxy", "node", truncate(node.GetId(), 200), "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	id, err := s.identify(ctx, p)
+	if err != nil {
+		s.metrics.rejectedNodes.Add(ctx, 1)
+		s.log.Warn("refusing a proxy", "node", truncate(node.GetId(), 200), "error", err)
+		return nil, err
+	}
 	c := newConn(s, p, node.GetId(), delta)
+	c.identity = id
 	setSend(c)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
@@ -200,6 +219,37 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 	s.metrics.connected.Add(ctx, 1)
 	s.log.Info("proxy connected", "proxy", c.id, "delta", delta, "generator", p.Generator)
 	return c, nil
+}
+
+// identify reads the SPIFFE ID of the proxy's verified client
+// certificate (none on the plain-text port) and, with VerifyIdentity,
+// refuses a node whose namespace or service account is not the
+// certificate's. A node that names no service account takes the
+// certificate's.
+func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", nil
+	}
+	info, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 {
+		return "", nil
+	}
+	id, err := spiffe.FromCertificate(info.State.VerifiedChains[0][0])
+	switch {
+	case err != nil && s.verifyIdentity:
+		return "", status.Error(codes.PermissionDenied, "client certificate: "+err.Error())
+	case err != nil:
+		return "", nil // not checked: no identity to show
+	}
+	if s.verifyIdentity && (p.Namespace != id.Namespace || (p.ServiceAccount != "" && p.ServiceAccount != id.ServiceAccount)) {
+		return "", status.Errorf(codes.PermissionDenied, "node claims namespace %q and service account %q; its certificate is %s",
+			p.Namespace, p.ServiceAccount, id)
+	}
+	if p.ServiceAccount == "" {
+		p.ServiceAccount = id.ServiceAccount
+	}
+	return id.String(), nil
 }
 
 func (s *Server) disconnect(c *conn) {

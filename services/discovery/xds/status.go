@@ -29,8 +29,11 @@ type TypeStatus struct {
 // ProxyStatus is one connected proxy's sync status (`flotilla
 // proxy-status` reads it).
 type ProxyStatus struct {
-	ID          string       `json:"id"`
-	Namespace   string       `json:"namespace"`
+	ID        string `json:"id"`
+	Namespace string `json:"namespace"`
+	// Identity is the SPIFFE ID of the proxy's client certificate, on the
+	// mTLS port; empty on the plain-text one.
+	Identity    string       `json:"identity,omitempty"`
 	Generator   string       `json:"generator,omitempty"`
 	Delta       bool         `json:"delta"`
 	ConnectedAt time.Time    `json:"connectedAt"`
@@ -43,7 +46,7 @@ func (c *conn) status() ProxyStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ps := ProxyStatus{
-		ID: c.id, Namespace: c.proxy.Namespace, Generator: c.proxy.Generator, Delta: c.delta,
+		ID: c.id, Namespace: c.proxy.Namespace, Identity: c.identity, Generator: c.proxy.Generator, Delta: c.delta,
 		ConnectedAt: c.connectedAt, Problems: c.problems,
 	}
 	if c.pcSeen != nil {
