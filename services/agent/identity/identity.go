@@ -9,6 +9,7 @@ package identity
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -27,8 +28,61 @@ type Snapshot struct {
 	ChainPEM, KeyPEM []byte
 	// RootsPEM is the trust bundle; nil until known.
 	RootsPEM []byte
-	// Leaf is the parsed leaf certificate, nil until one is held.
+	// Leaf is the parsed leaf certificate, nil until one is held; Cert the
+	// certificate with its key, for TLS.
 	Leaf *x509.Certificate
+	Cert *tls.Certificate
+	// Roots is RootsPEM parsed.
+	Roots *x509.CertPool
+}
+
+// Wait blocks until both a certificate and roots are held (true) or ctx
+// ends (false).
+func (s *State) Wait(ctx context.Context) (Snapshot, bool) {
+	for {
+		changed := s.Changed()
+		if snap := s.Snapshot(); snap.Ready() {
+			return snap, true
+		}
+		select {
+		case <-ctx.Done():
+			return Snapshot{}, false
+		case <-changed:
+		}
+	}
+}
+
+// ClientTLS is a TLS client configuration that presents the current
+// certificate and checks the server's against the current roots and
+// serverName (a DNS name of its certificate), both read at each
+// handshake, so rotations need no new configuration.
+func (s *State) ClientTLS(serverName string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Verified below, against the roots held at the handshake.
+		InsecureSkipVerify: true, //nolint:gosec // VerifyConnection checks the chain and the name
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the server sent no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			roots := s.Snapshot().Roots
+			if roots == nil {
+				return errors.New("no trust bundle yet")
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: serverName, Roots: roots, Intermediates: inter})
+			return err //nolint:wrapcheck // says why
+		},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if c := s.Snapshot().Cert; c != nil {
+				return c, nil
+			}
+			return nil, errors.New("no workload certificate yet")
+		},
+	}
 }
 
 // Ready reports whether both a certificate and roots are held.
@@ -82,7 +136,9 @@ func (s *State) SetCertificate(cert *tls.Certificate) error {
 	}
 	key := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	s.update(func(cur *Snapshot) bool {
-		cur.ChainPEM, cur.KeyPEM, cur.Leaf = chain.Bytes(), key, leaf
+		c := *cert
+		c.Leaf = leaf
+		cur.ChainPEM, cur.KeyPEM, cur.Leaf, cur.Cert = chain.Bytes(), key, leaf, &c
 		return true
 	})
 	return nil
@@ -94,7 +150,9 @@ func (s *State) SetRoots(pemRoots []byte) {
 		if bytes.Equal(cur.RootsPEM, pemRoots) {
 			return false
 		}
-		cur.RootsPEM = bytes.Clone(pemRoots)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pemRoots)
+		cur.RootsPEM, cur.Roots = bytes.Clone(pemRoots), pool
 		return true
 	})
 }

@@ -1,0 +1,224 @@
+// Package xdsproxy forwards the pod's Envoy's ADS streams to discovery, as
+// Istio's agent does: Envoy connects to a Unix socket in the pod (Istio's
+// /etc/istio/proxy/XDS) without credentials, and the agent holds one gRPC
+// connection to discovery's mTLS port with the workload certificate, so
+// discovery knows the proxy's identity from it. Each Envoy stream, state
+// of the world or delta, is relayed message by message on its own
+// upstream stream; when either side ends, the other is ended with the
+// same status, and Envoy's reconnection (with its backoff) starts both
+// anew. The connection to discovery reconnects with gRPC's backoff. One
+// Envoy stream is served at a time: a new one replaces the old, as in
+// Istio.
+package xdsproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/flotilla-mesh/flotilla/services/agent/identity"
+)
+
+// SocketPath is where Envoy's bootstrap points its xds-grpc cluster.
+const SocketPath = "/etc/istio/proxy/XDS"
+
+// MaxMessageBytes bounds one xDS message either way.
+const MaxMessageBytes = 64 << 20
+
+// Options configures a Proxy.
+type Options struct {
+	// Address is discovery's mTLS xDS address (host:port); ServerName is
+	// checked against its certificate (default: the host of Address).
+	Address, ServerName string
+	// State gives the workload certificate and the roots.
+	State *identity.State
+	Log   *slog.Logger
+}
+
+// Proxy is the relay. Register it on the pod's gRPC server.
+type Proxy struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	o        Options
+	upstream discoveryv3.AggregatedDiscoveryServiceClient
+	conn     *grpc.ClientConn
+
+	mu      sync.Mutex
+	current context.CancelCauseFunc // the Envoy stream being served
+	// connected is set while an upstream stream is open and has answered.
+	connected atomic.Bool
+}
+
+// New returns a proxy; the connection to discovery is made lazily, with
+// the certificate held at each handshake.
+func New(o Options) (*Proxy, error) {
+	if o.ServerName == "" {
+		host, _, err := splitHost(o.Address)
+		if err != nil {
+			return nil, err
+		}
+		o.ServerName = host
+	}
+	o.Log = o.Log.With("component", "xds-proxy")
+	conn, err := grpc.NewClient(o.Address,
+		grpc.WithTransportCredentials(credentials.NewTLS(o.State.ClientTLS(o.ServerName))),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+	)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // says what is wrong with the address
+	}
+	return &Proxy{o: o, conn: conn, upstream: discoveryv3.NewAggregatedDiscoveryServiceClient(conn)}, nil
+}
+
+// Close closes the connection to discovery.
+func (p *Proxy) Close() error { return p.conn.Close() } //nolint:wrapcheck // nothing to add
+
+// Register adds the ADS service to the pod's server.
+func (p *Proxy) Register(gs *grpc.Server) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, p)
+}
+
+// Connected reports whether an Envoy stream is relayed and discovery has
+// answered on it.
+func (p *Proxy) Connected() bool { return p.connected.Load() }
+
+var errReplaced = errors.New("a newer stream from the proxy replaced this one")
+
+// serve makes ctx the one stream served, ending the previous one.
+func (p *Proxy) serve(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	p.mu.Lock()
+	if p.current != nil {
+		p.current(errReplaced)
+	}
+	p.current = cancel
+	p.mu.Unlock()
+	return ctx, func() {
+		p.mu.Lock()
+		if p.current != nil && ctx.Err() == nil {
+			p.current = nil
+		}
+		p.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// StreamAggregatedResources relays a state-of-the-world stream.
+func (p *Proxy) StreamAggregatedResources(down discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return relay(p, down.Context(), down.Recv, down.Send,
+		func(ctx context.Context) (stream[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse], error) {
+			return p.upstream.StreamAggregatedResources(ctx)
+		})
+}
+
+// DeltaAggregatedResources relays an incremental stream.
+func (p *Proxy) DeltaAggregatedResources(down discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return relay(p, down.Context(), down.Recv, down.Send,
+		func(ctx context.Context) (stream[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse], error) {
+			return p.upstream.DeltaAggregatedResources(ctx)
+		})
+}
+
+// stream is the client side of an ADS stream.
+type stream[Req, Resp any] interface {
+	Send(Req) error
+	Recv() (Resp, error)
+	CloseSend() error
+}
+
+// relay forwards one Envoy stream both ways until either side ends.
+func relay[Req, Resp any](p *Proxy, ctx context.Context, recv func() (Req, error), send func(Resp) error,
+	open func(context.Context) (stream[Req, Resp], error),
+) error {
+	ctx, done := p.serve(ctx)
+	defer done()
+	if _, ok := p.o.State.Wait(ctx); !ok {
+		return status.Error(codes.Unavailable, "the agent has no workload certificate yet")
+	}
+	up, err := open(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "discovery %s: %v", p.o.Address, err)
+	}
+	defer p.connected.Store(false)
+	errc := make(chan error, 2)
+	go func() { // Envoy → discovery
+		for {
+			req, err := recv()
+			if err != nil {
+				_ = up.CloseSend()
+				errc <- downstreamEnd(err)
+				return
+			}
+			if err := up.Send(req); err != nil {
+				errc <- upstreamEnd(p.o.Address, err)
+				return
+			}
+		}
+	}()
+	go func() { // discovery → Envoy
+		for {
+			resp, err := up.Recv()
+			if err != nil {
+				errc <- upstreamEnd(p.o.Address, err)
+				return
+			}
+			p.connected.Store(true)
+			if err := send(resp); err != nil {
+				errc <- downstreamEnd(err)
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-errc:
+		if err != nil {
+			p.o.Log.Info("xds stream ended", "error", err)
+		}
+		return err
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); errors.Is(cause, errReplaced) {
+			return status.Error(codes.Aborted, cause.Error())
+		}
+		return nil
+	}
+}
+
+func downstreamEnd(err error) error {
+	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err //nolint:wrapcheck // the stream's status, passed on
+}
+
+// upstreamEnd is discovery's end of the stream, passed on to Envoy with
+// its code.
+func upstreamEnd(addr string, err error) error {
+	if errors.Is(err, io.EOF) {
+		return status.Errorf(codes.Unavailable, "discovery %s ended the stream", addr)
+	}
+	if st, ok := status.FromError(err); ok {
+		return status.Errorf(st.Code(), "discovery %s: %s", addr, st.Message())
+	}
+	return status.Errorf(codes.Unavailable, "discovery %s: %v", addr, err)
+}
+
+func splitHost(addr string) (string, string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", fmt.Errorf("discovery address %q: %w", addr, err)
+	}
+	return host, port, nil
+}

@@ -1,0 +1,228 @@
+package xdsproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/flotilla-mesh/flotilla/internal/spiffe"
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/services/agent/identity"
+)
+
+// discovery is a stand-in for discovery's mTLS port: it requires a client
+// certificate from the mesh CA and answers each request with the
+// caller's SPIFFE ID as the version; a request of type "end" ends the
+// stream with PermissionDenied.
+type discovery struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+}
+
+func callerID(ctx context.Context) string {
+	p, _ := peer.FromContext(ctx)
+	info, _ := p.AuthInfo.(credentials.TLSInfo)
+	id, err := spiffe.FromCertificate(info.State.VerifiedChains[0][0])
+	if err != nil {
+		return "no identity: " + err.Error()
+	}
+	return id.String()
+}
+
+func (discovery) StreamAggregatedResources(s discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	for {
+		req, err := s.Recv()
+		if err != nil {
+			return nil //nolint:nilerr // the client went away
+		}
+		if req.GetTypeUrl() == "end" {
+			return status.Error(codes.PermissionDenied, "bye")
+		}
+		if err := s.Send(&discoveryv3.DiscoveryResponse{TypeUrl: req.GetTypeUrl(), VersionInfo: callerID(s.Context()), Nonce: req.GetNode().GetId()}); err != nil {
+			return err
+		}
+	}
+}
+
+func (discovery) DeltaAggregatedResources(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	for {
+		req, err := s.Recv()
+		if err != nil {
+			return nil //nolint:nilerr // the client went away
+		}
+		if err := s.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl(), SystemVersionInfo: callerID(s.Context())}); err != nil {
+			return err
+		}
+	}
+}
+
+type pod struct {
+	state *identity.State
+	ca    *testpki.CA
+	proxy *Proxy
+	envoy discoveryv3.AggregatedDiscoveryServiceClient
+}
+
+// newPod starts the stand-in discovery and an agent's proxy on a Unix
+// socket; the pod holds no certificate until give is called.
+func newPod(t *testing.T) *pod {
+	t.Helper()
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := ca.Issue(testpki.Request{CommonName: "discovery", DNSNames: []string{"flotilla-discovery.istio-system.svc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := serving.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+	})))
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(up, discovery{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = up.Serve(lis) }()
+	t.Cleanup(up.Stop)
+
+	p := &pod{state: identity.New(), ca: ca}
+	if p.proxy, err = New(Options{Address: lis.Addr().String(), ServerName: "flotilla-discovery.istio-system.svc", State: p.state, Log: slog.New(slog.DiscardHandler)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.proxy.Close() })
+	dir, err := os.MkdirTemp("", "xds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "XDS")
+	ulis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	p.proxy.Register(gs)
+	go func() { _ = gs.Serve(ulis) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	p.envoy = discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	return p
+}
+
+func (p *pod) give(t *testing.T, uri string) {
+	t.Helper()
+	leaf, err := p.ca.Issue(testpki.Request{CommonName: "w", URIs: []string{uri}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.state.SetRoots(p.ca.CertPEM)
+	if err := p.state.SetCertificate(&cert); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnvoysStreamsReachDiscoveryAsTheWorkloadIdentity(t *testing.T) {
+	p := newPod(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sotw, err := p.envoy.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sotw.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local"}, TypeUrl: "cds"}); err != nil {
+		t.Fatal(err)
+	}
+	// The stream waits for the workload certificate.
+	time.Sleep(200 * time.Millisecond)
+	if p.proxy.Connected() {
+		t.Fatal("connected without a certificate")
+	}
+	p.give(t, "spiffe://cluster.local/ns/shop/sa/cart")
+	resp, err := sotw.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetVersionInfo() != "spiffe://cluster.local/ns/shop/sa/cart" || resp.GetNonce() != "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local" {
+		t.Fatalf("discovery saw %q for node %q", resp.GetVersionInfo(), resp.GetNonce())
+	}
+	if !p.proxy.Connected() {
+		t.Fatal("not connected after discovery answered")
+	}
+	// A second stream from Envoy replaces the first (delta here).
+	delta, err := p.envoy.DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "lds"}); err != nil {
+		t.Fatal(err)
+	}
+	dresp, err := delta.Recv()
+	if err != nil || dresp.GetSystemVersionInfo() != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Fatalf("delta: %v, %v", dresp, err)
+	}
+	if _, err := sotw.Recv(); status.Code(err) != codes.Aborted {
+		t.Fatalf("the replaced stream: %v, want Aborted", err)
+	}
+}
+
+func TestDiscoveryEndingAStreamEndsEnvoysWithTheSameCode(t *testing.T) {
+	p := newPod(t)
+	p.give(t, "spiffe://cluster.local/ns/shop/sa/cart")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := p.envoy.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: "end"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("%v, want discovery's PermissionDenied", err)
+	}
+	// Envoy closing its side ends the relay cleanly.
+	s, err = p.envoy.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: "cds"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) && status.Code(err) != codes.Unavailable {
+		t.Fatalf("after CloseSend: %v", err)
+	}
+}
