@@ -11,6 +11,8 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
 func pod(mut func(*corev1.Pod)) *corev1.Pod {
@@ -241,11 +243,12 @@ func TestARunawayTemplateFailsInsteadOfGrowing(t *testing.T) {
 func TestHostileAnnotationsCannotChangeTheShapeOfWhatIsInjected(t *testing.T) {
 	escape := "x\"}\n  securityContext: {privileged: true}\n# "
 	out, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) {
-		p.Annotations = map[string]string{AnnotationProxyImage: escape, AnnotationProxyConfig: "'{{ .Values }}': x"}
+		p.Annotations = map[string]string{AnnotationProxyImage: escape, AnnotationProxyConfig: "discoveryAddress: " + strconv.Quote(escape)}
 	}), DefaultValues())
 	if err != nil {
 		t.Fatal(err)
 	}
+	proxyConfigs := 0
 	for _, c := range slices.Concat(out.Spec.InitContainers, out.Spec.Containers) {
 		if c.SecurityContext != nil && c.SecurityContext.Privileged != nil {
 			t.Fatalf("%s became privileged", c.Name)
@@ -253,6 +256,19 @@ func TestHostileAnnotationsCannotChangeTheShapeOfWhatIsInjected(t *testing.T) {
 		if c.Name != "app" && c.Image != escape {
 			t.Fatalf("%s: image %q, want the annotation verbatim", c.Name, c.Image)
 		}
+		for _, e := range c.Env {
+			if e.Name != "PROXY_CONFIG" {
+				continue
+			}
+			pc, err := istio.ParseProxyConfig([]byte(e.Value))
+			if err != nil || pc.GetDiscoveryAddress() != escape {
+				t.Fatalf("PROXY_CONFIG %q: %v, want the annotation's proxy config with its value verbatim", e.Value, err)
+			}
+			proxyConfigs++
+		}
+	}
+	if proxyConfigs != 1 {
+		t.Fatalf("PROXY_CONFIG in %d containers, want the proxy's", proxyConfigs)
 	}
 	for _, bad := range [][2]string{
 		{AnnotationIncludeOutbound, "10.0.0.0/8\n  - --evil"},

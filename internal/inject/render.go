@@ -12,9 +12,12 @@ import (
 	"sync"
 	"text/template"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
 // Per-pod annotations that override values.
@@ -53,6 +56,10 @@ type Values struct {
 	// HoldApplicationUntilProxyStarts starts the proxy first and holds the
 	// application's containers until it is ready.
 	HoldApplicationUntilProxyStarts bool `json:"holdApplicationUntilProxyStarts"`
+	// ProxyConfig is the pod's proxy.istio.io/config annotation, checked
+	// as Istio's ProxyConfig and given to the agent as JSON in
+	// PROXY_CONFIG; set per pod, never from values.
+	ProxyConfig string `json:"-"`
 }
 
 // DefaultValues are the built-in values.
@@ -135,16 +142,20 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 		return v, fmt.Errorf("%s %q: want trace, debug, info, warning, error, critical or off", AnnotationLogLevel, v.LogLevel)
 	}
 	if cfg, ok := a[AnnotationProxyConfig]; ok {
-		var pc struct {
-			HoldApplicationUntilProxyStarts *bool `json:"holdApplicationUntilProxyStarts"`
-		}
-		if err := sigsyaml.Unmarshal([]byte(cfg), &pc); err != nil {
+		pc, err := istio.ParseProxyConfig([]byte(cfg))
+		if err != nil {
 			return v, fmt.Errorf("%s: %w", AnnotationProxyConfig, err)
 		}
-		if pc.HoldApplicationUntilProxyStarts != nil {
-			v.HoldApplicationUntilProxyStarts = *pc.HoldApplicationUntilProxyStarts
+		if h := pc.GetHoldApplicationUntilProxyStarts(); h != nil {
+			v.HoldApplicationUntilProxyStarts = h.GetValue()
 		}
+		js, err := protojson.Marshal(pc)
+		if err != nil {
+			return v, fmt.Errorf("%s: %w", AnnotationProxyConfig, err)
+		}
+		v.ProxyConfig = string(js)
 	}
+
 	for key, r := range map[string]string{AnnotationIncludeOutbound: v.IncludeOutboundIPRanges, AnnotationExcludeOutbound: v.ExcludeOutboundIPRanges} {
 		if err := checkRanges(r, key == AnnotationIncludeOutbound); err != nil {
 			return v, fmt.Errorf("%s: %w", key, err)

@@ -31,3 +31,15 @@ func ReadMeshConfig(path string) (*meshv1alpha1.MeshConfig, error) {
 	}
 	return mesh, nil
 }
+
+// ParseProxyConfig decodes Istio's ProxyConfig from YAML or JSON, strictly
+// (an unknown field is an error): the proxy.istio.io/config annotation the
+// injector reads, and the PROXY_CONFIG environment variable it hands the
+// agent.
+func ParseProxyConfig(data []byte) (*meshv1alpha1.ProxyConfig, error) {
+	pc := &meshv1alpha1.ProxyConfig{}
+	if err := DecodeProtoYAML(data, pc); err != nil {
+		return nil, err
+	}
+	return pc, nil
+}
