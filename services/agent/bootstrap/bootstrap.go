@@ -1,0 +1,352 @@
+// Package bootstrap writes the Envoy bootstrap the agent starts its proxy
+// with, as Istio's agent does: the node (id sidecar~IP~pod.ns~ns.svc.<domain>
+// or router~…, and the metadata discovery reads), ADS through the agent's
+// xDS socket, SDS through its workload socket, admin on 127.0.0.1:15000,
+// Prometheus stats on :15090 (/stats/prometheus) and readiness on :15021
+// (/healthz/ready, answered by the agent), and what the pod's
+// proxy.istio.io/config sets (the zipkin collector's cluster, extra stat
+// tags; concurrency and drain duration become Envoy's command line,
+// EnvoyArgs). Build is pure
+// and checks the result with go-control-plane's generated Validate.
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+)
+
+// Defaults: Istio's ports and paths.
+const (
+	XDSCluster  = "xds-grpc"
+	SDSCluster  = "sds-grpc"
+	AdminPort   = 15000
+	AgentPort   = 15020
+	HealthPort  = 15021
+	StatsPort   = 15090
+	XDSSocket   = "/etc/istio/proxy/XDS"
+	SDSSocket   = "/var/run/secrets/workload-spiffe-uds/socket"
+	ConfigPath  = "/etc/istio/proxy/envoy-rev.json"
+	statsClustr = "prometheus_stats"
+	agentClustr = "agent"
+	zipkinClust = "zipkin"
+)
+
+// Node is who the proxy is.
+type Node struct {
+	// Type is "sidecar" or "router" (a gateway).
+	Type string
+	// IP is the pod's address; PodName and Namespace name it.
+	IP, PodName, Namespace string
+	// DomainSuffix is the cluster's DNS domain (cluster.local).
+	DomainSuffix string
+	// ServiceAccount, ClusterID and IstioVersion go to the metadata.
+	ServiceAccount, ClusterID, IstioVersion string
+	// Labels are the pod's labels.
+	Labels map[string]string
+}
+
+// ID is the node id: type~IP~pod.namespace~namespace.svc.domain.
+func (n Node) ID() string {
+	return n.Type + "~" + n.IP + "~" + n.PodName + "." + n.Namespace + "~" + n.Namespace + ".svc." + n.DomainSuffix
+}
+
+func (n Node) check() error {
+	var errs []error
+	if n.Type != "sidecar" && n.Type != "router" {
+		errs = append(errs, fmt.Errorf("proxy type %q: want sidecar or router", n.Type))
+	}
+	if net.ParseIP(n.IP) == nil {
+		errs = append(errs, fmt.Errorf("pod IP %q is not an IP address (INSTANCE_IP)", n.IP))
+	}
+	if n.PodName == "" || n.Namespace == "" {
+		errs = append(errs, errors.New("pod name and namespace are needed (POD_NAME, POD_NAMESPACE)"))
+	}
+	if n.DomainSuffix == "" {
+		errs = append(errs, errors.New("no DNS domain suffix"))
+	}
+	return errors.Join(errs...)
+}
+
+// Options say what to write.
+type Options struct {
+	Node Node
+	// ProxyConfig is the pod's proxy.istio.io/config (nil: none).
+	ProxyConfig *meshv1alpha1.ProxyConfig
+	// Delta makes ADS incremental (Istio's default) instead of
+	// state-of-the-world.
+	Delta bool
+	// XDSSocket and SDSSocket are the agent's sockets (defaults above).
+	XDSSocket, SDSSocket string
+}
+
+// Build returns the bootstrap, and what of the proxy config it could not
+// honour (it is left out, never guessed).
+func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
+	if err := o.Node.check(); err != nil {
+		return nil, nil, err
+	}
+	o.XDSSocket = orDefault(o.XDSSocket, XDSSocket)
+	o.SDSSocket = orDefault(o.SDSSocket, SDSSocket)
+	var problems []string
+	md, err := metadata(o.Node)
+	if err != nil {
+		return nil, nil, err
+	}
+	api := corev3.ApiConfigSource_GRPC
+	if o.Delta {
+		api = corev3.ApiConfigSource_DELTA_GRPC
+	}
+	ads := func() *corev3.ConfigSource {
+		return &corev3.ConfigSource{
+			ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+			ResourceApiVersion:    corev3.ApiVersion_V3,
+			InitialFetchTimeout:   durationpb.New(0),
+		}
+	}
+	b := &bootstrapv3.Bootstrap{
+		Node:  &corev3.Node{Id: o.Node.ID(), Cluster: serviceCluster(o.Node), Metadata: md},
+		Admin: &bootstrapv3.Admin{Address: socketAddress("127.0.0.1", AdminPort)},
+		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
+			AdsConfig: &corev3.ApiConfigSource{
+				ApiType: api, TransportApiVersion: corev3.ApiVersion_V3, SetNodeOnFirstMessageOnly: true,
+				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: XDSCluster}}}},
+			},
+			CdsConfig: ads(),
+			LdsConfig: ads(),
+		},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{},
+	}
+	sr := b.StaticResources
+	for _, c := range []struct{ name, path string }{{XDSCluster, o.XDSSocket}, {SDSCluster, o.SDSSocket}} {
+		cl, err := grpcPipeCluster(c.name, c.path)
+		if err != nil {
+			return nil, nil, err
+		}
+		sr.Clusters = append(sr.Clusters, cl)
+	}
+	sr.Clusters = append(sr.Clusters,
+		staticCluster(statsClustr, "127.0.0.1", AdminPort),
+		staticCluster(agentClustr, "127.0.0.1", AgentPort),
+	)
+	for _, l := range []struct {
+		name, prefix, cluster string
+		port                  uint32
+	}{
+		{"prometheus", "/stats/prometheus", statsClustr, StatsPort},
+		{"health", "/healthz/ready", agentClustr, HealthPort},
+	} {
+		lis, err := httpListener(l.name, l.port, l.prefix, l.cluster)
+		if err != nil {
+			return nil, nil, err
+		}
+		sr.Listeners = append(sr.Listeners, lis)
+	}
+	pc := o.ProxyConfig
+	for _, tag := range pc.GetExtraStatTags() {
+		if b.StatsConfig == nil {
+			b.StatsConfig = &metricsv3.StatsConfig{}
+		}
+		// Istio's form: the tag's value travels in the stat name as
+		// "<tag>=.=<value>;.;".
+		b.StatsConfig.StatsTags = append(b.StatsConfig.StatsTags, &metricsv3.TagSpecifier{
+			TagName: tag, TagValue: &metricsv3.TagSpecifier_Regex{Regex: "(" + tag + `=\.=(.*?);\.;)`},
+		})
+	}
+	if t := pc.GetTracing(); t != nil {
+		switch {
+		case t.GetZipkin() != nil:
+			host, port, err := net.SplitHostPort(t.GetZipkin().GetAddress())
+			if err != nil {
+				return nil, nil, fmt.Errorf("proxy config tracing.zipkin.address %q: %w", t.GetZipkin().GetAddress(), err)
+			}
+			n, err := strconv.ParseUint(port, 10, 16)
+			if err != nil {
+				return nil, nil, fmt.Errorf("proxy config tracing.zipkin.address %q: bad port", t.GetZipkin().GetAddress())
+			}
+			// As in Istio's bootstrap: the collector's cluster. Spans are
+			// sent by the listeners' HTTP connection managers, whose
+			// tracing provider discovery sets (Envoy's bootstrap-level
+			// tracing is deprecated).
+			zcl := staticCluster(zipkinClust, host, uint32(n))
+			zcl.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
+			zcl.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
+			sr.Clusters = append(sr.Clusters, zcl)
+		default:
+			problems = append(problems, "proxy config tracing: only zipkin is written into the bootstrap; the tracer given is left out")
+		}
+	}
+	if err := b.ValidateAll(); err != nil {
+		return nil, nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	return b, problems, nil
+}
+
+// EnvoyArgs is Envoy's command line for the bootstrap at configPath, with
+// the proxy config's concurrency (Istio's default 2; 0 lets Envoy use
+// every core) and drain duration (default 45 s).
+func EnvoyArgs(pc *meshv1alpha1.ProxyConfig, configPath, logLevel string) []string {
+	drain := 45 * time.Second
+	if d := pc.GetDrainDuration(); d != nil {
+		drain = d.AsDuration()
+	}
+	args := []string{
+		"-c", configPath,
+		"--drain-time-s", strconv.Itoa(int(drain / time.Second)),
+		"--drain-strategy", "immediate",
+		"--local-address-ip-version", "v4",
+		"--file-flush-interval-msec", "1000",
+		"--disable-hot-restart",
+		"--allow-unknown-static-fields",
+		"--log-level", orDefault(logLevel, "warning"),
+	}
+	switch c := pc.GetConcurrency(); {
+	case c == nil:
+		args = append(args, "--concurrency", "2")
+	case c.GetValue() > 0:
+		args = append(args, "--concurrency", strconv.Itoa(int(c.GetValue())))
+	}
+	return args
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// serviceCluster is Istio's node cluster: the canonical service (the
+// service.istio.io/canonical-name label, else app, else the pod's name)
+// and namespace.
+func serviceCluster(n Node) string {
+	for _, k := range []string{"service.istio.io/canonical-name", "app.kubernetes.io/name", "app"} {
+		if v := n.Labels[k]; v != "" {
+			return v + "." + n.Namespace
+		}
+	}
+	return n.PodName + "." + n.Namespace
+}
+
+// metadata is what discovery reads of the node (internal naming follows
+// Istio's node metadata).
+func metadata(n Node) (*structpb.Struct, error) {
+	labels := map[string]any{}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	fields := map[string]any{
+		"NAME":          n.PodName,
+		"NAMESPACE":     n.Namespace,
+		"INSTANCE_IPS":  n.IP,
+		"LABELS":        labels,
+		"CLUSTER_ID":    n.ClusterID,
+		"ISTIO_VERSION": n.IstioVersion,
+	}
+	if n.ServiceAccount != "" {
+		fields["SERVICE_ACCOUNT"] = n.ServiceAccount
+	}
+	md, err := structpb.NewStruct(fields)
+	if err != nil {
+		return nil, fmt.Errorf("node metadata: %w", err)
+	}
+	return md, nil
+}
+
+func socketAddress(host string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}
+
+func staticCluster(name, host string, port uint32) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name: name, ConnectTimeout: durationpb.New(time.Second),
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socketAddress(host, port)}}}},
+		}}},
+	}
+}
+
+// grpcPipeCluster is an HTTP/2 cluster to one of the agent's Unix
+// sockets.
+func grpcPipeCluster(name, path string) (*clusterv3.Cluster, error) {
+	h2, err := pack(&httpv3.HttpProtocolOptions{UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+		ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+		},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	c := staticCluster(name, "", 0)
+	c.LoadAssignment.Endpoints[0].LbEndpoints[0].HostIdentifier = &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+		Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: path}}},
+	}}
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2}
+	return c, nil
+}
+
+// httpListener serves one path prefix on 0.0.0.0:port from a cluster.
+func httpListener(name string, port uint32, prefix, cluster string) (*listenerv3.Listener, error) {
+	router, err := pack(&routerv3.Router{})
+	if err != nil {
+		return nil, err
+	}
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: name, CodecType: hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			VirtualHosts: []*routev3.VirtualHost{{Name: "backend", Domains: []string{"*"}, Routes: []*routev3.Route{{
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}}},
+			}}}},
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+	}
+	cfg, err := pack(hcm)
+	if err != nil {
+		return nil, err
+	}
+	return &listenerv3.Listener{
+		Name: name, Address: socketAddress("0.0.0.0", port),
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: cfg},
+		}}}},
+	}, nil
+}
+
+// pack validates a typed config (Validate does not look inside an Any)
+// and packs it.
+func pack(m interface {
+	proto.Message
+	ValidateAll() error
+},
+) (*anypb.Any, error) {
+	if err := m.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("%T: %w", m, err)
+	}
+	a, err := anypb.New(m)
+	if err != nil {
+		return nil, fmt.Errorf("%T: %w", m, err)
+	}
+	return a, nil
+}

@@ -1,0 +1,127 @@
+package bootstrap
+
+import (
+	"encoding/json"
+	"flag"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/internal/golden"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func cart() Node {
+	return Node{
+		Type: "sidecar", IP: "10.1.2.3", PodName: "cart-7d9f", Namespace: "shop", DomainSuffix: "cluster.local",
+		ServiceAccount: "cart", ClusterID: "Kubernetes", IstioVersion: "1.32.0",
+		Labels: map[string]string{"app": "cart", "version": "v1"},
+	}
+}
+
+func proxyConfig(t *testing.T, yaml string) *meshv1alpha1.ProxyConfig {
+	t.Helper()
+	pc, err := istio.ParseProxyConfig([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// TestBootstrapGoldens: each case's bootstrap, checked by Build with the
+// generated Validate, against testdata/<case>.golden.json (-update).
+func TestBootstrapGoldens(t *testing.T) {
+	gateway := cart()
+	gateway.Type, gateway.PodName, gateway.Namespace, gateway.Labels = "router", "ingress-5c4d", "istio-system", map[string]string{"istio": "ingressgateway"}
+	for name, o := range map[string]Options{
+		"sidecar-delta": {Node: cart(), Delta: true},
+		"sidecar-sotw":  {Node: cart()},
+		"router":        {Node: gateway, Delta: true},
+		"proxy-config": {Node: cart(), Delta: true, ProxyConfig: proxyConfig(t, `
+concurrency: 4
+drainDuration: 20s
+extraStatTags: [request_id_class, tenant]
+tracing: {zipkin: {address: "zipkin.istio-system:9411"}}
+`)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, problems, err := Build(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(problems) > 0 {
+				t.Fatalf("problems: %v", problems)
+			}
+			golden.Check(t, filepath.Join("testdata", name+".golden.json"), golden.Indent(t, golden.Raw(t, []*bootstrapv3.Bootstrap{b})[0]), *update)
+		})
+	}
+}
+
+func TestTheNodeIsWhatDiscoveryReads(t *testing.T) {
+	b, _, err := Build(Options{Node: cart()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.GetNode().GetId(); got != "sidecar~10.1.2.3~cart-7d9f.shop~shop.svc.cluster.local" {
+		t.Errorf("node id %s", got)
+	}
+	if got := b.GetNode().GetCluster(); got != "cart.shop" {
+		t.Errorf("node cluster %s, want the app's canonical service", got)
+	}
+	md := b.GetNode().GetMetadata().AsMap()
+	raw, _ := json.Marshal(md)
+	for k, want := range map[string]any{"NAMESPACE": "shop", "SERVICE_ACCOUNT": "cart", "CLUSTER_ID": "Kubernetes", "INSTANCE_IPS": "10.1.2.3", "NAME": "cart-7d9f"} {
+		if md[k] != want {
+			t.Errorf("metadata %s = %v, want %v (all: %s)", k, md[k], want, raw)
+		}
+	}
+	if labels, _ := md["LABELS"].(map[string]any); labels["version"] != "v1" {
+		t.Errorf("metadata LABELS = %v", md["LABELS"])
+	}
+}
+
+func TestABadNodeOrProxyConfigIsRefusedWithTheReason(t *testing.T) {
+	for want, o := range map[string]Options{
+		"INSTANCE_IP":   {Node: func() Node { n := cart(); n.IP = ""; return n }()},
+		"POD_NAMESPACE": {Node: func() Node { n := cart(); n.Namespace = ""; return n }()},
+		"proxy type":    {Node: func() Node { n := cart(); n.Type = "waypoint"; return n }()},
+		"zipkin":        {Node: cart(), ProxyConfig: &meshv1alpha1.ProxyConfig{Tracing: &meshv1alpha1.Tracing{Tracer: &meshv1alpha1.Tracing_Zipkin_{Zipkin: &meshv1alpha1.Tracing_Zipkin{Address: "no-port"}}}}},
+	} {
+		if _, _, err := Build(o); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v", want, err)
+		}
+	}
+	_, problems, err := Build(Options{Node: cart(), ProxyConfig: &meshv1alpha1.ProxyConfig{Tracing: &meshv1alpha1.Tracing{Tracer: &meshv1alpha1.Tracing_Datadog_{Datadog: &meshv1alpha1.Tracing_Datadog{Address: "dd:8126"}}}}})
+	if err != nil || len(problems) != 1 {
+		t.Fatalf("an unsupported tracer: %v, %v; want it reported and the bootstrap written", problems, err)
+	}
+}
+
+func TestEnvoyArgsFollowTheProxyConfig(t *testing.T) {
+	for _, tc := range []struct {
+		yaml        string
+		concurrency string // "" for no flag
+		drain       string
+	}{
+		{"", "2", "45"},
+		{"concurrency: 0", "", "45"},
+		{"concurrency: 8\ndrainDuration: 5s", "8", "5"},
+	} {
+		args := EnvoyArgs(proxyConfig(t, tc.yaml), "/etc/istio/proxy/envoy-rev.json", "")
+		flagValue := func(f string) string {
+			if i := slices.Index(args, f); i >= 0 && i+1 < len(args) {
+				return args[i+1]
+			}
+			return ""
+		}
+		if flagValue("--concurrency") != tc.concurrency || flagValue("--drain-time-s") != tc.drain || flagValue("-c") != "/etc/istio/proxy/envoy-rev.json" || flagValue("--log-level") != "warning" {
+			t.Errorf("%q: %v", tc.yaml, args)
+		}
+	}
+}
