@@ -101,7 +101,9 @@ func stop(cmd *exec.Cmd, exited <-chan error, o Options) error {
 	case <-time.After(o.KillAfter):
 		o.Log.Warn("envoy did not exit after SIGTERM; killing it", "after", o.KillAfter)
 		_ = cmd.Process.Kill()
-		_ = <-exited
+		if err := <-exited; err != nil {
+			o.Log.Info("envoy killed", "status", err)
+		}
 		return nil
 	}
 }
