@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,11 +39,9 @@ type Options struct {
 	// projected token file is re-read each time).
 	Token func() (string, error)
 	// DNSNames to ask for (the service's own Service names; ca grants them
-	// to control-plane service accounts only) and URIs (a workload's SPIFFE
-	// ID, as Istio's agent puts it in its CSR; ca decides the identity from
-	// the credential either way).
+	// to control-plane service accounts only). The identity itself is not
+	// asked for: ca gives the one the credential proves.
 	DNSNames []string
-	URIs     []*url.URL
 	// RenewWithCertificate presents the held certificate, while it is
 	// valid, as the TLS client certificate of renewals, so a renewal
 	// succeeds without a token (ca authenticates it by that certificate);
@@ -239,7 +236,7 @@ func (c *Client) fetch(ctx context.Context) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key: %w", err)
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: c.o.DNSNames, URIs: c.o.URIs}, key)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: c.o.DNSNames}, key)
 	if err != nil {
 		return nil, fmt.Errorf("csr: %w", err)
 	}

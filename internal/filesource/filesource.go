@@ -300,7 +300,6 @@ func parseObjectRef(s string) (Key, bool) {
 	return Key{Kind: kind, Name: name}, true
 }
 
-
 // subsetContext answers subset lookups from the DestinationRules of the
 // other files and of this file's new documents, wherever they stand in it.
 func (s *Source) subsetContext(path string, docs []istio.Document) validation.Context {

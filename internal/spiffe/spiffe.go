@@ -21,11 +21,6 @@ func (id ID) String() string {
 	return "spiffe://" + id.TrustDomain + "/ns/" + id.Namespace + "/sa/" + id.ServiceAccount
 }
 
-// URL is the SPIFFE ID as a URL, for a CSR or certificate template.
-func (id ID) URL() *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: id.TrustDomain, Path: "/ns/" + id.Namespace + "/sa/" + id.ServiceAccount}
-}
-
 // Parse parses an Istio workload SPIFFE ID.
 func Parse(s string) (ID, error) {
 	u, err := url.Parse(s)

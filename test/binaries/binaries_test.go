@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +23,18 @@ import (
 type binary struct {
 	name    string // file name in bin/
 	service bool   // a service (the shared flags); false for the CLI and the demo
-	built   bool   // the service runs (rather than saying it is not built)
+	// args run the service (the agent's is a subcommand).
+	args []string
 }
 
 var binaries = []binary{
-	{"flotilla-galley", true, true},
-	{"flotilla-discovery", true, true},
-	{"flotilla-ca", true, true},
-	{"flotilla-injector", true, true},
-	{"flotilla-agent", true, false},
-	{"flotilla", false, false},
-	{"flotilla-demo", false, false},
+	{"flotilla-galley", true, nil},
+	{"flotilla-discovery", true, nil},
+	{"flotilla-ca", true, nil},
+	{"flotilla-injector", true, nil},
+	{"flotilla-agent", true, []string{"proxy", "sidecar"}},
+	{"flotilla", false, nil},
+	{"flotilla-demo", false, nil},
 }
 
 var binDir string
@@ -90,7 +92,7 @@ func TestEveryServiceTakesTheSharedFlagsAndEnvironment(t *testing.T) {
 			continue
 		}
 		t.Run(b.name, func(t *testing.T) {
-			help := run(t, nil, b.name, "--help").stdout
+			help := run(t, nil, b.name, append(slices.Clone(b.args), "--help")...).stdout
 			for _, want := range []string{"--config", "--log-level", "--log-format", "--admin-address", "--otlp-endpoint", "FLOTILLA_OTLP_ENDPOINT", "--shutdown-timeout"} {
 				if !strings.Contains(help, want) {
 					t.Errorf("--help lacks %s", want)
@@ -100,18 +102,20 @@ func TestEveryServiceTakesTheSharedFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
-func TestServicesNotBuiltYetSaySoAndExitThree(t *testing.T) {
-	for _, b := range binaries {
-		if !b.service || b.built {
-			continue
+// TestTheAgentSaysWhatThePodMustGiveIt: the proxy command names each
+// piece of the pod's environment it lacks, and its argument.
+func TestTheAgentSaysWhatThePodMustGiveIt(t *testing.T) {
+	r := run(t, nil, "flotilla-agent", "proxy", "sidecar", "--admin-address=127.0.0.1:0")
+	for _, want := range []string{"POD_NAME", "POD_NAMESPACE", "SERVICE_ACCOUNT", "INSTANCE_IP", "DISCOVERY_ADDRESS"} {
+		if r.code != 2 || !strings.Contains(r.stderr, want) {
+			t.Errorf("exit %d, stderr %q; want 2 and %s named", r.code, r.stderr, want)
 		}
-		t.Run(b.name, func(t *testing.T) {
-			r := run(t, nil, b.name, "--admin-address=127.0.0.1:0")
-			want := "is not built yet ("
-			if r.code != 3 || !strings.Contains(r.stderr, want) {
-				t.Fatalf("exit %d, stderr %q; want 3 and %q", r.code, r.stderr, want)
-			}
-		})
+	}
+	if r := run(t, nil, "flotilla-agent", "proxy", "waypoint"); r.code != 2 || !strings.Contains(r.stderr, "sidecar or router") {
+		t.Errorf("proxy waypoint: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := run(t, nil, "flotilla-agent"); r.code != 0 || !strings.Contains(r.stdout, "proxy") || !strings.Contains(r.stdout, "iptables") {
+		t.Errorf("flotilla-agent alone: exit %d, %q; want its commands listed", r.code, r.stdout)
 	}
 }
 
@@ -177,7 +181,7 @@ func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 		}
 		for _, c := range cases {
 			t.Run(b.name+"/"+c.name, func(t *testing.T) {
-				r := run(t, c.env, b.name, c.args...)
+				r := run(t, c.env, b.name, append(slices.Clone(b.args), c.args...)...)
 				if r.code != 2 || !strings.Contains(r.stderr, c.want) {
 					t.Fatalf("exit %d, stderr %q; want 2 and %q", r.code, r.stderr, c.want)
 				}

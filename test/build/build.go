@@ -26,6 +26,8 @@ var Packages = map[string]string{
 	"flotilla":           "github.com/flotilla-mesh/flotilla/cli/cmd/flotilla",
 	"flotilla-demo":      "github.com/flotilla-mesh/flotilla/examples/demo/cmd/flotilla-demo",
 	"devrun":             "github.com/flotilla-mesh/flotilla/internal/cmd/devrun",
+	// fakeenvoy stands in for Envoy, which cannot be installed here.
+	"fakeenvoy": "github.com/flotilla-mesh/flotilla/services/agent/envoy/testdata/fakeenvoy",
 }
 
 // Binaries builds the named binaries into dir.

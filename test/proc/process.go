@@ -34,6 +34,9 @@ func Start(tb testing.TB, name, path string, args ...string) *Process {
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	p := &Process{Name: name, Out: &Output{}, cmd: cmd, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.Out, p.Out
+	// A child of the process that outlives it (holding the output pipe)
+	// must not hold up the test.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}

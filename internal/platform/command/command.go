@@ -96,9 +96,16 @@ type Config interface {
 // Spec describes a service binary.
 type Spec[C Config] struct {
 	// Name is the binary name, e.g. "flotilla-galley".
-	Name  string
+	Name string
+	// Use is the command's usage line when it differs from Name (a
+	// subcommand, e.g. "proxy sidecar|router").
+	Use   string
 	Short string
 	Long  string
+	// Args, when set, takes the positional arguments and may set the
+	// configuration from them; an error is a usage error. Without it the
+	// command takes flags only.
+	Args func(args []string, cfg *C) error
 	// Defaults returns a fresh default configuration.
 	Defaults func() C
 	// Run runs the service until ctx ends. It usually builds its components
@@ -212,6 +219,16 @@ func probeCommand() *cobra.Command {
 	return cmd
 }
 
+// ExitCodeError ends a binary with Code (a child's exit code the service
+// passes on, as the agent does Envoy's).
+type ExitCodeError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitCodeError) Error() string { return e.Err.Error() }
+func (e *ExitCodeError) Unwrap() error { return e.Err }
+
 type usageError struct{ err error }
 
 func (e *usageError) Error() string { return e.err.Error() }
@@ -220,12 +237,23 @@ func (e *usageError) Unwrap() error { return e.err }
 // New builds the cobra command of a service.
 func New[C Config](spec Spec[C]) *cobra.Command {
 	var configFile string
+	use := spec.Name
+	if spec.Use != "" {
+		use = spec.Use
+	}
 	cmd := &cobra.Command{
-		Use:     spec.Name,
+		Use:     use,
 		Short:   spec.Short,
 		Long:    spec.Long,
 		Version: buildinfo.Get().String(),
 		Args: func(_ *cobra.Command, args []string) error {
+			if spec.Args != nil {
+				var probe C // the arguments are checked before the configuration is read
+				if err := spec.Args(args, &probe); err != nil {
+					return &usageError{err}
+				}
+				return nil
+			}
 			if len(args) > 0 {
 				return &usageError{fmt.Errorf("unexpected arguments %q: %s takes flags only", args, spec.Name)}
 			}
@@ -245,13 +273,18 @@ func New[C Config](spec Spec[C]) *cobra.Command {
 		return cmd
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if configFile == "" {
 			configFile = os.Getenv(EnvPrefix + "CONFIG")
 		}
 		cfg, err := binding.Load(configFile, os.LookupEnv)
 		if err != nil {
 			return &usageError{err}
+		}
+		if spec.Args != nil {
+			if err := spec.Args(args, &cfg); err != nil {
+				return &usageError{err}
+			}
 		}
 		return run(cmd.Context(), cmd.ErrOrStderr(), spec, cfg)
 	}
@@ -299,9 +332,13 @@ func Main(cmd *cobra.Command) int {
 func report(name string, stderr io.Writer, err error) int {
 	var nb *NotBuiltError
 	var ue *usageError
+	var ce *ExitCodeError
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &ce):
+		_, _ = fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return ce.Code
 	case errors.As(err, &nb):
 		_, _ = fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return ExitNotBuilt

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 )
@@ -194,5 +197,60 @@ func TestLoopbackIfNoHostKeepsLocalModePortsOnThisMachine(t *testing.T) {
 		if got := LoopbackIfNoHost(in); got != want {
 			t.Errorf("LoopbackIfNoHost(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestArgumentsAreCheckedFirstAndSetTheConfiguration: a command with Args
+// takes its positional argument into the configuration; a bad one is a
+// usage error before the configuration is read.
+func TestArgumentsAreCheckedFirstAndSetTheConfiguration(t *testing.T) {
+	var got string
+	build := func() *cobra.Command {
+		return New(Spec[testConfig]{
+			Name: "flotilla-test", Use: "say greeting", Defaults: defaults,
+			Args: func(args []string, cfg *testConfig) error {
+				if len(args) != 1 {
+					return fmt.Errorf("want one greeting, got %q", args)
+				}
+				cfg.Greeting = args[0]
+				return nil
+			},
+			Run: func(_ context.Context, cfg testConfig, _ *Runtime) error { got = cfg.Greeting; return nil },
+		})
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"bonjour"}, ExitOK, ""},
+		{nil, ExitUsage, "want one greeting"},
+		{[]string{"a", "b", "--greeting="}, ExitUsage, "want one greeting"}, // the arguments are refused before the configuration is read
+		{[]string{"a", "b"}, ExitUsage, "want one greeting"},
+	} {
+		cmd := build()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(tc.args)
+		code := report(cmd.Name(), &out, cmd.ExecuteContext(context.Background()))
+		if code != tc.code || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%q: exit %d, %q; want %d and %q", tc.args, code, out.String(), tc.code, tc.want)
+		}
+	}
+	if got != "bonjour" {
+		t.Fatalf("the argument did not reach the configuration: %q", got)
+	}
+	if !strings.HasPrefix(build().Use, "say greeting") {
+		t.Fatalf("Use = %q", build().Use)
+	}
+}
+
+func TestAnExitCodeErrorEndsTheBinaryWithItsCode(t *testing.T) {
+	code, out := execute(t, context.Background(), func(context.Context, testConfig, *Runtime) error {
+		return &ExitCodeError{Code: 7, Err: errors.New("envoy exited with code 7")}
+	})
+	if code != 7 || !strings.Contains(out, "envoy exited with code 7") {
+		t.Fatalf("%d %q", code, out)
 	}
 }

@@ -1,35 +1,81 @@
-// Package app is the flotilla-agent command: its configuration and the
-// wiring of its components. The "iptables" subcommand (the init
-// container's traffic capture, over nftables or iptables) is built; the
-// agent itself (certificates over SDS, the xDS proxy, Envoy) is not yet,
-// and says so.
+// Package app is the flotilla-agent command and its subcommands: proxy
+// (the pod's runtime next to Envoy), wait (the proxy container's postStart
+// hook) and iptables (the init container's traffic capture).
 package app
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/services/agent/capture"
 )
 
 // NewCommand returns the flotilla-agent command.
 func NewCommand() *cobra.Command {
-	cmd := command.New(command.Spec[command.Common]{
-		Name:  "flotilla-agent",
+	cmd := &cobra.Command{
+		Use:   "flotilla-agent",
 		Short: "Flotilla's in-pod agent",
-		Long: "agent is the pod's half of the mesh. Built today: `flotilla-agent iptables`, the init container's traffic capture. " +
-			"Planned (issue 13): running next to Envoy, getting the workload certificate from ca and serving it over SDS, proxying xDS to discovery.",
-		Defaults: func() command.Common { return command.CommonDefaults(":15020") },
-		Run: func(context.Context, command.Common, *command.Runtime) error {
-			// The runtime (certificates from ca over SDS, Envoy) is not in
-			// any issue yet; `flotilla-agent iptables` is built.
-			return &command.NotBuiltError{Service: "agent (its SDS and proxy runtime)"}
+		Long: "agent is the pod's half of the mesh (Istio's pilot-agent): `proxy sidecar|router` runs next to Envoy, " +
+			"`wait` waits for it to be ready, `iptables` installs the pod's traffic capture.",
+		Version:       buildinfo.Get().String(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	cmd.SetVersionTemplate("flotilla-agent {{.Version}}\n")
+	cmd.AddCommand(proxyCommand(), waitCommand(), iptablesCommand())
+	return cmd
+}
+
+// waitCommand is the postStart hook of the proxy container: it returns
+// once the agent says the proxy is ready, so the application's containers
+// start with the mesh in place (holdApplicationUntilProxyStarts).
+func waitCommand() *cobra.Command {
+	var url string
+	var timeout, period time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait",
+		Short: "Wait until the proxy is ready (the agent's /healthz/ready answers 200)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			client := &http.Client{Timeout: period + time.Second}
+			var last string
+			for {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				if err != nil {
+					return fmt.Errorf("--url: %w", err)
+				}
+				if resp, err := client.Do(req); err != nil {
+					last = err.Error()
+				} else {
+					body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						return nil
+					}
+					last = resp.Status + ": " + string(body)
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("the proxy was not ready within %s (%s)", timeout, last)
+				case <-time.After(period):
+				}
+			}
 		},
-	})
-	cmd.AddCommand(iptablesCommand())
+	}
+	f := cmd.Flags()
+	f.StringVar(&url, "url", "http://127.0.0.1:15020/healthz/ready", "readiness URL")
+	f.DurationVar(&timeout, "timeout", time.Minute, "how long to wait")
+	f.DurationVar(&period, "period", 500*time.Millisecond, "how often to ask")
 	return cmd
 }
 

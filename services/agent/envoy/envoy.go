@@ -54,6 +54,9 @@ func Run(ctx context.Context, o Options) error {
 		o.KillAfter = 10 * time.Second
 	}
 	cmd := exec.Command(o.Binary, o.Args...)
+	// Envoy does not outlive the agent: if the agent dies, so does Envoy,
+	// and the container restarts both.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = orStd(o.Stdout, os.Stdout), orStd(o.Stderr, os.Stderr)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start envoy %s: %w", o.Binary, err)

@@ -1,0 +1,373 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
+	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
+	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
+	"github.com/flotilla-mesh/flotilla/internal/spiffe"
+	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
+	"github.com/flotilla-mesh/flotilla/services/agent/envoy"
+	"github.com/flotilla-mesh/flotilla/services/agent/identity"
+	"github.com/flotilla-mesh/flotilla/services/agent/sds"
+	"github.com/flotilla-mesh/flotilla/services/agent/xdsproxy"
+)
+
+// Config is the configuration of `flotilla-agent proxy`. The pod's
+// identity comes from the environment the injected template sets
+// (POD_NAME, POD_NAMESPACE, INSTANCE_IP, SERVICE_ACCOUNT, TRUST_DOMAIN,
+// DISCOVERY_ADDRESS, CA_ADDRESS, CLUSTER_ID, PROXY_CONFIG), read as the
+// defaults that flags and FLOTILLA_* variables override.
+type Config struct {
+	command.Common `yaml:",inline"`
+	// Type is "sidecar" or "router", the command's argument.
+	Type string `yaml:"-"`
+
+	PodName        string `yaml:"podName" usage:"the pod's name (default $POD_NAME)"`
+	PodNamespace   string `yaml:"podNamespace" usage:"the pod's namespace (default $POD_NAMESPACE)"`
+	InstanceIP     string `yaml:"instanceIP" usage:"the pod's IP (default $INSTANCE_IP)"`
+	ServiceAccount string `yaml:"serviceAccount" usage:"the pod's service account (default $SERVICE_ACCOUNT)"`
+	TrustDomain    string `yaml:"trustDomain" usage:"the mesh's trust domain (default $TRUST_DOMAIN, else cluster.local)"`
+	DomainSuffix   string `yaml:"domainSuffix" usage:"the cluster's DNS domain"`
+	ClusterID      string `yaml:"clusterID" usage:"the cluster's name (default $CLUSTER_ID, else Kubernetes)"`
+	// DiscoveryAddress is discovery's mTLS xDS port.
+	DiscoveryAddress string `yaml:"discoveryAddress" usage:"discovery's mTLS xDS address, host:port (default $DISCOVERY_ADDRESS)"`
+	// DiscoveryServerName is checked against discovery's certificate.
+	DiscoveryServerName string `yaml:"discoveryServerName" usage:"DNS name discovery's certificate must carry (default the host of discoveryAddress)"`
+	// CA gets the workload certificate (CA_ADDRESS; the projected token and
+	// the istio-ca-root-cert mount).
+	CA certclient.Config `yaml:",inline"`
+	// CertsDir holds Istio's file-mounted certificates, used instead of ca
+	// when present.
+	CertsDir string        `yaml:"certsDir" usage:"directory of file-mounted certificates (cert-chain.pem, key.pem, root-cert.pem), used instead of ca when all three are there"`
+	CertTTL  time.Duration `yaml:"certTTL" usage:"lifetime asked of ca for the workload certificate"`
+	// ProxyConfig is the pod's proxy.istio.io/config, as JSON.
+	ProxyConfig string `yaml:"proxyConfig" usage:"the pod's proxy config (Istio's ProxyConfig, JSON or YAML; default $PROXY_CONFIG)"`
+	SDSSocket   string `yaml:"sdsSocket" usage:"Unix socket of the SDS server Envoy reads its certificates from"`
+	XDSSocket   string `yaml:"xdsSocket" usage:"Unix socket of the xDS proxy Envoy connects to"`
+	Delta       bool   `yaml:"delta" usage:"Envoy asks for incremental (delta) xDS, as in Istio; false: state of the world"`
+	EnvoyBinary string `yaml:"envoyBinary" usage:"Envoy's binary"`
+	EnvoyConfig string `yaml:"envoyConfig" usage:"where the bootstrap is written for Envoy"`
+	EnvoyAdmin  string `yaml:"envoyAdmin" usage:"Envoy's admin address, as the bootstrap sets it"`
+}
+
+func proxyDefaults() Config {
+	env := func(k, d string) string {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+		return d
+	}
+	return Config{
+		Common:           command.CommonDefaults(":15020"),
+		PodName:          os.Getenv("POD_NAME"),
+		PodNamespace:     os.Getenv("POD_NAMESPACE"),
+		InstanceIP:       os.Getenv("INSTANCE_IP"),
+		ServiceAccount:   os.Getenv("SERVICE_ACCOUNT"),
+		TrustDomain:      env("TRUST_DOMAIN", "cluster.local"),
+		DomainSuffix:     "cluster.local",
+		ClusterID:        env("CLUSTER_ID", "Kubernetes"),
+		DiscoveryAddress: os.Getenv("DISCOVERY_ADDRESS"),
+		CA: certclient.Config{ //nolint:gosec // paths of the projected token and root mounts, not credentials
+			Address: os.Getenv("CA_ADDRESS"), RootsFile: "/var/run/secrets/istio/root-cert.pem", TokenFile: "/var/run/secrets/tokens/istio-token",
+		},
+		CertsDir:    identity.CertsDir,
+		CertTTL:     24 * time.Hour,
+		ProxyConfig: os.Getenv("PROXY_CONFIG"),
+		SDSSocket:   sds.SocketPath,
+		XDSSocket:   xdsproxy.SocketPath,
+		Delta:       true,
+		EnvoyBinary: "/usr/local/bin/envoy",
+		EnvoyConfig: bootstrap.ConfigPath,
+		EnvoyAdmin:  fmt.Sprintf("127.0.0.1:%d", bootstrap.AdminPort),
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate(), c.CA.Validate()}
+	for _, f := range [][2]string{{"podName (POD_NAME)", c.PodName}, {"podNamespace (POD_NAMESPACE)", c.PodNamespace}, {"serviceAccount (SERVICE_ACCOUNT)", c.ServiceAccount}} {
+		if f[1] == "" {
+			errs = append(errs, fmt.Errorf("%s is not set", f[0]))
+		}
+	}
+	if net.ParseIP(c.InstanceIP) == nil {
+		errs = append(errs, fmt.Errorf("instanceIP (INSTANCE_IP) %q is not an IP address", c.InstanceIP))
+	}
+	if _, _, err := net.SplitHostPort(c.DiscoveryAddress); err != nil {
+		errs = append(errs, fmt.Errorf("discoveryAddress (DISCOVERY_ADDRESS) %q: %w", c.DiscoveryAddress, err))
+	}
+	if c.ProxyConfig != "" {
+		if _, err := istio.ParseProxyConfig([]byte(c.ProxyConfig)); err != nil {
+			errs = append(errs, fmt.Errorf("proxyConfig (PROXY_CONFIG): %w", err))
+		}
+	}
+	if c.CertTTL <= 0 {
+		errs = append(errs, errors.New("certTTL must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+func proxyCommand() *cobra.Command {
+	return command.New(command.Spec[Config]{
+		Name:  "flotilla-agent",
+		Use:   "proxy sidecar|router",
+		Short: "Run next to Envoy: the workload certificate over SDS, the xDS proxy to discovery, Envoy's bootstrap and lifecycle",
+		Long: "proxy gets the pod's certificate from ca (or serves the files mounted at /etc/certs) and serves it to Envoy over SDS on " + sds.SocketPath +
+			"; relays Envoy's ADS from " + xdsproxy.SocketPath + " to discovery over mTLS with that certificate; writes Envoy's bootstrap and runs Envoy, " +
+			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected) and /stats/prometheus (Envoy's and the agent's metrics).",
+		Defaults: proxyDefaults,
+		Args: func(args []string, cfg *Config) error {
+			if len(args) != 1 || (args[0] != "sidecar" && args[0] != "router") {
+				return fmt.Errorf("want one argument, sidecar or router; got %q", args)
+			}
+			cfg.Type = args[0]
+			return nil
+		},
+		Run: runProxy,
+	})
+}
+
+func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
+	var pc *meshv1alpha1.ProxyConfig
+	if cfg.ProxyConfig != "" {
+		var err error
+		if pc, err = istio.ParseProxyConfig([]byte(cfg.ProxyConfig)); err != nil {
+			return fmt.Errorf("proxy config: %w", err)
+		}
+	}
+	state := identity.New()
+	source, err := identitySource(cfg, state, rt.Log)
+	if err != nil {
+		return err
+	}
+	node := bootstrap.Node{
+		Type: cfg.Type, IP: cfg.InstanceIP, PodName: cfg.PodName, Namespace: cfg.PodNamespace, DomainSuffix: cfg.DomainSuffix,
+		ServiceAccount: cfg.ServiceAccount, ClusterID: cfg.ClusterID, Labels: labelsFromEnv(rt.Log),
+	}
+	boot, problems, err := bootstrap.Build(bootstrap.Options{Node: node, ProxyConfig: pc, Delta: cfg.Delta, XDSSocket: cfg.XDSSocket, SDSSocket: cfg.SDSSocket})
+	if err != nil {
+		return err //nolint:wrapcheck // says what is wrong
+	}
+	for _, p := range problems {
+		rt.Log.Warn("proxy config not honoured", "problem", p)
+	}
+	js, err := protojson.Marshal(boot)
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	if err := atomicfile.Write(cfg.EnvoyConfig, js, 0o600); err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Log: rt.Log})
+	if err != nil {
+		return err //nolint:wrapcheck // says what failed
+	}
+	defer xproxy.Close()
+	sdsServer, err := unixServer(rt, cfg.SDSSocket, sds.Listen, sds.New(state, rt.Log).Register)
+	if err != nil {
+		return err
+	}
+	xdsServer, err := unixServer(rt, cfg.XDSSocket, sds.Listen, xproxy.Register)
+	if err != nil {
+		return err
+	}
+	rt.HandleAdmin("GET /healthz/ready", readiness(state, xproxy, cfg.EnvoyAdmin))
+	rt.HandleAdmin("GET /stats/prometheus", mergedStats(cfg.EnvoyAdmin, rt.Telemetry.MetricsHandler()))
+
+	// The sockets serve until Envoy has stopped: it keeps its
+	// certificates and configuration while it drains.
+	envoyDone := make(chan struct{})
+	untilEnvoyStops := func(serve func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			defer cancel()
+			go func() {
+				<-envoyDone
+				cancel()
+			}()
+			return serve(sctx)
+		}
+	}
+	drain := 5 * time.Second
+	if d := pc.GetTerminationDrainDuration(); d != nil {
+		drain = d.AsDuration()
+	}
+	actors := append(source,
+		lifecycle.Actor{Name: "sds", Run: untilEnvoyStops(sdsServer)},
+		lifecycle.Actor{Name: "xds-proxy", Run: untilEnvoyStops(xdsServer)},
+		lifecycle.Actor{Name: "envoy", Run: func(ctx context.Context) error {
+			defer close(envoyDone)
+			err := envoy.Run(ctx, envoy.Options{
+				Binary: cfg.EnvoyBinary, Args: bootstrap.EnvoyArgs(pc, cfg.EnvoyConfig, envoyLogLevel(cfg.Log.Level)),
+				Admin: cfg.EnvoyAdmin, TerminationDrain: drain, KillAfter: 5 * time.Second, Log: rt.Log,
+			})
+			var ee *envoy.ExitError
+			if errors.As(err, &ee) {
+				return &command.ExitCodeError{Code: ee.Code, Err: err}
+			}
+			return err //nolint:wrapcheck // says what failed
+		}},
+	)
+	return rt.Serve(ctx, actors...)
+}
+
+// identitySource is what keeps the workload certificate and roots: the
+// files mounted at CertsDir, or ca with the roots file.
+func identitySource(cfg Config, state *identity.State, log *slog.Logger) ([]lifecycle.Actor, error) {
+	if identity.Mounted(cfg.CertsDir) {
+		log.Info("serving the mounted certificates", "dir", cfg.CertsDir)
+		return []lifecycle.Actor{{Name: "mounted-certificates", Run: func(ctx context.Context) error {
+			return identity.WatchMounted(ctx, state, cfg.CertsDir, 0, log)
+		}}}, nil
+	}
+	if !cfg.CA.Enabled() {
+		return nil, errors.New("no certificate source: set caAddress (CA_ADDRESS), or mount cert-chain.pem, key.pem and root-cert.pem in " + cfg.CertsDir)
+	}
+	host, _, err := net.SplitHostPort(cfg.CA.Address)
+	if err != nil {
+		return nil, fmt.Errorf("caAddress: %w", err)
+	}
+	want := spiffe.ID{TrustDomain: cfg.TrustDomain, Namespace: cfg.PodNamespace, ServiceAccount: cfg.ServiceAccount}
+	tokenFile := cfg.CA.TokenFile
+	client := certclient.New(certclient.Options{
+		Address: cfg.CA.Address, ServerName: host,
+		Roots: func() *x509.CertPool {
+			if r := state.Snapshot().Roots; r != nil {
+				return r
+			}
+			return x509.NewCertPool() // nothing trusted until the bundle is read
+		},
+		Token: func() (string, error) {
+			b, err := os.ReadFile(tokenFile)
+			if err != nil {
+				return "", fmt.Errorf("token: %w", err)
+			}
+			return strings.TrimSpace(string(b)), nil
+		},
+		TTL: cfg.CertTTL, RenewWithCertificate: true, Log: log,
+		OnCertificate: func(c *tls.Certificate) {
+			// ca gives the identity the token proves; the environment only
+			// says which one the pod expects.
+			if got, err := spiffe.FromCertificate(c.Leaf); err != nil || got != want {
+				log.Warn("the certificate from ca is not for the identity the pod's environment names; discovery will refuse the proxy's claims",
+					"certificate", got.String(), "environment", want.String())
+			}
+			if err := state.SetCertificate(c); err != nil {
+				log.Error("holding the certificate from ca", "error", err)
+			}
+		},
+	})
+	return []lifecycle.Actor{
+		{Name: "roots", Run: func(ctx context.Context) error { return identity.WatchRoots(ctx, state, cfg.CA.RootsFile, 0, log) }},
+		{Name: "certificate:" + cfg.CA.Address, Run: client.Run},
+	}, nil
+}
+
+// unixServer is a gRPC server on a Unix socket, as an actor's Run.
+func unixServer(rt *command.Runtime, path string, listen func(string) (net.Listener, error), register func(*grpc.Server)) (func(context.Context) error, error) {
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, MaxRecvMsgBytes: xdsproxy.MaxMessageBytes, DrainTimeout: time.Second})
+	if err != nil {
+		return nil, err //nolint:wrapcheck // says what failed
+	}
+	register(gs.Server)
+	lis, err := listen(path)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return gs.Serve(ctx, lis) }, nil
+}
+
+// readiness is 15020's /healthz/ready: Envoy ready, a certificate held,
+// discovery answering through the xDS proxy.
+func readiness(state *identity.State, xproxy *xdsproxy.Proxy, envoyAdmin string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var missing []string
+		if !state.Snapshot().Ready() {
+			missing = append(missing, "no workload certificate yet")
+		}
+		if !xproxy.Connected() {
+			missing = append(missing, "discovery has not answered yet")
+		}
+		if !envoy.Ready(r.Context(), envoyAdmin) {
+			missing = append(missing, "envoy is not ready")
+		}
+		if len(missing) > 0 {
+			http.Error(w, strings.Join(missing, "; "), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+}
+
+// mergedStats is 15020's /stats/prometheus: Envoy's metrics then the
+// agent's own, in one exposition.
+func mergedStats(envoyAdmin string, agent http.Handler) http.Handler {
+	client := &http.Client{Timeout: 5 * time.Second}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+envoyAdmin+"/stats/prometheus", nil)
+		if err == nil {
+			if resp, err := client.Do(req); err == nil {
+				_, _ = io.Copy(w, io.LimitReader(resp.Body, 64<<20))
+				resp.Body.Close()
+			}
+		}
+		rec := httptest.NewRecorder()
+		ar := r.Clone(r.Context())
+		ar.Header.Del("Accept")          // the text format, which appends to Envoy's
+		ar.Header.Del("Accept-Encoding") // uncompressed
+		agent.ServeHTTP(rec, ar)
+		_, _ = io.Copy(w, rec.Body)
+	})
+}
+
+// labelsFromEnv reads the pod's labels from ISTIO_METAJSON_LABELS (JSON),
+// when the template sets it.
+func labelsFromEnv(log *slog.Logger) map[string]string {
+	raw := os.Getenv("ISTIO_METAJSON_LABELS")
+	if raw == "" {
+		return nil
+	}
+	var labels map[string]string
+	if err := json.Unmarshal([]byte(raw), &labels); err != nil {
+		log.Warn("ISTIO_METAJSON_LABELS is not a JSON object of strings; the node has no labels", "error", err)
+		return nil
+	}
+	return labels
+}
+
+// envoyLogLevel maps the agent's log level to Envoy's.
+func envoyLogLevel(level string) string {
+	switch level {
+	case "debug":
+		return "debug"
+	case "info":
+		return "info"
+	case "error":
+		return "error"
+	}
+	return "warning"
+}

@@ -1,0 +1,250 @@
+package ca_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+// meshWithDiscovery runs galley (a directory with a backend) and
+// discovery with its certificate from c, and returns discovery's mTLS xDS
+// and admin addresses.
+func meshWithDiscovery(t *testing.T, c *ca, s *signer) (secureXDS, admin string) {
+	t.Helper()
+	rootsFile := filepath.Join(c.state, "roots.pem")
+	token := func(sa string) string {
+		path := filepath.Join(t.TempDir(), sa)
+		if err := os.WriteFile(path, []byte(s.token(t, "istio-system", sa)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	dir := t.TempDir()
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(t, "v1"), "v1")))
+	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
+	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--config-dir", dir, "--mcp-address", mcpAddr,
+		"--admin-address", galleyAdmin, "--webhook-address", proc.FreeAddr(t),
+		"--ca-address", c.addr, "--ca-roots-file", rootsFile, "--token-file", token("flotilla-galley"))
+	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+	secureXDS, admin = proc.FreeAddr(t), proc.FreeAddr(t)
+	proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"), "--galley-address", mcpAddr,
+		"--xds-address", proc.FreeAddr(t), "--secure-xds-address", secureXDS, "--admin-address", admin,
+		"--ca-address", c.addr, "--ca-roots-file", rootsFile, "--token-file", token("flotilla-discovery"))
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+	return secureXDS, admin
+}
+
+// pod is an agent process with a stand-in Envoy, as the injected proxy
+// container runs it.
+type pod struct {
+	agent              *proc.Process
+	sds, xds, admin    string
+	envoyAdmin, record string
+}
+
+// startAgent runs `flotilla-agent proxy sidecar` for shop/cart-1 with the
+// pod environment the injector sets and a token of tokenAccount.
+func startAgent(t *testing.T, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pod") // Unix socket paths are short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	tokenFile := filepath.Join(dir, "istio-token")
+	if err := os.WriteFile(tokenFile, []byte(s.token(t, "shop", tokenAccount)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &pod{
+		sds: filepath.Join(dir, "sds"), xds: filepath.Join(dir, "XDS"), admin: proc.FreeAddr(t),
+		envoyAdmin: proc.FreeAddr(t), record: filepath.Join(dir, "envoy-record"),
+	}
+	for k, v := range map[string]string{
+		"POD_NAME": "cart-1", "POD_NAMESPACE": "shop", "INSTANCE_IP": "127.0.0.1", "SERVICE_ACCOUNT": "cart",
+		"TRUST_DOMAIN": "cluster.local", "CLUSTER_ID": "Kubernetes", "DISCOVERY_ADDRESS": secureXDS, "CA_ADDRESS": c.addr,
+		"PROXY_CONFIG":     `{"terminationDrainDuration": "1s", "concurrency": 1}`,
+		"FAKE_ENVOY_ADMIN": p.envoyAdmin, "FAKE_ENVOY_RECORD": p.record,
+	} {
+		t.Setenv(k, v)
+	}
+	p.agent = proc.Start(t, "agent", filepath.Join(binDir, "flotilla-agent"), append([]string{
+		"proxy", "sidecar",
+		"--admin-address", p.admin, "--ca-roots-file", filepath.Join(c.state, "roots.pem"), "--token-file", tokenFile,
+		"--discovery-server-name", "flotilla-discovery.istio-system.svc",
+		"--certs-dir", filepath.Join(dir, "no-certs"), "--sds-socket", p.sds, "--xds-socket", p.xds,
+		"--envoy-binary", filepath.Join(binDir, "fakeenvoy"), "--envoy-config", filepath.Join(dir, "envoy-rev.json"),
+		"--envoy-admin", p.envoyAdmin,
+	}, extra...)...)
+	return p
+}
+
+func unixConn(t *testing.T, path string) *grpc.ClientConn {
+	t.Helper()
+	xdstest.Eventually(t, path, func() bool { _, err := os.Stat(path); return err == nil })
+	cc, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// workloadSecret reads the "default" secret over the pod's SDS socket and
+// returns its leaf certificate's SPIFFE ID and serial.
+func workloadSecret(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecretsClient) (id, serial string) {
+	t.Helper()
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.GetResources() {
+		s := &tlsv3.Secret{}
+		if err := r.UnmarshalTo(s); err != nil {
+			t.Fatal(err)
+		}
+		if s.GetName() != "default" {
+			continue
+		}
+		tc := s.GetTlsCertificate()
+		cert, err := tls.X509KeyPair(tc.GetCertificateChain().GetInlineBytes(), tc.GetPrivateKey().GetInlineBytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert.Leaf.URIs[0].String(), cert.Leaf.SerialNumber.String()
+	}
+	t.Fatalf("no default secret in %d resources", len(resp.GetResources()))
+	return "", ""
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:noctx // a test-local URL
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestTheAgentServesThePodsIdentityAndRelaysItsXDS runs ca, galley,
+// discovery and the agent (with a stand-in Envoy, Envoy itself not being
+// installable here) as processes: the certificate over SDS is the pod's,
+// rotated on the open stream; Envoy's ADS reaches discovery over mTLS as
+// that identity; the agent is ready, merges the metrics, and drains Envoy
+// on SIGTERM.
+func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
+	s := newSigner(t)
+	c := startCA(t, t.TempDir(), s)
+	secureXDS, discoveryAdmin := meshWithDiscovery(t, c, s)
+	p := startAgent(t, c, s, secureXDS, "cart", "--cert-ttl", "6s")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	sds, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(t, p.sds)).StreamSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sds.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy"}, TypeUrl: resourcev3.SecretType, ResourceNames: []string{"default", "ROOTCA"}}); err != nil {
+		t.Fatal(err)
+	}
+	id, first := workloadSecret(t, sds)
+	if id != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Fatalf("the pod's certificate is %s", id)
+	}
+	// A short lifetime: the renewal arrives on the open stream.
+	_, second := workloadSecret(t, sds)
+	if second == first {
+		t.Fatal("the pushed certificate is the same one")
+	}
+
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(t, p.xds)).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	cds, err := ads.Recv()
+	if err != nil || len(cds.GetResources()) == 0 {
+		t.Fatalf("clusters through the agent: %v, %v", cds, err)
+	}
+	code, body := httpGet(t, "http://"+discoveryAdmin+"/debug/syncz")
+	var proxies []struct{ ID, Identity string }
+	if err := json.Unmarshal([]byte(body), &proxies); code != 200 || err != nil || len(proxies) != 1 || proxies[0].Identity != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Fatalf("discovery's syncz (%d): %s", code, body)
+	}
+	xdstest.Eventually(t, "the agent ready", func() bool { code, _ := httpGet(t, "http://"+p.admin+"/healthz/ready"); return code == 200 })
+	if _, stats := httpGet(t, "http://"+p.admin+"/stats/prometheus"); !strings.Contains(stats, "envoy_server_live 1") || !strings.Contains(stats, "flotilla") {
+		t.Fatalf("merged stats lack Envoy's or the agent's:\n%.2000s", stats)
+	}
+	if out, err := exec.Command(filepath.Join(binDir, "flotilla-agent"), "wait", "--url", "http://"+p.admin+"/healthz/ready", "--timeout", "10s").CombinedOutput(); err != nil {
+		t.Fatalf("flotilla-agent wait: %v: %s", err, out)
+	}
+
+	// SIGTERM: Envoy's listeners drain first, then Envoy stops, then the
+	// agent exits cleanly.
+	if err := p.agent.Stop(t, 30*time.Second); err != nil {
+		t.Fatalf("the agent's exit: %v\n%s", err, p.agent.Out.String())
+	}
+	rec, _ := os.ReadFile(p.record)
+	if got := string(rec); !strings.Contains(got, "drain graceful&inboundonly\nsignal terminated") {
+		t.Fatalf("envoy saw:\n%s", got)
+	}
+}
+
+// TestATokenOfAnotherAccountGetsThatAccountsIdentity: ca decides the
+// identity from the token, not from the pod's environment, and discovery
+// then refuses the proxy's claim to be the environment's account.
+func TestATokenOfAnotherAccountGetsThatAccountsIdentity(t *testing.T) {
+	s := newSigner(t)
+	c := startCA(t, t.TempDir(), s)
+	secureXDS, _ := meshWithDiscovery(t, c, s)
+	p := startAgent(t, c, s, secureXDS, "intruder")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sds, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(t, p.sds)).StreamSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sds.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.SecretType, ResourceNames: []string{"default"}}); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := workloadSecret(t, sds); id != "spiffe://cluster.local/ns/shop/sa/intruder" {
+		t.Fatalf("with intruder's token the pod got %s", id)
+	}
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(t, p.xds)).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ads.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a proxy claiming cart with intruder's certificate: %v, want PermissionDenied", err)
+	}
+}
