@@ -111,6 +111,35 @@ func unixConn(t *testing.T, path string) *grpc.ClientConn {
 	return cc
 }
 
+// secrets opens an SDS stream on the pod's socket asking for names.
+func (p *pod) secrets(t *testing.T, ctx context.Context, names ...string) secretv3.SecretDiscoveryService_StreamSecretsClient {
+	t.Helper()
+	stream, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(t, p.sds)).StreamSecrets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy"}, TypeUrl: resourcev3.SecretType, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// clusters opens an ADS stream on the pod's xDS socket as the node
+// cart-1.shop claiming service account cart, asks for clusters and
+// returns the answer or the error that ended the stream.
+func (p *pod) clusters(t *testing.T, ctx context.Context) (*discoveryv3.DiscoveryResponse, error) {
+	t.Helper()
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(t, p.xds)).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	return ads.Recv() //nolint:wrapcheck // the test reads the status
+}
+
 // workloadSecret reads the "default" secret over the pod's SDS socket and
 // returns its leaf certificate's SPIFFE ID and serial.
 func workloadSecret(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecretsClient) (id, serial string) {
@@ -163,13 +192,7 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	sds, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(t, p.sds)).StreamSecrets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sds.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy"}, TypeUrl: resourcev3.SecretType, ResourceNames: []string{"default", "ROOTCA"}}); err != nil {
-		t.Fatal(err)
-	}
+	sds := p.secrets(t, ctx, "default", "ROOTCA")
 	id, first := workloadSecret(t, sds)
 	if id != "spiffe://cluster.local/ns/shop/sa/cart" {
 		t.Fatalf("the pod's certificate is %s", id)
@@ -180,15 +203,7 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 		t.Fatal("the pushed certificate is the same one")
 	}
 
-	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(t, p.xds)).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	cds, err := ads.Recv()
+	cds, err := p.clusters(t, ctx)
 	if err != nil || len(cds.GetResources()) == 0 {
 		t.Fatalf("clusters through the agent: %v, %v", cds, err)
 	}
@@ -226,25 +241,10 @@ func TestATokenOfAnotherAccountGetsThatAccountsIdentity(t *testing.T) {
 	p := startAgent(t, c, s, secureXDS, "intruder")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sds, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(t, p.sds)).StreamSecrets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sds.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.SecretType, ResourceNames: []string{"default"}}); err != nil {
-		t.Fatal(err)
-	}
-	if id, _ := workloadSecret(t, sds); id != "spiffe://cluster.local/ns/shop/sa/intruder" {
+	if id, _ := workloadSecret(t, p.secrets(t, ctx, "default")); id != "spiffe://cluster.local/ns/shop/sa/intruder" {
 		t.Fatalf("with intruder's token the pod got %s", id)
 	}
-	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(t, p.xds)).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ads.Recv(); status.Code(err) != codes.PermissionDenied {
+	if _, err := p.clusters(t, ctx); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a proxy claiming cart with intruder's certificate: %v, want PermissionDenied", err)
 	}
 }

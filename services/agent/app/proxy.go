@@ -32,6 +32,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/services/agent/envoy"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 	"github.com/flotilla-mesh/flotilla/services/agent/sds"
+	"github.com/flotilla-mesh/flotilla/services/agent/uds"
 	"github.com/flotilla-mesh/flotilla/services/agent/xdsproxy"
 )
 
@@ -186,11 +187,11 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err //nolint:wrapcheck // says what failed
 	}
 	defer xproxy.Close()
-	sdsServer, err := unixServer(rt, cfg.SDSSocket, sds.Listen, sds.New(state, rt.Log).Register)
+	sdsServer, err := unixServer(rt, cfg.SDSSocket, sds.New(state, rt.Log).Register)
 	if err != nil {
 		return err
 	}
-	xdsServer, err := unixServer(rt, cfg.XDSSocket, sds.Listen, xproxy.Register)
+	xdsServer, err := unixServer(rt, cfg.XDSSocket, xproxy.Register)
 	if err != nil {
 		return err
 	}
@@ -287,13 +288,13 @@ func identitySource(cfg Config, state *identity.State, log *slog.Logger) ([]life
 }
 
 // unixServer is a gRPC server on a Unix socket, as an actor's Run.
-func unixServer(rt *command.Runtime, path string, listen func(string) (net.Listener, error), register func(*grpc.Server)) (func(context.Context) error, error) {
+func unixServer(rt *command.Runtime, path string, register func(*grpc.Server)) (func(context.Context) error, error) {
 	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, MaxRecvMsgBytes: xdsproxy.MaxMessageBytes, DrainTimeout: time.Second})
 	if err != nil {
 		return nil, err //nolint:wrapcheck // says what failed
 	}
 	register(gs.Server)
-	lis, err := listen(path)
+	lis, err := uds.Listen(path)
 	if err != nil {
 		return nil, err
 	}

@@ -18,13 +18,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -74,27 +70,6 @@ func New(state *identity.State, log *slog.Logger) *Server {
 // Register adds the service to gs.
 func (s *Server) Register(gs *grpc.Server) { secretv3.RegisterSecretDiscoveryServiceServer(gs, s) }
 
-// Listen listens on a Unix socket at path: a stale socket file is removed
-// first, the directory made if missing, and the socket is readable and
-// writable by its owner only (Envoy runs as the agent's user in the same
-// container; the socket hands out the private key).
-func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("sds socket directory: %w", err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("stale sds socket: %w", err)
-	}
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("sds socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		_ = lis.Close()
-		return nil, fmt.Errorf("sds socket: %w", err)
-	}
-	return lis, nil
-}
 
 // secret is one served secret, encoded, with a version that is the hash
 // of its content.

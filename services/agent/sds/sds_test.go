@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
+	"github.com/flotilla-mesh/flotilla/services/agent/uds"
 )
 
 // pod is an SDS server on a Unix socket in a temporary directory, with
@@ -47,7 +47,7 @@ func newPod(t *testing.T) *pod {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "workload-spiffe-uds", "socket")
-	lis, err := Listen(sock)
+	lis, err := uds.Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,27 +290,5 @@ func TestHostileRequestsEndOnlyTheirOwnStream(t *testing.T) {
 	resp, err := client.FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, ResourceNames: []string{SecretRoot}})
 	if err != nil || len(resp.GetResources()) != 1 {
 		t.Fatalf("FetchSecrets after hostile streams: %v, %v", resp, err)
-	}
-}
-
-func TestListenReplacesAStaleSocketAndKeepsItPrivate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "socket")
-	if err := os.WriteFile(path, []byte("stale"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lis, err := Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
-		t.Fatalf("socket mode %v, want a socket with 0600", st.Mode())
-	}
-	if _, err := net.Dial("unix", path); err != nil {
-		t.Fatal(err)
 	}
 }

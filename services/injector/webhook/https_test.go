@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -24,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flotilla-mesh/flotilla/internal/inject"
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
 func enabledNamespace(context.Context, string) (map[string]string, error) {
@@ -36,44 +35,19 @@ func enabledNamespace(context.Context, string) (map[string]string, error) {
 // reaches it, and returns a client trusting it and the webhook's URL.
 func serveHTTPS(tb testing.TB) (*http.Client, string) {
 	tb.Helper()
-	ca, err := testpki.NewCA("webhook CA")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	leaf, err := ca.Issue(testpki.Request{CommonName: "injector", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cert, err := leaf.TLSCertificate()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	h, err := Handler(options(enabledNamespace))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- admission.Serve(ctx, slog.New(slog.DiscardHandler), lis,
-			&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, h, 5*time.Second)
-	}()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Error(err)
-		}
-	})
+	cc := kubeenv.ServeWebhook(tb, h, Path)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(cc.CABundle)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: ca.Pool()},
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
 		MaxIdleConnsPerHost: 64,
 	}}
 	tb.Cleanup(client.CloseIdleConnections)
-	return client, "https://" + lis.Addr().String() + Path
+	return client, *cc.URL
 }
 
 func reviewOf(tb testing.TB, pod *corev1.Pod) []byte {
