@@ -70,7 +70,6 @@ func New(state *identity.State, log *slog.Logger) *Server {
 // Register adds the service to gs.
 func (s *Server) Register(gs *grpc.Server) { secretv3.RegisterSecretDiscoveryServiceServer(gs, s) }
 
-
 // secret is one served secret, encoded, with a version that is the hash
 // of its content.
 type secret struct {
