@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -246,5 +247,70 @@ func TestATokenOfAnotherAccountGetsThatAccountsIdentity(t *testing.T) {
 	}
 	if _, err := p.clusters(t, ctx); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a proxy claiming cart with intruder's certificate: %v, want PermissionDenied", err)
+	}
+}
+
+// TestTheHeldCertificateIsServedWhileCAIsAwayAndRenewedWhenItReturns: ca
+// stops; the pod keeps serving the certificate it holds; ca comes back
+// (same address and state) and the renewal reaches the open SDS stream.
+func TestTheHeldCertificateIsServedWhileCAIsAwayAndRenewedWhenItReturns(t *testing.T) {
+	s := newSigner(t)
+	c := startCA(t, t.TempDir(), s)
+	secureXDS, _ := meshWithDiscovery(t, c, s)
+	p := startAgent(t, c, s, secureXDS, "cart", "--cert-ttl", "20s")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	stream := p.secrets(t, ctx, "default")
+	_, held := workloadSecret(t, stream)
+	c.p.Kill(t)
+	// While ca is away, a new stream (an Envoy restarting) still gets the
+	// held certificate.
+	if _, serial := workloadSecret(t, p.secrets(t, ctx, "default")); serial != held {
+		t.Fatalf("with ca away the pod serves %s, want the held %s", serial, held)
+	}
+	p.agent.Out.WaitFor(t, "getting a certificate from ca failed; retrying")
+	startCAAt(t, c.addr, c.state, s)
+	if _, renewed := workloadSecret(t, stream); renewed == held {
+		t.Fatal("the push after ca returned holds the same certificate")
+	}
+}
+
+// TestMountedCertificatesAreServedInsteadOfCAsAndReloaded: Istio's
+// file-mounted mode — with cert-chain.pem, key.pem and root-cert.pem in
+// the certs directory, the agent serves them, and a replaced set is
+// pushed.
+func TestMountedCertificatesAreServedInsteadOfCAsAndReloaded(t *testing.T) {
+	s := newSigner(t)
+	c := startCA(t, t.TempDir(), s)
+	mesh, err := testpki.NewCA("mounted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := t.TempDir()
+	mount := func(uri string) {
+		leaf, err := mesh.Issue(testpki.Request{CommonName: "w", URIs: []string{uri}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{"key.pem": leaf.KeyPEM, "cert-chain.pem": leaf.CertPEM, "root-cert.pem": mesh.CertPEM} {
+			if err := os.WriteFile(filepath.Join(certs, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mount("spiffe://cluster.local/ns/shop/sa/mounted")
+	p := startAgent(t, c, s, proc.FreeAddr(t), "cart", "--certs-dir", certs)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream := p.secrets(t, ctx, "default")
+	if id, _ := workloadSecret(t, stream); id != "spiffe://cluster.local/ns/shop/sa/mounted" {
+		t.Fatalf("the pod serves %s, want the mounted certificate", id)
+	}
+	mount("spiffe://cluster.local/ns/shop/sa/remounted")
+	if id, _ := workloadSecret(t, stream); id != "spiffe://cluster.local/ns/shop/sa/remounted" {
+		t.Fatalf("after the files changed the pod serves %s", id)
+	}
+	if p.agent.Out.Count("certificate from ca") > 0 {
+		t.Fatal("the agent asked ca although certificates are mounted")
 	}
 }

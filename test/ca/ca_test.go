@@ -78,7 +78,13 @@ type ca struct {
 
 func startCA(t *testing.T, state string, s *signer, extra ...string) *ca {
 	t.Helper()
-	c := &ca{addr: proc.FreeAddr(t), state: state}
+	return startCAAt(t, proc.FreeAddr(t), state, s, extra...)
+}
+
+// startCAAt starts ca on addr (a restart keeps its address and state).
+func startCAAt(t *testing.T, addr, state string, s *signer, extra ...string) *ca {
+	t.Helper()
+	c := &ca{addr: addr, state: state}
 	admin := proc.FreeAddr(t)
 	c.p = proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), append([]string{
 		"--address", c.addr, "--admin-address", admin,
