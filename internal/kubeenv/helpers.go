@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -152,4 +155,20 @@ func (e *Env) WriteKubeconfig(path string) error {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil
+}
+
+// ClientAs is a client of the apiserver that identifies itself as
+// userAgent (so requests can be told apart), its transport wrapped by wrap
+// when given (to count or alter requests).
+func (e *Env) ClientAs(userAgent string, wrap func(http.RoundTripper) http.RoundTripper) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.UserAgent = userAgent
+	if wrap != nil {
+		cfg.Wrap(wrap)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client %s: %w", userAgent, err)
+	}
+	return c, nil
 }

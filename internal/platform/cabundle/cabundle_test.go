@@ -14,7 +14,6 @@ import (
 	admregv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
@@ -61,12 +60,11 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func clientAs(t *testing.T, agent string, w *writes) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.UserAgent = agent
+	var wrap func(http.RoundTripper) http.RoundTripper
 	if w != nil {
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, agent: agent, w: w} })
+		wrap = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, agent: agent, w: w} }
 	}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := env.ClientAs(agent, wrap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
@@ -185,9 +184,7 @@ func TestReplicasOnAnEmptyClusterEndWithOneRootAndCacertsWins(t *testing.T) {
 
 func clientAs(t *testing.T, agent string) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.UserAgent = agent
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := env.ClientAs(agent, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
