@@ -219,8 +219,20 @@ func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecr
 		}
 		return true
 	}
+	var seen uint64 // the state's version last looked at
 	for {
+		// The channel is taken before the state is read, so a change
+		// between the two is never missed.
 		changed := s.state.Changed()
+		if snap := s.state.Snapshot(); snap.Version != seen {
+			seen = snap.Version
+			if len(names) > 0 && ready(snap) && !(sent && snap.Version == sentVersion) {
+				if err := respond(snap); err != nil {
+					return streamEnd(ctx, err)
+				}
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -255,14 +267,7 @@ func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecr
 			} else {
 				sent = false // answered when the secrets arrive
 			}
-		case <-changed:
-			snap := s.state.Snapshot()
-			if len(names) == 0 || !ready(snap) || (sent && snap.Version == sentVersion) {
-				continue
-			}
-			if err := respond(snap); err != nil {
-				return streamEnd(ctx, err)
-			}
+		case <-changed: // read at the top of the loop
 		}
 	}
 }
@@ -298,8 +303,16 @@ func (s *Server) DeltaSecrets(stream secretv3.SecretDiscoveryService_DeltaSecret
 		lastNonce = resp.Nonce
 		return stream.Send(resp) //nolint:wrapcheck // the stream's own error
 	}
+	var seen uint64 // the state's version last looked at
 	for {
-		changed := s.state.Changed()
+		changed := s.state.Changed() // before the state is read: no change is missed
+		if snap := s.state.Snapshot(); snap.Version != seen {
+			seen = snap.Version
+			if err := push(snap); err != nil {
+				return streamEnd(ctx, err)
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -335,10 +348,7 @@ func (s *Server) DeltaSecrets(stream secretv3.SecretDiscoveryService_DeltaSecret
 			if err := push(s.state.Snapshot()); err != nil {
 				return streamEnd(ctx, err)
 			}
-		case <-changed:
-			if err := push(s.state.Snapshot()); err != nil {
-				return streamEnd(ctx, err)
-			}
+		case <-changed: // read at the top of the loop
 		}
 	}
 }
