@@ -226,7 +226,7 @@ func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecr
 		changed := s.state.Changed()
 		if snap := s.state.Snapshot(); snap.Version != seen {
 			seen = snap.Version
-			if len(names) > 0 && ready(snap) && !(sent && snap.Version == sentVersion) {
+			if len(names) > 0 && ready(snap) && (!sent || snap.Version != sentVersion) {
 				if err := respond(snap); err != nil {
 					return streamEnd(ctx, err)
 				}
