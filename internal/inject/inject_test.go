@@ -270,6 +270,23 @@ func TestHostileAnnotationsCannotChangeTheShapeOfWhatIsInjected(t *testing.T) {
 	if proxyConfigs != 1 {
 		t.Fatalf("PROXY_CONFIG in %d containers, want the proxy's", proxyConfigs)
 	}
+	// The pod's labels reach the agent as JSON, whatever they hold.
+	labelled := pod(func(p *corev1.Pod) { p.Labels = map[string]string{"app": "cart", "evil": escape} })
+	sc, _, err := defaultTemplate(t).Render(labelled, DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var labels map[string]string
+	for _, e := range sc.Containers[0].Env {
+		if e.Name == "ISTIO_METAJSON_LABELS" {
+			if err := json.Unmarshal([]byte(e.Value), &labels); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if labels["app"] != "cart" || labels["evil"] != escape {
+		t.Fatalf("ISTIO_METAJSON_LABELS gave %v", labels)
+	}
 	for _, bad := range [][2]string{
 		{AnnotationIncludeOutbound, "10.0.0.0/8\n  - --evil"},
 		{AnnotationIncludeOutbound, "{{ .Values.ProxyImage }}"},

@@ -96,6 +96,10 @@ func ParseTemplate(text string) (*Template, error) {
 	t, err := template.New("sidecar").Option("missingkey=error").Funcs(template.FuncMap{
 		"quote": func(s string) string { b, _ := json.Marshal(s); return string(b) },
 		"join":  func(l []string) string { return strings.Join(l, ",") },
+		"toJSON": func(v any) (string, error) {
+			b, err := json.Marshal(v)
+			return string(b), err
+		},
 	}).Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar template: %w", err)
