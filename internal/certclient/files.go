@@ -17,7 +17,7 @@ import (
 type Config struct {
 	// Address is ca's gRPC address; empty means the service's certificate
 	// does not come from ca.
-	Address string `yaml:"caAddress" usage:"ca's address, host:port: the service's own certificate comes from ca and is renewed before it expires"`
+	Address string `yaml:"caAddress" usage:"ca's address, host:port: this process's own certificate (the service's, or the pod's for the agent) comes from ca and is renewed before it expires"`
 	// RootsFile holds the roots ca's certificate chains to (the mesh trust
 	// bundle: the istio-ca-root-cert ConfigMap, mounted).
 	RootsFile string `yaml:"caRootsFile" usage:"PEM roots ca's certificate chains to (the mesh trust bundle)"`
