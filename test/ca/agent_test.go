@@ -87,6 +87,8 @@ func startAgent(t *testing.T, c *ca, s *signer, secureXDS, tokenAccount string, 
 		"TRUST_DOMAIN": "cluster.local", "CLUSTER_ID": "Kubernetes", "DISCOVERY_ADDRESS": secureXDS, "CA_ADDRESS": c.addr,
 		"PROXY_CONFIG":     `{"terminationDrainDuration": "1s", "concurrency": 1}`,
 		"FAKE_ENVOY_ADMIN": p.envoyAdmin, "FAKE_ENVOY_RECORD": p.record,
+		// A rewritten probe: a TCP check of the agent's own admin port.
+		"ISTIO_KUBE_APP_PROBERS": `{"/app-health/app/livez": {"tcpSocket": {"port": ` + strings.TrimPrefix(p.admin[strings.LastIndex(p.admin, ":"):], ":") + `}}}`,
 	} {
 		t.Setenv(k, v)
 	}
@@ -216,6 +218,12 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	xdstest.Eventually(t, "the agent ready", func() bool { code, _ := httpGet(t, "http://"+p.admin+"/healthz/ready"); return code == 200 })
 	if _, stats := httpGet(t, "http://"+p.admin+"/stats/prometheus"); !strings.Contains(stats, "envoy_server_live 1") || !strings.Contains(stats, "flotilla") {
 		t.Fatalf("merged stats lack Envoy's or the agent's:\n%.2000s", stats)
+	}
+	if code, body := httpGet(t, "http://"+p.admin+"/app-health/app/livez"); code != 200 {
+		t.Fatalf("the rewritten probe: %d %s", code, body)
+	}
+	if code, _ := httpGet(t, "http://"+p.admin+"/app-health/other/livez"); code != 404 {
+		t.Fatalf("a probe that was not rewritten: %d, want 404", code)
 	}
 	if out, err := exec.Command(filepath.Join(binDir, "flotilla-agent"), "wait", "--url", "http://"+p.admin+"/healthz/ready", "--timeout", "10s").CombinedOutput(); err != nil {
 		t.Fatalf("flotilla-agent wait: %v: %s", err, out)

@@ -31,6 +31,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
 	"github.com/flotilla-mesh/flotilla/services/agent/envoy"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
+	"github.com/flotilla-mesh/flotilla/services/agent/probe"
 	"github.com/flotilla-mesh/flotilla/services/agent/sds"
 	"github.com/flotilla-mesh/flotilla/services/agent/uds"
 	"github.com/flotilla-mesh/flotilla/services/agent/xdsproxy"
@@ -66,6 +67,9 @@ type Config struct {
 	CertTTL  time.Duration `yaml:"certTTL" usage:"lifetime asked of ca for the workload certificate"`
 	// ProxyConfig is the pod's proxy.istio.io/config, as JSON.
 	ProxyConfig string `yaml:"proxyConfig" usage:"the pod's proxy config (Istio's ProxyConfig, JSON or YAML; default $PROXY_CONFIG)"`
+	// AppProbers are the application's original probes, which the
+	// injector rewrote to the agent's /app-health/ paths.
+	AppProbers  string `yaml:"appProbers" usage:"the application's original probes, answered on /app-health/<container>/{livez,readyz,startupz} (Istio's JSON; default $ISTIO_KUBE_APP_PROBERS)"`
 	SDSSocket   string `yaml:"sdsSocket" usage:"Unix socket of the SDS server Envoy reads its certificates from"`
 	XDSSocket   string `yaml:"xdsSocket" usage:"Unix socket of the xDS proxy Envoy connects to"`
 	Delta       bool   `yaml:"delta" usage:"Envoy asks for incremental (delta) xDS, as in Istio; false: state of the world"`
@@ -97,6 +101,7 @@ func proxyDefaults() Config {
 		CertsDir:    identity.CertsDir,
 		CertTTL:     24 * time.Hour,
 		ProxyConfig: os.Getenv("PROXY_CONFIG"),
+		AppProbers:  os.Getenv(probe.EnvVar),
 		SDSSocket:   sds.SocketPath,
 		XDSSocket:   xdsproxy.SocketPath,
 		Delta:       true,
@@ -125,6 +130,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("proxyConfig (PROXY_CONFIG): %w", err))
 		}
 	}
+	if _, err := probe.Parse(c.AppProbers); err != nil {
+		errs = append(errs, fmt.Errorf("appProbers: %w", err))
+	}
 	if c.CertTTL <= 0 {
 		errs = append(errs, errors.New("certTTL must be positive"))
 	}
@@ -138,7 +146,8 @@ func proxyCommand() *cobra.Command {
 		Short: "Run next to Envoy: the workload certificate over SDS, the xDS proxy to discovery, Envoy's bootstrap and lifecycle",
 		Long: "proxy gets the pod's certificate from ca (or serves the files mounted at /etc/certs) and serves it to Envoy over SDS on " + sds.SocketPath +
 			"; relays Envoy's ADS from " + xdsproxy.SocketPath + " to discovery over mTLS with that certificate; writes Envoy's bootstrap and runs Envoy, " +
-			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected) and /stats/prometheus (Envoy's and the agent's metrics).",
+			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected), /stats/prometheus (Envoy's and the agent's metrics) " +
+			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (from $ISTIO_KUBE_APP_PROBERS; the injector does not rewrite probes yet).",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
 			if len(args) != 1 || (args[0] != "sidecar" && args[0] != "router") {
@@ -195,7 +204,12 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
+	probers, err := probe.Parse(cfg.AppProbers)
+	if err != nil {
+		return err //nolint:wrapcheck // checked by Validate already
+	}
 	rt.HandleAdmin("GET /healthz/ready", readiness(state, xproxy, cfg.EnvoyAdmin))
+	rt.HandleAdmin("GET "+probe.PathPrefix, probe.Handler{Probers: probers, Host: cfg.InstanceIP})
 	rt.HandleAdmin("GET /stats/prometheus", mergedStats(cfg.EnvoyAdmin, rt.Telemetry.MetricsHandler()))
 
 	// The sockets serve until Envoy has stopped: it keeps its
