@@ -11,7 +11,9 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/flotilla-mesh/flotilla/internal/appprobe"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
@@ -182,6 +184,10 @@ func TestThePatchTurnsThePodIntoTheInjectedOne(t *testing.T) {
 			p.Annotations = map[string]string{AnnotationProxyConfig: `{"holdApplicationUntilProxyStarts": true}`}
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "worker", Image: "w"})
 		}),
+		"with probes, held": probedPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationProxyConfig: `{"holdApplicationUntilProxyStarts": true}`}
+		}),
+		"with probes": probedPod(nil),
 	} {
 		injected, err := tmpl.Inject(p, DefaultValues())
 		if err != nil {
@@ -348,5 +354,99 @@ func TestInjectionsShareNothing(t *testing.T) {
 	p2 := second.Spec.Containers[len(second.Spec.Containers)-1]
 	if p2.Args[0] == "changed" || p2.Env[0].Value == "changed" || second.Spec.InitContainers[0].SecurityContext.Capabilities.Add[0] == "SYS_ADMIN" {
 		t.Fatal("a change to one injected pod reached the next")
+	}
+}
+
+// probedPod has an HTTP liveness probe on a named port, a TCP readiness
+// probe, an exec startup probe and a gRPC container.
+func probedPod(mut func(*corev1.Pod)) *corev1.Pod {
+	return pod(func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{
+			{
+				Name: "web", Image: "web:1", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				LivenessProbe: &corev1.Probe{
+					ProbeHandler:   corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
+					TimeoutSeconds: 3, PeriodSeconds: 7,
+				},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(8080)}}},
+				StartupProbe:   &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}},
+			},
+			{
+				Name: "greeter", Image: "g:1",
+				LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 50051}}},
+				// A named port the container does not declare: left alone.
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromString("nope")}}},
+			},
+		}
+		if mut != nil {
+			mut(p)
+		}
+	})
+}
+
+func TestProbesArePointedAtTheAgentWhichGetsTheOriginals(t *testing.T) {
+	tmpl := defaultTemplate(t)
+	out, err := tmpl.Inject(probedPod(nil), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]corev1.Container{}
+	for _, c := range out.Spec.Containers {
+		byName[c.Name] = c
+	}
+	agentGet := func(path string) *corev1.HTTPGetAction {
+		return &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt(appprobe.AgentPort), Scheme: corev1.URISchemeHTTP}
+	}
+	web, greeter := byName["web"], byName["greeter"]
+	if got := web.LivenessProbe; !reflect.DeepEqual(got.HTTPGet, agentGet("/app-health/web/livez")) || got.PeriodSeconds != 7 || got.TimeoutSeconds != 3 {
+		t.Errorf("web liveness: %+v", got)
+	}
+	if got := web.ReadinessProbe.HTTPGet; !reflect.DeepEqual(got, agentGet("/app-health/web/readyz")) {
+		t.Errorf("web readiness: %+v", got)
+	}
+	if web.StartupProbe.Exec == nil || web.StartupProbe.HTTPGet != nil {
+		t.Errorf("an exec probe was rewritten: %+v", web.StartupProbe)
+	}
+	if !reflect.DeepEqual(greeter.LivenessProbe.HTTPGet, agentGet("/app-health/greeter/livez")) {
+		t.Errorf("greeter liveness: %+v", greeter.LivenessProbe)
+	}
+	if greeter.ReadinessProbe.HTTPGet.Port.StrVal != "nope" {
+		t.Errorf("a probe on an undeclared named port was rewritten: %+v", greeter.ReadinessProbe)
+	}
+	var probers map[string]appprobe.Prober
+	for _, e := range byName["istio-proxy"].Env {
+		if e.Name == appprobe.EnvVar {
+			if err := json.Unmarshal([]byte(e.Value), &probers); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(probers) != 3 {
+		t.Fatalf("originals given to the agent: %v", probers)
+	}
+	if h := probers["/app-health/web/livez"]; h.HTTPGet == nil || h.HTTPGet.Path != "/healthz" || h.HTTPGet.Port.IntValue() != 8080 || h.TimeoutSeconds != 3 {
+		t.Errorf("web liveness original: %+v (the named port resolved to 8080)", h)
+	}
+	if h := probers["/app-health/web/readyz"]; h.TCPSocket == nil || h.TCPSocket.Port.IntValue() != 8080 {
+		t.Errorf("web readiness original: %+v", h)
+	}
+	if h := probers["/app-health/greeter/livez"]; h.GRPC == nil || h.GRPC.Port != 50051 {
+		t.Errorf("greeter liveness original: %+v", h)
+	}
+
+	// Turned off per pod, as in Istio.
+	off, err := tmpl.Inject(probedPod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{AnnotationRewriteProbes: "false"}
+	}), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Spec.Containers[0].LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("rewriteAppHTTPProbers false still rewrote: %+v", off.Spec.Containers[0].LivenessProbe)
+	}
+	if _, err := tmpl.Inject(probedPod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{AnnotationRewriteProbes: "maybe"}
+	}), DefaultValues()); err == nil {
+		t.Error("rewriteAppHTTPProbers maybe was accepted")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // Op is one JSONPatch (RFC 6902) operation.
@@ -33,6 +34,7 @@ func Patch(orig, injected *corev1.Pod) ([]byte, error) {
 		return nil, err
 	}
 	ops = append(ops, o...)
+	ops = append(ops, probeOps(orig.Spec.Containers, injected.Spec.Containers)...)
 	volNames := make([]string, len(orig.Spec.Volumes))
 	for i, v := range orig.Spec.Volumes {
 		volNames[i] = v.Name
@@ -46,6 +48,31 @@ func Patch(orig, injected *corev1.Pod) ([]byte, error) {
 		return nil, fmt.Errorf("patch: %w", err)
 	}
 	return b, nil
+}
+
+// probeOps replaces the probes the injection rewrote in the pod's own
+// containers, at their index after the additions.
+func probeOps(orig, after []corev1.Container) []Op {
+	var ops []Op
+	for i, c := range after {
+		j := slices.IndexFunc(orig, func(o corev1.Container) bool { return o.Name == c.Name })
+		if j < 0 {
+			continue
+		}
+		for _, pr := range []struct {
+			field     string
+			was, want *corev1.Probe
+		}{
+			{"livenessProbe", orig[j].LivenessProbe, c.LivenessProbe},
+			{"readinessProbe", orig[j].ReadinessProbe, c.ReadinessProbe},
+			{"startupProbe", orig[j].StartupProbe, c.StartupProbe},
+		} {
+			if pr.was != nil && pr.want != nil && !equality.Semantic.DeepEqual(pr.was, pr.want) {
+				ops = append(ops, Op{Op: "replace", Path: fmt.Sprintf("/spec/containers/%d/%s", i, pr.field), Value: pr.want})
+			}
+		}
+	}
+	return ops
 }
 
 func names(cs []corev1.Container) []string {

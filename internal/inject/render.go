@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/template"
@@ -15,8 +16,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/flotilla-mesh/flotilla/internal/appprobe"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
@@ -33,6 +36,7 @@ const (
 	AnnotationExcludeInbound    = "traffic.sidecar.istio.io/excludeInboundPorts"
 	AnnotationExcludeOutboundPt = "traffic.sidecar.istio.io/excludeOutboundPorts"
 	AnnotationProxyConfig       = "proxy.istio.io/config"
+	AnnotationRewriteProbes     = "sidecar.istio.io/rewriteAppHTTPProbers"
 )
 
 // Values fill the template.
@@ -56,6 +60,10 @@ type Values struct {
 	// HoldApplicationUntilProxyStarts starts the proxy first and holds the
 	// application's containers until it is ready.
 	HoldApplicationUntilProxyStarts bool `json:"holdApplicationUntilProxyStarts"`
+	// RewriteAppProbers points the application's probes at the agent
+	// (Istio's rewriteAppHTTPProbe, on by default), which performs them:
+	// the kubelet's probes then pass whatever the mesh requires (mTLS).
+	RewriteAppProbers bool `json:"rewriteAppProbers"`
 	// ProxyConfig is the pod's proxy.istio.io/config annotation, checked
 	// as Istio's ProxyConfig and given to the agent as JSON in
 	// PROXY_CONFIG; set per pod, never from values.
@@ -68,7 +76,7 @@ func DefaultValues() Values {
 		ProxyImage: "flotilla-agent:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
 		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
 		TrustDomain: "cluster.local", ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
-		IncludeOutboundIPRanges: "*",
+		IncludeOutboundIPRanges: "*", RewriteAppProbers: true,
 	}
 }
 
@@ -132,6 +140,13 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	set(&v.ExcludeOutboundIPRanges, AnnotationExcludeOutbound)
 	set(&v.ExcludeInboundPorts, AnnotationExcludeInbound)
 	set(&v.ExcludeOutboundPorts, AnnotationExcludeOutboundPt)
+	if s, ok := a[AnnotationRewriteProbes]; ok {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return v, fmt.Errorf("%s %q: want true or false", AnnotationRewriteProbes, s)
+		}
+		v.RewriteAppProbers = b
+	}
 	for key, q := range map[string]string{"CPU request": v.CPURequest, "memory request": v.MemoryRequest, "CPU limit": v.CPULimit, "memory limit": v.MemoryLimit} {
 		if q == "" {
 			continue
@@ -327,6 +342,11 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 		out.Spec.Containers = append(out.Spec.Containers, sc.Containers...)
 	}
 	out.Spec.Volumes = append(out.Spec.Volumes, sc.Volumes...)
+	if v.RewriteAppProbers {
+		if err := rewriteProbes(out, st.Containers); err != nil {
+			return nil, err
+		}
+	}
 	status, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -342,4 +362,90 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 	}
 	out.Labels[TLSModeLabel] = "istio"
 	return out, nil
+}
+
+// rewriteProbes points the application containers' probes at the agent
+// and gives the originals to the proxy container (istio-proxy) in
+// appprobe.EnvVar, as Istio's injector does. A probe with a named port
+// the container does not declare, or a probe without an HTTP, TCP or gRPC
+// action, is left as it is; without an istio-proxy container nothing is
+// rewritten.
+func rewriteProbes(pod *corev1.Pod, injected []string) error {
+	proxy := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ProxyContainer })
+	if proxy < 0 {
+		return nil
+	}
+	probers := map[string]appprobe.Prober{}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if slices.Contains(injected, c.Name) {
+			continue
+		}
+		for _, pr := range []struct {
+			probe **corev1.Probe
+			kind  string
+		}{{&c.LivenessProbe, "livez"}, {&c.ReadinessProbe, "readyz"}, {&c.StartupProbe, "startupz"}} {
+			orig := *pr.probe
+			if orig == nil {
+				continue
+			}
+			p, ok := original(orig, c.Ports)
+			if !ok {
+				continue
+			}
+			path := appprobe.Path(c.Name, pr.kind)
+			probers[path] = p
+			rewritten := orig.DeepCopy()
+			rewritten.ProbeHandler = corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromInt(appprobe.AgentPort), Scheme: corev1.URISchemeHTTP,
+			}}
+			*pr.probe = rewritten
+		}
+	}
+	if len(probers) == 0 {
+		return nil
+	}
+	js, err := json.Marshal(probers)
+	if err != nil {
+		return fmt.Errorf("app probers: %w", err)
+	}
+	pod.Spec.Containers[proxy].Env = append(pod.Spec.Containers[proxy].Env, corev1.EnvVar{Name: appprobe.EnvVar, Value: string(js)})
+	return nil
+}
+
+// original is the probe the agent must perform, its port a number.
+func original(p *corev1.Probe, ports []corev1.ContainerPort) (appprobe.Prober, bool) {
+	resolve := func(port intstr.IntOrString) (intstr.IntOrString, bool) {
+		if port.Type == intstr.Int {
+			return port, port.IntValue() > 0
+		}
+		for _, cp := range ports {
+			if cp.Name == port.StrVal {
+				return intstr.FromInt32(cp.ContainerPort), true
+			}
+		}
+		return port, false
+	}
+	out := appprobe.Prober{TimeoutSeconds: p.TimeoutSeconds}
+	switch {
+	case p.HTTPGet != nil:
+		h := p.HTTPGet.DeepCopy()
+		var ok bool
+		if h.Port, ok = resolve(h.Port); !ok {
+			return out, false
+		}
+		out.HTTPGet = h
+	case p.TCPSocket != nil:
+		t := p.TCPSocket.DeepCopy()
+		var ok bool
+		if t.Port, ok = resolve(t.Port); !ok {
+			return out, false
+		}
+		out.TCPSocket = t
+	case p.GRPC != nil:
+		out.GRPC = p.GRPC.DeepCopy()
+	default:
+		return out, false // exec probes run in the container itself
+	}
+	return out, true
 }

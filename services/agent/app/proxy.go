@@ -147,7 +147,7 @@ func proxyCommand() *cobra.Command {
 		Long: "proxy gets the pod's certificate from ca (or serves the files mounted at /etc/certs) and serves it to Envoy over SDS on " + sds.SocketPath +
 			"; relays Envoy's ADS from " + xdsproxy.SocketPath + " to discovery over mTLS with that certificate; writes Envoy's bootstrap and runs Envoy, " +
 			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected), /stats/prometheus (Envoy's and the agent's metrics) " +
-			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (from $ISTIO_KUBE_APP_PROBERS; the injector does not rewrite probes yet).",
+			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (the originals come from $ISTIO_KUBE_APP_PROBERS, which the injector sets when it rewrites them).",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
 			if len(args) != 1 || (args[0] != "sidecar" && args[0] != "router") {

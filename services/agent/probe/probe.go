@@ -26,21 +26,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/appprobe"
 )
 
-// PathPrefix is where rewritten probes are served.
-const PathPrefix = "/app-health/"
+// The contract with the injector (package appprobe).
+const (
+	PathPrefix = appprobe.PathPrefix
+	EnvVar     = appprobe.EnvVar
+)
 
-// EnvVar carries the original probes.
-const EnvVar = "ISTIO_KUBE_APP_PROBERS"
-
-// Prober is one original probe, as Istio's injector writes it.
-type Prober struct {
-	HTTPGet        *corev1.HTTPGetAction   `json:"httpGet,omitempty"`
-	TCPSocket      *corev1.TCPSocketAction `json:"tcpSocket,omitempty"`
-	GRPC           *corev1.GRPCAction      `json:"grpc,omitempty"`
-	TimeoutSeconds int32                   `json:"timeoutSeconds,omitempty"`
-}
+// Prober is one original probe.
+type Prober = appprobe.Prober
 
 // Parse reads ISTIO_KUBE_APP_PROBERS; empty means no probes. Each entry
 // must be under PathPrefix, have exactly one action and a numeric port.

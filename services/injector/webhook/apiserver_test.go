@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	admregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
@@ -141,6 +143,23 @@ func TestTheAPIServerInjectsThePodsThePolicySelects(t *testing.T) {
 	}
 	if !hasVolume(injected, "istio-token") || !hasVolume(injected, "istio-ca-root-cert") || injected.Labels[inject.TLSModeLabel] != "istio" {
 		t.Fatal("volumes or label missing")
+	}
+
+	// The application's probes now go to the agent, which gets the
+	// originals (Istio's rewriteAppHTTPProbers).
+	probed := create(podIn(enabled, "probed", func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")},
+		}}
+	}))
+	if get := probed.Spec.Containers[0].ReadinessProbe.HTTPGet; get == nil || get.Path != "/app-health/app/readyz" || get.Port.IntValue() != 15020 {
+		t.Fatalf("the stored pod's readiness probe: %+v", probed.Spec.Containers[0].ReadinessProbe)
+	}
+	if env := probed.Spec.Containers[1].Env; !slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
+		return e.Name == "ISTIO_KUBE_APP_PROBERS" && strings.Contains(e.Value, `"path":"/ready"`) && strings.Contains(e.Value, `"port":8080`)
+	}) {
+		t.Fatalf("the proxy's environment lacks the original probe: %v", env)
 	}
 
 	for name, p := range map[string]*corev1.Pod{
