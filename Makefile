@@ -27,7 +27,7 @@ RACE     ?= -race
 IMAGE_TAG ?= $(VERSION)
 IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo
 
-.PHONY: images build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
+.PHONY: images proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -49,6 +49,12 @@ images: build ## container images FROM scratch (deploy/images/Dockerfile), tagge
 	  out=$$(docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) -t $$b:$(IMAGE_TAG) -t $$b:latest $$ctx 2>&1) || { echo "$$out"; exit 1; }; \
 	  echo "$$b:$(IMAGE_TAG)"; \
 	done
+
+proxy-image: build ## the sidecar image flotilla-proxy (deploy/images/Dockerfile.proxy): Envoy from ENVOY_IMAGE=<an upstream Envoy image> plus flotilla-agent; not built in CI (Envoy cannot be pulled there)
+	@test -n "$(ENVOY_IMAGE)" || { echo "ENVOY_IMAGE must name an upstream Envoy image, e.g. make proxy-image ENVOY_IMAGE=envoyproxy/envoy:distroless-v1.36.2"; exit 2; }
+	@ctx=$(BIN)/images/flotilla-proxy; rm -rf $$ctx; mkdir -p $$ctx; cp $(BIN)/flotilla-agent $$ctx/; \
+	  docker build -q --build-arg ENVOY_IMAGE=$(ENVOY_IMAGE) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) \
+	    -f deploy/images/Dockerfile.proxy -t flotilla-proxy:$(IMAGE_TAG) -t flotilla-proxy:latest $$ctx && echo flotilla-proxy:$(IMAGE_TAG)
 
 run: build ## run the control plane locally (no cluster); Ctrl-C stops it
 	@$(BIN)/devrun --bin $(BIN)

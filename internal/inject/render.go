@@ -73,7 +73,7 @@ type Values struct {
 // DefaultValues are the built-in values.
 func DefaultValues() Values {
 	return Values{
-		ProxyImage: "flotilla-agent:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
+		ProxyImage: "flotilla-proxy:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
 		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
 		TrustDomain: "cluster.local", ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
 		IncludeOutboundIPRanges: "*", RewriteAppProbers: true,

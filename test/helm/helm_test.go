@@ -218,7 +218,7 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the injection ConfigMap: %v", err)
 			}
-			if c.Values.DiscoveryAddress != "flotilla-discovery."+namespace+".svc:15012" || c.Values.ProxyImage != "flotilla-agent:latest" {
+			if c.Values.DiscoveryAddress != "flotilla-discovery."+namespace+".svc:15012" || c.Values.ProxyImage != "flotilla-proxy:latest" {
 				t.Errorf("injection values %+v", c.Values)
 			}
 		default:

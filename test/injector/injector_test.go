@@ -190,7 +190,7 @@ spec:
 	if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	xdstest.Eventually(t, "the built-in proxy image", func() bool { return proxyImage() == "flotilla-agent:latest" })
+	xdstest.Eventually(t, "the built-in proxy image", func() bool { return proxyImage() == "flotilla-proxy:latest" })
 	if inj.Out.Count("refusing galley's injection configuration") > 0 {
 		t.Fatal("galley passed on a broken injection ConfigMap")
 	}
