@@ -49,7 +49,10 @@ type galley struct {
 	done chan struct{}
 }
 
-func startGalley(t *testing.T, addr string) *galley {
+// startGalley serves the collections on addr (a restart keeps its
+// address) once initial, when given, is in the virtual services, as
+// galley serves only its loaded configuration.
+func startGalley(t *testing.T, addr string, initial ...*Resource) *galley {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -62,6 +65,11 @@ func startGalley(t *testing.T, addr string) *galley {
 	srv, err := NewServer(ctx, quiet(), noop.NewMeterProvider().Meter("test"), []string{vsType, drType})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(initial) > 0 {
+		if _, err := srv.Update(vsType, initial, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	g := grpc.NewServer()
 	srv.Register(g)
@@ -277,8 +285,7 @@ func TestAfterAGalleyRestartTheSubscriberReceivesOnlyTheDifference(t *testing.T)
 
 	// Same world after a restart: nothing to send.
 	g.stop()
-	g2 := startGalley(t, g.addr)
-	g2.update(vsType, world(t))
+	g2 := startGalley(t, g.addr, world(t)...)
 	rec.waitFor(t, "the resubscription", func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
@@ -290,10 +297,9 @@ func TestAfterAGalleyRestartTheSubscriberReceivesOnlyTheDifference(t *testing.T)
 
 	// One resource changed and one removed while the subscriber was away.
 	g2.stop()
-	g3 := startGalley(t, g.addr)
 	w := world(t)
 	w[7] = vs(t, "svc-07", "svc-07", "svc-07.changed")
-	g3.update(vsType, w[:49])
+	startGalley(t, g.addr, w[:49]...)
 	rec.waitFor(t, "the difference", func() bool { return rec.changes()-before == 2 })
 	last := rec.lastCall(vsType)
 	if last != vsType+": +default/svc-07 -default/svc-49" && last != vsType+": -default/svc-49 +default/svc-07" {

@@ -169,7 +169,17 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	actors = append(actors, hooks...)
 	return rt.Serve(ctx, append(actors,
 		append(sources,
-			lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error { return gs.Serve(ctx, lis) }},
+			lifecycle.Actor{Name: "mcp", Run: func(ctx context.Context) error {
+				// Subscribers are answered only once the configuration is
+				// loaded: a restarted galley must not tell a reconnecting
+				// discovery that everything it holds is gone.
+				select {
+				case <-loaded:
+				case <-ctx.Done():
+					return nil
+				}
+				return gs.Serve(ctx, lis)
+			}},
 			lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
 				select {
 				case <-loaded:
