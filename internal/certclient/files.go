@@ -65,17 +65,22 @@ func (c Config) ForService(service, namespace, domainSuffix string, log *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("ca address %q: %w", c.Address, err)
 	}
-	tokenFile := c.TokenFile
 	base := service + "." + namespace + ".svc"
 	return New(Options{
 		Address: c.Address, ServerName: host, Roots: StaticRoots(roots),
-		Token: func() (string, error) {
-			b, err := os.ReadFile(tokenFile)
-			if err != nil {
-				return "", fmt.Errorf("token: %w", err)
-			}
-			return strings.TrimSpace(string(b)), nil
-		},
-		DNSNames: []string{base, base + "." + domainSuffix}, Log: log,
+		Token: TokenFile(c.TokenFile), DNSNames: []string{base, base + "." + domainSuffix}, Log: log,
 	}), nil
+}
+
+// TokenFile is Options.Token for a token in a file (a projected service
+// account token, which the kubelet replaces before it expires): the file
+// is read at each request.
+func TokenFile(path string) func() (string, error) {
+	return func() (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("token: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
 }

@@ -266,7 +266,6 @@ func identitySource(cfg Config, state *identity.State, log *slog.Logger) ([]life
 		return nil, fmt.Errorf("caAddress: %w", err)
 	}
 	want := spiffe.ID{TrustDomain: cfg.TrustDomain, Namespace: cfg.PodNamespace, ServiceAccount: cfg.ServiceAccount}
-	tokenFile := cfg.CA.TokenFile
 	client := certclient.New(certclient.Options{
 		Address: cfg.CA.Address, ServerName: host,
 		Roots: func() *x509.CertPool {
@@ -275,14 +274,8 @@ func identitySource(cfg Config, state *identity.State, log *slog.Logger) ([]life
 			}
 			return x509.NewCertPool() // nothing trusted until the bundle is read
 		},
-		Token: func() (string, error) {
-			b, err := os.ReadFile(tokenFile)
-			if err != nil {
-				return "", fmt.Errorf("token: %w", err)
-			}
-			return strings.TrimSpace(string(b)), nil
-		},
-		TTL: cfg.CertTTL, RenewWithCertificate: true, Log: log,
+		Token: certclient.TokenFile(cfg.CA.TokenFile),
+		TTL:   cfg.CertTTL, RenewWithCertificate: true, Log: log,
 		OnCertificate: func(c *tls.Certificate) {
 			// ca gives the identity the token proves; the environment only
 			// says which one the pod expects.
