@@ -211,9 +211,8 @@ func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecr
 	// ready says whether the named secrets that can exist are all held,
 	// so no half answer is sent while the first certificate is on its way.
 	ready := func(snap identity.Snapshot) bool {
-		have := secrets(snap)
 		for _, n := range names {
-			if _, ok := have[n]; known(n) && !ok {
+			if (n == SecretWorkload && snap.Leaf == nil) || (n == SecretRoot && len(snap.RootsPEM) == 0) {
 				return false
 			}
 		}
