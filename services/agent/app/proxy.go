@@ -75,7 +75,7 @@ type Config struct {
 	Delta       bool   `yaml:"delta" usage:"Envoy asks for incremental (delta) xDS, as in Istio; false: state of the world"`
 	EnvoyBinary string `yaml:"envoyBinary" usage:"Envoy's binary"`
 	EnvoyConfig string `yaml:"envoyConfig" usage:"where the bootstrap is written for Envoy"`
-	EnvoyAdmin  string `yaml:"envoyAdmin" usage:"Envoy's admin address, as the bootstrap sets it"`
+	EnvoyAdmin  string `yaml:"envoyAdmin" usage:"Envoy's admin address, host:port, written into the bootstrap (loopback: it is not protected)"`
 }
 
 func proxyDefaults() Config {
@@ -177,7 +177,9 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		Type: cfg.Type, IP: cfg.InstanceIP, PodName: cfg.PodName, Namespace: cfg.PodNamespace, DomainSuffix: cfg.DomainSuffix,
 		ServiceAccount: cfg.ServiceAccount, ClusterID: cfg.ClusterID, Labels: labelsFromEnv(rt.Log),
 	}
-	boot, problems, err := bootstrap.Build(bootstrap.Options{Node: node, ProxyConfig: pc, Delta: cfg.Delta, XDSSocket: cfg.XDSSocket, SDSSocket: cfg.SDSSocket})
+	boot, problems, err := bootstrap.Build(bootstrap.Options{
+		Node: node, ProxyConfig: pc, Delta: cfg.Delta, XDSSocket: cfg.XDSSocket, SDSSocket: cfg.SDSSocket, Admin: cfg.EnvoyAdmin,
+	})
 	if err != nil {
 		return err //nolint:wrapcheck // says what is wrong
 	}

@@ -96,6 +96,9 @@ type Options struct {
 	Delta bool
 	// XDSSocket and SDSSocket are the agent's sockets (defaults above).
 	XDSSocket, SDSSocket string
+	// Admin is Envoy's admin address, host:port (default
+	// 127.0.0.1:15000); /stats/prometheus on StatsPort reads it.
+	Admin string
 }
 
 // Build returns the bootstrap, and what of the proxy config it could not
@@ -106,6 +109,14 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 	}
 	o.XDSSocket = orDefault(o.XDSSocket, XDSSocket)
 	o.SDSSocket = orDefault(o.SDSSocket, SDSSocket)
+	adminHost, adminPortText, err := net.SplitHostPort(orDefault(o.Admin, "127.0.0.1:"+strconv.Itoa(AdminPort)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("envoy admin address: %w", err)
+	}
+	adminPort, err := strconv.ParseUint(adminPortText, 10, 16)
+	if err != nil {
+		return nil, nil, fmt.Errorf("envoy admin address %q: bad port", o.Admin)
+	}
 	var problems []string
 	md, err := metadata(o.Node)
 	if err != nil {
@@ -124,7 +135,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 	}
 	b := &bootstrapv3.Bootstrap{
 		Node:  &corev3.Node{Id: o.Node.ID(), Cluster: serviceCluster(o.Node), Metadata: md},
-		Admin: &bootstrapv3.Admin{Address: socketAddress("127.0.0.1", AdminPort)},
+		Admin: &bootstrapv3.Admin{Address: socketAddress(adminHost, uint32(adminPort))},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
 			AdsConfig: &corev3.ApiConfigSource{
 				ApiType: api, TransportApiVersion: corev3.ApiVersion_V3, SetNodeOnFirstMessageOnly: true,
@@ -144,7 +155,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 		sr.Clusters = append(sr.Clusters, cl)
 	}
 	sr.Clusters = append(sr.Clusters,
-		staticCluster(statsClustr, "127.0.0.1", AdminPort),
+		staticCluster(statsClustr, adminHost, uint32(adminPort)),
 		staticCluster(agentClustr, "127.0.0.1", AgentPort),
 	)
 	for _, l := range []struct {

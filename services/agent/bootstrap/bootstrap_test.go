@@ -63,6 +63,23 @@ tracing: {zipkin: {address: "zipkin.istio-system:9411"}}
 	}
 }
 
+func TestTheAdminAddressIsWhereStatsAreRead(t *testing.T) {
+	b, _, err := Build(Options{Node: cart(), Admin: "127.0.0.1:19000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.GetAdmin().GetAddress().GetSocketAddress().GetPortValue(); got != 19000 {
+		t.Errorf("admin port %d", got)
+	}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == statsClustr {
+			if got := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); got != 19000 {
+				t.Errorf("the stats cluster reads port %d", got)
+			}
+		}
+	}
+}
+
 func TestTheNodeIsWhatDiscoveryReads(t *testing.T) {
 	b, _, err := Build(Options{Node: cart()})
 	if err != nil {
@@ -88,10 +105,11 @@ func TestTheNodeIsWhatDiscoveryReads(t *testing.T) {
 
 func TestABadNodeOrProxyConfigIsRefusedWithTheReason(t *testing.T) {
 	for want, o := range map[string]Options{
-		"INSTANCE_IP":   {Node: func() Node { n := cart(); n.IP = ""; return n }()},
-		"POD_NAMESPACE": {Node: func() Node { n := cart(); n.Namespace = ""; return n }()},
-		"proxy type":    {Node: func() Node { n := cart(); n.Type = "waypoint"; return n }()},
-		"zipkin":        {Node: cart(), ProxyConfig: &meshv1alpha1.ProxyConfig{Tracing: &meshv1alpha1.Tracing{Tracer: &meshv1alpha1.Tracing_Zipkin_{Zipkin: &meshv1alpha1.Tracing_Zipkin{Address: "no-port"}}}}},
+		"INSTANCE_IP":         {Node: func() Node { n := cart(); n.IP = ""; return n }()},
+		"POD_NAMESPACE":       {Node: func() Node { n := cart(); n.Namespace = ""; return n }()},
+		"proxy type":          {Node: func() Node { n := cart(); n.Type = "waypoint"; return n }()},
+		"envoy admin address": {Node: cart(), Admin: "no-port"},
+		"zipkin":              {Node: cart(), ProxyConfig: &meshv1alpha1.ProxyConfig{Tracing: &meshv1alpha1.Tracing{Tracer: &meshv1alpha1.Tracing_Zipkin_{Zipkin: &meshv1alpha1.Tracing_Zipkin{Address: "no-port"}}}}},
 	} {
 		if _, _, err := Build(o); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", want, err)
