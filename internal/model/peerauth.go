@@ -23,20 +23,26 @@ type PeerAuthentication struct {
 	Spec            *security.PeerAuthentication
 }
 
-// InboundMTLS returns the mTLS mode of one of the proxy's ports: the
-// port-level setting of the PeerAuthentication selecting the workload,
-// else its mode, else its namespace's, else the root namespace's, else
-// permissive. UNSET inherits from the next level.
+// InboundMTLS returns the mTLS mode of one of the proxy's ports (see
+// WorkloadMTLS).
 func (pc *PushContext) InboundMTLS(p *Proxy, port uint32) MTLSMode {
+	return pc.WorkloadMTLS(p.Namespace, p.Labels, port)
+}
+
+// WorkloadMTLS returns the mTLS mode of a port of the workload with
+// labels in namespace: the port-level setting of the PeerAuthentication
+// selecting the workload, else its mode, else its namespace's, else the
+// root namespace's, else permissive. UNSET inherits from the next level.
+func (pc *PushContext) WorkloadMTLS(namespace string, labels map[string]string, port uint32) MTLSMode {
 	var chain []*security.PeerAuthentication
-	for _, pa := range pc.cfg.peerAuth[p.Namespace] {
+	for _, pa := range pc.cfg.peerAuth[namespace] {
 		sel := pa.Spec.GetSelector().GetMatchLabels()
-		if len(sel) > 0 && LabelsMatch(sel, p.Labels) {
+		if len(sel) > 0 && LabelsMatch(sel, labels) {
 			chain = append(chain, pa.Spec)
 			break
 		}
 	}
-	for _, ns := range []string{p.Namespace, pc.RootNamespace} {
+	for _, ns := range []string{namespace, pc.RootNamespace} {
 		for _, pa := range pc.cfg.peerAuth[ns] {
 			if len(pa.Spec.GetSelector().GetMatchLabels()) == 0 {
 				chain = append(chain, pa.Spec)

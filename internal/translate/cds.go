@@ -248,12 +248,16 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(mh)}}
 		}
 	}
-	if !g.grpc {
-		if opts := httpOptions(port.GetProtocol(), pol.ConnectionPool); opts != nil {
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
+	if g.grpc {
+		if !g.grpcClusterTLS(c, svc, port, ss, pol.TLS) {
+			return nil
 		}
-		g.applyTLS(c, svc, port, ss, pol.TLS)
+		return c
 	}
+	if opts := httpOptions(port.GetProtocol(), pol.ConnectionPool); opts != nil {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
+	}
+	g.applyTLS(c, svc, port, ss, pol.TLS)
 	return c
 }
 
@@ -458,12 +462,12 @@ func (g *gen) istioMutual(svc *registryv1.Service, sni string) *corev3.Transport
 			}},
 		},
 	}
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
+	return g.tlsSocket(ctx)
 }
 
-// spiffeSANs are the identities a service's servers may present: those the
-// service declares, else the service accounts of its endpoints.
-func (g *gen) spiffeSANs(svc *registryv1.Service) []*tlsv3.SubjectAltNameMatcher {
+// spiffeIDs are the identities a service's servers may present: those
+// the service declares, else the service accounts of its endpoints.
+func (g *gen) spiffeIDs(svc *registryv1.Service) []string {
 	ids := slices.Clone(svc.GetSubjectAltNames())
 	if len(ids) == 0 {
 		for _, ep := range g.pc.Endpoints(svc) {
@@ -477,7 +481,12 @@ func (g *gen) spiffeSANs(svc *registryv1.Service) []*tlsv3.SubjectAltNameMatcher
 		}
 	}
 	slices.Sort(ids)
-	ids = slices.Compact(ids)
+	return slices.Compact(ids)
+}
+
+// spiffeSANs matches the URI SAN against spiffeIDs.
+func (g *gen) spiffeSANs(svc *registryv1.Service) []*tlsv3.SubjectAltNameMatcher {
+	ids := g.spiffeIDs(svc)
 	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, &tlsv3.SubjectAltNameMatcher{
@@ -519,7 +528,7 @@ func (g *gen) originatedTLS(tls *networking.ClientTLSSettings) *corev3.Transport
 		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: validation}
 	}
 	ctx := &tlsv3.UpstreamTlsContext{Sni: tls.GetSni(), CommonTlsContext: common}
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
+	return g.tlsSocket(ctx)
 }
 
 // inboundClusters are inbound|<port>|| for each port of the proxy's own

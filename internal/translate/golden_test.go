@@ -37,6 +37,9 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 //	apiVersion: test.flotilla.io/v1
 //	kind: Proxy
 //	spec: {id: sidecar~10.1.1.1~app-1.default~default.svc.cluster.local, labels: {...}, generator: grpc}
+//
+// listeners names listeners the proxy asks for besides all it gets
+// (a proxyless gRPC server's, which are known only by name).
 type testProxy struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -45,7 +48,14 @@ type testProxy struct {
 		Labels         map[string]string `json:"labels"`
 		Generator      string            `json:"generator"`
 		ServiceAccount string            `json:"serviceAccount"`
+		Listeners      []string          `json:"listeners"`
 	} `json:"spec"`
+}
+
+// caseProxy is a proxy of a case, and the listeners it asks for by name.
+type caseProxy struct {
+	*model.Proxy
+	listeners []string
 }
 
 // loadCase reads a case's input the way Flotilla reads config: the Istio
@@ -55,14 +65,14 @@ type testProxy struct {
 // Pods (which only galley's cluster mode reads) normalised as galley does;
 // an optional MeshConfig; and the proxies to translate for. A document
 // galley would reject fails the case.
-func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
+func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy) {
 	tb.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	store := model.NewStore()
-	var proxies []*model.Proxy
+	var proxies []caseProxy
 	var istioDocs [][]byte
 	var endpointSlices []*discoveryv1.EndpointSlice
 	pods := map[string]*corev1.Pod{}
@@ -89,7 +99,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []*model.Proxy) {
 			if err := sigyaml.UnmarshalStrict(doc, &tp); err != nil {
 				tb.Fatal(err)
 			}
-			proxies = append(proxies, parseTestProxy(tb, tp))
+			proxies = append(proxies, caseProxy{parseTestProxy(tb, tp), tp.Spec.Listeners})
 		case head.Kind == "MeshConfig":
 			var wrapper struct {
 				Spec yaml.Node `yaml:"spec"`
@@ -238,10 +248,11 @@ func TestGolden(t *testing.T) {
 				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{},
 				problems: map[string][]string{},
 			}
-			for _, p := range proxies {
-				out := Generate(pc, p)
+			for _, cp := range proxies {
+				p := cp.Proxy
+				out := generateCase(pc, cp)
 				files.add(t, p, out)
-				if !deterministic(t, out, Generate(pc, p)) {
+				if !deterministic(t, out, generateCase(pc, cp)) {
 					t.Fatalf("%s: two translations of the same input differ", proxyKey(p))
 				}
 			}
@@ -252,6 +263,23 @@ func TestGolden(t *testing.T) {
 			checkProblems(t, filepath.Join(dir, "problems.golden.json"), files.problems)
 		})
 	}
+}
+
+// generateCase is Generate, with the listeners the proxy asks for by
+// name.
+func generateCase(pc *model.PushContext, cp caseProxy) *Output {
+	out := Generate(pc, cp.Proxy)
+	if len(cp.listeners) > 0 {
+		g := NewGenerator(pc, cp.Proxy)
+		out.Listeners = append(out.Listeners, g.Listeners(cp.listeners)...)
+		sortByName(out.Listeners)
+		for _, p := range g.Problems() {
+			if !slices.Contains(out.Problems, p) {
+				out.Problems = append(out.Problems, p)
+			}
+		}
+	}
+	return out
 }
 
 // deterministic reports whether two outputs are the same resources in the

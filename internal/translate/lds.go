@@ -52,6 +52,12 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 	}
 	var out []*listenerv3.Listener
 	for _, name := range uniqueSorted(names) {
+		if strings.HasPrefix(name, GRPCInboundPrefix) {
+			if l := g.grpcServerListener(name); l != nil {
+				out = append(out, l)
+			}
+			continue
+		}
 		if svc, _ := g.hostPort(name); svc == nil || !grpcReachable(svc) {
 			continue
 		}
@@ -236,7 +242,7 @@ func (g *gen) downstreamMTLS(proto registryv1.Protocol) *corev3.TransportSocket 
 			}},
 		},
 	}
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
+	return g.tlsSocket(ctx)
 }
 
 // outboundListeners: "0.0.0.0_<port>" for HTTP ports (routed by RDS

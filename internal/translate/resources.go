@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"strings"
+
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 )
@@ -62,7 +64,7 @@ func ResourceName(m proto.Message) string {
 //     depends on that host and on every destination of the
 //     VirtualService that applies to it for this proxy;
 //   - anything else (a sidecar's port route "80", inbound and special
-//     clusters, named listeners) depends on more than its name says: all
+//     clusters, named listeners, a proxyless server's listener) depends on more than its name says: all
 //     is true, and every change concerns it.
 //
 // The hosts may be ones that do not exist (yet): a client may watch a
@@ -74,6 +76,9 @@ func (x *Generator) DependsOn(typeURL, name string) (hosts []string, all bool) {
 			return []string{host}, false
 		}
 	case resourcev3.ListenerType, resourcev3.RouteType:
+		if strings.HasPrefix(name, GRPCInboundPrefix) {
+			return nil, true // the workload's own services and policies
+		}
 		host, _, ok := ParseListenerName(name)
 		if !ok {
 			return nil, true

@@ -59,7 +59,7 @@ func generators(t *testing.T, mesh string) []*Generator {
 	pc, _ := store.Build(model.BuildOptions{}, nil, 1)
 	out := make([]*Generator, len(proxies))
 	for i, p := range proxies {
-		out[i] = NewGenerator(pc, p)
+		out[i] = NewGenerator(pc, p.Proxy)
 	}
 	return out
 }
@@ -85,6 +85,7 @@ func TestDependsOnNamesTheHostsAResourceIsBuiltFrom(t *testing.T) {
 		{"and so does its route configuration", resourcev3.RouteType, front + ":8080", []string{front, back, shadow}, false},
 		{"a host without a VirtualService", resourcev3.ListenerType, back + ":8080", []string{back}, false},
 		{"a sidecar's port route depends on many hosts", resourcev3.RouteType, "8080", nil, true},
+		{"a proxyless server's listener depends on the workload's services and policies", resourcev3.ListenerType, GRPCInboundPrefix + "127.0.0.1:8080", nil, true},
 		{"a name whose port is not a number", resourcev3.ListenerType, "front:http", nil, true},
 		{"a type not served", "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "default", nil, true},
 	} {

@@ -43,6 +43,15 @@ func (c *conn) push(ev *pushEvent) error {
 		return nil
 	}
 	c.s.metrics.decided("eds")
+	// A cluster's TLS settings are built from its endpoints too (the
+	// identities its servers may present; whether a proxyless client's
+	// auto mTLS applies): the clusters go again first, which sends nothing
+	// when they came out the same.
+	if cw := c.watches[resourcev3.ClusterType]; cw != nil && cw.started {
+		if err := c.respond(resourcev3.ClusterType, cw, gen, ev.seen, affected, false); err != nil {
+			return err
+		}
+	}
 	return c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false)
 }
 

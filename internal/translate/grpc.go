@@ -1,0 +1,226 @@
+package translate
+
+import (
+	"net"
+	"strconv"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+// This file holds what only proxyless gRPC clients and servers get: TLS
+// through certificate providers, and the listeners of xDS-enabled gRPC
+// servers.
+
+// GRPCInboundPrefix starts the name of a proxyless gRPC server's
+// listener. grpc-go's xDS server asks for its bootstrap's
+// server_listener_resource_name_template filled with the address it
+// listens on; the agent's bootstrap sets the template, as Istio's does, to
+// GRPCInboundPrefix+"%s", so the name ends in "host:port".
+const GRPCInboundPrefix = "xds.istio.io/grpc/lds/inbound/"
+
+// Certificate provider names of the agent's gRPC bootstrap: one
+// file_watcher instance holding the workload certificate and the roots.
+// grpc-go hands the certificate name to the provider, which the
+// file_watcher plugin ignores; Istio's names are kept.
+const (
+	GRPCCertProvider = "default"
+	grpcCertName     = "default"
+	grpcRootName     = "ROOTCA"
+)
+
+// ParseGRPCInboundName returns the host and port of a proxyless server's
+// listener name (GRPCInboundPrefix + "host:port", IPv6 hosts bracketed).
+func ParseGRPCInboundName(name string) (host string, port uint32, ok bool) {
+	hp, ok := strings.CutPrefix(name, GRPCInboundPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	h, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(p, 10, 32)
+	if err != nil || n == 0 || n > 65535 {
+		return "", 0, false
+	}
+	return h, uint32(n), true
+}
+
+// grpcInbound is the listener of a proxyless gRPC server listening on
+// name's address, as grpc-go's xDS server reads it (gRFC A36): the
+// address it listens on, one filter chain whose HTTP connection manager
+// has an inline route configuration with a non-forwarding route for
+// everything, and, when the port accepts mTLS only, the mesh certificate
+// from the agent's certificate provider with client certificates
+// required. It is nil when the port is none of the workload's service
+// ports: Istio's grpcgen serves no listener then, and grpc-go keeps the
+// port not serving.
+//
+// PERMISSIVE is served as plaintext, as Istio does for gRPC servers:
+// grpc-go's filter chain match cannot tell TLS from plaintext (it accepts
+// only transport_protocol "raw_buffer"), so one chain must pick, and
+// clients' auto mTLS (grpcClusterTLS) uses mTLS towards STRICT ports only.
+func (g *gen) grpcInbound(name string) *listenerv3.Listener {
+	host, port, ok := ParseGRPCInboundName(name)
+	if !ok || !g.servesPort(port) {
+		return nil
+	}
+	chain := &listenerv3.FilterChain{Name: "inbound|" + itoa(port) + "|plaintext"}
+	if g.pc.InboundMTLS(g.p, port) == model.Strict {
+		chain.Name = "inbound|" + itoa(port) + "|mtls"
+		chain.TransportSocket = g.tlsSocket(&tlsv3.DownstreamTlsContext{
+			RequireClientCertificate: wrapperspb.Bool(true),
+			CommonTlsContext:         grpcCommonTLS(nil),
+		})
+	}
+	route := ClusterName("inbound", port, "", "")
+	chain.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, &hcmv3.HttpConnectionManager{
+		StatPrefix: route,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: route,
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name:    "inbound|grpc|" + itoa(port),
+				Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Name:   "default",
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_NonForwardingAction{NonForwardingAction: &routev3.NonForwardingAction{}},
+				}},
+			}},
+		}},
+		// A server rejects a listener naming a filter it cannot run on
+		// the server side (the fault filter is client-only): the
+		// router alone, as Istio's grpcgen sends without policies.
+		HttpFilters: g.httpFilters()[1:],
+	})}
+	return &listenerv3.Listener{
+		Name:         name,
+		Address:      socketAddress(host, port),
+		FilterChains: []*listenerv3.FilterChain{chain},
+	}
+}
+
+// servesPort reports whether port is where the proxy's workload serves
+// one of its services.
+func (g *gen) servesPort(port uint32) bool {
+	for _, in := range g.pc.Instances(g.p) {
+		for _, sp := range in.Service.GetPorts() {
+			if target, ok := endpointPort(in.Endpoint, sp); ok && target == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// grpcClusterTLS sets a proxyless client's upstream TLS, and reports
+// false when the cluster must be left out. grpc-go's xDS credentials read
+// certificate provider instances only (gRFC A29), and no transport socket
+// matches, so TLS is decided for the whole cluster:
+//
+//   - ISTIO_MUTUAL: mesh mTLS with the agent's certificate provider, the
+//     server held to the service's SPIFFE identities (Istio's grpcgen does
+//     the same);
+//   - DISABLE: plaintext;
+//   - SIMPLE and MUTUAL name files or Secrets grpc-go cannot use: the
+//     cluster is left out (reported) rather than sent in plaintext;
+//   - no TLS setting, with auto mTLS on: mTLS when every endpoint of the
+//     cluster runs in the mesh (tlsMode istio) and accepts mTLS only on
+//     its port (STRICT), else plaintext. Istio's grpcgen leaves proxyless
+//     clients in plaintext unless a DestinationRule says ISTIO_MUTUAL;
+//     Flotilla goes as far as is safe: a STRICT port refuses plaintext,
+//     and a PERMISSIVE proxyless server serves plaintext only
+//     (grpcInbound), so mTLS anywhere else could fail.
+func (g *gen) grpcClusterTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, tls *networking.ClientTLSSettings) bool {
+	switch {
+	case tls == nil:
+		if !g.pc.AutoMTLS() || svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL || !g.strictMeshEndpoints(svc, port, ss) {
+			return true
+		}
+	case tls.GetMode() == networking.ClientTLSSettings_DISABLE:
+		return true
+	case tls.GetMode() != networking.ClientTLSSettings_ISTIO_MUTUAL:
+		g.problem("cluster %s: TLS mode %s is not available to proxyless gRPC clients (they read certificate providers only); left out", c.GetName(), tls.GetMode())
+		return false
+	}
+	c.TransportSocket = g.tlsSocket(&tlsv3.UpstreamTlsContext{CommonTlsContext: grpcCommonTLS(g.spiffeIDs(svc))})
+	return true
+}
+
+// strictMeshEndpoints reports whether the cluster of port (and subset)
+// has endpoints and all of them are mesh workloads whose port accepts
+// mTLS only, by the PeerAuthentication selecting each workload.
+func (g *gen) strictMeshEndpoints(svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset) bool {
+	n := 0
+	for _, ep := range g.pc.Endpoints(svc) {
+		if !model.LabelsMatch(ss.GetLabels(), ep.GetLabels()) {
+			continue
+		}
+		target, ok := endpointPort(ep, port)
+		if !ok {
+			continue
+		}
+		ns := ep.GetWorkloadNamespace()
+		if ns == "" {
+			ns = svc.GetNamespace()
+		}
+		if ep.GetTlsMode() != registryv1.TLSMode_TLS_MODE_ISTIO || g.pc.WorkloadMTLS(ns, ep.GetLabels(), target) != model.Strict {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// grpcCommonTLS names the agent's certificate provider for the workload
+// certificate and the roots, and holds the peer to one of sans (none on
+// the server side, where grpc-go refuses SAN matchers).
+func grpcCommonTLS(sans []string) *tlsv3.CommonTlsContext {
+	validation := &tlsv3.CertificateValidationContext{
+		CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertProvider, CertificateName: grpcRootName},
+	}
+	for _, id := range sans {
+		// grpc-go reads match_subject_alt_names, not the typed field
+		// Envoy prefers; it matches the string against the URI SANs.
+		validation.MatchSubjectAltNames = append(validation.MatchSubjectAltNames, //nolint:staticcheck // the field grpc-go reads
+			&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}})
+	}
+	return &tlsv3.CommonTlsContext{
+		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertProvider, CertificateName: grpcCertName},
+		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: validation},
+	}
+}
+
+// tlsSocket is Envoy's TLS transport socket holding ctx (an upstream or
+// downstream TLS context).
+func (g *gen) tlsSocket(ctx proto.Message) *corev3.TransportSocket {
+	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
+}
+
+// grpcServerListener builds and checks a server listener (nil when the
+// proxy has none of that name, or it failed its check, reported).
+func (g *gen) grpcServerListener(name string) *listenerv3.Listener {
+	before := g.packErrs
+	l := g.grpcInbound(name)
+	if l == nil {
+		return nil
+	}
+	if err := g.valid(l, before); err != nil {
+		g.problem("listener %s dropped: %v", name, err)
+		return nil
+	}
+	return l
+}
