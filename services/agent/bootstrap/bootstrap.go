@@ -62,6 +62,9 @@ type Node struct {
 	ServiceAccount, ClusterID, IstioVersion string
 	// Labels are the pod's labels.
 	Labels map[string]string
+	// Generator is the node's GENERATOR metadata: "grpc" for a proxyless
+	// gRPC application, empty for Envoy.
+	Generator string
 }
 
 // ID is the node id: type~IP~pod.namespace~namespace.svc.domain.
@@ -274,6 +277,9 @@ func metadata(n Node) (*structpb.Struct, error) {
 	}
 	if n.ServiceAccount != "" {
 		fields["SERVICE_ACCOUNT"] = n.ServiceAccount
+	}
+	if n.Generator != "" {
+		fields["GENERATOR"] = n.Generator
 	}
 	md, err := structpb.NewStruct(fields)
 	if err != nil {

@@ -15,12 +15,13 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/boundedfile"
 )
 
-// The files of Istio's file-mounted mode, in CertsDir.
+// The files of Istio's certificate directories: read from CertsDir in
+// file-mounted mode, written by Writer for proxyless applications.
 const (
 	CertsDir      = "/etc/certs"
-	MountedChain  = "cert-chain.pem"
-	MountedKey    = "key.pem"
-	MountedRoots  = "root-cert.pem"
+	ChainFile     = "cert-chain.pem"
+	KeyFile       = "key.pem"
+	RootsFile     = "root-cert.pem"
 	maxFileBytes  = 1 << 20
 	defaultPeriod = 5 * time.Second
 )
@@ -29,7 +30,7 @@ const (
 // file-mounted mode, none empty; the agent then serves them instead of
 // asking ca.
 func Mounted(dir string) bool {
-	for _, f := range []string{MountedChain, MountedKey, MountedRoots} {
+	for _, f := range []string{ChainFile, KeyFile, RootsFile} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
 			return false
 		}
@@ -70,10 +71,10 @@ func WatchRoots(ctx context.Context, s *State, path string, period time.Duration
 func WatchMounted(ctx context.Context, s *State, dir string, period time.Duration, log *slog.Logger) error {
 	var lastChain, lastKey []byte
 	var lastErr string
-	rootsPath := filepath.Join(dir, MountedRoots)
+	rootsPath := filepath.Join(dir, RootsFile)
 	return poll(ctx, period, func() {
-		chain, errC := boundedfile.Read(filepath.Join(dir, MountedChain), maxFileBytes)
-		key, errK := boundedfile.Read(filepath.Join(dir, MountedKey), maxFileBytes)
+		chain, errC := boundedfile.Read(filepath.Join(dir, ChainFile), maxFileBytes)
+		key, errK := boundedfile.Read(filepath.Join(dir, KeyFile), maxFileBytes)
 		roots, errR := readPEMBundle(rootsPath)
 		err := errors.Join(errC, errK, errR)
 		var cert tls.Certificate

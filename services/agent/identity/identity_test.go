@@ -101,9 +101,9 @@ func TestMountedCertificatesAreServedAndReloaded(t *testing.T) {
 		t.Fatal("an empty directory counts as mounted certificates")
 	}
 	put := func(l *testpki.Leaf) {
-		write(t, filepath.Join(dir, MountedChain), l.CertPEM)
-		write(t, filepath.Join(dir, MountedKey), l.KeyPEM)
-		write(t, filepath.Join(dir, MountedRoots), ca.CertPEM)
+		write(t, filepath.Join(dir, ChainFile), l.CertPEM)
+		write(t, filepath.Join(dir, KeyFile), l.KeyPEM)
+		write(t, filepath.Join(dir, RootsFile), ca.CertPEM)
 	}
 	one := issue(t, ca, "spiffe://cluster.local/ns/a/sa/one")
 	put(one)
@@ -124,7 +124,7 @@ func TestMountedCertificatesAreServedAndReloaded(t *testing.T) {
 	// A key that does not match the chain (half of a rotation) is not
 	// taken.
 	two := issue(t, ca, "spiffe://cluster.local/ns/a/sa/two")
-	write(t, filepath.Join(dir, MountedChain), two.CertPEM)
+	write(t, filepath.Join(dir, ChainFile), two.CertPEM)
 	time.Sleep(100 * time.Millisecond)
 	if uri() != "spiffe://cluster.local/ns/a/sa/one" {
 		t.Fatal("a chain without its key replaced the certificate")

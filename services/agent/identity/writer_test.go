@@ -1,0 +1,134 @@
+package identity
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+)
+
+func TestTheWriterKeepsTheFilesEqualToTheHeldIdentity(t *testing.T) {
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New()
+	dir := filepath.Join(t.TempDir(), "certs")
+	w := &Writer{Dir: dir, State: s, Log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	s.SetRoots(ca.CertPEM)
+	time.Sleep(50 * time.Millisecond)
+	if w.Written() {
+		t.Fatal("files written with roots only")
+	}
+	holds := func(uri string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			pair, err := tls.LoadX509KeyPair(filepath.Join(dir, ChainFile), filepath.Join(dir, KeyFile))
+			if err == nil && pair.Leaf.URIs[0].String() == uri && w.Written() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the files do not hold %s: %v", uri, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		roots, err := os.ReadFile(filepath.Join(dir, RootsFile))
+		if err != nil || string(roots) != string(ca.CertPEM) {
+			t.Fatalf("roots file: %v", err)
+		}
+		st, err := os.Stat(filepath.Join(dir, KeyFile))
+		if err != nil || st.Mode().Perm() != 0o640 {
+			t.Fatalf("key file mode %v (%v), want 0640", st.Mode().Perm(), err)
+		}
+	}
+	set := func(uri string) {
+		t.Helper()
+		cert, err := issue(t, ca, uri).TLSCertificate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetCertificate(&cert); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("spiffe://cluster.local/ns/demo/sa/first")
+	holds("spiffe://cluster.local/ns/demo/sa/first")
+	set("spiffe://cluster.local/ns/demo/sa/second")
+	holds("spiffe://cluster.local/ns/demo/sa/second")
+
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var versions []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "..") {
+			versions = append(versions, e.Name())
+		}
+	}
+	if len(versions) != 1 {
+		t.Errorf("version directories %v: want the current one only", versions)
+	}
+}
+
+func TestTheWriterRetriesWhereItCannotWrite(t *testing.T) {
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New()
+	s.SetRoots(ca.CertPEM)
+	cert, err := issue(t, ca, "spiffe://cluster.local/ns/demo/sa/app").TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetCertificate(&cert); err != nil {
+		t.Fatal(err)
+	}
+	// A directory where the data link goes makes the swap fail (EISDIR),
+	// for root too.
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, dataLink)
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w := &Writer{Dir: dir, State: s, Log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	if w.Written() {
+		t.Fatal("written although the swap cannot be made")
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !w.Written() {
+		if time.Now().After(deadline) {
+			t.Fatal("not written once the directory became writable")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
