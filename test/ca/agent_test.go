@@ -34,6 +34,16 @@ import (
 // and admin addresses.
 func meshWithDiscovery(t *testing.T, c *ca, s *signer) (secureXDS, admin string) {
 	t.Helper()
+	dir := t.TempDir()
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(t, "v1"), "v1")))
+	return meshServing(t, c, s, dir)
+}
+
+// meshServing runs galley serving the Istio YAML in dir, and discovery,
+// both with certificates from c; it returns discovery's mTLS xDS and
+// admin addresses.
+func meshServing(t *testing.T, c *ca, s *signer, dir string) (secureXDS, admin string) {
+	t.Helper()
 	rootsFile := filepath.Join(c.state, "roots.pem")
 	token := func(sa string) string {
 		path := filepath.Join(t.TempDir(), sa)
@@ -42,8 +52,6 @@ func meshWithDiscovery(t *testing.T, c *ca, s *signer) (secureXDS, admin string)
 		}
 		return path
 	}
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(t, "v1"), "v1")))
 	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
 	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--config-dir", dir, "--mcp-address", mcpAddr,
 		"--admin-address", galleyAdmin, "--webhook-address", proc.FreeAddr(t),

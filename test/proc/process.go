@@ -29,7 +29,14 @@ type Process struct {
 // and shows its output if the test failed.
 func Start(tb testing.TB, name, path string, args ...string) *Process {
 	tb.Helper()
-	cmd := exec.Command(path, append(args, "--log-format", "text")...)
+	return StartCommand(tb, name, path, append(args, "--log-format", "text")...)
+}
+
+// StartCommand is Start for programs without Flotilla's --log-format (the
+// demo).
+func StartCommand(tb testing.TB, name, path string, args ...string) *Process {
+	tb.Helper()
+	cmd := exec.Command(path, args...)
 	// Under -race a child lingers a second at exit by default.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	p := &Process{Name: name, Out: &Output{}, cmd: cmd, done: make(chan error, 1)}

@@ -45,24 +45,28 @@ func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 
-	var address, version string
+	gopts := greeter.Options{Log: log}
 	g := &cobra.Command{
 		Use:   "greeter",
-		Short: "Serve the greeter; every answer names --version",
-		Args:  cobra.NoArgs,
+		Short: "Serve the greeter; every answer names --version and the caller's mesh identity",
+		Long: "greeter serves grpc-go's TestService. With --xds it is an xDS-enabled gRPC server: its listener and mTLS come from discovery " +
+			"through the bootstrap in GRPC_XDS_BOOTSTRAP (which the agent writes in proxyless mode), and the port serves once discovery has sent them.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return greeter.Serve(cmd.Context(), log, address, version)
+			return greeter.Serve(cmd.Context(), gopts)
 		},
 	}
-	g.Flags().StringVar(&address, "address", "127.0.0.1:50061", "listen address")
-	g.Flags().StringVar(&version, "version", "v1", "version this backend answers with")
+	g.Flags().StringVar(&gopts.Address, "address", "127.0.0.1:50061", "listen address")
+	g.Flags().StringVar(&gopts.Version, "version", "v1", "version this backend answers with")
+	g.Flags().BoolVar(&gopts.XDS, "xds", false, "serve as an xDS-enabled gRPC server (listener and mTLS from discovery; needs GRPC_XDS_BOOTSTRAP)")
 
 	o := client.Options{Out: stdout, Log: log}
 	c := &cobra.Command{
 		Use:   "client",
 		Short: "Call --target through Flotilla (proxyless gRPC) and print the split once per --interval",
-		Long: "client calls an xds:/// target with grpc-go's xDS client. The bootstrap comes from GRPC_XDS_BOOTSTRAP " +
-			"(a file) or GRPC_XDS_BOOTSTRAP_CONFIG (JSON); with --discovery, its server_uri may be " +
+		Long: "client calls an xds:/// target with grpc-go's xDS client and xDS credentials: mTLS with the mesh certificate where discovery says so, " +
+			"and each answer is counted by the version and the SPIFFE identity of the server that gave it. The bootstrap comes from GRPC_XDS_BOOTSTRAP " +
+			"(a file; the agent writes it in proxyless mode) or GRPC_XDS_BOOTSTRAP_CONFIG (JSON); with --discovery, its server_uri may be " +
 			"\"" + client.DiscoveryScheme + ":///discovery\" to use those discovery replicas.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -1,7 +1,8 @@
 // Package client is the demo's proxyless gRPC client: it calls the
-// greeter through grpc-go's xDS resolver (xds:///host:port), so Flotilla's
-// discovery decides where each call goes, and prints once per interval how
-// the calls split between the versions that answered.
+// greeter through grpc-go's xDS resolver (xds:///host:port) and xDS
+// credentials, so Flotilla's discovery decides where each call goes and
+// whether it is mTLS, and prints once per interval how the calls split
+// between the versions (and server identities) that answered.
 package client
 
 import (
@@ -17,10 +18,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	_ "google.golang.org/grpc/xds" // registers the xds:/// resolver and balancers
+
+	"github.com/flotilla-mesh/flotilla/examples/demo/meshid"
 )
 
 // DiscoveryScheme names the replicas listed with Options.Discovery in an
@@ -62,7 +67,11 @@ func Run(ctx context.Context, o Options) error {
 		r.InitialState(resolver.State{Addresses: addrs})
 		resolver.Register(r)
 	}
-	cc, err := grpc.NewClient(o.Target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		return fmt.Errorf("xDS credentials: %w", err)
+	}
+	cc, err := grpc.NewClient(o.Target, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return fmt.Errorf("client for %s: %w", o.Target, err)
 	}
@@ -85,8 +94,12 @@ func Run(ctx context.Context, o Options) error {
 			go func() {
 				cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 				defer cancel()
-				resp, err := c.UnaryCall(cctx, &testgrpc.SimpleRequest{})
+				var p peer.Peer
+				resp, err := c.UnaryCall(cctx, &testgrpc.SimpleRequest{}, grpc.Peer(&p))
 				who := resp.GetHostname()
+				if id := meshid.OfPeer(&p); id != "" && err == nil {
+					who += " " + id
+				}
 				if err != nil {
 					who = "error"
 					if ctx.Err() == nil {
@@ -108,7 +121,8 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // Split formats counts as "v1 80% (40) · v2 20% (10)", versions sorted,
-// failed calls last as "error".
+// failed calls last as "error". Over mTLS a version is followed by the
+// server's SPIFFE identity: "v1 spiffe://cluster.local/ns/demo/sa/greeter-v1 80% (40)".
 func Split(counts map[string]int) string {
 	total := 0
 	for _, n := range counts {

@@ -22,7 +22,7 @@ func TestTheGreeterAnswersWithItsVersionAndStopsCleanly(t *testing.T) {
 	_ = lis.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, slog.New(slog.DiscardHandler), addr, "v7") }()
+	go func() { done <- Serve(ctx, Options{Address: addr, Version: "v7", Log: slog.New(slog.DiscardHandler)}) }()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

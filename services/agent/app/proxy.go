@@ -76,6 +76,14 @@ type Config struct {
 	EnvoyBinary string `yaml:"envoyBinary" usage:"Envoy's binary"`
 	EnvoyConfig string `yaml:"envoyConfig" usage:"where the bootstrap is written for Envoy"`
 	EnvoyAdmin  string `yaml:"envoyAdmin" usage:"Envoy's admin address, host:port, written into the bootstrap (loopback: it is not protected)"`
+	// DisableEnvoy runs the agent for proxyless gRPC applications only.
+	DisableEnvoy bool `yaml:"disableEnvoy" usage:"run no Envoy and serve no SDS: the pod's applications are proxyless gRPC (default $DISABLE_ENVOY)"`
+	// GRPCBootstrap is where the gRPC xDS bootstrap is written.
+	GRPCBootstrap string `yaml:"grpcBootstrap" usage:"write the gRPC xDS bootstrap for proxyless applications here (default $GRPC_XDS_BOOTSTRAP; empty: none)"`
+	// OutputCerts is where the certificate files are kept for them.
+	OutputCerts string `yaml:"outputCerts" usage:"keep the workload certificate, key and roots in this directory as cert-chain.pem, key.pem, root-cert.pem (default $OUTPUT_CERTS, else /var/lib/istio/data with grpcBootstrap; empty: none)"`
+	// GRPCCertRefresh is how often gRPC reads the files again.
+	GRPCCertRefresh time.Duration `yaml:"grpcCertRefresh" usage:"how often proxyless applications read the certificate files again (the gRPC bootstrap's refresh_interval)"`
 }
 
 func proxyDefaults() Config {
@@ -108,6 +116,11 @@ func proxyDefaults() Config {
 		EnvoyBinary: "/usr/local/bin/envoy",
 		EnvoyConfig: bootstrap.ConfigPath,
 		EnvoyAdmin:  fmt.Sprintf("127.0.0.1:%d", bootstrap.AdminPort),
+
+		DisableEnvoy:    os.Getenv("DISABLE_ENVOY") == "true",
+		GRPCBootstrap:   os.Getenv("GRPC_XDS_BOOTSTRAP"),
+		OutputCerts:     os.Getenv("OUTPUT_CERTS"),
+		GRPCCertRefresh: 5 * time.Minute,
 	}
 }
 
@@ -136,6 +149,12 @@ func (c Config) Validate() error {
 	if c.CertTTL <= 0 {
 		errs = append(errs, errors.New("certTTL must be positive"))
 	}
+	if c.GRPCCertRefresh < time.Second {
+		errs = append(errs, errors.New("grpcCertRefresh must be at least 1s"))
+	}
+	if c.DisableEnvoy && c.GRPCBootstrap == "" {
+		errs = append(errs, errors.New("disableEnvoy (DISABLE_ENVOY) without grpcBootstrap (GRPC_XDS_BOOTSTRAP) leaves the pod nothing to serve"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -143,11 +162,13 @@ func proxyCommand() *cobra.Command {
 	return command.New(command.Spec[Config]{
 		Name:  "flotilla-agent",
 		Use:   "proxy sidecar|router",
-		Short: "Run next to Envoy: the workload certificate over SDS, the xDS proxy to discovery, Envoy's bootstrap and lifecycle",
+		Short: "Run next to Envoy or proxyless gRPC applications: the workload certificate, the xDS proxy to discovery, Envoy's bootstrap and lifecycle",
 		Long: "proxy gets the pod's certificate from ca (or serves the files mounted at /etc/certs) and serves it to Envoy over SDS on " + sds.SocketPath +
 			"; relays Envoy's ADS from " + xdsproxy.SocketPath + " to discovery over mTLS with that certificate; writes Envoy's bootstrap and runs Envoy, " +
 			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected), /stats/prometheus (Envoy's and the agent's metrics) " +
-			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (the originals come from $ISTIO_KUBE_APP_PROBERS, which the injector sets when it rewrites them).",
+			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (the originals come from $ISTIO_KUBE_APP_PROBERS, which the injector sets when it rewrites them). " +
+			"For proxyless gRPC applications (Istio's grpc-agent template) it writes the gRPC xDS bootstrap ($GRPC_XDS_BOOTSTRAP), whose server is the xDS proxy's socket, " +
+			"and keeps the certificate files its certificate provider reads ($OUTPUT_CERTS); with $DISABLE_ENVOY=true it runs no Envoy and no SDS server.",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
 			if len(args) != 1 || (args[0] != "sidecar" && args[0] != "router") {
@@ -169,7 +190,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}
 	}
 	state := identity.New()
-	source, err := identitySource(cfg, state, rt.Log)
+	actors, err := identitySource(cfg, state, rt.Log)
 	if err != nil {
 		return err
 	}
@@ -177,6 +198,42 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		Type: cfg.Type, IP: cfg.InstanceIP, PodName: cfg.PodName, Namespace: cfg.PodNamespace, DomainSuffix: cfg.DomainSuffix,
 		ServiceAccount: cfg.ServiceAccount, ClusterID: cfg.ClusterID, Labels: labelsFromEnv(rt.Log),
 	}
+	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Log: rt.Log})
+	if err != nil {
+		return err //nolint:wrapcheck // says what failed
+	}
+	defer xproxy.Close()
+	xdsServer, err := unixServer(rt, cfg.XDSSocket, xproxy.Register)
+	if err != nil {
+		return err
+	}
+	probers, err := probe.Parse(cfg.AppProbers)
+	if err != nil {
+		return err //nolint:wrapcheck // checked by Validate already
+	}
+	ready := readiness{state: state}
+	if dir := cfg.outputCerts(); dir != "" {
+		ready.files = &identity.Writer{Dir: dir, State: state, Log: rt.Log}
+		actors = append(actors, lifecycle.Actor{Name: "certificate-files", Run: ready.files.Run})
+	}
+	if cfg.GRPCBootstrap != "" {
+		b, err := bootstrap.BuildGRPC(bootstrap.GRPCOptions{Node: node, XDSSocket: cfg.XDSSocket, CertsDir: cfg.outputCerts(), CertRefresh: cfg.GRPCCertRefresh})
+		if err != nil {
+			return err //nolint:wrapcheck // says what is wrong
+		}
+		if err := atomicfile.Write(cfg.GRPCBootstrap, b, 0o644); err != nil {
+			return fmt.Errorf("gRPC bootstrap: %w", err)
+		}
+		rt.Log.Info("gRPC xDS bootstrap written", "path", cfg.GRPCBootstrap, "certificates", cfg.outputCerts())
+	}
+	rt.HandleAdmin("GET "+probe.PathPrefix, probe.Handler{Probers: probers, Host: cfg.InstanceIP})
+	if cfg.DisableEnvoy {
+		rt.HandleAdmin("GET /healthz/ready", ready)
+		rt.HandleAdmin("GET /stats/prometheus", rt.Telemetry.MetricsHandler())
+		actors = append(actors, lifecycle.Actor{Name: "xds-proxy", Run: xdsServer})
+		return rt.Serve(ctx, actors...)
+	}
+
 	boot, problems, err := bootstrap.Build(bootstrap.Options{
 		Node: node, ProxyConfig: pc, Delta: cfg.Delta, XDSSocket: cfg.XDSSocket, SDSSocket: cfg.SDSSocket, Admin: cfg.EnvoyAdmin,
 	})
@@ -193,25 +250,12 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err := atomicfile.Write(cfg.EnvoyConfig, js, 0o600); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Log: rt.Log})
-	if err != nil {
-		return err //nolint:wrapcheck // says what failed
-	}
-	defer xproxy.Close()
 	sdsServer, err := unixServer(rt, cfg.SDSSocket, sds.New(state, rt.Log).Register)
 	if err != nil {
 		return err
 	}
-	xdsServer, err := unixServer(rt, cfg.XDSSocket, xproxy.Register)
-	if err != nil {
-		return err
-	}
-	probers, err := probe.Parse(cfg.AppProbers)
-	if err != nil {
-		return err //nolint:wrapcheck // checked by Validate already
-	}
-	rt.HandleAdmin("GET /healthz/ready", readiness(state, xproxy, cfg.EnvoyAdmin))
-	rt.HandleAdmin("GET "+probe.PathPrefix, probe.Handler{Probers: probers, Host: cfg.InstanceIP})
+	ready.xproxy, ready.envoyAdmin = xproxy, cfg.EnvoyAdmin
+	rt.HandleAdmin("GET /healthz/ready", ready)
 	rt.HandleAdmin("GET /stats/prometheus", mergedStats(cfg.EnvoyAdmin, rt.Telemetry.MetricsHandler()))
 
 	// The sockets serve until Envoy has stopped: it keeps its
@@ -232,7 +276,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if d := pc.GetTerminationDrainDuration(); d != nil {
 		drain = d.AsDuration()
 	}
-	actors := append(source,
+	actors = append(actors,
 		lifecycle.Actor{Name: "sds", Run: untilEnvoyStops(sdsServer)},
 		lifecycle.Actor{Name: "xds-proxy", Run: untilEnvoyStops(xdsServer)},
 		lifecycle.Actor{Name: "envoy", Run: func(ctx context.Context) error {
@@ -249,6 +293,15 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}},
 	)
 	return rt.Serve(ctx, actors...)
+}
+
+// outputCerts is the directory the certificate files are kept in: the
+// one configured, else Istio's when a gRPC bootstrap is written.
+func (c Config) outputCerts() string {
+	if c.OutputCerts == "" && c.GRPCBootstrap != "" {
+		return bootstrap.GRPCCertsDir
+	}
+	return c.OutputCerts
 }
 
 // identitySource is what keeps the workload certificate and roots: the
@@ -310,26 +363,38 @@ func unixServer(rt *command.Runtime, path string, register func(*grpc.Server)) (
 	return func(ctx context.Context) error { return gs.Serve(ctx, lis) }, nil
 }
 
-// readiness is 15020's /healthz/ready: Envoy ready, a certificate held,
-// discovery answering through the xDS proxy.
-func readiness(state *identity.State, xproxy *xdsproxy.Proxy, envoyAdmin string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var missing []string
-		if !state.Snapshot().Ready() {
-			missing = append(missing, "no workload certificate yet")
-		}
-		if !xproxy.Connected() {
-			missing = append(missing, "discovery has not answered yet")
-		}
-		if !envoy.Ready(r.Context(), envoyAdmin) {
-			missing = append(missing, "envoy is not ready")
-		}
-		if len(missing) > 0 {
-			http.Error(w, strings.Join(missing, "; "), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
+// readiness is 15020's /healthz/ready: a certificate held, the
+// certificate files written (when kept), and with Envoy, discovery
+// answering through the xDS proxy and Envoy ready. Without Envoy the xDS
+// stream is the application's own, so readiness cannot wait for it (the
+// application would wait on itself when the pod holds it until the agent
+// is ready).
+type readiness struct {
+	state      *identity.State
+	files      *identity.Writer // nil: no files kept
+	xproxy     *xdsproxy.Proxy  // nil: no Envoy
+	envoyAdmin string           // empty: no Envoy
+}
+
+func (rd readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var missing []string
+	if !rd.state.Snapshot().Ready() {
+		missing = append(missing, "no workload certificate yet")
+	}
+	if rd.xproxy != nil && !rd.xproxy.Connected() {
+		missing = append(missing, "discovery has not answered yet")
+	}
+	if rd.files != nil && !rd.files.Written() {
+		missing = append(missing, "the certificate files are not written yet")
+	}
+	if rd.envoyAdmin != "" && !envoy.Ready(r.Context(), rd.envoyAdmin) {
+		missing = append(missing, "envoy is not ready")
+	}
+	if len(missing) > 0 {
+		http.Error(w, strings.Join(missing, "; "), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
 }
 
 // mergedStats is 15020's /stats/prometheus: Envoy's metrics then the
