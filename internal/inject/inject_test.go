@@ -188,6 +188,11 @@ func TestThePatchTurnsThePodIntoTheInjectedOne(t *testing.T) {
 			p.Annotations = map[string]string{AnnotationProxyConfig: `{"holdApplicationUntilProxyStarts": true}`}
 		}),
 		"with probes": probedPod(nil),
+		"proxyless": pod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationTemplates: TemplateGRPCAgent}
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KEEP", Value: "me"}}
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "worker", Image: "w"})
+		}),
 	} {
 		injected, err := tmpl.Inject(p, DefaultValues())
 		if err != nil {
@@ -448,5 +453,79 @@ func TestProbesArePointedAtTheAgentWhichGetsTheOriginals(t *testing.T) {
 		p.Annotations = map[string]string{AnnotationRewriteProbes: "maybe"}
 	}), DefaultValues()); err == nil {
 		t.Error("rewriteAppHTTPProbers maybe was accepted")
+	}
+}
+
+func TestTheGRPCAgentTemplateIsTheAgentWithoutEnvoyAndTheAppReadsItsFiles(t *testing.T) {
+	p := pod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{AnnotationTemplates: TemplateGRPCAgent}
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "GRPC_XDS_BOOTSTRAP", Value: "/mine.json"}}
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "worker", Image: "w"})
+	})
+	injected, err := defaultTemplate(t).Inject(p, DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(injected.Spec.InitContainers) != 0 {
+		t.Errorf("init containers %v: a proxyless pod's traffic is not captured", names(injected.Spec.InitContainers))
+	}
+	env := func(c corev1.Container) map[string]string {
+		out := map[string]string{}
+		for _, e := range c.Env {
+			out[e.Name] = e.Value
+		}
+		return out
+	}
+	mounts := func(c corev1.Container) map[string]string {
+		out := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			out[m.MountPath] = m.Name
+		}
+		return out
+	}
+	var proxy corev1.Container
+	for _, c := range injected.Spec.Containers {
+		if c.Name == ProxyContainer {
+			proxy = c
+		}
+	}
+	pe := env(proxy)
+	if pe["DISABLE_ENVOY"] != "true" || pe["GRPC_XDS_BOOTSTRAP"] != "/etc/istio/proxy/grpc-bootstrap.json" || pe["OUTPUT_CERTS"] != "/var/lib/istio/data" {
+		t.Errorf("the agent's environment %v", pe)
+	}
+	if proxy.ReadinessProbe.HTTPGet.Port.IntValue() != 15020 || len(proxy.Ports) != 0 {
+		t.Errorf("the agent's readiness %v and ports %v: want the agent's own 15020 and no Envoy ports", proxy.ReadinessProbe.HTTPGet, proxy.Ports)
+	}
+	if mounts(proxy)["/var/lib/istio/data"] != "istio-data" {
+		t.Errorf("the agent's mounts %v", mounts(proxy))
+	}
+	app, worker := injected.Spec.Containers[0], injected.Spec.Containers[1]
+	if got := env(app)["GRPC_XDS_BOOTSTRAP"]; got != "/mine.json" {
+		t.Errorf("the app's own GRPC_XDS_BOOTSTRAP became %q", got)
+	}
+	if got := env(worker)["GRPC_XDS_BOOTSTRAP"]; got != "/etc/istio/proxy/grpc-bootstrap.json" {
+		t.Errorf("the worker's GRPC_XDS_BOOTSTRAP is %q", got)
+	}
+	for _, c := range []corev1.Container{app, worker} {
+		m := mounts(c)
+		if m["/etc/istio/proxy"] != "istio-envoy" || m["/var/lib/istio/data"] != "istio-data" {
+			t.Errorf("%s mounts %v", c.Name, m)
+		}
+	}
+	if !slices.ContainsFunc(injected.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "istio-data" }) {
+		t.Error("no istio-data volume")
+	}
+
+	sidecar, err := defaultTemplate(t).Inject(pod(nil), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sidecar.Spec.InitContainers) != 1 || env(sidecar.Spec.Containers[0])["GRPC_XDS_BOOTSTRAP"] != "" {
+		t.Error("the default template changed: want capture and no proxyless settings")
+	}
+	if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{AnnotationTemplates: "gateway"}
+	}), DefaultValues()); err == nil || !strings.Contains(err.Error(), AnnotationTemplates) {
+		t.Errorf("an unknown template: %v", err)
 	}
 }

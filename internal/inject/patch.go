@@ -51,7 +51,8 @@ func Patch(orig, injected *corev1.Pod) ([]byte, error) {
 }
 
 // probeOps replaces the probes the injection rewrote in the pod's own
-// containers, at their index after the additions.
+// containers, and sets their environment and mounts where the injection
+// added to them, at their index after the additions.
 func probeOps(orig, after []corev1.Container) []Op {
 	var ops []Op
 	for i, c := range after {
@@ -70,6 +71,13 @@ func probeOps(orig, after []corev1.Container) []Op {
 			if pr.was != nil && pr.want != nil && !equality.Semantic.DeepEqual(pr.was, pr.want) {
 				ops = append(ops, Op{Op: "replace", Path: fmt.Sprintf("/spec/containers/%d/%s", i, pr.field), Value: pr.want})
 			}
+		}
+		// "add" sets a member whether or not it is there (RFC 6902).
+		if !equality.Semantic.DeepEqual(orig[j].Env, c.Env) {
+			ops = append(ops, Op{Op: "add", Path: fmt.Sprintf("/spec/containers/%d/env", i), Value: c.Env})
+		}
+		if !equality.Semantic.DeepEqual(orig[j].VolumeMounts, c.VolumeMounts) {
+			ops = append(ops, Op{Op: "add", Path: fmt.Sprintf("/spec/containers/%d/volumeMounts", i), Value: c.VolumeMounts})
 		}
 	}
 	return ops

@@ -37,6 +37,19 @@ const (
 	AnnotationExcludeOutboundPt = "traffic.sidecar.istio.io/excludeOutboundPorts"
 	AnnotationProxyConfig       = "proxy.istio.io/config"
 	AnnotationRewriteProbes     = "sidecar.istio.io/rewriteAppHTTPProbers"
+	// AnnotationTemplates chooses the injection template, as Istio's
+	// does: TemplateSidecar (the default) or TemplateGRPCAgent.
+	AnnotationTemplates = "inject.istio.io/templates"
+)
+
+// The injection templates a pod can ask for by AnnotationTemplates.
+const (
+	// TemplateSidecar is Envoy beside the application, traffic captured.
+	TemplateSidecar = "sidecar"
+	// TemplateGRPCAgent is Istio's proxyless gRPC template: the agent
+	// without Envoy and without capture, writing the gRPC xDS bootstrap
+	// and the certificate files the application's containers read.
+	TemplateGRPCAgent = "grpc-agent"
 )
 
 // Values fill the template.
@@ -120,6 +133,16 @@ type Sidecar struct {
 	InitContainers []corev1.Container `json:"initContainers"`
 	Containers     []corev1.Container `json:"containers"`
 	Volumes        []corev1.Volume    `json:"volumes"`
+	// Application is added to each of the pod's own containers (the
+	// proxyless template's bootstrap variable and mounts); what a
+	// container already has of the same name or path is kept.
+	Application *Application `json:"application,omitempty"`
+}
+
+// Application is what the pod's own containers get.
+type Application struct {
+	Env          []corev1.EnvVar      `json:"env"`
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts"`
 }
 
 // effective applies a pod's annotations to the values.
@@ -230,9 +253,16 @@ func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, err
 	if err != nil {
 		return nil, v, err
 	}
+	tmpl := TemplateSidecar
+	if name, ok := pod.Annotations[AnnotationTemplates]; ok {
+		tmpl = strings.TrimSpace(name)
+	}
+	if tmpl != TemplateSidecar && tmpl != TemplateGRPCAgent {
+		return nil, v, fmt.Errorf("%s %q: want %s or %s", AnnotationTemplates, tmpl, TemplateSidecar, TemplateGRPCAgent)
+	}
 	buf := limitedBuffer{max: MaxRenderedBytes}
 	data := map[string]any{
-		"Values": v, "Pod": pod,
+		"Values": v, "Pod": pod, "Proxyless": tmpl == TemplateGRPCAgent,
 		"ExcludeInboundPorts": splitList(v.ExcludeInboundPorts), "ExcludeOutboundPorts": splitList(v.ExcludeOutboundPorts),
 		"IncludeOutboundIPRanges": splitList(v.IncludeOutboundIPRanges), "ExcludeOutboundIPRanges": splitList(v.ExcludeOutboundIPRanges),
 	}
@@ -276,6 +306,15 @@ func (s *Sidecar) deepCopy() *Sidecar {
 	}
 	if s.Volumes != nil {
 		out.Volumes = make([]corev1.Volume, len(s.Volumes))
+	}
+	if s.Application != nil {
+		out.Application = &Application{}
+		for _, e := range s.Application.Env {
+			out.Application.Env = append(out.Application.Env, *e.DeepCopy())
+		}
+		for _, m := range s.Application.VolumeMounts {
+			out.Application.VolumeMounts = append(out.Application.VolumeMounts, *m.DeepCopy())
+		}
 	}
 	for i := range s.InitContainers {
 		s.InitContainers[i].DeepCopyInto(&out.InitContainers[i])
@@ -342,6 +381,24 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 		out.Spec.Containers = append(out.Spec.Containers, sc.Containers...)
 	}
 	out.Spec.Volumes = append(out.Spec.Volumes, sc.Volumes...)
+	if sc.Application != nil {
+		for i := range out.Spec.Containers {
+			c := &out.Spec.Containers[i]
+			if slices.Contains(st.Containers, c.Name) {
+				continue
+			}
+			for _, e := range sc.Application.Env {
+				if !slices.ContainsFunc(c.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name }) {
+					c.Env = append(c.Env, e)
+				}
+			}
+			for _, m := range sc.Application.VolumeMounts {
+				if !slices.ContainsFunc(c.VolumeMounts, func(x corev1.VolumeMount) bool { return x.MountPath == m.MountPath || x.Name == m.Name }) {
+					c.VolumeMounts = append(c.VolumeMounts, m)
+				}
+			}
+		}
+	}
 	if v.RewriteAppProbers {
 		if err := rewriteProbes(out, st.Containers); err != nil {
 			return nil, err

@@ -203,7 +203,11 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err //nolint:wrapcheck // says what failed
 	}
 	defer xproxy.Close()
-	xdsServer, err := unixServer(rt, cfg.XDSSocket, xproxy.Register)
+	xdsMode := uds.Private
+	if cfg.GRPCBootstrap != "" {
+		xdsMode = uds.Shared // the application's own xDS client dials it
+	}
+	xdsServer, err := unixServer(rt, cfg.XDSSocket, xdsMode, xproxy.Register)
 	if err != nil {
 		return err
 	}
@@ -250,7 +254,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err := atomicfile.Write(cfg.EnvoyConfig, js, 0o600); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	sdsServer, err := unixServer(rt, cfg.SDSSocket, sds.New(state, rt.Log).Register)
+	sdsServer, err := unixServer(rt, cfg.SDSSocket, uds.Private, sds.New(state, rt.Log).Register)
 	if err != nil {
 		return err
 	}
@@ -350,13 +354,13 @@ func identitySource(cfg Config, state *identity.State, log *slog.Logger) ([]life
 }
 
 // unixServer is a gRPC server on a Unix socket, as an actor's Run.
-func unixServer(rt *command.Runtime, path string, register func(*grpc.Server)) (func(context.Context) error, error) {
+func unixServer(rt *command.Runtime, path string, mode os.FileMode, register func(*grpc.Server)) (func(context.Context) error, error) {
 	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, MaxRecvMsgBytes: xdsproxy.MaxMessageBytes, DrainTimeout: time.Second})
 	if err != nil {
 		return nil, err //nolint:wrapcheck // says what failed
 	}
 	register(gs.Server)
-	lis, err := uds.Listen(path)
+	lis, err := uds.Listen(path, mode)
 	if err != nil {
 		return nil, err
 	}

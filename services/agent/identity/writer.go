@@ -25,8 +25,9 @@ const dataLink = "..data"
 // the proxyless bootstrap). Every change of the identity is written whole
 // into a new directory and swapped in with one rename, so a reader never
 // sees a new certificate with an old key in one directory listing. The
-// key is written 0640: readable by the pod's group, which the application
-// container shares through the pod's fsGroup.
+// files are world-readable (0644, the default mode of Kubernetes Secret
+// volumes): the application's containers run as users of their own, and
+// the directory is the pod's own volume; it is where to keep them private.
 type Writer struct {
 	Dir   string
 	State *State
@@ -82,7 +83,7 @@ func (w *Writer) write(snap Snapshot) error {
 		name string
 		data []byte
 		mode os.FileMode
-	}{{ChainFile, snap.ChainPEM, 0o644}, {KeyFile, snap.KeyPEM, 0o640}, {RootsFile, snap.RootsPEM, 0o644}} {
+	}{{ChainFile, snap.ChainPEM, 0o644}, {KeyFile, snap.KeyPEM, 0o644}, {RootsFile, snap.RootsPEM, 0o644}} {
 		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return errors.Join(err, os.RemoveAll(dir))
 		}

@@ -54,8 +54,8 @@ func TestTheWriterKeepsTheFilesEqualToTheHeldIdentity(t *testing.T) {
 			t.Fatalf("roots file: %v", err)
 		}
 		st, err := os.Stat(filepath.Join(dir, KeyFile))
-		if err != nil || st.Mode().Perm() != 0o640 {
-			t.Fatalf("key file mode %v (%v), want 0640", st.Mode().Perm(), err)
+		if err != nil || st.Mode().Perm() != 0o644 {
+			t.Fatalf("key file mode %v (%v), want 0644", st.Mode().Perm(), err)
 		}
 	}
 	set := func(uri string) {

@@ -47,7 +47,7 @@ func newPod(t *testing.T) *pod {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "workload-spiffe-uds", "socket")
-	lis, err := uds.Listen(sock)
+	lis, err := uds.Listen(sock, uds.Private)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,25 @@ import (
 	"path/filepath"
 )
 
-// Listen listens on a Unix socket at path: a stale socket file is removed
-// first, the directory made if missing, and the socket is readable and
-// writable by its owner only (Envoy runs as the agent's user in the same
-// container; the socket hands out the private key).
-func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+// Private is the mode of a socket only its owner may use: Envoy runs as
+// the agent's user in the same container, and SDS hands out the private
+// key.
+const Private os.FileMode = 0o600
+
+// Shared is the mode of a socket every container of the pod may use: the
+// proxyless application's xDS connection (its containers run as users of
+// their own). The socket's directory is the pod's own volume.
+const Shared os.FileMode = 0o666
+
+// Listen listens on a Unix socket at path with mode (Private or Shared): a
+// stale socket file is removed first, and the directory made if missing
+// (searchable by others when the socket is shared).
+func Listen(path string, mode os.FileMode) (net.Listener, error) {
+	dirMode := os.FileMode(0o750)
+	if mode&0o007 != 0 {
+		dirMode = 0o755
+	}
+	if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -26,7 +39,7 @@ func Listen(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		_ = lis.Close()
 		return nil, fmt.Errorf("socket: %w", err)
 	}

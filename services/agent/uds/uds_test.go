@@ -12,7 +12,7 @@ func TestListenReplacesAStaleSocketAndKeepsItPrivate(t *testing.T) {
 	if err := os.WriteFile(path, []byte("stale"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lis, err := Listen(path)
+	lis, err := Listen(path, Private)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,5 +26,22 @@ func TestListenReplacesAStaleSocketAndKeepsItPrivate(t *testing.T) {
 	}
 	if _, err := net.Dial("unix", path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestASharedSocketIsUsableByThePodsOtherUsers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dir", "socket")
+	lis, err := Listen(path, Shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o666 {
+		t.Fatalf("shared socket mode %v (%v), want 0666", st.Mode(), err)
+	}
+	dir, err := os.Stat(filepath.Dir(path))
+	if err != nil || dir.Mode().Perm() != 0o755 {
+		t.Fatalf("its directory %v (%v), want 0755", dir.Mode(), err)
 	}
 }
