@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -193,8 +194,9 @@ func TestBadConfigurationIsAUsageErrorInEveryService(t *testing.T) {
 // TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC runs what `make run` runs
 // (on a copy of examples/, which it edits): the control plane with two
 // discovery replicas, talking mTLS with certificates from ca, and the
-// demo, whose client prints the split the example VirtualService asks for,
-// and follows an edit of it.
+// demo through its agents in proxyless mode, whose client prints the
+// split the example VirtualService asks for, each version reached over
+// mTLS as its own service account, and follows an edit of it.
 func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	root, err := build.RepoRoot()
 	if err != nil {
@@ -214,14 +216,16 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill() }()
 	for _, want := range []string{
 		"msg=serving service=flotilla-galley source=files:",
-		"discovery-1 | time=",
-		"discovery-2 | time=",
 		"msg=serving service=flotilla-ca",
 		"msg=serving service=flotilla-injector",
 		"msg=\"greeter serving\" version=v1",
 		"msg=\"greeter serving\" version=v2",
+		"msg=\"certificate files written\" service=flotilla-agent",
 	} {
 		out.WaitFor(t, want)
+	}
+	for _, name := range []string{"discovery-1", "discovery-2", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "client"} {
+		xdstest.Eventually(t, name+"'s prefixed output", func() bool { return prefixed(out.String(), name) })
 	}
 	out.WaitForCount(t, "msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019", 2)
 	checkControlPlaneMTLS(t, filepath.Join(state, "roots.pem"))
@@ -235,6 +239,11 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	// errors, v1 gets 70–90 %.
 	v1, v2 := splitOver(t, &out, 10)
 	t.Logf("split over 10 s: v1 %d, v2 %d", v1, v2)
+	splits := proc.DemoSplits(out.String())
+	ids := proc.DemoIdentities(splits[len(splits)-1])
+	if ids["v1"] != "spiffe://cluster.local/ns/demo/sa/greeter-v1" || ids["v2"] != "spiffe://cluster.local/ns/demo/sa/greeter-v2" {
+		t.Fatalf("the client reached %v: want each version over mTLS as its own service account", ids)
+	}
 	if share := v1 * 100 / (v1 + v2); share < 70 || share > 90 {
 		t.Fatalf("v1 got %d%% of the calls, want about 80%%", share)
 	}
@@ -251,7 +260,7 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(examples, "greeter.yaml"), []byte(edited), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out.WaitFor(t, "split: v2 100%")
+	out.WaitFor(t, "split: v2 spiffe://cluster.local/ns/demo/sa/greeter-v2 100%")
 
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -259,20 +268,33 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("devrun after Ctrl-C: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"galley      | ", "msg=\"grpc server drained\"", "stopped: "} {
+	for _, want := range []string{"msg=\"grpc server drained\"", "stopped: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
+	if !prefixed(out.String(), "galley") {
+		t.Errorf("no line of galley's:\n%s", out.String())
+	}
 	for _, line := range strings.Split(out.String(), "\n") {
 		if rest, ok := strings.CutPrefix(line, "stopped: "); ok {
-			for _, s := range strings.Split("galley, ca, discovery-1, discovery-2, injector, greeter-v1, greeter-v2, client", ", ") {
+			for _, s := range strings.Split("galley, ca, discovery-1, discovery-2, injector, greeter-v1-agent, greeter-v1, greeter-v2-agent, greeter-v2, client-agent, client", ", ") {
 				if !strings.Contains(rest, s) {
 					t.Errorf("stopped %q, lacks %s", rest, s)
 				}
 			}
 		}
 	}
+}
+
+// prefixed reports whether some line of out is name's: "name   | …".
+func prefixed(out, name string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, name+" "); ok && strings.HasPrefix(strings.TrimLeft(rest, " "), "| ") {
+			return true
+		}
+	}
+	return false
 }
 
 // checkControlPlaneMTLS: galley's MCP port serves a certificate from make

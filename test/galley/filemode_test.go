@@ -262,9 +262,9 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	sub.waitFor(t, "every object", func() bool {
 		return sub.weights("default/greeter") == "80/20" &&
 			sub.has(kindURL("PeerAuthentication"), "istio-system/default") &&
-			sub.has(kindURL("AuthorizationPolicy"), "default/greeter") &&
-			sub.has(registry.ServiceTypeURL, "default/greeter.demo.svc.cluster.local") &&
-			sub.has(registry.EndpointSetTypeURL, "default/greeter.demo.svc.cluster.local/se-greeter-0") &&
+			sub.has(kindURL("AuthorizationPolicy"), "demo/greeter") &&
+			sub.has(registry.ServiceTypeURL, "demo/greeter.demo.svc.cluster.local") &&
+			sub.has(registry.EndpointSetTypeURL, "demo/greeter.demo.svc.cluster.local/se-greeter-0") &&
 			sub.has(registry.MeshConfigTypeURL, registry.MeshConfigName)
 	})
 

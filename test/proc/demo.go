@@ -19,17 +19,50 @@ func DemoSplits(log string) []string {
 }
 
 // DemoCounts reads the number of answers per version from a split line
-// (failed calls count as "error").
+// (failed calls count as "error"); a version answered over mTLS is
+// followed by the server's SPIFFE ID, which DemoIdentities reads.
 func DemoCounts(line string) map[string]int {
 	counts := map[string]int{}
-	for _, part := range strings.Split(line, " · ") {
-		var name string
-		var pct, n int
-		if _, err := fmt.Sscanf(part, "%s %d%% (%d)", &name, &pct, &n); err == nil {
-			counts[name] = n
-		}
+	for _, p := range demoParts(line) {
+		counts[p.version] += p.n
 	}
 	return counts
+}
+
+// DemoIdentities reads the server identity each version answered with
+// ("" over plaintext) from a split line.
+func DemoIdentities(line string) map[string]string {
+	ids := map[string]string{}
+	for _, p := range demoParts(line) {
+		ids[p.version] = p.identity
+	}
+	return ids
+}
+
+type demoPart struct {
+	version, identity string
+	n                 int
+}
+
+// demoParts splits "v1 spiffe://… 80% (40) · v2 20% (10)".
+func demoParts(line string) []demoPart {
+	var out []demoPart
+	for _, part := range strings.Split(line, " · ") {
+		f := strings.Fields(part)
+		if len(f) < 3 || len(f) > 4 {
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscanf(f[len(f)-1], "(%d)", &n); err != nil {
+			continue
+		}
+		p := demoPart{version: f[0], n: n}
+		if len(f) == 4 {
+			p.identity = f[1]
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // DemoRun finds the first n consecutive split lines that ok accepts and

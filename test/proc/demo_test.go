@@ -23,3 +23,14 @@ func TestDemoSplitsAreReadFromEitherLogAndSummedOverARun(t *testing.T) {
 		t.Fatal("DemoRun found 3 error-free lines in a row where there are 2")
 	}
 }
+
+func TestDemoLinesOverMTLSNameTheServerIdentity(t *testing.T) {
+	line := "v1 spiffe://cluster.local/ns/demo/sa/greeter-v1 79% (39) · v2 spiffe://cluster.local/ns/demo/sa/greeter-v2 21% (11) · error 2% (1)"
+	if c := DemoCounts(line); c["v1"] != 39 || c["v2"] != 11 || c["error"] != 1 {
+		t.Fatalf("DemoCounts = %v", c)
+	}
+	ids := DemoIdentities(line)
+	if ids["v1"] != "spiffe://cluster.local/ns/demo/sa/greeter-v1" || ids["v2"] != "spiffe://cluster.local/ns/demo/sa/greeter-v2" || ids["error"] != "" {
+		t.Fatalf("DemoIdentities = %v", ids)
+	}
+}

@@ -26,3 +26,17 @@ func newIdentities(dir string) (*devjwt.Dir, error) {
 	}
 	return ids, nil
 }
+
+// demoIdentities are the demo workloads' tokens (namespace demo, one
+// service account each), from the same issuer as ids, in dir.
+func demoIdentities(ids *devjwt.Dir, dir string) (*devjwt.Dir, error) {
+	demo := &devjwt.Dir{
+		Path: dir, Issuer: ids.Issuer, Namespace: demoNamespace, Audience: ids.Audience,
+		Accounts: []string{greeterV1Account, greeterV2Account, clientAccount},
+		Lifetime: ids.Lifetime,
+	}
+	if err := demo.Write(time.Now()); err != nil {
+		return nil, err //nolint:wrapcheck // devjwt's errors say what failed
+	}
+	return demo, nil
+}

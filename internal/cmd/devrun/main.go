@@ -30,7 +30,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	services := fs.String("services", defaultServices, "processes to start, comma separated (of "+defaultServices+")")
 	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves (its own files only, not subdirectories)")
 	meshFile := fs.String("mesh-config-file", "", "mesh configuration (MeshConfig YAML) galley serves (default: <config-dir>/mesh/mesh.yaml when that file exists)")
-	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
+	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022, the demo agents 15120-15122), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
 	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
 	if err := fs.Parse(args); err != nil {
@@ -46,6 +46,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "devrun")
+	// The agents' sockets and the gRPC bootstraps name absolute paths.
+	abs, err := filepath.Abs(*stateDir)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "devrun: --state-dir: %v\n", err)
+		return command.ExitUsage
+	}
+	*stateDir = abs
 
 	requested := map[string]bool{}
 	for _, name := range strings.Split(*services, ",") {
@@ -58,16 +65,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		requested[name] = true
 	}
+	for name := range demoPods {
+		switch {
+		case (requested[name] || requested[name+"-agent"]) && !requested["ca"]:
+			_, _ = fmt.Fprintf(stderr, "devrun: %s runs with an agent, which needs a certificate from ca: add ca to --services\n", name)
+			return command.ExitUsage
+		case requested[name] && !requested[name+"-agent"]:
+			_, _ = fmt.Fprintf(stderr, "devrun: %s reads its bootstrap and certificate from its agent: add %s-agent to --services\n", name, name)
+			return command.ExitUsage
+		}
+	}
 	ctx, stop := lifecycle.SignalContext(context.Background())
 	defer stop()
 	var ids *devjwt.Dir
 	if requested["ca"] {
-		var err error
 		if ids, err = newIdentities(filepath.Join(*stateDir, "identity")); err != nil {
 			_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
 			return command.ExitError
 		}
 		go ids.Refresh(ctx, log)
+		demo, err := demoIdentities(ids, filepath.Join(*stateDir, "identity", demoNamespace))
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
+			return command.ExitError
+		}
+		go demo.Refresh(ctx, log)
 	}
 	// In dependency order, whatever the order asked for: ca, then galley,
 	// then those that subscribe to galley.
@@ -96,8 +118,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // defaultServices is what `make run` starts, in the order it starts them:
 // the control plane (two discovery replicas) and the demo (greeter v1 and
-// v2, and a proxyless gRPC client printing how its calls split).
-const defaultServices = "ca,galley,discovery-1,discovery-2,injector,greeter-v1,greeter-v2,client"
+// v2, and a proxyless gRPC client printing how its calls split), each
+// demo workload after its agent (proxyless mode: its own service account,
+// certificate files and gRPC bootstrap), as the grpc-agent template runs
+// them in a pod.
+const defaultServices = "ca,galley,discovery-1,discovery-2,injector," +
+	"greeter-v1-agent,greeter-v1,greeter-v2-agent,greeter-v2,client-agent,client"
 
 // local is the topology's settings: where binaries, config and state are,
 // and how far every control-plane port is moved.
@@ -117,16 +143,64 @@ const (
 	discovery1, secure1, discovery1Admin  = 15010, 15012, 15014 // plain text for the demo client; mTLS for workloads with ca certificates
 	discovery2, secure2, discovery2Admin  = 15110, 15112, 15114
 	injectorWebhook, injectorAdmin        = 15016, 15022
-	clientNode                            = "sidecar~127.0.0.1~demo-client.demo~demo.svc.cluster.local"
-	demoBinary                            = "flotilla-demo"
-	greeterV1, greeterV2                  = "127.0.0.1:50061", "127.0.0.1:50062" // the endpoints of examples/greeter.yaml
+	// The demo agents' admin ports (15020 in a pod, where each has its
+	// own).
+	greeterV1Agent, greeterV2Agent, clientAgent = 15120, 15121, 15122
+	demoBinary                                  = "flotilla-demo"
+	greeterV1, greeterV2                        = "127.0.0.1:50061", "127.0.0.1:50062" // the endpoints of examples/greeter.yaml
 )
 
-// clientBootstrap is the demo client's xDS bootstrap: the discovery
-// replicas behind one name (the client's --discovery list), as behind a
-// Kubernetes Service; proxyless gRPC node metadata.
-const clientBootstrap = `{"xds_servers": [{"server_uri": "flotilla-demo:///discovery", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],` +
-	` "node": {"id": "` + clientNode + `", "metadata": {"GENERATOR": "grpc", "NAMESPACE": "demo"}}}`
+// The demo's workloads: namespace and service accounts, as
+// examples/greeter.yaml and examples/mesh-policy.yaml name them.
+const (
+	demoNamespace                                     = "demo"
+	greeterV1Account, greeterV2Account, clientAccount = "greeter-v1", "greeter-v2", "greeter-client"
+)
+
+// demoPod is a demo workload as its pod would be: its agent's settings
+// and where the agent keeps what the application reads.
+type demoPod struct {
+	name, account, labels string
+	admin                 int
+	// discovery is the replica's mTLS port the agent talks to.
+	discovery int
+}
+
+var demoPods = map[string]demoPod{
+	"greeter-v1": {name: "greeter-v1", account: greeterV1Account, labels: `{"app": "greeter", "version": "v1"}`, admin: greeterV1Agent, discovery: secure1},
+	"greeter-v2": {name: "greeter-v2", account: greeterV2Account, labels: `{"app": "greeter", "version": "v2"}`, admin: greeterV2Agent, discovery: secure2},
+	"client":     {name: "client", account: clientAccount, labels: `{"app": "greeter-client"}`, admin: clientAgent, discovery: secure1},
+}
+
+func (d demoPod) dir(l local) string       { return filepath.Join(l.stateDir, demoNamespace, d.name) }
+func (d demoPod) bootstrap(l local) string { return filepath.Join(d.dir(l), "grpc-bootstrap.json") }
+
+// agent runs `flotilla-agent proxy sidecar` in proxyless mode for the
+// workload, with the environment the grpc-agent template gives it.
+func (d demoPod) agent(l local, ids *devjwt.Dir) devrun.Process {
+	admin := l.addr(d.admin)
+	token := ""
+	if ids != nil {
+		token = filepath.Join(ids.Path, demoNamespace, d.account+".token")
+	}
+	return devrun.Process{
+		Name: d.name + "-agent", Path: filepath.Join(l.bin, "flotilla-agent"),
+		Args: []string{
+			"proxy", "sidecar", "--log-format=text", "--admin-address=" + admin,
+			"--ca-roots-file=" + filepath.Join(l.stateDir, "roots.pem"), "--token-file=" + token,
+			"--discovery-server-name=flotilla-discovery.istio-system.svc",
+			"--certs-dir=" + filepath.Join(d.dir(l), "no-mounted-certs"), "--xds-socket=" + filepath.Join(d.dir(l), "XDS"),
+		},
+		Env: []string{
+			"POD_NAME=" + d.name, "POD_NAMESPACE=" + demoNamespace, "INSTANCE_IP=127.0.0.1", "SERVICE_ACCOUNT=" + d.account,
+			"TRUST_DOMAIN=cluster.local", "CLUSTER_ID=Kubernetes", "ISTIO_METAJSON_LABELS=" + d.labels,
+			"DISCOVERY_ADDRESS=" + l.addr(d.discovery), "CA_ADDRESS=" + l.addr(caPort),
+			"DISABLE_ENVOY=true", "GRPC_XDS_BOOTSTRAP=" + d.bootstrap(l), "OUTPUT_CERTS=" + filepath.Join(d.dir(l), "certs"),
+		},
+		// The application starts once its bootstrap and certificate are there.
+		ReadyURL: "http://" + admin + "/healthz/ready",
+	}
+}
 
 // process binds each service to loopback on its default ports, points
 // galley at the example configuration, discovery and injector at galley,
@@ -183,15 +257,21 @@ func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 		return service("flotilla-discovery", admin, append(args, fromCA("flotilla-discovery")...)...)
 	case "injector":
 		return service("flotilla-injector", injectorAdmin, append([]string{"--galley-address=" + galleyAddress, "--webhook-address=" + l.addr(injectorWebhook)}, fromCA("flotilla-injector")...)...)
-	case "greeter-v1":
-		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v1", "--address=" + greeterV1}}
-	case "greeter-v2":
-		return devrun.Process{Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--version=v2", "--address=" + greeterV2}}
+	case "greeter-v1-agent", "greeter-v2-agent", "client-agent":
+		return demoPods[strings.TrimSuffix(name, "-agent")].agent(l, ids)
+	case "greeter-v1", "greeter-v2":
+		version, address := "v1", greeterV1
+		if name == "greeter-v2" {
+			version, address = "v2", greeterV2
+		}
+		return devrun.Process{
+			Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--xds", "--version=" + version, "--address=" + address},
+			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods[name].bootstrap(l)},
+		}
 	default: // "client"
 		return devrun.Process{
-			Name: name, Path: filepath.Join(bin, demoBinary),
-			Args: []string{"client", "--discovery=" + l.addr(discovery1) + "," + l.addr(discovery2)},
-			Env:  []string{"GRPC_XDS_BOOTSTRAP_CONFIG=" + clientBootstrap},
+			Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"client"},
+			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods[name].bootstrap(l)},
 		}
 	}
 }

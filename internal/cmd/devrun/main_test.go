@@ -11,15 +11,16 @@ func TestPortOffsetMovesEveryControlPlanePortAndTheMeshFileIsPassedOn(t *testing
 	l := local{bin: "bin", configDir: "cfg", meshFile: "elsewhere/mesh.yaml", stateDir: "state", offset: 1000}
 	var args []string
 	for _, name := range strings.Split(defaultServices, ",") {
-		args = append(args, process(name, l, nil).Args...)
+		p := process(name, l, nil)
+		args = append(append(args, p.Args...), p.Env...)
 	}
 	all := strings.Join(args, " ")
-	for _, port := range []string{"15010", "15013", "15014", "15015", "15016", "15019", "15022", "15110", "15114"} {
+	for _, port := range []string{"15010", "15012", "15013", "15014", "15015", "15016", "15019", "15022", "15110", "15112", "15114", "15120", "15121", "15122"} {
 		if strings.Contains(all, "127.0.0.1:"+port) {
 			t.Errorf("port %s not moved: %s", port, all)
 		}
 	}
-	for _, want := range []string{"--mcp-address=127.0.0.1:16019", "--xds-address=127.0.0.1:16010", "--galley-address=127.0.0.1:16019", "--admin-address=127.0.0.1:16015", "--mesh-config-file=elsewhere/mesh.yaml", "--discovery=127.0.0.1:16010,127.0.0.1:16110"} {
+	for _, want := range []string{"--mcp-address=127.0.0.1:16019", "--xds-address=127.0.0.1:16010", "--galley-address=127.0.0.1:16019", "--admin-address=127.0.0.1:16015", "--mesh-config-file=elsewhere/mesh.yaml", "--admin-address=127.0.0.1:16120", "DISCOVERY_ADDRESS=127.0.0.1:16112", "CA_ADDRESS=127.0.0.1:16013"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("no %s in %s", want, all)
 		}
@@ -34,5 +35,17 @@ func TestANegativePortOffsetIsAUsageError(t *testing.T) {
 	var out, errs bytes.Buffer
 	if code := run([]string{"--port-offset=-1"}, &out, &errs); code != 2 || !strings.Contains(errs.String(), "--port-offset -1") {
 		t.Fatalf("exit %d, stderr %q", code, errs.String())
+	}
+}
+
+func TestTheDemoNeedsItsAgentsAndTheAgentsNeedCA(t *testing.T) {
+	for services, want := range map[string]string{
+		"galley,discovery-1,greeter-v1-agent,greeter-v1": "add ca to --services",
+		"ca,galley,discovery-1,client":                   "add client-agent to --services",
+	} {
+		var out, errs bytes.Buffer
+		if code := run([]string{"--services=" + services, "--state-dir=" + t.TempDir()}, &out, &errs); code != 2 || !strings.Contains(errs.String(), want) {
+			t.Errorf("--services=%s: exit %d, stderr %q; want 2 and %q", services, code, errs.String(), want)
+		}
 	}
 }
