@@ -44,7 +44,7 @@ build: ## build every binary into bin/ (static, version stamped)
 
 images: build ## container images FROM scratch (deploy/images/Dockerfile), tagged :$(IMAGE_TAG) and :latest; needs only a Docker engine
 	@for b in $(IMAGES); do \
-	  ctx=$(BIN)/images/$$b; rm -rf $$ctx; mkdir -p $$ctx/state/ca $$ctx/state/roots $$ctx/state/identity $$ctx/state/identity-key; cp $(BIN)/$$b $$ctx/; \
+	  ctx=$(BIN)/images/$$b; rm -rf $$ctx; mkdir -p $$ctx/state/ca $$ctx/state/roots $$ctx/state/identity $$ctx/state/identity-key $$ctx/state/pod; cp $(BIN)/$$b $$ctx/; \
 	  sed "s/@BINARY@/$$b/g" deploy/images/Dockerfile > $$ctx/Dockerfile; \
 	  out=$$(docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) -t $$b:$(IMAGE_TAG) -t $$b:latest $$ctx 2>&1) || { echo "$$out"; exit 1; }; \
 	  echo "$$b:$(IMAGE_TAG)"; \

@@ -32,7 +32,7 @@ import (
 // meshWithDiscovery runs galley (a directory with a backend) and
 // discovery with its certificate from c, and returns discovery's mTLS xDS
 // and admin addresses.
-func meshWithDiscovery(t *testing.T, c *ca, s *signer) (secureXDS, admin string) {
+func meshWithDiscovery(t testing.TB, c *ca, s *signer) (secureXDS, admin string) {
 	t.Helper()
 	dir := t.TempDir()
 	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(t, "v1"), "v1")))
@@ -42,7 +42,7 @@ func meshWithDiscovery(t *testing.T, c *ca, s *signer) (secureXDS, admin string)
 // meshServing runs galley serving the Istio YAML in dir, and discovery,
 // both with certificates from c; it returns discovery's mTLS xDS and
 // admin addresses.
-func meshServing(t *testing.T, c *ca, s *signer, dir string) (secureXDS, admin string) {
+func meshServing(t testing.TB, c *ca, s *signer, dir string) (secureXDS, admin string) {
 	t.Helper()
 	rootsFile := filepath.Join(c.state, "roots.pem")
 	token := func(sa string) string {
@@ -75,7 +75,7 @@ type pod struct {
 
 // startAgent runs `flotilla-agent proxy sidecar` for shop/cart-1 with the
 // pod environment the injector sets and a token of tokenAccount.
-func startAgent(t *testing.T, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
+func startAgent(t testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pod") // Unix socket paths are short
 	if err != nil {
@@ -111,7 +111,7 @@ func startAgent(t *testing.T, c *ca, s *signer, secureXDS, tokenAccount string, 
 	return p
 }
 
-func unixConn(t *testing.T, path string) *grpc.ClientConn {
+func unixConn(t testing.TB, path string) *grpc.ClientConn {
 	t.Helper()
 	xdstest.Eventually(t, path, func() bool { _, err := os.Stat(path); return err == nil })
 	cc, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -123,7 +123,7 @@ func unixConn(t *testing.T, path string) *grpc.ClientConn {
 }
 
 // secrets opens an SDS stream on the pod's socket asking for names.
-func (p *pod) secrets(t *testing.T, ctx context.Context, names ...string) secretv3.SecretDiscoveryService_StreamSecretsClient {
+func (p *pod) secrets(t testing.TB, ctx context.Context, names ...string) secretv3.SecretDiscoveryService_StreamSecretsClient {
 	t.Helper()
 	stream, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(t, p.sds)).StreamSecrets(ctx)
 	if err != nil {
@@ -138,7 +138,7 @@ func (p *pod) secrets(t *testing.T, ctx context.Context, names ...string) secret
 // clusters opens an ADS stream on the pod's xDS socket as the node
 // cart-1.shop claiming service account cart, asks for clusters and
 // returns the answer or the error that ended the stream.
-func (p *pod) clusters(t *testing.T, ctx context.Context) (*discoveryv3.DiscoveryResponse, error) {
+func (p *pod) clusters(t testing.TB, ctx context.Context) (*discoveryv3.DiscoveryResponse, error) {
 	t.Helper()
 	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(t, p.xds)).StreamAggregatedResources(ctx)
 	if err != nil {
@@ -153,7 +153,7 @@ func (p *pod) clusters(t *testing.T, ctx context.Context) (*discoveryv3.Discover
 
 // workloadSecret reads the "default" secret over the pod's SDS socket and
 // returns its leaf certificate's SPIFFE ID and serial.
-func workloadSecret(t *testing.T, stream secretv3.SecretDiscoveryService_StreamSecretsClient) (id, serial string) {
+func workloadSecret(t testing.TB, stream secretv3.SecretDiscoveryService_StreamSecretsClient) (id, serial string) {
 	t.Helper()
 	resp, err := stream.Recv()
 	if err != nil {
@@ -178,7 +178,7 @@ func workloadSecret(t *testing.T, stream secretv3.SecretDiscoveryService_StreamS
 	return "", ""
 }
 
-func httpGet(t *testing.T, url string) (int, string) {
+func httpGet(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url) //nolint:noctx // a test-local URL
 	if err != nil {

@@ -48,7 +48,7 @@ type signer struct {
 	jwks string
 }
 
-func newSigner(t *testing.T) *signer {
+func newSigner(t testing.TB) *signer {
 	t.Helper()
 	iss, err := devjwt.New("https://flotilla.test")
 	if err != nil {
@@ -61,7 +61,7 @@ func newSigner(t *testing.T) *signer {
 	return &signer{iss: iss, jwks: d.JWKSFile()}
 }
 
-func (s *signer) token(t *testing.T, ns, sa string) string {
+func (s *signer) token(t testing.TB, ns, sa string) string {
 	t.Helper()
 	tok, err := s.iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour)
 	if err != nil {
@@ -76,13 +76,13 @@ type ca struct {
 	state string
 }
 
-func startCA(t *testing.T, state string, s *signer, extra ...string) *ca {
+func startCA(t testing.TB, state string, s *signer, extra ...string) *ca {
 	t.Helper()
 	return startCAAt(t, proc.FreeAddr(t), state, s, extra...)
 }
 
 // startCAAt starts ca on addr (a restart keeps its address and state).
-func startCAAt(t *testing.T, addr, state string, s *signer, extra ...string) *ca {
+func startCAAt(t testing.TB, addr, state string, s *signer, extra ...string) *ca {
 	t.Helper()
 	c := &ca{addr: addr, state: state}
 	admin := proc.FreeAddr(t)
@@ -95,7 +95,7 @@ func startCAAt(t *testing.T, addr, state string, s *signer, extra ...string) *ca
 }
 
 // certificate asks ca for a certificate with a token, trusting roots.pem.
-func (c *ca) certificate(t *testing.T, token string) []*x509.Certificate {
+func (c *ca) certificate(t testing.TB, token string) []*x509.Certificate {
 	t.Helper()
 	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
 	if err != nil {
@@ -109,7 +109,7 @@ func (c *ca) certificate(t *testing.T, token string) []*x509.Certificate {
 }
 
 // request asks the ca at addr for a certificate with a token.
-func request(t *testing.T, addr string, pemRoots []byte, token string) ([]*x509.Certificate, error) {
+func request(t testing.TB, addr string, pemRoots []byte, token string) ([]*x509.Certificate, error) {
 	t.Helper()
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(pemRoots) {

@@ -34,7 +34,7 @@ type proxylessPod struct {
 // DISABLE_ENVOY for demo/<name> with service account sa and labels, its
 // certificates from c with a short lifetime, the files read again every
 // second.
-func startProxylessAgent(t *testing.T, c *ca, s *signer, secureXDS, name, sa, labels string) *proxylessPod {
+func startProxylessAgent(t testing.TB, c *ca, s *signer, secureXDS, name, sa, labels string) *proxylessPod {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pod") // Unix socket paths are short
 	if err != nil {
@@ -64,7 +64,7 @@ func startProxylessAgent(t *testing.T, c *ca, s *signer, secureXDS, name, sa, la
 }
 
 // serial is the serial number of the certificate in the pod's files.
-func (p *proxylessPod) serial(t *testing.T) string {
+func (p *proxylessPod) serial(t testing.TB) string {
 	t.Helper()
 	pair, err := tls.LoadX509KeyPair(filepath.Join(p.certs, "cert-chain.pem"), filepath.Join(p.certs, "key.pem"))
 	if err != nil {
@@ -75,7 +75,7 @@ func (p *proxylessPod) serial(t *testing.T) string {
 
 // xdsClient is a grpc-go xDS client in the test process with the pod's
 // bootstrap and xDS credentials (plaintext where discovery sends no TLS).
-func (p *proxylessPod) xdsClient(t *testing.T, target string) testgrpc.TestServiceClient {
+func (p *proxylessPod) xdsClient(t testing.TB, target string) testgrpc.TestServiceClient {
 	t.Helper()
 	bootstrap, err := os.ReadFile(p.bootstrap)
 	if err != nil {
@@ -121,7 +121,7 @@ func peerID(p *peer.Peer) string {
 
 // handshakeSerial makes a TLS handshake with addr presenting the pod's
 // certificate files and returns the serial of the server's certificate.
-func (p *proxylessPod) handshakeSerial(t *testing.T, addr string) (string, error) {
+func (p *proxylessPod) handshakeSerial(t testing.TB, addr string) (string, error) {
 	t.Helper()
 	pair, err := tls.LoadX509KeyPair(filepath.Join(p.certs, "cert-chain.pem"), filepath.Join(p.certs, "key.pem"))
 	if err != nil {

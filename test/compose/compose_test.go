@@ -123,7 +123,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	start = time.Now()
 	s.must("up", "-d")
 	ps := s.must("ps")
-	for _, svc := range []string{"identity", "galley", "ca", "discovery", "injector"} {
+	for _, svc := range []string{"identity", "identity-demo", "galley", "ca", "discovery", "injector", "greeter-v1-agent", "greeter-v2-agent", "client-agent"} {
 		if !strings.Contains(ps, svc) {
 			t.Fatalf("compose ps lacks %s:\n%s", svc, ps)
 		}
@@ -136,6 +136,12 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	t.Logf("up and splitting %s after `up`: over 10 s v1 %d, v2 %d", time.Since(start).Round(time.Second), v1, v2)
 	if share := v1 * 100 / (v1 + v2); share < 70 || share > 90 {
 		t.Fatalf("v1 got %d%%, want about 80%%", share)
+	}
+
+	// Each version answered over mTLS as its own service account.
+	splits := s.splits()
+	if ids := proc.DemoIdentities(splits[len(splits)-1]); ids["v1"] != "spiffe://cluster.local/ns/demo/sa/greeter-v1" || ids["v2"] != "spiffe://cluster.local/ns/demo/sa/greeter-v2" {
+		t.Fatalf("the client reached %v: want each version over mTLS as its own service account", ids)
 	}
 
 	base := len(s.splits()) // from here on no call may fail
@@ -237,7 +243,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	// docker stop (SIGTERM, then SIGKILL after 15 s): every container
 	// drains and exits 0, the client first so that nothing it depends on
 	// goes away under it.
-	for _, svc := range []string{"client", "greeter-v1", "greeter-v2", "injector", "galley", "ca", "discovery", "identity"} {
+	for _, svc := range []string{"client", "client-agent", "greeter-v1", "greeter-v1-agent", "greeter-v2", "greeter-v2-agent", "injector", "galley", "ca", "discovery", "identity-demo", "identity"} {
 		for _, id := range strings.Fields(s.must("ps", "-q", svc)) {
 			start := time.Now()
 			if out, err := exec.Command("docker", "stop", "-t", "15", id).CombinedOutput(); err != nil {

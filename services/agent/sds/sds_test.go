@@ -34,7 +34,7 @@ type pod struct {
 	conn  *grpc.ClientConn
 }
 
-func newPod(t *testing.T) *pod {
+func newPod(t testing.TB) *pod {
 	t.Helper()
 	ca, err := testpki.NewCA("mesh")
 	if err != nil {

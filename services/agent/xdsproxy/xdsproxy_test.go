@@ -76,11 +76,19 @@ type pod struct {
 	ca    *testpki.CA
 	proxy *Proxy
 	envoy discoveryv3.AggregatedDiscoveryServiceClient
+	// upstream is the stand-in discovery's address.
+	upstream string
 }
 
 // newPod starts the stand-in discovery and an agent's proxy on a Unix
 // socket; the pod holds no certificate until give is called.
-func newPod(t *testing.T) *pod {
+func newPod(t testing.TB) *pod {
+	t.Helper()
+	return newPodWith(t, discovery{})
+}
+
+// newPodWith is newPod with srv as discovery.
+func newPodWith(t testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer) *pod {
 	t.Helper()
 	ca, err := testpki.NewCA("mesh")
 	if err != nil {
@@ -97,7 +105,7 @@ func newPod(t *testing.T) *pod {
 	up := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 		MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
 	})))
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(up, discovery{})
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(up, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +113,7 @@ func newPod(t *testing.T) *pod {
 	go func() { _ = up.Serve(lis) }()
 	t.Cleanup(up.Stop)
 
-	p := &pod{state: identity.New(), ca: ca}
+	p := &pod{state: identity.New(), ca: ca, upstream: lis.Addr().String()}
 	if p.proxy, err = New(Options{Address: lis.Addr().String(), ServerName: "flotilla-discovery.istio-system.svc", State: p.state, Log: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +141,7 @@ func newPod(t *testing.T) *pod {
 	return p
 }
 
-func (p *pod) give(t *testing.T, uri string) {
+func (p *pod) give(t testing.TB, uri string) {
 	t.Helper()
 	leaf, err := p.ca.Issue(testpki.Request{CommonName: "w", URIs: []string{uri}})
 	if err != nil {

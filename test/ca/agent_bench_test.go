@@ -1,0 +1,95 @@
+package ca_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+// BenchmarkAgentMemory measures the agents' resident memory, with ca,
+// galley and discovery as processes: the sidecar agent (a stand-in Envoy)
+// once ready, then with Envoy's SDS stream (both secrets) and an ADS
+// stream relayed to discovery open, asking again every 100 ms for 5 s;
+// and a proxyless agent once ready and with its application's xDS stream
+// (grpc-go's client) open. Run it with -benchtime=1x.
+func BenchmarkAgentMemory(b *testing.B) {
+	for range b.N {
+		s := newSigner(b)
+		c := startCA(b, b.TempDir(), s)
+		greeterAddr := proc.FreeAddr(b)
+		_, port, _ := strings.Cut(greeterAddr, ":")
+		config := b.TempDir()
+		xdstest.WriteFile(b, config, "greeter.yaml", meshConfig(port, "STRICT"))
+		secureXDS, _ := meshServing(b, c, s, config)
+
+		p := startAgent(b, c, s, secureXDS, "cart")
+		xdstest.Eventually(b, "the agent ready", func() bool { code, _ := httpGet(b, "http://"+p.admin+"/healthz/ready"); return code == 200 })
+		time.Sleep(2 * time.Second)
+		idle := rss(b, p.agent)
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		sds := p.secrets(b, ctx, "default", "ROOTCA")
+		workloadSecret(b, sds)
+		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(b, p.xds)).StreamAggregatedResources(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
+		node := &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}
+		var peak float64
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			for _, t := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
+				if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: t}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ads.Recv(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			peak = max(peak, rss(b, p.agent))
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+
+		server := startProxylessAgent(b, c, s, secureXDS, "greeter-v1-1", "greeter-v1", `{"app": "greeter", "version": "v1"}`)
+		time.Sleep(2 * time.Second)
+		proxylessIdle := rss(b, server.agent)
+		client := startProxylessAgent(b, c, s, secureXDS, "client-1", "demo-client", `{"app": "client"}`)
+		b.Setenv("GRPC_XDS_BOOTSTRAP", server.bootstrap)
+		greeter := proc.StartCommand(b, "greeter", filepath.Join(binDir, "flotilla-demo"), "greeter", "--xds", "--version", "v1", "--address", greeterAddr)
+		greeter.Out.WaitFor(b, "mode=SERVING")
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		c1 := client.xdsClient(b, "xds:///greeter.demo.svc.cluster.local:50051")
+		for range 100 {
+			if _, _, _, err := call(cctx, c1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ccancel()
+		proxylessActive := max(rss(b, server.agent), rss(b, client.agent))
+
+		b.ReportMetric(idle, "sidecar-idle-RSS-MiB")
+		b.ReportMetric(peak, "sidecar-active-RSS-MiB")
+		b.ReportMetric(proxylessIdle, "proxyless-idle-RSS-MiB")
+		b.ReportMetric(proxylessActive, "proxyless-active-RSS-MiB")
+	}
+}
+
+func rss(tb testing.TB, p *proc.Process) float64 {
+	tb.Helper()
+	v, err := proc.RSSMiB(p.Pid())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
