@@ -18,8 +18,9 @@ import (
 
 // BenchmarkAgentMemory measures the agents' resident memory, with ca,
 // galley and discovery as processes: the sidecar agent (a stand-in Envoy)
-// once ready, then with Envoy's SDS stream (both secrets) and an ADS
-// stream relayed to discovery open, asking again every 100 ms for 5 s;
+// holding its certificate, then with Envoy's SDS stream (both secrets) and an ADS
+// stream relayed to discovery, opened anew (clusters and listeners) every
+// 100 ms for 5 s;
 // and a proxyless agent once ready and with its application's xDS stream
 // (grpc-go's client) open. Run it with -benchtime=1x.
 func BenchmarkAgentMemory(b *testing.B) {
@@ -33,21 +34,27 @@ func BenchmarkAgentMemory(b *testing.B) {
 		secureXDS, _ := meshServing(b, c, s, config)
 
 		p := startAgent(b, c, s, secureXDS, "cart")
-		xdstest.Eventually(b, "the agent ready", func() bool { code, _ := httpGet(b, "http://"+p.admin+"/healthz/ready"); return code == 200 })
+		// Idle: the certificate held, Envoy (the stand-in) started, no
+		// stream open yet.
+		p.agent.Out.WaitFor(b, "certificate from ca")
 		time.Sleep(2 * time.Second)
-		idle := rss(b, p.agent)
+		idle, idleAnon := rss(b, p.agent), anon(b, p.agent)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		sds := p.secrets(b, ctx, "default", "ROOTCA")
 		workloadSecret(b, sds)
-		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(b, p.xds)).StreamAggregatedResources(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		xds := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(b, p.xds))
 		md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
 		node := &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}
-		var peak float64
+		var peak, peakAnon float64
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			// Envoy reconnecting: a new stream replaces the last and gets
+			// clusters and listeners anew.
+			sctx, scancel := context.WithCancel(ctx)
+			ads, err := xds.StreamAggregatedResources(sctx)
+			if err != nil {
+				b.Fatal(err)
+			}
 			for _, t := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
 				if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: t}); err != nil {
 					b.Fatal(err)
@@ -56,14 +63,15 @@ func BenchmarkAgentMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			peak = max(peak, rss(b, p.agent))
+			peak, peakAnon = max(peak, rss(b, p.agent)), max(peakAnon, anon(b, p.agent))
+			scancel()
 			time.Sleep(100 * time.Millisecond)
 		}
 		cancel()
 
 		server := startProxylessAgent(b, c, s, secureXDS, "greeter-v1-1", "greeter-v1", `{"app": "greeter", "version": "v1"}`)
 		time.Sleep(2 * time.Second)
-		proxylessIdle := rss(b, server.agent)
+		proxylessIdle, proxylessIdleAnon := rss(b, server.agent), anon(b, server.agent)
 		client := startProxylessAgent(b, c, s, secureXDS, "client-1", "demo-client", `{"app": "client"}`)
 		b.Setenv("GRPC_XDS_BOOTSTRAP", server.bootstrap)
 		greeter := proc.StartCommand(b, "greeter", filepath.Join(binDir, "flotilla-demo"), "greeter", "--xds", "--version", "v1", "--address", greeterAddr)
@@ -77,17 +85,31 @@ func BenchmarkAgentMemory(b *testing.B) {
 		}
 		ccancel()
 		proxylessActive := max(rss(b, server.agent), rss(b, client.agent))
+		proxylessActiveAnon := max(anon(b, server.agent), anon(b, client.agent))
 
 		b.ReportMetric(idle, "sidecar-idle-RSS-MiB")
 		b.ReportMetric(peak, "sidecar-active-RSS-MiB")
 		b.ReportMetric(proxylessIdle, "proxyless-idle-RSS-MiB")
 		b.ReportMetric(proxylessActive, "proxyless-active-RSS-MiB")
+		b.ReportMetric(idleAnon, "sidecar-idle-anon-MiB")
+		b.ReportMetric(peakAnon, "sidecar-active-anon-MiB")
+		b.ReportMetric(proxylessIdleAnon, "proxyless-idle-anon-MiB")
+		b.ReportMetric(proxylessActiveAnon, "proxyless-active-anon-MiB")
 	}
 }
 
 func rss(tb testing.TB, p *proc.Process) float64 {
 	tb.Helper()
 	v, err := proc.RSSMiB(p.Pid())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+func anon(tb testing.TB, p *proc.Process) float64 {
+	tb.Helper()
+	v, err := proc.AnonMiB(p.Pid())
 	if err != nil {
 		tb.Fatal(err)
 	}

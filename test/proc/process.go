@@ -124,21 +124,28 @@ func FreeAddr(tb testing.TB) string {
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // RSSMiB reads a process's resident set size from /proc (Linux).
-func RSSMiB(pid int) (float64, error) {
+func RSSMiB(pid int) (float64, error) { return statusMiB(pid, "VmRSS") }
+
+// AnonMiB reads the anonymous part of a process's resident set (its heap
+// and stacks; the rest is its binary's pages, which the page cache shares
+// with every process running the same file).
+func AnonMiB(pid int) (float64, error) { return statusMiB(pid, "RssAnon") }
+
+func statusMiB(pid int, field string) (float64, error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
 			if err != nil {
-				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
+				return 0, fmt.Errorf("%s %q: %w", field, rest, err)
 			}
 			return float64(kb) / 1024, nil
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
 // CPUSeconds reads the user+system CPU time a process has used (Linux).

@@ -61,6 +61,9 @@ type Options struct {
 	// defaults are 32 KiB each; write buffers already go back to a shared
 	// pool after each flush).
 	ManyStreams bool
+	// Extra are further server options a service needs (the agent's xDS
+	// relay forces its pass-through codec).
+	Extra []grpc.ServerOption
 }
 
 // DrainWithin is the drain timeout that leaves a service whose whole
@@ -205,6 +208,7 @@ func New(o Options) (*Server, error) {
 		reload: reload,
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(s.streams.interceptor))
+	opts = append(opts, o.Extra...)
 	s.Server = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	return s, nil

@@ -207,7 +207,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if cfg.GRPCBootstrap != "" {
 		xdsMode = uds.Shared // the application's own xDS client dials it
 	}
-	xdsServer, err := unixServer(rt, cfg.XDSSocket, xdsMode, xproxy.Register)
+	xdsServer, err := unixServer(rt, cfg.XDSSocket, xdsMode, xproxy.Register, xdsproxy.ServerOptions()...)
 	if err != nil {
 		return err
 	}
@@ -354,8 +354,8 @@ func identitySource(cfg Config, state *identity.State, log *slog.Logger) ([]life
 }
 
 // unixServer is a gRPC server on a Unix socket, as an actor's Run.
-func unixServer(rt *command.Runtime, path string, mode os.FileMode, register func(*grpc.Server)) (func(context.Context) error, error) {
-	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, MaxRecvMsgBytes: xdsproxy.MaxMessageBytes, DrainTimeout: time.Second})
+func unixServer(rt *command.Runtime, path string, mode os.FileMode, register func(*grpc.Server), extra ...grpc.ServerOption) (func(context.Context) error, error) {
+	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, MaxRecvMsgBytes: xdsproxy.MaxMessageBytes, DrainTimeout: time.Second, Extra: extra})
 	if err != nil {
 		return nil, err //nolint:wrapcheck // says what failed
 	}

@@ -5,7 +5,8 @@
 // discovery knows the proxy's identity from it. Each Envoy stream, state
 // of the world or delta, is relayed message by message on its own
 // upstream stream; when either side ends, the other is ended with the
-// same status, and Envoy's reconnection (with its backoff) starts both
+// same status; messages pass as the bytes received, never decoded
+// (frame.go). Envoy's reconnection (with its backoff) starts both
 // anew. The connection to discovery reconnects with gRPC's backoff. One
 // Envoy stream is served at a time: a new one replaces the old, as in
 // Istio.
@@ -22,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -34,6 +34,10 @@ import (
 
 // SocketPath is where Envoy's bootstrap points its xds-grpc cluster.
 const SocketPath = "/etc/istio/proxy/XDS"
+
+// windowBytes is the HTTP/2 flow-control window of the relay's
+// connections.
+const windowBytes = 4 << 20
 
 // MaxMessageBytes bounds one xDS message either way.
 const MaxMessageBytes = 64 << 20
@@ -50,9 +54,7 @@ type Options struct {
 
 // Proxy is the relay. Register it on the pod's gRPC server.
 type Proxy struct {
-	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	o        Options
-	upstream discoveryv3.AggregatedDiscoveryServiceClient
 	conn     *grpc.ClientConn
 
 	mu      sync.Mutex
@@ -75,20 +77,25 @@ func New(o Options) (*Proxy, error) {
 	conn, err := grpc.NewClient(o.Address,
 		grpc.WithTransportCredentials(credentials.NewTLS(o.State.ClientTLS(o.ServerName))),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Windows that hold a large response whole, so a relayed 1 MiB CDS
+		// does not wait on flow-control round trips (one connection per
+		// pod: the memory is bounded by it).
+		grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	)
 	if err != nil {
 		return nil, err //nolint:wrapcheck // says what is wrong with the address
 	}
-	return &Proxy{o: o, conn: conn, upstream: discoveryv3.NewAggregatedDiscoveryServiceClient(conn)}, nil
+	return &Proxy{o: o, conn: conn}, nil
 }
 
 // Close closes the connection to discovery.
 func (p *Proxy) Close() error { return p.conn.Close() } //nolint:wrapcheck // nothing to add
 
-// Register adds the ADS service to the pod's server.
+// Register adds the ADS service to the pod's server, which must have
+// been built with ServerOptions.
 func (p *Proxy) Register(gs *grpc.Server) {
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, p)
+	gs.RegisterService(p.serviceDesc(), p)
 }
 
 // Connected reports whether an Envoy stream is relayed and discovery has
@@ -114,22 +121,6 @@ func (p *Proxy) serve(ctx context.Context) (context.Context, func()) {
 		p.mu.Unlock()
 		cancel(nil)
 	}
-}
-
-// StreamAggregatedResources relays a state-of-the-world stream.
-func (p *Proxy) StreamAggregatedResources(down discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	return relay(p, down.Context(), down.Recv, down.Send,
-		func(ctx context.Context) (stream[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse], error) {
-			return p.upstream.StreamAggregatedResources(ctx)
-		})
-}
-
-// DeltaAggregatedResources relays an incremental stream.
-func (p *Proxy) DeltaAggregatedResources(down discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return relay(p, down.Context(), down.Recv, down.Send,
-		func(ctx context.Context) (stream[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse], error) {
-			return p.upstream.DeltaAggregatedResources(ctx)
-		})
 }
 
 // stream is the client side of an ADS stream.

@@ -128,11 +128,14 @@ func newPodWith(t testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(ServerOptions()...)
 	p.proxy.Register(gs)
 	go func() { _ = gs.Serve(ulis) }()
 	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Envoy's HTTP/2 windows are large (256 MiB by default): so is this
+	// stand-in's.
+	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes))
 	if err != nil {
 		t.Fatal(err)
 	}
