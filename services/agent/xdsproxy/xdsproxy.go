@@ -54,8 +54,8 @@ type Options struct {
 
 // Proxy is the relay. Register it on the pod's gRPC server.
 type Proxy struct {
-	o        Options
-	conn     *grpc.ClientConn
+	o    Options
+	conn *grpc.ClientConn
 
 	mu      sync.Mutex
 	current context.CancelCauseFunc // the Envoy stream being served
