@@ -8,6 +8,7 @@ require (
 	github.com/flotilla-mesh/flotilla/internal v0.0.0-00010101000000-000000000000
 	github.com/google/go-cmp v0.7.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 	istio.io/api v1.32.0
 	istio.io/client-go v1.32.0
 	k8s.io/api v0.37.2
@@ -26,6 +27,7 @@ require (
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.9 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
@@ -67,7 +69,6 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.2 // indirect

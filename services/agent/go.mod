@@ -3,6 +3,7 @@ module github.com/flotilla-mesh/flotilla/services/agent
 go 1.26.0
 
 require (
+	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/flotilla-mesh/flotilla/internal v0.0.0-00010101000000-000000000000
 	github.com/google/nftables v0.3.0
@@ -23,6 +24,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
+	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.9 // indirect
