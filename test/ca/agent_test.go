@@ -32,36 +32,36 @@ import (
 // meshWithDiscovery runs galley (a directory with a backend) and
 // discovery with its certificate from c, and returns discovery's mTLS xDS
 // and admin addresses.
-func meshWithDiscovery(t testing.TB, c *ca, s *signer) (secureXDS, admin string) {
-	t.Helper()
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(t, "v1"), "v1")))
-	return meshServing(t, c, s, dir)
+func meshWithDiscovery(tb testing.TB, c *ca, s *signer) (secureXDS, admin string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	xdstest.WriteFile(tb, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(tb, "v1"), "v1")))
+	return meshServing(tb, c, s, dir)
 }
 
 // meshServing runs galley serving the Istio YAML in dir, and discovery,
 // both with certificates from c; it returns discovery's mTLS xDS and
 // admin addresses.
-func meshServing(t testing.TB, c *ca, s *signer, dir string) (secureXDS, admin string) {
-	t.Helper()
+func meshServing(tb testing.TB, c *ca, s *signer, dir string) (secureXDS, admin string) {
+	tb.Helper()
 	rootsFile := filepath.Join(c.state, "roots.pem")
 	token := func(sa string) string {
-		path := filepath.Join(t.TempDir(), sa)
-		if err := os.WriteFile(path, []byte(s.token(t, "istio-system", sa)), 0o600); err != nil {
-			t.Fatal(err)
+		path := filepath.Join(tb.TempDir(), sa)
+		if err := os.WriteFile(path, []byte(s.token(tb, "istio-system", sa)), 0o600); err != nil {
+			tb.Fatal(err)
 		}
 		return path
 	}
-	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
-	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--config-dir", dir, "--mcp-address", mcpAddr,
-		"--admin-address", galleyAdmin, "--webhook-address", proc.FreeAddr(t),
+	mcpAddr, galleyAdmin := proc.FreeAddr(tb), proc.FreeAddr(tb)
+	proc.Start(tb, "galley", filepath.Join(binDir, "flotilla-galley"), "--config-dir", dir, "--mcp-address", mcpAddr,
+		"--admin-address", galleyAdmin, "--webhook-address", proc.FreeAddr(tb),
 		"--ca-address", c.addr, "--ca-roots-file", rootsFile, "--token-file", token("flotilla-galley"))
-	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
-	secureXDS, admin = proc.FreeAddr(t), proc.FreeAddr(t)
-	proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"), "--galley-address", mcpAddr,
-		"--xds-address", proc.FreeAddr(t), "--secure-xds-address", secureXDS, "--admin-address", admin,
+	proc.WaitReady(tb, "http://"+galleyAdmin+"/readyz")
+	secureXDS, admin = proc.FreeAddr(tb), proc.FreeAddr(tb)
+	proc.Start(tb, "discovery", filepath.Join(binDir, "flotilla-discovery"), "--galley-address", mcpAddr,
+		"--xds-address", proc.FreeAddr(tb), "--secure-xds-address", secureXDS, "--admin-address", admin,
 		"--ca-address", c.addr, "--ca-roots-file", rootsFile, "--token-file", token("flotilla-discovery"))
-	proc.WaitReady(t, "http://"+admin+"/readyz")
+	proc.WaitReady(tb, "http://"+admin+"/readyz")
 	return secureXDS, admin
 }
 
@@ -75,20 +75,20 @@ type pod struct {
 
 // startAgent runs `flotilla-agent proxy sidecar` for shop/cart-1 with the
 // pod environment the injector sets and a token of tokenAccount.
-func startAgent(t testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
-	t.Helper()
+func startAgent(tb testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
+	tb.Helper()
 	dir, err := os.MkdirTemp("", "pod") // Unix socket paths are short
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	tokenFile := filepath.Join(dir, "istio-token")
-	if err := os.WriteFile(tokenFile, []byte(s.token(t, "shop", tokenAccount)), 0o600); err != nil {
-		t.Fatal(err)
+	if err := os.WriteFile(tokenFile, []byte(s.token(tb, "shop", tokenAccount)), 0o600); err != nil {
+		tb.Fatal(err)
 	}
 	p := &pod{
-		sds: filepath.Join(dir, "sds"), xds: filepath.Join(dir, "XDS"), admin: proc.FreeAddr(t),
-		envoyAdmin: proc.FreeAddr(t), record: filepath.Join(dir, "envoy-record"),
+		sds: filepath.Join(dir, "sds"), xds: filepath.Join(dir, "XDS"), admin: proc.FreeAddr(tb),
+		envoyAdmin: proc.FreeAddr(tb), record: filepath.Join(dir, "envoy-record"),
 	}
 	for k, v := range map[string]string{
 		"POD_NAME": "cart-1", "POD_NAMESPACE": "shop", "INSTANCE_IP": "127.0.0.1", "SERVICE_ACCOUNT": "cart",
@@ -98,9 +98,9 @@ func startAgent(t testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, 
 		// A rewritten probe: a TCP check of the agent's own admin port.
 		"ISTIO_KUBE_APP_PROBERS": `{"/app-health/app/livez": {"tcpSocket": {"port": ` + strings.TrimPrefix(p.admin[strings.LastIndex(p.admin, ":"):], ":") + `}}}`,
 	} {
-		t.Setenv(k, v)
+		tb.Setenv(k, v)
 	}
-	p.agent = proc.Start(t, "agent", filepath.Join(binDir, "flotilla-agent"), append([]string{
+	p.agent = proc.Start(tb, "agent", filepath.Join(binDir, "flotilla-agent"), append([]string{
 		"proxy", "sidecar",
 		"--admin-address", p.admin, "--ca-roots-file", filepath.Join(c.state, "roots.pem"), "--token-file", tokenFile,
 		"--discovery-server-name", "flotilla-discovery.istio-system.svc",
@@ -111,26 +111,26 @@ func startAgent(t testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, 
 	return p
 }
 
-func unixConn(t testing.TB, path string) *grpc.ClientConn {
-	t.Helper()
-	xdstest.Eventually(t, path, func() bool { _, err := os.Stat(path); return err == nil })
+func unixConn(tb testing.TB, path string) *grpc.ClientConn {
+	tb.Helper()
+	xdstest.Eventually(tb, path, func() bool { _, err := os.Stat(path); return err == nil })
 	cc, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cc.Close() })
+	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
 
 // secrets opens an SDS stream on the pod's socket asking for names.
-func (p *pod) secrets(t testing.TB, ctx context.Context, names ...string) secretv3.SecretDiscoveryService_StreamSecretsClient {
-	t.Helper()
-	stream, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(t, p.sds)).StreamSecrets(ctx)
+func (p *pod) secrets(tb testing.TB, ctx context.Context, names ...string) secretv3.SecretDiscoveryService_StreamSecretsClient {
+	tb.Helper()
+	stream, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(tb, p.sds)).StreamSecrets(ctx)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy"}, TypeUrl: resourcev3.SecretType, ResourceNames: names}); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return stream
 }
@@ -138,31 +138,31 @@ func (p *pod) secrets(t testing.TB, ctx context.Context, names ...string) secret
 // clusters opens an ADS stream on the pod's xDS socket as the node
 // cart-1.shop claiming service account cart, asks for clusters and
 // returns the answer or the error that ended the stream.
-func (p *pod) clusters(t testing.TB, ctx context.Context) (*discoveryv3.DiscoveryResponse, error) {
-	t.Helper()
-	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(t, p.xds)).StreamAggregatedResources(ctx)
+func (p *pod) clusters(tb testing.TB, ctx context.Context) (*discoveryv3.DiscoveryResponse, error) {
+	tb.Helper()
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(tb, p.xds)).StreamAggregatedResources(ctx)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	md, _ := structpb.NewStruct(map[string]any{"SERVICE_ACCOUNT": "cart"})
 	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return ads.Recv() //nolint:wrapcheck // the test reads the status
 }
 
 // workloadSecret reads the "default" secret over the pod's SDS socket and
 // returns its leaf certificate's SPIFFE ID and serial.
-func workloadSecret(t testing.TB, stream secretv3.SecretDiscoveryService_StreamSecretsClient) (id, serial string) {
-	t.Helper()
+func workloadSecret(tb testing.TB, stream secretv3.SecretDiscoveryService_StreamSecretsClient) (id, serial string) {
+	tb.Helper()
 	resp, err := stream.Recv()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, r := range resp.GetResources() {
 		s := &tlsv3.Secret{}
 		if err := r.UnmarshalTo(s); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if s.GetName() != "default" {
 			continue
@@ -170,16 +170,16 @@ func workloadSecret(t testing.TB, stream secretv3.SecretDiscoveryService_StreamS
 		tc := s.GetTlsCertificate()
 		cert, err := tls.X509KeyPair(tc.GetCertificateChain().GetInlineBytes(), tc.GetPrivateKey().GetInlineBytes())
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		return cert.Leaf.URIs[0].String(), cert.Leaf.SerialNumber.String()
 	}
-	t.Fatalf("no default secret in %d resources", len(resp.GetResources()))
+	tb.Fatalf("no default secret in %d resources", len(resp.GetResources()))
 	return "", ""
 }
 
-func httpGet(t testing.TB, url string) (int, string) {
-	t.Helper()
+func httpGet(tb testing.TB, url string) (int, string) {
+	tb.Helper()
 	resp, err := http.Get(url) //nolint:noctx // a test-local URL
 	if err != nil {
 		return 0, err.Error()

@@ -48,24 +48,24 @@ type signer struct {
 	jwks string
 }
 
-func newSigner(t testing.TB) *signer {
-	t.Helper()
+func newSigner(tb testing.TB) *signer {
+	tb.Helper()
 	iss, err := devjwt.New("https://flotilla.test")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	d := &devjwt.Dir{Path: t.TempDir(), Issuer: iss} // the JWKS only: tokens are minted per test
+	d := &devjwt.Dir{Path: tb.TempDir(), Issuer: iss} // the JWKS only: tokens are minted per test
 	if err := d.Write(time.Now()); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return &signer{iss: iss, jwks: d.JWKSFile()}
 }
 
-func (s *signer) token(t testing.TB, ns, sa string) string {
-	t.Helper()
+func (s *signer) token(tb testing.TB, ns, sa string) string {
+	tb.Helper()
 	tok, err := s.iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return tok
 }
@@ -76,57 +76,57 @@ type ca struct {
 	state string
 }
 
-func startCA(t testing.TB, state string, s *signer, extra ...string) *ca {
-	t.Helper()
-	return startCAAt(t, proc.FreeAddr(t), state, s, extra...)
+func startCA(tb testing.TB, state string, s *signer, extra ...string) *ca {
+	tb.Helper()
+	return startCAAt(tb, proc.FreeAddr(tb), state, s, extra...)
 }
 
 // startCAAt starts ca on addr (a restart keeps its address and state).
-func startCAAt(t testing.TB, addr, state string, s *signer, extra ...string) *ca {
-	t.Helper()
+func startCAAt(tb testing.TB, addr, state string, s *signer, extra ...string) *ca {
+	tb.Helper()
 	c := &ca{addr: addr, state: state}
-	admin := proc.FreeAddr(t)
-	c.p = proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), append([]string{
+	admin := proc.FreeAddr(tb)
+	c.p = proc.Start(tb, "ca", filepath.Join(binDir, "flotilla-ca"), append([]string{
 		"--address", c.addr, "--admin-address", admin,
 		"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test",
 	}, extra...)...)
-	proc.WaitReady(t, "http://"+admin+"/readyz")
+	proc.WaitReady(tb, "http://"+admin+"/readyz")
 	return c
 }
 
 // certificate asks ca for a certificate with a token, trusting roots.pem.
-func (c *ca) certificate(t testing.TB, token string) []*x509.Certificate {
-	t.Helper()
+func (c *ca) certificate(tb testing.TB, token string) []*x509.Certificate {
+	tb.Helper()
 	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
 	if err != nil {
-		t.Fatalf("roots.pem: %v", err)
+		tb.Fatalf("roots.pem: %v", err)
 	}
-	chain, err := request(t, c.addr, pemRoots, token)
+	chain, err := request(tb, c.addr, pemRoots, token)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return chain
 }
 
 // request asks the ca at addr for a certificate with a token.
-func request(t testing.TB, addr string, pemRoots []byte, token string) ([]*x509.Certificate, error) {
-	t.Helper()
+func request(tb testing.TB, addr string, pemRoots []byte, token string) ([]*x509.Certificate, error) {
+	tb.Helper()
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(pemRoots) {
-		t.Fatal("no roots")
+		tb.Fatal("no roots")
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer cc.Close()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx := context.Background()
 	if token != "" {
@@ -145,7 +145,7 @@ func request(t testing.TB, addr string, pemRoots []byte, token string) ([]*x509.
 		b, _ := pem.Decode([]byte(p))
 		c, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		chain = append(chain, c)
 	}

@@ -34,66 +34,66 @@ type proxylessPod struct {
 // DISABLE_ENVOY for demo/<name> with service account sa and labels, its
 // certificates from c with a short lifetime, the files read again every
 // second.
-func startProxylessAgent(t testing.TB, c *ca, s *signer, secureXDS, name, sa, labels string) *proxylessPod {
-	t.Helper()
+func startProxylessAgent(tb testing.TB, c *ca, s *signer, secureXDS, name, sa, labels string) *proxylessPod {
+	tb.Helper()
 	dir, err := os.MkdirTemp("", "pod") // Unix socket paths are short
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	tokenFile := filepath.Join(dir, "istio-token")
-	if err := os.WriteFile(tokenFile, []byte(s.token(t, "demo", sa)), 0o600); err != nil {
-		t.Fatal(err)
+	if err := os.WriteFile(tokenFile, []byte(s.token(tb, "demo", sa)), 0o600); err != nil {
+		tb.Fatal(err)
 	}
-	p := &proxylessPod{admin: proc.FreeAddr(t), bootstrap: filepath.Join(dir, "grpc-bootstrap.json"), certs: filepath.Join(dir, "certs")}
+	p := &proxylessPod{admin: proc.FreeAddr(tb), bootstrap: filepath.Join(dir, "grpc-bootstrap.json"), certs: filepath.Join(dir, "certs")}
 	for k, v := range map[string]string{
 		"POD_NAME": name, "POD_NAMESPACE": "demo", "INSTANCE_IP": "127.0.0.1", "SERVICE_ACCOUNT": sa,
 		"TRUST_DOMAIN": "cluster.local", "CLUSTER_ID": "Kubernetes", "DISCOVERY_ADDRESS": secureXDS, "CA_ADDRESS": c.addr,
 		"ISTIO_METAJSON_LABELS": labels, "DISABLE_ENVOY": "true", "GRPC_XDS_BOOTSTRAP": p.bootstrap, "OUTPUT_CERTS": p.certs,
 	} {
-		t.Setenv(k, v)
+		tb.Setenv(k, v)
 	}
-	p.agent = proc.Start(t, "agent-"+name, filepath.Join(binDir, "flotilla-agent"),
+	p.agent = proc.Start(tb, "agent-"+name, filepath.Join(binDir, "flotilla-agent"),
 		"proxy", "sidecar",
 		"--admin-address", p.admin, "--ca-roots-file", filepath.Join(c.state, "roots.pem"), "--token-file", tokenFile,
 		"--discovery-server-name", "flotilla-discovery.istio-system.svc",
 		"--certs-dir", filepath.Join(dir, "no-certs"), "--xds-socket", filepath.Join(dir, "XDS"),
 		"--cert-ttl", "10s", "--grpc-cert-refresh", "1s")
-	proc.WaitReady(t, "http://"+p.admin+"/healthz/ready")
+	proc.WaitReady(tb, "http://"+p.admin+"/healthz/ready")
 	return p
 }
 
 // serial is the serial number of the certificate in the pod's files.
-func (p *proxylessPod) serial(t testing.TB) string {
-	t.Helper()
+func (p *proxylessPod) serial(tb testing.TB) string {
+	tb.Helper()
 	pair, err := tls.LoadX509KeyPair(filepath.Join(p.certs, "cert-chain.pem"), filepath.Join(p.certs, "key.pem"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return pair.Leaf.SerialNumber.String()
 }
 
 // xdsClient is a grpc-go xDS client in the test process with the pod's
 // bootstrap and xDS credentials (plaintext where discovery sends no TLS).
-func (p *proxylessPod) xdsClient(t testing.TB, target string) testgrpc.TestServiceClient {
-	t.Helper()
+func (p *proxylessPod) xdsClient(tb testing.TB, target string) testgrpc.TestServiceClient {
+	tb.Helper()
 	bootstrap, err := os.ReadFile(p.bootstrap)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	r, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
 	if err != nil {
-		t.Fatalf("grpc-go refuses the agent's bootstrap: %v", err)
+		tb.Fatalf("grpc-go refuses the agent's bootstrap: %v", err)
 	}
 	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cc, err := grpc.NewClient(target, grpc.WithResolvers(r), grpc.WithTransportCredentials(creds))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cc.Close() })
+	tb.Cleanup(func() { _ = cc.Close() })
 	return testgrpc.NewTestServiceClient(cc)
 }
 
@@ -121,13 +121,13 @@ func peerID(p *peer.Peer) string {
 
 // handshakeSerial makes a TLS handshake with addr presenting the pod's
 // certificate files and returns the serial of the server's certificate.
-func (p *proxylessPod) handshakeSerial(t testing.TB, addr string) (string, error) {
-	t.Helper()
+func (p *proxylessPod) handshakeSerial(tb testing.TB, addr string) (string, error) {
+	tb.Helper()
 	pair, err := tls.LoadX509KeyPair(filepath.Join(p.certs, "cert-chain.pem"), filepath.Join(p.certs, "key.pem"))
 	if err != nil {
 		return "", err //nolint:wrapcheck // the test reads it
 	}
-	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, NextProtos: []string{"h2"}}) //nolint:gosec // only the serial is read
+	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, NextProtos: []string{"h2"}}) // only the serial is read
 	if err != nil {
 		return "", err //nolint:wrapcheck // as above
 	}

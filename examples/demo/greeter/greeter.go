@@ -15,12 +15,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	xdscreds "google.golang.org/grpc/credentials/xds"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/xds"
-
-	xdscreds "google.golang.org/grpc/credentials/xds"
 
 	"github.com/flotilla-mesh/flotilla/examples/demo/meshid"
 )

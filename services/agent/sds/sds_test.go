@@ -34,31 +34,31 @@ type pod struct {
 	conn  *grpc.ClientConn
 }
 
-func newPod(t testing.TB) *pod {
-	t.Helper()
+func newPod(tb testing.TB) *pod {
+	tb.Helper()
 	ca, err := testpki.NewCA("mesh")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p := &pod{state: identity.New(), ca: ca}
 	dir, err := os.MkdirTemp("", "sds") // a Unix socket path has at most 107 bytes
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "workload-spiffe-uds", "socket")
 	lis, err := uds.Listen(sock, uds.Private)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	gs := grpc.NewServer()
 	New(p.state, slog.New(slog.DiscardHandler)).Register(gs)
 	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	tb.Cleanup(gs.Stop)
 	if p.conn, err = grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.conn.Close() })
+	tb.Cleanup(func() { _ = p.conn.Close() })
 	return p
 }
 

@@ -82,25 +82,25 @@ type pod struct {
 
 // newPod starts the stand-in discovery and an agent's proxy on a Unix
 // socket; the pod holds no certificate until give is called.
-func newPod(t testing.TB) *pod {
-	t.Helper()
-	return newPodWith(t, discovery{})
+func newPod(tb testing.TB) *pod {
+	tb.Helper()
+	return newPodWith(tb, discovery{})
 }
 
 // newPodWith is newPod with srv as discovery.
-func newPodWith(t testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer) *pod {
-	t.Helper()
+func newPodWith(tb testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer) *pod {
+	tb.Helper()
 	ca, err := testpki.NewCA("mesh")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	serving, err := ca.Issue(testpki.Request{CommonName: "discovery", DNSNames: []string{"flotilla-discovery.istio-system.svc"}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	sc, err := serving.TLSCertificate()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	up := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 		MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
@@ -108,55 +108,55 @@ func newPodWith(t testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer) 
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(up, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	go func() { _ = up.Serve(lis) }()
-	t.Cleanup(up.Stop)
+	tb.Cleanup(up.Stop)
 
 	p := &pod{state: identity.New(), ca: ca, upstream: lis.Addr().String()}
 	if p.proxy, err = New(Options{Address: lis.Addr().String(), ServerName: "flotilla-discovery.istio-system.svc", State: p.state, Log: slog.New(slog.DiscardHandler)}); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.proxy.Close() })
+	tb.Cleanup(func() { _ = p.proxy.Close() })
 	dir, err := os.MkdirTemp("", "xds")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "XDS")
 	ulis, err := net.Listen("unix", sock)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	gs := grpc.NewServer(ServerOptions()...)
 	p.proxy.Register(gs)
 	go func() { _ = gs.Serve(ulis) }()
-	t.Cleanup(gs.Stop)
+	tb.Cleanup(gs.Stop)
 	// Envoy's HTTP/2 windows are large (256 MiB by default): so is this
 	// stand-in's.
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cc.Close() })
+	tb.Cleanup(func() { _ = cc.Close() })
 	p.envoy = discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
 	return p
 }
 
-func (p *pod) give(t testing.TB, uri string) {
-	t.Helper()
+func (p *pod) give(tb testing.TB, uri string) {
+	tb.Helper()
 	leaf, err := p.ca.Issue(testpki.Request{CommonName: "w", URIs: []string{uri}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cert, err := leaf.TLSCertificate()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p.state.SetRoots(p.ca.CertPEM)
 	if err := p.state.SetCertificate(&cert); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
