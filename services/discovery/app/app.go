@@ -51,6 +51,9 @@ type Config struct {
 	// VerifyProxyIdentity refuses, on the mTLS port, a proxy whose node
 	// claims another namespace or service account than its certificate.
 	VerifyProxyIdentity bool `yaml:"verifyProxyIdentity" usage:"on the mTLS xDS port, refuse a proxy whose node metadata claims another namespace or service account than its certificate's SPIFFE ID"`
+	// XDSSendTimeout closes the stream of a proxy that takes no response
+	// for that long.
+	XDSSendTimeout time.Duration `yaml:"xdsSendTimeout" usage:"close the stream of a proxy that takes no response for this long (it reads too slowly or not at all); 0 waits for ever"`
 	// DebounceQuiet and DebounceMax shape pushes.
 	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
@@ -80,6 +83,7 @@ func Defaults() Config {
 		SystemNamespace:  "istio-system",
 
 		VerifyProxyIdentity: true,
+		XDSSendTimeout:      30 * time.Second,
 	}
 }
 
@@ -134,7 +138,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		cfg.XDSAddress = command.LoopbackIfNoHost(cfg.XDSAddress)
 	}
 	meter := rt.Telemetry.Meter.Meter("flotilla/discovery")
-	srv, err := xds.New(xds.Options{Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity})
+	srv, err := xds.New(xds.Options{Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout})
 	if err != nil {
 		return err
 	}

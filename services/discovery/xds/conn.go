@@ -18,6 +18,8 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -78,11 +80,14 @@ type conn struct {
 	// stream's requests and its pushes.
 	work sync.Mutex
 
-	mu       sync.Mutex // guards pending, pushing, closed, failed, and watches for readers other than work's holder
-	pending  *pushEvent
-	pushing  bool
-	closed   bool
-	failed   error
+	mu      sync.Mutex // guards pending, pushing, closed, failed, and watches for readers other than work's holder
+	pending *pushEvent
+	pushing bool
+	closed  bool
+	failed  error
+	// aborted is closed when a send timed out (failed says why): the
+	// stream's handler then ends the stream.
+	aborted  chan struct{}
 	watches  map[string]*watch
 	pcSeen   *model.PushContext // the push context the proxy's resources come from
 	problems []string
@@ -119,8 +124,8 @@ func (c *conn) enqueue(ev *pushEvent) {
 	}
 }
 
-// drain sends pending pushes until there are none, at most Concurrency
-// streams at once.
+// drain sends pending pushes until there are none (generating them takes
+// a slot of the server's, sending does not).
 func (c *conn) drain() {
 	for {
 		c.mu.Lock()
@@ -133,9 +138,7 @@ func (c *conn) drain() {
 		}
 		c.mu.Unlock()
 		c.work.Lock()
-		c.s.sem <- struct{}{}
 		err := c.push(ev)
-		<-c.s.sem
 		c.work.Unlock()
 		if err != nil {
 			c.s.log.Warn("push failed; closing the stream", "proxy", c.id, "error", err)
@@ -165,6 +168,59 @@ func (c *conn) close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+}
+
+// send writes one response. While the proxy takes more than a second to
+// make room for it, it counts as behind; past the server's send timeout
+// the stream is aborted.
+func (c *conn) send(f func() error) error {
+	behind := false
+	slow := time.AfterFunc(time.Second, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !behind {
+			behind = true
+			c.s.metrics.behind.Add(context.Background(), 1)
+		}
+	})
+	var timeout *time.Timer
+	if d := c.s.sendTimeout; d > 0 {
+		timeout = time.AfterFunc(d, func() {
+			c.abort(status.Errorf(codes.DeadlineExceeded, "the proxy took no response for %s (it reads too slowly or not at all): closing its stream", d))
+		})
+	}
+	err := f()
+	slow.Stop()
+	if timeout != nil {
+		timeout.Stop()
+	}
+	c.mu.Lock()
+	if behind {
+		behind = false
+		c.s.metrics.behind.Add(context.Background(), -1)
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// abort ends the stream with err (once), whatever it is doing.
+func (c *conn) abort(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted == nil || c.failed != nil {
+		return
+	}
+	c.failed, c.closed = err, true
+	close(c.aborted)
+	c.s.metrics.sendTimeouts.Add(context.Background(), 1)
+	c.s.log.Warn("closing a proxy's stream", "proxy", c.id, "reason", err)
+}
+
+// abortedWith is why the stream was aborted.
+func (c *conn) abortedWith() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
 }
 
 func (c *conn) watch(t string) *watch {
@@ -198,7 +254,8 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	if c.delta {
 		return c.respondDelta(t, w, gen, seen, only, force, start)
 	}
-	res := c.generate(t, gen, w.watchedNames())
+	var res []named
+	c.s.offload(func() { res = c.generate(t, gen, w.watchedNames()) })
 	h := fnv.New64a()
 	for _, r := range res {
 		_, _ = h.Write([]byte(r.name))
@@ -215,7 +272,9 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		anys[i] = r.any
 	}
 	nonce := c.s.nextNonce()
-	if err := c.sendSotw(&discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: anys, TypeUrl: t, Nonce: nonce}); err != nil {
+	if err := c.send(func() error {
+		return c.sendSotw(&discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: anys, TypeUrl: t, Nonce: nonce})
+	}); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -233,7 +292,8 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	if only != nil {
 		names = only
 	}
-	res := c.generate(t, gen, names)
+	var res []named
+	c.s.offload(func() { res = c.generate(t, gen, names) })
 	current := make(map[string]bool, len(res))
 	var out []*discoveryv3.Resource
 	for _, r := range res {
@@ -255,8 +315,10 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 		return nil
 	}
 	nonce := c.s.nextNonce()
-	if err := c.sendDelta(&discoveryv3.DeltaDiscoveryResponse{
-		TypeUrl: t, Resources: out, RemovedResources: removed, Nonce: nonce, SystemVersionInfo: c.pcSeen.Version,
+	if err := c.send(func() error {
+		return c.sendDelta(&discoveryv3.DeltaDiscoveryResponse{
+			TypeUrl: t, Resources: out, RemovedResources: removed, Nonce: nonce, SystemVersionInfo: c.pcSeen.Version,
+		})
 	}); err != nil {
 		return err
 	}
@@ -328,11 +390,9 @@ func (c *conn) answer(t string, w *watch, force bool) error {
 	if c.pcSeen == nil {
 		c.setPushContext(pc)
 	}
-	return c.s.offload(func() error {
-		gen := translate.NewGenerator(c.pcSeen, c.proxy)
-		defer c.keepProblems(gen)
-		return c.respond(t, w, gen, time.Time{}, nil, force)
-	})
+	gen := translate.NewGenerator(c.pcSeen, c.proxy)
+	defer c.keepProblems(gen)
+	return c.respond(t, w, gen, time.Time{}, nil, force)
 }
 
 func sameNames(have map[string]bool, names []string) bool {

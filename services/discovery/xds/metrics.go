@@ -21,6 +21,8 @@ type metrics struct {
 	nacks         metric.Int64Counter
 	rejectedNodes metric.Int64Counter
 	proxyPushes   metric.Int64Counter
+	behind        metric.Int64UpDownCounter
+	sendTimeouts  metric.Int64Counter
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
@@ -68,6 +70,14 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 	if out.proxyPushes, err = m.Int64Counter("flotilla.discovery.proxy_pushes",
 		metric.WithDescription("Pushes handled per proxy, by decision: full (translated again), eds (endpoints only) or skipped (the change does not concern it).")); err != nil {
 		return nil, wrap("proxy_pushes", err)
+	}
+	if out.behind, err = m.Int64UpDownCounter("flotilla.discovery.proxies_behind",
+		metric.WithDescription("Proxies whose response has waited at least a second for them to read (HTTP/2 flow control): slow or stuck readers.")); err != nil {
+		return nil, wrap("proxies_behind", err)
+	}
+	if out.sendTimeouts, err = m.Int64Counter("flotilla.discovery.send_timeouts",
+		metric.WithDescription("Streams closed because the proxy took no response within the send timeout.")); err != nil {
+		return nil, wrap("send_timeouts", err)
 	}
 	return &out, nil
 }

@@ -39,6 +39,30 @@ type harness struct {
 	version uint64
 	conn    *grpc.ClientConn
 	reader  *sdkmetric.ManualReader
+	addr    string
+}
+
+// counter reads a counter's total over its attributes.
+func (h *harness) counter(name string) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		panic(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
 }
 
 // pushes reads the proxy_pushes counter for a decision.
@@ -64,8 +88,15 @@ func (h *harness) pushes(decision string) int64 {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWith(t, xds.Options{})
+}
+
+// newHarnessWith is newHarness with o (its log and meter are the test's).
+func newHarnessWith(t *testing.T, o xds.Options) *harness {
+	t.Helper()
 	reader := sdkmetric.NewManualReader()
-	srv, err := xds.New(xds.Options{Log: quiet(), Meter: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")})
+	o.Log, o.Meter = quiet(), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	srv, err := xds.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +113,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &harness{srv: srv, store: model.NewStore(), conn: cc, reader: reader}
+	return &harness{srv: srv, store: model.NewStore(), conn: cc, reader: reader, addr: lis.Addr().String()}
 }
 
 func (h *harness) push() {
@@ -557,4 +588,54 @@ func TestStatusCanBeReadWhilePushing(t *testing.T) {
 		}
 	}
 	t.Fatal("the proxy never received the last push")
+}
+
+func TestAProxyThatReadsNothingIsClosedAfterTheSendTimeoutAndDelaysNoOne(t *testing.T) {
+	h := newHarnessWith(t, xds.Options{SendTimeout: 500 * time.Millisecond, Concurrency: 1})
+	for i := range 600 {
+		h.store.PutService(service(fmt.Sprintf("svc-%03d", i), 8080))
+	}
+	h.push()
+
+	// A sidecar with a 64 KiB window asks for every cluster (far more) and
+	// reads nothing.
+	cc, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stuck, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stuck.Send(&discoveryv3.DiscoveryRequest{Node: node("sidecar~10.0.0.1~stuck.default~default.svc.cluster.local", nil), TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	// Meanwhile, with the one translation slot there is, another proxy is
+	// answered.
+	healthy := h.sotw(t)
+	healthy.send(t, &discoveryv3.DiscoveryRequest{Node: node("sidecar~10.0.0.2~ok.default~default.svc.cluster.local", nil), TypeUrl: resourcev3.ClusterType})
+	if r := healthy.next(t); len(r.GetResources()) < 600 {
+		t.Fatalf("the healthy proxy got %d clusters", len(r.GetResources()))
+	}
+	// The first response fits gRPC's write quota whole; the next one waits
+	// for the proxy to read.
+	h.store.PutService(service("svc-new", 8080))
+	h.push()
+	if r := healthy.next(t); len(r.GetResources()) < 601 {
+		t.Fatalf("the healthy proxy got %d clusters after the change", len(r.GetResources()))
+	}
+	xdstest.Eventually(t, "the stuck stream closed", func() bool { return h.counter("flotilla.discovery.send_timeouts") == 1 })
+	for {
+		if _, err := stuck.Recv(); err != nil {
+			if grpcstatus.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "closing its stream") {
+				t.Fatalf("the stuck proxy's stream ended with %v, want DeadlineExceeded and the reason", err)
+			}
+			break
+		}
+	}
+	if n := len(h.srv.Conns()); n != 1 {
+		t.Fatalf("%d proxies still connected, want the healthy one", n)
+	}
 }

@@ -51,6 +51,12 @@ type Options struct {
 	// Concurrency bounds translations running at once; default twice the
 	// number of CPUs.
 	Concurrency int
+	// SendTimeout bounds how long one response may wait for the proxy to
+	// take it (HTTP/2 flow control: a proxy that reads nothing): past it
+	// the stream is closed with DeadlineExceeded, and the proxy reconnects
+	// and starts over. Zero waits for ever. Sending never holds a
+	// translation slot, so a slow proxy delays only itself either way.
+	SendTimeout time.Duration
 	// VerifyIdentity refuses a proxy that presents a client certificate
 	// (the mTLS port) whose SPIFFE ID names another namespace or service
 	// account than its node claims: a workload cannot ask for another's
@@ -63,6 +69,7 @@ type Options struct {
 type Server struct {
 	log            *slog.Logger
 	verifyIdentity bool
+	sendTimeout    time.Duration
 	metrics        *metrics
 	sem            chan struct{}
 	nonce          atomic.Uint64
@@ -84,6 +91,7 @@ func New(o Options) (*Server, error) {
 		sem: make(chan struct{}, o.Concurrency),
 
 		verifyIdentity: o.VerifyIdentity,
+		sendTimeout:    o.SendTimeout,
 		conns:          map[*conn]struct{}{},
 	}
 	m, err := newMetrics(o.Meter)
@@ -120,18 +128,22 @@ func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.
 	}
 }
 
-// offload runs a stream's generation and sending on a short-lived
-// goroutine, at most Concurrency at once, while the stream's goroutine
-// waits (so a stream still never sends concurrently). Translation needs
-// deep stacks; on the stream goroutines they would stay grown for the life
-// of every connection, which at thousands of proxies is most of the
-// process's memory.
-func (s *Server) offload(f func() error) error {
+// offload runs a stream's generation on a short-lived goroutine, at most
+// Concurrency at once, while the stream's goroutine waits. Only
+// generation takes a slot: sending waits on the proxy, and a proxy that
+// reads slowly (or not at all) must not hold what the others need.
+// Translation needs deep stacks; on the stream goroutines they would stay
+// grown for the life of every connection, which at thousands of proxies is
+// most of the process's memory.
+func (s *Server) offload(f func()) {
 	s.sem <- struct{}{}
 	defer func() { <-s.sem }()
-	errc := make(chan error, 1)
-	go func() { errc <- f() }()
-	return <-errc
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 func (s *Server) current() (*model.PushContext, time.Time) {
@@ -156,33 +168,50 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 		(*conn).onDeltaRequest)
 }
 
-// serveStream is one ADS stream: the handler's goroutine reads and answers
-// requests (the first identifies the proxy); pushes run on goroutines
-// started when there is something to push.
+// serveStream is one ADS stream: a goroutine reads and answers requests
+// (the first identifies the proxy); pushes run on goroutines started when
+// there is something to push. The handler's goroutine waits for the
+// reader to end, or for the stream to be aborted (a send that timed out),
+// which it ends at once: returning is what makes gRPC end the stream and
+// release a send blocked on the proxy.
 func serveStream[Req interface{ GetNode() *corev3.Node }](
 	s *Server, ctx context.Context, recv func() (Req, error), delta bool,
 	setSend func(*conn), onRequest func(*conn, Req) error,
 ) error {
-	var c *conn
-	defer func() {
-		if c != nil {
-			s.disconnect(c)
-		}
-	}()
-	for {
-		req, err := recv()
-		if err != nil {
-			return recvError(err)
-		}
-		if c == nil {
-			if c, err = s.connect(ctx, req.GetNode(), delta, setSend); err != nil {
-				return err
+	aborted := make(chan struct{})
+	var connected atomic.Pointer[conn]
+	done := make(chan error, 1)
+	go func() {
+		var c *conn
+		for {
+			req, err := recv()
+			if err != nil {
+				done <- recvError(err)
+				return
+			}
+			if c == nil {
+				if c, err = s.connect(ctx, req.GetNode(), delta, setSend, aborted); err != nil {
+					done <- err
+					return
+				}
+				connected.Store(c)
+			}
+			if err := c.handle(func() error { return onRequest(c, req) }); err != nil {
+				done <- err
+				return
 			}
 		}
-		if err := c.handle(func() error { return onRequest(c, req) }); err != nil {
-			return err
-		}
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-aborted:
+		err = connected.Load().abortedWith()
 	}
+	if c := connected.Load(); c != nil {
+		s.disconnect(c)
+	}
+	return err
 }
 
 func recvError(err error) error {
@@ -197,7 +226,7 @@ func recvError(err error) error {
 
 // connect identifies the proxy from its first request; a node that does
 // not parse ends the stream with InvalidArgument and the reason.
-func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, setSend func(*conn)) (*conn, error) {
+func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, setSend func(*conn), aborted chan struct{}) (*conn, error) {
 	p, err := proxy.FromNode(node)
 	if err != nil {
 		s.metrics.rejectedNodes.Add(ctx, 1)
@@ -211,7 +240,7 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 		return nil, err
 	}
 	c := newConn(s, p, node.GetId(), delta)
-	c.identity = id
+	c.identity, c.aborted = id, aborted
 	setSend(c)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}

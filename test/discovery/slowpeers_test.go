@@ -1,0 +1,105 @@
+package discovery_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+// services is n ServiceEntries with HTTP ports, so that a sidecar's
+// clusters and listeners are far more than one HTTP/2 flow-control window.
+func services(prefix string, n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: %[1]s-%[2]d}
+spec:
+  hosts: [%[1]s-%[2]d.default.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: 10.3.%[3]d.%[4]d}]
+`, prefix, i, i/250, i%250+1)
+	}
+	return b.String()
+}
+
+// neverReading opens a sidecar's ADS stream with a 64 KiB flow-control
+// window, asks for clusters and listeners and never reads an answer. Its
+// connection stays healthy: gRPC answers keepalive pings on its own.
+func neverReading(t *testing.T, addr, node string) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
+		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node}, TypeUrl: typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNeverReadingProxiesDelayNoOneElse: five sidecars that never read
+// (more than discovery's translation slots) stay connected while the
+// configuration changes; a healthy proxyless client gets every change,
+// and a proxy that connects later gets its configuration.
+func TestNeverReadingProxiesDelayNoOneElse(t *testing.T) {
+	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
+	dir := t.TempDir()
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
+	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(100, 0))
+	xdstest.WriteFile(t, dir, "many.yaml", services("many", 600))
+	xdsAddr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
+	d := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+		"--config-dir", dir, "--xds-address", xdsAddr, "--admin-address", admin, "--debounce-quiet", "20ms")
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+
+	healthy := xdstest.Client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", xdstest.Target, xdsAddr)
+	if got := xdstest.Count(t, healthy, 20); got["v1"] != 20 {
+		t.Fatalf("before the slow proxies: %v", got)
+	}
+	for i := range 5 {
+		neverReading(t, xdsAddr, fmt.Sprintf("sidecar~10.0.1.%d~stuck-%d.default~default.svc.cluster.local", i+1, i))
+	}
+	// Every change adds services (new clusters and listeners for the
+	// sidecars, more than their windows hold) and moves the split.
+	for step, w := range []int{0, 100, 0, 100, 0, 100} {
+		xdstest.WriteFile(t, dir, fmt.Sprintf("more-%d.yaml", step), services(fmt.Sprintf("more%d", step), 50))
+		xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(w, 100-w))
+		want := "v1"
+		if w == 0 {
+			want = "v2"
+		}
+		took := xdstest.EventuallyWithin(t, 15*time.Second, fmt.Sprintf("change %d reaching the healthy client", step+1), func() bool {
+			return xdstest.Count(t, healthy, 10)[want] == 10
+		})
+		t.Logf("change %d reached the healthy client in %s", step+1, took.Round(time.Millisecond))
+	}
+	late := xdstest.Client(t, "sidecar~10.0.0.10~client-2.default~default.svc.cluster.local", xdstest.Target, xdsAddr)
+	xdstest.EventuallyWithin(t, 15*time.Second, "a proxy connecting now configured", func() bool {
+		return xdstest.Count(t, late, 10)["v1"] == 10
+	})
+	if n := d.Out.Count("panic"); n > 0 {
+		t.Fatalf("discovery panicked:\n%s", d.Out.String())
+	}
+}
