@@ -65,6 +65,9 @@ type typeStatus struct {
 	Type      string `json:"type"`
 	SentNonce string `json:"sentNonce"`
 	Synced    bool   `json:"synced"`
+	LastNack  *struct {
+		Repeats int `json:"repeats"`
+	} `json:"lastNack"`
 }
 
 type proxyStatus struct {

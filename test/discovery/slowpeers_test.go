@@ -11,6 +11,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
@@ -102,4 +103,68 @@ func TestNeverReadingProxiesDelayNoOneElse(t *testing.T) {
 	if n := d.Out.Count("panic"); n > 0 {
 		t.Fatalf("discovery panicked:\n%s", d.Out.String())
 	}
+}
+
+// TestANackLoopIsLoggedOnceAndSlowedDown: a sidecar rejecting the same
+// response again and again with a long reason for 5 s gets one log line,
+// is served at a bounded rate, and another proxy is still served.
+func TestANackLoopIsLoggedOnceAndSlowedDown(t *testing.T) {
+	v1 := xdstest.StartBackend(t, "v1")
+	dir := t.TempDir()
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1")))
+	xdsAddr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
+	d := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+		"--config-dir", dir, "--xds-address", xdsAddr, "--admin-address", admin)
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+	cc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const node = "sidecar~10.0.0.7~nacker.default~default.svc.cluster.local"
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node}, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nack := &discoveryv3.DiscoveryRequest{
+		TypeUrl: resourcev3.ClusterType, ResponseNonce: resp.GetNonce(),
+		ErrorDetail: &status.Status{Code: 3, Message: strings.Repeat("the cluster is not to my liking ", 125)},
+	}
+	sent := 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); sent++ {
+		if err := st.Send(nack); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthy := xdstest.Client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", xdstest.Target, xdsAddr)
+	if got := xdstest.Count(t, healthy, 10); got["v1"] != 10 {
+		t.Fatalf("another proxy during the NACK loop: %v", got)
+	}
+	d.Out.WaitFor(t, "proxy rejected a response")
+	if n := d.Out.Count("proxy rejected a response"); n != 1 {
+		t.Fatalf("%d NACK log lines for %d NACKs of one response, want 1", n, sent)
+	}
+	if n := len(d.Out.String()); n > 64<<10 {
+		t.Fatalf("discovery logged %d bytes during the NACK loop", n)
+	}
+	var proxies []proxyStatus
+	xdstest.Eventually(t, "the repeats counted", func() bool {
+		proxies = (&discovery{admin: admin}).syncz(t)
+		for _, p := range proxies {
+			for _, ts := range p.Types {
+				if p.ID == node && ts.LastNack != nil && ts.LastNack.Repeats > 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	t.Logf("%d NACKs sent in 5 s (the client is slowed once over 100 at 50 a second)", sent)
 }

@@ -18,6 +18,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -39,6 +40,9 @@ type Nack struct {
 	Nonce   string    `json:"nonce"`
 	Message string    `json:"message"`
 	At      time.Time `json:"at"`
+	// Repeats counts the same rejection again (the same response NACKed
+	// once more): not logged or counted again.
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // watch is one xDS type on one stream.
@@ -87,16 +91,34 @@ type conn struct {
 	failed  error
 	// aborted is closed when a send timed out (failed says why): the
 	// stream's handler then ends the stream.
-	aborted  chan struct{}
+	aborted chan struct{}
+	// idle paces requests that carry nothing new (a repeated NACK, a
+	// stale nonce, an unchanged subscription): a proxy sending them in a
+	// loop is slowed down, and costs the server little.
+	idle     *rate.Limiter
 	watches  map[string]*watch
 	pcSeen   *model.PushContext // the push context the proxy's resources come from
 	problems []string
+}
+
+// A stream's requests that carry nothing new are served at this rate
+// (with this burst) at most; Envoy sends a few per push.
+const (
+	idleRequestsPerSecond = 50
+	idleRequestsBurst     = 100
+)
+
+// nothingNew waits, when the stream has sent too many requests that carry
+// nothing new, until it may be served again.
+func (c *conn) nothingNew(ctx context.Context) {
+	_ = c.idle.Wait(ctx) // an error: the stream is ending
 }
 
 func newConn(s *Server, p *model.Proxy, id string, delta bool) *conn {
 	return &conn{
 		s: s, id: id, proxy: p, delta: delta, connectedAt: time.Now(),
 		watches: map[string]*watch{},
+		idle:    rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
 	}
 }
 
@@ -341,7 +363,7 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 
 // onSotwRequest handles a state-of-the-world request: an ACK, a NACK, or
 // a (changed) subscription, which is answered.
-func (c *conn) onSotwRequest(req *discoveryv3.DiscoveryRequest) error {
+func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequest) error {
 	if err := checkNames(req.GetResourceNames()); err != nil {
 		return err
 	}
@@ -351,20 +373,27 @@ func (c *conn) onSotwRequest(req *discoveryv3.DiscoveryRequest) error {
 		return nil
 	}
 	w := c.watch(t)
+	news := false
 	if nonce := req.GetResponseNonce(); nonce != "" {
 		if nonce != w.sentNonce {
+			c.nothingNew(ctx)
 			return nil // stale: answered by a later response already
 		}
 		if req.GetErrorDetail() != nil {
-			c.nacked(t, w, req.GetVersionInfo(), nonce, req.GetErrorDetail().GetMessage())
+			if !c.nacked(t, w, req.GetVersionInfo(), nonce, req.GetErrorDetail().GetMessage()) {
+				c.nothingNew(ctx)
+			}
 			return nil
 		}
-		c.acked(t, w, req.GetVersionInfo(), nonce)
+		news = c.acked(t, w, req.GetVersionInfo(), nonce)
 	}
 	names := req.GetResourceNames()
 	wildcard := wildcardType(t) && (len(names) == 0 || slices.Contains(names, "*"))
 	changed := !w.started || wildcard != w.wildcard || !sameNames(w.names, names)
 	if !changed {
+		if !news {
+			c.nothingNew(ctx)
+		}
 		return nil
 	}
 	c.mu.Lock()
@@ -409,8 +438,13 @@ func sameNames(have map[string]bool, names []string) bool {
 	return n == len(have)
 }
 
-func (c *conn) acked(t string, w *watch, version, nonce string) {
+// acked records an ACK; it reports false for one already recorded.
+func (c *conn) acked(t string, w *watch, version, nonce string) bool {
 	c.mu.Lock()
+	if w.ackedNonce == nonce && w.ackedVersion == version {
+		c.mu.Unlock()
+		return false
+	}
 	w.ackedVersion, w.ackedNonce, w.ackedAt = version, nonce, time.Now()
 	seen := w.pendingSeen
 	w.pendingSeen = time.Time{}
@@ -418,20 +452,31 @@ func (c *conn) acked(t string, w *watch, version, nonce string) {
 	if !seen.IsZero() {
 		c.s.metrics.converged(t, time.Since(seen))
 	}
+	return true
 }
 
-func (c *conn) nacked(t string, w *watch, version, nonce, msg string) {
+// nacked records a NACK. The first rejection of a response is counted
+// and logged (the reason cut short); the same response rejected again
+// (a proxy NACKing in a loop) is only counted on the Nack, and nacked
+// reports false.
+func (c *conn) nacked(t string, w *watch, version, nonce, msg string) bool {
 	c.mu.Lock()
+	if w.nack != nil && w.nack.Nonce == nonce && w.nack.Version == w.sentVersion {
+		w.nack.Repeats++
+		c.mu.Unlock()
+		return false
+	}
 	w.nack = &Nack{Version: w.sentVersion, Nonce: nonce, Message: truncate(msg, 4096), At: time.Now()}
 	w.pendingSeen = time.Time{}
 	c.mu.Unlock()
 	c.s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", shortType(t))))
-	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", truncate(msg, 1024))
+	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", truncate(msg, 512))
+	return true
 }
 
 // onDeltaRequest handles an incremental request: subscription changes are
 // answered, ACKs and NACKs recorded.
-func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
+func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscoveryRequest) error {
 	if err := checkNames(req.GetResourceNamesSubscribe()); err != nil {
 		return err
 	}
@@ -447,11 +492,12 @@ func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return nil
 	}
 	w := c.watch(t)
+	news := false
 	if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.sentNonce {
 		if req.GetErrorDetail() != nil {
-			c.nacked(t, w, "", nonce, req.GetErrorDetail().GetMessage())
+			news = c.nacked(t, w, "", nonce, req.GetErrorDetail().GetMessage())
 		} else {
-			c.acked(t, w, w.sentVersion, nonce)
+			news = c.acked(t, w, w.sentVersion, nonce)
 		}
 	}
 	first := !w.started
@@ -485,6 +531,9 @@ func (c *conn) onDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	c.mu.Unlock()
 	if !first && len(req.GetResourceNamesSubscribe()) == 0 {
+		if !news && len(req.GetResourceNamesUnsubscribe()) == 0 {
+			c.nothingNew(ctx)
+		}
 		return nil
 	}
 	return c.answer(t, w, first)

@@ -176,7 +176,7 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 // release a send blocked on the proxy.
 func serveStream[Req interface{ GetNode() *corev3.Node }](
 	s *Server, ctx context.Context, recv func() (Req, error), delta bool,
-	setSend func(*conn), onRequest func(*conn, Req) error,
+	setSend func(*conn), onRequest func(*conn, context.Context, Req) error,
 ) error {
 	aborted := make(chan struct{})
 	var connected atomic.Pointer[conn]
@@ -196,7 +196,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](
 				}
 				connected.Store(c)
 			}
-			if err := c.handle(func() error { return onRequest(c, req) }); err != nil {
+			if err := c.handle(func() error { return onRequest(c, ctx, req) }); err != nil {
 				done <- err
 				return
 			}
