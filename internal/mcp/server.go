@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -16,8 +17,11 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 )
 
 // ErrUnknownType is returned for a type URL the server does not publish.
@@ -32,7 +36,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	collections map[string]*collection
-	streams     map[int64]string // stream ID → subscriber node ID
+	streams     map[int64]*subscriber
 	nextWatch   uint64
 }
 
@@ -67,6 +71,24 @@ func (w sotwWatch) deliver(resp cache.Response) {
 	}()
 }
 
+// subscriber is one stream's subscriber, as its requests showed it.
+type subscriber struct {
+	id string // node ID
+	// lastNonce is the nonce each type's last request answered; nacked
+	// the nonce of the last NACK logged.
+	lastNonce, nacked map[string]string
+	// idle paces requests that carry nothing new (the same nonce again:
+	// a NACK or ACK repeated in a loop).
+	idle *rate.Limiter
+}
+
+// A subscriber's requests that carry nothing new are served at this rate
+// (with this burst) at most.
+const (
+	idleRequestsPerSecond = 50
+	idleRequestsBurst     = 100
+)
+
 type serverMetrics struct {
 	subscribers metric.Int64UpDownCounter
 	responses   metric.Int64Counter
@@ -79,7 +101,7 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 	s := &Server{
 		log:         log.With("component", "mcp-server"),
 		collections: map[string]*collection{},
-		streams:     map[int64]string{},
+		streams:     map[int64]*subscriber{},
 	}
 	var err error
 	m := &s.metrics
@@ -285,23 +307,44 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		s.mu.Unlock()
 		s.log.Info("subscriber disconnected", "subscriber", node.GetId(), "stream", id)
 	}
-	request := func(id int64, node *corev3.Node, typeURL string, nack error) {
+	// request records a request. A NACK is logged and counted once per
+	// response (the reason cut short); a request with the nonce of the
+	// one before (a NACK or ACK sent again) waits its turn at the idle
+	// rate: a subscriber looping on one costs itself time, and galley
+	// little.
+	request := func(id int64, node *corev3.Node, typeURL, nonce string, nack error) {
 		s.mu.Lock()
-		if _, seen := s.streams[id]; !seen && node.GetId() != "" {
-			s.streams[id] = node.GetId()
-			s.log.Info("subscriber connected", "subscriber", node.GetId(), "stream", id)
-		}
 		sub := s.streams[id]
+		if sub == nil {
+			sub = &subscriber{
+				id: node.GetId(), lastNonce: map[string]string{}, nacked: map[string]string{},
+				idle: rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
+			}
+			s.streams[id] = sub
+			s.log.Info("subscriber connected", "subscriber", sub.id, "stream", id)
+		}
+		repeated := nonce != "" && sub.lastNonce[typeURL] == nonce
+		sub.lastNonce[typeURL] = nonce
+		logNack := nack != nil && sub.nacked[typeURL] != nonce
+		if logNack {
+			sub.nacked[typeURL] = nonce
+		}
 		s.mu.Unlock()
-		if nack != nil {
+		if logNack {
 			s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(
-				attribute.String("subscriber", sub), attribute.String("type_url", typeURL)))
-			s.log.Warn("subscriber rejected a response", "subscriber", sub, "type_url", typeURL, "reason", nack.Error())
+				attribute.String("subscriber", sub.id), attribute.String("type_url", typeURL)))
+			s.log.Warn("subscriber rejected a response", "subscriber", sub.id, "type_url", typeURL, "reason", clip.String(nack.Error(), 512))
+		}
+		if repeated {
+			time.Sleep(sub.idle.Reserve().Delay())
 		}
 	}
 	sent := func(id int64, typeURL string, n int) {
 		s.mu.Lock()
-		sub := s.streams[id]
+		var sub string
+		if st := s.streams[id]; st != nil {
+			sub = st.id
+		}
 		s.mu.Unlock()
 		attrs := metric.WithAttributes(attribute.String("subscriber", sub), attribute.String("type_url", typeURL))
 		s.metrics.responses.Add(context.Background(), 1, attrs)
@@ -313,11 +356,11 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		StreamClosedFunc:      closed,
 		DeltaStreamClosedFunc: closed,
 		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
-			request(id, r.GetNode(), r.GetTypeUrl(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+			request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-			request(id, r.GetNode(), r.GetTypeUrl(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+			request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
 			return nil
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {

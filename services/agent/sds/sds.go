@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 )
 
@@ -245,7 +246,7 @@ func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecr
 				continue // answered by a later response already
 			}
 			if d := req.GetErrorDetail(); d != nil {
-				s.log.Warn("the proxy rejected its secrets", "version", sentVersion, "error", truncate(d.GetMessage(), 1024))
+				s.log.Warn("the proxy rejected its secrets", "version", sentVersion, "error", clip.String(d.GetMessage(), 1024))
 				continue
 			}
 			asked := slices.Clone(req.GetResourceNames())
@@ -326,7 +327,7 @@ func (s *Server) DeltaSecrets(stream secretv3.SecretDiscoveryService_DeltaSecret
 				return status.Errorf(codes.InvalidArgument, "%d initial resource versions, more than %d", len(req.GetInitialResourceVersions()), maxNames)
 			}
 			if d := req.GetErrorDetail(); d != nil && req.GetResponseNonce() == lastNonce {
-				s.log.Warn("the proxy rejected its secrets", "error", truncate(d.GetMessage(), 1024))
+				s.log.Warn("the proxy rejected its secrets", "error", clip.String(d.GetMessage(), 1024))
 			}
 			for n, v := range req.GetInitialResourceVersions() {
 				subscribed[n], held[n] = true, v
@@ -350,11 +351,4 @@ func (s *Server) DeltaSecrets(stream secretv3.SecretDiscoveryService_DeltaSecret
 		case <-changed: // read at the top of the loop
 		}
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

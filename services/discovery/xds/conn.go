@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
 )
 
@@ -369,7 +370,7 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 	}
 	t := req.GetTypeUrl()
 	if !slices.Contains(translate.Types(), t) {
-		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", truncate(t, 200))
+		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", clip.String(t, 200))
 		return nil
 	}
 	w := c.watch(t)
@@ -466,11 +467,11 @@ func (c *conn) nacked(t string, w *watch, version, nonce, msg string) bool {
 		c.mu.Unlock()
 		return false
 	}
-	w.nack = &Nack{Version: w.sentVersion, Nonce: nonce, Message: truncate(msg, 4096), At: time.Now()}
+	w.nack = &Nack{Version: w.sentVersion, Nonce: nonce, Message: clip.String(msg, 4096), At: time.Now()}
 	w.pendingSeen = time.Time{}
 	c.mu.Unlock()
 	c.s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", shortType(t))))
-	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", truncate(msg, 512))
+	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", clip.String(msg, 512))
 	return true
 }
 
@@ -488,7 +489,7 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 	}
 	t := req.GetTypeUrl()
 	if !slices.Contains(translate.Types(), t) {
-		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", truncate(t, 200))
+		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", clip.String(t, 200))
 		return nil
 	}
 	w := c.watch(t)

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/services/discovery/proxy"
 )
@@ -230,13 +231,13 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 	p, err := proxy.FromNode(node)
 	if err != nil {
 		s.metrics.rejectedNodes.Add(ctx, 1)
-		s.log.Warn("refusing a proxy", "node", truncate(node.GetId(), 200), "error", err)
+		s.log.Warn("refusing a proxy", "node", clip.String(node.GetId(), 200), "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	id, err := s.identify(ctx, p)
 	if err != nil {
 		s.metrics.rejectedNodes.Add(ctx, 1)
-		s.log.Warn("refusing a proxy", "node", truncate(node.GetId(), 200), "error", err)
+		s.log.Warn("refusing a proxy", "node", clip.String(node.GetId(), 200), "error", err)
 		return nil, err
 	}
 	c := newConn(s, p, node.GetId(), delta)
@@ -299,13 +300,6 @@ func (s *Server) Conns() []*conn {
 		out = append(out, c)
 	}
 	return out
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // errTooMany is returned for requests naming too much.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
 )
 
@@ -108,7 +109,7 @@ func (s *Server) ConfigDumpHandler() http.Handler {
 		}
 		pc, _ := s.current()
 		if target == nil || pc == nil {
-			http.Error(w, "no connected proxy "+truncate(id, 200)+" (see /debug/syncz)", http.StatusNotFound)
+			http.Error(w, "no connected proxy "+clip.String(id, 200)+" (see /debug/syncz)", http.StatusNotFound)
 			return
 		}
 		out := translate.Generate(pc, target.proxy)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
@@ -91,7 +92,7 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	}
 	res := validation.Validate(obj, ctx)
 	for _, w := range res.Warnings {
-		resp.Warnings = append(resp.Warnings, truncate(w.String(), maxWarning))
+		resp.Warnings = append(resp.Warnings, clip.String(w.String(), maxWarning))
 	}
 	if !res.OK() {
 		msgs := make([]string, len(res.Errors))
@@ -113,13 +114,6 @@ func deny(resp *admissionv1.AdmissionResponse, msg string) *admissionv1.Admissio
 		Message: msg,
 	}
 	return resp
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
 
 // Serve serves h over TLS on lis until ctx ends, then drains in-flight

@@ -1,0 +1,64 @@
+package galley_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown: an MCP
+// subscriber rejecting the same response again and again, with a 4,000
+// character reason, for 5 s: galley logs it once, serves it at a bounded
+// rate, and another subscriber still gets an edit.
+func TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown(t *testing.T) {
+	dir := t.TempDir()
+	routes := dir + "/routes.yaml"
+	writeFile(t, routes, greeterVS(80, 20))
+	mcpAddr := freeAddr(t)
+	g := startGalleyWith(t, freeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
+	healthy := subscribe(t, mcpAddr)
+	healthy.waitFor(t, "the routes", func() bool { return healthy.weights("default/greeter") == "80/20" })
+
+	cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "nacker"}, TypeUrl: vsType()}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nack := &discoveryv3.DeltaDiscoveryRequest{
+		TypeUrl: vsType(), ResponseNonce: resp.GetNonce(),
+		ErrorDetail: &status.Status{Code: 3, Message: strings.Repeat("not to my liking ", 240)},
+	}
+	sent := 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); sent++ {
+		if err := st.Send(nack); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, routes, greeterVS(50, 50))
+	healthy.waitFor(t, "the edit during the NACK loop", func() bool { return healthy.weights("default/greeter") == "50/50" })
+	g.out.WaitFor(t, "subscriber rejected a response")
+	if n := g.out.Count("subscriber rejected a response"); n != 1 {
+		t.Fatalf("%d NACK log lines for %d NACKs of one response, want 1", n, sent)
+	}
+	if n := len(g.out.String()); n > 64<<10 {
+		t.Fatalf("galley logged %d bytes during the NACK loop", n)
+	}
+	t.Logf("%d NACKs sent in 5 s", sent)
+}
