@@ -167,6 +167,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 				return err
 			}
 		}
+		a.Succeed(current.Load(), time.Now()) // renewals with the previous signer's certificates go on
 		current.Store(a)
 		loaded = key
 		rt.Log.Info("signing authority loaded", "source", source, "plugged_in", m.Plugged, "signer_not_after", a.SignerNotAfter(), "roots_not_after", a.RootsNotAfter())

@@ -153,6 +153,36 @@ type Authority struct {
 	chain []*x509.Certificate
 	roots []*x509.Certificate
 	o     Options
+	// previous are signers this authority replaced (Succeed) whose
+	// certificates still prove their holders' identity until they expire.
+	previous []*x509.Certificate
+}
+
+// Succeed makes a accept, besides its own, the certificates old (and the
+// authorities old succeeded) signed, while those signers are valid and
+// chain to a's trust bundle: workloads renew with the certificate they
+// hold across a change of signing key.
+func (a *Authority) Succeed(old *Authority, now time.Time) {
+	if old == nil {
+		return
+	}
+	roots := x509.NewCertPool()
+	for _, r := range a.roots {
+		roots.AddCert(r)
+	}
+	for _, s := range append([]*x509.Certificate{old.signer}, old.previous...) {
+		if s.Equal(a.signer) || !now.Before(s.NotAfter) || slices.ContainsFunc(a.previous, s.Equal) {
+			continue
+		}
+		inter := x509.NewCertPool()
+		for _, c := range old.chain {
+			inter.AddCert(c)
+		}
+		if _, err := s.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			continue // no longer trusted
+		}
+		a.previous = append(a.previous, s)
+	}
 }
 
 // New builds an Authority from PEM: the signing certificate and its key,
@@ -249,19 +279,21 @@ func (a *Authority) RootsPEM() []byte {
 	return out
 }
 
-// Verify checks that a certificate this authority issued (or another in
-// its trust bundle) is valid now, and returns its SPIFFE identity.
-func (a *Authority) Verify(leaf *x509.Certificate, intermediates []*x509.Certificate, now time.Time) (Identity, error) {
-	rootPool := x509.NewCertPool()
-	for _, r := range a.roots {
-		rootPool.AddCert(r)
+// Verify checks that a certificate this authority signed (with its
+// signing key, or one it succeeded) is valid now, and returns its SPIFFE
+// identity. A certificate from another authority under the same root (a
+// sibling intermediate, another cluster's) proves nothing here: only the
+// signers themselves are trusted, not the roots above them.
+func (a *Authority) Verify(leaf *x509.Certificate, _ []*x509.Certificate, now time.Time) (Identity, error) {
+	signers := x509.NewCertPool()
+	signers.AddCert(a.signer)
+	for _, s := range a.previous {
+		if now.Before(s.NotAfter) {
+			signers.AddCert(s)
+		}
 	}
-	inter := x509.NewCertPool()
-	for _, c := range append(slices.Clone(a.chain), intermediates...) {
-		inter.AddCert(c)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: rootPool, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return Identity{}, fmt.Errorf("client certificate: %w", err)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: signers, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return Identity{}, fmt.Errorf("client certificate (not one this CA signed): %w", err)
 	}
 	if len(leaf.URIs) != 1 {
 		return Identity{}, errors.New("client certificate: want exactly one URI SAN")

@@ -317,3 +317,57 @@ func FuzzParseCSR(f *testing.F) {
 		}
 	})
 }
+
+// TestOnlyThisCAsSignersProveARenewal: a sibling intermediate under the
+// same root signs a certificate: it does not renew here (it would let
+// another cluster's CA mint identities in this one). After a change of
+// signing key, the previous signer's certificates still renew until they
+// expire.
+func TestOnlyThisCAsSignersProveARenewal(t *testing.T) {
+	rootCert, rootKey, err := NewRoot(ECDSAP256, "example.org", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, mineKey := intermediate(t, rootCert, rootKey)
+	sibling, siblingKey := intermediate(t, rootCert, rootKey)
+	a, err := New(mine, mineKey, mine, rootCert, Options{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(sibling, siblingKey, sibling, rootCert, Options{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(x *Authority) *x509.Certificate {
+		t.Helper()
+		c, err := x.Issue(Request{CSRPEM: makeCSR(t, csrOpts{}), Identity: app}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Chain[0]
+	}
+	own, fromSibling := issue(a), issue(b)
+	if id, err := a.Verify(own, nil, now); err != nil || id.SPIFFEID() != app.SPIFFEID() {
+		t.Fatalf("its own certificate: %v, %v", id, err)
+	}
+	if _, err := a.Verify(fromSibling, []*x509.Certificate{b.signer}, now); err == nil {
+		t.Fatal("a sibling intermediate's certificate renewed")
+	}
+
+	// A new signing key (another intermediate of the same root) succeeds a.
+	next, nextKey := intermediate(t, rootCert, rootKey)
+	c, err := New(next, nextKey, next, rootCert, Options{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Verify(own, nil, now); err == nil {
+		t.Fatal("a certificate of a signer not succeeded renewed")
+	}
+	c.Succeed(a, now)
+	if _, err := c.Verify(own, nil, now); err != nil {
+		t.Fatalf("after succeeding, the previous signer's certificate: %v", err)
+	}
+	if _, err := c.Verify(fromSibling, nil, now); err == nil {
+		t.Fatal("succeeding a let the sibling's certificates renew")
+	}
+}

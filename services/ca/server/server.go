@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 )
 
@@ -58,6 +61,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
+	failedBy map[string]*rate.Limiter // failure budgets, by peer address
 
 	issued  metric.Int64Counter
 	failed  metric.Int64Counter
@@ -78,7 +82,7 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{o: o, limiters: map[string]*rate.Limiter{}}
+	s := &Server{o: o, limiters: map[string]*rate.Limiter{}, failedBy: map[string]*rate.Limiter{}}
 	var err error
 	if s.issued, err = o.Meter.Int64Counter("flotilla.ca.certificates_issued",
 		metric.WithDescription("Certificates issued, by kind (workload or control-plane).")); err != nil {
@@ -106,11 +110,22 @@ func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
 	defer cancel()
+	addr := peerAddress(ctx)
+	failures := s.failures(addr)
+	if failures.Tokens() < 1 {
+		// This peer failed to authenticate too often: refused before any
+		// work, and not logged again.
+		s.failed.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", codes.ResourceExhausted.String())))
+		return nil, status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s; retry later", addr)
+	}
 	resp, kind, err := s.create(ctx, req)
 	if err != nil {
 		st := toStatus(err)
 		s.failed.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", st.Code().String())))
-		s.o.Log.Info("certificate refused", "code", st.Code().String(), "error", err.Error())
+		if st.Code() == codes.Unauthenticated {
+			failures.Allow() // spends this peer's failure budget
+		}
+		s.o.Log.Info("certificate refused", "code", st.Code().String(), "peer", addr, "error", clip.String(err.Error(), 512))
 		return nil, st.Err()
 	}
 	s.issued.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
@@ -126,6 +141,9 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	id, err := s.authenticate(ctx)
 	if err != nil {
 		return nil, "", err
+	}
+	if id.TrustDomain != "" && id.TrustDomain != s.o.TrustDomain {
+		return nil, "", fmt.Errorf("%w: the credential is for trust domain %q, this CA's is %q", ErrUnauthenticated, id.TrustDomain, s.o.TrustDomain)
 	}
 	id.TrustDomain = s.o.TrustDomain
 	kind := "workload"
@@ -165,6 +183,40 @@ func (s *Server) authenticate(ctx context.Context) (authority.Identity, error) {
 		return id, nil
 	}
 	return authority.Identity{}, fmt.Errorf("%w: no credential (send a service account token as \"authorization: Bearer <token>\", or renew with a client certificate)", ErrUnauthenticated)
+}
+
+// Failed authentications a peer address may make: this many in a burst,
+// then this many a second.
+const (
+	failuresPerSecond = 1
+	failuresBurst     = 10
+)
+
+// failures is the failure budget of a peer address.
+func (s *Server) failures(addr string) *rate.Limiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.failedBy[addr]
+	if !ok {
+		if len(s.failedBy) > 100_000 {
+			s.failedBy = map[string]*rate.Limiter{} // bounded, as limiters
+		}
+		l = rate.NewLimiter(failuresPerSecond, failuresBurst)
+		s.failedBy[addr] = l
+	}
+	return l
+}
+
+// peerAddress is the caller's IP address ("unknown" without one).
+func peerAddress(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return "unknown"
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
 }
 
 func (s *Server) limiter(id string) *rate.Limiter {

@@ -344,3 +344,33 @@ func TestRateLimitAndNoAuthority(t *testing.T) {
 		t.Fatalf("without an authority: %v", err)
 	}
 }
+
+// otherDomain authenticates every caller as an identity of another trust
+// domain.
+type otherDomain struct{}
+
+func (otherDomain) Authenticate(context.Context) (authority.Identity, bool, error) {
+	return authority.Identity{TrustDomain: "cluster-b.local", Namespace: "istio-system", ServiceAccount: "flotilla-galley"}, true, nil
+}
+
+func TestACredentialOfAnotherTrustDomainIsRefused(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.Authenticators = []Authenticator{otherDomain{}} })
+	_, err := f.call(t, "", nil, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))})
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), `trust domain "cluster-b.local"`) {
+		t.Fatalf("an identity of cluster-b.local: %v, want Unauthenticated naming the trust domain", err)
+	}
+}
+
+func TestFailedAuthenticationsFromOnePeerAreCutShort(t *testing.T) {
+	f := newFixture(t, nil)
+	seen := map[codes.Code]int{}
+	cc := f.dial(t, nil)
+	defer cc.Close()
+	for range failuresBurst + 5 {
+		_, err := ask(cc, "not.a.jwt", &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))})
+		seen[status.Code(err)]++
+	}
+	if seen[codes.Unauthenticated] < failuresBurst || seen[codes.ResourceExhausted] == 0 || seen[codes.Unauthenticated]+seen[codes.ResourceExhausted] != failuresBurst+5 {
+		t.Fatalf("codes %v: want %d Unauthenticated, then ResourceExhausted", seen, failuresBurst)
+	}
+}
