@@ -17,7 +17,9 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
@@ -508,6 +510,40 @@ func TestEqualContentEncodesEquallyWhateverTheMapOrder(t *testing.T) {
 			first = b
 		} else if string(b) != string(first) {
 			t.Fatal("the same content encoded differently")
+		}
+	}
+}
+
+func TestASubscriberCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *testing.T) {
+	g := startGalley(t, "")
+	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(from, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("default/vs-%06d", from+i)
+		}
+		return out
+	}
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "greedy"}, TypeUrl: vsType, ResourceNamesSubscribe: names(0, 60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: drType, ResourceNamesSubscribe: names(60_000, 40_001)}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "subscribes to 100001 names") {
+				t.Fatalf("the stream ended with %v, want InvalidArgument naming the count", err)
+			}
+			return
 		}
 	}
 }

@@ -19,9 +19,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
+	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 )
 
 // ErrUnknownType is returned for a type URL the server does not publish.
@@ -74,6 +77,13 @@ func (w sotwWatch) deliver(resp cache.Response) {
 // subscriber is one stream's subscriber, as its requests showed it.
 type subscriber struct {
 	id string // node ID
+	// label names the subscriber in metrics: its SPIFFE ID on the mTLS
+	// port, "plaintext" otherwise. Node IDs are the subscriber's to choose,
+	// and one per connection would grow the series without end.
+	label string
+	// names counts the names subscribed per collection (delta: added
+	// less removed; state of the world: the last request's).
+	names map[string]int
 	// lastNonce is the nonce each type's last request answered; nacked
 	// the nonce of the last NACK logged.
 	lastNonce, nacked map[string]string
@@ -83,11 +93,38 @@ type subscriber struct {
 }
 
 // A subscriber's requests that carry nothing new are served at this rate
-// (with this burst) at most.
+// (with this burst) at most; it may subscribe to this many names over all
+// collections.
 const (
 	idleRequestsPerSecond = 50
 	idleRequestsBurst     = 100
+	maxSubscribedNames    = 100_000
 )
+
+func newSubscriber(label string) *subscriber {
+	return &subscriber{
+		label: label, names: map[string]int{}, lastNonce: map[string]string{}, nacked: map[string]string{},
+		idle: rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
+	}
+}
+
+// subscribed records a request's subscriptions and refuses a subscriber
+// over maxSubscribedNames.
+func (sub *subscriber) subscribed(typeURL string, n int, replace bool) error {
+	if replace {
+		sub.names[typeURL] = n
+	} else {
+		sub.names[typeURL] = max(0, sub.names[typeURL]+n)
+	}
+	total := 0
+	for _, v := range sub.names {
+		total += v
+	}
+	if total > maxSubscribedNames {
+		return status.Errorf(codes.InvalidArgument, "the subscriber subscribes to %d names, more than %d", total, maxSubscribedNames)
+	}
+	return nil
+}
 
 type serverMetrics struct {
 	subscribers metric.Int64UpDownCounter
@@ -110,15 +147,15 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 		return nil, fmt.Errorf("mcp metrics: %w", err)
 	}
 	if m.responses, err = meter.Int64Counter("flotilla.mcp.server.responses",
-		metric.WithDescription("MCP responses sent, per subscriber and collection.")); err != nil {
+		metric.WithDescription("MCP responses sent, per subscriber identity (SPIFFE ID, or plaintext) and collection.")); err != nil {
 		return nil, fmt.Errorf("mcp metrics: %w", err)
 	}
 	if m.resources, err = meter.Int64Counter("flotilla.mcp.server.resources_sent",
-		metric.WithDescription("Resources sent in MCP responses, per subscriber and collection.")); err != nil {
+		metric.WithDescription("Resources sent in MCP responses, per subscriber identity (SPIFFE ID, or plaintext) and collection.")); err != nil {
 		return nil, fmt.Errorf("mcp metrics: %w", err)
 	}
 	if m.nacks, err = meter.Int64Counter("flotilla.mcp.server.nacks",
-		metric.WithDescription("Responses subscribers rejected, per subscriber and collection.")); err != nil {
+		metric.WithDescription("Responses subscribers rejected, per subscriber identity (SPIFFE ID, or plaintext) and collection.")); err != nil {
 		return nil, fmt.Errorf("mcp metrics: %w", err)
 	}
 	for _, t := range typeURLs {
@@ -296,7 +333,14 @@ func (m *muxCache) Fetch(context.Context, *cache.Request) (cache.Response, error
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
-	opened := func(ctx context.Context, _ int64, _ string) error {
+	opened := func(ctx context.Context, id int64, _ string) error {
+		label := "plaintext"
+		if sid, ok, err := spiffe.FromPeer(ctx); ok && err == nil {
+			label = sid.String()
+		}
+		s.mu.Lock()
+		s.streams[id] = newSubscriber(label)
+		s.mu.Unlock()
 		s.metrics.subscribers.Add(ctx, 1)
 		return nil
 	}
@@ -312,16 +356,21 @@ func (s *Server) callbacks() serverv3.Callbacks {
 	// one before (a NACK or ACK sent again) waits its turn at the idle
 	// rate: a subscriber looping on one costs itself time, and galley
 	// little.
-	request := func(id int64, node *corev3.Node, typeURL, nonce string, nack error) {
+	request := func(id int64, node *corev3.Node, typeURL, nonce string, nack error, names int, replace bool) error {
 		s.mu.Lock()
 		sub := s.streams[id]
-		if sub == nil {
-			sub = &subscriber{
-				id: node.GetId(), lastNonce: map[string]string{}, nacked: map[string]string{},
-				idle: rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
-			}
+		if sub == nil { // opened always comes first; kept safe regardless
+			sub = newSubscriber("plaintext")
 			s.streams[id] = sub
-			s.log.Info("subscriber connected", "subscriber", sub.id, "stream", id)
+		}
+		if sub.id == "" && node.GetId() != "" {
+			sub.id = clip.String(node.GetId(), 256)
+			s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", id)
+		}
+		if err := sub.subscribed(typeURL, names, replace); err != nil {
+			s.mu.Unlock()
+			s.log.Warn("refusing a subscriber", "subscriber", sub.id, "identity", sub.label, "error", err)
+			return err
 		}
 		repeated := nonce != "" && sub.lastNonce[typeURL] == nonce
 		sub.lastNonce[typeURL] = nonce
@@ -332,18 +381,19 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		s.mu.Unlock()
 		if logNack {
 			s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(
-				attribute.String("subscriber", sub.id), attribute.String("type_url", typeURL)))
+				attribute.String("subscriber", sub.label), attribute.String("type_url", typeURL)))
 			s.log.Warn("subscriber rejected a response", "subscriber", sub.id, "type_url", typeURL, "reason", clip.String(nack.Error(), 512))
 		}
 		if repeated {
 			time.Sleep(sub.idle.Reserve().Delay())
 		}
+		return nil
 	}
 	sent := func(id int64, typeURL string, n int) {
 		s.mu.Lock()
-		var sub string
+		sub := "plaintext"
 		if st := s.streams[id]; st != nil {
-			sub = st.id
+			sub = st.label
 		}
 		s.mu.Unlock()
 		attrs := metric.WithAttributes(attribute.String("subscriber", sub), attribute.String("type_url", typeURL))
@@ -356,12 +406,12 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		StreamClosedFunc:      closed,
 		DeltaStreamClosedFunc: closed,
 		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
-			request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
-			return nil
+			return request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
+				len(r.GetResourceNames()), true)
 		},
 		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-			request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
-			return nil
+			return request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
+				len(r.GetResourceNamesSubscribe())-len(r.GetResourceNamesUnsubscribe()), false)
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
 			sent(id, r.GetTypeUrl(), len(r.GetResources()))

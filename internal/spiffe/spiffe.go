@@ -4,11 +4,15 @@
 package spiffe
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 // ID is a workload identity.
@@ -45,4 +49,21 @@ func FromCertificate(c *x509.Certificate) (ID, error) {
 		return ID{}, fmt.Errorf("certificate has %d URI SANs, want one SPIFFE ID", len(c.URIs))
 	}
 	return Parse(c.URIs[0].String())
+}
+
+// FromPeer is the identity of a gRPC call's peer: the SPIFFE ID of the
+// client certificate its TLS handshake verified. ok is false when the
+// peer showed no verified certificate (a plain-text port); err says why
+// a verified certificate carries no SPIFFE ID.
+func FromPeer(ctx context.Context) (id ID, ok bool, err error) {
+	p, found := peer.FromContext(ctx)
+	if !found {
+		return ID{}, false, nil
+	}
+	info, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	if !isTLS || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return ID{}, false, nil
+	}
+	id, err = FromCertificate(info.State.VerifiedChains[0][0])
+	return id, true, err
 }

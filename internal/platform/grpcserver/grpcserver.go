@@ -27,6 +27,11 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 )
 
+// MaxSubscriberRequestBytes bounds one request of an xDS or MCP
+// subscriber (its node metadata included): discovery's and galley's
+// subscription servers both use it.
+const MaxSubscriberRequestBytes = 4 << 20
+
 // Defaults for Options fields left zero.
 const (
 	DefaultMaxRecvMsgBytes = 16 << 20 // large enough for a big snapshot resource, bounded

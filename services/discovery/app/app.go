@@ -207,7 +207,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, shutdown time.Duration) (*grpcserver.Server, error) {
 	gs, err := grpcserver.New(grpcserver.Options{
 		Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, TLSConfig: tlsCfg,
-		MaxRecvMsgBytes: 4 << 20, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown),
+		MaxRecvMsgBytes: grpcserver.MaxSubscriberRequestBytes, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown),
 	})
 	if err != nil {
 		return nil, err

@@ -406,6 +406,9 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 		}
 	}
 	c.mu.Unlock()
+	if err := c.checkSubscribed(); err != nil {
+		return err
+	}
 	return c.answer(t, w, true)
 }
 
@@ -531,6 +534,9 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		delete(w.held, n)
 	}
 	c.mu.Unlock()
+	if err := c.checkSubscribed(); err != nil {
+		return err
+	}
 	if !first && len(req.GetResourceNamesSubscribe()) == 0 {
 		if !news && len(req.GetResourceNamesUnsubscribe()) == 0 {
 			c.nothingNew(ctx)
@@ -538,6 +544,21 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		return nil
 	}
 	return c.answer(t, w, first)
+}
+
+// checkSubscribed refuses a stream that has subscribed to more names, over
+// all its types and requests, than one request may name: a delta stream
+// could otherwise grow its subscriptions without bound, request by
+// request.
+func (c *conn) checkSubscribed() error {
+	n := 0
+	for _, w := range c.watches {
+		n += len(w.names)
+	}
+	if n > maxResourceNames {
+		return status.Errorf(codes.InvalidArgument, "the stream subscribes to %d resource names, more than %d", n, maxResourceNames)
+	}
+	return nil
 }
 
 func shortType(t string) string {

@@ -639,3 +639,32 @@ func TestAProxyThatReadsNothingIsClosedAfterTheSendTimeoutAndDelaysNoOne(t *test
 		t.Fatalf("%d proxies still connected, want the healthy one", n)
 	}
 }
+
+func TestADeltaStreamCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *testing.T) {
+	h := newHarness(t)
+	h.push()
+	d := h.delta(t)
+	names := func(from int) []string {
+		out := make([]string, 50_000)
+		for i := range out {
+			out[i] = fmt.Sprintf("outbound|80||svc-%06d.default.svc.cluster.local", from+i)
+		}
+		return out
+	}
+	n := node("sidecar~10.0.0.1~a.default~default.svc.cluster.local", nil)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: names(0)})
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: names(50_000)})
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: names(100_000)[:10]})
+	for {
+		select {
+		case err := <-d.err:
+			if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "subscribes to 100010 resource names") {
+				t.Fatalf("the stream ended with %v, want InvalidArgument naming the count", err)
+			}
+			return
+		case <-d.resp:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a stream over the limit was not ended")
+		}
+	}
+}

@@ -26,8 +26,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -257,16 +255,10 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 // certificate's. A node that names no service account takes the
 // certificate's.
 func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
-	pr, ok := peer.FromContext(ctx)
-	if !ok {
-		return "", nil
-	}
-	info, ok := pr.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 {
-		return "", nil
-	}
-	id, err := spiffe.FromCertificate(info.State.VerifiedChains[0][0])
+	id, ok, err := spiffe.FromPeer(ctx)
 	switch {
+	case !ok:
+		return "", nil
 	case err != nil && s.verifyIdentity:
 		return "", status.Error(codes.PermissionDenied, "client certificate: "+err.Error())
 	case err != nil:

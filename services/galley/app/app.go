@@ -147,6 +147,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	gs, err := grpcserver.New(grpcserver.Options{
 		Log: rt.Log, Telemetry: rt.Telemetry, TLS: cfg.MCPTLS, TLSConfig: mcpTLS, DrainTimeout: grpcserver.DrainWithin(cfg.ShutdownTimeout),
+		MaxRecvMsgBytes: grpcserver.MaxSubscriberRequestBytes,
 	})
 	if err != nil {
 		return err
