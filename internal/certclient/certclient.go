@@ -21,9 +21,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 )
 
 // Options configures a Client.
@@ -201,8 +205,15 @@ func (c *Client) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil //nolint:nilerr // stopping
 			}
-			wait = time.Duration(mrand.Int64N(int64(backoff))) + backoff/2 //nolint:gosec // jitter
-			backoff = min(2*backoff, c.o.MaxBackoff)
+			if status.Code(err) == codes.Unavailable {
+				// ca is not reachable: try again soon, so a returning ca
+				// has its callers back within a second; the attempt costs
+				// a refused connection.
+				wait = time.Duration(mrand.Int64N(int64(grpcclient.MaxReconnectDelay))) + grpcclient.MaxReconnectDelay/10 //nolint:gosec // jitter
+			} else {
+				wait = time.Duration(mrand.Int64N(int64(backoff))) + backoff/2 //nolint:gosec // jitter
+				backoff = min(2*backoff, c.o.MaxBackoff)
+			}
 			c.o.Log.Warn("getting a certificate from ca failed; retrying", "error", err, "in", wait)
 		} else {
 			backoff = c.o.MinBackoff
@@ -255,7 +266,7 @@ func (c *Client) fetch(ctx context.Context) (*tls.Certificate, error) {
 	default:
 		c.o.Log.Warn("no token; renewing with the held certificate alone", "error", err)
 	}
-	cc, err := grpc.NewClient(c.o.Address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	cc, err := grpc.NewClient(c.o.Address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)), grpcclient.ReconnectQuickly())
 	if err != nil {
 		return nil, fmt.Errorf("ca client: %w", err)
 	}

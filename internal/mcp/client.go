@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 )
 
 // Handler receives changes of one collection. It is called from one
@@ -46,7 +48,8 @@ type ClientOptions struct {
 	TypeURLs []string
 	Handler  Handler
 	Log      *slog.Logger
-	// Backoff bounds reconnect delays; defaults 100ms to 15s, with full jitter.
+	// Backoff bounds resubscription delays; defaults 100ms to
+	// grpcclient.MaxReconnectDelay, with full jitter.
 	MinBackoff, MaxBackoff time.Duration
 }
 
@@ -64,7 +67,7 @@ func NewClient(o ClientOptions) *Client {
 		o.MinBackoff = 100 * time.Millisecond
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 15 * time.Second
+		o.MaxBackoff = grpcclient.MaxReconnectDelay
 	}
 	v := map[string]map[string]string{}
 	for _, t := range o.TypeURLs {
@@ -115,7 +118,9 @@ func (c *Client) stream(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(c.o.Conn)
-	st, err := ads.DeltaAggregatedResources(ctx)
+	// Waiting for the connection to be ready, rather than failing on the
+	// error it last saw, resubscribes as soon as galley is reachable.
+	st, err := ads.DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return fmt.Errorf("open delta stream: %w", err)
 	}

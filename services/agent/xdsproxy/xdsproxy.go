@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 )
 
@@ -75,7 +76,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	o.Log = o.Log.With("component", "xds-proxy")
 	conn, err := grpc.NewClient(o.Address,
-		grpc.WithTransportCredentials(credentials.NewTLS(o.State.ClientTLS(o.ServerName))),
+		grpc.WithTransportCredentials(credentials.NewTLS(o.State.ClientTLS(o.ServerName))), grpcclient.ReconnectQuickly(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Windows that hold a large response whole, so a relayed 1 MiB CDS
 		// does not wait on flow-control round trips (one connection per

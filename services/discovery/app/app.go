@@ -22,6 +22,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
@@ -238,7 +239,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/" + controlplane.Galley))
 	}
 	conn, err := grpc.NewClient(cfg.GalleyAddress,
-		grpc.WithTransportCredentials(creds),
+		grpc.WithTransportCredentials(creds), grpcclient.ReconnectQuickly(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
 	)

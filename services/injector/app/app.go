@@ -29,6 +29,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 	"github.com/flotilla-mesh/flotilla/internal/platform/cabundle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
@@ -133,7 +134,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if certs != nil {
 		creds = credentials.NewTLS(certs.ClientConfig(cfg.SystemNamespace + "/" + controlplane.Galley))
 	}
-	conn, err := grpc.NewClient(cfg.GalleyAddress, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(cfg.GalleyAddress, grpc.WithTransportCredentials(creds), grpcclient.ReconnectQuickly())
 	if err != nil {
 		return fmt.Errorf("galley client: %w", err)
 	}
