@@ -168,3 +168,38 @@ func TestANackLoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 	})
 	t.Logf("%d NACKs sent in 5 s (the client is slowed once over 100 at 50 a second)", sent)
 }
+
+// TestAChangeMadeWhileGalleyWasDownArrivesSoonAfterItIsBack: galley is
+// away long enough for reconnect backoffs to have grown (12 s); a change
+// made meanwhile reaches a proxy once galley is back, and how long that
+// takes is logged (within a second or two: clients retry at most every
+// second).
+func TestAChangeMadeWhileGalleyWasDownArrivesSoonAfterItIsBack(t *testing.T) {
+	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
+	dir := t.TempDir()
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
+	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(100, 0))
+	mcpAddr := proc.FreeAddr(t)
+	g := startGalley(t, dir, mcpAddr)
+	d := startDiscovery(t, g.mcp)
+	c := xdstest.Client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", xdstest.Target, d.xds)
+	if got := xdstest.Count(t, c, 20); got["v1"] != 20 {
+		t.Fatalf("before: %v", got)
+	}
+	g.p.Kill(t)
+	time.Sleep(12 * time.Second)
+	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(0, 100))
+	startGalley(t, dir, mcpAddr)
+	back := time.Now()
+	xdstest.Eventually(t, "the change made while galley was down", func() bool { return xdstest.Count(t, c, 10)["v2"] == 10 })
+	t.Logf("measured: the change reached the proxy %s after galley was ready again", time.Since(back).Round(10*time.Millisecond))
+	for _, l := range strings.Split(d.p.Out.String(), "\n") {
+		if _, wait, ok := strings.Cut(l, "subscription broken; reconnecting"); ok {
+			if _, in, ok := strings.Cut(wait, " in="); ok {
+				if dur, err := time.ParseDuration(strings.Fields(in)[0]); err == nil && dur > time.Second {
+					t.Errorf("discovery waited %s before resubscribing: %s", dur, l)
+				}
+			}
+		}
+	}
+}
