@@ -3,7 +3,6 @@ package validation
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"regexp/syntax"
 	"strings"
 	"time"
@@ -18,8 +17,12 @@ const (
 	// maxRegexProgram is Envoy's default RE2 program size error level: a
 	// larger regex is rejected by the proxy at load time.
 	maxRegexProgram = 100
-	maxHostBytes    = 255
-	maxLabelValue   = 63
+	// maxRegexBytesPerObject and maxRegexInstsPerObject bound the regex
+	// work of one object: thousands of ordinary regexes fit.
+	maxRegexBytesPerObject = 256 << 10
+	maxRegexInstsPerObject = 200_000
+	maxHostBytes           = 255
+	maxLabelValue          = 63
 	// MinTimeout is the smallest meaningful timeout: Envoy's resolution.
 	minTimeout = time.Millisecond
 	// maxTimeout bounds durations users type, catching unit slips (a
@@ -226,25 +229,46 @@ func (v *validator) duration(path string, d *durationpb.Duration, minimum time.D
 	}
 }
 
-// regex checks an RE2 regular expression Envoy will accept.
+// regex checks an RE2 regular expression Envoy will accept, within the
+// object's regex budget: an object whose regexes together are longer than
+// maxRegexBytesPerObject, or compile to more than maxRegexInstsPerObject
+// instructions, is refused once, and its other regexes are not compiled
+// (a hostile object cannot buy seconds of the webhook's CPU).
 func (v *validator) regex(path, re string) {
 	if len(re) > maxRegexBytes {
 		v.r.errorf(path, "regex is %d bytes, longer than %d", len(re), maxRegexBytes)
 		return
 	}
-	if _, err := regexp.Compile(re); err != nil {
+	if v.regexOver {
+		return
+	}
+	v.regexBytes += len(re)
+	if v.regexBytes > maxRegexBytesPerObject {
+		v.regexOver = true
+		v.r.errorf(path, "the object's regexes are more than %d bytes in all; not compiled", maxRegexBytesPerObject)
+		return
+	}
+	// Go's regexp.Compile is this parse and compile: its errors are the
+	// parse's, word for word.
+	parsed, err := syntax.Parse(re, syntax.Perl)
+	if err != nil {
 		v.r.errorf(path, "invalid RE2 regex: %v", err)
 		return
 	}
-	parsed, err := syntax.Parse(re, syntax.Perl)
+	prog, err := syntax.Compile(parsed.Simplify())
 	if err != nil {
+		v.r.errorf(path, "invalid RE2 regex: %v", err)
 		return
 	}
-	prog, err := syntax.Compile(parsed.Simplify())
-	if err == nil && len(prog.Inst) > maxRegexProgram*4 {
+	if len(prog.Inst) > maxRegexProgram*4 {
 		// RE2's program size and Go's instruction count differ; a Go
 		// program four times Envoy's limit is certainly over it.
 		v.r.errorf(path, "regex is too complex for Envoy (program size limit %d)", maxRegexProgram)
+	}
+	v.regexInsts += len(prog.Inst)
+	if v.regexInsts > maxRegexInstsPerObject {
+		v.regexOver = true
+		v.r.errorf(path, "the object's regexes compile to more than %d instructions in all; not compiled further", maxRegexInstsPerObject)
 	}
 }
 

@@ -131,6 +131,10 @@ type validator struct {
 	r   *Result
 	ctx Context
 	obj *istio.Object
+	// regexBytes and regexInsts are the regex work done on this object so
+	// far: bounded, so no object costs the webhook more than its budget.
+	regexBytes, regexInsts int
+	regexOver              bool
 }
 
 func validateMeta(r *Result, obj *istio.Object) {

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -165,5 +166,37 @@ func TestEveryServedKindHasItsCheck(t *testing.T) {
 	}
 	if checkFor("Ingress") != nil {
 		t.Error("a kind Flotilla does not serve has a check")
+	}
+}
+
+// TestAnObjectsRegexWorkIsBounded: 2,800 regexes of 1,000 characters (the
+// webhook was seen spending seconds on four such objects) are refused
+// with one error once the object's regex budget is spent.
+func TestAnObjectsRegexWorkIsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: heavy}\nspec:\n  hosts: [reviews]\n  http:\n")
+	re := strings.Repeat("(a|b)", 200) // 1,000 characters, a valid RE2
+	for i := range 2800 {
+		fmt.Fprintf(&b, "  - match: [{uri: {regex: %q}}]\n    route: [{destination: {host: reviews}}]\n    name: r%d\n", re, i)
+	}
+	obj := istio.Decode("vs.yaml", []byte(b.String()), "default")[0].Object
+	res := Validate(obj, nil)
+	budget := 0
+	for _, e := range res.Errors {
+		if strings.Contains(e.Message, "in all") {
+			budget++
+		}
+	}
+	if budget != 1 {
+		t.Fatalf("%d budget errors (of %d errors), want 1", budget, len(res.Errors))
+	}
+	// An ordinary number of regexes is well within it.
+	var ok strings.Builder
+	ok.WriteString("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: fine}\nspec:\n  hosts: [reviews]\n  http:\n")
+	for i := range 500 {
+		fmt.Fprintf(&ok, "  - match: [{uri: {regex: \"/api/v%d/[a-z]+\"}}]\n    route: [{destination: {host: reviews}}]\n", i)
+	}
+	if res := Validate(istio.Decode("vs.yaml", []byte(ok.String()), "default")[0].Object, nil); !res.OK() {
+		t.Fatalf("500 ordinary regexes: %v", res.Errors[:min(3, len(res.Errors))])
 	}
 }

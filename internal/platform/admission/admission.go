@@ -16,11 +16,13 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // MaxBodyBytes bounds an AdmissionReview: the apiserver's own request limit
@@ -32,16 +34,20 @@ const MaxBodyBytes = 6 << 20
 type Decide func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
 type handler struct {
-	log      *slog.Logger
-	decide   Decide
+	log    *slog.Logger
+	decide Decide
+	// slots bounds the reviews decided at once: the rest queue, each for
+	// at most half of the time the apiserver gives the webhook, and are
+	// then denied as busy, in time, rather than all slowed down together.
+	slots    chan struct{}
 	reviews  metric.Int64Counter
 	duration metric.Float64Histogram
 }
 
 // Handler serves decide at path; metrics are named <prefix>.reviews and
-// <prefix>.duration, by result (allowed, denied, bad_request).
+// <prefix>.duration, by result (allowed, denied, busy, bad_request).
 func Handler(log *slog.Logger, meter metric.Meter, prefix, path string, decide Decide) (http.Handler, error) {
-	h := &handler{log: log, decide: decide}
+	h := &handler{log: log, decide: decide, slots: make(chan struct{}, MaxConcurrentReviews())}
 	var err error
 	if h.reviews, err = meter.Int64Counter(prefix+".reviews",
 		metric.WithDescription("Admission reviews answered, by result.")); err != nil {
@@ -97,7 +103,28 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		http.Error(w, "AdmissionReview has no request (or no request uid)", http.StatusBadRequest)
 		return "bad_request"
 	}
-	resp := h.decide(r.Context(), review.Request)
+	wait := queueWait(r)
+	ctx, cancel := context.WithTimeout(r.Context(), 2*wait)
+	defer cancel()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var resp *admissionv1.AdmissionResponse
+	select {
+	case h.slots <- struct{}{}:
+		resp = h.decide(ctx, review.Request)
+		<-h.slots
+	case <-timer.C:
+		resp = &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+			Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests,
+			Message: fmt.Sprintf("the webhook is busy: %d reviews are being decided and this one waited %s; retry", cap(h.slots), wait),
+		}}
+		w.Header().Set("Content-Type", "application/json")
+		resp.UID = review.Request.UID
+		if err := json.NewEncoder(w).Encode(&admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}); err != nil {
+			h.log.Warn("writing admission response", "error", err)
+		}
+		return "busy"
+	}
 	resp.UID = review.Request.UID
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	w.Header().Set("Content-Type", "application/json")
@@ -108,6 +135,21 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		return "allowed"
 	}
 	return "denied"
+}
+
+// MaxConcurrentReviews is how many reviews a webhook decides at once:
+// twice the CPUs it may use.
+func MaxConcurrentReviews() int { return 2 * runtime.GOMAXPROCS(0) }
+
+// queueWait is how long a review may wait for a slot: half of the
+// timeout the apiserver gives the call (its "timeout" query parameter,
+// 10 s by default), so that a busy answer still arrives in time.
+func queueWait(r *http.Request) time.Duration {
+	timeout := 10 * time.Second
+	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 && d <= 30*time.Second {
+		timeout = d
+	}
+	return timeout / 2
 }
 
 // Serve serves h over TLS on lis until ctx ends, then drains in-flight
