@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -172,15 +173,24 @@ func (r *Reloader) ClientConfig(serverName string) *tls.Config {
 // events are coalesced.
 func (r *Reloader) Run(ctx context.Context) error {
 	dirs := map[string]bool{}
+	names := map[string]bool{}
 	for _, f := range []string{r.files.CertFile, r.files.KeyFile, r.files.CAFile} {
 		if f != "" {
 			dirs[filepath.Dir(f)] = true
+			names[filepath.Base(f)] = true
 		}
 	}
 	return fswatch.Run(ctx, fswatch.Options{
 		Dirs:     slices.Collect(maps.Keys(dirs)),
 		Debounce: 100 * time.Millisecond,
 		Log:      r.log,
+		// The files themselves, and the "..data" link (and the
+		// timestamped directories behind it) a Secret volume swaps;
+		// other files in the directory are not ours.
+		Relevant: func(path string) bool {
+			base := filepath.Base(path)
+			return names[base] || strings.HasPrefix(base, "..")
+		},
 		OnChange: func() error {
 			err := r.Reload() // a failed reload keeps the old material and is logged
 			if r.reloaded != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,4 +230,35 @@ func TestClientConfigPresentsItsCertificateAndVerifiesTheServer(t *testing.T) {
 	if err := dial("127.0.0.1"); err == nil {
 		t.Fatal("after the roots rotated to another CA, the old server was still trusted")
 	}
+}
+
+// TestWritesToOtherFilesInTheDirectoryReloadNothing: the certificate
+// directory also holds files that are not ours (a log, a lock); writing
+// them does not reload the certificate (galley was seen reloading 121
+// times in 12 s).
+func TestWritesToOtherFilesInTheDirectoryReloadNothing(t *testing.T) {
+	f := newFixture(t)
+	r, err := New(f.files, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.reloaded = make(chan error, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = r.Run(ctx) }()
+	time.Sleep(50 * time.Millisecond) // let the watcher start
+	other := filepath.Join(filepath.Dir(f.files.CertFile), "unrelated.log")
+	for i := range 20 {
+		if err := os.WriteFile(other, []byte(strings.Repeat("x", i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-r.reloaded:
+		t.Fatalf("a write to another file reloaded the certificate (%v)", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	f.rotate(t)
+	waitReload(t, r, false)
 }
