@@ -6,7 +6,9 @@ package publish
 import (
 	"fmt"
 	"maps"
+	"strings"
 
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/normalize"
@@ -40,6 +42,19 @@ type Publisher struct {
 	// collection: in Kubernetes mode the same collections also carry what
 	// the Kubernetes source publishes, which is not ours to delete.
 	owned map[string]map[string]bool
+	// namespaces, when set (file mode, where nothing else tells what
+	// namespaces exist), counts the objects in force per namespace; the
+	// namespaces with any are published, without labels.
+	namespaces map[string]map[string]bool
+}
+
+// PublishNamespaces makes p publish, as the Namespace collection, the
+// namespaces its objects are in (without labels): in file mode there is
+// no cluster to list them, and the injector decides on a namespace's
+// labels. Not for Kubernetes mode, whose source publishes the cluster's.
+func (p *Publisher) PublishNamespaces() {
+	p.namespaces = map[string]map[string]bool{}
+	p.owned[registry.NamespaceTypeURL] = map[string]bool{}
 }
 
 // New returns a publisher writing to up.
@@ -54,6 +69,9 @@ func New(up Updater) *Publisher {
 // then refreshes the registry if a ServiceEntry or WorkloadEntry changed.
 func (p *Publisher) Apply(upserts []*istio.Object, deletes []istio.ID) error {
 	if err := p.applyConfig(upserts, deletes); err != nil {
+		return err
+	}
+	if err := p.applyNamespaces(upserts, deletes); err != nil {
 		return err
 	}
 	changed := false
@@ -79,6 +97,47 @@ func (p *Publisher) Apply(upserts []*istio.Object, deletes []istio.ID) error {
 		return nil
 	}
 	return p.publishRegistry()
+}
+
+// applyNamespaces keeps the published namespaces those of the objects in
+// force, when PublishNamespaces asked for it.
+func (p *Publisher) applyNamespaces(upserts []*istio.Object, deletes []istio.ID) error {
+	if p.namespaces == nil {
+		return nil
+	}
+	changed := false
+	for _, o := range upserts {
+		ns := o.Meta.Namespace
+		if p.namespaces[ns] == nil {
+			p.namespaces[ns], changed = map[string]bool{}, true
+		}
+		p.namespaces[ns][o.Kind.Kind+"/"+o.Key()] = true
+	}
+	for _, id := range deletes {
+		ns, _, _ := strings.Cut(id.Name, "/")
+		if objs := p.namespaces[ns]; objs != nil {
+			delete(objs, id.Kind+"/"+id.Name)
+			if len(objs) == 0 {
+				delete(p.namespaces, ns)
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	all := make([]*mcp.Resource, 0, len(p.namespaces))
+	for ns := range p.namespaces {
+		r, err := mcp.NewResource(ns, &registryv1.Namespace{Name: ns}, nil, nil)
+		if err != nil {
+			return err
+		}
+		all = append(all, r)
+	}
+	if err := p.replaceOwned(registry.NamespaceTypeURL, all); err != nil {
+		return fmt.Errorf("publish namespaces: %w", err)
+	}
+	return nil
 }
 
 // publishRegistry publishes what the ServiceEntries now describe and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/metric/noop"
@@ -158,5 +159,38 @@ spec:
 	}
 	if n, err := srv.Update(registry.EndpointSetTypeURL, nil, []string{"default/db.internal/se-db-0"}); err != nil || n != 0 {
 		t.Fatalf("the ServiceEntry's set outlived the ServiceEntry (deleting changed %d, %v)", n, err)
+	}
+}
+
+func TestInFileModeTheNamespacesTheObjectsUseArePublished(t *testing.T) {
+	u := &updates{}
+	p := New(u)
+	p.PublishNamespaces()
+	obj := func(k, ns, name string) *istio.Object {
+		return &istio.Object{Kind: kind(t, k), Meta: istio.Meta{Name: name, Namespace: ns}, Spec: &networking.VirtualService{Hosts: []string{name}}}
+	}
+	if err := p.Apply([]*istio.Object{obj("VirtualService", "demo", "a"), obj("VirtualService", "shop", "b")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	has := func(want string) bool { return slices.Contains(u.got, want) }
+	if !has(registry.NamespaceTypeURL+" +demo map[]") || !has(registry.NamespaceTypeURL+" +shop map[]") {
+		t.Fatalf("published %v, want namespaces demo and shop", u.got)
+	}
+	u.got = nil
+	if err := p.Apply(nil, []istio.ID{{Kind: "VirtualService", Name: "shop/b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !has(registry.NamespaceTypeURL + " -shop") || has(registry.NamespaceTypeURL+" -demo") {
+		t.Fatalf("after shop's last object went: %v, want shop withdrawn and demo kept", u.got)
+	}
+	// Without PublishNamespaces (Kubernetes mode) no namespace is published.
+	k := &updates{}
+	if err := New(k).Apply([]*istio.Object{obj("VirtualService", "demo", "a")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range k.got {
+		if strings.HasPrefix(g, registry.NamespaceTypeURL) {
+			t.Fatalf("Kubernetes mode published %s", g)
+		}
 	}
 }

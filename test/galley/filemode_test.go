@@ -265,7 +265,10 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 			sub.has(kindURL("AuthorizationPolicy"), "demo/greeter") &&
 			sub.has(registry.ServiceTypeURL, "demo/greeter.demo.svc.cluster.local") &&
 			sub.has(registry.EndpointSetTypeURL, "demo/greeter.demo.svc.cluster.local/se-greeter-0") &&
-			sub.has(registry.MeshConfigTypeURL, registry.MeshConfigName)
+			sub.has(registry.MeshConfigTypeURL, registry.MeshConfigName) &&
+			// No cluster lists namespaces: galley serves those its files use,
+			// which the injector's policy reads.
+			sub.has(registry.NamespaceTypeURL, "demo") && sub.has(registry.NamespaceTypeURL, "istio-system")
 	})
 
 	// An edit reaches the subscriber.

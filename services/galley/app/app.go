@@ -208,6 +208,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 	// client-go logs through klog, a process-wide logger: send it to ours.
 	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
 	if cfg.ConfigDir != "" {
+		pub.PublishNamespaces() // no cluster lists them: the files' own
 		src := filesource.New(filesource.Options{
 			Dir:              cfg.ConfigDir,
 			DefaultNamespace: cfg.DefaultNamespace,
