@@ -180,7 +180,7 @@ func TestInFileModeTheNamespacesTheObjectsUseArePublished(t *testing.T) {
 	if err := p.Apply(nil, []istio.ID{{Kind: "VirtualService", Name: "shop/b"}}); err != nil {
 		t.Fatal(err)
 	}
-	if !has(registry.NamespaceTypeURL + " -shop") || has(registry.NamespaceTypeURL+" -demo") {
+	if !has(registry.NamespaceTypeURL+" -shop") || has(registry.NamespaceTypeURL+" -demo") {
 		t.Fatalf("after shop's last object went: %v, want shop withdrawn and demo kept", u.got)
 	}
 	// Without PublishNamespaces (Kubernetes mode) no namespace is published.
