@@ -102,6 +102,11 @@ func (v *validator) host(path, h string, allowStar bool) {
 	if _, err := netip.ParseAddr(rest); err == nil && rest == h {
 		return // an IP address as host
 	}
+	if rest == h && strings.HasPrefix(h, "*") {
+		// "*foo.com": Istio's wildcard domains take a * prefixed to the
+		// first label too.
+		rest = strings.TrimPrefix(h, "*")
+	}
 	for _, l := range strings.Split(rest, ".") {
 		if !hostLabel(l) {
 			if strings.Contains(l, "*") {
@@ -203,6 +208,28 @@ func labelChars(s string, emptyOK bool) bool {
 }
 
 // selector checks a workload selector: at least one label, all valid.
+// optionalSelector checks a selector that may be empty: Istio accepts an
+// empty one (it selects every workload in the namespace) and warns.
+func (v *validator) optionalSelector(path string, m map[string]string) {
+	if len(m) == 0 {
+		v.r.warnf(path, "the selector has no labels: it selects every workload in the namespace (omit it to say so)")
+		return
+	}
+	v.labels(path, m)
+}
+
+// unixAddress checks the path of a unix:// address, as Istio does: an
+// abstract socket (@name), or an absolute path to a file.
+func (v *validator) unixAddress(path, sock string) {
+	switch {
+	case sock == "":
+		v.r.errorf(path, "unix:// names no socket path")
+	case strings.HasPrefix(sock, "@"):
+	case !strings.HasPrefix(sock, "/") || strings.HasSuffix(sock, "/"):
+		v.r.errorf(path, "unix://%s: the socket must be an absolute path to a file", sock)
+	}
+}
+
 func (v *validator) selector(path string, m map[string]string) {
 	if len(m) == 0 {
 		v.r.errorf(path, "a workload selector must have at least one label (omit it to select every workload)")

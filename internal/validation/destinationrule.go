@@ -119,6 +119,22 @@ func (v *validator) loadBalancer(path string, lb *networking.LoadBalancerSetting
 	if lb.GetWarmupDurationSecs() != nil {
 		v.duration(field(path, "warmupDurationSecs"), lb.GetWarmupDurationSecs(), minTimeout)
 	}
+	if w := lb.GetWarmup(); w != nil {
+		// Istio's API: duration is required, minimumPercent lies in
+		// [0, 100] and aggression is not negative.
+		wp := field(path, "warmup")
+		if w.GetDuration() == nil {
+			v.r.errorf(field(wp, "duration"), "duration is required")
+		} else {
+			v.duration(field(wp, "duration"), w.GetDuration(), minTimeout)
+		}
+		if mp := w.GetMinimumPercent(); mp != nil && (mp.GetValue() < 0 || mp.GetValue() > 100) {
+			v.r.errorf(field(wp, "minimumPercent"), "%v must be between 0 and 100", mp.GetValue())
+		}
+		if a := w.GetAggression(); a != nil && a.GetValue() < 0 {
+			v.r.errorf(field(wp, "aggression"), "%v must not be negative", a.GetValue())
+		}
+	}
 }
 
 func isPrime(n uint64) bool {

@@ -12,10 +12,15 @@ import (
 func (v *validator) peerAuthentication() {
 	pa := v.obj.Spec.(*security.PeerAuthentication)
 	if pa.GetSelector() != nil {
-		v.selector("spec.selector.matchLabels", pa.GetSelector().GetMatchLabels())
+		v.optionalSelector("spec.selector.matchLabels", pa.GetSelector().GetMatchLabels())
 	}
-	if len(pa.GetPortLevelMtls()) > 0 && len(pa.GetSelector().GetMatchLabels()) == 0 {
+	// Istio's CRD: portLevelMtls, when present (even empty), needs a
+	// selector with labels, and names at least one port.
+	if pa.PortLevelMtls != nil && len(pa.GetSelector().GetMatchLabels()) == 0 {
 		v.r.errorf("spec.portLevelMtls", "portLevelMtls needs a workload selector: ports mean nothing namespace- or mesh-wide")
+	}
+	if pa.PortLevelMtls != nil && len(pa.GetPortLevelMtls()) == 0 {
+		v.r.errorf("spec.portLevelMtls", "portLevelMtls must name at least one port")
 	}
 	for port, m := range pa.GetPortLevelMtls() {
 		p := key("spec.portLevelMtls", strconv.FormatUint(uint64(port), 10))
@@ -54,6 +59,13 @@ func (v *validator) requestAuthentication() {
 		}
 		for j, h := range rule.GetFromHeaders() {
 			v.headerName(field(at(field(p, "fromHeaders"), j), "name"), h.GetName())
+		}
+		for name, vals := range map[string][]string{"fromParams": rule.GetFromParams(), "fromCookies": rule.GetFromCookies(), "spaceDelimitedClaims": rule.GetSpaceDelimitedClaims()} {
+			for j, val := range vals {
+				if val == "" {
+					v.r.errorf(at(field(p, name), j), "must not be empty")
+				}
+			}
 		}
 		if h := rule.GetOutputPayloadToHeader(); h != "" {
 			v.headerName(field(p, "outputPayloadToHeader"), h)
@@ -173,9 +185,8 @@ func (v *validator) operation(path string, o *security.Operation) {
 	lists := map[string][]string{
 		"hosts": o.GetHosts(), "notHosts": o.GetNotHosts(),
 		"methods": o.GetMethods(), "notMethods": o.GetNotMethods(),
-		"paths": o.GetPaths(), "notPaths": o.GetNotPaths(),
 	}
-	empty := len(o.GetPorts()) == 0 && len(o.GetNotPorts()) == 0
+	empty := len(o.GetPorts()) == 0 && len(o.GetNotPorts()) == 0 && len(o.GetPaths()) == 0 && len(o.GetNotPaths()) == 0
 	for name, vals := range lists {
 		empty = empty && len(vals) == 0
 		for i, val := range vals {
@@ -192,13 +203,34 @@ func (v *validator) operation(path string, o *security.Operation) {
 	}
 	for name, paths := range map[string][]string{"paths": o.GetPaths(), "notPaths": o.GetNotPaths()} {
 		for i, p := range paths {
-			if p != "*" && !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "*") {
-				v.r.errorf(at(field(path, name), i), "path %q must start with / (or be a * wildcard)", p)
+			pp := at(field(path, name), i)
+			switch {
+			case p != "*" && !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "*"):
+				v.r.errorf(pp, "path %q must start with / (or be a * wildcard)", p)
+			case strings.Contains(p, "{"):
+				v.pathTemplate(pp, p)
+			default:
+				v.wildcardValue(pp, p)
 			}
 		}
 	}
 	if empty {
 		v.r.errorf(path, "an operation must set at least one field")
+	}
+}
+
+// pathTemplate checks an AuthorizationPolicy path template (Istio 1.20+):
+// segments are literals, {*} (one segment) or {**} (any number of
+// segments).
+func (v *validator) pathTemplate(path, p string) {
+	for _, seg := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		if seg == "{*}" || seg == "{**}" {
+			continue
+		}
+		if strings.ContainsAny(seg, "{}*") {
+			v.r.errorf(path, "path template %q: segment %q must be {*}, {**} or a literal without *, { or }", p, seg)
+			return
+		}
 	}
 }
 
@@ -219,7 +251,7 @@ func (v *validator) wildcardValue(path, s string) {
 // those ending in [] take a name in brackets.
 func knownConditionKey(k string) bool {
 	switch k {
-	case "source.ip", "remote.ip", "source.namespace", "source.principal", "source.serviceAccount",
+	case "source.ip", "remote.ip", "source.namespace", "source.principal", "source.serviceAccount", "source.trustDomain",
 		"request.auth.principal", "request.auth.audiences", "request.auth.presenter",
 		"destination.ip", "destination.port", "connection.sni":
 		return true

@@ -25,9 +25,6 @@ func (v *validator) serviceEntry() {
 	for i, a := range se.GetAddresses() {
 		v.addressOrCIDR(at("spec.addresses", i), a)
 	}
-	if len(se.GetPorts()) == 0 {
-		v.r.errorf("spec.ports", "at least one port is required")
-	}
 	portNames := map[string]bool{}
 	portNumbers := map[uint32]bool{}
 	for i, port := range se.GetPorts() {
@@ -51,7 +48,7 @@ func (v *validator) serviceEntry() {
 		v.r.errorf("spec.workloadSelector", "workloadSelector and endpoints cannot both be set")
 	}
 	if ws := se.GetWorkloadSelector(); ws != nil {
-		v.selector("spec.workloadSelector.labels", ws.GetLabels())
+		v.optionalSelector("spec.workloadSelector.labels", ws.GetLabels())
 	}
 	switch se.GetResolution() {
 	case networking.ServiceEntry_NONE:
@@ -102,6 +99,7 @@ func (v *validator) workloadEntrySpec(path string, we *networking.WorkloadEntry,
 	case addr == "" && we.GetNetwork() == "":
 		v.r.errorf(ap, "address is required (it may be empty only when network names a remote network)")
 	case strings.HasPrefix(addr, "unix://"):
+		v.unixAddress(ap, strings.TrimPrefix(addr, "unix://"))
 		if len(we.GetPorts()) > 0 {
 			v.r.errorf(field(path, "ports"), "a Unix socket endpoint has no ports")
 		}

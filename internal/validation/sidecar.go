@@ -10,6 +10,11 @@ import (
 
 func (v *validator) sidecar() {
 	sc := v.obj.Spec.(*networking.Sidecar)
+	if len(sc.GetIngress()) == 0 && len(sc.GetEgress()) == 0 && sc.GetOutboundTrafficPolicy() == nil && sc.GetInboundConnectionPool() == nil {
+		// Istio refuses it too ("sidecar: empty configuration provided"):
+		// it would change nothing but look as if it did.
+		v.r.errorf("spec", "empty configuration: set ingress, egress, outboundTrafficPolicy or inboundConnectionPool")
+	}
 	if ws := sc.GetWorkloadSelector(); ws != nil {
 		v.selector("spec.workloadSelector.labels", ws.GetLabels())
 	}
@@ -87,10 +92,8 @@ func (v *validator) sidecarPort(path string, p *networking.SidecarPort) {
 // defaultEndpoint is "127.0.0.1:PORT", "0.0.0.0:PORT", "[::1]:PORT",
 // "[::]:PORT" or "unix:///path".
 func (v *validator) defaultEndpoint(path, ep string) {
-	if strings.HasPrefix(ep, "unix://") {
-		if len(ep) == len("unix://") {
-			v.r.errorf(path, "%q names no socket path", ep)
-		}
+	if sock, ok := strings.CutPrefix(ep, "unix://"); ok {
+		v.unixAddress(path, sock)
 		return
 	}
 	host, port, err := net.SplitHostPort(ep)
@@ -110,7 +113,8 @@ func (v *validator) defaultEndpoint(path, ep string) {
 }
 
 func (v *validator) bindAddress(path, bind string) {
-	if strings.HasPrefix(bind, "unix://") {
+	if sock, ok := strings.CutPrefix(bind, "unix://"); ok {
+		v.unixAddress(path, sock)
 		return
 	}
 	if net.ParseIP(bind) == nil {

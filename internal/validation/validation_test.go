@@ -200,3 +200,18 @@ func TestAnObjectsRegexWorkIsBounded(t *testing.T) {
 		t.Fatalf("500 ordinary regexes: %v", res.Errors[:min(3, len(res.Errors))])
 	}
 }
+
+// TestEmptySelectorsAreAcceptedWithAWarning: Istio accepts an empty
+// PeerAuthentication selector or ServiceEntry workloadSelector (they
+// select every workload in the namespace) and warns.
+func TestEmptySelectorsAreAcceptedWithAWarning(t *testing.T) {
+	for _, doc := range []string{
+		"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: all}\nspec:\n  selector: {}\n  mtls: {mode: STRICT}\n",
+		"apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: all}\nspec:\n  hosts: [all.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  workloadSelector: {}\n",
+	} {
+		res := Validate(istio.Decode("x.yaml", []byte(doc), "default")[0].Object, nil)
+		if !res.OK() || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0].String(), "selects every workload") {
+			t.Errorf("errors %v, warnings %v; want accepted with one warning:\n%s", res.Errors, res.Warnings, doc)
+		}
+	}
+}
