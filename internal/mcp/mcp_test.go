@@ -32,11 +32,11 @@ const (
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func vs(t *testing.T, name string, hosts ...string) *Resource {
-	t.Helper()
+func vs(tb testing.TB, name string, hosts ...string) *Resource {
+	tb.Helper()
 	r, err := NewResource("default/"+name, &networking.VirtualService{Hosts: hosts}, map[string]string{"app": name}, nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return r
 }
@@ -44,7 +44,7 @@ func vs(t *testing.T, name string, hosts ...string) *Resource {
 // galley is a Server on a loopback port that can be stopped and restarted
 // on the same address, as a galley pod restart looks to subscribers.
 type galley struct {
-	t    *testing.T
+	t    testing.TB
 	addr string
 	srv  *Server
 	g    *grpc.Server
@@ -54,34 +54,34 @@ type galley struct {
 // startGalley serves the collections on addr (a restart keeps its
 // address) once initial, when given, is in the virtual services, as
 // galley serves only its loaded configuration.
-func startGalley(t *testing.T, addr string, initial ...*Resource) *galley {
-	t.Helper()
+func startGalley(tb testing.TB, addr string, initial ...*Resource) *galley {
+	tb.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := NewServer(ctx, quiet(), noop.NewMeterProvider().Meter("test"), []string{vsType, drType})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if len(initial) > 0 {
 		if _, err := srv.Update(vsType, initial, nil); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	g := grpc.NewServer()
 	srv.Register(g)
-	gl := &galley{t: t, addr: lis.Addr().String(), srv: srv, g: g, done: make(chan struct{})}
+	gl := &galley{t: tb, addr: lis.Addr().String(), srv: srv, g: g, done: make(chan struct{})}
 	go func() {
 		_ = g.Serve(lis)
 		close(gl.done)
 	}()
 	stopped := false
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if !stopped {
 			gl.stop()
 		}
@@ -546,4 +546,68 @@ func TestASubscriberCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *te
 			return
 		}
 	}
+}
+
+// FuzzSubscriberRequests sends what the fuzzer makes of a delta and a
+// state-of-the-world MCP request, three times each, on real streams:
+// galley answers or ends the stream with a status, never fails, and a
+// well-behaved subscriber is served afterwards.
+func FuzzSubscriberRequests(f *testing.F) {
+	seed := func(m proto.Message) []byte {
+		b, _ := proto.Marshal(m)
+		return b
+	}
+	f.Add(seed(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: vsType, ResourceNamesSubscribe: []string{"*"}}), seed(&discoveryv3.DiscoveryRequest{TypeUrl: drType}))
+	f.Add(seed(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "nope", ResponseNonce: "7", ErrorDetail: &status.Status{Message: "no"}}),
+		seed(&discoveryv3.DiscoveryRequest{TypeUrl: vsType, ResourceNames: []string{"", "*", "a/b"}, VersionInfo: "x"}))
+	f.Add([]byte{0xff}, []byte{0x0a, 0x80})
+	g := startGalley(f, "", vs(f, "r", "reviews"))
+	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { conn.Close() })
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	f.Fuzz(func(t *testing.T, deltaBytes, sotwBytes []byte) {
+		node := &corev3.Node{Id: "fuzz"}
+		var dreq discoveryv3.DeltaDiscoveryRequest
+		if proto.Unmarshal(deltaBytes, &dreq) == nil {
+			dreq.Node = node
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if st, err := ads.DeltaAggregatedResources(ctx); err == nil {
+				for range 3 {
+					_ = st.Send(&dreq)
+				}
+				_ = st.CloseSend()
+				for {
+					if _, err := st.Recv(); err != nil {
+						break
+					}
+				}
+			}
+			cancel()
+		}
+		var sreq discoveryv3.DiscoveryRequest
+		if proto.Unmarshal(sotwBytes, &sreq) == nil {
+			sreq.Node = node
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if st, err := ads.StreamAggregatedResources(ctx); err == nil {
+				for range 3 {
+					_ = st.Send(&sreq)
+				}
+				_ = st.CloseSend()
+				for {
+					if _, err := st.Recv(); err != nil {
+						break
+					}
+				}
+			}
+			cancel()
+		}
+		c := dialSotw(t, g.addr)
+		c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "ok"}, TypeUrl: vsType})
+		if _, names := c.recv(); len(names) != 1 {
+			t.Fatalf("a well-behaved subscriber got %v after the fuzzed streams", names)
+		}
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1alpha3"
@@ -86,33 +87,33 @@ func (h *harness) pushes(decision string) int64 {
 	return 0
 }
 
-func newHarness(t *testing.T) *harness {
-	t.Helper()
-	return newHarnessWith(t, xds.Options{})
+func newHarness(tb testing.TB) *harness {
+	tb.Helper()
+	return newHarnessWith(tb, xds.Options{})
 }
 
 // newHarnessWith is newHarness with o (its log and meter are the test's).
-func newHarnessWith(t *testing.T, o xds.Options) *harness {
-	t.Helper()
+func newHarnessWith(tb testing.TB, o xds.Options) *harness {
+	tb.Helper()
 	reader := sdkmetric.NewManualReader()
 	o.Log, o.Meter = quiet(), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
 	srv, err := xds.New(o)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	gs := grpc.NewServer()
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	tb.Cleanup(gs.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { cc.Close() })
+	tb.Cleanup(func() { cc.Close() })
 	return &harness{srv: srv, store: model.NewStore(), conn: cc, reader: reader, addr: lis.Addr().String()}
 }
 
@@ -667,4 +668,67 @@ func TestADeltaStreamCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *t
 			t.Fatal("a stream over the limit was not ended")
 		}
 	}
+}
+
+// FuzzStreamRequests sends what the fuzzer makes of a state-of-the-world
+// and a delta request (with a node that parses, so they reach the
+// handlers), three times each, on real streams: the server answers, or
+// ends the stream with a status, and never fails; a well-behaved proxy is
+// served afterwards.
+func FuzzStreamRequests(f *testing.F) {
+	seed := func(m proto.Message) []byte {
+		b, _ := proto.Marshal(m)
+		return b
+	}
+	f.Add(seed(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType}), seed(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ListenerType}))
+	f.Add(seed(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNames: []string{"a", "", "*"}, ResponseNonce: "1"}),
+		seed(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesUnsubscribe: []string{"*"}, InitialResourceVersions: map[string]string{"x": "y"}}))
+	f.Add([]byte{0xff, 0x01}, []byte{})
+	h := newHarness(f)
+	h.store.PutService(service("reviews", 9080))
+	h.push()
+	f.Fuzz(func(t *testing.T, sotwBytes, deltaBytes []byte) {
+		n := node("sidecar~10.0.0.1~fuzz.default~default.svc.cluster.local", nil)
+		var sreq discoveryv3.DiscoveryRequest
+		if proto.Unmarshal(sotwBytes, &sreq) == nil {
+			sreq.Node = n
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
+			if err == nil {
+				for range 3 {
+					_ = st.Send(&sreq)
+				}
+				_ = st.CloseSend()
+				for {
+					if _, err := st.Recv(); err != nil {
+						break
+					}
+				}
+			}
+			cancel()
+		}
+		var dreq discoveryv3.DeltaDiscoveryRequest
+		if proto.Unmarshal(deltaBytes, &dreq) == nil {
+			dreq.Node = n
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
+			if err == nil {
+				for range 3 {
+					_ = st.Send(&dreq)
+				}
+				_ = st.CloseSend()
+				for {
+					if _, err := st.Recv(); err != nil {
+						break
+					}
+				}
+			}
+			cancel()
+		}
+		ok := h.sotw(t)
+		ok.send(t, &discoveryv3.DiscoveryRequest{Node: node("sidecar~10.0.0.2~ok.default~default.svc.cluster.local", nil), TypeUrl: resourcev3.ClusterType})
+		if r := ok.next(t); len(r.GetResources()) == 0 {
+			t.Fatal("a well-behaved proxy got no clusters after the fuzzed streams")
+		}
+	})
 }
