@@ -611,3 +611,76 @@ func FuzzSubscriberRequests(f *testing.F) {
 		}
 	})
 }
+
+// TestSubscribersThatNeverReadDelayNoOtherSubscriber: galley's number of
+// collections, five delta subscribers that ask for all of them and never
+// read (64 KiB windows, far less than a collection), and a healthy
+// subscriber that gets every one of ten edits.
+func TestSubscribersThatNeverReadDelayNoOtherSubscriber(t *testing.T) {
+	var types []string
+	for i := range 20 {
+		types = append(types, fmt.Sprintf("test.flotilla.io/Kind%02d", i))
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), types)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("h", 200)
+	hosts := make([]string, 500)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("%s-%03d.example.com", big, i)
+	}
+	for _, typ := range types {
+		if _, err := srv.Update(typ, []*Resource{vs(t, "big", hosts...)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	for i := range 5 {
+		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range types {
+			if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: fmt.Sprintf("stuck-%d", i)}, TypeUrl: typ, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rec := newRecorder()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := NewClient(ClientOptions{Conn: conn, NodeID: "healthy", TypeURLs: types, Handler: rec, Log: quiet()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	rec.waitFor(t, "the first state", func() bool { return rec.get(types[0], "default/big") != nil })
+	for i := range 10 {
+		name := fmt.Sprintf("edit-%d", i)
+		for _, typ := range types {
+			if _, err := srv.Update(typ, []*Resource{vs(t, name, "reviews")}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		rec.waitFor(t, name, func() bool { return rec.get(types[len(types)-1], "default/"+name) != nil })
+		t.Logf("edit %d reached the healthy subscriber in %s", i, time.Since(start).Round(time.Millisecond))
+	}
+}
