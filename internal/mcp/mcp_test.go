@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
 const (
@@ -573,36 +575,16 @@ func FuzzSubscriberRequests(f *testing.F) {
 		var dreq discoveryv3.DeltaDiscoveryRequest
 		if proto.Unmarshal(deltaBytes, &dreq) == nil {
 			dreq.Node = node
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if st, err := ads.DeltaAggregatedResources(ctx); err == nil {
-				for range 3 {
-					_ = st.Send(&dreq)
-				}
-				_ = st.CloseSend()
-				for {
-					if _, err := st.Recv(); err != nil {
-						break
-					}
-				}
-			}
-			cancel()
+			xdstest.SendAndDrain(func(ctx context.Context) (discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, error) {
+				return ads.DeltaAggregatedResources(ctx)
+			}, &dreq, 3)
 		}
 		var sreq discoveryv3.DiscoveryRequest
 		if proto.Unmarshal(sotwBytes, &sreq) == nil {
 			sreq.Node = node
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if st, err := ads.StreamAggregatedResources(ctx); err == nil {
-				for range 3 {
-					_ = st.Send(&sreq)
-				}
-				_ = st.CloseSend()
-				for {
-					if _, err := st.Recv(); err != nil {
-						break
-					}
-				}
-			}
-			cancel()
+			xdstest.SendAndDrain(func(ctx context.Context) (discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
+				return ads.StreamAggregatedResources(ctx)
+			}, &sreq, 3)
 		}
 		c := dialSotw(t, g.addr)
 		c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "ok"}, TypeUrl: vsType})

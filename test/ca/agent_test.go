@@ -73,19 +73,27 @@ type pod struct {
 	envoyAdmin, record string
 }
 
-// startAgent runs `flotilla-agent proxy sidecar` for shop/cart-1 with the
-// pod environment the injector sets and a token of tokenAccount.
-func startAgent(tb testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
+// podDir is a pod's directory (short: Unix socket paths are) holding the
+// projected token of namespace/account, and the token file's path.
+func podDir(tb testing.TB, s *signer, namespace, account string) (dir, tokenFile string) {
 	tb.Helper()
-	dir, err := os.MkdirTemp("", "pod") // Unix socket paths are short
+	dir, err := os.MkdirTemp("", "pod")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	tokenFile := filepath.Join(dir, "istio-token")
-	if err := os.WriteFile(tokenFile, []byte(s.token(tb, "shop", tokenAccount)), 0o600); err != nil {
+	tokenFile = filepath.Join(dir, "istio-token")
+	if err := os.WriteFile(tokenFile, []byte(s.token(tb, namespace, account)), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	return dir, tokenFile
+}
+
+// startAgent runs `flotilla-agent proxy sidecar` for shop/cart-1 with the
+// pod environment the injector sets and a token of tokenAccount.
+func startAgent(tb testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
+	tb.Helper()
+	dir, tokenFile := podDir(tb, s, "shop", tokenAccount)
 	p := &pod{
 		sds: filepath.Join(dir, "sds"), xds: filepath.Join(dir, "XDS"), admin: proc.FreeAddr(tb),
 		envoyAdmin: proc.FreeAddr(tb), record: filepath.Join(dir, "envoy-record"),

@@ -36,15 +36,7 @@ type proxylessPod struct {
 // second.
 func startProxylessAgent(tb testing.TB, c *ca, s *signer, secureXDS, name, sa, labels string) *proxylessPod {
 	tb.Helper()
-	dir, err := os.MkdirTemp("", "pod") // Unix socket paths are short
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-	tokenFile := filepath.Join(dir, "istio-token")
-	if err := os.WriteFile(tokenFile, []byte(s.token(tb, "demo", sa)), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	dir, tokenFile := podDir(tb, s, "demo", sa)
 	p := &proxylessPod{admin: proc.FreeAddr(tb), bootstrap: filepath.Join(dir, "grpc-bootstrap.json"), certs: filepath.Join(dir, "certs")}
 	for k, v := range map[string]string{
 		"POD_NAME": name, "POD_NAMESPACE": "demo", "INSTANCE_IP": "127.0.0.1", "SERVICE_ACCOUNT": sa,

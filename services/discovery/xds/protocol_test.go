@@ -689,41 +689,20 @@ func FuzzStreamRequests(f *testing.F) {
 	h.push()
 	f.Fuzz(func(t *testing.T, sotwBytes, deltaBytes []byte) {
 		n := node("sidecar~10.0.0.1~fuzz.default~default.svc.cluster.local", nil)
+		ads := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn)
 		var sreq discoveryv3.DiscoveryRequest
 		if proto.Unmarshal(sotwBytes, &sreq) == nil {
 			sreq.Node = n
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
-			if err == nil {
-				for range 3 {
-					_ = st.Send(&sreq)
-				}
-				_ = st.CloseSend()
-				for {
-					if _, err := st.Recv(); err != nil {
-						break
-					}
-				}
-			}
-			cancel()
+			xdstest.SendAndDrain(func(ctx context.Context) (discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
+				return ads.StreamAggregatedResources(ctx)
+			}, &sreq, 3)
 		}
 		var dreq discoveryv3.DeltaDiscoveryRequest
 		if proto.Unmarshal(deltaBytes, &dreq) == nil {
 			dreq.Node = n
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
-			if err == nil {
-				for range 3 {
-					_ = st.Send(&dreq)
-				}
-				_ = st.CloseSend()
-				for {
-					if _, err := st.Recv(); err != nil {
-						break
-					}
-				}
-			}
-			cancel()
+			xdstest.SendAndDrain(func(ctx context.Context) (discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, error) {
+				return ads.DeltaAggregatedResources(ctx)
+			}, &dreq, 3)
 		}
 		ok := h.sotw(t)
 		ok.send(t, &discoveryv3.DiscoveryRequest{Node: node("sidecar~10.0.0.2~ok.default~default.svc.cluster.local", nil), TypeUrl: resourcev3.ClusterType})
