@@ -19,9 +19,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 	"github.com/flotilla-mesh/flotilla/services/agent/uds"
 )
@@ -63,18 +65,18 @@ func newPod(tb testing.TB) *pod {
 }
 
 // rotate gives the pod a new certificate for uri.
-func (p *pod) rotate(t *testing.T, uri string) {
-	t.Helper()
+func (p *pod) rotate(tb testing.TB, uri string) {
+	tb.Helper()
 	leaf, err := p.ca.Issue(testpki.Request{CommonName: "w", URIs: []string{uri}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cert, err := leaf.TLSCertificate()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := p.state.SetCertificate(&cert); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
@@ -291,4 +293,44 @@ func TestHostileRequestsEndOnlyTheirOwnStream(t *testing.T) {
 	if err != nil || len(resp.GetResources()) != 1 {
 		t.Fatalf("FetchSecrets after hostile streams: %v, %v", resp, err)
 	}
+}
+
+// FuzzSecretStreams sends what the fuzzer makes of a state-of-the-world
+// and a delta SDS request, three times each, on real streams over the
+// Unix socket: the server answers or ends the stream with a status, never
+// fails, and Envoy's ordinary request is answered afterwards.
+func FuzzSecretStreams(f *testing.F) {
+	seed := func(m proto.Message) []byte {
+		b, _ := proto.Marshal(m)
+		return b
+	}
+	f.Add(seed(&discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, ResourceNames: []string{SecretWorkload, "x"}}),
+		seed(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: TypeURL, ResourceNamesSubscribe: []string{SecretRoot}, ResourceNamesUnsubscribe: []string{"*"}}))
+	f.Add(seed(&discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: "9", VersionInfo: "v"}), []byte{0xff, 0x00})
+	p := newPod(f)
+	p.state.SetRoots(p.ca.CertPEM)
+	p.rotate(f, "spiffe://cluster.local/ns/shop/sa/cart")
+	client := secretv3.NewSecretDiscoveryServiceClient(p.conn)
+	f.Fuzz(func(t *testing.T, sotwBytes, deltaBytes []byte) {
+		var sreq discoveryv3.DiscoveryRequest
+		if proto.Unmarshal(sotwBytes, &sreq) == nil {
+			sreq.Node = node()
+			xdstest.SendAndDrain(func(ctx context.Context) (secretv3.SecretDiscoveryService_StreamSecretsClient, error) {
+				return client.StreamSecrets(ctx)
+			}, &sreq, 3)
+		}
+		var dreq discoveryv3.DeltaDiscoveryRequest
+		if proto.Unmarshal(deltaBytes, &dreq) == nil {
+			dreq.Node = node()
+			xdstest.SendAndDrain(func(ctx context.Context) (secretv3.SecretDiscoveryService_DeltaSecretsClient, error) {
+				return client.DeltaSecrets(ctx)
+			}, &dreq, 3)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.FetchSecrets(ctx, &discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, ResourceNames: []string{SecretRoot}})
+		if err != nil || len(resp.GetResources()) != 1 {
+			t.Fatalf("FetchSecrets after the fuzzed streams: %v, %v", resp, err)
+		}
+	})
 }
