@@ -9,7 +9,10 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown: an MCP
@@ -61,4 +64,32 @@ func TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 		t.Fatalf("galley logged %d bytes during the NACK loop", n)
 	}
 	t.Logf("%d NACKs sent in 5 s", sent)
+}
+
+// TestASubscriberRequestOverTheLimitIsRefused: node metadata of 5 MiB (an
+// xDS proxy may send 4 at most, and so may an MCP subscriber now: one
+// limit for both) ends the stream with ResourceExhausted.
+func TestASubscriberRequestOverTheLimitIsRefused(t *testing.T) {
+	mcpAddr := freeAddr(t)
+	startGalleyWith(t, freeAddr(t), "--config-dir", t.TempDir(), "--mcp-address", mcpAddr)
+	cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := structpb.NewStruct(map[string]any{"padding": strings.Repeat("x", 5<<20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "big", Metadata: md}, TypeUrl: vsType()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); grpcstatus.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a 5 MiB request: %v, want ResourceExhausted", err)
+	}
 }
