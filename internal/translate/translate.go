@@ -10,6 +10,7 @@ package translate
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -323,19 +324,25 @@ func sortByName[T interface{ GetName() string }](s []T) {
 	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(a.GetName(), b.GetName()) })
 }
 
-// serviceFQDNs are the names by which a service is reached from the
-// proxy's namespace: its hostname, and for Kubernetes services
-// name.namespace, name.namespace.svc and, in the same namespace, name.
+// serviceNames are the names by which a service is reached from the
+// proxy, as Istio's generateVirtualHostDomains makes them: its hostname,
+// the absolute form "host." (Istio adds it by default:
+// PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN), and for a host under
+// <ns>.svc.<domain> — a Kubernetes Service or a ServiceEntry alike —
+// name.namespace and name.namespace.svc, and name alone from the same
+// namespace. Other hosts get no short names: they could collide with a
+// Kubernetes Service's.
 func (g *gen) serviceNames(svc *registryv1.Service) []string {
 	host := svc.GetHostname()
 	names := []string{host}
-	if svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE {
-		suffix := ".svc." + g.pc.DomainSuffix
-		if base, ok := strings.CutSuffix(host, suffix); ok {
+	if _, err := netip.ParseAddr(host); err != nil {
+		names = append(names, host+".")
+	}
+	if base, ok := strings.CutSuffix(host, ".svc."+g.pc.DomainSuffix); ok {
+		if name, ns, ok := strings.Cut(base, "."); ok && name != "" && ns != "" && !strings.Contains(ns, ".") {
 			names = append(names, base+".svc", base)
-			if svc.GetNamespace() == g.p.Namespace {
-				short, _, _ := strings.Cut(base, ".")
-				names = append(names, short)
+			if ns == g.p.Namespace {
+				names = append(names, name)
 			}
 		}
 	}
