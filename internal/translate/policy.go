@@ -16,49 +16,51 @@ type ClusterPolicy struct {
 }
 
 // EffectivePolicy is the policy a DestinationRule (dr may be nil) gives
-// the cluster of port and subset (empty: the service's cluster):
-// the top-level trafficPolicy, then its portLevelSettings for port, then
-// the subset's trafficPolicy, then the subset's portLevelSettings for
-// port. Each of load balancer, connection pool, outlier detection and TLS
-// is replaced whole by a more specific one that sets it, and kept from the
-// level above when the more specific one does not. (Istio's
-// MergeTrafficPolicy differs for port-level settings, which it applies
-// without inheriting; issue 15 brings that rule here.)
+// the cluster of port and subset (empty: the service's cluster), by
+// Istio's rules (util.MergeSubsetTrafficPolicy, GetPortLevelTrafficPolicy):
+//
+//   - the destination's policy is its portLevelSettings entry for port when
+//     there is one — whole: a field the port level leaves out takes its
+//     default, it is not inherited from the top level — else its
+//     top-level trafficPolicy;
+//   - a subset's policy is likewise its own port-level entry, else its
+//     top level. It overrides the destination's field by field where it
+//     sets a field; a subset port-level entry replaces all four fields,
+//     set or not.
 func EffectivePolicy(dr *networking.DestinationRule, subset string, port uint32) ClusterPolicy {
-	var p ClusterPolicy
-	p.apply(dr.GetTrafficPolicy(), port)
+	p, _ := portLevel(dr.GetTrafficPolicy(), port)
+	if subset == "" {
+		return p
+	}
 	for _, ss := range dr.GetSubsets() {
-		if ss.GetName() == subset && subset != "" {
-			p.apply(ss.GetTrafficPolicy(), port)
-			break
+		if ss.GetName() != subset || ss.GetTrafficPolicy() == nil {
+			continue
 		}
+		sp, hasPortLevel := portLevel(ss.GetTrafficPolicy(), port)
+		if sp.LoadBalancer != nil || hasPortLevel {
+			p.LoadBalancer = sp.LoadBalancer
+		}
+		if sp.ConnectionPool != nil || hasPortLevel {
+			p.ConnectionPool = sp.ConnectionPool
+		}
+		if sp.OutlierDetection != nil || hasPortLevel {
+			p.OutlierDetection = sp.OutlierDetection
+		}
+		if sp.TLS != nil || hasPortLevel {
+			p.TLS = sp.TLS
+		}
+		break
 	}
 	return p
 }
 
-func (p *ClusterPolicy) apply(tp *networking.TrafficPolicy, port uint32) {
-	if tp == nil {
-		return
-	}
-	p.set(tp.GetLoadBalancer(), tp.GetConnectionPool(), tp.GetOutlierDetection(), tp.GetTls())
+// portLevel is tp's port-level entry for port (and true), else tp's top
+// level.
+func portLevel(tp *networking.TrafficPolicy, port uint32) (ClusterPolicy, bool) {
 	for _, pl := range tp.GetPortLevelSettings() {
 		if pl.GetPort().GetNumber() == port {
-			p.set(pl.GetLoadBalancer(), pl.GetConnectionPool(), pl.GetOutlierDetection(), pl.GetTls())
+			return ClusterPolicy{LoadBalancer: pl.GetLoadBalancer(), ConnectionPool: pl.GetConnectionPool(), OutlierDetection: pl.GetOutlierDetection(), TLS: pl.GetTls()}, true
 		}
 	}
-}
-
-func (p *ClusterPolicy) set(lb *networking.LoadBalancerSettings, pool *networking.ConnectionPoolSettings, od *networking.OutlierDetection, tls *networking.ClientTLSSettings) {
-	if lb != nil {
-		p.LoadBalancer = lb
-	}
-	if pool != nil {
-		p.ConnectionPool = pool
-	}
-	if od != nil {
-		p.OutlierDetection = od
-	}
-	if tls != nil {
-		p.TLS = tls
-	}
+	return ClusterPolicy{LoadBalancer: tp.GetLoadBalancer(), ConnectionPool: tp.GetConnectionPool(), OutlierDetection: tp.GetOutlierDetection(), TLS: tp.GetTls()}, false
 }

@@ -9,7 +9,11 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 )
 
-func TestEffectivePolicyTakesTheMostSpecificSettingOfEachKind(t *testing.T) {
+// TestEffectivePolicyFollowsIstiosMergeRules: Istio's
+// MergeSubsetTrafficPolicy — a port-level entry replaces the level above
+// whole (what it leaves out takes its default), a subset's top level
+// overrides field by field.
+func TestEffectivePolicyFollowsIstiosMergeRules(t *testing.T) {
 	simple := func(s networking.LoadBalancerSettings_SimpleLB) *networking.LoadBalancerSettings {
 		return &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: s}}
 	}
@@ -53,19 +57,22 @@ func TestEffectivePolicyTakesTheMostSpecificSettingOfEachKind(t *testing.T) {
 			want: ClusterPolicy{LoadBalancer: simple(networking.LoadBalancerSettings_RANDOM), ConnectionPool: pool(10), OutlierDetection: outlier(5), TLS: tls(networking.ClientTLSSettings_ISTIO_MUTUAL)},
 		},
 		{
-			name: "port-level settings replace what they set, the rest is kept", dr: dr, port: 9080,
-			want: ClusterPolicy{LoadBalancer: simple(networking.LoadBalancerSettings_LEAST_REQUEST), ConnectionPool: pool(10), OutlierDetection: outlier(5), TLS: tls(networking.ClientTLSSettings_ISTIO_MUTUAL)},
+			// No TLS inherited from the top level: the port level left it out.
+			name: "port-level settings replace the top level whole", dr: dr, port: 9080,
+			want: ClusterPolicy{LoadBalancer: simple(networking.LoadBalancerSettings_LEAST_REQUEST)},
 		},
 		{
 			name: "a subset without a policy is the service's", dr: dr, subset: "v1", port: 9080,
-			want: ClusterPolicy{LoadBalancer: simple(networking.LoadBalancerSettings_LEAST_REQUEST), ConnectionPool: pool(10), OutlierDetection: outlier(5), TLS: tls(networking.ClientTLSSettings_ISTIO_MUTUAL)},
+			want: ClusterPolicy{LoadBalancer: simple(networking.LoadBalancerSettings_LEAST_REQUEST)},
 		},
 		{
-			name: "a subset's policy and its port-level settings come last", dr: dr, subset: "v2", port: 9080,
-			want: ClusterPolicy{LoadBalancer: simple(networking.LoadBalancerSettings_LEAST_REQUEST), ConnectionPool: pool(20), OutlierDetection: outlier(5), TLS: tls(networking.ClientTLSSettings_DISABLE)},
+			// The subset's own top-level pool is not used either: its
+			// port-level entry stands for the subset on this port.
+			name: "a subset's port-level settings replace every field", dr: dr, subset: "v2", port: 9080,
+			want: ClusterPolicy{TLS: tls(networking.ClientTLSSettings_DISABLE)},
 		},
 		{
-			name: "a subset's port-level settings apply to their port only", dr: dr, subset: "v2", port: 80,
+			name: "a subset's top level overrides what it sets", dr: dr, subset: "v2", port: 80,
 			want: ClusterPolicy{LoadBalancer: simple(networking.LoadBalancerSettings_RANDOM), ConnectionPool: pool(20), OutlierDetection: outlier(5), TLS: tls(networking.ClientTLSSettings_ISTIO_MUTUAL)},
 		},
 		{

@@ -203,7 +203,7 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 		if !g.grpc {
 			ra.RetryPolicy = g.defaultRetryPolicy()
 		}
-		g.hashPolicy(ra, svc)
+		g.hashPolicy(ra, svc, name)
 		return []*routev3.Route{{
 			Name:   "default",
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
@@ -378,6 +378,7 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 	}
 	var wcs []*routev3.WeightedCluster_ClusterWeight
 	var firstSvc *registryv1.Service
+	var firstCluster string
 	for _, d := range hr.GetRoute() {
 		if len(hr.GetRoute()) > 1 && d.GetWeight() == 0 {
 			continue // weight 0 of several: no traffic
@@ -387,7 +388,7 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 			continue
 		}
 		if firstSvc == nil {
-			firstSvc = dsvc
+			firstSvc, firstCluster = dsvc, name
 		}
 		cw := &routev3.WeightedCluster_ClusterWeight{Name: name, Weight: wrapperspb.UInt32(uint32(max(d.GetWeight(), 0)))}
 		g.headerOps(d.GetHeaders(), &cw.RequestHeadersToAdd, &cw.RequestHeadersToRemove, &cw.ResponseHeadersToAdd, &cw.ResponseHeadersToRemove)
@@ -426,7 +427,7 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 	ra.RetryPolicy = g.retryPolicy(hr.GetRetries())
 	g.mirrors(ra, hr, vs, port)
 	if firstSvc != nil {
-		g.hashPolicy(ra, firstSvc)
+		g.hashPolicy(ra, firstSvc, firstCluster)
 	}
 	r.Action = &routev3.Route_Route{Route: ra}
 }
@@ -664,11 +665,16 @@ func (g *gen) mirrors(ra *routev3.RouteAction, hr *networking.HTTPRoute, vs *mod
 	}
 }
 
-// hashPolicy adds the consistent-hash key of the destination's
-// DestinationRule to the route.
-func (g *gen) hashPolicy(ra *routev3.RouteAction, svc *registryv1.Service) {
+// hashPolicy adds the consistent-hash key the destination cluster's
+// policy names (port-level and subset settings included, as the cluster's
+// own load balancer reads them) to the route.
+func (g *gen) hashPolicy(ra *routev3.RouteAction, svc *registryv1.Service, cluster string) {
+	port, subset, _, ok := ParseClusterName(cluster)
+	if !ok {
+		return
+	}
 	dr := g.scope.DestinationRule(g.p, svc)
-	ch := drSpec(dr).GetTrafficPolicy().GetLoadBalancer().GetConsistentHash()
+	ch := EffectivePolicy(drSpec(dr), subset, port).LoadBalancer.GetConsistentHash()
 	if ch == nil {
 		return
 	}
