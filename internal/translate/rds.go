@@ -10,6 +10,7 @@ import (
 	faultcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	previousprioritiesv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -200,10 +201,10 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 	if vs == nil || len(vs.Spec.GetHttp()) == 0 {
 		name := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
 		ra := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}, Timeout: dur(0)}
-		if !g.grpc {
-			ra.RetryPolicy = g.defaultRetryPolicy()
-		}
 		g.hashPolicy(ra, svc, name)
+		if !g.grpc {
+			ra.RetryPolicy = g.defaultRetryPolicy(len(ra.HashPolicy) > 0)
+		}
 		return []*routev3.Route{{
 			Name:   "default",
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
@@ -424,11 +425,11 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 			ra.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{Pattern: &matcherv3.RegexMatcher{Regex: rr.GetMatch()}, Substitution: rr.GetRewrite()}
 		}
 	}
-	ra.RetryPolicy = g.retryPolicy(hr.GetRetries())
 	g.mirrors(ra, hr, vs, port)
 	if firstSvc != nil {
 		g.hashPolicy(ra, firstSvc, firstCluster)
 	}
+	ra.RetryPolicy = g.retryPolicy(hr.GetRetries(), len(ra.HashPolicy) > 0)
 	r.Action = &routev3.Route_Route{Route: ra}
 }
 
@@ -483,14 +484,21 @@ func (g *gen) headerOps(h *networking.Headers, reqAdd *[]*corev3.HeaderValueOpti
 	ops(h.GetResponse(), respAdd, respRemove)
 }
 
-func (g *gen) defaultRetryPolicy() *routev3.RetryPolicy {
-	return &routev3.RetryPolicy{
+// defaultRetryPolicy is Istio's default (retry.DefaultPolicy): two
+// retries on connection failures, refused streams and gRPC unavailable or
+// cancelled — no HTTP status is retried, "retriable-status-codes" naming
+// none — on another host, unless the route hashes to a host (then the
+// same one: retry.DefaultConsistentHashPolicy).
+func (g *gen) defaultRetryPolicy(hashed bool) *routev3.RetryPolicy {
+	rp := &routev3.RetryPolicy{
 		RetryOn:                       defaultRetryOn,
 		NumRetries:                    wrapperspb.UInt32(2),
-		RetriableStatusCodes:          []uint32{503},
-		RetryHostPredicate:            []*routev3.RetryPolicy_RetryHostPredicate{g.previousHosts()},
 		HostSelectionRetryMaxAttempts: 5,
 	}
+	if !hashed {
+		rp.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{g.previousHosts()}
+	}
+	return rp
 }
 
 func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
@@ -500,55 +508,65 @@ func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 	}
 }
 
-// retryPolicy maps HTTPRetry: nil keeps the default, attempts 0 turns
-// retries off. Status codes in retryOn become retriable status codes.
-// gRPC clients get only the conditions they understand.
-func (g *gen) retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
+// retryPolicy maps HTTPRetry as Istio's retry.ConvertPolicy does: nil
+// keeps the default, attempts 0 turns retries off; retryOn replaces the
+// default conditions (numbers in it are retriable status codes, and
+// "retriable-status-codes" is added for them); retryIgnorePreviousHosts,
+// retryRemoteLocalities and backoff are honoured. hashed says the route
+// hashes to a host. gRPC clients get only the conditions they understand.
+func (g *gen) retryPolicy(r *networking.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 	if r == nil {
 		if g.grpc {
 			return nil
 		}
-		return g.defaultRetryPolicy()
+		return g.defaultRetryPolicy(hashed)
 	}
 	attempts := r.GetAttempts()
 	if attempts <= 0 {
 		return nil
 	}
-	rp := &routev3.RetryPolicy{NumRetries: wrapperspb.UInt32(uint32(attempts)), PerTryTimeout: r.GetPerTryTimeout()}
-	var on []string
-	retryOn := r.GetRetryOn()
-	if retryOn == "" {
-		retryOn = defaultRetryOn
-		rp.RetriableStatusCodes = []uint32{503}
-	}
-	for _, c := range strings.Split(retryOn, ",") {
-		c = strings.TrimSpace(c)
-		if code, err := strconv.ParseUint(c, 10, 32); err == nil {
-			rp.RetriableStatusCodes = append(rp.RetriableStatusCodes, uint32(code))
-			if !slices.Contains(on, "retriable-status-codes") {
-				on = append(on, "retriable-status-codes")
+	rp := g.defaultRetryPolicy(hashed)
+	rp.NumRetries = wrapperspb.UInt32(uint32(attempts))
+	rp.PerTryTimeout = r.GetPerTryTimeout()
+	on := strings.Split(defaultRetryOn, ",")
+	if retryOn := r.GetRetryOn(); retryOn != "" {
+		on = nil
+		for _, c := range strings.Split(retryOn, ",") {
+			c = strings.TrimSpace(c)
+			if code, err := strconv.ParseUint(c, 10, 32); err == nil {
+				rp.RetriableStatusCodes = append(rp.RetriableStatusCodes, uint32(code))
+				c = "retriable-status-codes"
 			}
-			continue
-		}
-		if c != "" && !slices.Contains(on, c) {
-			on = append(on, c)
+			if c != "" && !slices.Contains(on, c) {
+				on = append(on, c)
+			}
 		}
 	}
 	slices.Sort(rp.RetriableStatusCodes)
 	rp.RetriableStatusCodes = slices.Compact(rp.RetriableStatusCodes)
+	if ignore := r.GetRetryIgnorePreviousHosts(); ignore != nil {
+		rp.RetryHostPredicate = nil
+		if ignore.GetValue() {
+			rp.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{g.previousHosts()}
+		}
+	}
+	if r.GetRetryRemoteLocalities().GetValue() {
+		rp.RetryPriority = &routev3.RetryPolicy_RetryPriority{
+			Name:       "envoy.retry_priorities.previous_priorities",
+			ConfigType: &routev3.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: g.pack(&previousprioritiesv3.PreviousPrioritiesConfig{UpdateFrequency: 2})},
+		}
+	}
+	if b := r.GetBackoff(); b != nil {
+		rp.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: b}
+	}
 	if g.grpc {
 		on = slices.DeleteFunc(on, func(c string) bool { return !slices.Contains(grpcRetryOn, c) })
 		if len(on) == 0 {
 			return nil
 		}
-		rp.RetriableStatusCodes = nil
-		rp.PerTryTimeout = nil
-		rp.RetryOn = strings.Join(on, ",")
-		return rp
+		return &routev3.RetryPolicy{RetryOn: strings.Join(on, ","), NumRetries: rp.NumRetries, RetryBackOff: rp.RetryBackOff}
 	}
 	rp.RetryOn = strings.Join(on, ",")
-	rp.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{g.previousHosts()}
-	rp.HostSelectionRetryMaxAttempts = 5
 	return rp
 }
 
