@@ -679,6 +679,10 @@ func (g *gen) mirrors(ra *routev3.RouteAction, hr *networking.HTTPRoute, vs *mod
 		ra.RequestMirrorPolicies = append(ra.RequestMirrorPolicies, &routev3.RouteAction_RequestMirrorPolicy{
 			Cluster:         name,
 			RuntimeFraction: &corev3.RuntimeFractionalPercent{DefaultValue: x.pct},
+			// The mirror gets the Host the request had: Envoy would append
+			// "-shadow", which Istio turns off (DISABLE_SHADOW_HOST_SUFFIX,
+			// on by default).
+			DisableShadowHostSuffixAppend: true,
 		})
 	}
 }
