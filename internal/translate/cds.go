@@ -223,6 +223,15 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: t}
 		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
+		if !g.grpc {
+			// As Istio: the mesh's refresh rate (60 s by default), and the
+			// records' TTL respected.
+			c.DnsRefreshRate = dur(60 * time.Second) //nolint:staticcheck // deprecated in favour of a typed resolver config, still read
+			if r := g.pc.Mesh.GetDnsRefreshRate(); r != nil {
+				c.DnsRefreshRate = r //nolint:staticcheck // as above
+			}
+			c.RespectDnsTtl = true //nolint:staticcheck // as above
+		}
 		c.LoadAssignment = g.dnsLoadAssignment(name, svc, port, ss, t == clusterv3.Cluster_LOGICAL_DNS)
 	case registryv1.Resolution_RESOLUTION_NONE:
 		if g.grpc {
@@ -244,7 +253,10 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 	}
 	if od := outlierDetection(pol.OutlierDetection); od != nil {
 		c.OutlierDetection = od
-		if mh := pol.OutlierDetection.GetMinHealthPercent(); mh > 0 && !g.grpc {
+		// Istio sets the panic threshold whenever outlier detection is on:
+		// minHealthPercent, 0 unless set (Envoy's own default, 50 %, would
+		// send traffic to ejected hosts once half are ejected).
+		if mh := pol.OutlierDetection.GetMinHealthPercent(); mh >= 0 && !g.grpc {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(mh)}}
 		}
 	}
@@ -454,6 +466,7 @@ func (g *gen) istioMutual(svc *registryv1.Service, sni string) *corev3.Transport
 	ctx := &tlsv3.UpstreamTlsContext{
 		Sni: sni,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsParams:                      upstreamTLSParams(),
 			AlpnProtocols:                  []string{"istio-peer-exchange", "istio"},
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: SecretWorkload, SdsConfig: sdsSource()}},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
@@ -497,10 +510,16 @@ func (g *gen) spiffeSANs(svc *registryv1.Service) []*tlsv3.SubjectAltNameMatcher
 	return out
 }
 
+// upstreamTLSParams are Istio's for TLS a sidecar originates: 1.2 up to
+// 1.3 (Envoy's client default stops at 1.2).
+func upstreamTLSParams() *tlsv3.TlsParameters {
+	return &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2, TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3}
+}
+
 // originatedTLS is TLS the sidecar originates to a server outside the
 // mesh: certificates from files, or from SDS by credentialName.
 func (g *gen) originatedTLS(tls *networking.ClientTLSSettings) *corev3.TransportSocket {
-	common := &tlsv3.CommonTlsContext{}
+	common := &tlsv3.CommonTlsContext{TlsParams: upstreamTLSParams()}
 	validation := &tlsv3.CertificateValidationContext{}
 	if ca := tls.GetCaCertificates(); ca != "" {
 		validation.TrustedCa = &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: ca}}
@@ -574,6 +593,9 @@ func blackHole() *clusterv3.Cluster {
 	}
 }
 
+// passthrough sends to the original destination. HTTP keeps the
+// protocol the application spoke (h2c stays HTTP/2), as Istio's
+// PassthroughCluster does.
 func (g *gen) passthrough() *clusterv3.Cluster {
 	return &clusterv3.Cluster{
 		Name:                 PassthroughCluster,
@@ -581,5 +603,10 @@ func (g *gen) passthrough() *clusterv3.Cluster {
 		ConnectTimeout:       dur(defaultConnectTimeout),
 		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
 		CircuitBreakers:      circuitBreakers(nil),
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{http2Options: g.pack(&httpv3.HttpProtocolOptions{
+			UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions: &corev3.Http1ProtocolOptions{}, Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+			}},
+		})},
 	}
 }
