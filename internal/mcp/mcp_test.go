@@ -666,3 +666,48 @@ func TestSubscribersThatNeverReadDelayNoOtherSubscriber(t *testing.T) {
 		t.Logf("edit %d reached the healthy subscriber in %s", i, time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// TestACollectionNotPublishedIsAnEmptyOneNotAClosedStream: Istio's pilot
+// asks its config source for kinds galley does not publish; it gets an
+// empty collection on the same stream (state of the world and delta), and
+// the published ones as usual, every resource typed as Istio's MCP
+// Resource.
+func TestACollectionNotPublishedIsAnEmptyOneNotAClosedStream(t *testing.T) {
+	g := startGalley(t, "", vs(t, "r", "reviews"))
+	c := dialSotw(t, g.addr)
+	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "pilot"}, TypeUrl: "networking.istio.io/v1alpha3/EnvoyFilter"})
+	resp, names := c.recv()
+	if len(names) != 0 || resp.GetTypeUrl() != "networking.istio.io/v1alpha3/EnvoyFilter" {
+		t.Fatalf("an unknown collection: %v %v, want it empty", resp, names)
+	}
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: "networking.istio.io/v1alpha3/EnvoyFilter", VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: vsType})
+	resp, names = c.recv()
+	if resp.GetTypeUrl() != vsType || len(names) != 1 || resp.GetResources()[0].GetTypeUrl() != ResourceTypeURL {
+		t.Fatalf("after it, the virtual services: %v (%v), want one typed %s", names, resp.GetResources(), ResourceTypeURL)
+	}
+
+	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	d, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "pilot"}, TypeUrl: "telemetry.istio.io/v1alpha1/Telemetry"}); err != nil {
+		t.Fatal(err)
+	}
+	dr, err := d.Recv()
+	if err != nil || dr.GetTypeUrl() != "telemetry.istio.io/v1alpha1/Telemetry" || len(dr.GetResources()) != 0 {
+		t.Fatalf("delta, an unknown collection: %v, %v", dr, err)
+	}
+	if err := d.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: vsType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	dr, err = d.Recv()
+	if err != nil || dr.GetTypeUrl() != vsType || len(dr.GetResources()) != 1 || dr.GetResources()[0].GetResource().GetTypeUrl() != ResourceTypeURL {
+		t.Fatalf("delta, then the virtual services: %v, %v", dr, err)
+	}
+}

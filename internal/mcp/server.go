@@ -30,6 +30,27 @@ import (
 // ErrUnknownType is returned for a type URL the server does not publish.
 var ErrUnknownType = errors.New("unknown MCP collection")
 
+// ResourceTypeURL types every resource's Any, as Istio's MCP sinks expect
+// (the collection is the request's type URL, not the Any's).
+const ResourceTypeURL = "type.googleapis.com/istio.mcp.v1alpha1.Resource"
+
+// maxUnknownLogged bounds the unknown collections remembered for logging.
+const maxUnknownLogged = 100
+
+// emptyVersion is the version of a collection the server does not publish.
+var emptyVersion = contentHash(nil)
+
+// unknownCollection answers a request for a collection the server does
+// not publish: an empty collection, as Istio's pilot expects of its config
+// sources (it asks for kinds galley has no use for), never a closed
+// stream. Logged once per collection. Called with s.mu held.
+func (s *Server) unknownCollection(typeURL string) {
+	if !s.unknown[typeURL] && len(s.unknown) < maxUnknownLogged {
+		s.unknown[typeURL] = true
+		s.log.Info("a subscriber asked for a collection not published; it gets an empty one", "type_url", clip.String(typeURL, 200))
+	}
+}
+
 // Server publishes collections of resources to subscribers. It is safe for
 // concurrent use.
 type Server struct {
@@ -39,8 +60,11 @@ type Server struct {
 
 	mu          sync.Mutex
 	collections map[string]*collection
-	streams     map[int64]*subscriber
-	nextWatch   uint64
+	// unknown are the collections asked for that the server does not
+	// publish, logged once each (at most maxUnknownLogged of them).
+	unknown   map[string]bool
+	streams   map[int64]*subscriber
+	nextWatch uint64
 }
 
 // collection is one type URL: a LinearCache serves delta; the sotw fields
@@ -139,6 +163,7 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 		log:         log.With("component", "mcp-server"),
 		collections: map[string]*collection{},
 		streams:     map[int64]*subscriber{},
+		unknown:     map[string]bool{},
 	}
 	var err error
 	m := &s.metrics
@@ -201,7 +226,7 @@ func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (
 			continue
 		}
 		c.hashes[r.Name] = h
-		c.encoded[r.Name] = &anypb.Any{TypeUrl: typeURL, Value: enc}
+		c.encoded[r.Name] = &anypb.Any{TypeUrl: ResourceTypeURL, Value: enc}
 		toUpdate[r.Name] = named{p}
 	}
 	for _, name := range deletes {
@@ -289,7 +314,17 @@ func (m *muxCache) CreateWatch(req *cache.Request, sub cache.Subscription, ch ch
 	defer s.mu.Unlock()
 	c, ok := s.collections[req.GetTypeUrl()]
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownType, req.GetTypeUrl())
+		s.unknownCollection(req.GetTypeUrl())
+		w := sotwWatch{ch: ch, done: make(chan struct{})}
+		if req.GetVersionInfo() != emptyVersion && req.GetErrorDetail() == nil {
+			w.deliver(&cache.PassthroughResponse{
+				Request:           req,
+				DiscoveryResponse: &discoveryv3.DiscoveryResponse{VersionInfo: emptyVersion, TypeUrl: req.GetTypeUrl()},
+				ReturnedResources: map[string]string{},
+			})
+		}
+		var once sync.Once
+		return func() { once.Do(func() { close(w.done) }) }, nil
 	}
 	// Reply at once when the subscriber's state differs from ours, unless it
 	// just rejected the state we still have: then wait for a change, or we
@@ -317,9 +352,27 @@ func (m *muxCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscript
 	s := (*Server)(m)
 	s.mu.Lock()
 	c, ok := s.collections[req.GetTypeUrl()]
+	if !ok {
+		s.unknownCollection(req.GetTypeUrl())
+	}
 	s.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownType, req.GetTypeUrl())
+		// The first request gets the empty collection; later ones (ACKs)
+		// wait for ever: nothing will change.
+		if req.GetResponseNonce() == "" {
+			resp := &cache.DeltaPassthroughResponse{
+				DeltaRequest:           req,
+				NextVersionMap:         map[string]string{},
+				DeltaDiscoveryResponse: &discoveryv3.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl(), SystemVersionInfo: emptyVersion},
+			}
+			// Called on the stream's own goroutine, whose channel is open
+			// and buffered; should it be full, the empty answer is skipped.
+			select {
+			case ch <- resp:
+			default:
+			}
+		}
+		return func() {}, nil
 	}
 	// The LinearCache compares the versions the subscriber holds (from its
 	// initial_resource_versions or what was last sent) with the current
@@ -417,6 +470,14 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			sent(id, r.GetTypeUrl(), len(r.GetResources()))
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
+			// The LinearCache types each resource's Any with the collection;
+			// Istio's sinks expect Istio's MCP Resource (the response is this
+			// stream's own, built for it, and sent right after).
+			for _, res := range r.GetResources() {
+				if a := res.GetResource(); a != nil {
+					a.TypeUrl = ResourceTypeURL
+				}
+			}
 			sent(id, r.GetTypeUrl(), len(r.GetResources())+len(r.GetRemovedResources()))
 		},
 	}
