@@ -711,3 +711,16 @@ func TestACollectionNotPublishedIsAnEmptyOneNotAClosedStream(t *testing.T) {
 		t.Fatalf("delta, then the virtual services: %v, %v", dr, err)
 	}
 }
+
+func TestAServerRefusesMoreCollectionsThanAStuckSubscriberCanHold(t *testing.T) {
+	types := make([]string, MaxCollections+1)
+	for i := range types {
+		types[i] = fmt.Sprintf("test.flotilla.io/Kind%02d", i)
+	}
+	if _, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), types); err == nil {
+		t.Fatal("a server with more collections than the delta channel holds was built")
+	}
+	if _, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), types[:MaxCollections]); err != nil {
+		t.Fatal(err)
+	}
+}

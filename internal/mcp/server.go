@@ -157,8 +157,19 @@ type serverMetrics struct {
 	nacks       metric.Int64Counter
 }
 
+// MaxCollections is how many collections a server may publish. A delta
+// stream's responses share one channel of go-control-plane's, buffered
+// 2×types.UnknownType; each collection's watch holds at most one response
+// until the stream takes it, so with no more collections than that buffer
+// a subscriber that never reads can never block a collection's update
+// (which sends with the cache's lock held) for the others.
+const MaxCollections = 2 * int(types.UnknownType)
+
 // NewServer returns a server publishing the given collections, all empty.
 func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeURLs []string) (*Server, error) {
+	if len(typeURLs) > MaxCollections {
+		return nil, fmt.Errorf("mcp: %d collections, more than the %d a server may publish", len(typeURLs), MaxCollections)
+	}
 	s := &Server{
 		log:         log.With("component", "mcp-server"),
 		collections: map[string]*collection{},
