@@ -55,7 +55,7 @@ func (g *gen) clusterCandidates() []string {
 		for _, c := range g.inboundClusters() {
 			names = append(names, c.GetName())
 		}
-		names = append(names, BlackHoleCluster, PassthroughCluster)
+		names = append(names, BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster)
 	}
 	return names
 }
@@ -162,6 +162,8 @@ func (g *gen) localCluster(name string) *builtCluster {
 		return &builtCluster{c: blackHole()}
 	case name == PassthroughCluster:
 		return &builtCluster{c: g.passthrough()}
+	case name == InboundPassthroughCluster:
+		return &builtCluster{c: g.inboundPassthrough()}
 	case strings.HasPrefix(name, "inbound|"):
 		for _, c := range g.inboundClusters() {
 			if c.GetName() == name {
@@ -591,6 +593,29 @@ func blackHole() *clusterv3.Cluster {
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
 		ConnectTimeout:       dur(defaultConnectTimeout),
 	}
+}
+
+// inboundPassthrough is Istio's InboundPassthroughCluster: the
+// passthrough, with its connections made from 127.0.0.6 (and ::6 for a
+// workload with IPv6 addresses), which the capture rules let reach the
+// application rather than loop back into the sidecar.
+func (g *gen) inboundPassthrough() *clusterv3.Cluster {
+	c := g.passthrough()
+	c.Name = InboundPassthroughCluster
+	v4, v6 := false, false
+	for _, ip := range g.p.IPs {
+		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
+	}
+	src := InboundPassthroughBind
+	if !v4 && v6 {
+		src = inboundPassthroughBind6
+	}
+	bind := &corev3.BindConfig{SourceAddress: &corev3.SocketAddress{Address: src, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0}}}
+	if v4 && v6 {
+		bind.ExtraSourceAddresses = []*corev3.ExtraSourceAddress{{Address: &corev3.SocketAddress{Address: inboundPassthroughBind6, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0}}}}
+	}
+	c.UpstreamBindConfig = bind
+	return c
 }
 
 // passthrough sends to the original destination. HTTP keeps the

@@ -139,10 +139,19 @@ func (g *gen) virtualOutbound() *listenerv3.Listener {
 		Address:          socketAddress("0.0.0.0", OutboundPort),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
-		FilterChains: []*listenerv3.FilterChain{{
-			Name:    "virtualOutbound-catchall-tcp",
-			Filters: []*listenerv3.Filter{g.tcpProxy(catchAll, single(catchAll))},
-		}},
+		FilterChains: []*listenerv3.FilterChain{
+			{
+				// A connection to the listener's own port would loop (Istio's
+				// virtualOutbound-blackhole).
+				Name:             "virtualOutbound-blackhole",
+				FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(OutboundPort)},
+				Filters:          []*listenerv3.Filter{g.tcpProxy(BlackHoleCluster, single(BlackHoleCluster))},
+			},
+			{
+				Name:    "virtualOutbound-catchall-tcp",
+				Filters: []*listenerv3.Filter{g.tcpProxy(catchAll, single(catchAll))},
+			},
+		},
 	}
 }
 
@@ -170,10 +179,37 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 			l.FilterChains = append(l.FilterChains, g.inboundChains(target, port.GetProtocol())...)
 		}
 	}
-	l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
-		Name:    "virtualInbound-catchall",
-		Filters: []*listenerv3.Filter{g.tcpProxy(PassthroughCluster, single(PassthroughCluster))},
-	})
+	// As Istio (buildInboundPassthroughChains): first a black hole for
+	// connections to the listener's own port, which would loop; then
+	// connections to ports no service of the workload names go to their
+	// original destination from 127.0.0.6 (InboundPassthroughCluster),
+	// under the workload's mTLS mode: mTLS from mesh clients is
+	// terminated (PERMISSIVE, STRICT), plaintext and other TLS pass
+	// (PERMISSIVE, DISABLE).
+	l.FilterChains = append([]*listenerv3.FilterChain{{
+		Name:             "virtualInbound-blackhole",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(InboundPort)},
+		Filters:          []*listenerv3.Filter{g.tcpProxy(BlackHoleCluster, single(BlackHoleCluster))},
+	}}, l.FilterChains...)
+	pass := func() []*listenerv3.Filter {
+		return []*listenerv3.Filter{g.tcpProxy(InboundPassthroughCluster, single(InboundPassthroughCluster))}
+	}
+	mtls := &listenerv3.FilterChain{
+		Name:             "virtualInbound-catchall-mtls",
+		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls", ApplicationProtocols: []string{"istio-peer-exchange", "istio"}},
+		Filters:          pass(),
+		TransportSocket:  g.downstreamMTLS(registryv1.Protocol_PROTOCOL_TCP),
+	}
+	switch g.pc.InboundMTLS(g.p, 0) {
+	case model.Strict:
+		l.FilterChains = append(l.FilterChains, mtls)
+	case model.Disable:
+		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{Name: "virtualInbound-catchall", Filters: pass()})
+	default:
+		l.FilterChains = append(l.FilterChains, mtls,
+			&listenerv3.FilterChain{Name: "virtualInbound-catchall-tls", FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls"}, Filters: pass()},
+			&listenerv3.FilterChain{Name: "virtualInbound-catchall", FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer"}, Filters: pass()})
+	}
 	return l
 }
 

@@ -34,8 +34,14 @@ import (
 const (
 	BlackHoleCluster   = "BlackHoleCluster"
 	PassthroughCluster = "PassthroughCluster"
-	VirtualOutbound    = "virtualOutbound"
-	VirtualInbound     = "virtualInbound"
+	// InboundPassthroughCluster takes inbound connections no port of the
+	// workload's claims to their original destination, from 127.0.0.6,
+	// which the capture rules let through (InboundPassthroughBind).
+	InboundPassthroughCluster = "InboundPassthroughCluster" //nolint:gosec // a cluster's name, not a credential
+	InboundPassthroughBind    = "127.0.0.6"
+	inboundPassthroughBind6   = "::6"
+	VirtualOutbound           = "virtualOutbound"
+	VirtualInbound            = "virtualInbound"
 
 	// OutboundPort and InboundPort are where the init container's
 	// iptables rules send a pod's traffic.

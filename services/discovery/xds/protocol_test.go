@@ -584,8 +584,8 @@ func TestStatusCanBeReadWhilePushing(t *testing.T) {
 	for range 20 { // pushes coalesce: at most 20 responses
 		r := s.next(t)
 		s.send(t, ack(r))
-		if len(r.GetResources()) == 23 {
-			return // caught up: 21 services, the black hole and the passthrough
+		if len(r.GetResources()) == 24 {
+			return // caught up: 21 services, the black hole and the two passthroughs
 		}
 	}
 	t.Fatal("the proxy never received the last push")
