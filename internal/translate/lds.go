@@ -16,6 +16,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
@@ -98,7 +99,7 @@ func (g *gen) httpFilters() []*hcmv3.HttpFilter {
 }
 
 func (g *gen) httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
-	return &hcmv3.HttpConnectionManager{
+	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
@@ -106,6 +107,38 @@ func (g *gen) httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpCon
 		}},
 		HttpFilters: g.httpFilters(),
 	}
+	if !g.grpc {
+		g.sidecarHCM(hcm)
+	}
+	return hcm
+}
+
+// sidecarHCM sets what Istio's buildHTTPConnectionManager sets on every
+// sidecar HTTP connection manager: websocket upgrades allowed, no stream
+// idle timeout (Envoy's 5-minute default would reset long-lived gRPC
+// streams), paths normalised per the mesh's pathNormalization (by default
+// normalised, escaped slashes kept), the client's address not trusted from the
+// connection (use_remote_address false, inbound and outbound), request IDs
+// generated and 100-continue answered by the proxy
+// (ENABLE_100_CONTINUE_HEADERS, on by default).
+func (g *gen) sidecarHCM(hcm *hcmv3.HttpConnectionManager) {
+	hcm.UpgradeConfigs = []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+	hcm.StreamIdleTimeout = dur(0)
+	hcm.NormalizePath = wrapperspb.Bool(true)
+	hcm.PathWithEscapedSlashesAction = hcmv3.HttpConnectionManager_KEEP_UNCHANGED
+	switch g.pc.Mesh.GetPathNormalization().GetNormalization() {
+	case meshv1alpha1.MeshConfig_ProxyPathNormalization_NONE:
+		hcm.NormalizePath = wrapperspb.Bool(false)
+	case meshv1alpha1.MeshConfig_ProxyPathNormalization_MERGE_SLASHES:
+		hcm.MergeSlashes = true
+	case meshv1alpha1.MeshConfig_ProxyPathNormalization_DECODE_AND_MERGE_SLASHES:
+		hcm.MergeSlashes = true
+		hcm.PathWithEscapedSlashesAction = hcmv3.HttpConnectionManager_UNESCAPE_AND_FORWARD
+	default: // DEFAULT and BASE
+	}
+	hcm.UseRemoteAddress = wrapperspb.Bool(false)
+	hcm.GenerateRequestId = wrapperspb.Bool(true)
+	hcm.Proxy_100Continue = true
 }
 
 func (g *gen) networkFilter(name string, cfg proto.Message) *listenerv3.Filter {
@@ -237,6 +270,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 			HttpFilters:              g.httpFilters(),
 			ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
 		}
+		g.sidecarHCM(hcm)
 		return []*listenerv3.Filter{g.networkFilter(hcmFilter, hcm)}
 	}
 	match := func(transport string) *listenerv3.FilterChainMatch {
