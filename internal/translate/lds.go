@@ -9,6 +9,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
 	originaldstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -399,10 +400,17 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 		l.FilterChains = append(l.FilterChains, w.sni...)
 		switch {
 		case w.http:
+			// As Istio: the HTTP chain takes what the HTTP inspector sees
+			// as plaintext HTTP/1.1 or h2c; anything else on the port
+			// (another protocol, TLS to a host no SNI chain names) takes
+			// the default chain below.
 			l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
-				Name:    name,
-				Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(port)))},
+				Name:             name,
+				FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: []string{"http/1.1", "h2c"}},
+				Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(port)))},
 			})
+			l.ListenerFilters = append(l.ListenerFilters, &listenerv3.ListenerFilter{Name: "envoy.filters.listener.http_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&httpinspectorv3.HttpInspector{})}})
+			l.DefaultFilterChain = g.passthroughChain(name)
 			for _, c := range w.tcp {
 				g.problem("listener %s: TCP service %s without an address shares port %d with HTTP services; left out", name, c.GetName(), port)
 			}
@@ -416,11 +424,27 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 			continue
 		}
 		if len(w.sni) > 0 {
-			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}}
+			l.ListenerFilters = append([]*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}}, l.ListenerFilters...)
+			if l.DefaultFilterChain == nil && len(w.tcp) == 0 {
+				// TLS to a host no SNI chain names still goes through under
+				// ALLOW_ANY (HTTPS to the rest of the world keeps working).
+				l.DefaultFilterChain = g.passthroughChain(name)
+			}
 		}
 		out = append(out, l)
 	}
 	return out
+}
+
+// passthroughChain takes what no chain of a shared listener claims: to its
+// original destination (outboundTrafficPolicy ALLOW_ANY), or nowhere
+// (REGISTRY_ONLY).
+func (g *gen) passthroughChain(listener string) *listenerv3.FilterChain {
+	target := PassthroughCluster
+	if !g.pc.AllowAny() {
+		target = BlackHoleCluster
+	}
+	return &listenerv3.FilterChain{Name: listener + "-" + target, Filters: []*listenerv3.Filter{g.tcpProxy(target, single(target))}}
 }
 
 func ipAddresses(addrs []string) []string {
