@@ -230,7 +230,7 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 	}
 	mtls := &listenerv3.FilterChain{
 		Name:             "virtualInbound-catchall-mtls",
-		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls", ApplicationProtocols: []string{"istio-peer-exchange", "istio"}},
+		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls", ApplicationProtocols: istioMTLSALPN()},
 		Filters:          pass(),
 		TransportSocket:  g.downstreamMTLS(registryv1.Protocol_PROTOCOL_TCP),
 	}
@@ -291,8 +291,24 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 		plain.FilterChainMatch.TransportProtocol = ""
 		return []*listenerv3.FilterChain{plain}
 	default:
-		return []*listenerv3.FilterChain{mtls, plain}
+		// PERMISSIVE, as Istio's getFilterChainMatchOptions: mesh mTLS is
+		// told apart by its ALPN; other TLS (the application's own) goes
+		// to the application untouched, plaintext as plaintext.
+		mtls.FilterChainMatch.ApplicationProtocols = istioMTLSALPN()
+		tls := &listenerv3.FilterChain{
+			Name:             "inbound|" + itoa(port) + "|tls",
+			FilterChainMatch: match("tls"),
+			Filters:          []*listenerv3.Filter{g.tcpProxy(cluster, single(cluster))},
+		}
+		return []*listenerv3.FilterChain{mtls, tls, plain}
 	}
+}
+
+// istioMTLSALPN are the ALPN values mesh clients offer on mTLS (Istio's
+// mtlsTCPWithMxcALPNs and mtlsHTTPALPNs): how a PERMISSIVE port tells
+// mesh mTLS from other TLS.
+func istioMTLSALPN() []string {
+	return []string{"istio-peer-exchange", "istio", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
 }
 
 // downstreamMTLS terminates mesh mTLS: the workload certificate and root
