@@ -7,6 +7,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
@@ -92,11 +93,16 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 	return out
 }
 
+// httpFilters are the HTTP filters whose per-route settings routes may
+// carry, then the router: fault, then CORS for sidecars (Istio's order;
+// grpc-go would reject a listener naming the CORS filter, so proxyless
+// clients get fault and router only).
 func (g *gen) httpFilters() []*hcmv3.HttpFilter {
-	return []*hcmv3.HttpFilter{
-		{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&faultv3.HTTPFault{})}},
-		{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&routerv3.Router{})}},
+	fs := []*hcmv3.HttpFilter{{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&faultv3.HTTPFault{})}}}
+	if !g.grpc {
+		fs = append(fs, &hcmv3.HttpFilter{Name: corsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&corsv3.Cors{})}})
 	}
+	return append(fs, &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&routerv3.Router{})}})
 }
 
 func (g *gen) httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {

@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	previousprioritiesv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
@@ -23,6 +24,7 @@ import (
 
 const (
 	faultFilter  = "envoy.filters.http.fault"
+	corsFilter   = "envoy.filters.http.cors"
 	routerFilter = "envoy.filters.http.router"
 	// defaultRetryOn is what Istio retries when a route says nothing.
 	defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
@@ -349,6 +351,39 @@ func headerMatcher(name string, sm *networking.StringMatch, invert bool) *routev
 	return hm
 }
 
+// corsPolicy is Istio's TranslateCORSPolicy: allowed origins (allowOrigins
+// matches, else the deprecated exact allowOrigin), methods, headers and
+// exposed headers comma-joined, max age in seconds, credentials, the
+// filter on for every request, and preflights no origin matches forwarded
+// unless unmatchedPreflights is IGNORE.
+func corsPolicy(in *networking.CorsPolicy) *corsv3.CorsPolicy {
+	out := &corsv3.CorsPolicy{
+		AllowCredentials: in.GetAllowCredentials(),
+		AllowHeaders:     strings.Join(in.GetAllowHeaders(), ","),
+		AllowMethods:     strings.Join(in.GetAllowMethods(), ","),
+		ExposeHeaders:    strings.Join(in.GetExposeHeaders(), ","),
+		FilterEnabled: &corev3.RuntimeFractionalPercent{DefaultValue: &typev3.FractionalPercent{
+			Numerator: 100, Denominator: typev3.FractionalPercent_HUNDRED,
+		}},
+		ForwardNotMatchingPreflights: wrapperspb.Bool(in.GetUnmatchedPreflights() != networking.CorsPolicy_IGNORE),
+	}
+	if in.GetMaxAge() != nil {
+		out.MaxAge = strconv.FormatInt(in.GetMaxAge().GetSeconds(), 10)
+	}
+	if len(in.GetAllowOrigins()) > 0 {
+		for _, o := range in.GetAllowOrigins() {
+			if m := stringMatcher(o); m != nil {
+				out.AllowOriginStringMatch = append(out.AllowOriginStringMatch, m)
+			}
+		}
+	} else {
+		for _, o := range in.GetAllowOrigin() { //nolint:staticcheck // deprecated, still accepted from users
+			out.AllowOriginStringMatch = append(out.AllowOriginStringMatch, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: o}})
+		}
+	}
+	return out
+}
+
 // routeBody fills what a route does: redirect, direct response, or
 // forward (with weights, rewrites, timeout, retries, mirror, fault and
 // header changes).
@@ -356,6 +391,16 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 	g.headerOps(hr.GetHeaders(), &r.RequestHeadersToAdd, &r.RequestHeadersToRemove, &r.ResponseHeadersToAdd, &r.ResponseHeadersToRemove)
 	if f := fault(hr.GetFault()); f != nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: g.pack(f)}
+	}
+	if c := hr.GetCorsPolicy(); c != nil {
+		if g.grpc {
+			g.problem("route %s of VirtualService %s/%s: corsPolicy is not available to proxyless gRPC clients; ignored", r.GetName(), vs.Namespace, vs.Name)
+		} else {
+			if r.TypedPerFilterConfig == nil {
+				r.TypedPerFilterConfig = map[string]*anypb.Any{}
+			}
+			r.TypedPerFilterConfig[corsFilter] = g.pack(corsPolicy(c))
+		}
 	}
 	switch {
 	case hr.GetRedirect() != nil:
