@@ -113,3 +113,39 @@ func TestProxylessGRPCClientsFollowTheSeedRouting(t *testing.T) {
 		}
 	}
 }
+
+// TestAPortLevelConsistentHashKeepsEachHeaderValueOnOneBackend: grpc-go's
+// own xDS client, with a DestinationRule whose top level says ROUND_ROBIN
+// and whose entry for port 80 hashes on x-user: by Istio's rule the port
+// level replaces the top level, so calls with one x-user value all reach
+// one backend, and calls without the header still spread.
+func TestAPortLevelConsistentHashKeepsEachHeaderValueOnOneBackend(t *testing.T) {
+	a, b, c := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b"), xdstest.StartBackend(t, "c")
+	m := startDiscovery(t, map[string]string{
+		"backend.yaml": xdstest.Backend(xdstest.Endpoint(a, "v1"), xdstest.Endpoint(b, "v1"), xdstest.Endpoint(c, "v1")),
+		"rule.yaml": `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: backend}
+spec:
+  host: backend-service.default.svc.cluster.local
+  trafficPolicy:
+    loadBalancer: {simple: ROUND_ROBIN}
+    portLevelSettings:
+    - port: {number: 80}
+      loadBalancer: {consistentHash: {httpHeaderName: x-user}}
+`,
+	})
+	client := xdstest.Client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", xdstest.Target, m.addr)
+	for _, user := range []string{"alice", "bob", "carol", "dave"} {
+		got := xdstest.Count(t, client, 30, "x-user", user)
+		if len(got) != 1 {
+			t.Fatalf("x-user %s reached %v, want one backend", user, got)
+		}
+		t.Logf("x-user %s → %v", user, got)
+	}
+	// Without the header grpc-go hashes a random value per call: the
+	// calls spread.
+	if got := xdstest.Count(t, client, 60); len(got) < 2 {
+		t.Fatalf("calls without x-user all reached %v", got)
+	}
+}
