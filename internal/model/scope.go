@@ -127,6 +127,20 @@ func (pc *PushContext) newScope(ns string, sc *SidecarConfig) *Scope {
 	return s
 }
 
+// AllowAny reports whether outbound traffic to unknown destinations
+// passes through for the proxies of this scope: the Sidecar's
+// outboundTrafficPolicy when it sets one (Istio's SidecarScope override;
+// its mode's zero value is REGISTRY_ONLY, as Istio reads it), else the
+// mesh's (PushContext.AllowAny).
+func (s *Scope) AllowAny() bool {
+	if s.Sidecar != nil {
+		if p := s.Sidecar.Spec.GetOutboundTrafficPolicy(); p != nil {
+			return p.GetMode() == networking.OutboundTrafficPolicy_ALLOW_ANY
+		}
+	}
+	return s.pc.AllowAny()
+}
+
 func boolRank(b bool) int {
 	if b {
 		return 1

@@ -171,8 +171,11 @@ func single(cluster string) []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight
 // listener claims is passed through or dropped per outboundTrafficPolicy.
 func (g *gen) virtualOutbound() *listenerv3.Listener {
 	catchAll := PassthroughCluster
-	if !g.pc.AllowAny() {
+	if !g.scope.AllowAny() {
 		catchAll = BlackHoleCluster
+	}
+	if sc := g.scope.Sidecar; sc != nil && sc.Spec.GetOutboundTrafficPolicy().GetEgressProxy() != nil {
+		g.problem("Sidecar %s/%s: outboundTrafficPolicy.egressProxy is not applied yet; unknown destinations pass through directly", sc.Namespace, sc.Name)
 	}
 	return &listenerv3.Listener{
 		Name:             VirtualOutbound,
@@ -463,7 +466,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 // (REGISTRY_ONLY).
 func (g *gen) passthroughChain(listener string) *listenerv3.FilterChain {
 	target := PassthroughCluster
-	if !g.pc.AllowAny() {
+	if !g.scope.AllowAny() {
 		target = BlackHoleCluster
 	}
 	return &listenerv3.FilterChain{Name: listener + "-" + target, Filters: []*listenerv3.Filter{g.tcpProxy(target, single(target))}}

@@ -159,7 +159,7 @@ func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort)
 // fallbackVirtualHost catches hosts the mesh does not know: passed
 // through (ALLOW_ANY) or refused with 502 (REGISTRY_ONLY).
 func (g *gen) fallbackVirtualHost() *routev3.VirtualHost {
-	if g.pc.AllowAny() {
+	if g.scope.AllowAny() {
 		return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{{
 			Name:   "allow_any",
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
