@@ -37,8 +37,9 @@ const ResourceTypeURL = "type.googleapis.com/istio.mcp.v1alpha1.Resource"
 // maxUnknownLogged bounds the unknown collections remembered for logging.
 const maxUnknownLogged = 100
 
-// emptyVersion is the version of a collection the server does not publish.
-var emptyVersion = contentHash(nil)
+// emptyVersion is the version of a collection the server does not
+// publish: that of an empty one (computeVersion over no resources).
+func emptyVersion() string { return contentHash(nil) }
 
 // unknownCollection answers a request for a collection the server does
 // not publish: an empty collection, as Istio's pilot expects of its config
@@ -327,10 +328,10 @@ func (m *muxCache) CreateWatch(req *cache.Request, sub cache.Subscription, ch ch
 	if !ok {
 		s.unknownCollection(req.GetTypeUrl())
 		w := sotwWatch{ch: ch, done: make(chan struct{})}
-		if req.GetVersionInfo() != emptyVersion && req.GetErrorDetail() == nil {
+		if req.GetVersionInfo() != emptyVersion() && req.GetErrorDetail() == nil {
 			w.deliver(&cache.PassthroughResponse{
 				Request:           req,
-				DiscoveryResponse: &discoveryv3.DiscoveryResponse{VersionInfo: emptyVersion, TypeUrl: req.GetTypeUrl()},
+				DiscoveryResponse: &discoveryv3.DiscoveryResponse{VersionInfo: emptyVersion(), TypeUrl: req.GetTypeUrl()},
 				ReturnedResources: map[string]string{},
 			})
 		}
@@ -374,7 +375,7 @@ func (m *muxCache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscript
 			resp := &cache.DeltaPassthroughResponse{
 				DeltaRequest:           req,
 				NextVersionMap:         map[string]string{},
-				DeltaDiscoveryResponse: &discoveryv3.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl(), SystemVersionInfo: emptyVersion},
+				DeltaDiscoveryResponse: &discoveryv3.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl(), SystemVersionInfo: emptyVersion()},
 			}
 			// Called on the stream's own goroutine, whose channel is open
 			// and buffered; should it be full, the empty answer is skipped.

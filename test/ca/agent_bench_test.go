@@ -2,8 +2,6 @@ package ca_test
 
 import (
 	"context"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
@@ -27,11 +24,7 @@ func BenchmarkAgentMemory(b *testing.B) {
 	for range b.N {
 		s := newSigner(b)
 		c := startCA(b, b.TempDir(), s)
-		greeterAddr := proc.FreeAddr(b)
-		_, port, _ := strings.Cut(greeterAddr, ":")
-		config := b.TempDir()
-		xdstest.WriteFile(b, config, "greeter.yaml", meshConfig(port, "STRICT"))
-		secureXDS, _ := meshServing(b, c, s, config)
+		secureXDS, greeterAddr, _ := greeterMesh(b, c, s)
 
 		p := startAgent(b, c, s, secureXDS, "cart")
 		// Idle: the certificate held, Envoy (the stand-in) started, no
@@ -73,9 +66,7 @@ func BenchmarkAgentMemory(b *testing.B) {
 		time.Sleep(2 * time.Second)
 		proxylessIdle, proxylessIdleAnon := rss(b, server.agent), anon(b, server.agent)
 		client := startProxylessAgent(b, c, s, secureXDS, "client-1", "demo-client", `{"app": "client"}`)
-		b.Setenv("GRPC_XDS_BOOTSTRAP", server.bootstrap)
-		greeter := proc.StartCommand(b, "greeter", filepath.Join(binDir, "flotilla-demo"), "greeter", "--xds", "--version", "v1", "--address", greeterAddr)
-		greeter.Out.WaitFor(b, "mode=SERVING")
+		startGreeter(b, server, greeterAddr)
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		c1 := client.xdsClient(b, "xds:///greeter.demo.svc.cluster.local:50051")
 		for range 100 {

@@ -153,6 +153,30 @@ spec:
 `, port, mode)
 }
 
+// greeterMesh runs galley and discovery (certificates from c) serving the
+// greeter's ServiceEntry, its endpoint on a free port, under STRICT; it
+// returns discovery's mTLS address, the greeter's address and the
+// configuration directory.
+func greeterMesh(tb testing.TB, c *ca, s *signer) (secureXDS, greeterAddr, config string) {
+	tb.Helper()
+	greeterAddr = proc.FreeAddr(tb)
+	_, port, _ := strings.Cut(greeterAddr, ":")
+	config = tb.TempDir()
+	xdstest.WriteFile(tb, config, "greeter.yaml", meshConfig(port, "STRICT"))
+	secureXDS, _ = meshServing(tb, c, s, config)
+	return secureXDS, greeterAddr, config
+}
+
+// startGreeter runs the demo greeter on addr as an xDS-enabled server with
+// pod's bootstrap, and waits until discovery has let it serve.
+func startGreeter(tb testing.TB, pod *proxylessPod, addr string) *proc.Process {
+	tb.Helper()
+	tb.Setenv("GRPC_XDS_BOOTSTRAP", pod.bootstrap)
+	g := proc.StartCommand(tb, "greeter", filepath.Join(binDir, "flotilla-demo"), "greeter", "--xds", "--version", "v1", "--address", addr)
+	g.Out.WaitFor(tb, "mode=SERVING")
+	return g
+}
+
 // TestProxylessGRPCTalksMTLSWithSPIFFEIdentitiesEndToEnd runs ca, galley,
 // discovery, two agents in proxyless mode and the demo greeter as an
 // xDS-enabled gRPC server, all as processes; the client is grpc-go's xDS
@@ -164,20 +188,14 @@ spec:
 func TestProxylessGRPCTalksMTLSWithSPIFFEIdentitiesEndToEnd(t *testing.T) {
 	s := newSigner(t)
 	c := startCA(t, t.TempDir(), s)
-	greeterAddr := proc.FreeAddr(t)
+	secureXDS, greeterAddr, config := greeterMesh(t, c, s)
 	_, port, _ := strings.Cut(greeterAddr, ":")
-	config := t.TempDir()
-	xdstest.WriteFile(t, config, "greeter.yaml", meshConfig(port, "STRICT"))
-	secureXDS, _ := meshServing(t, c, s, config)
-
 	server := startProxylessAgent(t, c, s, secureXDS, "greeter-v1-1", "greeter-v1", `{"app": "greeter", "version": "v1"}`)
-	t.Setenv("GRPC_XDS_BOOTSTRAP", server.bootstrap)
-	greeter := proc.StartCommand(t, "greeter", filepath.Join(binDir, "flotilla-demo"), "greeter", "--xds", "--version", "v1", "--address", greeterAddr)
+	startGreeter(t, server, greeterAddr)
 	client := startProxylessAgent(t, c, s, secureXDS, "client-1", "demo-client", `{"app": "client"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	greeter.Out.WaitFor(t, "mode=SERVING")
 	c1 := client.xdsClient(t, "xds:///greeter.demo.svc.cluster.local:50051")
 	version, caller, serverID, err := call(ctx, c1)
 	if err != nil || version != "v1" {

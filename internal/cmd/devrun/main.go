@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		requested[name] = true
 	}
-	for name := range demoPods {
+	for name := range demoPods() {
 		switch {
 		case (requested[name] || requested[name+"-agent"]) && !requested["ca"]:
 			_, _ = fmt.Fprintf(stderr, "devrun: %s runs with an agent, which needs a certificate from ca: add ca to --services\n", name)
@@ -166,10 +166,14 @@ type demoPod struct {
 	discovery int
 }
 
-var demoPods = map[string]demoPod{
-	"greeter-v1": {name: "greeter-v1", account: greeterV1Account, labels: `{"app": "greeter", "version": "v1"}`, admin: greeterV1Agent, discovery: secure1},
-	"greeter-v2": {name: "greeter-v2", account: greeterV2Account, labels: `{"app": "greeter", "version": "v2"}`, admin: greeterV2Agent, discovery: secure2},
-	"client":     {name: "client", account: clientAccount, labels: `{"app": "greeter-client"}`, admin: clientAgent, discovery: secure1},
+// demoPods are the demo's workloads, by the name of their application
+// process.
+func demoPods() map[string]demoPod {
+	return map[string]demoPod{
+		"greeter-v1": {name: "greeter-v1", account: greeterV1Account, labels: `{"app": "greeter", "version": "v1"}`, admin: greeterV1Agent, discovery: secure1},
+		"greeter-v2": {name: "greeter-v2", account: greeterV2Account, labels: `{"app": "greeter", "version": "v2"}`, admin: greeterV2Agent, discovery: secure2},
+		"client":     {name: "client", account: clientAccount, labels: `{"app": "greeter-client"}`, admin: clientAgent, discovery: secure1},
+	}
 }
 
 func (d demoPod) dir(l local) string       { return filepath.Join(l.stateDir, demoNamespace, d.name) }
@@ -258,7 +262,7 @@ func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 	case "injector":
 		return service("flotilla-injector", injectorAdmin, append([]string{"--galley-address=" + galleyAddress, "--webhook-address=" + l.addr(injectorWebhook)}, fromCA("flotilla-injector")...)...)
 	case "greeter-v1-agent", "greeter-v2-agent", "client-agent":
-		return demoPods[strings.TrimSuffix(name, "-agent")].agent(l, ids)
+		return demoPods()[strings.TrimSuffix(name, "-agent")].agent(l, ids)
 	case "greeter-v1", "greeter-v2":
 		version, address := "v1", greeterV1
 		if name == "greeter-v2" {
@@ -266,12 +270,12 @@ func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 		}
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--xds", "--version=" + version, "--address=" + address},
-			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods[name].bootstrap(l)},
+			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods()[name].bootstrap(l)},
 		}
 	default: // "client"
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"client"},
-			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods[name].bootstrap(l)},
+			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods()[name].bootstrap(l)},
 		}
 	}
 }
