@@ -395,8 +395,12 @@ func outlierDetection(od *networking.OutlierDetection) *clusterv3.OutlierDetecti
 	return out
 }
 
-// httpOptions sets HTTP/2 upstream for HTTP/2 and gRPC ports (or when the
-// pool asks to upgrade) and the pool's per-connection limits.
+// httpOptions are a sidecar cluster's HTTP protocol options, as Istio's
+// setUpstreamProtocol and applyConnectionPool: HTTP/2 upstream for HTTP/2
+// and gRPC ports (or when the pool asks to upgrade an HTTP port), the
+// downstream's protocol for sniffed ports and useClientProtocol (h2c in,
+// HTTP/2 out), and the pool's per-connection limits. Nil when there is
+// nothing to set: Envoy then speaks HTTP/1.1.
 func httpOptions(proto registryv1.Protocol, pool *networking.ConnectionPoolSettings) *httpv3.HttpProtocolOptions {
 	h := pool.GetHttp()
 	common := &corev3.HttpProtocolOptions{}
@@ -409,20 +413,39 @@ func httpOptions(proto registryv1.Protocol, pool *networking.ConnectionPoolSetti
 		common.MaxRequestsPerConnection = wrapperspb.UInt32(uint32(n))
 		set = true
 	}
+	if d := pool.GetTcp().GetMaxConnectionDuration(); d != nil {
+		common.MaxConnectionDuration = d
+		set = true
+	}
 	h2 := isHTTP2(proto) || (h.GetH2UpgradePolicy() == networking.ConnectionPoolSettings_HTTPSettings_UPGRADE && isHTTP(proto))
-	if !h2 && !set {
+	downstream := !h2 && (sniffed(proto) || h.GetUseClientProtocol())
+	if !h2 && !downstream && !set {
 		return nil
 	}
 	opts := &httpv3.HttpProtocolOptions{}
 	if set {
 		opts.CommonHttpProtocolOptions = common
 	}
-	if h2 {
+	http2 := &corev3.Http2ProtocolOptions{}
+	if n := h.GetMaxConcurrentStreams(); n > 0 {
+		http2.MaxConcurrentStreams = wrapperspb.UInt32(uint32(n))
+	}
+	switch {
+	case h2:
 		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: http2},
 		}}
-	} else {
-		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{}}
+	case downstream:
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+			HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
+			Http2ProtocolOptions: http2,
+		}}
+	default:
+		// Only limits to set: the protocol stays HTTP/1.1, said explicitly
+		// (Envoy requires one of the protocol choices).
+		opts.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
+		}}
 	}
 	return opts
 }
@@ -568,7 +591,7 @@ func (g *gen) inboundClusters() []*clusterv3.Cluster {
 			}
 			seen[target] = true
 			name := ClusterName("inbound", target, "", "")
-			out = append(out, &clusterv3.Cluster{
+			c := &clusterv3.Cluster{
 				Name:                 name,
 				ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
 				ConnectTimeout:       dur(defaultConnectTimeout),
@@ -580,7 +603,14 @@ func (g *gen) inboundClusters() []*clusterv3.Cluster {
 						lbEndpoint(socketAddress("127.0.0.1", target), 0, corev3.HealthStatus_UNKNOWN, nil),
 					}}},
 				},
-			})
+			}
+			// The application speaks the port's protocol: HTTP/2 to a gRPC
+			// or HTTP/2 port, the client's own on a sniffed one (Istio's
+			// setUpstreamProtocol on inbound clusters).
+			if opts := httpOptions(port.GetProtocol(), nil); opts != nil {
+				c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
+			}
+			out = append(out, c)
 		}
 	}
 	g.inbound = out

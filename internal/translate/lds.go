@@ -16,6 +16,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -212,6 +213,7 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 		},
 	}
 	seen := map[uint32]bool{}
+	var sniff []uint32
 	for _, in := range g.pc.Instances(g.p) {
 		for _, port := range in.Service.GetPorts() {
 			target, ok := endpointPort(in.Endpoint, port)
@@ -219,8 +221,21 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 				continue
 			}
 			seen[target] = true
+			if sniffed(port.GetProtocol()) {
+				sniff = append(sniff, target)
+			}
 			l.FilterChains = append(l.FilterChains, g.inboundChains(target, port.GetProtocol())...)
 		}
+	}
+	if len(sniff) > 0 {
+		// After the TLS inspector, and only on sniffed ports, as Istio's
+		// buildHTTPInspector: the HTTP inspector waits for the client's
+		// first bytes, which a server-first protocol (MySQL, SMTP) on a
+		// declared port never sends.
+		slices.Sort(sniff)
+		hi := g.httpInspector()
+		hi.FilterDisabled = &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: portsPredicate(sniff)}}
+		l.ListenerFilters = append(l.ListenerFilters, hi)
 	}
 	// As Istio (buildInboundPassthroughChains): first a black hole for
 	// connections to the listener's own port, which would loop; then
@@ -257,31 +272,15 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 }
 
 func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv3.FilterChain {
+	if sniffed(proto) {
+		return g.inboundSniffedChains(port)
+	}
 	cluster := ClusterName("inbound", port, "", "")
 	filters := func() []*listenerv3.Filter {
 		if !isHTTP(proto) {
 			return []*listenerv3.Filter{g.tcpProxy(cluster, single(cluster))}
 		}
-		hcm := &hcmv3.HttpConnectionManager{
-			StatPrefix: cluster,
-			RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-				Name: cluster,
-				VirtualHosts: []*routev3.VirtualHost{{
-					Name:    "inbound|http|" + itoa(port),
-					Domains: []string{"*"},
-					Routes: []*routev3.Route{{
-						Name:   "default",
-						Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-						Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}, Timeout: dur(0)}},
-					}},
-				}},
-				ValidateClusters: wrapperspb.Bool(false),
-			}},
-			HttpFilters:              g.httpFilters(),
-			ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
-		}
-		g.sidecarHCM(hcm)
-		return []*listenerv3.Filter{g.networkFilter(hcmFilter, hcm)}
+		return []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCM(port))}
 	}
 	match := func(transport string) *listenerv3.FilterChainMatch {
 		return &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: transport}
@@ -313,12 +312,82 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 	}
 }
 
+// inboundSniffedChains serve a port of no declared protocol, as Istio's
+// inbound "auto" filter chain options: HTTP (plaintext as the HTTP
+// inspector reports it, or mesh mTLS whose ALPN says the client sent
+// HTTP) goes through the HTTP connection manager, everything else through
+// tcp_proxy, under the port's mTLS mode.
+func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
+	cluster := ClusterName("inbound", port, "", "")
+	p := itoa(port)
+	chain := func(name, transport string, alpn []string, http bool, mtls registryv1.Protocol) *listenerv3.FilterChain {
+		fc := &listenerv3.FilterChain{
+			Name:             "inbound|" + p + "|" + name,
+			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: transport, ApplicationProtocols: alpn},
+			Filters:          []*listenerv3.Filter{g.tcpProxy(cluster, single(cluster))},
+		}
+		if http {
+			fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCM(port))}
+		}
+		if mtls != registryv1.Protocol_PROTOCOL_UNSPECIFIED {
+			fc.TransportSocket = g.downstreamMTLS(mtls)
+		}
+		return fc
+	}
+	const none = registryv1.Protocol_PROTOCOL_UNSPECIFIED
+	mtlsHTTP := chain("mtls-http", "tls", istioMTLSHTTPALPN(), true, registryv1.Protocol_PROTOCOL_HTTP)
+	plainHTTP := chain("plaintext-http", "raw_buffer", plaintextHTTPALPN(), true, none)
+	plainTCP := chain("plaintext", "raw_buffer", nil, false, none)
+	switch g.pc.InboundMTLS(g.p, port) {
+	case model.Strict:
+		return []*listenerv3.FilterChain{mtlsHTTP, chain("mtls", "tls", nil, false, registryv1.Protocol_PROTOCOL_TCP)}
+	case model.Disable:
+		return []*listenerv3.FilterChain{plainHTTP, plainTCP}
+	default:
+		return []*listenerv3.FilterChain{
+			mtlsHTTP, plainHTTP,
+			chain("mtls", "tls", []string{"istio-peer-exchange", "istio"}, false, registryv1.Protocol_PROTOCOL_TCP),
+			plainTCP,
+			chain("tls", "tls", nil, false, none),
+		}
+	}
+}
+
+// inboundHCM routes everything a port receives to the application.
+func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
+	cluster := ClusterName("inbound", port, "", "")
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: cluster,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: cluster,
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name:    "inbound|http|" + itoa(port),
+				Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Name:   "default",
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}, Timeout: dur(0)}},
+				}},
+			}},
+			ValidateClusters: wrapperspb.Bool(false),
+		}},
+		HttpFilters:              g.httpFilters(),
+		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
+	}
+	g.sidecarHCM(hcm)
+	return hcm
+}
+
 // istioMTLSALPN are the ALPN values mesh clients offer on mTLS (Istio's
 // mtlsTCPWithMxcALPNs and mtlsHTTPALPNs): how a PERMISSIVE port tells
 // mesh mTLS from other TLS.
 func istioMTLSALPN() []string {
-	return []string{"istio-peer-exchange", "istio", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
+	return append([]string{"istio-peer-exchange", "istio"}, istioMTLSHTTPALPN()...)
 }
+
+// istioMTLSHTTPALPN are the ALPN values a mesh client offers on mTLS when
+// it sent HTTP (Istio's mtlsHTTPALPNs).
+func istioMTLSHTTPALPN() []string { return []string{"istio-http/1.0", "istio-http/1.1", "istio-h2"} }
 
 // downstreamMTLS terminates mesh mTLS: the workload certificate and root
 // from the agent, client certificates required.
@@ -362,7 +431,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 	for _, svc := range g.scope.Services() {
 		for _, port := range svc.GetPorts() {
 			num := port.GetNumber()
-			if isHTTP(port.GetProtocol()) {
+			if onPortRoute(svc, port) {
 				get(num).http = true
 				continue
 			}
@@ -395,7 +464,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 					continue
 				}
 				names[name] = svc.GetHostname()
-				out = append(out, &listenerv3.Listener{
+				l := &listenerv3.Listener{
 					Name:             name,
 					Address:          socketAddress(vip, num),
 					BindToPort:       wrapperspb.Bool(false),
@@ -404,7 +473,22 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 						Name:    ClusterName("outbound", num, "", svc.GetHostname()),
 						Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
 					}},
-				})
+				}
+				if sniffed(port.GetProtocol()) {
+					// A port of no declared protocol (Istio's "auto"): the
+					// HTTP inspector tells HTTP from the rest per
+					// connection. HTTP takes the service's own route
+					// configuration "<host>:<port>" (Istio's
+					// getVirtualHostsForSniffedServicePort), the rest the
+					// TCP chain.
+					l.ListenerFilters = []*listenerv3.ListenerFilter{g.httpInspector()}
+					l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+						Name:             ListenerName(svc.GetHostname(), num),
+						FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
+						Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, ListenerName(svc.GetHostname(), num)))},
+					})
+				}
+				out = append(out, l)
 			}
 		}
 	}
@@ -431,10 +515,10 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 			// the default chain below.
 			l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 				Name:             name,
-				FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: []string{"http/1.1", "h2c"}},
+				FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
 				Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(port)))},
 			})
-			l.ListenerFilters = append(l.ListenerFilters, &listenerv3.ListenerFilter{Name: "envoy.filters.listener.http_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&httpinspectorv3.HttpInspector{})}})
+			l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
 			l.DefaultFilterChain = g.passthroughChain(name)
 			for _, c := range w.tcp {
 				g.problem("listener %s: TCP service %s without an address shares port %d with HTTP services; left out", name, c.GetName(), port)
@@ -459,6 +543,39 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 		out = append(out, l)
 	}
 	return out
+}
+
+// sniffed reports whether a port's protocol is told per connection
+// (Istio's "auto": no protocol declared, an unknown port name prefix).
+func sniffed(p registryv1.Protocol) bool { return p == registryv1.Protocol_PROTOCOL_UNSPECIFIED }
+
+// onPortRoute reports whether a service port's HTTP traffic is routed by
+// the shared route configuration of its port number ("80"): HTTP ports,
+// and sniffed ports of services without an address to listen on.
+func onPortRoute(svc *registryv1.Service, port *registryv1.ServicePort) bool {
+	return isHTTP(port.GetProtocol()) || (sniffed(port.GetProtocol()) && len(ipAddresses(svc.GetAddresses())) == 0)
+}
+
+// plaintextHTTPALPN is what the HTTP inspector reports for plaintext HTTP
+// (Istio's plaintextHTTPALPNs).
+func plaintextHTTPALPN() []string { return []string{"http/1.0", "http/1.1", "h2c"} }
+
+// portsPredicate matches connections to any of the ports.
+func portsPredicate(ports []uint32) *listenerv3.ListenerFilterChainMatchPredicate {
+	rules := make([]*listenerv3.ListenerFilterChainMatchPredicate, 0, len(ports))
+	for _, p := range ports {
+		rules = append(rules, &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_DestinationPortRange{
+			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}, // [start, end)
+		}})
+	}
+	if len(rules) == 1 {
+		return rules[0]
+	}
+	return &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_OrMatch{OrMatch: &listenerv3.ListenerFilterChainMatchPredicate_MatchSet{Rules: rules}}}
+}
+
+func (g *gen) httpInspector() *listenerv3.ListenerFilter {
+	return &listenerv3.ListenerFilter{Name: "envoy.filters.listener.http_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&httpinspectorv3.HttpInspector{})}}
 }
 
 // passthroughChain takes what no chain of a shared listener claims: to its

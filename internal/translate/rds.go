@@ -46,8 +46,10 @@ func (g *gen) routeCandidates() []string {
 			switch {
 			case g.grpc:
 				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
-			case isHTTP(port.GetProtocol()):
+			case onPortRoute(svc, port):
 				names = append(names, itoa(port.GetNumber()))
+			case sniffed(port.GetProtocol()):
+				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
 			}
 		}
 	}
@@ -62,9 +64,12 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 	}
 	var rc *routev3.RouteConfiguration
 	before := g.packErrs
-	if g.grpc {
+	switch {
+	case g.grpc:
 		rc = g.grpcRoute(name)
-	} else {
+	case strings.Contains(name, ":"):
+		rc = g.sniffedRoute(name)
+	default:
 		rc = g.portRoute(name)
 	}
 	if rc != nil {
@@ -94,7 +99,7 @@ func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
 	}
 	var vhs []*routev3.VirtualHost
 	for _, svc := range g.scope.Services() {
-		if port := servicePort(svc, uint32(n)); port != nil && isHTTP(port.GetProtocol()) {
+		if port := servicePort(svc, uint32(n)); port != nil && onPortRoute(svc, port) {
 			vhs = append(vhs, g.virtualHost(svc, port))
 		}
 	}
@@ -104,6 +109,20 @@ func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
 	sortByName(vhs)
 	vhs = append(vhs, g.fallbackVirtualHost())
 	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false)}
+}
+
+// sniffedRoute is the route configuration "<host>:<port>" of a sniffed
+// port of a service with an address: that service's virtual host for
+// every Host, and no fallback, since the listener is the service's own
+// (Istio's getVirtualHostsForSniffedServicePort).
+func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
+	svc, port := g.hostPort(name)
+	if svc == nil || !sniffed(port.GetProtocol()) || onPortRoute(svc, port) {
+		return nil
+	}
+	vh := g.virtualHost(svc, port)
+	vh.Domains = []string{"*"}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}, ValidateClusters: wrapperspb.Bool(false)}
 }
 
 // grpcRoute is a proxyless client's route configuration for "host:port".

@@ -154,6 +154,15 @@ func (v *validator) protocol(path, p string) {
 	}
 }
 
+// sniffedProtocol checks a port protocol that may be left out, as a
+// ServiceEntry's or a Sidecar listener's may (Istio's ValidateProtocol:
+// no protocol means the proxy tells it per connection).
+func (v *validator) sniffedProtocol(path, p string) {
+	if p != "" && !knownProtocol(p) {
+		v.r.errorf(path, "unknown protocol %q (known: HTTP, HTTPS, HTTP2, GRPC, GRPC-WEB, TCP, TLS, MONGO, MYSQL, REDIS, UDP)", p)
+	}
+}
+
 // portName checks a port name: a DNS label (Kubernetes' rule).
 func (v *validator) portName(path, name string) {
 	if msg := dns1123Label(name); msg != "" {

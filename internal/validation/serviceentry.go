@@ -30,7 +30,7 @@ func (v *validator) serviceEntry() {
 	for i, port := range se.GetPorts() {
 		p := at("spec.ports", i)
 		v.port(field(p, "number"), port.GetNumber())
-		v.protocol(field(p, "protocol"), port.GetProtocol())
+		v.sniffedProtocol(field(p, "protocol"), port.GetProtocol())
 		v.portName(field(p, "name"), port.GetName())
 		if port.GetTargetPort() != 0 {
 			v.port(field(p, "targetPort"), port.GetTargetPort())

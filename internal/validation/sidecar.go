@@ -79,7 +79,7 @@ func (v *validator) sidecar() {
 func (v *validator) sidecarPort(path string, p *networking.SidecarPort) {
 	v.port(field(path, "number"), p.GetNumber())
 	if p.GetProtocol() != "" {
-		v.protocol(field(path, "protocol"), p.GetProtocol())
+		v.sniffedProtocol(field(path, "protocol"), p.GetProtocol())
 	}
 	if p.GetName() != "" {
 		v.portName(field(path, "name"), p.GetName())
