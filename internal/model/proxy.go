@@ -32,7 +32,19 @@ type Proxy struct {
 	ServiceAccount string
 	// Generator is "grpc" for proxyless gRPC clients, else empty.
 	Generator string
+	// Locality is where the proxy says it runs (the node's locality in
+	// its bootstrap); empty when it does not say.
+	Locality Locality
 }
+
+// Locality is a region/zone/subzone.
+type Locality struct{ Region, Zone, Subzone string }
+
+// IsZero reports whether no part is set.
+func (l Locality) IsZero() bool { return l == Locality{} }
+
+// String is "region/zone/subzone", Istio's locality label form.
+func (l Locality) String() string { return l.Region + "/" + l.Zone + "/" + l.Subzone }
 
 // ProxylessGRPC reports whether the proxy is a proxyless gRPC client.
 func (p *Proxy) ProxylessGRPC() bool { return p.Generator == GeneratorGRPC }

@@ -183,9 +183,18 @@ func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
 	}
 	var la *endpointv3.ClusterLoadAssignment
 	if b := g.cluster(name); b != nil && b.port != nil && b.c.GetType() == clusterv3.Cluster_EDS {
-		v := g.pc.Memo(g.outboundKey("eds", name, b.svc, b.dr), func() any {
+		key := g.outboundKey("eds", name, b.svc, b.dr)
+		loc := g.localitySetting(EffectivePolicy(drSpec(b.dr), b.subset.GetName(), b.port.GetNumber()).LoadBalancer)
+		if !localityApplies(loc, b.c) {
+			loc = nil
+		} else {
+			// Shaped for where the proxy runs: shared by the proxies
+			// that run there.
+			key += "|" + g.localityKey(loc)
+		}
+		v := g.pc.Memo(key, func() any {
 			sub := g.isolated()
-			la := sub.loadAssignment(name, b.svc, b.port, b.subset)
+			la := sub.loadAssignment(name, b.svc, b.port, b.subset, loc, b.c.GetOutlierDetection() != nil)
 			if err := sub.valid(la, 0); err != nil {
 				sub.problem("load assignment %s dropped: %v", name, err)
 				la = nil
@@ -261,6 +270,9 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		if mh := pol.OutlierDetection.GetMinHealthPercent(); mh >= 0 && !g.grpc {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(mh)}}
 		}
+	}
+	if !g.grpc {
+		localityLbConfig(c, g.localitySetting(pol.LoadBalancer))
 	}
 	if g.grpc {
 		if !g.grpcClusterTLS(c, svc, port, ss, pol.TLS) {

@@ -38,14 +38,25 @@ func endpointPort(ep *registryv1.Endpoint, port *registryv1.ServicePort) (uint32
 	return cmp.Or(port.GetTargetPort(), port.GetNumber()), true
 }
 
-type localityKey struct{ region, zone, subzone string }
+type localityGroup struct {
+	priority              uint32
+	region, zone, subzone string
+}
 
 // loadAssignment groups a service's endpoints for one port and subset by
 // locality; a locality's weight is the sum of its endpoints' weights.
 // Duplicate addresses are sent once (gRPC clients reject them), endpoints
-// that are not IP addresses are left out (EDS takes addresses only).
-func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset) *endpointv3.ClusterLoadAssignment {
-	groups := map[localityKey]*endpointv3.LocalityLbEndpoints{}
+// that are not IP addresses are left out (EDS takes addresses only). A
+// locality setting (nil for none) then shapes it for the proxy's
+// locality (applyLocality); failover says whether failover is in force.
+func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset,
+	loc *networking.LocalityLoadBalancerSetting, failover bool,
+) *endpointv3.ClusterLoadAssignment {
+	var prioLabels []string
+	if failover && len(loc.GetDistribute()) == 0 {
+		prioLabels = loc.GetFailoverPriority()
+	}
+	groups := map[localityGroup]*endpointv3.LocalityLbEndpoints{}
 	seen := map[netip.AddrPort]bool{}
 	for _, ep := range g.pc.Endpoints(svc) {
 		if !model.LabelsMatch(ss.GetLabels(), ep.GetLabels()) {
@@ -65,7 +76,10 @@ func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registr
 		}
 		seen[ap] = true
 		l := ep.GetLocality()
-		k := localityKey{l.GetRegion(), l.GetZone(), l.GetSubzone()}
+		k := localityGroup{region: l.GetRegion(), zone: l.GetZone(), subzone: l.GetSubzone()}
+		if len(prioLabels) > 0 {
+			k.priority = g.failoverPriority(ep, prioLabels)
+		}
 		grp := groups[k]
 		if grp == nil {
 			// Always a locality, if an empty one: gRPC clients reject
@@ -73,6 +87,7 @@ func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registr
 			grp = &endpointv3.LocalityLbEndpoints{
 				LoadBalancingWeight: wrapperspb.UInt32(0),
 				Locality:            &corev3.Locality{Region: k.region, Zone: k.zone, SubZone: k.subzone},
+				Priority:            k.priority,
 			}
 			groups[k] = grp
 		}
@@ -81,15 +96,18 @@ func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registr
 		grp.LbEndpoints = append(grp.LbEndpoints, lbEndpoint(socketAddress(addr.String(), num), w, health(ep.GetHealth()), g.endpointMetadata(ep)))
 	}
 	la := &endpointv3.ClusterLoadAssignment{ClusterName: name}
-	keys := make([]localityKey, 0, len(groups))
+	keys := make([]localityGroup, 0, len(groups))
 	for k := range groups {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b localityKey) int {
-		return cmp.Or(cmp.Compare(a.region, b.region), cmp.Compare(a.zone, b.zone), cmp.Compare(a.subzone, b.subzone))
+	slices.SortFunc(keys, func(a, b localityGroup) int {
+		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(a.region, b.region), cmp.Compare(a.zone, b.zone), cmp.Compare(a.subzone, b.subzone))
 	})
 	for _, k := range keys {
 		la.Endpoints = append(la.Endpoints, groups[k])
+	}
+	if loc != nil {
+		g.applyLocality(la, loc, failover)
 	}
 	return la
 }

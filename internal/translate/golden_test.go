@@ -36,7 +36,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 //
 //	apiVersion: test.flotilla.io/v1
 //	kind: Proxy
-//	spec: {id: sidecar~10.1.1.1~app-1.default~default.svc.cluster.local, labels: {...}, generator: grpc}
+//	spec: {id: sidecar~10.1.1.1~app-1.default~default.svc.cluster.local, labels: {...}, generator: grpc, locality: us-east1/us-east1-b}
 //
 // listeners names listeners the proxy asks for besides all it gets
 // (a proxyless gRPC server's, which are known only by name).
@@ -49,6 +49,8 @@ type testProxy struct {
 		Generator      string            `json:"generator"`
 		ServiceAccount string            `json:"serviceAccount"`
 		Listeners      []string          `json:"listeners"`
+		// Locality is the node's, "region/zone/subzone".
+		Locality string `json:"locality"`
 	} `json:"spec"`
 }
 
@@ -195,10 +197,12 @@ func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
 		tb.Fatalf("proxy id %q is not type~ip~id~domain", tp.Spec.ID)
 	}
 	_, ns, _ := strings.Cut(parts[2], ".")
+	loc := append(strings.SplitN(tp.Spec.Locality, "/", 3), "", "")
 	return &model.Proxy{
 		Type: model.ProxyType(parts[0]), IPs: []netip.Addr{netip.MustParseAddr(parts[1])}, ID: parts[2],
 		DNSDomain: parts[3], Namespace: ns, Labels: tp.Spec.Labels, Generator: tp.Spec.Generator,
 		ServiceAccount: tp.Spec.ServiceAccount,
+		Locality:       model.Locality{Region: loc[0], Zone: loc[1], Subzone: loc[2]},
 	}
 }
 

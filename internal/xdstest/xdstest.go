@@ -40,6 +40,14 @@ func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc
 // UnaryCall with name, until the test ends; it returns the port.
 func StartBackend(tb testing.TB, name string) int {
 	tb.Helper()
+	port, _ := StartStoppableBackend(tb, name)
+	return port
+}
+
+// StartStoppableBackend is StartBackend with a stop function, for a test
+// that takes the backend away (the test's end stops it too).
+func StartStoppableBackend(tb testing.TB, name string) (port int, stop func()) {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -48,8 +56,8 @@ func StartBackend(tb testing.TB, name string) int {
 	testgrpc.RegisterTestServiceServer(gs, &backend{name: name})
 	go func() { _ = gs.Serve(lis) }()
 	tb.Cleanup(gs.Stop)
-	port, _ := lis.Addr().(*net.TCPAddr)
-	return port.Port
+	addr, _ := lis.Addr().(*net.TCPAddr)
+	return addr.Port, gs.Stop
 }
 
 var schemes atomic.Int64
@@ -60,6 +68,13 @@ var schemes atomic.Int64
 // when it goes away.
 func Client(tb testing.TB, nodeID, target string, servers ...string) testgrpc.TestServiceClient {
 	tb.Helper()
+	return ClientAt(tb, nodeID, "", target, servers...)
+}
+
+// ClientAt is Client on a node whose bootstrap says where it runs:
+// locality "region/zone/subzone" (empty: not said).
+func ClientAt(tb testing.TB, nodeID, locality, target string, servers ...string) testgrpc.TestServiceClient {
+	tb.Helper()
 	scheme := fmt.Sprintf("xdstest%d", schemes.Add(1))
 	r := manual.NewBuilderWithScheme(scheme)
 	addrs := make([]resolver.Address, 0, len(servers))
@@ -68,10 +83,11 @@ func Client(tb testing.TB, nodeID, target string, servers ...string) testgrpc.Te
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
 	resolver.Register(r)
+	loc := append(strings.SplitN(locality, "/", 3), "", "")
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": "%s:///discovery", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q, "metadata": {"GENERATOR": "grpc"}}
-	}`, scheme, nodeID)
+		"node": {"id": %q, "metadata": {"GENERATOR": "grpc"}, "locality": {"region": %q, "zone": %q, "sub_zone": %q}}
+	}`, scheme, nodeID, loc[0], loc[1], loc[2])
 	xr, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		tb.Fatal(err)
@@ -203,4 +219,9 @@ spec:
 // Endpoint is a backend on 127.0.0.1:port labelled with a version.
 func Endpoint(port int, version string) string {
 	return fmt.Sprintf("  - {address: 127.0.0.1, ports: {grpc: %d}, labels: {version: %s}}", port, version)
+}
+
+// EndpointAt is Endpoint in a locality, "region/zone/subzone".
+func EndpointAt(port int, version, locality string) string {
+	return fmt.Sprintf("  - {address: 127.0.0.1, ports: {grpc: %d}, labels: {version: %s}, locality: %s}", port, version, locality)
 }

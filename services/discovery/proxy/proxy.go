@@ -31,6 +31,10 @@ const (
 	GeneratorGRPC = model.GeneratorGRPC
 )
 
+// LocalityLabel on a workload sets its locality, "region.zone.subzone",
+// when its node does not say (Istio's istio-locality label).
+const LocalityLabel = "istio-locality"
+
 // Limits on what a node may send.
 const (
 	maxNodeID  = 1024
@@ -54,7 +58,26 @@ func FromNode(node *corev3.Node) (*Proxy, error) {
 	if p.Namespace == "" {
 		return nil, fmt.Errorf("node %q: no namespace (set NAMESPACE metadata or use an id of the form pod.namespace)", node.GetId())
 	}
+	if err := applyLocality(p, node.GetLocality()); err != nil {
+		return nil, fmt.Errorf("node %q: %w", node.GetId(), err)
+	}
 	return p, nil
+}
+
+// applyLocality takes the node's locality, else the workload's
+// istio-locality label ("region.zone.subzone", Istio's override).
+func applyLocality(p *Proxy, l *corev3.Locality) error {
+	p.Locality = model.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubZone()}
+	if p.Locality.IsZero() {
+		if v := p.Labels[LocalityLabel]; v != "" {
+			parts := append(strings.SplitN(v, ".", 3), "", "")
+			p.Locality = model.Locality{Region: parts[0], Zone: parts[1], Subzone: parts[2]}
+		}
+	}
+	if n := len(p.Locality.Region) + len(p.Locality.Zone) + len(p.Locality.Subzone); n > maxLabelLn {
+		return fmt.Errorf("locality is %d bytes, more than %d", n, maxLabelLn)
+	}
+	return nil
 }
 
 // ParseID parses "type~ip~id~domain".

@@ -51,6 +51,23 @@ func TestAProxylessGRPCClientAndAGatewayAreRecognised(t *testing.T) {
 	}
 }
 
+func TestAProxysLocalityIsItsNodesElseItsIstioLocalityLabel(t *testing.T) {
+	n := node(t, "sidecar~10.0.0.9~a-1.demo~demo.svc.cluster.local", map[string]any{"LABELS": map[string]any{LocalityLabel: "eu.eu-1.rack-2"}})
+	p, err := FromNode(n)
+	if err != nil || p.Locality.String() != "eu/eu-1/rack-2" {
+		t.Fatalf("from the label: %+v, %v", p, err)
+	}
+	n.Locality = &corev3.Locality{Region: "us-east1", Zone: "us-east1-b"}
+	p, err = FromNode(n)
+	if err != nil || p.Locality.String() != "us-east1/us-east1-b/" {
+		t.Fatalf("the node's wins: %+v, %v", p, err)
+	}
+	n.Locality = &corev3.Locality{Region: strings.Repeat("r", 600)}
+	if _, err := FromNode(n); err == nil || !strings.Contains(err.Error(), "locality is 600 bytes") {
+		t.Fatalf("oversized locality: %v", err)
+	}
+}
+
 func TestBadNodesGetAClearError(t *testing.T) {
 	long := strings.Repeat("x", 2000)
 	tests := map[string]struct {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,4 +149,51 @@ spec:
 	if got := xdstest.Count(t, client, 60); len(got) < 2 {
 		t.Fatalf("calls without x-user all reached %v", got)
 	}
+}
+
+// TestLocalityFailoverMovesCallsToTheNextLocalityWhenTheLocalOnesFail:
+// grpc-go's own xDS client in us-east/a/1, backends there and in eu. With
+// outlier detection and no localityLbSetting, Istio's default (locality
+// load balancing enabled, failover needs outlier detection) puts the
+// local backend first: every call goes there. When it stops, grpc-go's
+// priority policy moves the calls to eu; when it is back, they return.
+// Without outlier detection there is no failover order and calls spread.
+func TestLocalityFailoverMovesCallsToTheNextLocalityWhenTheLocalOnesFail(t *testing.T) {
+	local, stopLocal := xdstest.StartStoppableBackend(t, "local")
+	remote := xdstest.StartBackend(t, "remote")
+	rule := `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: backend}
+spec:
+  host: backend-service.default.svc.cluster.local
+  trafficPolicy:
+    loadBalancer: {simple: ROUND_ROBIN}
+    outlierDetection: {consecutive5xxErrors: 5, interval: 1s, baseEjectionTime: 30s}
+`
+	m := startDiscovery(t, map[string]string{
+		"backend.yaml": xdstest.Backend(xdstest.EndpointAt(local, "v1", "us-east/a/1"), xdstest.EndpointAt(remote, "v1", "eu/x/1")),
+		"rule.yaml":    rule,
+	})
+	c := xdstest.ClientAt(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", "us-east/a/1", xdstest.Target, m.addr)
+	if got := xdstest.Count(t, c, 100); got["local"] != 100 {
+		t.Fatalf("with both up: %v, want all 100 to the local backend", got)
+	}
+
+	stopLocal()
+	took := xdstest.Eventually(t, "calls to fail over to eu", func() bool { return xdstest.Count(t, c, 10)["remote"] == 10 })
+	t.Logf("failed over in %s", took)
+	if got := xdstest.Count(t, c, 100); got["remote"] != 100 {
+		t.Fatalf("after the local backend stopped: %v, want all 100 to eu", got)
+	}
+
+	// Without outlier detection Istio gives no failover order: one
+	// priority, the calls spread over both localities.
+	both := xdstest.StartBackend(t, "local-again")
+	xdstest.WriteFile(t, m.dir, "backend.yaml", xdstest.Backend(xdstest.EndpointAt(both, "v1", "us-east/a/1"), xdstest.EndpointAt(remote, "v1", "eu/x/1")))
+	xdstest.Eventually(t, "the new local backend to take the calls", func() bool { return xdstest.Count(t, c, 10)["local-again"] == 10 })
+	xdstest.WriteFile(t, m.dir, "rule.yaml", strings.Replace(rule, "    outlierDetection: {consecutive5xxErrors: 5, interval: 1s, baseEjectionTime: 30s}\n", "", 1))
+	xdstest.Eventually(t, "calls to spread without outlier detection", func() bool {
+		got := xdstest.Count(t, c, 40)
+		return got["local-again"] > 0 && got["remote"] > 0
+	})
 }
