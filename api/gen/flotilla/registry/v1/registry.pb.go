@@ -64,7 +64,9 @@ const (
 type Protocol int32
 
 const (
-	// Not known: treated as TCP (Istio's behaviour with protocol sniffing off).
+	// Not declared (no known port name prefix, appProtocol or protocol):
+	// sidecars tell HTTP from other traffic per connection, as Istio's
+	// protocol sniffing does.
 	Protocol_PROTOCOL_UNSPECIFIED Protocol = 0
 	// HTTP/1.1.
 	Protocol_PROTOCOL_HTTP Protocol = 1
