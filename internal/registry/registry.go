@@ -39,7 +39,7 @@ func EndpointSetName(namespace, hostname, shard string) string {
 }
 
 // ParseProtocol maps an Istio protocol name ("HTTP", "grpc-web", ...) to
-// the registry protocol; unknown names are PROTOCOL_UNSPECIFIED (TCP).
+// the registry protocol; unknown names are PROTOCOL_UNSPECIFIED (sniffed).
 func ParseProtocol(name string) registryv1.Protocol {
 	switch strings.ToUpper(name) {
 	case "HTTP", "GRPC-WEB":

@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"cmp"
+
 	networking "istio.io/api/networking/v1alpha3"
 )
 
@@ -13,6 +15,11 @@ type ClusterPolicy struct {
 	ConnectionPool   *networking.ConnectionPoolSettings
 	OutlierDetection *networking.OutlierDetection
 	TLS              *networking.ClientTLSSettings
+	// Top level only: a port-level entry has none of these, and leaves
+	// them out (Istio's shadowCopyPortTrafficPolicy).
+	ProxyProtocol *networking.TrafficPolicy_ProxyProtocol
+	Tunnel        *networking.TrafficPolicy_TunnelSettings
+	RetryBudget   *networking.TrafficPolicy_RetryBudget
 }
 
 // EffectivePolicy is the policy a DestinationRule (dr may be nil) gives
@@ -25,8 +32,8 @@ type ClusterPolicy struct {
 //     top-level trafficPolicy;
 //   - a subset's policy is likewise its own port-level entry, else its
 //     top level. It overrides the destination's field by field where it
-//     sets a field; a subset port-level entry replaces all four fields,
-//     set or not.
+//     sets a field; a subset port-level entry replaces the four fields a
+//     port level has, set or not.
 func EffectivePolicy(dr *networking.DestinationRule, subset string, port uint32) ClusterPolicy {
 	p, _ := portLevel(dr.GetTrafficPolicy(), port)
 	if subset == "" {
@@ -49,6 +56,10 @@ func EffectivePolicy(dr *networking.DestinationRule, subset string, port uint32)
 		if sp.TLS != nil || hasPortLevel {
 			p.TLS = sp.TLS
 		}
+		// Set only where the subset sets them (Istio's MergeTrafficPolicy).
+		p.ProxyProtocol = cmp.Or(sp.ProxyProtocol, p.ProxyProtocol)
+		p.Tunnel = cmp.Or(sp.Tunnel, p.Tunnel)
+		p.RetryBudget = cmp.Or(sp.RetryBudget, p.RetryBudget)
 		break
 	}
 	return p
@@ -62,5 +73,8 @@ func portLevel(tp *networking.TrafficPolicy, port uint32) (ClusterPolicy, bool) 
 			return ClusterPolicy{LoadBalancer: pl.GetLoadBalancer(), ConnectionPool: pl.GetConnectionPool(), OutlierDetection: pl.GetOutlierDetection(), TLS: pl.GetTls()}, true
 		}
 	}
-	return ClusterPolicy{LoadBalancer: tp.GetLoadBalancer(), ConnectionPool: tp.GetConnectionPool(), OutlierDetection: tp.GetOutlierDetection(), TLS: tp.GetTls()}, false
+	return ClusterPolicy{
+		LoadBalancer: tp.GetLoadBalancer(), ConnectionPool: tp.GetConnectionPool(), OutlierDetection: tp.GetOutlierDetection(), TLS: tp.GetTls(),
+		ProxyProtocol: tp.GetProxyProtocol(), Tunnel: tp.GetTunnel(), RetryBudget: tp.GetRetryBudget(),
+	}, false
 }
