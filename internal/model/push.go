@@ -83,6 +83,17 @@ type VirtualService struct {
 	Hosts []string
 	// Gateways are "namespace/name" or "mesh"; "mesh" when none are given.
 	Gateways []string
+	// Problems are what merging its delegates left out, and why.
+	Problems []string
+}
+
+// GetProblems returns the merge problems of a VirtualService that may be
+// nil.
+func (vs *VirtualService) GetProblems() []string {
+	if vs == nil {
+		return nil
+	}
+	return vs.Problems
 }
 
 // DestinationRule is a DestinationRule with its host resolved.
@@ -221,6 +232,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		}
 		ci.virtualServices = append(ci.virtualServices, vs)
 	}
+	mergeDelegates(ci.virtualServices, s.mesh.GetDefaultVirtualServiceExportTo(), domainSuffix)
 	for _, o := range sortedObjects(s.configs[istio.DestinationRule]) {
 		spec, ok := o.Spec.(*networking.DestinationRule)
 		if !ok {

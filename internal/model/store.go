@@ -115,6 +115,10 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 		}
 		switch spec := o.Spec.(type) {
 		case *networking.VirtualService:
+			if len(spec.GetHosts()) == 0 {
+				// A delegate: any root may name it.
+				s.pending.All = true
+			}
 			for _, h := range spec.GetHosts() {
 				s.hostRefs = append(s.hostRefs, hostRef{h, o.Meta.Namespace})
 			}

@@ -219,6 +219,9 @@ func (x *Generator) HTTPRoutes(host string, port uint32) []*routev3.Route {
 // httpRoutes are HTTPRoutes for a service port the proxy sees.
 func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) []*routev3.Route {
 	vs := g.scope.VirtualService(svc.GetHostname())
+	for _, p := range vs.GetProblems() {
+		g.problem("VirtualService %s/%s: %s", vs.Namespace, vs.Name, p)
+	}
 	if vs == nil || len(vs.Spec.GetHttp()) == 0 {
 		name := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
 		ra := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}, Timeout: dur(0)}
