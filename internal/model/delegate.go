@@ -221,8 +221,10 @@ func mergeMaps[V any](root, sub map[string]V) map[string]V {
 // match (Istio's hasConflict).
 func matchConflict(root, leaf *networking.HTTPMatchRequest) bool {
 	pairs := [][2]*networking.StringMatch{
-		{root.GetUri(), leaf.GetUri()}, {root.GetScheme(), leaf.GetScheme()},
-		{root.GetMethod(), leaf.GetMethod()}, {root.GetAuthority(), leaf.GetAuthority()},
+		{root.GetUri(), leaf.GetUri()},
+		{root.GetScheme(), leaf.GetScheme()},
+		{root.GetMethod(), leaf.GetMethod()},
+		{root.GetAuthority(), leaf.GetAuthority()},
 	}
 	for _, p := range pairs {
 		if stringMatchConflict(p[0], p[1]) {

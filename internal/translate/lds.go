@@ -565,7 +565,7 @@ func portsPredicate(ports []uint32) *listenerv3.ListenerFilterChainMatchPredicat
 	rules := make([]*listenerv3.ListenerFilterChainMatchPredicate, 0, len(ports))
 	for _, p := range ports {
 		rules = append(rules, &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_DestinationPortRange{
-			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}, // [start, end)
+			DestinationPortRange: &typev3.Int32Range{Start: int32(p), End: int32(p) + 1}, //nolint:gosec // ports are < 65536; the range is [start, end)
 		}})
 	}
 	if len(rules) == 1 {
