@@ -796,23 +796,23 @@ func sanMatchers(names []string) []*tlsv3.SubjectAltNameMatcher {
 	return out
 }
 
-// inboundClusters are inbound|<port>|| for each port of the proxy's own
-// workload: the application on localhost.
+// inboundClusters are inbound|<port>|| for each inbound port (see
+// inboundPorts): to the application, or for a Sidecar ingress port
+// without defaultEndpoint, to the original destination from 127.0.0.6 as
+// InboundPassthroughCluster.
 func (g *gen) inboundClusters() []*clusterv3.Cluster {
 	if g.inbound != nil {
 		return g.inbound
 	}
 	out := []*clusterv3.Cluster{}
-	seen := map[uint32]bool{}
-	for _, in := range g.pc.Instances(g.p) {
-		for _, port := range in.Service.GetPorts() {
-			target, ok := endpointPort(in.Endpoint, port)
-			if !ok || seen[target] {
-				continue
-			}
-			seen[target] = true
-			name := ClusterName("inbound", target, "", "")
-			c := &clusterv3.Cluster{
+	for _, ip := range g.inboundPorts() {
+		name := ClusterName("inbound", ip.port, "", "")
+		var c *clusterv3.Cluster
+		if ip.endpoint == nil {
+			c = g.inboundPassthrough()
+			c.Name = name
+		} else {
+			c = &clusterv3.Cluster{
 				Name:                 name,
 				ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
 				ConnectTimeout:       dur(defaultConnectTimeout),
@@ -821,18 +821,19 @@ func (g *gen) inboundClusters() []*clusterv3.Cluster {
 				LoadAssignment: &endpointv3.ClusterLoadAssignment{
 					ClusterName: name,
 					Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{
-						lbEndpoint(socketAddress("127.0.0.1", target), 0, corev3.HealthStatus_UNKNOWN, nil),
+						lbEndpoint(ip.endpoint, 0, corev3.HealthStatus_UNKNOWN, nil),
 					}}},
 				},
 			}
-			// The application speaks the port's protocol: HTTP/2 to a gRPC
-			// or HTTP/2 port, the client's own on a sniffed one (Istio's
-			// setUpstreamProtocol on inbound clusters).
-			if opts := httpOptions(port.GetProtocol(), nil); opts != nil {
-				c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
-			}
-			out = append(out, c)
 		}
+		// The application speaks the port's protocol: HTTP/2 to a gRPC
+		// or HTTP/2 port, the client's own on a sniffed one (Istio's
+		// setUpstreamProtocol on inbound clusters).
+		c.TypedExtensionProtocolOptions = nil
+		if opts := httpOptions(ip.proto, nil); opts != nil {
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
+		}
+		out = append(out, c)
 	}
 	g.inbound = out
 	return out

@@ -40,6 +40,13 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 	if !g.grpc {
 		if g.listeners == nil {
 			all := append([]*listenerv3.Listener{g.virtualOutbound(), g.virtualInbound()}, g.outboundListeners()...)
+			for _, l := range g.boundInbound() {
+				if slices.ContainsFunc(all, func(o *listenerv3.Listener) bool { return o.GetName() == l.GetName() }) {
+					g.problem("listener %s: a Sidecar ingress port and an outbound listener share it; the ingress port is left out", l.GetName())
+					continue
+				}
+				all = append(all, l)
+			}
 			g.listeners = g.checkListeners(all, before)
 		}
 		return g.listeners
@@ -212,27 +219,22 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 			{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}},
 		},
 	}
-	seen := map[uint32]bool{}
 	var sniff []uint32
-	for _, in := range g.pc.Instances(g.p) {
-		for _, port := range in.Service.GetPorts() {
-			target, ok := endpointPort(in.Endpoint, port)
-			if !ok || seen[target] {
-				continue
-			}
-			seen[target] = true
-			if sniffed(port.GetProtocol()) {
-				sniff = append(sniff, target)
-			}
-			l.FilterChains = append(l.FilterChains, g.inboundChains(target, port.GetProtocol())...)
+	for _, ip := range g.inboundPorts() {
+		if ip.bind != "" {
+			continue // a listener of its own (boundInbound)
 		}
+		if sniffed(ip.proto) {
+			sniff = append(sniff, ip.port)
+		}
+		l.FilterChains = append(l.FilterChains, g.inboundChains(ip.port, ip.proto)...)
 	}
 	if len(sniff) > 0 {
+		slices.Sort(sniff)
 		// After the TLS inspector, and only on sniffed ports, as Istio's
 		// buildHTTPInspector: the HTTP inspector waits for the client's
 		// first bytes, which a server-first protocol (MySQL, SMTP) on a
 		// declared port never sends.
-		slices.Sort(sniff)
 		hi := g.httpInspector()
 		hi.FilterDisabled = &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: portsPredicate(sniff)}}
 		l.ListenerFilters = append(l.ListenerFilters, hi)
@@ -269,6 +271,30 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 			&listenerv3.FilterChain{Name: "virtualInbound-catchall", FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer"}, Filters: pass()})
 	}
 	return l
+}
+
+// boundInbound are the listeners of Sidecar ingress ports with
+// captureMode NONE: bound to their address and port, since no capture
+// rule sends them anything (Istio's getBindToPort).
+func (g *gen) boundInbound() []*listenerv3.Listener {
+	var out []*listenerv3.Listener
+	for _, ip := range g.inboundPorts() {
+		if ip.bind == "" {
+			continue
+		}
+		l := &listenerv3.Listener{
+			Name:             ip.bind + "_" + itoa(ip.port),
+			Address:          socketAddress(ip.bind, ip.port),
+			TrafficDirection: corev3.TrafficDirection_INBOUND,
+			FilterChains:     g.inboundChains(ip.port, ip.proto),
+			ListenerFilters:  []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}},
+		}
+		if sniffed(ip.proto) {
+			l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv3.FilterChain {

@@ -178,6 +178,7 @@ type gen struct {
 	routesBy  map[string]*routev3.RouteConfiguration
 	listeners []*listenerv3.Listener
 	inbound   []*clusterv3.Cluster
+	inPorts   []inboundPort
 	problems  []string
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
