@@ -21,7 +21,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
@@ -722,5 +724,93 @@ func TestAServerRefusesMoreCollectionsThanAStuckSubscriberCanHold(t *testing.T) 
 	}
 	if _, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), types[:MaxCollections]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIstiosMeshConfigCollectionCarriesTheMeshConfigItself: Istio's pilot
+// asks an MCP config source for "core/v1alpha1/MeshConfig" and reads the
+// first resource's bytes as a MeshConfig (adsc); galley's raw alias of
+// its mesh collection answers that, in state of the world and delta, and
+// follows its updates, while the mesh collection itself keeps MCP
+// Resources.
+func TestIstiosMeshConfigCollectionCarriesTheMeshConfigItself(t *testing.T) {
+	const meshType, istioType = "mesh.istio.io/v1alpha1/MeshConfig", "core/v1alpha1/MeshConfig"
+	srv, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), []string{meshType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Alias(istioType, meshType, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Alias(istioType, meshType, true); err == nil {
+		t.Fatal("the same alias twice was accepted")
+	}
+	if err := srv.Alias("core/v1alpha1/Other", "mesh.istio.io/v1alpha1/Nothing", true); !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("an alias of an unknown collection: %v", err)
+	}
+	mesh := func(domain string) *Resource {
+		r, err := NewResource("mesh", &meshv1alpha1.MeshConfig{TrustDomain: domain}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if _, err := srv.Update(meshType, []*Resource{mesh("one.example")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+
+	asIstioReadsIt := func(a *anypb.Any) string {
+		t.Helper()
+		m := &meshv1alpha1.MeshConfig{}
+		if err := proto.Unmarshal(a.GetValue(), m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetTrustDomain()
+	}
+	c := dialSotw(t, lis.Addr().String())
+	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "pilot"}, TypeUrl: istioType})
+	resp, _ := c.recv()
+	if len(resp.GetResources()) != 1 || asIstioReadsIt(resp.GetResources()[0]) != "one.example" ||
+		resp.GetResources()[0].GetTypeUrl() != "type.googleapis.com/istio.mesh.v1alpha1.MeshConfig" {
+		t.Fatalf("the Istio collection: %v", resp.GetResources())
+	}
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: istioType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+	if _, err := srv.Update(meshType, []*Resource{mesh("two.example")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = c.recv()
+	if len(resp.GetResources()) != 1 || asIstioReadsIt(resp.GetResources()[0]) != "two.example" {
+		t.Fatalf("after an update, the Istio collection: %v", resp.GetResources())
+	}
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: meshType})
+	resp, _ = c.recv()
+	if len(resp.GetResources()) != 1 || resp.GetResources()[0].GetTypeUrl() != ResourceTypeURL {
+		t.Fatalf("the mesh collection itself: %v", resp.GetResources())
+	}
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	d, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "pilot"}, TypeUrl: istioType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	dr, err := d.Recv()
+	if err != nil || len(dr.GetResources()) != 1 || asIstioReadsIt(dr.GetResources()[0].GetResource()) != "two.example" ||
+		dr.GetResources()[0].GetResource().GetTypeUrl() != "type.googleapis.com/istio.mesh.v1alpha1.MeshConfig" {
+		t.Fatalf("delta, the Istio collection: %v, %v", dr, err)
 	}
 }

@@ -72,6 +72,11 @@ type Server struct {
 // serve state-of-the-world with full state in every response.
 type collection struct {
 	typeURL string
+	// raw collections carry each resource's body itself, not wrapped in
+	// an MCP Resource (an alias such as Istio's mesh config collection).
+	raw bool
+	// aliases are collections that mirror this one (Server.Alias).
+	aliases []*collection
 	linear  *cache.LinearCache
 	hashes  map[string]string     // name → content hash, to skip no-op updates
 	encoded map[string]*anypb.Any // name → encoded resource, for sotw
@@ -196,15 +201,7 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 		return nil, fmt.Errorf("mcp metrics: %w", err)
 	}
 	for _, t := range typeURLs {
-		c := &collection{
-			typeURL: t,
-			linear:  cache.NewLinearCache(t),
-			hashes:  map[string]string{},
-			encoded: map[string]*anypb.Any{},
-			watches: map[uint64]sotwWatch{},
-		}
-		c.version = c.computeVersion()
-		s.collections[t] = c
+		s.collections[t] = newCollection(t)
 	}
 	s.xds = serverv3.NewServer(ctx, (*muxCache)(s), s.callbacks())
 	return s, nil
@@ -215,9 +212,35 @@ func (s *Server) Register(g *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
 }
 
-// Update upserts and deletes resources of one collection and returns how
-// many actually changed. Resources whose content is unchanged are not
-// re-sent; an update that changes nothing sends nothing.
+// Alias publishes the collection source also under the type URL alias,
+// with the same resources. A raw alias carries each resource's body
+// itself rather than an MCP Resource: Istio's pilot reads its mesh
+// config from "core/v1alpha1/MeshConfig" that way (adsc reads the first
+// resource's bytes as a MeshConfig). Call it before serving.
+func (s *Server) Alias(alias, source string, raw bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	src, ok := s.collections[source]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownType, source)
+	}
+	if _, dup := s.collections[alias]; dup {
+		return fmt.Errorf("mcp: collection %q already published", alias)
+	}
+	if len(s.collections) >= MaxCollections {
+		return fmt.Errorf("mcp: more than the %d collections a server may publish", MaxCollections)
+	}
+	c := newCollection(alias)
+	c.raw = raw
+	src.aliases = append(src.aliases, c)
+	s.collections[alias] = c
+	return nil
+}
+
+// Update upserts and deletes resources of one collection (and its
+// aliases) and returns how many actually changed. Resources whose content
+// is unchanged are not re-sent; an update that changes nothing sends
+// nothing.
 func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -225,21 +248,47 @@ func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (
 	if !ok {
 		return 0, fmt.Errorf("%w %q", ErrUnknownType, typeURL)
 	}
+	n, err := c.update(upserts, deletes)
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range c.aliases {
+		if _, err := a.update(upserts, deletes); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// update applies an Update to one collection. Called with s.mu held.
+func (c *collection) update(upserts []*Resource, deletes []string) (int, error) {
+	typeURL := c.typeURL
 	toUpdate := map[string]types.Resource{}
 	var toDelete []string
 	for _, r := range upserts {
-		p := r.toProto()
-		enc, err := marshal(p)
-		if err != nil {
-			return 0, fmt.Errorf("encode %s %s: %w", typeURL, r.Name, err)
+		var msg types.Resource
+		var a *anypb.Any
+		if c.raw {
+			body, err := r.Body.UnmarshalNew()
+			if err != nil {
+				return 0, fmt.Errorf("decode %s %s: %w", typeURL, r.Name, err)
+			}
+			msg, a = body, r.Body
+		} else {
+			p := r.toProto()
+			enc, err := marshal(p)
+			if err != nil {
+				return 0, fmt.Errorf("encode %s %s: %w", typeURL, r.Name, err)
+			}
+			msg, a = named{p}, &anypb.Any{TypeUrl: ResourceTypeURL, Value: enc}
 		}
-		h := contentHash(enc)
+		h := contentHash(a.GetValue())
 		if c.hashes[r.Name] == h {
 			continue
 		}
 		c.hashes[r.Name] = h
-		c.encoded[r.Name] = &anypb.Any{TypeUrl: ResourceTypeURL, Value: enc}
-		toUpdate[r.Name] = named{p}
+		c.encoded[r.Name] = a
+		toUpdate[r.Name] = msg
 	}
 	for _, name := range deletes {
 		if _, ok := c.hashes[name]; !ok {
@@ -259,6 +308,18 @@ func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (
 	c.version = c.computeVersion()
 	c.notifySotw()
 	return changed, nil
+}
+
+func newCollection(typeURL string) *collection {
+	c := &collection{
+		typeURL: typeURL,
+		linear:  cache.NewLinearCache(typeURL),
+		hashes:  map[string]string{},
+		encoded: map[string]*anypb.Any{},
+		watches: map[uint64]sotwWatch{},
+	}
+	c.version = c.computeVersion()
+	return c
 }
 
 // computeVersion hashes the names and content hashes of the collection, so
@@ -483,13 +544,24 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
 			// The LinearCache types each resource's Any with the collection;
-			// Istio's sinks expect Istio's MCP Resource (the response is this
-			// stream's own, built for it, and sent right after).
+			// Istio's sinks expect Istio's MCP Resource, or for a raw alias
+			// the body's own type (the response is this stream's own,
+			// built for it, and sent right after).
+			s.mu.Lock()
+			c := s.collections[r.GetTypeUrl()]
 			for _, res := range r.GetResources() {
-				if a := res.GetResource(); a != nil {
+				a := res.GetResource()
+				switch {
+				case a == nil:
+				case c != nil && c.raw:
+					if enc := c.encoded[res.GetName()]; enc != nil {
+						a.TypeUrl = enc.GetTypeUrl()
+					}
+				default:
 					a.TypeUrl = ResourceTypeURL
 				}
 			}
+			s.mu.Unlock()
 			sent(id, r.GetTypeUrl(), len(r.GetResources())+len(r.GetRemovedResources()))
 		},
 	}

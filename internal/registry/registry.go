@@ -22,6 +22,11 @@ const (
 	MeshConfigTypeURL      = "mesh.istio.io/v1alpha1/MeshConfig"
 )
 
+// IstioMeshConfigTypeURL is where Istio's pilot asks for the mesh config
+// from an MCP config source (its gvk.MeshConfig): the same MeshConfig,
+// the resource being the MeshConfig itself rather than an MCP Resource.
+const IstioMeshConfigTypeURL = "core/v1alpha1/MeshConfig"
+
 // MeshConfigName is the name of the single MeshConfig resource.
 const MeshConfigName = "mesh"
 

@@ -31,6 +31,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/publish"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/status"
@@ -129,6 +130,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	srv, err := mcp.NewServer(ctx, rt.Log, rt.Telemetry.Meter.Meter("flotilla/galley"), publish.Collections())
 	if err != nil {
 		return err
+	}
+	// Istio's own pilot, pointed at galley as a config source, reads the
+	// mesh config under Istio's collection name.
+	if err := srv.Alias(registry.IstioMeshConfigTypeURL, registry.MeshConfigTypeURL, true); err != nil {
+		return err //nolint:wrapcheck // says what failed
 	}
 	// A certificate from ca serves the webhook and, unless mcpTLS files are
 	// given, MCP over mTLS to discovery and the injector only.
