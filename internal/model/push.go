@@ -177,13 +177,19 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 }
 
 // needsFullPush reports whether an endpoint change of a service changes
-// more than endpoints: DNS clusters carry their endpoints inline, and the
-// identities clients verify (SPIFFE SANs) come from endpoints' service
-// accounts.
+// more than endpoints: DNS clusters carry their endpoints inline, a
+// passthrough service without an address has a listener per endpoint
+// address (as Istio, which pushes fully when a headless service's
+// endpoints change), and the identities clients verify (SPIFFE SANs) come
+// from endpoints' service accounts.
 func needsFullPush(svc *registryv1.Service, before, after []*registryv1.Endpoint) bool {
 	switch svc.GetResolution() {
 	case registryv1.Resolution_RESOLUTION_DNS, registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN:
 		return true
+	case registryv1.Resolution_RESOLUTION_NONE:
+		if len(svc.GetAddresses()) == 0 && !slices.Equal(addressesOf(before), addressesOf(after)) {
+			return true
+		}
 	}
 	accounts := func(eps []*registryv1.Endpoint) []string {
 		var out []string
@@ -196,6 +202,15 @@ func needsFullPush(svc *registryv1.Service, before, after []*registryv1.Endpoint
 		return slices.Compact(out)
 	}
 	return !slices.Equal(accounts(before), accounts(after))
+}
+
+func addressesOf(eps []*registryv1.Endpoint) []string {
+	out := make([]string, 0, len(eps))
+	for _, ep := range eps {
+		out = append(out, ep.GetAddress())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (s *Store) indexConfig(domainSuffix string) *configIndex {

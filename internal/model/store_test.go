@@ -86,6 +86,34 @@ func TestAnEndpointOnlyChangeKeepsTheConfigurationIndexes(t *testing.T) {
 	}
 }
 
+// TestAHeadlessServicesNewPodIsAFullChangeItsHealthIsNot: sidecars have a
+// listener per address of a passthrough service without a cluster IP, so
+// a new or removed address changes listeners (a full change, as Istio
+// pushes fully for headless services); the same addresses with another
+// health change endpoints only.
+func TestAHeadlessServicesNewPodIsAFullChangeItsHealthIsNot(t *testing.T) {
+	s := NewStore()
+	s.PutService(&registryv1.Service{Hostname: "db.ns.svc.cluster.local", Namespace: "ns", Resolution: registryv1.Resolution_RESOLUTION_NONE})
+	pods := func(health registryv1.HealthStatus, addrs ...string) *registryv1.EndpointSet {
+		es := &registryv1.EndpointSet{ServiceHostname: "db.ns.svc.cluster.local", ServiceNamespace: "ns", Shard: "0"}
+		for _, a := range addrs {
+			es.Endpoints = append(es.Endpoints, &registryv1.Endpoint{Address: a, Health: health})
+		}
+		return es
+	}
+	s.PutEndpointSet(pods(registryv1.HealthStatus_HEALTH_STATUS_HEALTHY, "10.0.0.1"))
+	pc, _ := s.Build(BuildOptions{}, nil, 1)
+	s.PutEndpointSet(pods(registryv1.HealthStatus_HEALTH_STATUS_HEALTHY, "10.0.0.1", "10.0.0.2"))
+	pc, cs := s.Build(BuildOptions{}, pc, 2)
+	if !cs.Full || !cs.All {
+		t.Fatalf("a new pod: change set %+v, want a full change", cs)
+	}
+	s.PutEndpointSet(pods(registryv1.HealthStatus_HEALTH_STATUS_UNHEALTHY, "10.0.0.1", "10.0.0.2"))
+	if _, cs := s.Build(BuildOptions{}, pc, 3); cs.Full || !cs.Endpoints["ns/db.ns.svc.cluster.local"] {
+		t.Fatalf("a health change: change set %+v, want endpoints only", cs)
+	}
+}
+
 // FuzzPut feeds arbitrary bytes as every collection's body: Put returns an
 // error or stores something; it never panics, and a push context can be
 // built and read afterwards.

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -457,7 +458,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 	for _, svc := range g.scope.Services() {
 		for _, port := range svc.GetPorts() {
 			num := port.GetNumber()
-			if onPortRoute(svc, port) {
+			if g.onPortRoute(svc, port) {
 				get(num).http = true
 				continue
 			}
@@ -469,6 +470,17 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				continue
 			}
 			vips := ipAddresses(svc.GetAddresses())
+			if g.perEndpoint(svc) {
+				// A listener per endpoint address, as Istio's
+				// buildSidecarOutboundListeners, so that several headless
+				// services (StatefulSets) may share a port. A headless
+				// Service without endpoints gets none; a ServiceEntry
+				// without them takes the shared listener below.
+				vips = g.endpointAddresses(svc)
+				if len(vips) == 0 {
+					continue
+				}
+			}
 			if len(vips) == 0 {
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
@@ -571,15 +583,51 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 	return out
 }
 
+// headless reports whether a service is a Kubernetes Service without a
+// cluster IP, whose clients reach each pod by its own address.
+func headless(svc *registryv1.Service) bool {
+	return svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE &&
+		svc.GetResolution() == registryv1.Resolution_RESOLUTION_NONE && len(ipAddresses(svc.GetAddresses())) == 0
+}
+
+// endpointAddresses are the IP addresses of a service's endpoints, sorted,
+// but the proxy's own: traffic to itself does not go through an outbound
+// listener.
+func (g *gen) endpointAddresses(svc *registryv1.Service) []string {
+	var out []string
+	for _, ep := range g.pc.Endpoints(svc) {
+		a, err := netip.ParseAddr(ep.GetAddress())
+		if err != nil || slices.Contains(g.p.IPs, a) {
+			continue
+		}
+		out = append(out, a.String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // sniffed reports whether a port's protocol is told per connection
 // (Istio's "auto": no protocol declared, an unknown port name prefix).
 func sniffed(p registryv1.Protocol) bool { return p == registryv1.Protocol_PROTOCOL_UNSPECIFIED }
 
 // onPortRoute reports whether a service port's HTTP traffic is routed by
 // the shared route configuration of its port number ("80"): HTTP ports,
-// and sniffed ports of services without an address to listen on.
-func onPortRoute(svc *registryv1.Service, port *registryv1.ServicePort) bool {
-	return isHTTP(port.GetProtocol()) || (sniffed(port.GetProtocol()) && len(ipAddresses(svc.GetAddresses())) == 0)
+// and sniffed ports of services without an address to listen on (neither
+// their own nor their endpoints', see perEndpoint).
+func (g *gen) onPortRoute(svc *registryv1.Service, port *registryv1.ServicePort) bool {
+	return isHTTP(port.GetProtocol()) ||
+		(sniffed(port.GetProtocol()) && len(ipAddresses(svc.GetAddresses())) == 0 && !g.perEndpoint(svc))
+}
+
+// perEndpoint reports whether a service's TCP and sniffed ports get a
+// listener per endpoint address: headless Kubernetes Services, and
+// passthrough ServiceEntries without an address that list endpoints
+// (Istio's buildSidecarOutboundListeners).
+func (g *gen) perEndpoint(svc *registryv1.Service) bool {
+	if svc.GetResolution() != registryv1.Resolution_RESOLUTION_NONE || len(ipAddresses(svc.GetAddresses())) > 0 {
+		return false
+	}
+	return headless(svc) || len(g.endpointAddresses(svc)) > 0
 }
 
 // plaintextHTTPALPN is what the HTTP inspector reports for plaintext HTTP

@@ -46,7 +46,7 @@ func (g *gen) routeCandidates() []string {
 			switch {
 			case g.grpc:
 				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
-			case onPortRoute(svc, port):
+			case g.onPortRoute(svc, port):
 				names = append(names, itoa(port.GetNumber()))
 			case sniffed(port.GetProtocol()):
 				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
@@ -99,7 +99,7 @@ func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
 	}
 	var vhs []*routev3.VirtualHost
 	for _, svc := range g.scope.Services() {
-		if port := servicePort(svc, uint32(n)); port != nil && onPortRoute(svc, port) {
+		if port := servicePort(svc, uint32(n)); port != nil && g.onPortRoute(svc, port) {
 			vhs = append(vhs, g.virtualHost(svc, port))
 		}
 	}
@@ -117,7 +117,7 @@ func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
 // (Istio's getVirtualHostsForSniffedServicePort).
 func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
 	svc, port := g.hostPort(name)
-	if svc == nil || !sniffed(port.GetProtocol()) || onPortRoute(svc, port) {
+	if svc == nil || !sniffed(port.GetProtocol()) || g.onPortRoute(svc, port) {
 		return nil
 	}
 	vh := g.virtualHost(svc, port)
@@ -161,7 +161,16 @@ func (g *gen) hostPort(name string) (*registryv1.Service, *registryv1.ServicePor
 func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort) *routev3.VirtualHost {
 	p := ":" + itoa(port.GetNumber())
 	var domains []string
-	for _, n := range append(g.serviceNames(svc), svc.GetAddresses()...) {
+	names := g.serviceNames(svc)
+	if headless(svc) {
+		// As Istio's generateVirtualHostDomains: each name also with "*."
+		// in front, so a pod's own name ("web-0.web.default.svc…", a
+		// StatefulSet's) follows the service's routes to that pod.
+		for _, n := range slices.Clone(names) {
+			names = append(names, "*."+n)
+		}
+	}
+	for _, n := range append(names, svc.GetAddresses()...) {
 		if strings.Contains(n, ":") && !strings.Contains(n, ".") { // IPv6 VIP
 			domains = append(domains, "["+n+"]", "["+n+"]"+p)
 			continue
