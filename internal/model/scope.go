@@ -158,30 +158,51 @@ func (s *Scope) Imports(ns, host string) bool {
 		return true
 	}
 	for _, eg := range s.Sidecar.Spec.GetEgress() {
-		for _, h := range eg.GetHosts() {
-			hns, hhost, ok := strings.Cut(h, "/")
-			if !ok {
-				continue
-			}
-			switch hns {
-			case "*":
-			case ".":
-				if ns != s.Namespace {
-					continue
-				}
-			case "~":
-				continue
-			default:
-				if hns != ns {
-					continue
-				}
-			}
-			if HostMatches(hhost, host) {
-				return true
-			}
+		if s.EgressImports(eg, ns, host) {
+			return true
 		}
 	}
 	return false
+}
+
+// EgressImports reports whether one egress listener of the Sidecar lists
+// host of namespace ns, read as Imports reads them.
+func (s *Scope) EgressImports(eg *networking.IstioEgressListener, ns, host string) bool {
+	for _, h := range eg.GetHosts() {
+		hns, hhost, ok := strings.Cut(h, "/")
+		if !ok {
+			continue
+		}
+		switch hns {
+		case "*":
+		case ".":
+			if ns != s.Namespace {
+				continue
+			}
+		case "~":
+			continue
+		default:
+			if hns != ns {
+				continue
+			}
+		}
+		if HostMatches(hhost, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// EgressServices are the visible services one egress listener of the
+// Sidecar lists, by hostname.
+func (s *Scope) EgressServices(eg *networking.IstioEgressListener) []*registryv1.Service {
+	var out []*registryv1.Service
+	for _, svc := range s.services {
+		if s.EgressImports(eg, svc.GetNamespace(), svc.GetHostname()) {
+			out = append(out, svc)
+		}
+	}
+	return out
 }
 
 // Services returns the services the proxy sees, one per hostname, by

@@ -453,13 +453,17 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 		}
 		return wild[port]
 	}
-	var out []*listenerv3.Listener
+	// The Sidecar's egress listeners with a port come first; what they
+	// build the catch-all's services may not take.
+	out, locked := g.egressPortListeners()
 	names := map[string]string{}
-	for _, svc := range g.scope.Services() {
+	for _, svc := range g.catchAllServices() {
 		for _, port := range svc.GetPorts() {
 			num := port.GetNumber()
 			if g.onPortRoute(svc, port) {
-				get(num).http = true
+				if !locked["0.0.0.0_"+itoa(num)] {
+					get(num).http = true
+				}
 				continue
 			}
 			if port.GetProtocol() == registryv1.Protocol_PROTOCOL_UDP {
@@ -482,6 +486,9 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				}
 			}
 			if len(vips) == 0 {
+				if locked["0.0.0.0_"+itoa(num)] {
+					continue
+				}
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
 					Name:    ClusterName("outbound", num, "", svc.GetHostname()),
@@ -497,21 +504,19 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 			}
 			for _, vip := range vips {
 				name := vip + "_" + itoa(num)
+				if locked[name] {
+					continue
+				}
 				if owner, dup := names[name]; dup {
 					g.problem("listener %s: %s and %s share an address and port; %s left out", name, owner, svc.GetHostname(), svc.GetHostname())
 					continue
 				}
 				names[name] = svc.GetHostname()
-				l := &listenerv3.Listener{
-					Name:             name,
-					Address:          socketAddress(vip, num),
-					BindToPort:       wrapperspb.Bool(false),
-					TrafficDirection: corev3.TrafficDirection_OUTBOUND,
-					FilterChains: []*listenerv3.FilterChain{{
-						Name:    ClusterName("outbound", num, "", svc.GetHostname()),
-						Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
-					}},
-				}
+				l := g.portListener(name, vip, num, false)
+				l.FilterChains = []*listenerv3.FilterChain{{
+					Name:    ClusterName("outbound", num, "", svc.GetHostname()),
+					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
+				}}
 				if sniffed(port.GetProtocol()) {
 					// A port of no declared protocol (Istio's "auto"): the
 					// HTTP inspector tells HTTP from the rest per
@@ -538,26 +543,11 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 	for _, port := range ports {
 		w := wild[port]
 		name := "0.0.0.0_" + itoa(port)
-		l := &listenerv3.Listener{
-			Name:             name,
-			Address:          socketAddress("0.0.0.0", port),
-			BindToPort:       wrapperspb.Bool(false),
-			TrafficDirection: corev3.TrafficDirection_OUTBOUND,
-		}
+		l := g.portListener(name, "0.0.0.0", port, false)
 		l.FilterChains = append(l.FilterChains, w.sni...)
 		switch {
 		case w.http:
-			// As Istio: the HTTP chain takes what the HTTP inspector sees
-			// as plaintext HTTP/1.1 or h2c; anything else on the port
-			// (another protocol, TLS to a host no SNI chain names) takes
-			// the default chain below.
-			l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
-				Name:             name,
-				FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
-				Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(port)))},
-			})
-			l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
-			l.DefaultFilterChain = g.passthroughChain(name)
+			g.httpChain(l, name, itoa(port))
 			for _, c := range w.tcp {
 				g.problem("listener %s: TCP service %s without an address shares port %d with HTTP services; left out", name, c.GetName(), port)
 			}
@@ -581,6 +571,35 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 		out = append(out, l)
 	}
 	return out
+}
+
+// portListener is an outbound listener on addr:port, bound to it only
+// when no capture rule sends it anything (bindToPort).
+func (g *gen) portListener(name, addr string, port uint32, bindToPort bool) *listenerv3.Listener {
+	l := &listenerv3.Listener{
+		Name:             name,
+		Address:          socketAddress(addr, port),
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+	}
+	if !bindToPort {
+		l.BindToPort = wrapperspb.Bool(false)
+	}
+	return l
+}
+
+// httpChain makes l a shared HTTP listener, as Istio's: the HTTP chain
+// (route configuration rds) takes what the HTTP inspector sees as
+// plaintext HTTP/1.x or h2c; anything else on the port (another protocol,
+// TLS to a host no SNI chain names) takes the default chain, passed
+// through or refused per outboundTrafficPolicy.
+func (g *gen) httpChain(l *listenerv3.Listener, name, rds string) {
+	l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+		Name:             name,
+		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
+		Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, rds))},
+	})
+	l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
+	l.DefaultFilterChain = g.passthroughChain(name)
 }
 
 // headless reports whether a service is a Kubernetes Service without a

@@ -38,6 +38,13 @@ var grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resour
 // clients ("host:port").
 func (g *gen) routeCandidates() []string {
 	var names []string
+	if !g.grpc {
+		for _, ep := range g.egressPorts() {
+			if isHTTP(ep.proto) || sniffed(ep.proto) {
+				names = append(names, itoa(ep.port))
+			}
+		}
+	}
 	for _, svc := range g.scope.Services() {
 		if g.grpc && !grpcReachable(svc) {
 			continue
@@ -98,8 +105,15 @@ func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
 		return nil
 	}
 	var vhs []*routev3.VirtualHost
-	for _, svc := range g.scope.Services() {
-		if port := servicePort(svc, uint32(n)); port != nil && g.onPortRoute(svc, port) {
+	// A Sidecar egress listener on the port routes its own services that
+	// have the port (Istio's GetEgressListenerForRDS); otherwise the
+	// catch-all's HTTP services on it.
+	services, egress := g.catchAllServices(), false
+	if ep := g.egressPortFor(uint32(n)); ep != nil && (isHTTP(ep.proto) || sniffed(ep.proto)) {
+		services, egress = ep.services, true
+	}
+	for _, svc := range services {
+		if port := servicePort(svc, uint32(n)); port != nil && (egress || g.onPortRoute(svc, port)) {
 			vhs = append(vhs, g.virtualHost(svc, port))
 		}
 	}

@@ -179,6 +179,7 @@ type gen struct {
 	listeners []*listenerv3.Listener
 	inbound   []*clusterv3.Cluster
 	inPorts   []inboundPort
+	egress    *[]egressPort
 	problems  []string
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
