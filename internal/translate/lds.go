@@ -179,13 +179,7 @@ func single(cluster string) []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight
 // each connection to the listener of its original destination; what no
 // listener claims is passed through or dropped per outboundTrafficPolicy.
 func (g *gen) virtualOutbound() *listenerv3.Listener {
-	catchAll := PassthroughCluster
-	if !g.scope.AllowAny() {
-		catchAll = BlackHoleCluster
-	}
-	if sc := g.scope.Sidecar; sc != nil && sc.Spec.GetOutboundTrafficPolicy().GetEgressProxy() != nil {
-		g.problem("Sidecar %s/%s: outboundTrafficPolicy.egressProxy is not applied yet; unknown destinations pass through directly", sc.Namespace, sc.Name)
-	}
+	catchAll := g.unknownTarget()
 	return &listenerv3.Listener{
 		Name:             VirtualOutbound,
 		Address:          socketAddress("0.0.0.0", OutboundPort),
@@ -671,14 +665,36 @@ func (g *gen) httpInspector() *listenerv3.ListenerFilter {
 	return &listenerv3.ListenerFilter{Name: "envoy.filters.listener.http_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&httpinspectorv3.HttpInspector{})}}
 }
 
-// passthroughChain takes what no chain of a shared listener claims: to its
-// original destination (outboundTrafficPolicy ALLOW_ANY), or nowhere
-// (REGISTRY_ONLY).
-func (g *gen) passthroughChain(listener string) *listenerv3.FilterChain {
-	target := PassthroughCluster
+// unknownTarget is where traffic to destinations the mesh does not know
+// goes, per outboundTrafficPolicy: its original destination (ALLOW_ANY),
+// or the egressProxy's cluster when the Sidecar names one (Istio's
+// GetDestinationCluster of it: "outbound|<port>|<subset>|<host>"), or
+// nowhere (REGISTRY_ONLY).
+func (g *gen) unknownTarget() string {
 	if !g.scope.AllowAny() {
-		target = BlackHoleCluster
+		return BlackHoleCluster
 	}
+	sc := g.scope.Sidecar
+	if sc == nil {
+		return PassthroughCluster
+	}
+	ep := sc.Spec.GetOutboundTrafficPolicy().GetEgressProxy()
+	if ep == nil {
+		return PassthroughCluster
+	}
+	host := model.ResolveHost(ep.GetHost(), sc.Namespace, g.pc.DomainSuffix)
+	name := ClusterName("outbound", ep.GetPort().GetNumber(), ep.GetSubset(), host)
+	if g.cluster(name) == nil {
+		g.problem("Sidecar %s/%s: outboundTrafficPolicy.egressProxy %s is not a cluster this proxy has; unknown destinations pass through directly", sc.Namespace, sc.Name, name)
+		return PassthroughCluster
+	}
+	return name
+}
+
+// passthroughChain takes what no chain of a shared listener claims: see
+// unknownTarget.
+func (g *gen) passthroughChain(listener string) *listenerv3.FilterChain {
+	target := g.unknownTarget()
 	return &listenerv3.FilterChain{Name: listener + "-" + target, Filters: []*listenerv3.Filter{g.tcpProxy(target, single(target))}}
 }
 

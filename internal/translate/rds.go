@@ -199,13 +199,14 @@ func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort)
 }
 
 // fallbackVirtualHost catches hosts the mesh does not know: passed
-// through (ALLOW_ANY) or refused with 502 (REGISTRY_ONLY).
+// through (ALLOW_ANY, to the egress proxy when the Sidecar names one) or
+// refused with 502 (REGISTRY_ONLY).
 func (g *gen) fallbackVirtualHost() *routev3.VirtualHost {
-	if g.scope.AllowAny() {
+	if target := g.unknownTarget(); target != BlackHoleCluster {
 		return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{{
 			Name:   "allow_any",
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: PassthroughCluster}, Timeout: dur(0)}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: target}, Timeout: dur(0)}},
 		}}}
 	}
 	return &routev3.VirtualHost{Name: "block_all", Domains: []string{"*"}, Routes: []*routev3.Route{{
