@@ -122,7 +122,7 @@ func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
 	}
 	sortByName(vhs)
 	vhs = append(vhs, g.fallbackVirtualHost())
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false)}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
 }
 
 // sniffedRoute is the route configuration "<host>:<port>" of a sniffed
@@ -136,7 +136,7 @@ func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
 	}
 	vh := g.virtualHost(svc, port)
 	vh.Domains = []string{"*"}
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}, ValidateClusters: wrapperspb.Bool(false)}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
 }
 
 // grpcRoute is a proxyless client's route configuration for "host:port".
@@ -172,8 +172,12 @@ func (g *gen) hostPort(name string) (*registryv1.Service, *registryv1.ServicePor
 
 // virtualHost is "<host>:<port>", reached by every name of the service,
 // with and without the port.
+//
+// A sidecar's route configurations ignore the Host's port
+// (IgnorePortInHostMatching, as Istio's buildSidecarOutboundHTTPRouteConfig),
+// so the domains carry none (Istio's SidecarIgnorePort): "reviews:9080"
+// and "reviews" match alike.
 func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort) *routev3.VirtualHost {
-	p := ":" + itoa(port.GetNumber())
 	var domains []string
 	names := g.serviceNames(svc)
 	if headless(svc) {
@@ -186,10 +190,9 @@ func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort)
 	}
 	for _, n := range append(names, svc.GetAddresses()...) {
 		if strings.Contains(n, ":") && !strings.Contains(n, ".") { // IPv6 VIP
-			domains = append(domains, "["+n+"]", "["+n+"]"+p)
-			continue
+			n = "[" + n + "]"
 		}
-		domains = append(domains, n, n+p)
+		domains = append(domains, n)
 	}
 	return &routev3.VirtualHost{
 		Name:    ListenerName(svc.GetHostname(), port.GetNumber()),
