@@ -16,11 +16,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 	grpcxds "google.golang.org/grpc/xds"
 )
 
@@ -30,10 +32,25 @@ const Target = "backend-service.default.svc.cluster.local:80"
 type backend struct {
 	testgrpc.UnimplementedTestServiceServer
 	name string
+	// failEvery > 0 answers every failEvery-th call UNAVAILABLE.
+	failEvery int64
+	calls     atomic.Int64
 }
 
 func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	if n := b.calls.Add(1); b.failEvery > 0 && n%b.failEvery == 0 {
+		return nil, status.Error(codes.Unavailable, "flaky backend "+b.name)
+	}
 	return &testgrpc.SimpleResponse{Hostname: b.name}, nil
+}
+
+// StartFlakyBackend is StartBackend answering every failEvery-th call
+// with UNAVAILABLE; calls reports how many calls it has received.
+func StartFlakyBackend(tb testing.TB, name string, failEvery int64) (port int, calls func() int64) {
+	tb.Helper()
+	b := &backend{name: name, failEvery: failEvery}
+	port, _ = serve(tb, b)
+	return port, b.calls.Load
 }
 
 // StartBackend serves a gRPC test service on 127.0.0.1 that answers
@@ -48,12 +65,17 @@ func StartBackend(tb testing.TB, name string) int {
 // that takes the backend away (the test's end stops it too).
 func StartStoppableBackend(tb testing.TB, name string) (port int, stop func()) {
 	tb.Helper()
+	return serve(tb, &backend{name: name})
+}
+
+func serve(tb testing.TB, b *backend) (port int, stop func()) {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(gs, &backend{name: name})
+	testgrpc.RegisterTestServiceServer(gs, b)
 	go func() { _ = gs.Serve(lis) }()
 	tb.Cleanup(gs.Stop)
 	addr, _ := lis.Addr().(*net.TCPAddr)
