@@ -373,6 +373,21 @@ func dialSotw(t *testing.T, addr string) *sotwClient {
 	return &sotwClient{t: t, st: st}
 }
 
+// dialDelta opens a raw delta stream to addr, closed when the test ends.
+func dialDelta(t *testing.T, addr string) discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func (c *sotwClient) send(req *discoveryv3.DiscoveryRequest) {
 	c.t.Helper()
 	if err := c.st.Send(req); err != nil {
@@ -520,15 +535,7 @@ func TestEqualContentEncodesEquallyWhateverTheMapOrder(t *testing.T) {
 
 func TestASubscriberCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *testing.T) {
 	g := startGalley(t, "")
-	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dialDelta(t, g.addr)
 	names := func(from, n int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -689,15 +696,7 @@ func TestACollectionNotPublishedIsAnEmptyOneNotAClosedStream(t *testing.T) {
 		t.Fatalf("after it, the virtual services: %v (%v), want one typed %s", names, resp.GetResources(), ResourceTypeURL)
 	}
 
-	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	d, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := dialDelta(t, g.addr)
 	if err := d.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "pilot"}, TypeUrl: "telemetry.istio.io/v1alpha1/Telemetry"}); err != nil {
 		t.Fatal(err)
 	}
@@ -796,15 +795,7 @@ func TestIstiosMeshConfigCollectionCarriesTheMeshConfigItself(t *testing.T) {
 		t.Fatalf("the mesh collection itself: %v", resp.GetResources())
 	}
 
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	d, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := dialDelta(t, lis.Addr().String())
 	if err := d.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "pilot"}, TypeUrl: istioType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
