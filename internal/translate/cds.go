@@ -101,7 +101,7 @@ type shared struct {
 // build what goes into the push context's memo.
 func (g *gen) isolated() *gen {
 	return &gen{
-		pc: g.pc, p: g.p, scope: g.scope, grpc: g.grpc,
+		pc: g.pc, p: g.p, scope: g.scope, grpc: g.grpc, locality: g.locality, localityStr: g.localityStr,
 		clusters: map[string]*builtCluster{}, las: map[string]*endpointv3.ClusterLoadAssignment{},
 		routesBy: map[string]*routev3.RouteConfiguration{}, empties: map[string]*anypb.Any{},
 	}

@@ -35,7 +35,10 @@ func (g *gen) localitySetting(lb *networking.LoadBalancerSettings) *networking.L
 		s = g.pc.Mesh.GetLocalityLbSetting()
 	}
 	if s == nil {
-		return &networking.LocalityLoadBalancerSetting{Enabled: wrapperspb.Bool(true)}
+		if g.defaultLocalityLB == nil {
+			g.defaultLocalityLB = &networking.LocalityLoadBalancerSetting{Enabled: wrapperspb.Bool(true)}
+		}
+		return g.defaultLocalityLB
 	}
 	if e := s.GetEnabled(); e != nil && !e.GetValue() {
 		return nil
@@ -72,15 +75,20 @@ func localityLbConfig(c *clusterv3.Cluster, s *networking.LocalityLoadBalancerSe
 // proxyLocality is where the proxy runs: what its node says, else the
 // locality of its own workload's endpoint (Istio's initializeProxy).
 func (g *gen) proxyLocality() model.Locality {
-	if !g.p.Locality.IsZero() {
-		return g.p.Locality
+	if g.locality != nil {
+		return *g.locality
 	}
-	for _, in := range g.pc.Instances(g.p) {
-		if l := in.Endpoint.GetLocality(); l != nil {
-			return model.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubzone()}
+	l := g.p.Locality
+	if l.IsZero() {
+		for _, in := range g.pc.Instances(g.p) {
+			if el := in.Endpoint.GetLocality(); el != nil {
+				l = model.Locality{Region: el.GetRegion(), Zone: el.GetZone(), Subzone: el.GetSubzone()}
+				break
+			}
 		}
 	}
-	return model.Locality{}
+	g.locality = &l
+	return l
 }
 
 // proxyLabel is a label of the proxy's workload, with Istio's topology
@@ -134,6 +142,12 @@ func cmpOr(a, b string) string {
 // on for this proxy: its locality, and its values of the failoverPriority
 // labels. Proxies with the same key share the assignment.
 func (g *gen) localityKey(s *networking.LocalityLoadBalancerSetting) string {
+	if len(s.GetFailoverPriority()) == 0 {
+		if g.localityStr == "" {
+			g.localityStr = g.proxyLocality().String()
+		}
+		return g.localityStr
+	}
 	var b strings.Builder
 	b.WriteString(g.proxyLocality().String())
 	for _, fp := range s.GetFailoverPriority() {

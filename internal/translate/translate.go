@@ -180,6 +180,12 @@ type gen struct {
 	inbound   []*clusterv3.Cluster
 	inPorts   []inboundPort
 	egress    *[]egressPort
+	// locality is where the proxy runs (proxyLocality), once known;
+	// localityStr its key form.
+	locality    *model.Locality
+	localityStr string
+	// defaultLocalityLB is Istio's default mesh setting, made once.
+	defaultLocalityLB *networking.LocalityLoadBalancerSetting
 	problems  []string
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
