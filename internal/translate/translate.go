@@ -186,7 +186,7 @@ type gen struct {
 	localityStr string
 	// defaultLocalityLB is Istio's default mesh setting, made once.
 	defaultLocalityLB *networking.LocalityLoadBalancerSetting
-	problems  []string
+	problems          []string
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any
