@@ -12,22 +12,39 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
-// FuzzGenerate translates arbitrary VirtualServices and DestinationRules
-// (as if they had bypassed validation) for a sidecar and a proxyless
-// client: translation never panics, and whatever it returns passes the
-// checks it promises.
+// FuzzGenerate translates an arbitrary VirtualService, DestinationRule,
+// Sidecar and delegate VirtualService (as if they had bypassed
+// validation) for a sidecar and a proxyless client: translation never
+// panics, and whatever it returns passes the checks it promises.
 func FuzzGenerate(f *testing.F) {
 	vs, _ := proto.Marshal(&networking.VirtualService{Hosts: []string{"a"}, Http: []*networking.HTTPRoute{{
 		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a", Subset: "v1"}, Weight: 50}},
 	}}})
 	dr, _ := proto.Marshal(&networking.DestinationRule{Host: "a", Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"v": "1"}}}})
-	f.Add(vs, dr)
-	f.Add([]byte{}, []byte{0x0a, 0x01, 0x2a})
+	sc, _ := proto.Marshal(&networking.Sidecar{
+		Ingress: []*networking.IstioIngressListener{{Port: &networking.SidecarPort{Number: 8080, Protocol: "HTTP"}, DefaultEndpoint: "0.0.0.0:18080"}},
+		Egress: []*networking.IstioEgressListener{
+			{Port: &networking.SidecarPort{Number: 9000, Protocol: "TCP"}, Bind: "127.0.0.1", Hosts: []string{"./*"}},
+			{Hosts: []string{"*/*"}},
+		},
+		OutboundTrafficPolicy: &networking.OutboundTrafficPolicy{EgressProxy: &networking.Destination{Host: "a", Port: &networking.PortSelector{Number: 80}}},
+	})
+	del, _ := proto.Marshal(&networking.VirtualService{Http: []*networking.HTTPRoute{{
+		Match: []*networking.HTTPMatchRequest{{Uri: &networking.StringMatch{MatchType: &networking.StringMatch_Prefix{Prefix: "/x"}}}},
+		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a"}}},
+	}}})
+	root, _ := proto.Marshal(&networking.VirtualService{Hosts: []string{"a"}, Http: []*networking.HTTPRoute{{
+		Match:    []*networking.HTTPMatchRequest{{Uri: &networking.StringMatch{MatchType: &networking.StringMatch_Prefix{Prefix: "/"}}}},
+		Delegate: &networking.Delegate{Name: "delegate"},
+	}}})
+	f.Add(vs, dr, []byte{}, []byte{})
+	f.Add(root, dr, sc, del)
+	f.Add([]byte{}, []byte{0x0a, 0x01, 0x2a}, []byte{0x0a, 0x01}, []byte{0x12})
 	kinds := map[string]istio.Kind{}
 	for _, k := range istio.Kinds() {
 		kinds[k.Kind] = k
 	}
-	f.Fuzz(func(t *testing.T, vsBytes, drBytes []byte) {
+	f.Fuzz(func(t *testing.T, vsBytes, drBytes, scBytes, delegateBytes []byte) {
 		s := model.NewStore()
 		s.PutService(&registryv1.Service{
 			Hostname: "a.default.svc.cluster.local", Name: "a", Namespace: "default", Addresses: []string{"10.96.0.1"},
@@ -48,6 +65,14 @@ func FuzzGenerate(f *testing.F) {
 		d := &networking.DestinationRule{}
 		if proto.Unmarshal(drBytes, d) == nil {
 			s.PutObject(&istio.Object{Kind: kinds["DestinationRule"], Meta: istio.Meta{Name: "dr", Namespace: "default"}, Spec: d})
+		}
+		sc := &networking.Sidecar{}
+		if proto.Unmarshal(scBytes, sc) == nil {
+			s.PutObject(&istio.Object{Kind: kinds["Sidecar"], Meta: istio.Meta{Name: "default", Namespace: "default"}, Spec: sc})
+		}
+		del := &networking.VirtualService{}
+		if proto.Unmarshal(delegateBytes, del) == nil {
+			s.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: "delegate", Namespace: "default"}, Spec: del})
 		}
 		pc, _ := s.Build(model.BuildOptions{}, nil, 1)
 		for _, gen := range []string{"", model.GeneratorGRPC} {
