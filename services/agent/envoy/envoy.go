@@ -129,38 +129,42 @@ func orStd(w, d io.Writer) io.Writer {
 	return w
 }
 
-var client = &http.Client{Timeout: 2 * time.Second}
+// adminTimeout bounds each call to Envoy's admin endpoint.
+const adminTimeout = 2 * time.Second
 
-// Drain asks Envoy to drain its inbound listeners gracefully.
-func Drain(ctx context.Context, admin string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin+"/drain_listeners?graceful&inboundonly", nil)
+// admin calls Envoy's admin endpoint and returns the response status,
+// the body read (bounded) and discarded.
+func admin(ctx context.Context, method, addr, path string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
 	if err != nil {
-		return fmt.Errorf("drain: %w", err)
+		return 0, err //nolint:wrapcheck // callers say which call
 	}
-	resp, err := client.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("drain: %w", err)
+		return 0, err //nolint:wrapcheck // as above
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("drain: envoy answered %s", resp.Status)
+	return resp.StatusCode, nil
+}
+
+// Drain asks Envoy to drain its inbound listeners gracefully.
+func Drain(ctx context.Context, addr string) error {
+	code, err := admin(ctx, http.MethodPost, addr, "/drain_listeners?graceful&inboundonly")
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("drain: envoy answered %d %s", code, http.StatusText(code))
 	}
 	return nil
 }
 
 // Ready reports whether Envoy's admin says it is ready (GET /ready: 200,
 // "LIVE").
-func Ready(ctx context.Context, admin string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/ready", nil)
-	if err != nil {
-		return false
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	return resp.StatusCode == http.StatusOK
+func Ready(ctx context.Context, addr string) bool {
+	code, err := admin(ctx, http.MethodGet, addr, "/ready")
+	return err == nil && code == http.StatusOK
 }
