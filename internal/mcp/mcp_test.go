@@ -373,10 +373,11 @@ func dialSotw(t *testing.T, addr string) *sotwClient {
 	return &sotwClient{t: t, st: st}
 }
 
-// dialDelta opens a raw delta stream to addr, closed when the test ends.
-func dialDelta(t *testing.T, addr string) discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+// dialDelta opens a raw delta stream to addr (over a connection with
+// opts), closed when the test ends.
+func dialDelta(t *testing.T, addr string, opts ...grpc.DialOption) discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,16 +636,7 @@ func TestSubscribersThatNeverReadDelayNoOtherSubscriber(t *testing.T) {
 	go func() { _ = gs.Serve(lis) }()
 	defer gs.Stop()
 	for i := range 5 {
-		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := dialDelta(t, lis.Addr().String(), grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 		for _, typ := range types {
 			if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: fmt.Sprintf("stuck-%d", i)}, TypeUrl: typ, ResourceNamesSubscribe: []string{"*"}}); err != nil {
 				t.Fatal(err)

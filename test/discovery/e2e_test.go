@@ -32,6 +32,18 @@ func TestMain(m *testing.M) {
 	os.Exit(build.Main(m, &binDir, nil, "flotilla-galley", "flotilla-discovery", "xdsload"))
 }
 
+// seedDir starts the seed example's two backends, v1 and v2, and writes
+// its configuration (the backend service and a v1/v2 split) into a new
+// directory.
+func seedDir(t *testing.T, v1Weight, v2Weight int) (dir string, v1, v2 int) {
+	t.Helper()
+	v1, v2 = xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
+	dir = t.TempDir()
+	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
+	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(v1Weight, v2Weight))
+	return dir, v1, v2
+}
+
 type galley struct {
 	p          *proc.Process
 	mcp, admin string
@@ -90,10 +102,7 @@ func (d *discovery) syncz(t *testing.T) []proxyStatus {
 }
 
 func TestGalleyDiscoveryAndProxylessClientsRouteAsConfigured(t *testing.T) {
-	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
-	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(90, 10))
+	dir, v1, v2 := seedDir(t, 90, 10)
 	g := startGalley(t, dir, proc.FreeAddr(t))
 	d := startDiscovery(t, g.mcp)
 	c := xdstest.Client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", xdstest.Target, d.xds)
@@ -131,10 +140,7 @@ func TestGalleyDiscoveryAndProxylessClientsRouteAsConfigured(t *testing.T) {
 }
 
 func TestWithGalleyGoneClientsKeepRoutingAndItsReturnPushesNothing(t *testing.T) {
-	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
-	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(50, 50))
+	dir, _, _ := seedDir(t, 50, 50)
 	mcpAddr := proc.FreeAddr(t)
 	g := startGalley(t, dir, mcpAddr)
 	d := startDiscovery(t, g.mcp)
@@ -181,10 +187,7 @@ func TestWithGalleyGoneClientsKeepRoutingAndItsReturnPushesNothing(t *testing.T)
 }
 
 func TestClientsMoveToAnotherDiscoveryReplicaAndKeepRouting(t *testing.T) {
-	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
-	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(100, 0))
+	dir, _, _ := seedDir(t, 100, 0)
 	g := startGalley(t, dir, proc.FreeAddr(t))
 	d1 := startDiscovery(t, g.mcp)
 	d2 := startDiscovery(t, g.mcp)
@@ -213,10 +216,7 @@ func TestClientsMoveToAnotherDiscoveryReplicaAndKeepRouting(t *testing.T) {
 }
 
 func TestDiscoveryServesADirectoryOnItsOwn(t *testing.T) {
-	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
-	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(0, 100))
+	dir, _, _ := seedDir(t, 0, 100)
 	xdsAddr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
 	d := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
 		"--config-dir", dir, "--xds-address", xdsAddr, "--admin-address", admin, "--debounce-quiet", "20ms")
@@ -247,10 +247,7 @@ func TestDiscoveryServesADirectoryOnItsOwn(t *testing.T) {
 // because both read the directory through the one file source and
 // publisher.
 func TestTheSameDirectoryYieldsTheSameXDSThroughGalleyOrOnItsOwn(t *testing.T) {
-	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
-	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(30, 70))
+	dir, _, _ := seedDir(t, 30, 70)
 	xdstest.WriteFile(t, dir, "policy.yaml", readExample(t, "mesh-policy.yaml"))
 	xdstest.WriteFile(t, dir, "vm.yaml", `apiVersion: networking.istio.io/v1
 kind: WorkloadEntry

@@ -65,10 +65,7 @@ func neverReading(t *testing.T, addr, node string) {
 // configuration changes; a healthy proxyless client gets every change,
 // and a proxy that connects later gets its configuration.
 func TestNeverReadingProxiesDelayNoOneElse(t *testing.T) {
-	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
-	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(100, 0))
+	dir, _, _ := seedDir(t, 100, 0)
 	xdstest.WriteFile(t, dir, "many.yaml", services("many", 600))
 	xdsAddr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
 	d := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
@@ -175,10 +172,7 @@ func TestANackLoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 // takes is logged (within a second or two: clients retry at most every
 // second).
 func TestAChangeMadeWhileGalleyWasDownArrivesSoonAfterItIsBack(t *testing.T) {
-	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
-	dir := t.TempDir()
-	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
-	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(100, 0))
+	dir, _, _ := seedDir(t, 100, 0)
 	mcpAddr := proc.FreeAddr(t)
 	g := startGalley(t, dir, mcpAddr)
 	d := startDiscovery(t, g.mcp)

@@ -28,15 +28,7 @@ func TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 	healthy := subscribe(t, mcpAddr)
 	healthy.waitFor(t, "the routes", func() bool { return healthy.weights("default/greeter") == "80/20" })
 
-	cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dialDelta(t, mcpAddr)
 	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "nacker"}, TypeUrl: vsType()}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,16 +64,7 @@ func TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 func TestASubscriberRequestOverTheLimitIsRefused(t *testing.T) {
 	mcpAddr := freeAddr(t)
 	startGalleyWith(t, freeAddr(t), "--config-dir", t.TempDir(), "--mcp-address", mcpAddr)
-	cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dialDelta(t, mcpAddr, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
 	md, err := structpb.NewStruct(map[string]any{"padding": strings.Repeat("x", 5<<20)})
 	if err != nil {
 		t.Fatal(err)
@@ -92,4 +75,20 @@ func TestASubscriberRequestOverTheLimitIsRefused(t *testing.T) {
 	if _, err := st.Recv(); grpcstatus.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a 5 MiB request: %v, want ResourceExhausted", err)
 	}
+}
+
+// dialDelta opens a raw delta stream to galley (over a connection with
+// opts), closed when the test ends.
+func dialDelta(t *testing.T, addr string, opts ...grpc.DialOption) discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
