@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -73,8 +74,10 @@ type Server struct {
 type collection struct {
 	typeURL string
 	// raw collections carry each resource's body itself, not wrapped in
-	// an MCP Resource (an alias such as Istio's mesh config collection).
-	raw bool
+	// an MCP Resource (an alias such as Istio's mesh config collection);
+	// rawType is the bodies' type URL, read without the server's lock.
+	raw     bool
+	rawType atomic.Pointer[string]
 	// aliases are collections that mirror this one (Server.Alias).
 	aliases []*collection
 	linear  *cache.LinearCache
@@ -274,6 +277,8 @@ func (c *collection) update(upserts []*Resource, deletes []string) (int, error) 
 				return 0, fmt.Errorf("decode %s %s: %w", typeURL, r.Name, err)
 			}
 			msg, a = body, r.Body
+			t := r.Body.GetTypeUrl()
+			c.rawType.Store(&t)
 		} else {
 			p := r.toProto()
 			enc, err := marshal(p)
@@ -546,22 +551,20 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			// The LinearCache types each resource's Any with the collection;
 			// Istio's sinks expect Istio's MCP Resource, or for a raw alias
 			// the body's own type (the response is this stream's own,
-			// built for it, and sent right after).
-			s.mu.Lock()
-			c := s.collections[r.GetTypeUrl()]
-			for _, res := range r.GetResources() {
-				a := res.GetResource()
-				switch {
-				case a == nil:
-				case c != nil && c.raw:
-					if enc := c.encoded[res.GetName()]; enc != nil {
-						a.TypeUrl = enc.GetTypeUrl()
-					}
-				default:
-					a.TypeUrl = ResourceTypeURL
+			// built for it, and sent right after). The collections are
+			// fixed once serving starts: read without the lock, which
+			// Update holds while it encodes.
+			typeURL := ResourceTypeURL
+			if c := s.collections[r.GetTypeUrl()]; c != nil && c.raw {
+				if t := c.rawType.Load(); t != nil {
+					typeURL = *t
 				}
 			}
-			s.mu.Unlock()
+			for _, res := range r.GetResources() {
+				if a := res.GetResource(); a != nil {
+					a.TypeUrl = typeURL
+				}
+			}
 			sent(id, r.GetTypeUrl(), len(r.GetResources())+len(r.GetRemovedResources()))
 		},
 	}

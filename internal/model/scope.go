@@ -24,6 +24,9 @@ type Scope struct {
 	byHost   map[string]*registryv1.Service
 	vsExact  map[string][]*VirtualService // host → visible ones, own namespace first
 	vsWild   []*VirtualService            // visible ones with a wildcard host
+	// egress are the services each of the Sidecar's egress listeners
+	// lists, in its order.
+	egress [][]*registryv1.Service
 }
 
 // Scope returns the proxy's scope.
@@ -93,6 +96,19 @@ func (pc *PushContext) newScope(ns string, sc *SidecarConfig) *Scope {
 		}
 		s.byHost[svc.GetHostname()] = svc
 		s.services = append(s.services, svc)
+	}
+	var egress []*networking.IstioEgressListener
+	if sc != nil {
+		egress = sc.Spec.GetEgress()
+	}
+	for _, eg := range egress {
+		var listed []*registryv1.Service
+		for _, svc := range s.services {
+			if s.EgressImports(eg, svc.GetNamespace(), svc.GetHostname()) {
+				listed = append(listed, svc)
+			}
+		}
+		s.egress = append(s.egress, listed)
 	}
 	var visible []*VirtualService
 	for _, vs := range pc.cfg.virtualServices {
@@ -193,16 +209,13 @@ func (s *Scope) EgressImports(eg *networking.IstioEgressListener, ns, host strin
 	return false
 }
 
-// EgressServices are the visible services one egress listener of the
-// Sidecar lists, by hostname.
-func (s *Scope) EgressServices(eg *networking.IstioEgressListener) []*registryv1.Service {
-	var out []*registryv1.Service
-	for _, svc := range s.services {
-		if s.EgressImports(eg, svc.GetNamespace(), svc.GetHostname()) {
-			out = append(out, svc)
-		}
+// EgressServices are the visible services the Sidecar's i-th egress
+// listener lists, by hostname.
+func (s *Scope) EgressServices(i int) []*registryv1.Service {
+	if i < 0 || i >= len(s.egress) {
+		return nil
 	}
-	return out
+	return s.egress[i]
 }
 
 // Services returns the services the proxy sees, one per hostname, by

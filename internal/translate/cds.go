@@ -705,17 +705,9 @@ func (g *gen) spiffeIDs(svc *registryv1.Service) []string {
 	return slices.Compact(ids)
 }
 
-// spiffeSANs matches the URI SAN against spiffeIDs.
+// spiffeSANs matches the server's URI SAN against spiffeIDs.
 func (g *gen) spiffeSANs(svc *registryv1.Service) []*tlsv3.SubjectAltNameMatcher {
-	ids := g.spiffeIDs(svc)
-	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, &tlsv3.SubjectAltNameMatcher{
-			SanType: tlsv3.SubjectAltNameMatcher_URI,
-			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}},
-		})
-	}
-	return out
+	return sanMatchers(g.spiffeIDs(svc))
 }
 
 // upstreamTLSParams are Istio's for TLS a sidecar originates: 1.2 up to

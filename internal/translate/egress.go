@@ -30,11 +30,11 @@ type egressPort struct {
 // up.
 func (g *gen) egressPorts() []egressPort {
 	if g.egress != nil {
-		return *g.egress
+		return g.egress
 	}
 	out := []egressPort{}
 	if sc := g.scope.Sidecar; sc != nil {
-		for _, eg := range sc.Spec.GetEgress() {
+		for i, eg := range sc.Spec.GetEgress() {
 			if eg.GetPort() == nil {
 				continue
 			}
@@ -47,7 +47,7 @@ func (g *gen) egressPorts() []egressPort {
 				proto:      registry.ParseProtocol(eg.GetPort().GetProtocol()),
 				bind:       eg.GetBind(),
 				bindToPort: eg.GetCaptureMode() == networking.CaptureMode_NONE,
-				services:   g.scope.EgressServices(eg),
+				services:   g.scope.EgressServices(i),
 			}
 			if ep.bind == "" && ep.bindToPort {
 				ep.bind = "127.0.0.1"
@@ -55,7 +55,7 @@ func (g *gen) egressPorts() []egressPort {
 			out = append(out, ep)
 		}
 	}
-	g.egress = &out
+	g.egress = out
 	return out
 }
 
@@ -77,9 +77,9 @@ func (g *gen) catchAllServices() []*registryv1.Service {
 	if sc == nil || len(sc.Spec.GetEgress()) == 0 {
 		return g.scope.Services()
 	}
-	for _, eg := range sc.Spec.GetEgress() {
+	for i, eg := range sc.Spec.GetEgress() {
 		if eg.GetPort() == nil {
-			return g.scope.EgressServices(eg)
+			return g.scope.EgressServices(i)
 		}
 	}
 	return nil

@@ -609,14 +609,22 @@ func headless(svc *registryv1.Service) bool {
 func (g *gen) endpointAddresses(svc *registryv1.Service) []string {
 	var out []string
 	for _, ep := range g.pc.Endpoints(svc) {
-		a, err := netip.ParseAddr(ep.GetAddress())
-		if err != nil || slices.Contains(g.p.IPs, a) {
-			continue
+		if a, ok := g.peerAddress(ep); ok {
+			out = append(out, a)
 		}
-		out = append(out, a.String())
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// peerAddress is an endpoint's IP address, unless it is not one or is
+// the proxy's own.
+func (g *gen) peerAddress(ep *registryv1.Endpoint) (string, bool) {
+	a, err := netip.ParseAddr(ep.GetAddress())
+	if err != nil || slices.Contains(g.p.IPs, a) {
+		return "", false
+	}
+	return a.String(), true
 }
 
 // sniffed reports whether a port's protocol is told per connection
@@ -640,7 +648,13 @@ func (g *gen) perEndpoint(svc *registryv1.Service) bool {
 	if svc.GetResolution() != registryv1.Resolution_RESOLUTION_NONE || len(ipAddresses(svc.GetAddresses())) > 0 {
 		return false
 	}
-	return headless(svc) || len(g.endpointAddresses(svc)) > 0
+	if headless(svc) {
+		return true
+	}
+	return slices.ContainsFunc(g.pc.Endpoints(svc), func(ep *registryv1.Endpoint) bool {
+		_, ok := g.peerAddress(ep)
+		return ok
+	})
 }
 
 // plaintextHTTPALPN is what the HTTP inspector reports for plaintext HTTP

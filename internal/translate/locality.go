@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -97,11 +98,11 @@ func (g *gen) proxyLabel(name string) string {
 	l := g.proxyLocality()
 	switch name {
 	case labelRegion:
-		return cmpOr(l.Region, g.p.Labels[name])
+		return cmp.Or(l.Region, g.p.Labels[name])
 	case labelZone:
-		return cmpOr(l.Zone, g.p.Labels[name])
+		return cmp.Or(l.Zone, g.p.Labels[name])
 	case labelSubzone:
-		return cmpOr(l.Subzone, g.p.Labels[name])
+		return cmp.Or(l.Subzone, g.p.Labels[name])
 	case labelHostname:
 		for _, in := range g.pc.Instances(g.p) {
 			if n := in.Endpoint.GetNodeName(); n != "" {
@@ -118,24 +119,17 @@ func endpointLabel(ep *registryv1.Endpoint, name string) string {
 	l := ep.GetLocality()
 	switch name {
 	case labelRegion:
-		return cmpOr(l.GetRegion(), ep.GetLabels()[name])
+		return cmp.Or(l.GetRegion(), ep.GetLabels()[name])
 	case labelZone:
-		return cmpOr(l.GetZone(), ep.GetLabels()[name])
+		return cmp.Or(l.GetZone(), ep.GetLabels()[name])
 	case labelSubzone:
-		return cmpOr(l.GetSubzone(), ep.GetLabels()[name])
+		return cmp.Or(l.GetSubzone(), ep.GetLabels()[name])
 	case labelNetwork:
-		return cmpOr(ep.GetNetwork(), ep.GetLabels()[name])
+		return cmp.Or(ep.GetNetwork(), ep.GetLabels()[name])
 	case labelHostname:
-		return cmpOr(ep.GetNodeName(), ep.GetLabels()[name])
+		return cmp.Or(ep.GetNodeName(), ep.GetLabels()[name])
 	}
 	return ep.GetLabels()[name]
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // localityKey names what a load assignment shaped by the setting depends

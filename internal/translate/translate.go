@@ -179,7 +179,7 @@ type gen struct {
 	listeners []*listenerv3.Listener
 	inbound   []*clusterv3.Cluster
 	inPorts   []inboundPort
-	egress    *[]egressPort
+	egress    []egressPort
 	// locality is where the proxy runs (proxyLocality), once known;
 	// localityStr its key form.
 	locality    *model.Locality
