@@ -117,13 +117,14 @@ type drIndex struct {
 }
 
 type configIndex struct {
-	services         []*registryv1.Service            // by hostname, then namespace
-	byHost           map[string][]*registryv1.Service // hostname → by namespace
-	virtualServices  []*VirtualService                // by namespace/name
-	destinationRules []*DestinationRule               // by namespace/name
-	sidecars         map[string][]*SidecarConfig      // namespace → by name
-	drsByNamespace   map[string]*drIndex              // namespace → its rules
-	peerAuth         map[string][]*PeerAuthentication // namespace → by name
+	services         []*registryv1.Service             // by hostname, then namespace
+	byHost           map[string][]*registryv1.Service  // hostname → by namespace
+	virtualServices  []*VirtualService                 // by namespace/name
+	destinationRules []*DestinationRule                // by namespace/name
+	sidecars         map[string][]*SidecarConfig       // namespace → by name
+	drsByNamespace   map[string]*drIndex               // namespace → its rules
+	peerAuth         map[string][]*PeerAuthentication  // namespace → by name
+	authz            map[string][]*AuthorizationPolicy // namespace → by name
 	namespaces       map[string]*registryv1.Namespace
 }
 
@@ -217,6 +218,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	ci := &configIndex{
 		byHost: map[string][]*registryv1.Service{}, sidecars: map[string][]*SidecarConfig{},
 		drsByNamespace: map[string]*drIndex{}, peerAuth: map[string][]*PeerAuthentication{}, namespaces: s.namespaces,
+		authz: map[string][]*AuthorizationPolicy{},
 	}
 	for _, svc := range s.services {
 		ci.services = append(ci.services, svc)
@@ -279,6 +281,13 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	for _, o := range sortedObjects(s.configs[istio.PeerAuthentication]) {
 		if spec, ok := o.Spec.(*security.PeerAuthentication); ok {
 			ci.peerAuth[o.Meta.Namespace] = append(ci.peerAuth[o.Meta.Namespace], &PeerAuthentication{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
+		}
+	}
+	for _, o := range sortedObjects(s.configs[istio.AuthorizationPolicy]) {
+		if spec, ok := o.Spec.(*security.AuthorizationPolicy); ok {
+			ci.authz[o.Meta.Namespace] = append(ci.authz[o.Meta.Namespace], &AuthorizationPolicy{
+				Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec, DryRun: dryRun(o.Meta.Annotations),
+			})
 		}
 	}
 	return ci

@@ -103,8 +103,8 @@ func (g *gen) grpcInbound(name string) *listenerv3.Listener {
 		}},
 		// A server rejects a listener naming a filter it cannot run on
 		// the server side (the fault filter is client-only): the
-		// router alone, as Istio's grpcgen sends without policies.
-		HttpFilters: g.httpFilters()[1:],
+		// workload's authorization, then the router, as Istio's grpcgen.
+		HttpFilters: append(g.authzGRPCFilters(), g.httpFilters()[1:]...),
 	})}
 	return &listenerv3.Listener{
 		Name:         name,

@@ -246,9 +246,7 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(InboundPort)},
 		Filters:          []*listenerv3.Filter{g.tcpProxy(BlackHoleCluster, single(BlackHoleCluster))},
 	}}, l.FilterChains...)
-	pass := func() []*listenerv3.Filter {
-		return []*listenerv3.Filter{g.tcpProxy(InboundPassthroughCluster, single(InboundPassthroughCluster))}
-	}
+	pass := func() []*listenerv3.Filter { return g.inboundTCP(InboundPassthroughCluster) }
 	mtls := &listenerv3.FilterChain{
 		Name:             "virtualInbound-catchall-mtls",
 		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls", ApplicationProtocols: istioMTLSALPN()},
@@ -299,7 +297,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 	cluster := ClusterName("inbound", port, "", "")
 	filters := func() []*listenerv3.Filter {
 		if !isHTTP(proto) {
-			return []*listenerv3.Filter{g.tcpProxy(cluster, single(cluster))}
+			return g.inboundTCP(cluster)
 		}
 		return []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCM(port))}
 	}
@@ -327,7 +325,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 		tls := &listenerv3.FilterChain{
 			Name:             "inbound|" + itoa(port) + "|tls",
 			FilterChainMatch: match("tls"),
-			Filters:          []*listenerv3.Filter{g.tcpProxy(cluster, single(cluster))},
+			Filters:          g.inboundTCP(cluster),
 		}
 		return []*listenerv3.FilterChain{mtls, tls, plain}
 	}
@@ -345,7 +343,7 @@ func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
 		fc := &listenerv3.FilterChain{
 			Name:             "inbound|" + p + "|" + name,
 			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: transport, ApplicationProtocols: alpn},
-			Filters:          []*listenerv3.Filter{g.tcpProxy(cluster, single(cluster))},
+			Filters:          g.inboundTCP(cluster),
 		}
 		if http {
 			fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCM(port))}
@@ -374,7 +372,14 @@ func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
 	}
 }
 
-// inboundHCM routes everything a port receives to the application.
+// inboundTCP are the filters of an inbound TCP chain: the workload's
+// authorization, then tcp_proxy to cluster.
+func (g *gen) inboundTCP(cluster string) []*listenerv3.Filter {
+	return append(g.authzTCPFilters(), g.tcpProxy(cluster, single(cluster)))
+}
+
+// inboundHCM routes everything a port receives to the application, after
+// the workload's authorization.
 func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
 	cluster := ClusterName("inbound", port, "", "")
 	hcm := &hcmv3.HttpConnectionManager{
@@ -392,7 +397,7 @@ func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
 			}},
 			ValidateClusters: wrapperspb.Bool(false),
 		}},
-		HttpFilters:              g.httpFilters(),
+		HttpFilters:              append(g.authzHTTPFilters(), g.httpFilters()...),
 		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
 	}
 	g.sidecarHCM(hcm)
