@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
@@ -241,6 +242,12 @@ func (t translator) principal(cs []condition) (*rbacv3.Principal, error) {
 			if len(vs) == 0 {
 				continue
 			}
+			if err := validUTF8(c.key, vs); err != nil {
+				if err := t.keep(c, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			var one *rbacv3.Principal
 			if c.whole {
 				p, err := t.wholePrincipal(c.key, vs)
@@ -291,6 +298,12 @@ func (t translator) permission(cs []condition) (*rbacv3.Permission, error) {
 			if len(vs) == 0 {
 				continue
 			}
+			if err := validUTF8(c.key, vs); err != nil {
+				if err := t.keep(c, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			var one *rbacv3.Permission
 			if c.whole {
 				p, err := t.wholePermission(c.key, vs)
@@ -330,6 +343,17 @@ func (t translator) permission(cs []condition) (*rbacv3.Permission, error) {
 	return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: and}}}, nil
 }
 
+// validUTF8 refuses values protobuf cannot carry (galley's decoding
+// never produces them; the check keeps the translation total).
+func validUTF8(key string, vs []string) error {
+	for _, v := range append([]string{key}, vs...) {
+		if !utf8.ValidString(v) {
+			return errors.New("a value is not valid UTF-8")
+		}
+	}
+	return nil
+}
+
 func principalOr(or []*rbacv3.Principal) *rbacv3.Principal {
 	return &rbacv3.Principal{Identifier: &rbacv3.Principal_OrIds{OrIds: &rbacv3.Principal_Set{Ids: or}}}
 }
@@ -362,6 +386,9 @@ func (t translator) valuePrincipal(key, v string) (*rbacv3.Principal, error) {
 		}
 		return authenticated(regexMatcher(".*/ns/" + strings.Join(parts, ".*") + "/.*")), nil
 	case key == keySrcServiceAccount:
+		if !utf8.ValidString(t.ns) {
+			return nil, errors.New("the namespace is not valid UTF-8")
+		}
 		return authenticated(regexMatcher(serviceAccountRegex(t.ns, v))), nil
 	case key == keySrcTrustDomain:
 		return authenticated(trustDomainMatcher(v)), nil
