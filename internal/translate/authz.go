@@ -22,6 +22,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/authz"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // Filter names, as Istio writes them.
@@ -36,21 +37,62 @@ const (
 	rbacGRPCCustom = "envoy.filters.http.rbac.CUSTOM"
 )
 
-// authz returns the RBAC of the proxy's workload for one target, built
-// once per generator, its problems reported once.
-func (g *gen) authz(t authz.Target) *authz.Set {
-	if s, ok := g.authzSets[t]; ok {
-		return s
+// workloadAuthz is the authorization of one workload's inbound traffic,
+// as filters, with what building them reported.
+type workloadAuthz struct {
+	http     []*hcmv3.HttpFilter  // sidecar HTTP connection managers
+	tcp      []*listenerv3.Filter // sidecar TCP chains
+	grpc     []*hcmv3.HttpFilter  // proxyless gRPC servers
+	problems []string
+	packErrs int
+}
+
+// workloadAuthz returns the proxy's authorization filters. They depend on
+// nothing but the policies that apply and the push context, so proxies
+// under the same policies share them (memoised in the push context; the
+// filters are never changed once built); each proxy reports their
+// problems.
+func (g *gen) workloadAuthz() *workloadAuthz {
+	if g.authzBuilt != nil {
+		return g.authzBuilt
 	}
 	policies := g.pc.WorkloadAuthorizationPolicies(g.p.Namespace, g.p.Labels)
+	var key strings.Builder
+	key.WriteString("authz|")
+	if g.grpc {
+		key.WriteString("grpc|")
+	}
+	for _, ap := range policies {
+		key.WriteString(ap.Namespace + "/" + ap.Name + ",")
+	}
+	w, _ := g.pc.Memo(key.String(), func() any {
+		b := newGen(g.pc, g.p)
+		w := &workloadAuthz{}
+		if len(policies) > 0 {
+			if g.grpc {
+				w.grpc = b.authzGRPCFilters(policies)
+			} else {
+				w.http = b.authzHTTPFilters(policies)
+				w.tcp = b.authzTCPFilters(policies)
+			}
+		}
+		w.problems, w.packErrs = b.problems, b.packErrs
+		return w
+	}).(*workloadAuthz)
+	for _, p := range w.problems {
+		g.problem("%s", p)
+	}
+	g.packErrs += w.packErrs
+	g.authzBuilt = w
+	return w
+}
+
+// authz translates the policies for one target, its problems reported.
+func (g *gen) authz(policies []*model.AuthorizationPolicy, t authz.Target) *authz.Set {
 	s := authz.Build(policies, authz.Options{Target: t, TrustDomains: g.trustDomains()})
 	for _, p := range s.Problems {
 		g.problem("%s", p)
 	}
-	if g.authzSets == nil {
-		g.authzSets = map[authz.Target]*authz.Set{}
-	}
-	g.authzSets[t] = &s
 	return &s
 }
 
@@ -63,8 +105,8 @@ func (g *gen) trustDomains() []string {
 // connection manager, in Istio's order: CUSTOM (RBAC in shadow mode
 // choosing the requests, then ext_authz asking the provider), then RBAC
 // for AUDIT, DENY and ALLOW.
-func (g *gen) authzHTTPFilters() []*hcmv3.HttpFilter {
-	s := g.authz(authz.HTTP)
+func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy) []*hcmv3.HttpFilter {
+	s := g.authz(policies, authz.HTTP)
 	var out []*hcmv3.HttpFilter
 	rbacFilter := func(m *rbachttpv3.RBAC) {
 		out = append(out, &hcmv3.HttpFilter{Name: rbacHTTPFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(m)}})
@@ -98,8 +140,8 @@ func (g *gen) authzHTTPFilters() []*hcmv3.HttpFilter {
 // we, reported), then network RBAC for AUDIT, DENY and ALLOW, where
 // rules with request attributes are dropped (ALLOW) or narrowed to the
 // rest of their fields (the others).
-func (g *gen) authzTCPFilters() []*listenerv3.Filter {
-	s := g.authz(authz.TCP)
+func (g *gen) authzTCPFilters(policies []*model.AuthorizationPolicy) []*listenerv3.Filter {
+	s := g.authz(policies, authz.TCP)
 	var out []*listenerv3.Filter
 	rbacFilter := func(m *rbactcpv3.RBAC) {
 		m.StatPrefix = "tcp."
@@ -136,8 +178,8 @@ func (g *gen) authzTCPFilters() []*listenerv3.Filter {
 // only: CUSTOM cannot ask a provider there, so the requests it would ask
 // about are denied (reported); AUDIT and dry-run policies, which enforce
 // nothing, are left out.
-func (g *gen) authzGRPCFilters() []*hcmv3.HttpFilter {
-	s := g.authz(authz.GRPC)
+func (g *gen) authzGRPCFilters(policies []*model.AuthorizationPolicy) []*hcmv3.HttpFilter {
+	s := g.authz(policies, authz.GRPC)
 	var out []*hcmv3.HttpFilter
 	add := func(name string, rules *rbacv3.RBAC) {
 		out = append(out, &hcmv3.HttpFilter{Name: name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&rbachttpv3.RBAC{Rules: rules})}})

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -171,4 +172,69 @@ func BenchmarkProxylessClientOneTarget(b *testing.B) {
 			b.Fatal("missing resources")
 		}
 	}
+}
+
+// authzMesh is Istio's authorizationpolicy benchmark workload
+// (pilot/pkg/xds/testdata/benchmarks/authorizationpolicy.yaml): the
+// proxy's own service (HTTP 80, HTTPS 443, one endpoint: the proxy),
+// and n AuthorizationPolicies, each a DENY rule from a namespace on a
+// method, spread over namespaces ns-0 … ns-<spread-1> (the proxy's is
+// ns-0); spread 1 puts them all on the proxy.
+func authzMesh(b *testing.B, n, spread int) (*model.Store, *model.Proxy) {
+	b.Helper()
+	kinds := map[string]istio.Kind{}
+	for _, k := range istio.Kinds() {
+		kinds[k.Kind] = k
+	}
+	s := model.NewStore()
+	s.PutService(&registryv1.Service{
+		Hostname: "example.com", Name: "example.com", Namespace: "ns-0", SourceKind: registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY,
+		Ports: []*registryv1.ServicePort{
+			{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP},
+			{Name: "https", Number: 443, Protocol: registryv1.Protocol_PROTOCOL_HTTPS},
+		},
+	})
+	s.PutEndpointSet(&registryv1.EndpointSet{ServiceHostname: "example.com", ServiceNamespace: "ns-0", Shard: "0", Endpoints: []*registryv1.Endpoint{{
+		Address: "10.2.0.1", Labels: map[string]string{"istio.io/benchmark": "true"}, Health: registryv1.HealthStatus_HEALTH_STATUS_HEALTHY,
+		Ports: []*registryv1.EndpointPort{{ServicePortName: "http", Number: 80}, {ServicePortName: "https", Number: 443}},
+	}}})
+	for i := range n {
+		s.PutObject(&istio.Object{Kind: kinds["AuthorizationPolicy"], Meta: istio.Meta{Name: fmt.Sprintf("authn-%d", i), Namespace: fmt.Sprintf("ns-%d", i%spread)}, Spec: &security.AuthorizationPolicy{
+			Action: security.AuthorizationPolicy_DENY,
+			Rules: []*security.Rule{{
+				From: []*security.Rule_From{{Source: &security.Source{Namespaces: []string{"default"}}}},
+				To:   []*security.Rule_To{{Operation: &security.Operation{Methods: []string{"POST"}}}},
+			}},
+		}})
+	}
+	p := benchProxy("")
+	p.Labels = map[string]string{"istio.io/benchmark": "true"}
+	return s, p
+}
+
+// BenchmarkAuthorizationPolicies is a sidecar's listeners with its
+// workload's AuthorizationPolicies as RBAC filters: none, Istio's
+// benchmark (1,000 policies on the proxy), and 1,000 across 100
+// namespaces (10 on the proxy); and a proxyless gRPC server's listener
+// with the 1,000.
+func BenchmarkAuthorizationPolicies(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		n, spread int
+	}{{"none", 0, 1}, {"1000-on-proxy", 1000, 1}, {"1000-in-100-namespaces", 1000, 100}} {
+		s, p := authzMesh(b, tc.n, tc.spread)
+		b.Run(tc.name, func(b *testing.B) { benchTypes(b, s, p, []string{"LDS"}) })
+	}
+	s, p := authzMesh(b, 1000, 1)
+	p.Generator = model.GeneratorGRPC
+	pc, _ := s.Build(model.BuildOptions{}, nil, 1)
+	name := GRPCInboundPrefix + "10.2.0.1:80"
+	b.Run("1000-on-proxy/proxyless-server-LDS", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if len(NewGenerator(pc, p).Listeners([]string{name})) != 1 {
+				b.Fatal("no listener")
+			}
+		}
+	})
 }

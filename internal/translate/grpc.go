@@ -2,6 +2,7 @@ package translate
 
 import (
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -104,7 +105,7 @@ func (g *gen) grpcInbound(name string) *listenerv3.Listener {
 		// A server rejects a listener naming a filter it cannot run on
 		// the server side (the fault filter is client-only): the
 		// workload's authorization, then the router, as Istio's grpcgen.
-		HttpFilters: append(g.authzGRPCFilters(), g.httpFilters()[1:]...),
+		HttpFilters: append(slices.Clip(g.workloadAuthz().grpc), g.httpFilters()[1:]...),
 	})}
 	return &listenerv3.Listener{
 		Name:         name,

@@ -375,7 +375,7 @@ func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
 // inboundTCP are the filters of an inbound TCP chain: the workload's
 // authorization, then tcp_proxy to cluster.
 func (g *gen) inboundTCP(cluster string) []*listenerv3.Filter {
-	return append(g.authzTCPFilters(), g.tcpProxy(cluster, single(cluster)))
+	return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(cluster, single(cluster)))
 }
 
 // inboundHCM routes everything a port receives to the application, after
@@ -397,7 +397,7 @@ func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
 			}},
 			ValidateClusters: wrapperspb.Bool(false),
 		}},
-		HttpFilters:              append(g.authzHTTPFilters(), g.httpFilters()...),
+		HttpFilters:              append(slices.Clip(g.workloadAuthz().http), g.httpFilters()...),
 		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
 	}
 	g.sidecarHCM(hcm)

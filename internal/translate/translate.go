@@ -27,7 +27,6 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
-	"github.com/flotilla-mesh/flotilla/internal/authz"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
@@ -188,10 +187,10 @@ type gen struct {
 	// defaultLocalityLB is Istio's default mesh setting, made once.
 	defaultLocalityLB *networking.LocalityLoadBalancerSetting
 	problems          []string
-	// authzSets and extAuthzs are the workload's authorization, built
-	// once per target and provider.
-	authzSets map[authz.Target]*authz.Set
-	extAuthzs map[string]extAuthzResult
+	// authzBuilt is the workload's authorization (workloadAuthz);
+	// extAuthzs the extension providers built while making it.
+	authzBuilt *workloadAuthz
+	extAuthzs  map[string]extAuthzResult
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any
