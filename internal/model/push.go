@@ -30,6 +30,10 @@ const (
 type BuildOptions struct {
 	// DomainSuffix qualifies short host names; default cluster.local.
 	DomainSuffix string
+	// JWKS gives the keys of the remote JWKS locations
+	// RequestAuthentications name; without it, none are known (the
+	// issuers' tokens are refused).
+	JWKS JWKSSource
 }
 
 // PushContext is an immutable, indexed snapshot of the mesh. Everything
@@ -46,6 +50,7 @@ type PushContext struct {
 	TrustDomain   string
 
 	cfg       *configIndex // shared by push contexts when only endpoints changed
+	jwks      map[string]JWKS
 	endpoints map[string][]*registryv1.Endpoint
 	byAddress map[netip.Addr][]Instance
 
@@ -125,6 +130,7 @@ type configIndex struct {
 	drsByNamespace   map[string]*drIndex               // namespace → its rules
 	peerAuth         map[string][]*PeerAuthentication  // namespace → by name
 	authz            map[string][]*AuthorizationPolicy // namespace → by name
+	authn            map[string][]*RequestAuthentication
 	namespaces       map[string]*registryv1.Namespace
 }
 
@@ -166,6 +172,9 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 		pc.cfg = prev.cfg
 	}
 	pc.indexEndpoints(s)
+	if locs := pc.cfg.jwksLocations(); len(locs) > 0 && o.JWKS != nil {
+		pc.jwks = o.JWKS.Lookup(locs)
+	}
 	if !changes.Full && prev != nil {
 		for key := range changes.Endpoints {
 			if needsFullPush(s.services[key], prev.endpoints[key], pc.endpoints[key]) {
@@ -218,7 +227,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	ci := &configIndex{
 		byHost: map[string][]*registryv1.Service{}, sidecars: map[string][]*SidecarConfig{},
 		drsByNamespace: map[string]*drIndex{}, peerAuth: map[string][]*PeerAuthentication{}, namespaces: s.namespaces,
-		authz: map[string][]*AuthorizationPolicy{},
+		authz: map[string][]*AuthorizationPolicy{}, authn: map[string][]*RequestAuthentication{},
 	}
 	for _, svc := range s.services {
 		ci.services = append(ci.services, svc)
@@ -281,6 +290,11 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	for _, o := range sortedObjects(s.configs[istio.PeerAuthentication]) {
 		if spec, ok := o.Spec.(*security.PeerAuthentication); ok {
 			ci.peerAuth[o.Meta.Namespace] = append(ci.peerAuth[o.Meta.Namespace], &PeerAuthentication{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
+		}
+	}
+	for _, o := range sortedObjects(s.configs[istio.RequestAuthentication]) {
+		if spec, ok := o.Spec.(*security.RequestAuthentication); ok {
+			ci.authn[o.Meta.Namespace] = append(ci.authn[o.Meta.Namespace], &RequestAuthentication{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
 		}
 	}
 	for _, o := range sortedObjects(s.configs[istio.AuthorizationPolicy]) {

@@ -267,6 +267,13 @@ func (s *Store) PutMesh(m *meshv1alpha1.MeshConfig) {
 	s.pending.Full, s.pending.All = true, true
 }
 
+// KeysChanged records that something translation reads besides the store
+// changed for every proxy (the fetched JWKS keys): the next Build is a
+// full one.
+func (s *Store) KeysChanged() {
+	s.pending.Full, s.pending.All = true, true
+}
+
 func (s *Store) endpointsChanged(service string) {
 	if s.pending.Endpoints == nil {
 		s.pending.Endpoints = map[string]bool{}

@@ -57,6 +57,13 @@ func (g *gen) workloadAuthz() *workloadAuthz {
 		return g.authzBuilt
 	}
 	policies := g.pc.WorkloadAuthorizationPolicies(g.p.Namespace, g.p.Labels)
+	var authns []*model.RequestAuthentication
+	if !g.grpc {
+		// grpc-go has no JWT filter: RequestAuthentication does not
+		// apply to proxyless servers (as in Istio), whose requestPrincipals
+		// then never match.
+		authns = g.pc.WorkloadRequestAuthentications(g.p.Namespace, g.p.Labels)
+	}
 	var key strings.Builder
 	key.WriteString("authz|")
 	if g.grpc {
@@ -65,16 +72,19 @@ func (g *gen) workloadAuthz() *workloadAuthz {
 	for _, ap := range policies {
 		key.WriteString(ap.Namespace + "/" + ap.Name + ",")
 	}
+	key.WriteString("|")
+	for _, ra := range authns {
+		key.WriteString(ra.Namespace + "/" + ra.Name + ",")
+	}
 	w, _ := g.pc.Memo(key.String(), func() any {
 		b := newGen(g.pc, g.p)
 		w := &workloadAuthz{}
-		if len(policies) > 0 {
-			if g.grpc {
-				w.grpc = b.authzGRPCFilters(policies)
-			} else {
-				w.http = b.authzHTTPFilters(policies)
-				w.tcp = b.authzTCPFilters(policies)
-			}
+		switch {
+		case g.grpc && len(policies) > 0:
+			w.grpc = b.authzGRPCFilters(policies)
+		case len(policies) > 0 || len(authns) > 0:
+			w.http = b.authzHTTPFilters(policies, b.jwtFilter(authns))
+			w.tcp = b.authzTCPFilters(policies)
 		}
 		w.problems, w.packErrs = b.problems, b.packErrs
 		return w
@@ -101,11 +111,11 @@ func (g *gen) trustDomains() []string {
 	return append([]string{g.pc.TrustDomain}, g.pc.Mesh.GetTrustDomainAliases()...)
 }
 
-// authzHTTPFilters are the authorization filters of an inbound HTTP
-// connection manager, in Istio's order: CUSTOM (RBAC in shadow mode
-// choosing the requests, then ext_authz asking the provider), then RBAC
-// for AUDIT, DENY and ALLOW.
-func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy) []*hcmv3.HttpFilter {
+// authzHTTPFilters are the authentication and authorization filters of
+// an inbound HTTP connection manager, in Istio's order: CUSTOM (RBAC in
+// shadow mode choosing the requests, then ext_authz asking the provider),
+// the JWT filter (jwt, may be nil), then RBAC for AUDIT, DENY and ALLOW.
+func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy, jwt *hcmv3.HttpFilter) []*hcmv3.HttpFilter {
 	s := g.authz(policies, authz.HTTP)
 	var out []*hcmv3.HttpFilter
 	rbacFilter := func(m *rbachttpv3.RBAC) {
@@ -124,6 +134,9 @@ func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy) []*hcmv3.H
 		rbacFilter(m)
 		ext.http.FilterEnabledMetadata = extAuthzEnabled(rbacHTTPFilter, c.Provider)
 		out = append(out, &hcmv3.HttpFilter{Name: extAuthzHTTPFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(ext.http)}})
+	}
+	if jwt != nil {
+		out = append(out, jwt)
 	}
 	for _, r := range []authz.Rules{s.Audit, s.Deny, s.Allow} {
 		if r == (authz.Rules{}) {

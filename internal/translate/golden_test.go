@@ -3,6 +3,7 @@ package translate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"log/slog"
 	"net/netip"
@@ -67,7 +68,7 @@ type caseProxy struct {
 // Pods (which only galley's cluster mode reads) normalised as galley does;
 // an optional MeshConfig; and the proxies to translate for. A document
 // galley would reject fails the case.
-func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy) {
+func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.BuildOptions) {
 	tb.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -78,6 +79,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy) {
 	var istioDocs [][]byte
 	var endpointSlices []*discoveryv1.EndpointSlice
 	pods := map[string]*corev1.Pod{}
+	keys := staticJWKS{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var node yaml.Node
@@ -102,6 +104,16 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy) {
 				tb.Fatal(err)
 			}
 			proxies = append(proxies, caseProxy{parseTestProxy(tb, tp), tp.Spec.Listeners})
+		case head.APIVersion == "test.flotilla.io/v1" && head.Kind == "JWKS":
+			var tk testJWKS
+			if err := sigyaml.UnmarshalStrict(doc, &tk); err != nil {
+				tb.Fatal(err)
+			}
+			k := model.JWKS{Keys: tk.Spec.Keys}
+			if tk.Spec.Error != "" {
+				k.Err = errors.New(tk.Spec.Error)
+			}
+			keys[tk.Spec.Location] = k
 		case head.Kind == "MeshConfig":
 			var wrapper struct {
 				Spec yaml.Node `yaml:"spec"`
@@ -159,7 +171,39 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy) {
 	if len(proxies) == 0 {
 		tb.Fatalf("%s: no test.flotilla.io/v1 Proxy document", path)
 	}
-	return store, proxies
+	return store, proxies, model.BuildOptions{JWKS: keys}
+}
+
+// testJWKS is the test-only document giving what discovery fetched from
+// a JWKS location (keys, or the fetch's error):
+//
+//	apiVersion: test.flotilla.io/v1
+//	kind: JWKS
+//	spec: {location: https://issuer.example.com/jwks.json, keys: '{"keys": [...]}'}
+type testJWKS struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Spec       struct {
+		Location string `json:"location"`
+		Keys     string `json:"keys"`
+		Error    string `json:"error"`
+	} `json:"spec"`
+}
+
+// staticJWKS is a case's JWKS documents; a location without one is one
+// whose first fetch has not ended.
+type staticJWKS map[string]model.JWKS
+
+func (s staticJWKS) Lookup(locations []string) map[string]model.JWKS {
+	out := map[string]model.JWKS{}
+	for _, l := range locations {
+		k, ok := s[l]
+		if !ok {
+			k = model.JWKS{Err: errors.New("keys not fetched yet")}
+		}
+		out[l] = k
+	}
+	return out
 }
 
 // readIstio puts Istio YAML into store the way discovery's --config-dir
@@ -246,8 +290,8 @@ func TestGolden(t *testing.T) {
 	for _, in := range inputs {
 		dir := filepath.Dir(in)
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			store, proxies := loadCase(t, in)
-			pc, _ := store.Build(model.BuildOptions{}, nil, 1)
+			store, proxies, opts := loadCase(t, in)
+			pc, _ := store.Build(opts, nil, 1)
 			files := goldenFiles{
 				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{},
 				problems: map[string][]string{},

@@ -11,7 +11,6 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // dependsMesh: a proxyless client in demo whose VirtualService for
@@ -55,8 +54,8 @@ func generators(t *testing.T, mesh string) []*Generator {
 	if err := os.WriteFile(path, []byte(mesh), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	store, proxies := loadCase(t, path)
-	pc, _ := store.Build(model.BuildOptions{}, nil, 1)
+	store, proxies, opts := loadCase(t, path)
+	pc, _ := store.Build(opts, nil, 1)
 	out := make([]*Generator, len(proxies))
 	for i, p := range proxies {
 		out[i] = NewGenerator(pc, p.Proxy)

@@ -7,6 +7,8 @@ import (
 
 	security "istio.io/api/security/v1beta1"
 	typev1beta1 "istio.io/api/type/v1beta1"
+
+	"github.com/flotilla-mesh/flotilla/internal/jwks"
 )
 
 func (v *validator) peerAuthentication() {
@@ -47,6 +49,11 @@ func (v *validator) requestAuthentication() {
 			parsed, err := url.Parse(u)
 			if err != nil || (parsed.Scheme != "https" && parsed.Scheme != "http") || parsed.Host == "" {
 				v.r.errorf(field(p, "jwksUri"), "%q must be an http or https URL", u)
+			}
+		}
+		if j := rule.GetJwks(); j != "" {
+			if _, err := jwks.Parse([]byte(j)); err != nil {
+				v.r.errorf(field(p, "jwks"), "%v", err)
 			}
 		}
 		if rule.GetJwksUri() != "" && rule.GetJwks() != "" {

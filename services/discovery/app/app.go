@@ -19,6 +19,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
+	"github.com/flotilla-mesh/flotilla/internal/jwks"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
@@ -58,6 +59,8 @@ type Config struct {
 	// DebounceQuiet and DebounceMax shape pushes.
 	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
+	// JWKSRefresh is how often the issuers' keys are fetched again.
+	JWKSRefresh time.Duration `yaml:"jwksRefresh" usage:"how often discovery fetches again the JSON Web Key Sets RequestAuthentications name (their jwksUri, or their issuer's OpenID configuration); proxies get the keys inline"`
 	// DomainSuffix qualifies short host names.
 	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain used to qualify short host names"`
 	// DefaultNamespace applies to file objects without a namespace.
@@ -79,6 +82,7 @@ func Defaults() Config {
 		SecureXDSAddress: ":15012",
 		DebounceQuiet:    100 * time.Millisecond,
 		DebounceMax:      10 * time.Second,
+		JWKSRefresh:      jwks.DefaultRefresh,
 		DomainSuffix:     model.DefaultDomainSuffix,
 		DefaultNamespace: "default",
 		SystemNamespace:  "istio-system",
@@ -113,6 +117,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q: %w", name, a, err))
 		}
 	}
+	if c.JWKSRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("jwksRefresh %s: must be positive", c.JWKSRefresh))
+	}
 	if c.DebounceQuiet <= 0 || c.DebounceMax < c.DebounceQuiet {
 		errs = append(errs, fmt.Errorf("debounceQuiet %s and debounceMax %s: want 0 < quiet <= max", c.DebounceQuiet, c.DebounceMax))
 	}
@@ -145,9 +152,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("waiting for the first configuration")
-	in, err := ingest.New(ingest.Options{
+	var in *ingest.Ingest
+	keys := jwks.New(jwks.Options{Log: rt.Log.With("component", "jwks"), Refresh: cfg.JWKSRefresh, OnChange: func() { in.KeysChanged() }})
+	in, err = ingest.New(ingest.Options{
 		Log: rt.Log, Meter: meter, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
-		DomainSuffix: cfg.DomainSuffix, TypeURLs: model.TypeURLs(), Push: srv.Push,
+		DomainSuffix: cfg.DomainSuffix, TypeURLs: model.TypeURLs(), Push: srv.Push, JWKS: keys,
 	})
 	if err != nil {
 		return err
@@ -163,7 +172,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	rt.HandleAdmin("GET /debug/syncz", srv.SynczHandler())
 	rt.HandleAdmin("GET /debug/config_dump", srv.ConfigDumpHandler())
 
-	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}}
+	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}, {Name: "jwks", Run: keys.Run}}
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 	}

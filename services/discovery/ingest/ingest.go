@@ -34,6 +34,9 @@ type Options struct {
 	// that a restarted discovery never serves a half-read mesh.
 	TypeURLs []string
 	Push     PushFunc
+	// JWKS gives push contexts the keys RequestAuthentications fetch
+	// from their issuers (nil: none; their tokens are refused).
+	JWKS model.JWKSSource
 }
 
 // Ingest is the store, its writers and the debouncer.
@@ -111,6 +114,22 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 	return nil
 }
 
+// KeysChanged schedules a full push: the keys of a JWKS location
+// changed (the JWKS resolver's OnChange).
+func (i *Ingest) KeysChanged() {
+	i.mu.Lock()
+	i.store.KeysChanged()
+	if i.firstSeen.IsZero() {
+		i.firstSeen = time.Now()
+	}
+	i.events++
+	i.mu.Unlock()
+	select {
+	case i.kick <- struct{}{}:
+	default:
+	}
+}
+
 func (i *Ingest) allApplied() bool {
 	select {
 	case <-i.synced:
@@ -143,7 +162,7 @@ func (i *Ingest) Run(ctx context.Context) error {
 		version++
 		start := time.Now()
 		i.mu.Lock()
-		pc, changes := i.store.Build(model.BuildOptions{DomainSuffix: i.o.DomainSuffix}, last, version)
+		pc, changes := i.store.Build(model.BuildOptions{DomainSuffix: i.o.DomainSuffix, JWKS: i.o.JWKS}, last, version)
 		seen, events := i.firstSeen, i.events
 		i.firstSeen, i.events = time.Time{}, 0
 		i.mu.Unlock()
