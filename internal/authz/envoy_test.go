@@ -66,7 +66,7 @@ func envoyAllows(s Set, r request) bool {
 
 // policyMatches: "A policy matches if and only if at least one of its
 // permissions match the action taking place AND at least one of its
-// principals match the downstream."
+// principals match the downstream." (RBAC's Policy).
 func policyMatches(p *rbacv3.Policy, r request) bool {
 	perm, prin := false, false
 	for _, x := range p.GetPermissions() {
@@ -117,7 +117,7 @@ func permissionMatches(p *rbacv3.Permission, r request) bool {
 	case *rbacv3.Permission_RequestedServerName:
 		return stringMatches(rule.RequestedServerName, r.sni)
 	case *rbacv3.Permission_Metadata:
-		return metadataMatches(rule.Metadata, r)
+		return metadataMatches(rule.Metadata, r) //nolint:staticcheck // what the translation emits
 	case *rbacv3.Permission_UriTemplate:
 		cfg := &uritemplatev3.UriTemplateMatchConfig{}
 		if err := rule.UriTemplate.GetTypedConfig().UnmarshalTo(cfg); err != nil {
@@ -163,7 +163,7 @@ func principalMatches(p *rbacv3.Principal, r request) bool {
 	case *rbacv3.Principal_Header:
 		return headerMatches(id.Header, r)
 	case *rbacv3.Principal_Metadata:
-		return metadataMatches(id.Metadata, r)
+		return metadataMatches(id.Metadata, r) //nolint:staticcheck // what the translation emits
 	}
 	panic("unexpected principal")
 }

@@ -512,7 +512,9 @@ func (t translator) wholePermission(key string, vs []string) (*rbacv3.Permission
 		}
 		ms = append(ms, &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_StringMatch{StringMatch: stringMatcher(v, "")}})
 	}
-	return &rbacv3.Permission{Rule: &rbacv3.Permission_Metadata{Metadata: &matcherv3.MetadataMatcher{
+	// metadata (deprecated for sourced_metadata, which grpc-go refuses
+	// and Istio does not use yet).
+	return &rbacv3.Permission{Rule: &rbacv3.Permission_Metadata{Metadata: &matcherv3.MetadataMatcher{ //nolint:staticcheck // as above
 		Filter: filter,
 		Path:   []*matcherv3.MetadataMatcher_PathSegment{{Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: name}}},
 		Value:  orValues(ms),
@@ -536,7 +538,8 @@ func authenticated(m *matcherv3.StringMatcher) *rbacv3.Principal {
 }
 
 func metadataPrincipal(m *matcherv3.MetadataMatcher) *rbacv3.Principal {
-	return &rbacv3.Principal{Identifier: &rbacv3.Principal_Metadata{Metadata: m}}
+	// metadata: see wholePermission.
+	return &rbacv3.Principal{Identifier: &rbacv3.Principal_Metadata{Metadata: m}} //nolint:staticcheck // grpc-go refuses sourced_metadata
 }
 
 // jwtClaim matches a claim of the verified JWT payload. list: the claim
@@ -691,13 +694,13 @@ func cidrRange(v string) (*corev3.CidrRange, error) {
 		if err != nil {
 			return nil, fmt.Errorf("invalid CIDR %q", v)
 		}
-		return &corev3.CidrRange{AddressPrefix: p.Addr().String(), PrefixLen: wrapperspb.UInt32(uint32(p.Bits()))}, nil
+		return &corev3.CidrRange{AddressPrefix: p.Addr().String(), PrefixLen: wrapperspb.UInt32(uint32(p.Bits()))}, nil //nolint:gosec // 0..128
 	}
 	a, err := netip.ParseAddr(v)
 	if err != nil {
 		return nil, fmt.Errorf("invalid IP address %q", v)
 	}
-	return &corev3.CidrRange{AddressPrefix: a.String(), PrefixLen: wrapperspb.UInt32(uint32(a.BitLen()))}, nil
+	return &corev3.CidrRange{AddressPrefix: a.String(), PrefixLen: wrapperspb.UInt32(uint32(a.BitLen()))}, nil //nolint:gosec // 32 or 128
 }
 
 // inBrackets reads "[name]".
@@ -741,7 +744,8 @@ func (t translator) withAliases(principals []string) []string {
 	var out []string
 	for _, p := range principals {
 		parts := strings.Split(p, "/")
-		if len(parts) != 5 || parts[0] == "*" || !(slices.Contains(t.o.TrustDomains, parts[0]) || parts[0] == "cluster.local") {
+		ours := slices.Contains(t.o.TrustDomains, parts[0]) || parts[0] == "cluster.local"
+		if len(parts) != 5 || parts[0] == "*" || !ours {
 			out = appendNew(out, p)
 			continue
 		}

@@ -310,7 +310,7 @@ func (g *gen) buildExtAuthz(provider string) (*builtExtAuthz, error) {
 	}
 	var status *typev3.HttpStatus
 	if s := c.GetStatusOnError(); s != "" {
-		code, err := strconv.Atoi(s)
+		code, err := strconv.ParseInt(s, 10, 32)
 		if _, known := typev3.StatusCode_name[int32(code)]; err != nil || !known {
 			return fail("statusOnError %q is not an HTTP status Envoy knows", s)
 		}
@@ -346,7 +346,7 @@ func (g *gen) buildExtAuthz(provider string) (*builtExtAuthz, error) {
 		}
 		allowed := h.GetIncludeRequestHeadersInCheck()
 		if len(allowed) == 0 {
-			allowed = h.GetIncludeHeadersInCheck()
+			allowed = h.GetIncludeHeadersInCheck() //nolint:staticcheck // Istio still reads the deprecated field when the new one is empty
 		}
 		for _, l := range [][]string{allowed, h.GetHeadersToUpstreamOnAllow(), h.GetHeadersToDownstreamOnDeny(), h.GetHeadersToDownstreamOnAllow()} {
 			if slices.Contains(l, "*") {
