@@ -131,6 +131,7 @@ type configIndex struct {
 	peerAuth         map[string][]*PeerAuthentication  // namespace → by name
 	authz            map[string][]*AuthorizationPolicy // namespace → by name
 	authn            map[string][]*RequestAuthentication
+	gateways         []*Gateway // by namespace/name
 	namespaces       map[string]*registryv1.Namespace
 }
 
@@ -290,6 +291,11 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	for _, o := range sortedObjects(s.configs[istio.PeerAuthentication]) {
 		if spec, ok := o.Spec.(*security.PeerAuthentication); ok {
 			ci.peerAuth[o.Meta.Namespace] = append(ci.peerAuth[o.Meta.Namespace], &PeerAuthentication{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
+		}
+	}
+	for _, o := range sortedObjects(s.configs[istio.Gateway]) {
+		if spec, ok := o.Spec.(*networking.Gateway); ok {
+			ci.gateways = append(ci.gateways, &Gateway{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
 		}
 	}
 	for _, o := range sortedObjects(s.configs[istio.RequestAuthentication]) {

@@ -19,6 +19,7 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -54,7 +55,21 @@ func (g *gen) clusterCandidates() []string {
 			}
 		}
 	}
-	if !g.grpc {
+	switch {
+	case g.isGateway():
+		// Outbound only, as Istio's gateways, and the SNI-named clusters
+		// of AUTO_PASSTHROUGH servers.
+		names = append(names, BlackHoleCluster)
+		for _, gp := range g.gatewayPorts() {
+			for _, s := range gp.tls {
+				if s.srv.GetTls().GetMode() == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
+					for _, fc := range g.autoPassthroughChains(s) {
+						names = append(names, fc.GetName())
+					}
+				}
+			}
+		}
+	case !g.grpc:
 		for _, c := range g.inboundClusters() {
 			names = append(names, c.GetName())
 		}
@@ -74,6 +89,8 @@ func (g *gen) cluster(name string) *builtCluster {
 	var b *builtCluster
 	if portNum, subset, host, ok := ParseClusterName(name); ok {
 		b = g.sharedOutbound(name, portNum, subset, host)
+	} else if portNum, subset, host, ok := parseSNIDNATClusterName(name); ok && g.isGateway() {
+		b = g.sniDNATCluster(name, portNum, subset, host)
 	} else {
 		before := g.packErrs
 		b = g.localCluster(name)
@@ -155,14 +172,34 @@ func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *
 	return b
 }
 
-// localCluster builds the clusters that belong to one sidecar: the black
-// hole, the passthrough and its inbound clusters.
+// sniDNATCluster is an AUTO_PASSTHROUGH gateway's cluster for a service
+// port and subset: the outbound cluster under the SNI name, without the
+// TLS it would originate (the client's mTLS passes through), as Istio's
+// buildOutboundSniDnatClusters.
+func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *builtCluster {
+	base := g.cluster(ClusterName("outbound", port, subset, host))
+	if base == nil {
+		return nil
+	}
+	c := proto.Clone(base.c).(*clusterv3.Cluster)
+	c.Name = name
+	c.TransportSocket, c.TransportSocketMatches = nil, nil
+	if lb := c.GetLoadAssignment(); lb != nil {
+		lb.ClusterName = name
+	}
+	return &builtCluster{c: c, svc: base.svc, port: base.port, subset: base.subset, dr: base.dr}
+}
+
+// localCluster builds the clusters that belong to one proxy: the black
+// hole, and a sidecar's passthrough and inbound clusters.
 func (g *gen) localCluster(name string) *builtCluster {
 	switch {
 	case g.grpc:
 		return nil
 	case name == BlackHoleCluster:
 		return &builtCluster{c: blackHole()}
+	case g.isGateway():
+		return nil // a gateway has no inbound or passthrough clusters
 	case name == PassthroughCluster:
 		return &builtCluster{c: g.passthrough()}
 	case name == InboundPassthroughCluster:

@@ -39,6 +39,9 @@ const (
 func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 	before := g.packErrs
 	if !g.grpc {
+		if g.listeners == nil && g.isGateway() {
+			g.listeners = g.checkListeners(g.gatewayListeners(), before)
+		}
 		if g.listeners == nil {
 			all := append([]*listenerv3.Listener{g.virtualOutbound(), g.virtualInbound()}, g.outboundListeners()...)
 			for _, l := range g.boundInbound() {

@@ -37,6 +37,9 @@ var grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resour
 // port for sidecars ("80"), one per API listener for proxyless gRPC
 // clients ("host:port").
 func (g *gen) routeCandidates() []string {
+	if g.isGateway() {
+		return g.gatewayRouteNames()
+	}
 	var names []string
 	if !g.grpc {
 		for _, ep := range g.egressPorts() {
@@ -72,6 +75,8 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 	var rc *routev3.RouteConfiguration
 	before := g.packErrs
 	switch {
+	case g.isGateway():
+		rc = g.gatewayRoute(name)
 	case g.grpc:
 		rc = g.grpcRoute(name)
 	case strings.Contains(name, ":"):
@@ -262,9 +267,15 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 			Action: &routev3.Route_Route{Route: ra},
 		}}
 	}
+	return g.vsRoutes(vs, svc, port, model.MeshGateway)
+}
+
+// vsRoutes are a VirtualService's http entries as routes for a port,
+// for the sidecars (gateway "mesh") or a Gateway ("namespace/name").
+func (g *gen) vsRoutes(vs *model.VirtualService, svc *registryv1.Service, port *registryv1.ServicePort, gateway string) []*routev3.Route {
 	var out []*routev3.Route
 	for i, hr := range vs.Spec.GetHttp() {
-		matches := g.applicableMatches(hr, port.GetNumber())
+		matches := g.applicableMatches(hr, port.GetNumber(), gateway)
 		if len(hr.GetMatch()) > 0 && len(matches) == 0 {
 			continue
 		}
@@ -294,8 +305,8 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 
 // applicableMatches drops the match conditions that cannot apply to this
 // proxy and port: another port, other source labels or namespace, or
-// only gateways.
-func (g *gen) applicableMatches(hr *networking.HTTPRoute, port uint32) []*networking.HTTPMatchRequest {
+// other gateways than the one routed for.
+func (g *gen) applicableMatches(hr *networking.HTTPRoute, port uint32, gateway string) []*networking.HTTPMatchRequest {
 	var out []*networking.HTTPMatchRequest
 	for _, m := range hr.GetMatch() {
 		if m.GetPort() != 0 && m.GetPort() != port {
@@ -307,7 +318,7 @@ func (g *gen) applicableMatches(hr *networking.HTTPRoute, port uint32) []*networ
 		if ns := m.GetSourceNamespace(); ns != "" && ns != g.p.Namespace {
 			continue
 		}
-		if gws := m.GetGateways(); len(gws) > 0 && !slices.Contains(gws, model.MeshGateway) {
+		if gws := m.GetGateways(); len(gws) > 0 && !slices.Contains(gws, gateway) {
 			continue
 		}
 		out = append(out, m)

@@ -179,6 +179,7 @@ type gen struct {
 	listeners []*listenerv3.Listener
 	inbound   []*clusterv3.Cluster
 	inPorts   []inboundPort
+	gwPorts   []*gwPort
 	egress    []egressPort
 	// locality is where the proxy runs (proxyLocality), once known;
 	// localityStr its key form.

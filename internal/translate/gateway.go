@@ -1,0 +1,617 @@
+package translate
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+)
+
+// This file is what a gateway proxy (node type "router") gets, as Istio's
+// MergeGateways and buildGatewayListeners/buildGatewayHTTPRouteConfig:
+// the Gateways selecting it merged into one listener per port, HTTP
+// servers routed by the VirtualServices bound to them, TLS servers told
+// apart by SNI, and the outbound clusters of what it sees (no inbound).
+
+// CredentialPrefix names the SDS secrets of a Gateway's credentialName,
+// as Istio does: "kubernetes://<name>" (the key and certificate), and
+// with credentialCASuffix the CA certificates of MUTUAL servers.
+const (
+	CredentialPrefix   = "kubernetes://"
+	credentialCASuffix = "-cacert"
+)
+
+// gwServer is one server of a Gateway, as merged on a listener port.
+type gwServer struct {
+	gw  *model.Gateway
+	srv *networking.Server
+	// hosts are the server's hosts as "namespace/host" ("*" any
+	// namespace; "." resolved to the Gateway's).
+	hosts []string
+	// route is the RDS name of an HTTP server, or of an HTTPS server that
+	// terminates TLS.
+	route string
+}
+
+// gwPort is a listener port of a gateway proxy: plaintext servers (HTTP
+// servers sharing one route configuration, or one TCP server), or TLS
+// servers told apart by SNI.
+type gwPort struct {
+	port    uint32
+	plain   []gwServer
+	tls     []gwServer
+	sniSeen map[string]bool
+}
+
+func (g *gen) isGateway() bool { return g.p.Type == model.RouterProxy }
+
+// gatewayPorts merges the servers of the Gateways selecting the proxy,
+// by listener port (cached): the Gateway's port number, or the target
+// port of the proxy's service port with that number (Istio's
+// resolvePorts). Plaintext HTTP servers on one port share the route
+// "http.<port>"; a port is plaintext or TLS, never both, and holds one
+// TCP server; a TLS host appears once per port. Servers that break these
+// rules are left out, reported.
+func (g *gen) gatewayPorts() []*gwPort {
+	if g.gwPorts != nil {
+		return g.gwPorts
+	}
+	byPort := map[uint32]*gwPort{}
+	out := []*gwPort{}
+	for _, gw := range g.pc.ProxyGateways(g.p) {
+		for i, s := range gw.Spec.GetServers() {
+			where := fmt.Sprintf("Gateway %s server %d", gw.Key(), i)
+			if s.GetPort() == nil {
+				continue
+			}
+			if s.GetBind() != "" {
+				g.problem("%s: bind %q is not supported; the server listens on all addresses", where, s.GetBind())
+			}
+			gs := gwServer{gw: gw, srv: s}
+			for _, h := range s.GetHosts() {
+				ns, host, ok := strings.Cut(h, "/")
+				switch {
+				case !ok:
+					ns, host = "*", h
+				case ns == ".":
+					ns = gw.Namespace
+				}
+				gs.hosts = append(gs.hosts, ns+"/"+host)
+			}
+			port := g.gatewayListenerPort(s.GetPort().GetNumber())
+			gp := byPort[port]
+			if gp == nil {
+				gp = &gwPort{port: port, sniSeen: map[string]bool{}}
+				byPort[port] = gp
+				out = append(out, gp)
+			}
+			proto := registry.ParseProtocol(s.GetPort().GetProtocol())
+			if isTLSServer(s) {
+				if len(gp.plain) > 0 {
+					g.problem("%s: port %d already has plaintext servers; left out", where, port)
+					continue
+				}
+				var dup []string
+				for _, h := range sniHosts(s) {
+					if gp.sniSeen[h] {
+						dup = append(dup, h)
+					}
+				}
+				if len(dup) > 0 {
+					g.problem("%s: host %s already has a TLS server on port %d; left out", where, strings.Join(dup, ", "), port)
+					continue
+				}
+				for _, h := range sniHosts(s) {
+					gp.sniSeen[h] = true
+				}
+				if proto == registryv1.Protocol_PROTOCOL_HTTPS && !passthrough(s) {
+					gs.route = "https." + itoa(s.GetPort().GetNumber()) + "." + s.GetPort().GetName() + "." + gw.Name + "." + gw.Namespace
+					if slices.ContainsFunc(gp.tls, func(o gwServer) bool { return o.route == gs.route }) {
+						g.problem("%s: another HTTPS server of the Gateway has port name %q on port %d; left out", where, s.GetPort().GetName(), port)
+						continue
+					}
+				}
+				gp.tls = append(gp.tls, gs)
+				continue
+			}
+			if len(gp.tls) > 0 {
+				g.problem("%s: port %d already has TLS servers; left out", where, port)
+				continue
+			}
+			if len(gp.plain) > 0 && !(isHTTP(proto) && gp.plain[0].route != "") {
+				g.problem("%s: port %d already has a %s server; protocol %s cannot share it; left out", where, port, gp.plain[0].srv.GetPort().GetProtocol(), s.GetPort().GetProtocol())
+				continue
+			}
+			if isHTTP(proto) {
+				gs.route = "http." + itoa(port)
+			}
+			gp.plain = append(gp.plain, gs)
+		}
+	}
+	slices.SortFunc(out, func(a, b *gwPort) int { return int(a.port) - int(b.port) })
+	g.gwPorts = out
+	return out
+}
+
+// gatewayListenerPort is where a server port listens: the target port of
+// the gateway workload's service port with that number, else the number.
+func (g *gen) gatewayListenerPort(n uint32) uint32 {
+	for _, in := range g.pc.Instances(g.p) {
+		if sp := servicePort(in.Service, n); sp != nil {
+			if target, ok := endpointPort(in.Endpoint, sp); ok {
+				return target
+			}
+		}
+	}
+	return n
+}
+
+// isTLSServer: a server with TLS settings whose protocol is not plaintext
+// HTTP (an HTTP server's tls holds httpsRedirect only).
+func isTLSServer(s *networking.Server) bool {
+	return s.GetTls() != nil && !isHTTP(registry.ParseProtocol(s.GetPort().GetProtocol()))
+}
+
+func passthrough(s *networking.Server) bool {
+	m := s.GetTls().GetMode()
+	return m == networking.ServerTLSSettings_PASSTHROUGH || m == networking.ServerTLSSettings_AUTO_PASSTHROUGH
+}
+
+// sniHosts are a TLS server's hosts without their namespaces, sorted.
+func sniHosts(s *networking.Server) []string {
+	var out []string
+	for _, h := range s.GetHosts() {
+		if _, host, ok := strings.Cut(h, "/"); ok {
+			h = host
+		}
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// serverNames is a filter chain's SNI match: none when a host is "*".
+func serverNames(hosts []string) []string {
+	if slices.Contains(hosts, "*") {
+		return nil
+	}
+	return hosts
+}
+
+// gatewayListeners are a gateway proxy's listeners, "0.0.0.0_<port>".
+func (g *gen) gatewayListeners() []*listenerv3.Listener {
+	var out []*listenerv3.Listener
+	for _, gp := range g.gatewayPorts() {
+		name := "0.0.0.0_" + itoa(gp.port)
+		l := &listenerv3.Listener{Name: name, Address: socketAddress("0.0.0.0", gp.port), TrafficDirection: corev3.TrafficDirection_OUTBOUND}
+		if len(gp.plain) > 0 {
+			s := gp.plain[0]
+			if s.route != "" {
+				l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+					Name:    "http." + itoa(gp.port),
+					Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.gatewayHCM("outbound_0.0.0.0_"+itoa(gp.port), s.route))},
+				})
+			} else if fs := g.gatewayTCP(s); fs != nil {
+				l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{Name: "tcp." + itoa(gp.port), Filters: fs})
+			}
+		}
+		for _, s := range gp.tls {
+			l.FilterChains = append(l.FilterChains, g.gatewayTLSChains(s, gp)...)
+		}
+		if len(l.FilterChains) == 0 {
+			g.problem("listener %s: no server on the port has anything to serve; left out", name)
+			continue
+		}
+		if len(gp.tls) > 0 {
+			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// gatewayTLSChains are the filter chains of one TLS server: terminated
+// HTTPS (the server's route configuration) or TLS (its VirtualServices'
+// tcp routes), PASSTHROUGH (one chain per tls route, by SNI), or
+// AUTO_PASSTHROUGH (one chain per service port and subset, by the SNI
+// mesh clients send: "outbound_.<port>_.<subset>_.<host>").
+func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain {
+	where := fmt.Sprintf("Gateway %s port %d", s.gw.Key(), s.srv.GetPort().GetNumber())
+	switch s.srv.GetTls().GetMode() {
+	case networking.ServerTLSSettings_PASSTHROUGH:
+		return g.passthroughChains(s)
+	case networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+		return g.autoPassthroughChains(s)
+	}
+	ts, err := g.gatewayDownstreamTLS(s)
+	if err != nil {
+		g.problem("%s: %v; server left out", where, err)
+		return nil
+	}
+	fc := &listenerv3.FilterChain{
+		FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: serverNames(sniHosts(s.srv))},
+		TransportSocket:  ts,
+	}
+	if s.route != "" {
+		fc.Name = s.route
+		fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.gatewayHCM(cmpOrString(s.srv.GetName(), "outbound_0.0.0.0_"+itoa(gp.port)), s.route))}
+		return []*listenerv3.FilterChain{fc}
+	}
+	fs := g.gatewayTCP(s)
+	if fs == nil {
+		return nil
+	}
+	fc.Name = "tls." + itoa(gp.port) + "." + s.gw.Key()
+	fc.Filters = fs
+	return []*listenerv3.FilterChain{fc}
+}
+
+func cmpOrString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// gatewayHCM is a gateway's HTTP connection manager, as Istio's
+// buildGatewayConnectionManager: the client address from the connection
+// (use_remote_address, no trusted hops), client certificate details
+// sanitised and set, the workload's authorization, then fault, CORS and
+// the router.
+func (g *gen) gatewayHCM(statPrefix, route string) *hcmv3.HttpConnectionManager {
+	hcm := g.httpConnectionManager(statPrefix, route)
+	hcm.HttpFilters = append(slices.Clip(g.workloadAuthz().http), hcm.GetHttpFilters()...)
+	hcm.UseRemoteAddress = wrapperspb.Bool(true)
+	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_SANITIZE_SET
+	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
+	return hcm
+}
+
+// gatewayTCP forwards a plaintext TCP server's or a terminated TLS
+// server's connections as the first tcp route of its VirtualServices that
+// applies (port and gateways), after the workload's authorization; nil
+// (reported) when none does.
+func (g *gen) gatewayTCP(s gwServer) []*listenerv3.Filter {
+	port := s.srv.GetPort().GetNumber()
+	for _, vs := range g.pc.GatewayVirtualServices(s.gw.Key(), g.p.Namespace) {
+		if len(g.matchingHosts(s, vs)) == 0 {
+			continue
+		}
+		for _, r := range vs.Spec.GetTcp() {
+			if len(r.GetRoute()) == 0 || !l4Matches(r.GetMatch(), port, s.gw.Key()) {
+				continue
+			}
+			clusters := g.gatewayDestinations(r.GetRoute(), vs, port)
+			if len(clusters) == 0 {
+				continue
+			}
+			return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy("outbound_0.0.0.0_"+itoa(port), clusters))
+		}
+	}
+	g.problem("Gateway %s port %d (%s): no VirtualService tcp route for it; server left out", s.gw.Key(), port, s.srv.GetPort().GetProtocol())
+	return nil
+}
+
+// passthroughChains route a PASSTHROUGH server's connections by SNI: one
+// chain per tls route match of its VirtualServices (sniHosts), to the
+// route's destinations, the TLS untouched.
+func (g *gen) passthroughChains(s gwServer) []*listenerv3.FilterChain {
+	port := s.srv.GetPort().GetNumber()
+	var out []*listenerv3.FilterChain
+	seen := map[string]bool{}
+	for _, vs := range g.pc.GatewayVirtualServices(s.gw.Key(), g.p.Namespace) {
+		if len(g.matchingHosts(s, vs)) == 0 {
+			continue
+		}
+		for i, r := range vs.Spec.GetTls() {
+			if len(r.GetRoute()) == 0 {
+				continue
+			}
+			for _, m := range r.GetMatch() {
+				if !l4Matches([]*networking.L4MatchAttributes{{Port: m.GetPort(), Gateways: m.GetGateways()}}, port, s.gw.Key()) {
+					continue
+				}
+				if slices.ContainsFunc(m.GetSniHosts(), func(h string) bool { return seen[h] }) {
+					g.problem("VirtualService %s/%s tls route %d: an SNI host of %v is routed already on port %d; left out", vs.Namespace, vs.Name, i, m.GetSniHosts(), port)
+					continue
+				}
+				clusters := g.gatewayDestinations(r.GetRoute(), vs, port)
+				if len(clusters) == 0 {
+					continue
+				}
+				for _, h := range m.GetSniHosts() {
+					seen[h] = true
+				}
+				hosts := slices.Clone(m.GetSniHosts())
+				slices.Sort(hosts)
+				out = append(out, &listenerv3.FilterChain{
+					Name:             "passthrough." + itoa(port) + "." + strings.Join(hosts, ","),
+					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: serverNames(hosts)},
+					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy("outbound_0.0.0.0_"+itoa(port), clusters)),
+				})
+			}
+		}
+	}
+	return out
+}
+
+// autoPassthroughChains route mesh mTLS by the SNI a client sets for a
+// service port (and subset): one chain per visible mesh-internal service
+// port whose host the server lists, to the SNI-named cluster, which
+// carries no TLS of its own (the client's mTLS passes through).
+func (g *gen) autoPassthroughChains(s gwServer) []*listenerv3.FilterChain {
+	var out []*listenerv3.FilterChain
+	hosts := sniHosts(s.srv)
+	for _, svc := range g.scope.Services() {
+		if svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL || !slices.ContainsFunc(hosts, func(h string) bool { return model.HostMatches(h, svc.GetHostname()) }) {
+			continue
+		}
+		dr := g.scope.DestinationRule(g.p, svc)
+		for _, port := range svc.GetPorts() {
+			subsets := []string{""}
+			for _, ss := range drSpec(dr).GetSubsets() {
+				subsets = append(subsets, ss.GetName())
+			}
+			for _, ss := range subsets {
+				name := SNIDNATClusterName(port.GetNumber(), ss, svc.GetHostname())
+				if !g.clusterOK(name) {
+					continue
+				}
+				out = append(out, &listenerv3.FilterChain{
+					Name:             name,
+					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{name}, ApplicationProtocols: istioMTLSALPN()},
+					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(name, single(name))),
+				})
+			}
+		}
+	}
+	return out
+}
+
+// SNIDNATClusterName is the name (and the SNI) of an AUTO_PASSTHROUGH
+// cluster: "outbound_.<port>_.<subset>_.<host>".
+func SNIDNATClusterName(port uint32, subset, host string) string {
+	return "outbound_." + itoa(port) + "_." + subset + "_." + host
+}
+
+// parseSNIDNATClusterName reads SNIDNATClusterName.
+func parseSNIDNATClusterName(name string) (port uint32, subset, host string, ok bool) {
+	rest, found := strings.CutPrefix(name, "outbound_.")
+	if !found {
+		return 0, "", "", false
+	}
+	parts := strings.SplitN(rest, "_.", 3)
+	if len(parts) != 3 {
+		return 0, "", "", false
+	}
+	n, err := strconv.ParseUint(parts[0], 10, 16)
+	if err != nil || n == 0 {
+		return 0, "", "", false
+	}
+	return uint32(n), parts[1], parts[2], true
+}
+
+// gatewayDestinations are the weighted clusters of TCP or TLS route
+// destinations the proxy has.
+func (g *gen) gatewayDestinations(routes []*networking.RouteDestination, vs *model.VirtualService, port uint32) []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight {
+	var out []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight
+	for _, d := range routes {
+		if len(routes) > 1 && d.GetWeight() == 0 {
+			continue
+		}
+		name, _, ok := g.destination(d.GetDestination(), vs, &registryv1.ServicePort{Number: port})
+		if !ok {
+			continue
+		}
+		out = append(out, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: name, Weight: uint32(max(d.GetWeight(), 1))})
+	}
+	return out
+}
+
+// l4Matches: a route without matches applies; else one match whose port
+// (if any) is the server's and whose gateways (if any) name the Gateway.
+func l4Matches(ms []*networking.L4MatchAttributes, port uint32, gateway string) bool {
+	if len(ms) == 0 {
+		return true
+	}
+	for _, m := range ms {
+		if (m.GetPort() == 0 || m.GetPort() == port) && (len(m.GetGateways()) == 0 || slices.Contains(m.GetGateways(), gateway)) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchingHosts are the hosts a VirtualService serves on a server: its
+// hosts intersected with the server's hosts open to its namespace, each
+// the narrower of the two names (Istio's host intersection).
+func (g *gen) matchingHosts(s gwServer, vs *model.VirtualService) []string {
+	var out []string
+	for _, sh := range s.hosts {
+		ns, host, _ := strings.Cut(sh, "/")
+		if ns != "*" && ns != vs.Namespace {
+			continue
+		}
+		for _, vh := range vs.Spec.GetHosts() {
+			switch {
+			case model.HostMatches(host, vh):
+				out = append(out, vh)
+			case model.HostMatches(vh, host):
+				out = append(out, host)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// gatewayRoute is the route configuration of a gateway's HTTP servers
+// ("http.<port>") or of one HTTPS server: a virtual host per host the
+// VirtualServices bound to its servers serve there (their routes in
+// order, several VirtualServices' for one host one after another), with
+// httpsRedirect's servers requiring TLS; without any, a "blackhole" host
+// that answers 404.
+func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
+	var servers []gwServer
+	for _, gp := range g.gatewayPorts() {
+		for _, s := range append(slices.Clone(gp.plain), gp.tls...) {
+			if s.route == name {
+				servers = append(servers, s)
+			}
+		}
+	}
+	if len(servers) == 0 {
+		return nil
+	}
+	byHost := map[string]*routev3.VirtualHost{}
+	var hosts []string
+	for _, s := range servers {
+		port := s.srv.GetPort().GetNumber()
+		redirect := s.srv.GetTls().GetHttpsRedirect()
+		for _, vs := range g.pc.GatewayVirtualServices(s.gw.Key(), g.p.Namespace) {
+			matched := g.matchingHosts(s, vs)
+			if len(matched) == 0 {
+				continue
+			}
+			for _, p := range vs.GetProblems() {
+				g.problem("VirtualService %s/%s: %s", vs.Namespace, vs.Name, p)
+			}
+			routes := g.vsRoutes(vs, nil, &registryv1.ServicePort{Number: port}, s.gw.Key())
+			for _, h := range matched {
+				h = strings.ToLower(h)
+				vh := byHost[h]
+				if vh == nil {
+					vh = &routev3.VirtualHost{Name: h + ":" + itoa(port), Domains: []string{h}}
+					byHost[h] = vh
+					hosts = append(hosts, h)
+				}
+				vh.Routes = append(vh.Routes, routes...)
+				if redirect {
+					vh.RequireTls = routev3.VirtualHost_ALL
+				}
+			}
+		}
+		if redirect {
+			for _, sh := range s.hosts {
+				_, h, _ := strings.Cut(sh, "/")
+				h = strings.ToLower(h)
+				if vh := byHost[h]; vh != nil {
+					vh.RequireTls = routev3.VirtualHost_ALL
+					continue
+				}
+				byHost[h] = &routev3.VirtualHost{Name: h + ":" + itoa(port), Domains: []string{h}, RequireTls: routev3.VirtualHost_ALL}
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	var vhs []*routev3.VirtualHost
+	for _, h := range hosts {
+		vh := byHost[h]
+		vh.Routes = catchAllLast(vh.Routes)
+		vhs = append(vhs, vh)
+	}
+	if len(vhs) == 0 {
+		vhs = []*routev3.VirtualHost{{Name: "blackhole:" + itoa(servers[0].srv.GetPort().GetNumber()), Domains: []string{"*"}}}
+	}
+	sortByName(vhs)
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
+}
+
+// catchAllLast moves the routes that match every request after the
+// others, keeping each group's order (Istio's SortVHostRoutes): with
+// several VirtualServices on one host, one's catch-all must not hide
+// another's specific routes.
+func catchAllLast(routes []*routev3.Route) []*routev3.Route {
+	var out, last []*routev3.Route
+	for _, r := range routes {
+		m := r.GetMatch()
+		all := (m.GetPrefix() == "/" || m.GetPathSeparatedPrefix() == "/" || m.GetSafeRegex().GetRegex() == ".*") &&
+			len(m.GetHeaders()) == 0 && len(m.GetQueryParameters()) == 0 && len(m.GetDynamicMetadata()) == 0
+		if all {
+			last = append(last, r)
+		} else {
+			out = append(out, r)
+		}
+	}
+	return append(out, last...)
+}
+
+// gatewayRouteNames are the route configurations of a gateway proxy.
+func (g *gen) gatewayRouteNames() []string {
+	var out []string
+	for _, gp := range g.gatewayPorts() {
+		for _, s := range append(slices.Clone(gp.plain), gp.tls...) {
+			if s.route != "" {
+				out = append(out, s.route)
+			}
+		}
+	}
+	return out
+}
+
+// gatewayDownstreamTLS terminates a server's TLS, as Istio's
+// BuildListenerTLSContext: SIMPLE the credentialName's certificate,
+// MUTUAL also its CA and client certificates required, OPTIONAL_MUTUAL
+// verified when given, ISTIO_MUTUAL the workload certificate and mesh
+// roots from the agent; ALPN h2 and http/1.1 for HTTPS; TLS 1.2 at least
+// unless minProtocolVersion says otherwise; cipher suites and
+// subjectAltNames as given.
+func (g *gen) gatewayDownstreamTLS(s gwServer) (*corev3.TransportSocket, error) {
+	t := s.srv.GetTls()
+	common := &tlsv3.CommonTlsContext{TlsParams: &tlsv3.TlsParameters{
+		TlsMinimumProtocolVersion: tlsVersion(t.GetMinProtocolVersion(), tlsv3.TlsParameters_TLSv1_2),
+		TlsMaximumProtocolVersion: tlsVersion(t.GetMaxProtocolVersion(), tlsv3.TlsParameters_TLS_AUTO),
+		CipherSuites:              t.GetCipherSuites(),
+	}}
+	if registry.ParseProtocol(s.srv.GetPort().GetProtocol()) == registryv1.Protocol_PROTOCOL_HTTPS {
+		common.AlpnProtocols = []string{"h2", "http/1.1"}
+	}
+	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: common}
+	validation := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(t.GetSubjectAltNames())}
+	switch t.GetMode() {
+	case networking.ServerTLSSettings_ISTIO_MUTUAL:
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: SecretWorkload, SdsConfig: sdsSource()}}
+		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: SecretRoot, SdsConfig: sdsSource()},
+		}}
+		ctx.RequireClientCertificate = wrapperspb.Bool(true)
+	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL, networking.ServerTLSSettings_OPTIONAL_MUTUAL:
+		cn := t.GetCredentialName()
+		if cn == "" {
+			return nil, fmt.Errorf("tls mode %s needs credentialName (serverCertificate files are not supported)", t.GetMode())
+		}
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: CredentialPrefix + cn, SdsConfig: adsSource()}}
+		if t.GetMode() != networking.ServerTLSSettings_SIMPLE {
+			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CredentialPrefix + cn + credentialCASuffix, SdsConfig: adsSource()},
+			}}
+			ctx.RequireClientCertificate = wrapperspb.Bool(t.GetMode() == networking.ServerTLSSettings_MUTUAL)
+		}
+	default:
+		return nil, fmt.Errorf("tls mode %s cannot terminate TLS", t.GetMode())
+	}
+	return g.tlsSocket(ctx), nil
+}
+
+// tlsVersion maps Istio's TLS protocol enum onto Envoy's (the same
+// order), def for TLS_AUTO.
+func tlsVersion(v networking.ServerTLSSettings_TLSProtocol, def tlsv3.TlsParameters_TlsProtocol) tlsv3.TlsParameters_TlsProtocol {
+	if v == networking.ServerTLSSettings_TLS_AUTO {
+		return def
+	}
+	return tlsv3.TlsParameters_TlsProtocol(v)
+}
