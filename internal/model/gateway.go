@@ -1,8 +1,6 @@
 package model
 
 import (
-	"slices"
-
 	networking "istio.io/api/networking/v1alpha3"
 )
 
@@ -34,10 +32,7 @@ func (pc *PushContext) ProxyGateways(p *Proxy) []*Gateway {
 // exportTo includes it), by namespace and name.
 func (pc *PushContext) GatewayVirtualServices(gateway, namespace string) []*VirtualService {
 	var out []*VirtualService
-	for _, vs := range pc.cfg.virtualServices {
-		if !slices.Contains(vs.Gateways, gateway) {
-			continue
-		}
+	for _, vs := range pc.cfg.vsByGateway[gateway] {
 		if !ExportedTo(vs.Spec.GetExportTo(), pc.Mesh.GetDefaultVirtualServiceExportTo(), vs.Namespace, namespace) {
 			continue
 		}

@@ -131,7 +131,8 @@ type configIndex struct {
 	peerAuth         map[string][]*PeerAuthentication  // namespace → by name
 	authz            map[string][]*AuthorizationPolicy // namespace → by name
 	authn            map[string][]*RequestAuthentication
-	gateways         []*Gateway // by namespace/name
+	gateways         []*Gateway                   // by namespace/name
+	vsByGateway      map[string][]*VirtualService // "namespace/name" (not "mesh") → by namespace/name
 	namespaces       map[string]*registryv1.Namespace
 }
 
@@ -260,6 +261,14 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		ci.virtualServices = append(ci.virtualServices, vs)
 	}
 	mergeDelegates(ci.virtualServices, s.mesh.GetDefaultVirtualServiceExportTo(), domainSuffix)
+	ci.vsByGateway = map[string][]*VirtualService{}
+	for _, vs := range ci.virtualServices {
+		for _, gw := range slices.Compact(slices.Sorted(slices.Values(vs.Gateways))) {
+			if gw != MeshGateway {
+				ci.vsByGateway[gw] = append(ci.vsByGateway[gw], vs)
+			}
+		}
+	}
 	for _, o := range sortedObjects(s.configs[istio.DestinationRule]) {
 		spec, ok := o.Spec.(*networking.DestinationRule)
 		if !ok {

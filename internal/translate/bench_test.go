@@ -238,3 +238,54 @@ func BenchmarkAuthorizationPolicies(b *testing.B) {
 		}
 	})
 }
+
+// gatewayMesh is Istio's gateways benchmark workload
+// (pilot/pkg/xds/testdata/benchmarks/gateways.yaml): n Gateways on one
+// gateway proxy, each with an HTTP server (port 80) and an ISTIO_MUTUAL
+// HTTPS server (443) for three hosts, a VirtualService binding those
+// hosts to a ServiceEntry of its own.
+func gatewayMesh(b *testing.B, n int) (*model.Store, *model.Proxy) {
+	b.Helper()
+	kinds := map[string]istio.Kind{}
+	for _, k := range istio.Kinds() {
+		kinds[k.Kind] = k
+	}
+	s := model.NewStore()
+	for i := range n {
+		hosts := []string{fmt.Sprintf("random-a-%d.host.example", i), fmt.Sprintf("random-b-%d.host.example", i), fmt.Sprintf("random-c-%d.host.example", i)}
+		host := fmt.Sprintf("random-%d.host.example", i)
+		s.PutService(&registryv1.Service{
+			Hostname: host, Name: host, Namespace: "gateway", SourceKind: registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY,
+			Resolution: registryv1.Resolution_RESOLUTION_STATIC, Location: registryv1.Location_LOCATION_MESH_EXTERNAL,
+			Ports: []*registryv1.ServicePort{{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP}},
+		})
+		s.PutObject(&istio.Object{Kind: kinds["Gateway"], Meta: istio.Meta{Name: fmt.Sprintf("gateway-%d", i), Namespace: "gateway"}, Spec: &networking.Gateway{
+			Selector: map[string]string{"istio.io/benchmark": "true"},
+			Servers: []*networking.Server{
+				{Port: &networking.Port{Number: 80, Name: "http", Protocol: "HTTP"}, Hosts: hosts},
+				{Port: &networking.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: hosts, Tls: &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_ISTIO_MUTUAL}},
+			},
+		}})
+		s.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: fmt.Sprintf("vs-%d", i), Namespace: "gateway"}, Spec: &networking.VirtualService{
+			Hosts:    hosts,
+			Gateways: []string{fmt.Sprintf("gateway/gateway-%d", i)},
+			Http: []*networking.HTTPRoute{{
+				Match: []*networking.HTTPMatchRequest{{Uri: &networking.StringMatch{MatchType: &networking.StringMatch_Prefix{Prefix: fmt.Sprintf("/route-%d", i)}}}},
+				Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: host}}},
+			}},
+		}})
+	}
+	p := &model.Proxy{
+		Type: model.RouterProxy, IPs: []netip.Addr{netip.MustParseAddr("10.2.0.9")}, ID: "gateway-abc.gateway", Namespace: "gateway",
+		Labels: map[string]string{"istio.io/benchmark": "true"},
+	}
+	return s, p
+}
+
+// BenchmarkGateways1000 is Istio's 1,000-gateway benchmark for one
+// gateway proxy (Istio: CDS 21.9 ms, LDS 23.6 ms, RDS 41.4 ms on this
+// kind of machine; the target is half of each).
+func BenchmarkGateways1000(b *testing.B) {
+	s, p := gatewayMesh(b, 1000)
+	benchTypes(b, s, p, []string{"CDS", "LDS", "RDS"})
+}

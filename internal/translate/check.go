@@ -98,7 +98,7 @@ func (g *gen) repairRoutes(rc *routev3.RouteConfiguration, packErrsBefore int) {
 	domains := map[string]bool{}
 	vhs := rc.VirtualHosts[:0]
 	for _, vh := range rc.GetVirtualHosts() {
-		if err := g.valid(vh, packErrsBefore); err != nil {
+		if err := g.validVirtualHost(vh, packErrsBefore); err != nil {
 			g.problem("route configuration %s: virtual host %s dropped: %v", rc.GetName(), vh.GetName(), err)
 			continue
 		}
@@ -124,6 +124,33 @@ func (g *gen) repairRoutes(rc *routev3.RouteConfiguration, packErrsBefore int) {
 		vhs = append(vhs, vh)
 	}
 	rc.VirtualHosts = vhs
+}
+
+// validVirtualHost validates a virtual host, each of its routes once per
+// generator: virtual hosts share routes (a gateway's hosts of one
+// VirtualService), which need not be validated again.
+func (g *gen) validVirtualHost(vh *routev3.VirtualHost, packErrsBefore int) error {
+	routes := vh.Routes
+	vh.Routes = nil
+	err := g.valid(vh, packErrsBefore)
+	vh.Routes = routes
+	if err != nil {
+		return err
+	}
+	if g.routeChecks == nil {
+		g.routeChecks = map[*routev3.Route]error{}
+	}
+	for i, r := range routes {
+		err, ok := g.routeChecks[r]
+		if !ok {
+			err = g.valid(r, packErrsBefore)
+			g.routeChecks[r] = err
+		}
+		if err != nil {
+			return fmt.Errorf("invalid VirtualHost.Routes[%d]: embedded message failed validation | caused by: %w", i, err)
+		}
+	}
+	return nil
 }
 
 func (g *gen) routeClusters(ra *routev3.RouteAction) error {
@@ -202,12 +229,32 @@ func (g *gen) checkChain(fc *listenerv3.FilterChain, names, matches map[string]b
 }
 
 func (g *gen) checkFilter(f *listenerv3.Filter) error {
+	if err, ok := g.filterChecks[f.GetTypedConfig()]; ok {
+		return err // checked when built (networkFilter)
+	}
 	switch f.GetName() {
 	case tcpProxyFilter:
 		tp := &tcpproxyv3.TcpProxy{}
 		if err := f.GetTypedConfig().UnmarshalTo(tp); err != nil {
 			return fmt.Errorf("tcp_proxy: %w", err)
 		}
+		return g.checkConfig(tp)
+	case hcmFilter:
+		hcm := &hcmv3.HttpConnectionManager{}
+		if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+			return fmt.Errorf("http_connection_manager: %w", err)
+		}
+		return g.checkConfig(hcm)
+	}
+	return nil
+}
+
+// checkConfig checks a network filter's configuration: tcp_proxy names
+// clusters the output has; an HTTP connection manager passes checkHCM.
+func (g *gen) checkConfig(cfg proto.Message) error {
+	switch c := cfg.(type) {
+	case *tcpproxyv3.TcpProxy:
+		tp := c
 		names := []string{}
 		if c := tp.GetCluster(); c != "" {
 			names = append(names, c)
@@ -220,24 +267,33 @@ func (g *gen) checkFilter(f *listenerv3.Filter) error {
 				return fmt.Errorf("tcp_proxy names unknown cluster %q", n)
 			}
 		}
-	case hcmFilter:
-		hcm := &hcmv3.HttpConnectionManager{}
-		if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
-			return fmt.Errorf("http_connection_manager: %w", err)
-		}
-		return g.checkHCM(hcm)
+	case *hcmv3.HttpConnectionManager:
+		return g.checkHCM(c)
 	}
 	return nil
 }
 
 // checkHCM: the router filter is last, RDS names a generated route
 // configuration, and an inline one only names clusters the output has.
+// routeKnown reports whether a route configuration an HCM names exists:
+// built and checked (sidecars: a listener whose route was dropped goes
+// too), or for a gateway, one of its servers' route names (built when
+// asked for, as Istio's LDS does not build RDS).
+func (g *gen) routeKnown(name string) bool {
+	if g.isGateway() {
+		g.gatewayPorts()
+		_, ok := g.gwRoutes[name]
+		return ok
+	}
+	return g.routeOK(name)
+}
+
 func (g *gen) checkHCM(hcm *hcmv3.HttpConnectionManager) error {
 	fs := hcm.GetHttpFilters()
 	if len(fs) == 0 || fs[len(fs)-1].GetName() != routerFilter {
 		return errors.New("the router filter is not last")
 	}
-	if rds := hcm.GetRds(); rds != nil && !g.routeOK(rds.GetRouteConfigName()) {
+	if rds := hcm.GetRds(); rds != nil && !g.routeKnown(rds.GetRouteConfigName()) {
 		return fmt.Errorf("RDS names unknown route configuration %q", rds.GetRouteConfigName())
 	}
 	if rc := hcm.GetRouteConfig(); rc != nil {

@@ -13,6 +13,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -31,7 +32,7 @@ import (
 // as Istio does: "kubernetes://<name>" (the key and certificate), and
 // with credentialCASuffix the CA certificates of MUTUAL servers.
 const (
-	CredentialPrefix   = "kubernetes://"
+	CredentialPrefix   = "kubernetes://" //nolint:gosec // a secret's name prefix, not a credential
 	credentialCASuffix = "-cacert"
 )
 
@@ -55,6 +56,7 @@ type gwPort struct {
 	plain   []gwServer
 	tls     []gwServer
 	sniSeen map[string]bool
+	routes  map[string]bool
 }
 
 func (g *gen) isGateway() bool { return g.p.Type == model.RouterProxy }
@@ -74,12 +76,12 @@ func (g *gen) gatewayPorts() []*gwPort {
 	out := []*gwPort{}
 	for _, gw := range g.pc.ProxyGateways(g.p) {
 		for i, s := range gw.Spec.GetServers() {
-			where := fmt.Sprintf("Gateway %s server %d", gw.Key(), i)
+			where := func() string { return fmt.Sprintf("Gateway %s server %d", gw.Key(), i) }
 			if s.GetPort() == nil {
 				continue
 			}
 			if s.GetBind() != "" {
-				g.problem("%s: bind %q is not supported; the server listens on all addresses", where, s.GetBind())
+				g.problem("%s: bind %q is not supported; the server listens on all addresses", where(), s.GetBind())
 			}
 			gs := gwServer{gw: gw, srv: s}
 			for _, h := range s.GetHosts() {
@@ -95,14 +97,14 @@ func (g *gen) gatewayPorts() []*gwPort {
 			port := g.gatewayListenerPort(s.GetPort().GetNumber())
 			gp := byPort[port]
 			if gp == nil {
-				gp = &gwPort{port: port, sniSeen: map[string]bool{}}
+				gp = &gwPort{port: port, sniSeen: map[string]bool{}, routes: map[string]bool{}}
 				byPort[port] = gp
 				out = append(out, gp)
 			}
 			proto := registry.ParseProtocol(s.GetPort().GetProtocol())
 			if isTLSServer(s) {
 				if len(gp.plain) > 0 {
-					g.problem("%s: port %d already has plaintext servers; left out", where, port)
+					g.problem("%s: port %d already has plaintext servers; left out", where(), port)
 					continue
 				}
 				var dup []string
@@ -112,7 +114,7 @@ func (g *gen) gatewayPorts() []*gwPort {
 					}
 				}
 				if len(dup) > 0 {
-					g.problem("%s: host %s already has a TLS server on port %d; left out", where, strings.Join(dup, ", "), port)
+					g.problem("%s: host %s already has a TLS server on port %d; left out", where(), strings.Join(dup, ", "), port)
 					continue
 				}
 				for _, h := range sniHosts(s) {
@@ -120,20 +122,22 @@ func (g *gen) gatewayPorts() []*gwPort {
 				}
 				if proto == registryv1.Protocol_PROTOCOL_HTTPS && !passthrough(s) {
 					gs.route = "https." + itoa(s.GetPort().GetNumber()) + "." + s.GetPort().GetName() + "." + gw.Name + "." + gw.Namespace
-					if slices.ContainsFunc(gp.tls, func(o gwServer) bool { return o.route == gs.route }) {
-						g.problem("%s: another HTTPS server of the Gateway has port name %q on port %d; left out", where, s.GetPort().GetName(), port)
+					if gp.routes[gs.route] {
+						g.problem("%s: another HTTPS server of the Gateway has port name %q on port %d; left out", where(), s.GetPort().GetName(), port)
 						continue
 					}
+					gp.routes[gs.route] = true
 				}
 				gp.tls = append(gp.tls, gs)
 				continue
 			}
 			if len(gp.tls) > 0 {
-				g.problem("%s: port %d already has TLS servers; left out", where, port)
+				g.problem("%s: port %d already has TLS servers; left out", where(), port)
 				continue
 			}
-			if len(gp.plain) > 0 && !(isHTTP(proto) && gp.plain[0].route != "") {
-				g.problem("%s: port %d already has a %s server; protocol %s cannot share it; left out", where, port, gp.plain[0].srv.GetPort().GetProtocol(), s.GetPort().GetProtocol())
+			mergeable := isHTTP(proto) && len(gp.plain) > 0 && gp.plain[0].route != ""
+			if len(gp.plain) > 0 && !mergeable {
+				g.problem("%s: port %d already has a %s server; protocol %s cannot share it; left out", where(), port, gp.plain[0].srv.GetPort().GetProtocol(), s.GetPort().GetProtocol())
 				continue
 			}
 			if isHTTP(proto) {
@@ -144,6 +148,17 @@ func (g *gen) gatewayPorts() []*gwPort {
 	}
 	slices.SortFunc(out, func(a, b *gwPort) int { return int(a.port) - int(b.port) })
 	g.gwPorts = out
+	g.gwRoutes = map[string][]gwServer{}
+	for _, gp := range out {
+		for _, srv := range append(slices.Clone(gp.plain), gp.tls...) {
+			if srv.route != "" {
+				if _, ok := g.gwRoutes[srv.route]; !ok {
+					g.gwRouteNames = append(g.gwRouteNames, srv.route)
+				}
+				g.gwRoutes[srv.route] = append(g.gwRoutes[srv.route], srv)
+			}
+		}
+	}
 	return out
 }
 
@@ -466,14 +481,8 @@ func (g *gen) matchingHosts(s gwServer, vs *model.VirtualService) []string {
 // httpsRedirect's servers requiring TLS; without any, a "blackhole" host
 // that answers 404.
 func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
-	var servers []gwServer
-	for _, gp := range g.gatewayPorts() {
-		for _, s := range append(slices.Clone(gp.plain), gp.tls...) {
-			if s.route == name {
-				servers = append(servers, s)
-			}
-		}
-	}
+	g.gatewayPorts()
+	servers := g.gwRoutes[name]
 	if len(servers) == 0 {
 		return nil
 	}
@@ -552,15 +561,8 @@ func catchAllLast(routes []*routev3.Route) []*routev3.Route {
 
 // gatewayRouteNames are the route configurations of a gateway proxy.
 func (g *gen) gatewayRouteNames() []string {
-	var out []string
-	for _, gp := range g.gatewayPorts() {
-		for _, s := range append(slices.Clone(gp.plain), gp.tls...) {
-			if s.route != "" {
-				out = append(out, s.route)
-			}
-		}
-	}
-	return out
+	g.gatewayPorts()
+	return g.gwRouteNames
 }
 
 // gatewayDownstreamTLS terminates a server's TLS, as Istio's
@@ -571,6 +573,28 @@ func (g *gen) gatewayRouteNames() []string {
 // unless minProtocolVersion says otherwise; cipher suites and
 // subjectAltNames as given.
 func (g *gen) gatewayDownstreamTLS(s gwServer) (*corev3.TransportSocket, error) {
+	t := s.srv.GetTls()
+	// Servers with the same settings share one socket (Istio's benchmark
+	// has a thousand ISTIO_MUTUAL servers).
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("tls settings: %w", err)
+	}
+	key := s.srv.GetPort().GetProtocol() + "|" + string(raw)
+	if ts, ok := g.gwTLS[key]; ok {
+		return ts, nil
+	}
+	ts, err := g.buildGatewayTLS(s)
+	if err == nil {
+		if g.gwTLS == nil {
+			g.gwTLS = map[string]*corev3.TransportSocket{}
+		}
+		g.gwTLS[key] = ts
+	}
+	return ts, err
+}
+
+func (g *gen) buildGatewayTLS(s gwServer) (*corev3.TransportSocket, error) {
 	t := s.srv.GetTls()
 	common := &tlsv3.CommonTlsContext{TlsParams: &tlsv3.TlsParameters{
 		TlsMinimumProtocolVersion: tlsVersion(t.GetMinProtocolVersion(), tlsv3.TlsParameters_TLSv1_2),

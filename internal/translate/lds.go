@@ -19,6 +19,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
@@ -160,8 +161,16 @@ func (g *gen) sidecarHCM(hcm *hcmv3.HttpConnectionManager) {
 	hcm.Proxy_100Continue = true
 }
 
+// networkFilter packs a network filter. Its consistency check
+// (checkConfig) runs now, on the message at hand, so that checking the
+// listener later needs no unpacking.
 func (g *gen) networkFilter(name string, cfg proto.Message) *listenerv3.Filter {
-	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: g.pack(cfg)}}
+	a := g.pack(cfg)
+	if g.filterChecks == nil {
+		g.filterChecks = map[*anypb.Any]error{}
+	}
+	g.filterChecks[a] = g.checkConfig(cfg)
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: a}}
 }
 
 func (g *gen) tcpProxy(statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) *listenerv3.Filter {

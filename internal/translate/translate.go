@@ -180,7 +180,10 @@ type gen struct {
 	inbound   []*clusterv3.Cluster
 	inPorts   []inboundPort
 	gwPorts   []*gwPort
-	egress    []egressPort
+	// gwRoutes are a gateway's HTTP servers by route name, in order.
+	gwRoutes     map[string][]gwServer
+	gwRouteNames []string
+	egress       []egressPort
 	// locality is where the proxy runs (proxyLocality), once known;
 	// localityStr its key form.
 	locality    *model.Locality
@@ -192,6 +195,13 @@ type gen struct {
 	// extAuthzs the extension providers built while making it.
 	authzBuilt *workloadAuthz
 	extAuthzs  map[string]extAuthzResult
+	// filterChecks are the consistency checks of network filters, by
+	// their packed configuration (networkFilter).
+	filterChecks map[*anypb.Any]error
+	// routeChecks are the validation results of routes (validVirtualHost).
+	routeChecks map[*routev3.Route]error
+	// gwTLS are a gateway's TLS transport sockets by their settings.
+	gwTLS map[string]*corev3.TransportSocket
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any
