@@ -13,9 +13,10 @@ import (
 )
 
 // FuzzGenerate translates an arbitrary VirtualService, DestinationRule,
-// Sidecar and delegate VirtualService (as if they had bypassed
-// validation) for a sidecar and a proxyless client: translation never
-// panics, and whatever it returns passes the checks it promises.
+// Sidecar and delegate VirtualService, and the Sidecar's bytes read as a
+// Gateway (as if they had bypassed validation), for a sidecar, a
+// proxyless client and a gateway: translation never panics, and whatever
+// it returns passes the checks it promises.
 func FuzzGenerate(f *testing.F) {
 	vs, _ := proto.Marshal(&networking.VirtualService{Hosts: []string{"a"}, Http: []*networking.HTTPRoute{{
 		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a", Subset: "v1"}, Weight: 50}},
@@ -40,6 +41,15 @@ func FuzzGenerate(f *testing.F) {
 	f.Add(vs, dr, []byte{}, []byte{})
 	f.Add(root, dr, sc, del)
 	f.Add([]byte{}, []byte{0x0a, 0x01, 0x2a}, []byte{0x0a, 0x01}, []byte{0x12})
+	gwBytes, _ := proto.Marshal(&networking.Gateway{Servers: []*networking.Server{
+		{Port: &networking.Port{Number: 80, Name: "http", Protocol: "HTTP"}, Hosts: []string{"*"}},
+		{Port: &networking.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"./a"}, Tls: &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_SIMPLE, CredentialName: "c"}},
+		{Port: &networking.Port{Number: 15443, Name: "tls", Protocol: "TLS"}, Hosts: []string{"*"}, Tls: &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_AUTO_PASSTHROUGH}},
+	}})
+	vsGW, _ := proto.Marshal(&networking.VirtualService{Hosts: []string{"*"}, Gateways: []string{"gw"}, Http: []*networking.HTTPRoute{{
+		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a"}}},
+	}}, Tcp: []*networking.TCPRoute{{Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "a", Port: &networking.PortSelector{Number: 9000}}}}}}})
+	f.Add(vsGW, dr, gwBytes, []byte{})
 	kinds := map[string]istio.Kind{}
 	for _, k := range istio.Kinds() {
 		kinds[k.Kind] = k
@@ -74,9 +84,16 @@ func FuzzGenerate(f *testing.F) {
 		if proto.Unmarshal(delegateBytes, del) == nil {
 			s.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: "delegate", Namespace: "default"}, Spec: del})
 		}
+		gw := &networking.Gateway{}
+		if proto.Unmarshal(scBytes, gw) == nil {
+			s.PutObject(&istio.Object{Kind: kinds["Gateway"], Meta: istio.Meta{Name: "gw", Namespace: "default"}, Spec: gw})
+		}
 		pc, _ := s.Build(model.BuildOptions{}, nil, 1)
-		for _, gen := range []string{"", model.GeneratorGRPC} {
+		for _, gen := range []string{"", model.GeneratorGRPC, "router"} {
 			p := &model.Proxy{Type: model.SidecarProxy, IPs: []netip.Addr{netip.MustParseAddr("10.1.0.9")}, Namespace: "default", Generator: gen}
+			if gen == "router" {
+				p.Type, p.Generator = model.RouterProxy, ""
+			}
 			out := Generate(pc, p)
 			for _, c := range out.Clusters {
 				if err := Validate(c); err != nil {
