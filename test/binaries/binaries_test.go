@@ -224,7 +224,7 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	} {
 		out.WaitFor(t, want)
 	}
-	for _, name := range []string{"discovery-1", "discovery-2", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "client"} {
+	for _, name := range []string{"discovery-1", "discovery-2", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "client", "intruder-agent", "intruder"} {
 		xdstest.Eventually(t, name+"'s prefixed output", func() bool { return prefixed(out.String(), name) })
 	}
 	out.WaitForCount(t, "msg=serving service=flotilla-discovery source=galley:127.0.0.1:15019", 2)
@@ -247,6 +247,13 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if share := v1 * 100 / (v1 + v2); share < 70 || share > 90 {
 		t.Fatalf("v1 got %d%% of the calls, want about 80%%", share)
 	}
+	// examples/mesh-policy.yaml's AuthorizationPolicy lets only the
+	// client's service account call the greeter: the intruder's calls
+	// are all denied.
+	xdstest.Eventually(t, "the intruder's calls denied", func() bool {
+		in := proc.IntruderSplits(out.String())
+		return len(in) > 0 && strings.HasPrefix(in[len(in)-1], "denied 100%")
+	})
 
 	// Editing the example moves the split: all to v2.
 	data, err := os.ReadFile(filepath.Join(examples, "greeter.yaml"))
@@ -278,7 +285,7 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
 		if rest, ok := strings.CutPrefix(line, "stopped: "); ok {
-			for _, s := range strings.Split("galley, ca, discovery-1, discovery-2, injector, greeter-v1-agent, greeter-v1, greeter-v2-agent, greeter-v2, client-agent, client", ", ") {
+			for _, s := range strings.Split("galley, ca, discovery-1, discovery-2, injector, greeter-v1-agent, greeter-v1, greeter-v2-agent, greeter-v2, client-agent, client, intruder-agent, intruder", ", ") {
 				if !strings.Contains(rest, s) {
 					t.Errorf("stopped %q, lacks %s", rest, s)
 				}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -123,7 +124,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	start = time.Now()
 	s.must("up", "-d")
 	ps := s.must("ps")
-	for _, svc := range []string{"identity", "identity-demo", "galley", "ca", "discovery", "injector", "greeter-v1-agent", "greeter-v2-agent", "client-agent"} {
+	for _, svc := range []string{"identity", "identity-demo", "galley", "ca", "discovery", "injector", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "intruder-agent"} {
 		if !strings.Contains(ps, svc) {
 			t.Fatalf("compose ps lacks %s:\n%s", svc, ps)
 		}
@@ -143,6 +144,15 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	if ids := proc.DemoIdentities(splits[len(splits)-1]); ids["v1"] != "spiffe://cluster.local/ns/demo/sa/greeter-v1" || ids["v2"] != "spiffe://cluster.local/ns/demo/sa/greeter-v2" {
 		t.Fatalf("the client reached %v: want each version over mTLS as its own service account", ids)
 	}
+
+	// The intruder, the same client as a service account the greeter's
+	// AuthorizationPolicy does not allow, has its calls denied by the
+	// greeter's gRPC server.
+	xdstest.Eventually(t, "the intruder's calls denied", func() bool {
+		out, _ := s.run("logs", "--no-color", "intruder")
+		in := proc.IntruderSplits(out)
+		return len(in) > 0 && strings.HasPrefix(in[len(in)-1], "denied 100%")
+	})
 
 	base := len(s.splits()) // from here on no call may fail
 
@@ -243,7 +253,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	// docker stop (SIGTERM, then SIGKILL after 15 s): every container
 	// drains and exits 0, the client first so that nothing it depends on
 	// goes away under it.
-	for _, svc := range []string{"client", "client-agent", "greeter-v1", "greeter-v1-agent", "greeter-v2", "greeter-v2-agent", "injector", "galley", "ca", "discovery", "identity-demo", "identity"} {
+	for _, svc := range []string{"intruder", "intruder-agent", "client", "client-agent", "greeter-v1", "greeter-v1-agent", "greeter-v2", "greeter-v2-agent", "injector", "galley", "ca", "discovery", "identity-demo", "identity"} {
 		for _, id := range strings.Fields(s.must("ps", "-q", svc)) {
 			start := time.Now()
 			if out, err := exec.Command("docker", "stop", "-t", "15", id).CombinedOutput(); err != nil {

@@ -7,11 +7,20 @@ import (
 
 // DemoSplits returns the demo client's split lines (as its Split prints
 // them after "split: ", e.g. "v1 80% (40) · v2 20% (10)") from a log,
-// whether the demo's own output or docker compose's "client | …" lines.
-func DemoSplits(log string) []string {
+// whether the demo's own output or docker compose's "client | …" lines;
+// the intruder's are left out (IntruderSplits).
+func DemoSplits(log string) []string { return splits(log, false) }
+
+// IntruderSplits returns the split lines of the demo's intruder (a client
+// the greeter's AuthorizationPolicy refuses): "intruder | split: …" lines
+// of make run, "intruder-1 | …" of docker compose.
+func IntruderSplits(log string) []string { return splits(log, true) }
+
+func splits(log string, intruder bool) []string {
 	var out []string
 	for _, l := range strings.Split(log, "\n") {
-		if _, rest, ok := strings.Cut(l, "| split: "); ok {
+		prefix, rest, ok := strings.Cut(l, "| split: ")
+		if ok && strings.HasPrefix(strings.TrimSpace(prefix), "intruder") == intruder {
 			out = append(out, strings.TrimSpace(rest))
 		}
 	}

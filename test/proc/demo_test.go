@@ -7,7 +7,11 @@ func TestDemoSplitsAreReadFromEitherLogAndSummedOverARun(t *testing.T) {
 		"noise\n" +
 		"time=… msg=x | split: v1 50% (1) · v2 0% (0) · error 50% (1)\n" +
 		"client-1  | split: v1 75% (3) · v2 25% (1)\n" +
-		"client-1  | split: v1 0% (0) · v2 100% (5)\n"
+		"client-1  | split: v1 0% (0) · v2 100% (5)\n" +
+		"intruder-1  | split: denied 100% (50)\n"
+	if in := IntruderSplits(log); len(in) != 1 || in[0] != "denied 100% (50)" {
+		t.Fatalf("IntruderSplits = %q", in)
+	}
 	lines := DemoSplits(log)
 	if len(lines) != 4 || lines[0] != "v1 80% (40) · v2 20% (10)" {
 		t.Fatalf("DemoSplits = %q", lines)

@@ -17,12 +17,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 	_ "google.golang.org/grpc/xds" // registers the xds:/// resolver and balancers
 
 	"github.com/flotilla-mesh/flotilla/examples/demo/meshid"
@@ -100,7 +102,11 @@ func Run(ctx context.Context, o Options) error {
 				if id := meshid.OfPeer(&p); id != "" && err == nil {
 					who += " " + id
 				}
-				if err != nil {
+				switch {
+				case status.Code(err) == codes.PermissionDenied:
+					// The server's AuthorizationPolicy said no.
+					who = "denied"
+				case err != nil:
 					who = "error"
 					if ctx.Err() == nil {
 						o.Log.Debug("call failed", "error", err)
@@ -121,8 +127,9 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // Split formats counts as "v1 80% (40) · v2 20% (10)", versions sorted,
-// failed calls last as "error". Over mTLS a version is followed by the
-// server's SPIFFE identity: "v1 spiffe://cluster.local/ns/demo/sa/greeter-v1 80% (40)".
+// then calls the server's authorization refused as "denied", failed calls
+// last as "error". Over mTLS a version is followed by the server's SPIFFE
+// identity: "v1 spiffe://cluster.local/ns/demo/sa/greeter-v1 80% (40)".
 func Split(counts map[string]int) string {
 	total := 0
 	for _, n := range counts {
@@ -132,9 +139,11 @@ func Split(counts map[string]int) string {
 		return "split: no answers"
 	}
 	keys := slices.Sorted(maps.Keys(counts))
-	keys = slices.DeleteFunc(keys, func(k string) bool { return k == "error" })
-	if counts["error"] > 0 {
-		keys = append(keys, "error")
+	keys = slices.DeleteFunc(keys, func(k string) bool { return k == "error" || k == "denied" })
+	for _, last := range []string{"denied", "error"} {
+		if counts[last] > 0 {
+			keys = append(keys, last)
+		}
 	}
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {

@@ -32,7 +32,7 @@ func newIdentities(dir string) (*devjwt.Dir, error) {
 func demoIdentities(ids *devjwt.Dir, dir string) (*devjwt.Dir, error) {
 	demo := &devjwt.Dir{
 		Path: dir, Issuer: ids.Issuer, Namespace: demoNamespace, Audience: ids.Audience,
-		Accounts: []string{greeterV1Account, greeterV2Account, clientAccount},
+		Accounts: []string{greeterV1Account, greeterV2Account, clientAccount, intruderAccount},
 		Lifetime: ids.Lifetime,
 	}
 	if err := demo.Write(time.Now()); err != nil {

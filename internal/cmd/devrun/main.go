@@ -30,7 +30,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	services := fs.String("services", defaultServices, "processes to start, comma separated (of "+defaultServices+")")
 	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves (its own files only, not subdirectories)")
 	meshFile := fs.String("mesh-config-file", "", "mesh configuration (MeshConfig YAML) galley serves (default: <config-dir>/mesh/mesh.yaml when that file exists)")
-	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022, the demo agents 15120-15122), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
+	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022, the demo agents 15120-15123), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
 	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
 	if err := fs.Parse(args); err != nil {
@@ -118,12 +118,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // defaultServices is what `make run` starts, in the order it starts them:
 // the control plane (two discovery replicas) and the demo (greeter v1 and
-// v2, and a proxyless gRPC client printing how its calls split), each
+// v2, a proxyless gRPC client printing how its calls split, and an
+// intruder: the same client as a service account the greeter's
+// AuthorizationPolicy does not allow, printing its calls denied), each
 // demo workload after its agent (proxyless mode: its own service account,
 // certificate files and gRPC bootstrap), as the grpc-agent template runs
 // them in a pod.
 const defaultServices = "ca,galley,discovery-1,discovery-2,injector," +
-	"greeter-v1-agent,greeter-v1,greeter-v2-agent,greeter-v2,client-agent,client"
+	"greeter-v1-agent,greeter-v1,greeter-v2-agent,greeter-v2,client-agent,client,intruder-agent,intruder"
 
 // local is the topology's settings: where binaries, config and state are,
 // and how far every control-plane port is moved.
@@ -145,7 +147,7 @@ const (
 	injectorWebhook, injectorAdmin        = 15016, 15022
 	// The demo agents' admin ports (15020 in a pod, where each has its
 	// own).
-	greeterV1Agent, greeterV2Agent, clientAgent = 15120, 15121, 15122
+	greeterV1Agent, greeterV2Agent, clientAgent, intruderAgent = 15120, 15121, 15122, 15123
 	demoBinary                                  = "flotilla-demo"
 	greeterV1, greeterV2                        = "127.0.0.1:50061", "127.0.0.1:50062" // the endpoints of examples/greeter.yaml
 )
@@ -155,6 +157,9 @@ const (
 const (
 	demoNamespace                                     = "demo"
 	greeterV1Account, greeterV2Account, clientAccount = "greeter-v1", "greeter-v2", "greeter-client"
+	// intruderAccount is a service account examples/mesh-policy.yaml's
+	// AuthorizationPolicy does not allow to call the greeter.
+	intruderAccount = "greeter-intruder"
 )
 
 // demoPod is a demo workload as its pod would be: its agent's settings
@@ -173,6 +178,7 @@ func demoPods() map[string]demoPod {
 		"greeter-v1": {name: "greeter-v1", account: greeterV1Account, labels: `{"app": "greeter", "version": "v1"}`, admin: greeterV1Agent, discovery: secure1},
 		"greeter-v2": {name: "greeter-v2", account: greeterV2Account, labels: `{"app": "greeter", "version": "v2"}`, admin: greeterV2Agent, discovery: secure2},
 		"client":     {name: "client", account: clientAccount, labels: `{"app": "greeter-client"}`, admin: clientAgent, discovery: secure1},
+		"intruder":   {name: "intruder", account: intruderAccount, labels: `{"app": "greeter-intruder"}`, admin: intruderAgent, discovery: secure2},
 	}
 }
 
@@ -261,7 +267,7 @@ func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 		return service("flotilla-discovery", admin, append(args, fromCA("flotilla-discovery")...)...)
 	case "injector":
 		return service("flotilla-injector", injectorAdmin, append([]string{"--galley-address=" + galleyAddress, "--webhook-address=" + l.addr(injectorWebhook)}, fromCA("flotilla-injector")...)...)
-	case "greeter-v1-agent", "greeter-v2-agent", "client-agent":
+	case "greeter-v1-agent", "greeter-v2-agent", "client-agent", "intruder-agent":
 		return demoPods()[strings.TrimSuffix(name, "-agent")].agent(l, ids)
 	case "greeter-v1", "greeter-v2":
 		version, address := "v1", greeterV1
@@ -272,7 +278,7 @@ func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 			Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"greeter", "--xds", "--version=" + version, "--address=" + address},
 			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods()[name].bootstrap(l)},
 		}
-	default: // "client"
+	default: // "client", "intruder"
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, demoBinary), Args: []string{"client"},
 			Env: []string{"GRPC_XDS_BOOTSTRAP=" + demoPods()[name].bootstrap(l)},

@@ -15,7 +15,7 @@ func TestPortOffsetMovesEveryControlPlanePortAndTheMeshFileIsPassedOn(t *testing
 		args = append(append(args, p.Args...), p.Env...)
 	}
 	all := strings.Join(args, " ")
-	for _, port := range []string{"15010", "15012", "15013", "15014", "15015", "15016", "15019", "15022", "15110", "15112", "15114", "15120", "15121", "15122"} {
+	for _, port := range []string{"15010", "15012", "15013", "15014", "15015", "15016", "15019", "15022", "15110", "15112", "15114", "15120", "15121", "15122", "15123"} {
 		if strings.Contains(all, "127.0.0.1:"+port) {
 			t.Errorf("port %s not moved: %s", port, all)
 		}
