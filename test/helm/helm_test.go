@@ -76,7 +76,11 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 			"--set", "injector.revision=canary", "--set", "global.imageRegistry=registry.example", "--set", "global.imageTag=v1.2.3",
 			"--set", "galley.autoscaling.enabled=true", "--set", "ca.autoscaling.enabled=true", "--set", "discovery.autoscaling.enabled=false",
 		},
-		"no validation webhook":   {"--set", "galley.validationWebhook.enabled=false"},
+		"no validation webhook": {"--set", "galley.validationWebhook.enabled=false"},
+		"ingress and egress gateways": {
+			"--set", "gateways.ingress.enabled=true", "--set", "gateways.egress.enabled=true",
+			"--set", "gateways.ingress.autoscaling.enabled=false", "--set", "gateways.ingress.service.type=NodePort",
+		},
 		"validation failing open": {"--set", "galley.validationWebhook.failurePolicy=Ignore"},
 		"scheduling": {
 			"--set", "discovery.nodeSelector.pool=mesh", "--set-json", `discovery.tolerations=[{"key":"mesh","operator":"Exists"}]`,
@@ -104,6 +108,8 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 		"no replicas":                          {"--set", "galley.replicaCount=0"},
 		"a revision that is not a label value": {"--set", "injector.revision=Not_OK"},
 		"a duration that is not one":           {"--set", "discovery.debounceQuiet=soon"},
+		"a gateway Service of no known type":   {"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.service.type=Magic"},
+		"a gateway label that is no string":    {"--set", "gateways.ingress.enabled=true", "--set-json", `gateways.ingress.labels={"istio":1}`},
 	} {
 		t.Run("refuses "+name, func(t *testing.T) {
 			if out, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", namespace}, set...)...); err == nil {
@@ -132,8 +138,9 @@ func decode(rendered string) ([]*unstructured.Unstructured, error) {
 }
 
 // TestTheRenderedChartInstallsIntoARealAPIServer applies the CRDs and
-// every rendered object, as `helm install` would, and checks what the
-// RBAC allows each service account.
+// every rendered object (with the ingress and egress gateways on), as
+// `helm install` would, and checks what the RBAC allows each service
+// account.
 func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -145,7 +152,7 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := helmRun(t, helm, "template", "flotilla", dir, "-n", namespace)
+	rendered, err := helmRun(t, helm, "template", "flotilla", dir, "-n", namespace, "--set", "gateways.ingress.enabled=true", "--set", "gateways.egress.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +201,8 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	}
 	t.Logf("installed %d CRDs and %d objects: %v", len(crdObjs), len(objs), kinds)
 	for kind, want := range map[string]int{
-		"Deployment": 4, "Service": 4, "ServiceAccount": 4, "PodDisruptionBudget": 4, "ConfigMap": 2,
-		"MutatingWebhookConfiguration": 1, "ValidatingWebhookConfiguration": 1, "HorizontalPodAutoscaler": 1,
+		"Deployment": 6, "Service": 6, "ServiceAccount": 6, "PodDisruptionBudget": 6, "ConfigMap": 2,
+		"MutatingWebhookConfiguration": 1, "ValidatingWebhookConfiguration": 1, "HorizontalPodAutoscaler": 3,
 	} {
 		if kinds[kind] != want {
 			t.Errorf("%d %s objects, want %d", kinds[kind], kind, want)
@@ -286,6 +293,11 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		{"flotilla-injector", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "another", "", false},
 		{"flotilla-injector", "list", "", "namespaces", "", "", "", false},
 		{"flotilla-injector", "get", "", "secrets", namespace, "istio-ca-secret", "", false},
+		// gateways: nothing (their certificates come from ca, their
+		// configuration from discovery).
+		{"istio-ingressgateway", "get", "", "secrets", namespace, "some-tls-cert", "", false},
+		{"istio-ingressgateway", "list", "", "pods", "", "", "", false},
+		{"istio-egressgateway", "list", "", "services", "", "", "", false},
 	}
 	for _, c := range checks {
 		sar, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
