@@ -148,8 +148,8 @@ const (
 	// The demo agents' admin ports (15020 in a pod, where each has its
 	// own).
 	greeterV1Agent, greeterV2Agent, clientAgent, intruderAgent = 15120, 15121, 15122, 15123
-	demoBinary                                  = "flotilla-demo"
-	greeterV1, greeterV2                        = "127.0.0.1:50061", "127.0.0.1:50062" // the endpoints of examples/greeter.yaml
+	demoBinary                                                 = "flotilla-demo"
+	greeterV1, greeterV2                                       = "127.0.0.1:50061", "127.0.0.1:50062" // the endpoints of examples/greeter.yaml
 )
 
 // The demo's workloads: namespace and service accounts, as
