@@ -223,17 +223,24 @@ func (t translator) keep(c condition, err error) error {
 	return nil
 }
 
-func (t translator) principal(cs []condition) (*rbacv3.Principal, error) {
-	var and []*rbacv3.Principal
+// builder makes one kind of matcher (Envoy's principals or permissions):
+// from a field's values together (whole) or one value, and the
+// combinators.
+type builder[T any] struct {
+	whole, value func(key string, vs []string) (T, error)
+	or, and      func([]T) T
+	not          func(T) T
+	always       T
+}
+
+// conditions ANDs the fields of cs, each field the OR of its values and
+// the NOT of the OR of its notValues. A value (or a whole field) that
+// cannot be translated fails an ALLOW rule, and is left out of the
+// others (keep).
+func conditions[T any](t translator, cs []condition, b builder[T]) (T, error) {
+	var zero T
+	var and []T
 	for _, c := range cs {
-		if c.key == keySrcPrincipal {
-			c.values = t.withAliases(c.values)
-			c.notValues = t.withAliases(c.notValues)
-		}
-		if c.key == keySrcTrustDomain {
-			c.values = t.expandTrustDomains(c.values)
-			c.notValues = t.expandTrustDomains(c.notValues)
-		}
 		for _, neg := range []bool{false, true} {
 			vs := c.values
 			if neg {
@@ -244,103 +251,87 @@ func (t translator) principal(cs []condition) (*rbacv3.Principal, error) {
 			}
 			if err := validUTF8(c.key, vs); err != nil {
 				if err := t.keep(c, err); err != nil {
-					return nil, err
+					return zero, err
 				}
 				continue
 			}
-			var one *rbacv3.Principal
+			var one T
 			if c.whole {
-				p, err := t.wholePrincipal(c.key, vs)
+				m, err := b.whole(c.key, vs)
 				if err != nil {
 					if err := t.keep(c, err); err != nil {
-						return nil, err
+						return zero, err
 					}
 					continue
 				}
-				one = p
+				one = m
 			} else {
-				var or []*rbacv3.Principal
+				var or []T
 				for _, v := range vs {
-					p, err := t.valuePrincipal(c.key, v)
+					m, err := b.value(c.key, []string{v})
 					if err != nil {
 						if err := t.keep(c, err); err != nil {
-							return nil, err
+							return zero, err
 						}
 						continue
 					}
-					or = append(or, p)
+					or = append(or, m)
 				}
 				if len(or) == 0 {
 					continue
 				}
-				one = principalOr(or)
+				one = b.or(or)
 			}
 			if neg {
-				one = &rbacv3.Principal{Identifier: &rbacv3.Principal_NotId{NotId: one}}
+				one = b.not(one)
 			}
 			and = append(and, one)
 		}
 	}
 	if len(and) == 0 {
-		and = []*rbacv3.Principal{{Identifier: &rbacv3.Principal_Any{Any: true}}}
+		and = []T{b.always}
 	}
-	return &rbacv3.Principal{Identifier: &rbacv3.Principal_AndIds{AndIds: &rbacv3.Principal_Set{Ids: and}}}, nil
+	return b.and(and), nil
+}
+
+func (t translator) principal(cs []condition) (*rbacv3.Principal, error) {
+	for i, c := range cs {
+		switch c.key {
+		case keySrcPrincipal:
+			cs[i].values, cs[i].notValues = t.withAliases(c.values), t.withAliases(c.notValues)
+		case keySrcTrustDomain:
+			cs[i].values, cs[i].notValues = t.expandTrustDomains(c.values), t.expandTrustDomains(c.notValues)
+		}
+	}
+	return conditions(t, cs, builder[*rbacv3.Principal]{
+		whole: t.wholePrincipal,
+		value: func(key string, vs []string) (*rbacv3.Principal, error) { return t.valuePrincipal(key, vs[0]) },
+		or:    principalOr,
+		and: func(l []*rbacv3.Principal) *rbacv3.Principal {
+			return &rbacv3.Principal{Identifier: &rbacv3.Principal_AndIds{AndIds: &rbacv3.Principal_Set{Ids: l}}}
+		},
+		not: func(p *rbacv3.Principal) *rbacv3.Principal {
+			return &rbacv3.Principal{Identifier: &rbacv3.Principal_NotId{NotId: p}}
+		},
+		always: &rbacv3.Principal{Identifier: &rbacv3.Principal_Any{Any: true}},
+	})
 }
 
 func (t translator) permission(cs []condition) (*rbacv3.Permission, error) {
-	var and []*rbacv3.Permission
-	for _, c := range cs {
-		for _, neg := range []bool{false, true} {
-			vs := c.values
-			if neg {
-				vs = c.notValues
-			}
-			if len(vs) == 0 {
-				continue
-			}
-			if err := validUTF8(c.key, vs); err != nil {
-				if err := t.keep(c, err); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			var one *rbacv3.Permission
-			if c.whole {
-				p, err := t.wholePermission(c.key, vs)
-				if err != nil {
-					if err := t.keep(c, err); err != nil {
-						return nil, err
-					}
-					continue
-				}
-				one = p
-			} else {
-				var or []*rbacv3.Permission
-				for _, v := range vs {
-					p, err := t.valuePermission(c.key, v)
-					if err != nil {
-						if err := t.keep(c, err); err != nil {
-							return nil, err
-						}
-						continue
-					}
-					or = append(or, p)
-				}
-				if len(or) == 0 {
-					continue
-				}
-				one = &rbacv3.Permission{Rule: &rbacv3.Permission_OrRules{OrRules: &rbacv3.Permission_Set{Rules: or}}}
-			}
-			if neg {
-				one = &rbacv3.Permission{Rule: &rbacv3.Permission_NotRule{NotRule: one}}
-			}
-			and = append(and, one)
-		}
-	}
-	if len(and) == 0 {
-		and = []*rbacv3.Permission{{Rule: &rbacv3.Permission_Any{Any: true}}}
-	}
-	return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: and}}}, nil
+	return conditions(t, cs, builder[*rbacv3.Permission]{
+		whole: t.wholePermission,
+		value: func(key string, vs []string) (*rbacv3.Permission, error) { return t.valuePermission(key, vs[0]) },
+		or: func(l []*rbacv3.Permission) *rbacv3.Permission {
+			return &rbacv3.Permission{Rule: &rbacv3.Permission_OrRules{OrRules: &rbacv3.Permission_Set{Rules: l}}}
+		},
+		and: func(l []*rbacv3.Permission) *rbacv3.Permission {
+			return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: l}}}
+		},
+		not: func(p *rbacv3.Permission) *rbacv3.Permission {
+			return &rbacv3.Permission{Rule: &rbacv3.Permission_NotRule{NotRule: p}}
+		},
+		always: &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}},
+	})
 }
 
 // validUTF8 refuses values protobuf cannot carry (galley's decoding

@@ -20,22 +20,7 @@ type RequestAuthentication struct {
 // namespace's, then the namespace's, whose selector matches; none with
 // a targetRef.
 func (pc *PushContext) WorkloadRequestAuthentications(namespace string, labels map[string]string) []*RequestAuthentication {
-	var out []*RequestAuthentication
-	add := func(ns string) {
-		for _, ra := range pc.cfg.authn[ns] {
-			if ra.Spec.GetTargetRef() != nil || len(ra.Spec.GetTargetRefs()) > 0 {
-				continue
-			}
-			if LabelsMatch(ra.Spec.GetSelector().GetMatchLabels(), labels) {
-				out = append(out, ra)
-			}
-		}
-	}
-	add(pc.RootNamespace)
-	if namespace != pc.RootNamespace {
-		add(namespace)
-	}
-	return out
+	return workloadPolicies(pc, pc.cfg.authn, namespace, labels, func(ra *RequestAuthentication) policyTarget { return ra.Spec })
 }
 
 // JWKS is the key set fetched from a JWKS location, or why there is none.

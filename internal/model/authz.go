@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	security "istio.io/api/security/v1beta1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 )
 
 // DryRunAnnotation marks an AuthorizationPolicy whose decisions are logged
@@ -30,14 +31,30 @@ type AuthorizationPolicy struct {
 // waypoints it names, never by selector (Istio's ShouldAttachPolicy);
 // Flotilla has neither, so those apply to no proxy.
 func (pc *PushContext) WorkloadAuthorizationPolicies(namespace string, labels map[string]string) []*AuthorizationPolicy {
-	var out []*AuthorizationPolicy
+	return workloadPolicies(pc, pc.cfg.authz, namespace, labels, func(ap *AuthorizationPolicy) policyTarget { return ap.Spec })
+}
+
+// policyTarget is how a security policy says which workloads it applies
+// to.
+type policyTarget interface {
+	GetSelector() *typev1beta1.WorkloadSelector
+	GetTargetRef() *typev1beta1.PolicyTargetReference
+	GetTargetRefs() []*typev1beta1.PolicyTargetReference
+}
+
+// workloadPolicies selects a workload's policies of one kind: the root
+// namespace's, then the namespace's, whose selector matches its labels;
+// none with a targetRef.
+func workloadPolicies[P any](pc *PushContext, byNamespace map[string][]P, namespace string, labels map[string]string, target func(P) policyTarget) []P {
+	var out []P
 	add := func(ns string) {
-		for _, ap := range pc.cfg.authz[ns] {
-			if ap.Spec.GetTargetRef() != nil || len(ap.Spec.GetTargetRefs()) > 0 {
+		for _, p := range byNamespace[ns] {
+			t := target(p)
+			if t.GetTargetRef() != nil || len(t.GetTargetRefs()) > 0 {
 				continue
 			}
-			if LabelsMatch(ap.Spec.GetSelector().GetMatchLabels(), labels) {
-				out = append(out, ap)
+			if LabelsMatch(t.GetSelector().GetMatchLabels(), labels) {
+				out = append(out, p)
 			}
 		}
 	}

@@ -18,10 +18,7 @@ import (
 // and a VirtualService splitting between two of them.
 func benchMesh(b *testing.B, n int) *model.Store {
 	b.Helper()
-	kinds := map[string]istio.Kind{}
-	for _, k := range istio.Kinds() {
-		kinds[k.Kind] = k
-	}
+	kinds := kindsByName()
 	s := model.NewStore()
 	for i := range n {
 		ns := fmt.Sprintf("ns-%d", i%10)
@@ -182,10 +179,7 @@ func BenchmarkProxylessClientOneTarget(b *testing.B) {
 // ns-0); spread 1 puts them all on the proxy.
 func authzMesh(b *testing.B, n, spread int) (*model.Store, *model.Proxy) {
 	b.Helper()
-	kinds := map[string]istio.Kind{}
-	for _, k := range istio.Kinds() {
-		kinds[k.Kind] = k
-	}
+	kinds := kindsByName()
 	s := model.NewStore()
 	s.PutService(&registryv1.Service{
 		Hostname: "example.com", Name: "example.com", Namespace: "ns-0", SourceKind: registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY,
@@ -246,10 +240,7 @@ func BenchmarkAuthorizationPolicies(b *testing.B) {
 // hosts to a ServiceEntry of its own.
 func gatewayMesh(b *testing.B, n int) (*model.Store, *model.Proxy) {
 	b.Helper()
-	kinds := map[string]istio.Kind{}
-	for _, k := range istio.Kinds() {
-		kinds[k.Kind] = k
-	}
+	kinds := kindsByName()
 	s := model.NewStore()
 	for i := range n {
 		hosts := []string{fmt.Sprintf("random-a-%d.host.example", i), fmt.Sprintf("random-b-%d.host.example", i), fmt.Sprintf("random-c-%d.host.example", i)}
@@ -288,4 +279,13 @@ func gatewayMesh(b *testing.B, n int) (*model.Store, *model.Proxy) {
 func BenchmarkGateways1000(b *testing.B) {
 	s, p := gatewayMesh(b, 1000)
 	benchTypes(b, s, p, []string{"CDS", "LDS", "RDS"})
+}
+
+// kindsByName are Istio's kinds by kind name.
+func kindsByName() map[string]istio.Kind {
+	kinds := map[string]istio.Kind{}
+	for _, k := range istio.Kinds() {
+		kinds[k.Kind] = k
+	}
+	return kinds
 }

@@ -50,10 +50,7 @@ func FuzzGenerate(f *testing.F) {
 		Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a"}}},
 	}}, Tcp: []*networking.TCPRoute{{Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "a", Port: &networking.PortSelector{Number: 9000}}}}}}})
 	f.Add(vsGW, dr, gwBytes, []byte{})
-	kinds := map[string]istio.Kind{}
-	for _, k := range istio.Kinds() {
-		kinds[k.Kind] = k
-	}
+	kinds := kindsByName()
 	f.Fuzz(func(t *testing.T, vsBytes, drBytes, scBytes, delegateBytes []byte) {
 		s := model.NewStore()
 		s.PutService(&registryv1.Service{

@@ -10,15 +10,11 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
@@ -66,52 +62,14 @@ type inboundKeys struct {
 
 func watchInboundKeys(t *testing.T, addr string) *inboundKeys {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, err := structpb.NewStruct(map[string]any{"LABELS": map[string]any{"app": "api"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &corev3.Node{Id: "sidecar~10.0.0.7~api-1.default~default.svc.cluster.local", Metadata: md}
-	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType}); err != nil {
-		t.Fatal(err)
-	}
-	return &inboundKeys{st: st}
+	return &inboundKeys{st: adsStream(t, addr, "sidecar~10.0.0.7~api-1.default~default.svc.cluster.local", map[string]any{"app": "api"}, resourcev3.ListenerType)}
 }
 
 // next waits for the next listener response (at most 30 s) and returns
 // issuer → keys.
 func (k *inboundKeys) next(t *testing.T) map[string]string {
 	t.Helper()
-	type recv struct {
-		resp *discoveryv3.DiscoveryResponse
-		err  error
-	}
-	ch := make(chan recv, 1)
-	go func() {
-		resp, err := k.st.Recv()
-		ch <- recv{resp, err}
-	}()
-	var resp *discoveryv3.DiscoveryResponse
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		resp = r.resp
-	case <-time.After(30 * time.Second):
-		t.Fatal("no listener response within 30 s")
-	}
-	if err := k.st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
-		t.Fatal(err)
-	}
+	resp := adsRecv(t, k.st)
 	out := map[string]string{}
 	for _, a := range resp.GetResources() {
 		l := &listenerv3.Listener{}
