@@ -797,3 +797,29 @@ func TestIstiosMeshConfigCollectionCarriesTheMeshConfigItself(t *testing.T) {
 		t.Fatalf("delta, the Istio collection: %v, %v", dr, err)
 	}
 }
+
+// TestARestrictedCollectionIsRefusedToEveryOtherIdentity: a subscriber
+// whose identity the restriction does not allow (here a plaintext one)
+// has its stream ended with PermissionDenied when it asks for the
+// collection, and is served the others on a new stream.
+func TestARestrictedCollectionIsRefusedToEveryOtherIdentity(t *testing.T) {
+	g := startGalley(t, "", vs(t, "r", "reviews"))
+	g.srv.Restrict(drType, func(id string) bool { return id == "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery" })
+	st := dialDelta(t, g.addr)
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "nosy"}, TypeUrl: drType}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			if grpcstatus.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "not served to plaintext") {
+				t.Fatalf("the stream ended with %v, want PermissionDenied", err)
+			}
+			break
+		}
+	}
+	c := dialSotw(t, g.addr)
+	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "ok"}, TypeUrl: vsType})
+	if _, names := c.recv(); len(names) != 1 {
+		t.Fatalf("an unrestricted collection: %v", names)
+	}
+}

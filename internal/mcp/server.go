@@ -67,6 +67,23 @@ type Server struct {
 	unknown   map[string]bool
 	streams   map[int64]*subscriber
 	nextWatch uint64
+	// restricted collections are served only to the identities their
+	// function allows (Restrict).
+	restricted map[string]func(identity string) bool
+}
+
+// Restrict serves a collection only to subscribers whose identity (the
+// SPIFFE ID of their client certificate; "plaintext" without one) allow
+// accepts: a request for it from anyone else ends the stream with
+// PermissionDenied (what galley does with credentials, for discovery
+// only). Call before serving.
+func (s *Server) Restrict(typeURL string, allow func(identity string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.restricted == nil {
+		s.restricted = map[string]func(string) bool{}
+	}
+	s.restricted[typeURL] = allow
 }
 
 // collection is one type URL: a LinearCache serves delta; the sotw fields
@@ -497,6 +514,11 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		if sub.id == "" && node.GetId() != "" {
 			sub.id = clip.String(node.GetId(), 256)
 			s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", id)
+		}
+		if allow, ok := s.restricted[typeURL]; ok && !allow(sub.label) {
+			s.mu.Unlock()
+			s.log.Warn("refusing a subscriber a restricted collection", "subscriber", sub.id, "identity", sub.label, "type_url", typeURL)
+			return status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", typeURL, sub.label)
 		}
 		if err := sub.subscribed(typeURL, names, replace); err != nil {
 			s.mu.Unlock()

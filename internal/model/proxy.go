@@ -35,6 +35,10 @@ type Proxy struct {
 	// Locality is where the proxy says it runs (the node's locality in
 	// its bootstrap); empty when it does not say.
 	Locality Locality
+	// VerifiedNamespace is the namespace of the SPIFFE identity of the
+	// proxy's verified client certificate: empty on a connection without
+	// one. Only such a proxy gets its namespace's credentials (SDS).
+	VerifiedNamespace string
 }
 
 // Locality is a region/zone/subzone.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -49,10 +50,13 @@ type PushContext struct {
 	RootNamespace string
 	TrustDomain   string
 
-	cfg       *configIndex // shared by push contexts when only endpoints changed
-	jwks      map[string]JWKS
-	endpoints map[string][]*registryv1.Endpoint
-	byAddress map[netip.Addr][]Instance
+	cfg  *configIndex // shared by push contexts when only endpoints changed
+	jwks map[string]JWKS
+	// credentials are the Secrets configuration names, by
+	// namespace/name (a copy: the store's map changes).
+	credentials map[string]*registryv1.Credential
+	endpoints   map[string][]*registryv1.Endpoint
+	byAddress   map[netip.Addr][]Instance
 
 	scopeMu sync.Mutex
 	scopes  map[string]*Scope
@@ -174,6 +178,7 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 		pc.cfg = prev.cfg
 	}
 	pc.indexEndpoints(s)
+	pc.credentials = maps.Clone(s.credentials)
 	if locs := pc.cfg.jwksLocations(); len(locs) > 0 && o.JWKS != nil {
 		pc.jwks = o.JWKS.Lookup(locs)
 	}
@@ -363,6 +368,12 @@ func (pc *PushContext) indexEndpoints(s *Store) {
 			}
 		}
 	}
+}
+
+// Credential returns the credential (Secret) of a namespace by name, or
+// nil.
+func (pc *PushContext) Credential(namespace, name string) *registryv1.Credential {
+	return pc.credentials[namespace+"/"+name]
 }
 
 // Services returns every service, sorted by hostname and namespace.

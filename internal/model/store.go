@@ -21,9 +21,10 @@ import (
 )
 
 // TypeURLs are the collections discovery subscribes to: every Istio kind,
-// the registry and the mesh configuration.
+// the registry, the mesh configuration and the credentials galley serves
+// discovery only.
 func TypeURLs() []string {
-	out := []string{registry.MeshConfigTypeURL, registry.NamespaceTypeURL, registry.ServiceTypeURL, registry.EndpointSetTypeURL}
+	out := []string{registry.MeshConfigTypeURL, registry.NamespaceTypeURL, registry.ServiceTypeURL, registry.EndpointSetTypeURL, registry.CredentialTypeURL}
 	for _, k := range istio.Kinds() {
 		out = append(out, k.TypeURL())
 	}
@@ -94,6 +95,7 @@ type Store struct {
 	services     map[string]*registryv1.Service      // namespace/hostname
 	endpointSets map[string]*registryv1.EndpointSet  // namespace/hostname/shard
 	namespaces   map[string]*registryv1.Namespace
+	credentials  map[string]*registryv1.Credential // namespace/name
 	mesh         *meshv1alpha1.MeshConfig
 
 	pending ChangeSet
@@ -140,6 +142,7 @@ func NewStore() *Store {
 		services:     map[string]*registryv1.Service{},
 		endpointSets: map[string]*registryv1.EndpointSet{},
 		namespaces:   map[string]*registryv1.Namespace{},
+		credentials:  map[string]*registryv1.Credential{},
 	}
 }
 
@@ -178,6 +181,16 @@ func (s *Store) Put(typeURL, name string, labels, annotations map[string]string,
 			return fmt.Errorf("mesh config: %w", err)
 		}
 		s.mesh = m
+		s.pending.Full, s.pending.All = true, true
+	case registry.CredentialTypeURL:
+		m := &registryv1.Credential{}
+		if err := unpack(body, m); err != nil {
+			return fmt.Errorf("credential %s: %w", name, err)
+		}
+		if name != registry.CredentialName(m.GetNamespace(), m.GetName()) {
+			return fmt.Errorf("credential %s: named %s/%s inside", name, m.GetNamespace(), m.GetName())
+		}
+		s.credentials[name] = m
 		s.pending.Full, s.pending.All = true, true
 	default:
 		kind, ok := istio.ByTypeURL(typeURL)
@@ -227,6 +240,11 @@ func (s *Store) Delete(typeURL, name string) {
 	case registry.MeshConfigTypeURL:
 		if s.mesh != nil {
 			s.mesh = nil
+			s.pending.Full, s.pending.All = true, true
+		}
+	case registry.CredentialTypeURL:
+		if _, ok := s.credentials[name]; ok {
+			delete(s.credentials, name)
 			s.pending.Full, s.pending.All = true, true
 		}
 	default:

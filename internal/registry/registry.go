@@ -20,7 +20,19 @@ const (
 	// the revision.
 	InjectionConfigTypeURL = "registry.flotilla.io/v1/InjectionConfig"
 	MeshConfigTypeURL      = "mesh.istio.io/v1alpha1/MeshConfig"
+	// CredentialTypeURL: the Secrets configuration names by
+	// credentialName, "namespace/name"; galley serves them to discovery
+	// only.
+	CredentialTypeURL = "registry.flotilla.io/v1/Credential"
 )
+
+// CredentialPrefix starts how configuration and SDS name a credential,
+// as Istio does: "kubernetes://<name>" (credentialName may carry it;
+// proxies ask for the secret by it).
+const CredentialPrefix = "kubernetes://" //nolint:gosec // a name's prefix, not a credential
+
+// CredentialName is the resource name of a Credential: "namespace/name".
+func CredentialName(namespace, name string) string { return namespace + "/" + name }
 
 // IstioMeshConfigTypeURL is where Istio's pilot asks for the mesh config
 // from an MCP config source (its gvk.MeshConfig): the same MeshConfig,

@@ -28,13 +28,10 @@ import (
 // servers routed by the VirtualServices bound to them, TLS servers told
 // apart by SNI, and the outbound clusters of what it sees (no inbound).
 
-// CredentialPrefix names the SDS secrets of a Gateway's credentialName,
-// as Istio does: "kubernetes://<name>" (the key and certificate), and
-// with credentialCASuffix the CA certificates of MUTUAL servers.
-const (
-	CredentialPrefix   = "kubernetes://" //nolint:gosec // a secret's name prefix, not a credential
-	credentialCASuffix = "-cacert"
-)
+// credentialCASuffix names, after a credential's SDS name
+// (registry.CredentialPrefix + name), the CA certificates of MUTUAL
+// servers, as Istio does.
+const credentialCASuffix = "-cacert"
 
 // gwServer is one server of a Gateway, as merged on a listener port.
 type gwServer struct {
@@ -618,10 +615,10 @@ func (g *gen) buildGatewayTLS(s gwServer) (*corev3.TransportSocket, error) {
 		if cn == "" {
 			return nil, fmt.Errorf("tls mode %s needs credentialName (serverCertificate files are not supported)", t.GetMode())
 		}
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: CredentialPrefix + cn, SdsConfig: adsSource()}}
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: registry.CredentialPrefix + cn, SdsConfig: adsSource()}}
 		if t.GetMode() != networking.ServerTLSSettings_SIMPLE {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: CredentialPrefix + cn + credentialCASuffix, SdsConfig: adsSource()},
+				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: registry.CredentialPrefix + cn + credentialCASuffix, SdsConfig: adsSource()},
 			}}
 			ctx.RequireClientCertificate = wrapperspb.Bool(t.GetMode() == networking.ServerTLSSettings_MUTUAL)
 		}

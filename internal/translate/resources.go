@@ -12,7 +12,7 @@ import (
 // their endpoints, listeners before their routes, as Envoy's ADS ordering
 // asks).
 func Types() []string {
-	return []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+	return []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.SecretType}
 }
 
 // Resources returns the resources of one xDS type (a type URL of Types)
@@ -35,6 +35,10 @@ func (x *Generator) Resources(typeURL string, names []string) []proto.Message {
 		}
 	case resourcev3.RouteType:
 		for _, r := range x.Routes(names) {
+			out = append(out, r)
+		}
+	case resourcev3.SecretType:
+		for _, r := range x.Secrets(names) {
 			out = append(out, r)
 		}
 	}

@@ -32,7 +32,7 @@ var binDir string
 var env *kubeenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley"))
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-discovery"))
 }
 
 func freeAddr(tb testing.TB) string {

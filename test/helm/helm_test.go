@@ -276,7 +276,10 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		{"flotilla-galley", "create", "", "pods", "app", "", "", false},
 		{"flotilla-galley", "list", "", "configmaps", namespace, "", "", true},
 		{"flotilla-galley", "list", "", "configmaps", "app", "", "", false},
-		{"flotilla-galley", "get", "", "secrets", namespace, "istio-ca-secret", "", false},
+		// Secrets everywhere, for credentialName (galley.secretNamespaces
+		// limits it; see the chart README).
+		{"flotilla-galley", "list", "", "secrets", "app", "", "", true},
+		{"flotilla-galley", "update", "", "secrets", "app", "tls", "", false},
 		{"flotilla-galley", "update", "coordination.k8s.io", "leases", namespace, "flotilla-galley-status", "", true},
 		{"flotilla-galley", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "flotilla-validator-" + namespace, "", true},
 		{"flotilla-galley", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "another", "", false},

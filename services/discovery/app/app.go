@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +28,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/services/discovery/ingest"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
@@ -152,18 +154,18 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("waiting for the first configuration")
+	certs, err := cfg.CA.ForService(controlplane.Discovery, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	if err != nil {
+		return err //nolint:wrapcheck // says what failed
+	}
 	var in *ingest.Ingest
 	keys := jwks.New(jwks.Options{Log: rt.Log.With("component", "jwks"), Refresh: cfg.JWKSRefresh, OnChange: func() { in.KeysChanged() }})
 	in, err = ingest.New(ingest.Options{
 		Log: rt.Log, Meter: meter, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
-		DomainSuffix: cfg.DomainSuffix, TypeURLs: model.TypeURLs(), Push: srv.Push, JWKS: keys,
+		DomainSuffix: cfg.DomainSuffix, TypeURLs: subscribed(cfg, certs), Push: srv.Push, JWKS: keys,
 	})
 	if err != nil {
 		return err
-	}
-	certs, err := cfg.CA.ForService(controlplane.Discovery, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
-	if err != nil {
-		return err //nolint:wrapcheck // says what failed
 	}
 	source, err := newSource(cfg, rt, in, certs)
 	if err != nil {
@@ -226,6 +228,17 @@ func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, s
 	return gs, nil
 }
 
+// subscribed are the collections discovery reads: all of them, but over
+// plaintext to galley not the credentials, which galley serves to
+// discovery's verified identity only.
+func subscribed(cfg Config, certs *certclient.Client) []string {
+	all := model.TypeURLs()
+	if cfg.ConfigDir != "" || cfg.GalleyTLS.Enabled() || certs != nil {
+		return all
+	}
+	return slices.DeleteFunc(all, func(t string) bool { return t == registry.CredentialTypeURL })
+}
+
 // newSource subscribes to galley, or reads --config-dir.
 func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client) (lifecycle.Actor, error) {
 	if cfg.ConfigDir != "" {
@@ -260,7 +273,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		nodeID = "discovery"
 	}
 	client := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "discovery~" + nodeID, TypeURLs: model.TypeURLs(), Handler: in, Log: rt.Log,
+		Conn: conn, NodeID: "discovery~" + nodeID, TypeURLs: subscribed(cfg, certs), Handler: in, Log: rt.Log,
 	})
 	return lifecycle.Actor{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 		defer conn.Close()

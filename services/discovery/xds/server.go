@@ -271,6 +271,7 @@ func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
 	if p.ServiceAccount == "" {
 		p.ServiceAccount = id.ServiceAccount
 	}
+	p.VerifiedNamespace = id.Namespace
 	return id.String(), nil
 }
 

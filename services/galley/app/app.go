@@ -32,6 +32,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/publish"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/status"
@@ -47,6 +48,8 @@ type Config struct {
 	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace, where the status writer's Lease lives"`
 	// ClusterID names the cluster in the registry.
 	ClusterID string `yaml:"clusterID" usage:"cluster name recorded on registry services"`
+	// SecretNamespaces limits the Secrets galley reads.
+	SecretNamespaces []string `yaml:"secretNamespaces" usage:"namespaces whose Secrets galley reads for Gateways' and DestinationRules' credentialName (empty: every namespace); only Secrets configuration names are published, and to discovery only"`
 	// MeshConfigFile is the mesh configuration in file mode (the cluster
 	// mode reads the istio ConfigMap).
 	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to serve with --config-dir, read at start (refused without --config-dir: in a cluster the istio ConfigMap's mesh key is served)"`
@@ -127,10 +130,16 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			cfg.MCPAddress = command.LoopbackIfNoHost(cfg.MCPAddress)
 		}
 	}
-	srv, err := mcp.NewServer(ctx, rt.Log, rt.Telemetry.Meter.Meter("flotilla/galley"), publish.Collections())
+	srv, err := mcp.NewServer(ctx, rt.Log, rt.Telemetry.Meter.Meter("flotilla/galley"), append(publish.Collections(), registry.CredentialTypeURL))
 	if err != nil {
 		return err
 	}
+	// Credentials (the Secrets credentialName names) go to discovery's
+	// identity only: never to the injector, nor over plaintext.
+	srv.Restrict(registry.CredentialTypeURL, func(identity string) bool {
+		id, err := spiffe.Parse(identity)
+		return err == nil && id.Namespace == cfg.SystemNamespace && id.ServiceAccount == controlplane.Discovery
+	})
 	// Istio's own pilot, pointed at galley as a config source, reads the
 	// mesh config under Istio's collection name.
 	if err := srv.Alias(registry.IstioMeshConfigTypeURL, registry.MeshConfigTypeURL, true); err != nil {
@@ -250,7 +259,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 	}
 	src := kubesource.New(kubesource.Options{
 		Kube: kube, Istio: ic, Metadata: meta, SystemNamespace: cfg.SystemNamespace,
-		Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID,
+		Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID, SecretNamespaces: cfg.SecretNamespaces,
 	}, pub, srv)
 	identity, err := os.Hostname()
 	if err != nil {

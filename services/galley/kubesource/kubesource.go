@@ -55,6 +55,10 @@ type Options struct {
 	Log             *slog.Logger
 	DomainSuffix    string
 	ClusterID       string
+	// SecretNamespaces limits the Secrets watched (for Gateways' and
+	// DestinationRules' credentialName) to these namespaces; empty
+	// watches every namespace.
+	SecretNamespaces []string
 }
 
 // Source watches the cluster. Event handlers run on the informers'
@@ -74,6 +78,14 @@ type Source struct {
 	rejected     map[istio.ID]string
 	published    map[istio.ID]*istio.Object // what was last sent per object
 	synced       chan struct{}
+	// secrets are the Secrets watched, trimmed to their credential keys;
+	// credRefs counts the objects naming each ("namespace/name"),
+	// credRefsBy what each object names; credPublished the ones
+	// published.
+	secrets       map[string]*corev1.Secret
+	credRefs      map[string]int
+	credRefsBy    map[istio.ID][]string
+	credPublished map[string]bool
 
 	// Registry changes wait here, coalesced, until the flusher sends them
 	// as one update per collection: a burst of endpoint churn becomes a few
@@ -87,17 +99,21 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 	o.Log = o.Log.With("component", "kubesource")
 	return &Source{
 		o: o, config: config, registry: reg,
-		pods:         map[string]*corev1.Pod{},
-		slices:       map[string]*discoveryv1.EndpointSlice{},
-		slicesByPod:  map[string]map[string]bool{},
-		externalName: map[string]bool{},
-		services:     map[string]*corev1.Service{},
-		weShards:     map[string]bool{},
-		rejected:     map[istio.ID]string{},
-		published:    map[istio.ID]*istio.Object{},
-		synced:       make(chan struct{}),
-		pending:      map[string]map[string]proto.Message{},
-		kick:         make(chan struct{}, 1),
+		pods:          map[string]*corev1.Pod{},
+		slices:        map[string]*discoveryv1.EndpointSlice{},
+		slicesByPod:   map[string]map[string]bool{},
+		externalName:  map[string]bool{},
+		services:      map[string]*corev1.Service{},
+		weShards:      map[string]bool{},
+		rejected:      map[istio.ID]string{},
+		published:     map[istio.ID]*istio.Object{},
+		synced:        make(chan struct{}),
+		secrets:       map[string]*corev1.Secret{},
+		credRefs:      map[string]int{},
+		credRefsBy:    map[istio.ID][]string{},
+		credPublished: map[string]bool{},
+		pending:       map[string]map[string]proto.Message{},
+		kick:          make(chan struct{}, 1),
 	}
 }
 
@@ -161,13 +177,43 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	syncs = append(syncs, nsInf.HasSynced, meshInf.HasSynced)
 
-	for _, f := range []interface{ Start(<-chan struct{}) }{istioFactory, kubeFactory, metaFactory, meshFactory} {
+	// Secrets, for the credentials configuration names: every namespace,
+	// or the ones SecretNamespaces lists.
+	secretFactories := []informers.SharedInformerFactory{kubeFactory}
+	if len(s.o.SecretNamespaces) > 0 {
+		secretFactories = nil
+		for _, ns := range s.o.SecretNamespaces {
+			secretFactories = append(secretFactories, informers.NewSharedInformerFactoryWithOptions(s.o.Kube, 0, informers.WithNamespace(ns)))
+		}
+	}
+	for _, f := range secretFactories {
+		inf := f.Core().V1().Secrets().Informer()
+		if err := inf.SetTransform(trimSecret); err != nil {
+			return fmt.Errorf("secrets transform: %w", err)
+		}
+		if _, err := inf.AddEventHandler(s.secretHandler()); err != nil {
+			return fmt.Errorf("watch secrets: %w", err)
+		}
+		syncs = append(syncs, inf.HasSynced)
+	}
+
+	factories := []interface {
+		Start(<-chan struct{})
+		Shutdown()
+	}{istioFactory, kubeFactory, metaFactory, meshFactory}
+	if len(s.o.SecretNamespaces) > 0 {
+		for _, f := range secretFactories {
+			factories = append(factories, f)
+		}
+	}
+	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
-	defer istioFactory.Shutdown()
-	defer kubeFactory.Shutdown()
-	defer metaFactory.Shutdown()
-	defer meshFactory.Shutdown()
+	defer func() {
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
 	flushed := make(chan struct{})
 	go func() {
 		s.flushLoop(ctx)
@@ -222,6 +268,9 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		if kind.Kind == istio.WorkloadEntry {
 			s.refreshWorkloadEntries(o.Meta.Namespace)
 		}
+		if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
+			s.refreshCredentialRefs(o.ID(), o)
+		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    upsert,
@@ -241,6 +290,9 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			}
 			if kind.Kind == istio.WorkloadEntry {
 				s.refreshWorkloadEntries(m.GetNamespace())
+			}
+			if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
+				s.refreshCredentialRefs(id, nil)
 			}
 		},
 	}

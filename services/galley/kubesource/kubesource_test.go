@@ -446,3 +446,104 @@ func TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot(t *testing.T) {
 	}
 	xdstest.Eventually(t, "the canary withdrawn", func() bool { return get("canary") == nil })
 }
+
+func (s *state) credential(name string) *registryv1.Credential {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.registry[registry.CredentialTypeURL][name]
+	if r == nil {
+		return nil
+	}
+	var c registryv1.Credential
+	if err := r.Body.UnmarshalTo(&c); err != nil {
+		return nil
+	}
+	return &c
+}
+
+// TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow: a
+// Gateway's credentialName publishes that Secret of the Gateway's
+// namespace (and its "-cacert" for MUTUAL); a Secret nothing names, and
+// the same name in another namespace, never are; a rotated Secret is
+// published again; removing the Gateway withdraws it.
+func TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow(t *testing.T) {
+	ctx := context.Background()
+	edge, err := env.CreateNamespace(ctx, "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := env.CreateNamespace(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsSecret := func(ns, name, cert string) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{\"data\": \"secret\"}"}},
+			Type:       corev1.SecretTypeTLS,
+			Data:       map[string][]byte{"tls.crt": []byte(cert), "tls.key": []byte("key-" + cert), "extra": []byte("never published")},
+		}
+	}
+	for _, s := range []*corev1.Secret{
+		tlsSecret(edge, "shop-cert", "v1"), tlsSecret(edge, "unnamed", "u"), tlsSecret(other, "shop-cert", "theirs"),
+		{ObjectMeta: metav1.ObjectMeta{Name: "partner-cacert", Namespace: edge}, Data: map[string][]byte{"cacert": []byte("partner-ca")}},
+	} {
+		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := start(t)
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "public"}}
+	gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
+	gw.Spec.Servers = []*networkingapi.Server{
+		{
+			Port: &networkingapi.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"shop.example.com"},
+			Tls: &networkingapi.ServerTLSSettings{Mode: networkingapi.ServerTLSSettings_SIMPLE, CredentialName: "shop-cert"},
+		},
+		{
+			Port: &networkingapi.Port{Number: 443, Name: "https-partner", Protocol: "HTTPS"}, Hosts: []string{"partner.example.com"},
+			Tls: &networkingapi.ServerTLSSettings{Mode: networkingapi.ServerTLSSettings_MUTUAL, CredentialName: "kubernetes://partner"},
+		},
+	}
+	if _, err := ic.NetworkingV1().Gateways(edge).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the named Secret published", func() bool {
+		c := st.credential(edge + "/shop-cert")
+		return c != nil && string(c.GetCertificateChain()) == "v1" && string(c.GetPrivateKey()) == "key-v1"
+	})
+	xdstest.Eventually(t, "the MUTUAL server's CA Secret", func() bool {
+		c := st.credential(edge + "/partner-cacert")
+		return c != nil && string(c.GetCaCertificates()) == "partner-ca"
+	})
+	for _, name := range []string{edge + "/unnamed", other + "/shop-cert", edge + "/partner"} {
+		if st.has(registry.CredentialTypeURL, name) {
+			t.Errorf("%s was published", name)
+		}
+	}
+
+	// A rotation is published; the Secret's other keys never are.
+	sec, err := env.Client.CoreV1().Secrets(edge).Get(ctx, "shop-cert", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["tls.crt"], sec.Data["tls.key"] = []byte("v2"), []byte("key-v2")
+	if _, err := env.Client.CoreV1().Secrets(edge).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the rotated Secret", func() bool {
+		c := st.credential(edge + "/shop-cert")
+		return c != nil && string(c.GetCertificateChain()) == "v2"
+	})
+
+	// No Gateway names it any more: withdrawn.
+	if err := ic.NetworkingV1().Gateways(edge).Delete(ctx, "public", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the credentials withdrawn", func() bool {
+		return !st.has(registry.CredentialTypeURL, edge+"/shop-cert") && !st.has(registry.CredentialTypeURL, edge+"/partner-cacert")
+	})
+}

@@ -1154,6 +1154,94 @@ func (x *InjectionConfig) GetValues() string {
 	return ""
 }
 
+// Credential is the key material of a Kubernetes Secret that a Gateway's
+// (or DestinationRule's) tls.credentialName names, published by galley to
+// discovery only, which serves it over SDS to proxies of the Secret's
+// namespace. galley publishes only Secrets some configuration names.
+// Named "namespace/name".
+type Credential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the Secret.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name of the Secret.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// PEM certificate chain (tls.crt of a kubernetes.io/tls Secret, or
+	// cert of a generic one).
+	CertificateChain []byte `protobuf:"bytes,3,opt,name=certificate_chain,json=certificateChain,proto3" json:"certificate_chain,omitempty"`
+	// PEM private key (tls.key, or key).
+	PrivateKey []byte `protobuf:"bytes,4,opt,name=private_key,json=privateKey,proto3" json:"private_key,omitempty"`
+	// PEM CA certificates that verify clients of MUTUAL servers (ca.crt, or
+	// cacert).
+	CaCertificates []byte `protobuf:"bytes,5,opt,name=ca_certificates,json=caCertificates,proto3" json:"ca_certificates,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Credential) Reset() {
+	*x = Credential{}
+	mi := &file_flotilla_registry_v1_registry_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Credential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Credential) ProtoMessage() {}
+
+func (x *Credential) ProtoReflect() protoreflect.Message {
+	mi := &file_flotilla_registry_v1_registry_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Credential.ProtoReflect.Descriptor instead.
+func (*Credential) Descriptor() ([]byte, []int) {
+	return file_flotilla_registry_v1_registry_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Credential) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Credential) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Credential) GetCertificateChain() []byte {
+	if x != nil {
+		return x.CertificateChain
+	}
+	return nil
+}
+
+func (x *Credential) GetPrivateKey() []byte {
+	if x != nil {
+		return x.PrivateKey
+	}
+	return nil
+}
+
+func (x *Credential) GetCaCertificates() []byte {
+	if x != nil {
+		return x.CaCertificates
+	}
+	return nil
+}
+
 var File_flotilla_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
@@ -1228,7 +1316,15 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x0fInjectionConfig\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\tR\x06values*\xe4\x01\n" +
+	"\x06values\x18\x03 \x01(\tR\x06values\"\xb5\x01\n" +
+	"\n" +
+	"Credential\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
+	"\x11certificate_chain\x18\x03 \x01(\fR\x10certificateChain\x12\x1f\n" +
+	"\vprivate_key\x18\x04 \x01(\fR\n" +
+	"privateKey\x12'\n" +
+	"\x0fca_certificates\x18\x05 \x01(\fR\x0ecaCertificates*\xe4\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROTOCOL_HTTP\x10\x01\x12\x12\n" +
@@ -1281,7 +1377,7 @@ func file_flotilla_registry_v1_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_flotilla_registry_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_flotilla_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_flotilla_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_flotilla_registry_v1_registry_proto_goTypes = []any{
 	(Protocol)(0),           // 0: flotilla.registry.v1.Protocol
 	(Resolution)(0),         // 1: flotilla.registry.v1.Resolution
@@ -1297,26 +1393,27 @@ var file_flotilla_registry_v1_registry_proto_goTypes = []any{
 	(*Locality)(nil),        // 11: flotilla.registry.v1.Locality
 	(*Namespace)(nil),       // 12: flotilla.registry.v1.Namespace
 	(*InjectionConfig)(nil), // 13: flotilla.registry.v1.InjectionConfig
-	nil,                     // 14: flotilla.registry.v1.Service.LabelsEntry
-	nil,                     // 15: flotilla.registry.v1.Service.SelectorEntry
-	nil,                     // 16: flotilla.registry.v1.Endpoint.LabelsEntry
-	nil,                     // 17: flotilla.registry.v1.Namespace.LabelsEntry
+	(*Credential)(nil),      // 14: flotilla.registry.v1.Credential
+	nil,                     // 15: flotilla.registry.v1.Service.LabelsEntry
+	nil,                     // 16: flotilla.registry.v1.Service.SelectorEntry
+	nil,                     // 17: flotilla.registry.v1.Endpoint.LabelsEntry
+	nil,                     // 18: flotilla.registry.v1.Namespace.LabelsEntry
 }
 var file_flotilla_registry_v1_registry_proto_depIdxs = []int32{
 	7,  // 0: flotilla.registry.v1.Service.ports:type_name -> flotilla.registry.v1.ServicePort
-	14, // 1: flotilla.registry.v1.Service.labels:type_name -> flotilla.registry.v1.Service.LabelsEntry
+	15, // 1: flotilla.registry.v1.Service.labels:type_name -> flotilla.registry.v1.Service.LabelsEntry
 	1,  // 2: flotilla.registry.v1.Service.resolution:type_name -> flotilla.registry.v1.Resolution
 	2,  // 3: flotilla.registry.v1.Service.source_kind:type_name -> flotilla.registry.v1.SourceKind
-	15, // 4: flotilla.registry.v1.Service.selector:type_name -> flotilla.registry.v1.Service.SelectorEntry
+	16, // 4: flotilla.registry.v1.Service.selector:type_name -> flotilla.registry.v1.Service.SelectorEntry
 	3,  // 5: flotilla.registry.v1.Service.location:type_name -> flotilla.registry.v1.Location
 	0,  // 6: flotilla.registry.v1.ServicePort.protocol:type_name -> flotilla.registry.v1.Protocol
 	9,  // 7: flotilla.registry.v1.EndpointSet.endpoints:type_name -> flotilla.registry.v1.Endpoint
 	10, // 8: flotilla.registry.v1.Endpoint.ports:type_name -> flotilla.registry.v1.EndpointPort
-	16, // 9: flotilla.registry.v1.Endpoint.labels:type_name -> flotilla.registry.v1.Endpoint.LabelsEntry
+	17, // 9: flotilla.registry.v1.Endpoint.labels:type_name -> flotilla.registry.v1.Endpoint.LabelsEntry
 	11, // 10: flotilla.registry.v1.Endpoint.locality:type_name -> flotilla.registry.v1.Locality
 	4,  // 11: flotilla.registry.v1.Endpoint.health:type_name -> flotilla.registry.v1.HealthStatus
 	5,  // 12: flotilla.registry.v1.Endpoint.tls_mode:type_name -> flotilla.registry.v1.TLSMode
-	17, // 13: flotilla.registry.v1.Namespace.labels:type_name -> flotilla.registry.v1.Namespace.LabelsEntry
+	18, // 13: flotilla.registry.v1.Namespace.labels:type_name -> flotilla.registry.v1.Namespace.LabelsEntry
 	14, // [14:14] is the sub-list for method output_type
 	14, // [14:14] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
@@ -1335,7 +1432,7 @@ func file_flotilla_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flotilla_registry_v1_registry_proto_rawDesc), len(file_flotilla_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

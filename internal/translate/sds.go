@@ -1,0 +1,79 @@
+package translate
+
+import (
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+)
+
+// Secrets returns the SDS secrets named that the proxy may have, sorted;
+// SDS is asked by name only, so nil names gets none. They are the
+// Secrets a Gateway's (or DestinationRule's) credentialName names, as
+// Istio's SDS serves them: "kubernetes://<name>" (or
+// "kubernetes://<namespace>/<name>") the certificate chain and key of
+// Secret <name>, "kubernetes://<name>-cacert" its CA certificates (its
+// ca.crt, else those of Secret <name>-cacert).
+//
+// A proxy gets only the Secrets of the namespace of its verified client
+// certificate (Istio's lesson from CVE-2021-34824): none over a
+// connection without one, none of another namespace whatever it asks.
+func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
+	g := x.g
+	ns := g.p.VerifiedNamespace
+	if ns == "" {
+		return nil
+	}
+	var out []*tlsv3.Secret
+	for _, name := range uniqueSorted(names) {
+		rest, ok := strings.CutPrefix(name, registry.CredentialPrefix)
+		if !ok {
+			continue
+		}
+		if sns, sname, qualified := strings.Cut(rest, "/"); qualified {
+			if sns != ns {
+				continue
+			}
+			rest = sname
+		}
+		if s := g.credentialSecret(name, ns, rest); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (g *gen) credentialSecret(name, ns, cred string) *tlsv3.Secret {
+	if c := g.pc.Credential(ns, cred); c != nil && len(c.GetCertificateChain()) > 0 && len(c.GetPrivateKey()) > 0 {
+		return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			CertificateChain: inlineBytes(c.GetCertificateChain()),
+			PrivateKey:       inlineBytes(c.GetPrivateKey()),
+		}}}
+	}
+	base, ok := strings.CutSuffix(cred, credentialCASuffix)
+	if !ok {
+		return nil
+	}
+	var ca []byte
+	if c := g.pc.Credential(ns, base); c != nil && len(c.GetCaCertificates()) > 0 {
+		ca = c.GetCaCertificates()
+	} else if c := g.pc.Credential(ns, cred); c != nil {
+		// A separate "<name>-cacert" Secret: its ca.crt, else its cert.
+		ca = c.GetCaCertificates()
+		if len(ca) == 0 {
+			ca = c.GetCertificateChain()
+		}
+	}
+	if len(ca) == 0 {
+		return nil
+	}
+	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+		TrustedCa: inlineBytes(ca),
+	}}}
+}
+
+func inlineBytes(b []byte) *corev3.DataSource {
+	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
+}

@@ -1,0 +1,269 @@
+package galley_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	networkingapi "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+type identity struct{ cert, key string }
+
+func issue(t *testing.T, ca *testpki.CA, name, spiffeID string) identity {
+	t.Helper()
+	leaf, err := ca.Issue(testpki.Request{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, URIs: []string{spiffeID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := leaf.WriteFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return identity{cert, key}
+}
+
+// sds is an ADS stream over mTLS asking for secrets by name.
+type sds struct {
+	st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+}
+
+func dialSDS(t *testing.T, ca *testpki.CA, addr string, id identity, node string, names ...string) *sds {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(id.cert, id.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node}, TypeUrl: resourcev3.SecretType, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	return &sds{st: st}
+}
+
+// next waits (30 s at most) for a response, ACKs it (asking for the same
+// names) and returns each secret's certificate chain or CA by name.
+func (s *sds) next(t *testing.T, names ...string) map[string]string {
+	t.Helper()
+	type recv struct {
+		resp *discoveryv3.DiscoveryResponse
+		err  error
+	}
+	ch := make(chan recv, 1)
+	go func() {
+		r, err := s.st.Recv()
+		ch <- recv{r, err}
+	}()
+	var resp *discoveryv3.DiscoveryResponse
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		resp = r.resp
+	case <-time.After(30 * time.Second):
+		t.Fatal("no SDS response within 30 s")
+	}
+	if err := s.st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, a := range resp.GetResources() {
+		sec := &tlsv3.Secret{}
+		if err := a.UnmarshalTo(sec); err != nil {
+			t.Fatal(err)
+		}
+		if c := sec.GetTlsCertificate(); c != nil {
+			out[sec.GetName()] = string(c.GetCertificateChain().GetInlineBytes())
+		} else {
+			out[sec.GetName()] = string(sec.GetValidationContext().GetTrustedCa().GetInlineBytes())
+		}
+	}
+	return out
+}
+
+// TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS runs galley
+// on a real apiserver and discovery subscribed to it over mTLS. A
+// Secret a Gateway names reaches, over SDS on discovery's mTLS port, a
+// gateway proxy whose certificate is of the Secret's namespace, and its
+// rotation is pushed; a proxy of another namespace asking for it by
+// either name gets its own namespace's Secret of that name or nothing; a
+// subscriber with the injector's identity is refused the credentials by
+// galley.
+func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
+	ctx := context.Background()
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	system, err := env.CreateNamespace(ctx, "flotilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge, err := env.CreateNamespace(ctx, "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := env.CreateNamespace(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := testpki.NewCA("flotilla-test-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	galleyID := issue(t, ca, "galley", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-galley")
+	discoveryID := issue(t, ca, "discovery", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-discovery")
+	injectorID := issue(t, ca, "injector", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-injector")
+	gatewayID := issue(t, ca, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress")
+	strangerID := issue(t, ca, "stranger", "spiffe://cluster.local/ns/"+other+"/sa/app")
+
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: edge}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("edge-v1"), "tls.key": []byte("k")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: other}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("other"), "tls.key": []byte("k")}},
+	} {
+		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{edge, other} {
+		gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: ns}}
+		gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
+		gw.Spec.Servers = []*networkingapi.Server{{
+			Port: &networkingapi.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"shop.example.com"},
+			Tls: &networkingapi.ServerTLSSettings{Mode: networkingapi.ServerTLSSettings_SIMPLE, CredentialName: "shop-cert"},
+		}}
+		if _, err := ic.NetworkingV1().Gateways(ns).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	mcpAddr := freeAddr(t)
+	g := startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", system,
+		"--mcp-tls-cert-file", galleyID.cert, "--mcp-tls-key-file", galleyID.key, "--mcp-tls-ca-file", caFile)
+	secure, admin := freeAddr(t), freeAddr(t)
+	proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+		"--galley-address", mcpAddr, "--xds-address", freeAddr(t), "--admin-address", admin, "--system-namespace", system,
+		"--galley-tls-cert-file", discoveryID.cert, "--galley-tls-key-file", discoveryID.key, "--galley-tls-ca-file", caFile,
+		"--secure-xds-address", secure,
+		"--xds-tls-cert-file", discoveryID.cert, "--xds-tls-key-file", discoveryID.key, "--xds-tls-ca-file", caFile)
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+
+	names := []string{"kubernetes://shop-cert", "kubernetes://" + edge + "/shop-cert"}
+	gw := dialSDS(t, ca, secure, gatewayID, "router~10.0.0.5~ingress-1."+edge+"~"+edge+".svc.cluster.local", names...)
+	var got map[string]string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if got = gw.next(t, names...); got["kubernetes://shop-cert"] == "edge-v1" {
+			break
+		}
+	}
+	if got["kubernetes://shop-cert"] != "edge-v1" || got["kubernetes://"+edge+"/shop-cert"] != "edge-v1" {
+		t.Fatalf("the gateway of %s got %v", edge, got)
+	}
+
+	// Rotation is pushed on the open stream.
+	sec, err := env.Client.CoreV1().Secrets(edge).Get(ctx, "shop-cert", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["tls.crt"] = []byte("edge-v2")
+	if _, err := env.Client.CoreV1().Secrets(edge).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if got = gw.next(t, names...); got["kubernetes://shop-cert"] == "edge-v2" {
+			break
+		}
+	}
+	if got["kubernetes://shop-cert"] != "edge-v2" {
+		t.Fatalf("after the rotation the gateway has %v", got)
+	}
+
+	// A proxy of another namespace: its own namespace's Secret by the
+	// short name, nothing by edge's qualified name.
+	stranger := dialSDS(t, ca, secure, strangerID, "router~10.0.0.6~ingress-1."+other+"~"+other+".svc.cluster.local", names...)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if got = stranger.next(t, names...); got["kubernetes://shop-cert"] != "" {
+			break
+		}
+	}
+	if got["kubernetes://shop-cert"] != "other" || got["kubernetes://"+edge+"/shop-cert"] != "" {
+		t.Fatalf("a proxy of %s got %v", other, got)
+	}
+	for _, v := range got {
+		if strings.HasPrefix(v, "edge") {
+			t.Fatalf("a proxy of %s got edge's key material: %v", other, got)
+		}
+	}
+
+	// galley serves the credentials to discovery only.
+	pair, err := tls.LoadX509KeyPair(injectorID.cert, injectorID.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	mst, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mst.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "injector"}, TypeUrl: registry.CredentialTypeURL}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mst.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the injector's identity asking for credentials: %v, want PermissionDenied", err)
+	}
+	g.out.WaitFor(t, "refusing a subscriber a restricted collection")
+}
