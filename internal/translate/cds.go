@@ -27,6 +27,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 const (
@@ -778,17 +779,16 @@ func (g *gen) originatedTLS(cluster string, tls *networking.ClientTLSSettings, h
 		validation.Crl = &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: crl}}
 	}
 	if cred := tls.GetCredentialName(); cred != "" {
-		// The Secret is served over ADS by discovery, as Istio's
+		// The Secret is served over ADS by discovery (sds.go), as Istio's
 		// ConstructSdsSecretConfigForCredential; "<name>-cacert" holds its
 		// CA.
-		g.problem("cluster %s: credentialName %q: discovery does not serve Secrets over SDS yet; the cluster waits for them", cluster, cred)
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: "kubernetes://" + cred, SdsConfig: adsSource()}}
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: registry.CredentialPrefix + cred, SdsConfig: adsSource()}}
 		if tls.GetInsecureSkipVerify().GetValue() {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{}}
 		} else {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         validation,
-				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "kubernetes://" + cred + "-cacert", SdsConfig: adsSource()},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: registry.CredentialPrefix + cred + credentialCASuffix, SdsConfig: adsSource()},
 			}}
 		}
 		return g.tlsSocket(&tlsv3.UpstreamTlsContext{Sni: tls.GetSni(), CommonTlsContext: common})
