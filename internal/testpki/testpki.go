@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"testing"
 	"time"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
@@ -145,6 +146,22 @@ func (l *Leaf) WriteFiles(dir string) (certFile, keyFile string, err error) {
 		return "", "", err
 	}
 	return certFile, keyFile, nil
+}
+
+// IssueFiles issues a leaf for 127.0.0.1 named name with the SPIFFE ID
+// spiffeID, and writes its certificate and key into a new temporary
+// directory of tb: a service's or proxy's identity in a process test.
+func (ca *CA) IssueFiles(tb testing.TB, name, spiffeID string) (certFile, keyFile string) {
+	tb.Helper()
+	leaf, err := ca.Issue(Request{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, URIs: []string{spiffeID}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	certFile, keyFile, err = leaf.WriteFiles(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return certFile, keyFile
 }
 
 func pemBlock(typ string, der []byte) []byte {

@@ -3,7 +3,6 @@ package galley_test
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,18 +33,7 @@ type identity struct{ cert, key string }
 
 func issue(t *testing.T, ca *testpki.CA, name, spiffeID string) identity {
 	t.Helper()
-	leaf, err := ca.Issue(testpki.Request{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, URIs: []string{spiffeID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cert, key, err := leaf.WriteFiles(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert, key := ca.IssueFiles(t, name, spiffeID)
 	return identity{cert, key}
 }
 
