@@ -15,9 +15,12 @@ import (
 )
 
 // This file publishes the credentials: the Secrets that a Gateway's or a
-// DestinationRule's tls.credentialName names, in the object's own
-// namespace (and "<name>-cacert" beside them), as Istio reads them. A
-// Secret nothing names is never published, whatever it holds.
+// DestinationRule's tls.credentialName names (and "<name>-cacert" beside
+// them), as Istio reads them. A name is looked up in every namespace: as
+// in Istio, a gateway reads the Secret of that name in its own
+// namespace, which need not be the Gateway resource's, and discovery
+// serves each Secret only to proxies of its namespace. A Secret whose
+// name nothing names is never published, whatever it holds.
 
 // credentialKeys are the Secret keys a credential is read from, as Istio
 // reads kubernetes.io/tls and generic Secrets.
@@ -82,9 +85,7 @@ func (s *Source) secretHandler() cache.ResourceEventHandler {
 func (s *Source) refreshCredentialRefs(id istio.ID, o *istio.Object) {
 	var now []string
 	if o != nil {
-		for _, n := range credentialNames(o) {
-			now = append(now, o.Meta.Namespace+"/"+n)
-		}
+		now = credentialNames(o)
 	}
 	before := s.credRefsBy[id]
 	if len(now) == 0 {
@@ -92,35 +93,49 @@ func (s *Source) refreshCredentialRefs(id istio.ID, o *istio.Object) {
 	} else {
 		s.credRefsBy[id] = now
 	}
-	for _, k := range before {
-		if s.credRefs[k]--; s.credRefs[k] <= 0 {
-			delete(s.credRefs, k)
+	changed := map[string]bool{}
+	for _, n := range before {
+		if s.credRefs[n]--; s.credRefs[n] <= 0 {
+			delete(s.credRefs, n)
+			changed[n] = true
 		}
 	}
-	for _, k := range now {
-		s.credRefs[k]++
+	for _, n := range now {
+		if s.credRefs[n]++; s.credRefs[n] == 1 {
+			changed[n] = true
+		}
 	}
-	for _, k := range append(before, now...) {
-		s.syncCredential(k)
+	if len(changed) == 0 {
+		return
+	}
+	for key, sec := range s.secrets {
+		if changed[sec.Name] {
+			s.syncCredential(key)
+		}
+	}
+	for key := range s.credPublished {
+		if _, name, _ := strings.Cut(key, "/"); changed[name] {
+			s.syncCredential(key)
+		}
 	}
 }
 
-// syncCredential publishes the credential of a Secret that is named and
-// holds one, and withdraws it otherwise. Called with s.mu held.
+// syncCredential publishes the credential of a Secret ("namespace/name")
+// whose name is named and that holds one, and withdraws it otherwise.
+// Called with s.mu held.
 func (s *Source) syncCredential(key string) {
-	name := key
 	sec := s.secrets[key]
 	var cred *registryv1.Credential
-	if s.credRefs[key] > 0 && sec != nil {
+	if sec != nil && s.credRefs[sec.Name] > 0 {
 		cred = credential(sec)
 	}
 	switch {
 	case cred != nil:
-		s.credPublished[name] = true
-		s.publish(registry.CredentialTypeURL, name, cred)
-	case s.credPublished[name]:
-		delete(s.credPublished, name)
-		s.remove(registry.CredentialTypeURL, name)
+		s.credPublished[key] = true
+		s.publish(registry.CredentialTypeURL, key, cred)
+	case s.credPublished[key]:
+		delete(s.credPublished, key)
+		s.remove(registry.CredentialTypeURL, key)
 	}
 }
 
@@ -145,12 +160,12 @@ func credential(sec *corev1.Secret) *registryv1.Credential {
 	return c
 }
 
-// credentialNames are the Secrets an object names, in its namespace:
-// each server's credentialName of a Gateway (and "<name>-cacert" for
-// MUTUAL and OPTIONAL_MUTUAL servers, where Istio looks for the CA), each
+// credentialNames are the Secret names an object names: each server's
+// credentialName of a Gateway (and "<name>-cacert" for MUTUAL and
+// OPTIONAL_MUTUAL servers, where Istio looks for the CA), each
 // tls.credentialName of a DestinationRule. A "kubernetes://" prefix is
-// dropped; a name with a namespace of its own is left out (a Secret of
-// another namespace is never served).
+// dropped; a name with a namespace of its own is left out (a proxy only
+// ever gets its own namespace's Secrets).
 func credentialNames(o *istio.Object) []string {
 	var out []string
 	add := func(n string, mutual bool) {

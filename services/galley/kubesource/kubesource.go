@@ -78,10 +78,10 @@ type Source struct {
 	rejected     map[istio.ID]string
 	published    map[istio.ID]*istio.Object // what was last sent per object
 	synced       chan struct{}
-	// secrets are the Secrets watched, trimmed to their credential keys;
-	// credRefs counts the objects naming each ("namespace/name"),
-	// credRefsBy what each object names; credPublished the ones
-	// published.
+	// secrets are the Secrets watched ("namespace/name"), trimmed to
+	// their credential keys; credRefs counts the objects naming each
+	// Secret name, credRefsBy what each object names; credPublished the
+	// Secrets published.
 	secrets       map[string]*corev1.Secret
 	credRefs      map[string]int
 	credRefsBy    map[istio.ID][]string

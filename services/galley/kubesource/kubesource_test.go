@@ -462,10 +462,12 @@ func (s *state) credential(name string) *registryv1.Credential {
 }
 
 // TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow: a
-// Gateway's credentialName publishes that Secret of the Gateway's
-// namespace (and its "-cacert" for MUTUAL); a Secret nothing names, and
-// the same name in another namespace, never are; a rotated Secret is
-// published again; removing the Gateway withdraws it.
+// Gateway's credentialName publishes the Secrets of that name (its own
+// namespace's, and another namespace's, where a gateway deployment may
+// run, as in Istio; discovery serves each to its namespace only) and
+// "-cacert" for MUTUAL; a Secret nothing names never is, nor any other
+// key; a rotated Secret is published again; removing the Gateway
+// withdraws them.
 func TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow(t *testing.T) {
 	ctx := context.Background()
 	edge, err := env.CreateNamespace(ctx, "edge")
@@ -519,7 +521,11 @@ func TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow(t *testing.T) {
 		c := st.credential(edge + "/partner-cacert")
 		return c != nil && string(c.GetCaCertificates()) == "partner-ca"
 	})
-	for _, name := range []string{edge + "/unnamed", other + "/shop-cert", edge + "/partner"} {
+	xdstest.Eventually(t, "the same name in another namespace", func() bool {
+		c := st.credential(other + "/shop-cert")
+		return c != nil && string(c.GetCertificateChain()) == "theirs"
+	})
+	for _, name := range []string{edge + "/unnamed", edge + "/partner"} {
 		if st.has(registry.CredentialTypeURL, name) {
 			t.Errorf("%s was published", name)
 		}
@@ -544,6 +550,7 @@ func TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	xdstest.Eventually(t, "the credentials withdrawn", func() bool {
-		return !st.has(registry.CredentialTypeURL, edge+"/shop-cert") && !st.has(registry.CredentialTypeURL, edge+"/partner-cacert")
+		return !st.has(registry.CredentialTypeURL, edge+"/shop-cert") && !st.has(registry.CredentialTypeURL, edge+"/partner-cacert") &&
+			!st.has(registry.CredentialTypeURL, other+"/shop-cert")
 	})
 }
