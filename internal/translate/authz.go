@@ -77,7 +77,7 @@ func (g *gen) workloadAuthz() *workloadAuthz {
 		key.WriteString(ra.Namespace + "/" + ra.Name + ",")
 	}
 	w, _ := g.pc.Memo(key.String(), func() any {
-		b := newGen(g.pc, g.p)
+		b := g.isolated()
 		w := &workloadAuthz{}
 		switch {
 		case g.grpc && len(policies) > 0:
