@@ -148,20 +148,23 @@ func (l *Leaf) WriteFiles(dir string) (certFile, keyFile string, err error) {
 	return certFile, keyFile, nil
 }
 
+// Files are an issued certificate's and key's files.
+type Files struct{ Cert, Key string }
+
 // IssueFiles issues a leaf for 127.0.0.1 named name with the SPIFFE ID
 // spiffeID, and writes its certificate and key into a new temporary
 // directory of tb: a service's or proxy's identity in a process test.
-func (ca *CA) IssueFiles(tb testing.TB, name, spiffeID string) (certFile, keyFile string) {
+func (ca *CA) IssueFiles(tb testing.TB, name, spiffeID string) Files {
 	tb.Helper()
 	leaf, err := ca.Issue(Request{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, URIs: []string{spiffeID}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	certFile, keyFile, err = leaf.WriteFiles(tb.TempDir())
+	cert, key, err := leaf.WriteFiles(tb.TempDir())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return certFile, keyFile
+	return Files{Cert: cert, Key: key}
 }
 
 func pemBlock(typ string, der []byte) []byte {

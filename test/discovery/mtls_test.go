@@ -24,14 +24,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
-type identity struct{ cert, key string }
-
-func issue(t *testing.T, ca *testpki.CA, name, spiffeID string) identity {
-	t.Helper()
-	cert, key := ca.IssueFiles(t, name, spiffeID)
-	return identity{cert, key}
-}
-
 // TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS: discovery subscribes
 // to galley with a client certificate, and serves xDS on its mTLS port to
 // clients with a certificate from the mesh CA only.
@@ -44,24 +36,24 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	galleyID := issue(t, ca, "galley", "spiffe://cluster.local/ns/istio-system/sa/flotilla-galley")
-	discoveryID := issue(t, ca, "discovery", "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery")
-	proxyID := issue(t, ca, "proxy", "spiffe://cluster.local/ns/default/sa/app")
+	galleyID := ca.IssueFiles(t, "galley", "spiffe://cluster.local/ns/istio-system/sa/flotilla-galley")
+	discoveryID := ca.IssueFiles(t, "discovery", "spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery")
+	proxyID := ca.IssueFiles(t, "proxy", "spiffe://cluster.local/ns/default/sa/app")
 
 	dir := t.TempDir()
 	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(1234, "v1")))
 	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
 	galley := proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"),
 		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin,
-		"--mcp-tls-cert-file", galleyID.cert, "--mcp-tls-key-file", galleyID.key, "--mcp-tls-ca-file", caFile)
+		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", caFile)
 	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
 
 	secure, admin := proc.FreeAddr(t), proc.FreeAddr(t)
 	disc := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
 		"--galley-address", mcpAddr, "--xds-address", proc.FreeAddr(t), "--admin-address", admin,
-		"--galley-tls-cert-file", discoveryID.cert, "--galley-tls-key-file", discoveryID.key, "--galley-tls-ca-file", caFile,
+		"--galley-tls-cert-file", discoveryID.Cert, "--galley-tls-key-file", discoveryID.Key, "--galley-tls-ca-file", caFile,
 		"--secure-xds-address", secure,
-		"--xds-tls-cert-file", discoveryID.cert, "--xds-tls-key-file", discoveryID.key, "--xds-tls-ca-file", caFile)
+		"--xds-tls-cert-file", discoveryID.Cert, "--xds-tls-key-file", discoveryID.Key, "--xds-tls-ca-file", caFile)
 	proc.WaitReady(t, "http://"+admin+"/readyz") // ready only once it has galley's collections: the mTLS hop works
 	galley.Out.WaitFor(t, "subscriber connected")
 
@@ -93,7 +85,7 @@ func TestGalleyToDiscoveryAndDiscoveryToProxiesOverMTLS(t *testing.T) {
 		}
 		return len(resp.GetResources()), nil
 	}
-	pair, err := tls.LoadX509KeyPair(proxyID.cert, proxyID.key)
+	pair, err := tls.LoadX509KeyPair(proxyID.Cert, proxyID.Key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,22 +29,14 @@ import (
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
-type identity struct{ cert, key string }
-
-func issue(t *testing.T, ca *testpki.CA, name, spiffeID string) identity {
-	t.Helper()
-	cert, key := ca.IssueFiles(t, name, spiffeID)
-	return identity{cert, key}
-}
-
 // sds is an ADS stream over mTLS asking for secrets by name.
 type sds struct {
 	st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 }
 
-func dialSDS(t *testing.T, ca *testpki.CA, addr string, id identity, node string, names ...string) *sds {
+func dialSDS(t *testing.T, ca *testpki.CA, addr string, id testpki.Files, node string, names ...string) *sds {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(id.cert, id.key)
+	pair, err := tls.LoadX509KeyPair(id.Cert, id.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,11 +131,11 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	galleyID := issue(t, ca, "galley", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-galley")
-	discoveryID := issue(t, ca, "discovery", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-discovery")
-	injectorID := issue(t, ca, "injector", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-injector")
-	gatewayID := issue(t, ca, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress")
-	strangerID := issue(t, ca, "stranger", "spiffe://cluster.local/ns/"+other+"/sa/app")
+	galleyID := ca.IssueFiles(t, "galley", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-galley")
+	discoveryID := ca.IssueFiles(t, "discovery", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-discovery")
+	injectorID := ca.IssueFiles(t, "injector", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-injector")
+	gatewayID := ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress")
+	strangerID := ca.IssueFiles(t, "stranger", "spiffe://cluster.local/ns/"+other+"/sa/app")
 
 	for _, s := range []*corev1.Secret{
 		{ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: edge}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("edge-v1"), "tls.key": []byte("k")}},
@@ -175,13 +167,13 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 	}
 	mcpAddr := freeAddr(t)
 	g := startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", system,
-		"--mcp-tls-cert-file", galleyID.cert, "--mcp-tls-key-file", galleyID.key, "--mcp-tls-ca-file", caFile)
+		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", caFile)
 	secure, admin := freeAddr(t), freeAddr(t)
 	proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
 		"--galley-address", mcpAddr, "--xds-address", freeAddr(t), "--admin-address", admin, "--system-namespace", system,
-		"--galley-tls-cert-file", discoveryID.cert, "--galley-tls-key-file", discoveryID.key, "--galley-tls-ca-file", caFile,
+		"--galley-tls-cert-file", discoveryID.Cert, "--galley-tls-key-file", discoveryID.Key, "--galley-tls-ca-file", caFile,
 		"--secure-xds-address", secure,
-		"--xds-tls-cert-file", discoveryID.cert, "--xds-tls-key-file", discoveryID.key, "--xds-tls-ca-file", caFile)
+		"--xds-tls-cert-file", discoveryID.Cert, "--xds-tls-key-file", discoveryID.Key, "--xds-tls-ca-file", caFile)
 	proc.WaitReady(t, "http://"+admin+"/readyz")
 
 	names := []string{"kubernetes://shop-cert", "kubernetes://" + edge + "/shop-cert"}
@@ -232,7 +224,7 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 	}
 
 	// galley serves the credentials to discovery only.
-	pair, err := tls.LoadX509KeyPair(injectorID.cert, injectorID.key)
+	pair, err := tls.LoadX509KeyPair(injectorID.Cert, injectorID.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
