@@ -56,11 +56,6 @@ type Set struct {
 	Problems []string
 }
 
-// Empty reports whether no policy applies.
-func (s *Set) Empty() bool {
-	return len(s.Custom) == 0 && s.Audit == (Rules{}) && s.Deny == (Rules{}) && s.Allow == (Rules{})
-}
-
 // Build translates the AuthorizationPolicies that apply to a workload, as
 // Istio's authz builder: one RBAC policy per rule, named
 // "ns[<namespace>]-policy[<name>]-rule[<index>]" (CUSTOM ones prefixed

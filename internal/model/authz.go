@@ -65,8 +65,6 @@ func workloadPolicies[P any](pc *PushContext, byNamespace map[string][]P, namesp
 	return out
 }
 
-// HasAuthorizationPolicies reports whether any AuthorizationPolicy exists.
-func (pc *PushContext) HasAuthorizationPolicies() bool { return len(pc.cfg.authz) > 0 }
 
 func dryRun(annotations map[string]string) bool {
 	v, err := strconv.ParseBool(annotations[DryRunAnnotation])

@@ -178,7 +178,11 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 		pc.cfg = prev.cfg
 	}
 	pc.indexEndpoints(s)
-	pc.credentials = maps.Clone(s.credentials)
+	if prev != nil && !changes.Full {
+		pc.credentials = prev.credentials // a credential change is a full one
+	} else {
+		pc.credentials = maps.Clone(s.credentials)
+	}
 	if locs := pc.cfg.jwksLocations(); len(locs) > 0 && o.JWKS != nil {
 		pc.jwks = o.JWKS.Lookup(locs)
 	}

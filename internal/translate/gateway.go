@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -260,23 +261,16 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 	}
 	if s.route != "" {
 		fc.Name = s.route
-		fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.gatewayHCM(cmpOrString(s.srv.GetName(), "outbound_0.0.0.0_"+itoa(gp.port)), s.route))}
+		fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.gatewayHCM(cmp.Or(s.srv.GetName(), "outbound_0.0.0.0_"+itoa(gp.port)), s.route))}
 		return []*listenerv3.FilterChain{fc}
 	}
 	fs := g.gatewayTCP(s)
 	if fs == nil {
 		return nil
 	}
-	fc.Name = "tls." + itoa(gp.port) + "." + s.gw.Key()
+	fc.Name = "tls." + itoa(gp.port) + "." + s.srv.GetPort().GetName() + "." + s.gw.Key()
 	fc.Filters = fs
 	return []*listenerv3.FilterChain{fc}
-}
-
-func cmpOrString(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // gatewayHCM is a gateway's HTTP connection manager, as Istio's

@@ -470,7 +470,7 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 		dr := &routev3.DirectResponseAction{Status: hr.GetDirectResponse().GetStatus()}
 		if b := hr.GetDirectResponse().GetBody(); b != nil {
 			if s := b.GetString_(); s != "" {
-				dr.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: s}}
+				dr.Body = inlineString(s)
 			} else if bs := b.GetBytes(); len(bs) > 0 {
 				dr.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: bs}}
 			}
