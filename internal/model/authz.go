@@ -65,7 +65,6 @@ func workloadPolicies[P any](pc *PushContext, byNamespace map[string][]P, namesp
 	return out
 }
 
-
 func dryRun(annotations map[string]string) bool {
 	v, err := strconv.ParseBool(annotations[DryRunAnnotation])
 	return err == nil && v
