@@ -14,7 +14,9 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -38,13 +40,19 @@ const credentialCASuffix = "-cacert"
 type gwServer struct {
 	gw  *model.Gateway
 	srv *networking.Server
-	// hosts are the server's hosts as "namespace/host" ("*" any
-	// namespace; "." resolved to the Gateway's).
-	hosts []string
+	// hosts are the server's hosts with the namespaces whose
+	// VirtualServices may bind them ("*" any; "." resolved to the
+	// Gateway's).
+	hosts []gwHost
+	// sni are a TLS server's hosts without namespaces (sniHosts).
+	sni []string
 	// route is the RDS name of an HTTP server, or of an HTTPS server that
 	// terminates TLS.
 	route string
 }
+
+// gwHost is a server host: "namespace/host" in the Gateway.
+type gwHost struct{ ns, host string }
 
 // gwPort is a listener port of a gateway proxy: plaintext servers (HTTP
 // servers sharing one route configuration, or one TCP server), or TLS
@@ -81,7 +89,7 @@ func (g *gen) gatewayPorts() []*gwPort {
 			if s.GetBind() != "" {
 				g.problem("%s: bind %q is not supported; the server listens on all addresses", where(), s.GetBind())
 			}
-			gs := gwServer{gw: gw, srv: s}
+			gs := gwServer{gw: gw, srv: s, hosts: make([]gwHost, 0, len(s.GetHosts()))}
 			for _, h := range s.GetHosts() {
 				ns, host, ok := strings.Cut(h, "/")
 				switch {
@@ -90,7 +98,7 @@ func (g *gen) gatewayPorts() []*gwPort {
 				case ns == ".":
 					ns = gw.Namespace
 				}
-				gs.hosts = append(gs.hosts, ns+"/"+host)
+				gs.hosts = append(gs.hosts, gwHost{ns: ns, host: host})
 			}
 			port := g.gatewayListenerPort(s.GetPort().GetNumber())
 			gp := byPort[port]
@@ -105,8 +113,9 @@ func (g *gen) gatewayPorts() []*gwPort {
 					g.problem("%s: port %d already has plaintext servers; left out", where(), port)
 					continue
 				}
+				gs.sni = sniHosts(s)
 				var dup []string
-				for _, h := range sniHosts(s) {
+				for _, h := range gs.sni {
 					if gp.sniSeen[h] {
 						dup = append(dup, h)
 					}
@@ -115,7 +124,7 @@ func (g *gen) gatewayPorts() []*gwPort {
 					g.problem("%s: host %s already has a TLS server on port %d; left out", where(), strings.Join(dup, ", "), port)
 					continue
 				}
-				for _, h := range sniHosts(s) {
+				for _, h := range gs.sni {
 					gp.sniSeen[h] = true
 				}
 				if proto == registryv1.Protocol_PROTOCOL_HTTPS && !passthrough(s) {
@@ -216,7 +225,7 @@ func (g *gen) gatewayListeners() []*listenerv3.Listener {
 			if s.route != "" {
 				l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 					Name:    "http." + itoa(gp.port),
-					Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.gatewayHCM("outbound_0.0.0.0_"+itoa(gp.port), s.route))},
+					Filters: []*listenerv3.Filter{g.gatewayHCMFilter("outbound_0.0.0.0_"+itoa(gp.port), s.route)},
 				})
 			} else if fs := g.gatewayTCP(s); fs != nil {
 				l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{Name: "tcp." + itoa(gp.port), Filters: fs})
@@ -256,12 +265,12 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 		return nil
 	}
 	fc := &listenerv3.FilterChain{
-		FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: serverNames(sniHosts(s.srv))},
+		FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: serverNames(s.sni)},
 		TransportSocket:  ts,
 	}
 	if s.route != "" {
 		fc.Name = s.route
-		fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.gatewayHCM(cmp.Or(s.srv.GetName(), "outbound_0.0.0.0_"+itoa(gp.port)), s.route))}
+		fc.Filters = []*listenerv3.Filter{g.gatewayHCMFilter(cmp.Or(s.srv.GetName(), "outbound_0.0.0.0_"+itoa(gp.port)), s.route)}
 		return []*listenerv3.FilterChain{fc}
 	}
 	fs := g.gatewayTCP(s)
@@ -285,6 +294,81 @@ func (g *gen) gatewayHCM(statPrefix, route string) *hcmv3.HttpConnectionManager 
 	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_SANITIZE_SET
 	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
 	return hcm
+}
+
+// hcmTail is what every gateway HTTP connection manager of a proxy
+// shares (all of gatewayHCM but the stat prefix and the RDS route),
+// encoded once, with its validation and consistency check.
+type hcmTail struct {
+	typeURL string
+	raw     []byte
+	err     error
+	// statPrefix and rds are the field numbers of what differs.
+	statPrefix, rds protowire.Number
+}
+
+// gatewayHCMFilter is gatewayHCM(statPrefix, route) as a network filter.
+// A gateway has one per HTTP server (Istio's benchmark: a thousand), and
+// they differ only in the stat prefix and the RDS route. protobuf-go's
+// deterministic encoding writes the fields outside a oneof by number,
+// then the oneofs' (LegacyFieldOrder): the stat prefix (field 2; codec
+// type, field 1, is AUTO and not written), the shared fields, then rds
+// (the route_specifier oneof; the gateway's connection managers set no
+// other oneof). So the shared part is built, validated, checked and
+// encoded once per generator, and each filter is its two fields around
+// it: byte for byte the encoding of the whole message
+// (TestGatewayHTTPConnectionManagersEncodeAsTheWholeMessage).
+func (g *gen) gatewayHCMFilter(statPrefix, route string) *listenerv3.Filter {
+	if g.gwHCM == nil {
+		g.gwHCM = g.gatewayHCMTail()
+	}
+	t := g.gwHCM
+	rds := &hcmv3.Rds{ConfigSource: adsSource(), RouteConfigName: route}
+	if err := (&hcmv3.HttpConnectionManager{StatPrefix: statPrefix, RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: rds}}).Validate(); err != nil {
+		g.packErrs++
+	}
+	rdsRaw, err := proto.MarshalOptions{Deterministic: true}.Marshal(rds)
+	if err != nil {
+		g.packErrs++
+	}
+	raw := make([]byte, 0, len(statPrefix)+len(t.raw)+len(rdsRaw)+8)
+	raw = protowire.AppendString(protowire.AppendTag(raw, t.statPrefix, protowire.BytesType), statPrefix)
+	raw = append(raw, t.raw...)
+	raw = protowire.AppendBytes(protowire.AppendTag(raw, t.rds, protowire.BytesType), rdsRaw)
+	a := &anypb.Any{TypeUrl: t.typeURL, Value: raw}
+	check := t.err
+	if check == nil && !g.routeKnown(route) {
+		check = fmt.Errorf("RDS names unknown route configuration %q", route)
+	}
+	if g.filterChecks == nil {
+		g.filterChecks = map[*anypb.Any]error{}
+	}
+	g.filterChecks[a] = check
+	return &listenerv3.Filter{Name: hcmFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: a}}
+}
+
+func (g *gen) gatewayHCMTail() *hcmTail {
+	full := g.gatewayHCM("-", "-")
+	fields := full.ProtoReflect().Descriptor().Fields()
+	t := &hcmTail{
+		typeURL:    "type.googleapis.com/" + string(full.ProtoReflect().Descriptor().FullName()),
+		statPrefix: fields.ByName("stat_prefix").Number(),
+		rds:        fields.ByName("rds").Number(),
+	}
+	if t.err = full.Validate(); t.err != nil {
+		g.packErrs++
+	}
+	full.StatPrefix, full.RouteSpecifier = "", nil
+	if t.err == nil {
+		t.err = g.checkHCM(full)
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(full)
+	if err != nil {
+		g.packErrs++
+		t.err = cmp.Or(t.err, err)
+	}
+	t.raw = raw
+	return t
 }
 
 // gatewayTCP forwards a plaintext TCP server's or a terminated TLS
@@ -361,7 +445,7 @@ func (g *gen) passthroughChains(s gwServer) []*listenerv3.FilterChain {
 // carries no TLS of its own (the client's mTLS passes through).
 func (g *gen) autoPassthroughChains(s gwServer) []*listenerv3.FilterChain {
 	var out []*listenerv3.FilterChain
-	hosts := sniHosts(s.srv)
+	hosts := s.sni
 	for _, svc := range g.scope.Services() {
 		if svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL || !slices.ContainsFunc(hosts, func(h string) bool { return model.HostMatches(h, svc.GetHostname()) }) {
 			continue
@@ -448,16 +532,15 @@ func l4Matches(ms []*networking.L4MatchAttributes, port uint32, gateway string) 
 func (g *gen) matchingHosts(s gwServer, vs *model.VirtualService) []string {
 	var out []string
 	for _, sh := range s.hosts {
-		ns, host, _ := strings.Cut(sh, "/")
-		if ns != "*" && ns != vs.Namespace {
+		if sh.ns != "*" && sh.ns != vs.Namespace {
 			continue
 		}
 		for _, vh := range vs.Spec.GetHosts() {
 			switch {
-			case model.HostMatches(host, vh):
+			case model.HostMatches(sh.host, vh):
 				out = append(out, vh)
-			case model.HostMatches(vh, host):
-				out = append(out, host)
+			case model.HostMatches(vh, sh.host):
+				out = append(out, sh.host)
 			}
 		}
 	}
@@ -466,18 +549,20 @@ func (g *gen) matchingHosts(s gwServer, vs *model.VirtualService) []string {
 }
 
 // gatewayRoute is the route configuration of a gateway's HTTP servers
-// ("http.<port>") or of one HTTPS server: a virtual host per host the
+// ("http.<port>") or of one HTTPS server, as Istio's
+// buildGatewayHTTPRouteConfig: a virtual host per host the
 // VirtualServices bound to its servers serve there (their routes in
 // order, several VirtualServices' for one host one after another), with
 // httpsRedirect's servers requiring TLS; without any, a "blackhole" host
-// that answers 404.
+// that answers 404. Hosts left with the same routes are then collapsed
+// into one virtual host (collapseRoutes).
 func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
 	g.gatewayPorts()
 	servers := g.gwRoutes[name]
 	if len(servers) == 0 {
 		return nil
 	}
-	byHost := map[string]*routev3.VirtualHost{}
+	byHost := map[string]*gwVHost{}
 	var hosts []string
 	for _, s := range servers {
 		port := s.srv.GetPort().GetNumber()
@@ -487,48 +572,168 @@ func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
 			if len(matched) == 0 {
 				continue
 			}
-			for _, p := range vs.GetProblems() {
-				g.problem("VirtualService %s/%s: %s", vs.Namespace, vs.Name, p)
-			}
-			routes := g.vsRoutes(vs, nil, &registryv1.ServicePort{Number: port}, s.gw.Key())
+			routes := g.gatewayVSRoutes(s.gw.Key(), vs, port)
 			for _, h := range matched {
 				h = strings.ToLower(h)
 				vh := byHost[h]
 				if vh == nil {
-					vh = &routev3.VirtualHost{Name: h + ":" + itoa(port), Domains: []string{h}}
+					vh = &gwVHost{host: h, port: port}
 					byHost[h] = vh
 					hosts = append(hosts, h)
 				}
-				vh.Routes = append(vh.Routes, routes...)
-				if redirect {
-					vh.RequireTls = routev3.VirtualHost_ALL
-				}
+				vh.routes = append(vh.routes, routes...)
+				vh.requireTLS = vh.requireTLS || redirect
 			}
 		}
 		if redirect {
 			for _, sh := range s.hosts {
-				_, h, _ := strings.Cut(sh, "/")
-				h = strings.ToLower(h)
+				h := strings.ToLower(sh.host)
 				if vh := byHost[h]; vh != nil {
-					vh.RequireTls = routev3.VirtualHost_ALL
+					vh.requireTLS = true
 					continue
 				}
-				byHost[h] = &routev3.VirtualHost{Name: h + ":" + itoa(port), Domains: []string{h}, RequireTls: routev3.VirtualHost_ALL}
+				byHost[h] = &gwVHost{host: h, port: port, requireTLS: true}
 				hosts = append(hosts, h)
 			}
 		}
 	}
 	var vhs []*routev3.VirtualHost
+	if len(hosts) == 0 {
+		vhs = []*routev3.VirtualHost{{Name: "blackhole:" + itoa(servers[0].srv.GetPort().GetNumber()), Domains: []string{"*"}}}
+	} else {
+		vhs = collapseRoutes(hosts, byHost)
+		sortByName(vhs)
+	}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
+}
+
+// gwVHost is a host of a gateway route configuration being built.
+type gwVHost struct {
+	host       string
+	port       uint32
+	routes     []*routev3.Route
+	requireTLS bool
+}
+
+// gatewayVSRoutes are a VirtualService's routes on a Gateway's server
+// port, built once per generator (as Istio builds them once per Gateway
+// and VirtualService), and once for all ports when they cannot differ
+// between ports (portFree): a Gateway's HTTP and HTTPS servers for the
+// same hosts share them.
+func (g *gen) gatewayVSRoutes(gw string, vs *model.VirtualService, port uint32) []*routev3.Route {
+	key := gwVSKey{gw: gw, vs: vs, port: port}
+	if g.portFree(vs) {
+		key.port = 0
+	}
+	if routes, ok := g.gwVSRoutes[key]; ok {
+		return routes
+	}
+	for _, p := range vs.GetProblems() {
+		g.problem("VirtualService %s/%s: %s", vs.Namespace, vs.Name, p)
+	}
+	routes := g.vsRoutes(vs, nil, &registryv1.ServicePort{Number: port}, gw)
+	if g.gwVSRoutes == nil {
+		g.gwVSRoutes = map[gwVSKey][]*routev3.Route{}
+	}
+	g.gwVSRoutes[key] = routes
+	return routes
+}
+
+type gwVSKey struct {
+	gw   string
+	vs   *model.VirtualService
+	port uint32
+}
+
+// portFree reports whether a VirtualService's routes are the same on
+// every port. vsRoutes reads the port in two places only: matches that
+// name a port (applicableMatches), and destinations that name none, of a
+// service with several ports (destination), for routes and mirrors.
+func (g *gen) portFree(vs *model.VirtualService) bool {
+	fixed := func(d *networking.Destination) bool {
+		if d == nil || d.GetPort().GetNumber() != 0 {
+			return true
+		}
+		svc := g.scope.Service(model.ResolveHost(d.GetHost(), vs.Namespace, g.pc.DomainSuffix))
+		return len(svc.GetPorts()) <= 1
+	}
+	for _, hr := range vs.Spec.GetHttp() {
+		for _, m := range hr.GetMatch() {
+			if m.GetPort() != 0 {
+				return false
+			}
+		}
+		for _, d := range hr.GetRoute() {
+			if !fixed(d.GetDestination()) {
+				return false
+			}
+		}
+		if !fixed(hr.GetMirror()) {
+			return false
+		}
+		for _, m := range hr.GetMirrors() {
+			if !fixed(m.GetDestination()) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// collapseRoutes makes the virtual hosts, merging the hosts that have
+// the same routes (the same route objects, in order) and the same TLS
+// requirement into one with all their domains, as Istio's
+// collapseDuplicateRoutes (PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION, on
+// by default): a VirtualService for three hosts gives one virtual host,
+// not three copies of its routes. Hosts are taken most specific first
+// (Istio's host.MoreSpecific: names before wildcards, longer first, then
+// alphabetical), and the first of a group names the virtual host.
+// Catch-all routes go last (catchAllLast).
+func collapseRoutes(hosts []string, byHost map[string]*gwVHost) []*routev3.VirtualHost {
+	slices.SortFunc(hosts, moreSpecificFirst)
+	var out []*routev3.VirtualHost
+	// groups are the virtual hosts made, by their first route (nil: none).
+	groups := map[*routev3.Route][]*routev3.VirtualHost{}
 	for _, h := range hosts {
 		vh := byHost[h]
-		vh.Routes = catchAllLast(vh.Routes)
-		vhs = append(vhs, vh)
+		routes := catchAllLast(vh.routes)
+		tls := routev3.VirtualHost_NONE
+		if vh.requireTLS {
+			tls = routev3.VirtualHost_ALL
+		}
+		var first *routev3.Route
+		if len(routes) > 0 {
+			first = routes[0]
+		}
+		i := slices.IndexFunc(groups[first], func(made *routev3.VirtualHost) bool {
+			return made.RequireTls == tls && slices.Equal(made.Routes, routes)
+		})
+		if i >= 0 {
+			made := groups[first][i]
+			made.Domains = append(made.Domains, h)
+			continue
+		}
+		made := &routev3.VirtualHost{Name: h + ":" + itoa(vh.port), Domains: []string{h}, Routes: routes, RequireTls: tls}
+		groups[first] = append(groups[first], made)
+		out = append(out, made)
 	}
-	if len(vhs) == 0 {
-		vhs = []*routev3.VirtualHost{{Name: "blackhole:" + itoa(servers[0].srv.GetPort().GetNumber()), Domains: []string{"*"}}}
+	return out
+}
+
+// moreSpecificFirst orders hosts as Istio's host.Names sort: names
+// before wildcards, longer before shorter, then alphabetically.
+func moreSpecificFirst(a, b string) int {
+	aw, bw := strings.HasPrefix(a, "*"), strings.HasPrefix(b, "*")
+	switch {
+	case aw != bw:
+		if aw {
+			return 1
+		}
+		return -1
+	case len(a) != len(b):
+		return len(b) - len(a)
 	}
-	sortByName(vhs)
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
+	return strings.Compare(a, b)
 }
 
 // catchAllLast moves the routes that match every request after the

@@ -202,6 +202,12 @@ type gen struct {
 	routeChecks map[*routev3.Route]error
 	// gwTLS are a gateway's TLS transport sockets by their settings.
 	gwTLS map[string]*corev3.TransportSocket
+	// gwHCM is what a gateway's HTTP connection managers share
+	// (gatewayHCMFilter).
+	gwHCM *hcmTail
+	// gwVSRoutes are the routes of VirtualServices on a gateway
+	// (gatewayVSRoutes).
+	gwVSRoutes map[gwVSKey][]*routev3.Route
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any
