@@ -298,8 +298,7 @@ func (g *gen) checkConfig(cfg proto.Message) error {
 // asked for, as Istio's LDS does not build RDS).
 func (g *gen) routeKnown(name string) bool {
 	if g.isGateway() {
-		g.gatewayPorts()
-		_, ok := g.gwRoutes[name]
+		_, ok := g.gatewayMerge().routes[name]
 		return ok
 	}
 	return g.routeOK(name)

@@ -3,6 +3,7 @@ package translate
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +39,9 @@ const credentialCASuffix = "-cacert"
 
 // gwServer is one server of a Gateway, as merged on a listener port.
 type gwServer struct {
-	gw  *model.Gateway
+	gw *model.Gateway
+	// key is the Gateway's "namespace/name".
+	key string
 	srv *networking.Server
 	// hosts are the server's hosts with the namespaces whose
 	// VirtualServices may bind them ("*" any; "." resolved to the
@@ -67,20 +70,73 @@ type gwPort struct {
 
 func (g *gen) isGateway() bool { return g.p.Type == model.RouterProxy }
 
-// gatewayPorts merges the servers of the Gateways selecting the proxy,
-// by listener port (cached): the Gateway's port number, or the target
-// port of the proxy's service port with that number (Istio's
-// resolvePorts). Plaintext HTTP servers on one port share the route
-// "http.<port>"; a port is plaintext or TLS, never both, and holds one
-// TCP server; a TLS host appears once per port. Servers that break these
-// rules are left out, reported.
-func (g *gen) gatewayPorts() []*gwPort {
-	if g.gwPorts != nil {
-		return g.gwPorts
+// gatewayMerge is what the Gateways selecting a gateway proxy configure
+// (mergeGateways): their servers by listener port, the HTTP servers by
+// route name, and the problems found. It depends only on the proxy's
+// labels (which Gateways select it) and where its server ports listen,
+// so gateway proxies alike (the replicas of a gateway Deployment) share
+// one per push context, as Istio merges them once per proxy and push
+// (MergeGateways in its push context initialisation). Nothing in it
+// changes once made.
+type gatewayMerge struct {
+	ports []*gwPort
+	// routes are the HTTP servers by route name, in order.
+	routes     map[string][]*gwServer
+	routeNames []string
+	problems   []string
+}
+
+// gatewayPorts are the proxy's merged listener ports.
+func (g *gen) gatewayPorts() []*gwPort { return g.gatewayMerge().ports }
+
+func (g *gen) gatewayMerge() *gatewayMerge {
+	if g.gwMerge != nil {
+		return g.gwMerge
 	}
+	gws := g.pc.ProxyGateways(g.p)
+	listen := map[uint32]uint32{}
+	for _, gw := range gws {
+		for _, s := range gw.Spec.GetServers() {
+			n := s.GetPort().GetNumber()
+			if _, ok := listen[n]; s.GetPort() != nil && !ok {
+				listen[n] = g.gatewayListenerPort(n)
+			}
+		}
+	}
+	// Labels come from the proxy: quoted, so that no proxy can make its
+	// key another's.
+	var key strings.Builder
+	key.WriteString("gateways|")
+	for _, k := range slices.Sorted(maps.Keys(g.p.Labels)) {
+		key.WriteString(strconv.Quote(k) + "=" + strconv.Quote(g.p.Labels[k]) + ",")
+	}
+	key.WriteString("|")
+	for _, n := range slices.Sorted(maps.Keys(listen)) {
+		key.WriteString(itoa(n) + ">" + itoa(listen[n]) + ",")
+	}
+	m := g.pc.Memo(key.String(), func() any {
+		b := g.isolated()
+		m := b.mergeGateways(gws, listen)
+		m.problems = b.problems
+		return m
+	}).(*gatewayMerge)
+	for _, p := range m.problems {
+		g.problem("%s", p)
+	}
+	g.gwMerge = m
+	return m
+}
+
+// mergeGateways merges the servers of Gateways by listener port: the
+// Gateway's port number, or the target port of the proxy's service port
+// with that number (listen, Istio's resolvePorts). Plaintext HTTP
+// servers on one port share the route "http.<port>"; a port is plaintext
+// or TLS, never both, and holds one TCP server; a TLS host appears once
+// per port. Servers that break these rules are left out, reported.
+func (g *gen) mergeGateways(gws []*model.Gateway, listen map[uint32]uint32) *gatewayMerge {
 	byPort := map[uint32]*gwPort{}
 	out := []*gwPort{}
-	for _, gw := range g.pc.ProxyGateways(g.p) {
+	for _, gw := range gws {
 		for i, s := range gw.Spec.GetServers() {
 			where := func() string { return fmt.Sprintf("Gateway %s server %d", gw.Key(), i) }
 			if s.GetPort() == nil {
@@ -89,7 +145,7 @@ func (g *gen) gatewayPorts() []*gwPort {
 			if s.GetBind() != "" {
 				g.problem("%s: bind %q is not supported; the server listens on all addresses", where(), s.GetBind())
 			}
-			gs := gwServer{gw: gw, srv: s, hosts: make([]gwHost, 0, len(s.GetHosts()))}
+			gs := gwServer{gw: gw, key: gw.Key(), srv: s, hosts: make([]gwHost, 0, len(s.GetHosts()))}
 			for _, h := range s.GetHosts() {
 				ns, host, ok := strings.Cut(h, "/")
 				switch {
@@ -100,7 +156,7 @@ func (g *gen) gatewayPorts() []*gwPort {
 				}
 				gs.hosts = append(gs.hosts, gwHost{ns: ns, host: host})
 			}
-			port := g.gatewayListenerPort(s.GetPort().GetNumber())
+			port := listen[s.GetPort().GetNumber()]
 			gp := byPort[port]
 			if gp == nil {
 				gp = &gwPort{port: port, sniSeen: map[string]bool{}, routes: map[string]bool{}}
@@ -154,19 +210,22 @@ func (g *gen) gatewayPorts() []*gwPort {
 		}
 	}
 	slices.SortFunc(out, func(a, b *gwPort) int { return int(a.port) - int(b.port) })
-	g.gwPorts = out
-	g.gwRoutes = map[string][]gwServer{}
+	m := &gatewayMerge{ports: out, routes: map[string][]*gwServer{}}
 	for _, gp := range out {
-		for _, srv := range append(slices.Clone(gp.plain), gp.tls...) {
-			if srv.route != "" {
-				if _, ok := g.gwRoutes[srv.route]; !ok {
-					g.gwRouteNames = append(g.gwRouteNames, srv.route)
+		for _, servers := range [][]gwServer{gp.plain, gp.tls} {
+			for i := range servers {
+				srv := &servers[i]
+				if srv.route == "" {
+					continue
 				}
-				g.gwRoutes[srv.route] = append(g.gwRoutes[srv.route], srv)
+				if _, ok := m.routes[srv.route]; !ok {
+					m.routeNames = append(m.routeNames, srv.route)
+				}
+				m.routes[srv.route] = append(m.routes[srv.route], srv)
 			}
 		}
 	}
-	return out
+	return m
 }
 
 // gatewayListenerPort is where a server port listens: the target port of
@@ -252,7 +311,7 @@ func (g *gen) gatewayListeners() []*listenerv3.Listener {
 // AUTO_PASSTHROUGH (one chain per service port and subset, by the SNI
 // mesh clients send: "outbound_.<port>_.<subset>_.<host>").
 func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain {
-	where := fmt.Sprintf("Gateway %s port %d", s.gw.Key(), s.srv.GetPort().GetNumber())
+	where := fmt.Sprintf("Gateway %s port %d", s.key, s.srv.GetPort().GetNumber())
 	switch s.srv.GetTls().GetMode() {
 	case networking.ServerTLSSettings_PASSTHROUGH:
 		return g.passthroughChains(s)
@@ -277,7 +336,7 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 	if fs == nil {
 		return nil
 	}
-	fc.Name = "tls." + itoa(gp.port) + "." + s.srv.GetPort().GetName() + "." + s.gw.Key()
+	fc.Name = "tls." + itoa(gp.port) + "." + s.srv.GetPort().GetName() + "." + s.key
 	fc.Filters = fs
 	return []*listenerv3.FilterChain{fc}
 }
@@ -377,12 +436,12 @@ func (g *gen) gatewayHCMTail() *hcmTail {
 // (reported) when none does.
 func (g *gen) gatewayTCP(s gwServer) []*listenerv3.Filter {
 	port := s.srv.GetPort().GetNumber()
-	for _, vs := range g.pc.GatewayVirtualServices(s.gw.Key(), g.p.Namespace) {
-		if len(g.matchingHosts(s, vs)) == 0 {
+	for _, vs := range g.pc.GatewayVirtualServices(s.key, g.p.Namespace) {
+		if len(g.matchingHosts(&s, vs)) == 0 {
 			continue
 		}
 		for _, r := range vs.Spec.GetTcp() {
-			if len(r.GetRoute()) == 0 || !l4Matches(r.GetMatch(), port, s.gw.Key()) {
+			if len(r.GetRoute()) == 0 || !l4Matches(r.GetMatch(), port, s.key) {
 				continue
 			}
 			clusters := g.gatewayDestinations(r.GetRoute(), vs, port)
@@ -392,7 +451,7 @@ func (g *gen) gatewayTCP(s gwServer) []*listenerv3.Filter {
 			return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy("outbound_0.0.0.0_"+itoa(port), clusters))
 		}
 	}
-	g.problem("Gateway %s port %d (%s): no VirtualService tcp route for it; server left out", s.gw.Key(), port, s.srv.GetPort().GetProtocol())
+	g.problem("Gateway %s port %d (%s): no VirtualService tcp route for it; server left out", s.key, port, s.srv.GetPort().GetProtocol())
 	return nil
 }
 
@@ -403,8 +462,8 @@ func (g *gen) passthroughChains(s gwServer) []*listenerv3.FilterChain {
 	port := s.srv.GetPort().GetNumber()
 	var out []*listenerv3.FilterChain
 	seen := map[string]bool{}
-	for _, vs := range g.pc.GatewayVirtualServices(s.gw.Key(), g.p.Namespace) {
-		if len(g.matchingHosts(s, vs)) == 0 {
+	for _, vs := range g.pc.GatewayVirtualServices(s.key, g.p.Namespace) {
+		if len(g.matchingHosts(&s, vs)) == 0 {
 			continue
 		}
 		for i, r := range vs.Spec.GetTls() {
@@ -412,7 +471,7 @@ func (g *gen) passthroughChains(s gwServer) []*listenerv3.FilterChain {
 				continue
 			}
 			for _, m := range r.GetMatch() {
-				if !l4Matches([]*networking.L4MatchAttributes{{Port: m.GetPort(), Gateways: m.GetGateways()}}, port, s.gw.Key()) {
+				if !l4Matches([]*networking.L4MatchAttributes{{Port: m.GetPort(), Gateways: m.GetGateways()}}, port, s.key) {
 					continue
 				}
 				if slices.ContainsFunc(m.GetSniHosts(), func(h string) bool { return seen[h] }) {
@@ -529,7 +588,7 @@ func l4Matches(ms []*networking.L4MatchAttributes, port uint32, gateway string) 
 // matchingHosts are the hosts a VirtualService serves on a server: its
 // hosts intersected with the server's hosts open to its namespace, each
 // the narrower of the two names (Istio's host intersection).
-func (g *gen) matchingHosts(s gwServer, vs *model.VirtualService) []string {
+func (g *gen) matchingHosts(s *gwServer, vs *model.VirtualService) []string {
 	var out []string
 	for _, sh := range s.hosts {
 		if sh.ns != "*" && sh.ns != vs.Namespace {
@@ -557,51 +616,48 @@ func (g *gen) matchingHosts(s gwServer, vs *model.VirtualService) []string {
 // that answers 404. Hosts left with the same routes are then collapsed
 // into one virtual host (collapseRoutes).
 func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
-	g.gatewayPorts()
-	servers := g.gwRoutes[name]
+	servers := g.gatewayMerge().routes[name]
 	if len(servers) == 0 {
 		return nil
 	}
-	byHost := map[string]*gwVHost{}
-	var hosts []string
+	// vhosts are the hosts in the order met, byHost their indexes.
+	var vhosts []gwVHost
+	byHost := map[string]int{}
+	host := func(h string, port uint32) *gwVHost {
+		i, ok := byHost[h]
+		if !ok {
+			i = len(vhosts)
+			byHost[h] = i
+			vhosts = append(vhosts, gwVHost{host: h, port: port})
+		}
+		return &vhosts[i]
+	}
 	for _, s := range servers {
 		port := s.srv.GetPort().GetNumber()
 		redirect := s.srv.GetTls().GetHttpsRedirect()
-		for _, vs := range g.pc.GatewayVirtualServices(s.gw.Key(), g.p.Namespace) {
+		for _, vs := range g.pc.GatewayVirtualServices(s.key, g.p.Namespace) {
 			matched := g.matchingHosts(s, vs)
 			if len(matched) == 0 {
 				continue
 			}
-			routes := g.gatewayVSRoutes(s.gw.Key(), vs, port)
+			routes := g.gatewayVSRoutes(s.key, vs, port)
 			for _, h := range matched {
-				h = strings.ToLower(h)
-				vh := byHost[h]
-				if vh == nil {
-					vh = &gwVHost{host: h, port: port}
-					byHost[h] = vh
-					hosts = append(hosts, h)
-				}
+				vh := host(strings.ToLower(h), port)
 				vh.routes = append(vh.routes, routes...)
 				vh.requireTLS = vh.requireTLS || redirect
 			}
 		}
 		if redirect {
 			for _, sh := range s.hosts {
-				h := strings.ToLower(sh.host)
-				if vh := byHost[h]; vh != nil {
-					vh.requireTLS = true
-					continue
-				}
-				byHost[h] = &gwVHost{host: h, port: port, requireTLS: true}
-				hosts = append(hosts, h)
+				host(strings.ToLower(sh.host), port).requireTLS = true
 			}
 		}
 	}
 	var vhs []*routev3.VirtualHost
-	if len(hosts) == 0 {
+	if len(vhosts) == 0 {
 		vhs = []*routev3.VirtualHost{{Name: "blackhole:" + itoa(servers[0].srv.GetPort().GetNumber()), Domains: []string{"*"}}}
 	} else {
-		vhs = collapseRoutes(hosts, byHost)
+		vhs = collapseRoutes(vhosts)
 		sortByName(vhs)
 	}
 	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
@@ -689,13 +745,17 @@ func (g *gen) portFree(vs *model.VirtualService) bool {
 // (Istio's host.MoreSpecific: names before wildcards, longer first, then
 // alphabetical), and the first of a group names the virtual host.
 // Catch-all routes go last (catchAllLast).
-func collapseRoutes(hosts []string, byHost map[string]*gwVHost) []*routev3.VirtualHost {
-	slices.SortFunc(hosts, moreSpecificFirst)
-	var out []*routev3.VirtualHost
+func collapseRoutes(vhosts []gwVHost) []*routev3.VirtualHost {
+	order := make([]*gwVHost, len(vhosts))
+	for i := range vhosts {
+		order[i] = &vhosts[i]
+	}
+	slices.SortFunc(order, func(a, b *gwVHost) int { return moreSpecificFirst(a.host, b.host) })
+	out := make([]*routev3.VirtualHost, 0, len(order))
 	// groups are the virtual hosts made, by their first route (nil: none).
 	groups := map[*routev3.Route][]*routev3.VirtualHost{}
-	for _, h := range hosts {
-		vh := byHost[h]
+	for _, vh := range order {
+		h := vh.host
 		routes := catchAllLast(vh.routes)
 		tls := routev3.VirtualHost_NONE
 		if vh.requireTLS {
@@ -756,10 +816,7 @@ func catchAllLast(routes []*routev3.Route) []*routev3.Route {
 }
 
 // gatewayRouteNames are the route configurations of a gateway proxy.
-func (g *gen) gatewayRouteNames() []string {
-	g.gatewayPorts()
-	return g.gwRouteNames
-}
+func (g *gen) gatewayRouteNames() []string { return g.gatewayMerge().routeNames }
 
 // gatewayDownstreamTLS terminates a server's TLS, as Istio's
 // BuildListenerTLSContext: SIMPLE the credentialName's certificate,

@@ -3,6 +3,8 @@ package translate
 import (
 	"bytes"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -51,5 +53,69 @@ func TestGatewayHTTPConnectionManagersEncodeAsTheWholeMessage(t *testing.T) {
 	}
 	if n < 5 {
 		t.Fatalf("checked %d gateway connection managers; the case has at least 5", n)
+	}
+}
+
+// gatewaysForLabels has a Gateway for proxies labelled app=edge, x=y, a
+// proxy whose one label reads the same when written out naively
+// ("app=edge,x=y"), and a service that gives 10.92.0.2 a target port for
+// the Gateway's port.
+const gatewaysForLabels = `
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: edge}
+spec:
+  selector: {app: edge, x: "y"}
+  servers:
+  - port: {number: 80, name: http, protocol: HTTP}
+    hosts: ["*"]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: edge, namespace: edge}
+spec:
+  hosts: [edge.edge.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints: [{address: 10.92.0.2, ports: {http: 8080}}]
+---
+apiVersion: test.flotilla.io/v1
+kind: Proxy
+spec:
+  id: router~10.92.0.9~hostile-1.edge~edge.svc.cluster.local
+  labels: {app: 'edge,x=y'}
+---
+apiVersion: test.flotilla.io/v1
+kind: Proxy
+spec:
+  id: router~10.92.0.1~edge-1.edge~edge.svc.cluster.local
+  labels: {app: edge, x: "y"}
+---
+apiVersion: test.flotilla.io/v1
+kind: Proxy
+spec:
+  id: router~10.92.0.2~edge-2.edge~edge.svc.cluster.local
+  labels: {app: edge, x: "y"}
+`
+
+// Gateway proxies alike share the merge of their Gateways within a push
+// context; a proxy whose labels differ (even made to look alike when
+// written out) or whose ports listen elsewhere gets its own.
+func TestGatewayProxiesShareTheirGatewaysOnlyWhenAlike(t *testing.T) {
+	gens := generators(t, gatewaysForLabels)
+	var got []string
+	for _, x := range gens { // in order: the look-alike proxy first
+		var names []string
+		for _, l := range x.Listeners(nil) {
+			for _, fc := range l.GetFilterChains() {
+				names = append(names, l.GetName()+" "+fc.GetName())
+			}
+		}
+		got = append(got, strings.Join(names, ","))
+	}
+	want := []string{"", "0.0.0.0_80 http.80", "0.0.0.0_8080 http.8080"}
+	if !slices.Equal(got, want) {
+		t.Errorf("listeners per proxy: %q, want %q", got, want)
 	}
 }

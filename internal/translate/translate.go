@@ -179,11 +179,9 @@ type gen struct {
 	listeners []*listenerv3.Listener
 	inbound   []*clusterv3.Cluster
 	inPorts   []inboundPort
-	gwPorts   []*gwPort
-	// gwRoutes are a gateway's HTTP servers by route name, in order.
-	gwRoutes     map[string][]gwServer
-	gwRouteNames []string
-	egress       []egressPort
+	// gwMerge is what configures a gateway proxy (gatewayMerge).
+	gwMerge *gatewayMerge
+	egress  []egressPort
 	// locality is where the proxy runs (proxyLocality), once known;
 	// localityStr its key form.
 	locality    *model.Locality
