@@ -589,7 +589,7 @@ func l4Matches(ms []*networking.L4MatchAttributes, port uint32, gateway string) 
 // hosts intersected with the server's hosts open to its namespace, each
 // the narrower of the two names (Istio's host intersection).
 func (g *gen) matchingHosts(s *gwServer, vs *model.VirtualService) []string {
-	var out []string
+	out := make([]string, 0, len(vs.Spec.GetHosts()))
 	for _, sh := range s.hosts {
 		if sh.ns != "*" && sh.ns != vs.Namespace {
 			continue
@@ -643,7 +643,11 @@ func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
 			routes := g.gatewayVSRoutes(s.key, vs, port)
 			for _, h := range matched {
 				vh := host(strings.ToLower(h), port)
-				vh.routes = append(vh.routes, routes...)
+				if vh.routes == nil {
+					vh.routes = slices.Clip(routes) // shared until appended to
+				} else {
+					vh.routes = append(vh.routes, routes...)
+				}
 				vh.requireTLS = vh.requireTLS || redirect
 			}
 		}
@@ -677,12 +681,16 @@ type gwVHost struct {
 // between ports (portFree): a Gateway's HTTP and HTTPS servers for the
 // same hosts share them.
 func (g *gen) gatewayVSRoutes(gw string, vs *model.VirtualService, port uint32) []*routev3.Route {
-	key := gwVSKey{gw: gw, vs: vs, port: port}
-	if g.portFree(vs) {
-		key.port = 0
+	free := gwVSKey{gw: gw, vs: vs}
+	if routes, ok := g.gwVSRoutes[free]; ok {
+		return routes // port-free, built for another port
 	}
+	key := gwVSKey{gw: gw, vs: vs, port: port}
 	if routes, ok := g.gwVSRoutes[key]; ok {
 		return routes
+	}
+	if g.portFree(vs) {
+		key = free
 	}
 	for _, p := range vs.GetProblems() {
 		g.problem("VirtualService %s/%s: %s", vs.Namespace, vs.Name, p)
@@ -801,12 +809,20 @@ func moreSpecificFirst(a, b string) int {
 // several VirtualServices on one host, one's catch-all must not hide
 // another's specific routes.
 func catchAllLast(routes []*routev3.Route) []*routev3.Route {
-	var out, last []*routev3.Route
-	for _, r := range routes {
+	catchAll := func(r *routev3.Route) bool {
 		m := r.GetMatch()
-		all := (m.GetPrefix() == "/" || m.GetPathSeparatedPrefix() == "/" || m.GetSafeRegex().GetRegex() == ".*") &&
+		return (m.GetPrefix() == "/" || m.GetPathSeparatedPrefix() == "/" || m.GetSafeRegex().GetRegex() == ".*") &&
 			len(m.GetHeaders()) == 0 && len(m.GetQueryParameters()) == 0 && len(m.GetDynamicMetadata()) == 0
-		if all {
+	}
+	// Already in order (catch-alls, if any, only at the end): as is.
+	first := slices.IndexFunc(routes, catchAll)
+	if first < 0 || !slices.ContainsFunc(routes[first:], func(r *routev3.Route) bool { return !catchAll(r) }) {
+		return routes
+	}
+	out := make([]*routev3.Route, 0, len(routes))
+	var last []*routev3.Route
+	for _, r := range routes {
+		if catchAll(r) {
 			last = append(last, r)
 		} else {
 			out = append(out, r)

@@ -259,7 +259,7 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 		ra := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}, Timeout: dur(0)}
 		g.hashPolicy(ra, svc, name)
 		if !g.grpc {
-			ra.RetryPolicy = g.defaultRetryPolicy(len(ra.HashPolicy) > 0)
+			ra.RetryPolicy = g.sharedDefaultRetryPolicy(len(ra.HashPolicy) > 0)
 		}
 		return []*routev3.Route{{
 			Name:   "default",
@@ -606,6 +606,21 @@ func (g *gen) defaultRetryPolicy(hashed bool) *routev3.RetryPolicy {
 	return rp
 }
 
+// sharedDefaultRetryPolicy is defaultRetryPolicy made once per generator
+// and shared by the routes that keep the default (a gateway's thousand
+// routes, a sidecar's every route without retries of its own); it is
+// never changed once made.
+func (g *gen) sharedDefaultRetryPolicy(hashed bool) *routev3.RetryPolicy {
+	i := 0
+	if hashed {
+		i = 1
+	}
+	if g.defaultRetries[i] == nil {
+		g.defaultRetries[i] = g.defaultRetryPolicy(hashed)
+	}
+	return g.defaultRetries[i]
+}
+
 func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 	return &routev3.RetryPolicy_RetryHostPredicate{
 		Name:       "envoy.retry_host_predicates.previous_hosts",
@@ -624,7 +639,7 @@ func (g *gen) retryPolicy(r *networking.HTTPRetry, hashed bool) *routev3.RetryPo
 		if g.grpc {
 			return nil
 		}
-		return g.defaultRetryPolicy(hashed)
+		return g.sharedDefaultRetryPolicy(hashed)
 	}
 	attempts := r.GetAttempts()
 	if attempts <= 0 {

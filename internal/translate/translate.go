@@ -206,6 +206,9 @@ type gen struct {
 	// gwVSRoutes are the routes of VirtualServices on a gateway
 	// (gatewayVSRoutes).
 	gwVSRoutes map[gwVSKey][]*routev3.Route
+	// defaultRetries are the default retry policies, without and with a
+	// hash policy (sharedDefaultRetryPolicy).
+	defaultRetries [2]*routev3.RetryPolicy
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any
@@ -243,15 +246,20 @@ func ClusterName(direction string, port uint32, subset, host string) string {
 
 // ParseClusterName splits an outbound cluster name.
 func ParseClusterName(name string) (port uint32, subset, host string, ok bool) {
-	parts := strings.Split(name, "|")
-	if len(parts) != 4 || parts[0] != "outbound" {
+	rest, ok := strings.CutPrefix(name, "outbound|")
+	if !ok {
 		return 0, "", "", false
 	}
-	n, err := strconv.ParseUint(parts[1], 10, 32)
+	num, rest, _ := strings.Cut(rest, "|")
+	subset, host, ok = strings.Cut(rest, "|")
+	if !ok || strings.Contains(host, "|") {
+		return 0, "", "", false
+	}
+	n, err := strconv.ParseUint(num, 10, 32)
 	if err != nil {
 		return 0, "", "", false
 	}
-	return uint32(n), parts[2], parts[3], true
+	return uint32(n), subset, host, true
 }
 
 // ListenerName of a proxyless gRPC client's API listener: "host:port".
