@@ -97,7 +97,11 @@ func visit(m protoreflect.Message) error {
 // output lacks answers 503 instead, and a domain already claimed by an
 // earlier virtual host is dropped from the later one.
 func (g *gen) repairRoutes(rc *routev3.RouteConfiguration, packErrsBefore int) {
-	domains := make(map[string]bool, len(rc.GetVirtualHosts()))
+	n := 0
+	for _, vh := range rc.GetVirtualHosts() {
+		n += len(vh.GetDomains())
+	}
+	domains := make(map[string]bool, n)
 	vhs := rc.VirtualHosts[:0]
 	for _, vh := range rc.GetVirtualHosts() {
 		if err := g.validVirtualHost(vh, packErrsBefore); err != nil {
@@ -141,7 +145,10 @@ func (g *gen) validVirtualHost(vh *routev3.VirtualHost, packErrsBefore int) erro
 	routes, domains := vh.Routes, vh.Domains
 	vh.Routes = nil
 	if len(domains) > 0 && !slices.ContainsFunc(domains, func(d string) bool { return strings.ContainsAny(d, "\x00\n\r") }) {
-		vh.Domains = []string{"*"} // stands in for domains known to pass
+		if g.validDomains == nil {
+			g.validDomains = []string{"*"}
+		}
+		vh.Domains = g.validDomains // stands in for domains known to pass
 	}
 	err := g.valid(vh, packErrsBefore)
 	vh.Routes, vh.Domains = routes, domains

@@ -621,8 +621,12 @@ func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
 		return nil
 	}
 	// vhosts are the hosts in the order met, byHost their indexes.
-	var vhosts []gwVHost
-	byHost := map[string]int{}
+	n := 0
+	for _, s := range servers {
+		n += len(s.hosts)
+	}
+	vhosts := make([]gwVHost, 0, n)
+	byHost := make(map[string]int, n)
 	host := func(h string, port uint32) *gwVHost {
 		i, ok := byHost[h]
 		if !ok {
@@ -757,33 +761,61 @@ func collapseRoutes(vhosts []gwVHost) []*routev3.VirtualHost {
 	order := make([]*gwVHost, len(vhosts))
 	for i := range vhosts {
 		order[i] = &vhosts[i]
+		order[i].routes = catchAllLast(order[i].routes)
 	}
 	slices.SortFunc(order, func(a, b *gwVHost) int { return moreSpecificFirst(a.host, b.host) })
+	// First the groups: each host's is the first host before it with
+	// the same routes and TLS requirement, or its own. Leaders with the
+	// same first route, number of routes and requirement are chained
+	// (byKey the latest, prev the one before), and a host is compared
+	// with those only.
+	type groupKey struct {
+		first *routev3.Route
+		n     int
+		tls   bool
+	}
+	byKey := make(map[groupKey]int, len(order))
+	prev := make([]int, len(order))
+	group := make([]int, len(order))
+	size := make([]int, len(order))
+	for i, vh := range order {
+		k := groupKey{n: len(vh.routes), tls: vh.requireTLS}
+		if k.n > 0 {
+			k.first = vh.routes[0]
+		}
+		group[i] = i
+		last, ok := byKey[k]
+		for j := last; ok && j >= 0; j = prev[j] {
+			if slices.Equal(order[j].routes, vh.routes) {
+				group[i] = j
+				break
+			}
+		}
+		if group[i] == i {
+			prev[i] = -1
+			if ok {
+				prev[i] = last
+			}
+			byKey[k] = i
+		}
+		size[group[i]]++
+	}
 	out := make([]*routev3.VirtualHost, 0, len(order))
-	// groups are the virtual hosts made, by their first route (nil: none).
-	groups := map[*routev3.Route][]*routev3.VirtualHost{}
-	for _, vh := range order {
-		h := vh.host
-		routes := catchAllLast(vh.routes)
+	made := make([]*routev3.VirtualHost, len(order))
+	for i, vh := range order {
+		j := group[i]
+		if j != i {
+			made[j].Domains = append(made[j].Domains, vh.host)
+			continue
+		}
 		tls := routev3.VirtualHost_NONE
 		if vh.requireTLS {
 			tls = routev3.VirtualHost_ALL
 		}
-		var first *routev3.Route
-		if len(routes) > 0 {
-			first = routes[0]
-		}
-		i := slices.IndexFunc(groups[first], func(made *routev3.VirtualHost) bool {
-			return made.RequireTls == tls && slices.Equal(made.Routes, routes)
-		})
-		if i >= 0 {
-			made := groups[first][i]
-			made.Domains = append(made.Domains, h)
-			continue
-		}
-		made := &routev3.VirtualHost{Name: h + ":" + itoa(vh.port), Domains: []string{h}, Routes: routes, RequireTls: tls}
-		groups[first] = append(groups[first], made)
-		out = append(out, made)
+		domains := make([]string, 1, size[i])
+		domains[0] = vh.host
+		made[i] = &routev3.VirtualHost{Name: vh.host + ":" + itoa(vh.port), Domains: domains, Routes: vh.routes, RequireTls: tls}
+		out = append(out, made[i])
 	}
 	return out
 }

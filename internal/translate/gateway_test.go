@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 )
@@ -117,5 +118,37 @@ func TestGatewayProxiesShareTheirGatewaysOnlyWhenAlike(t *testing.T) {
 	want := []string{"", "0.0.0.0_80 http.80", "0.0.0.0_8080 http.8080"}
 	if !slices.Equal(got, want) {
 		t.Errorf("listeners per proxy: %q, want %q", got, want)
+	}
+}
+
+// collapseRoutes groups hosts by their exact route lists and TLS
+// requirement, whatever the order they come in; the most specific host
+// (longer first, then alphabetical, wildcards last) names each group.
+func TestCollapsedVirtualHostsHaveTheSameRoutesAndTLS(t *testing.T) {
+	a, b, c := &routev3.Route{Name: "a"}, &routev3.Route{Name: "b"}, &routev3.Route{Name: "c"}
+	vhosts := []gwVHost{
+		{host: "one.example.com", port: 80, routes: []*routev3.Route{a, b}},
+		{host: "two.example.com", port: 80, routes: []*routev3.Route{a, c}},  // same first route, differs after
+		{host: "three.example.com", port: 80, routes: []*routev3.Route{a, b}}, // one's group
+		{host: "four.example.com", port: 80, routes: []*routev3.Route{a, c}},  // two's group
+		{host: "five.example.com", port: 80, routes: []*routev3.Route{a, b}, requireTLS: true},
+		{host: "*.example.com", port: 80, routes: []*routev3.Route{a, b}},
+		{host: "six.example.com", port: 80},
+		{host: "seven.example.com", port: 80},
+		{host: "redirect.example.com", port: 80, requireTLS: true},
+	}
+	var got []string
+	for _, vh := range collapseRoutes(vhosts) {
+		got = append(got, vh.GetName()+" "+strings.Join(vh.GetDomains(), ","))
+	}
+	want := []string{
+		"redirect.example.com:80 redirect.example.com",
+		"seven.example.com:80 seven.example.com,six.example.com",
+		"three.example.com:80 three.example.com,one.example.com,*.example.com",
+		"five.example.com:80 five.example.com",
+		"four.example.com:80 four.example.com,two.example.com",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("virtual hosts:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -198,6 +198,9 @@ type gen struct {
 	filterChecks map[*anypb.Any]error
 	// routeChecks are the validation results of routes (validVirtualHost).
 	routeChecks map[*routev3.Route]error
+	// validDomains stand in for a virtual host's domains once they are
+	// known to pass (validVirtualHost).
+	validDomains []string
 	// gwTLS are a gateway's TLS transport sockets by their settings.
 	gwTLS map[string]*corev3.TransportSocket
 	// gwHCM is what a gateway's HTTP connection managers share
