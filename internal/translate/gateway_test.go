@@ -128,7 +128,7 @@ func TestCollapsedVirtualHostsHaveTheSameRoutesAndTLS(t *testing.T) {
 	a, b, c := &routev3.Route{Name: "a"}, &routev3.Route{Name: "b"}, &routev3.Route{Name: "c"}
 	vhosts := []gwVHost{
 		{host: "one.example.com", port: 80, routes: []*routev3.Route{a, b}},
-		{host: "two.example.com", port: 80, routes: []*routev3.Route{a, c}},  // same first route, differs after
+		{host: "two.example.com", port: 80, routes: []*routev3.Route{a, c}},   // same first route, differs after
 		{host: "three.example.com", port: 80, routes: []*routev3.Route{a, b}}, // one's group
 		{host: "four.example.com", port: 80, routes: []*routev3.Route{a, c}},  // two's group
 		{host: "five.example.com", port: 80, routes: []*routev3.Route{a, b}, requireTLS: true},
