@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -122,6 +123,9 @@ type metadata struct {
 	Annotations     map[string]string `json:"annotations"`
 	ResourceVersion string            `json:"resourceVersion"`
 	Generation      int64             `json:"generation"`
+	// CreationTimestamp is RFC 3339, as the apiserver writes it (kubectl
+	// get -o yaml); null or absent in most files.
+	CreationTimestamp string `json:"creationTimestamp"`
 }
 
 func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
@@ -191,6 +195,12 @@ func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
 	if meta.Name == "" {
 		return fail(kind.Kind, "metadata.name is required")
 	}
+	var created time.Time
+	if meta.CreationTimestamp != "" {
+		if created, err = time.Parse(time.RFC3339, meta.CreationTimestamp); err != nil {
+			return fail(name, "metadata.creationTimestamp: %q is not an RFC 3339 time", meta.CreationTimestamp)
+		}
+	}
 	spec := kind.NewSpec()
 	if len(env.Spec) > 0 && string(env.Spec) != "null" {
 		if err := (protojson.UnmarshalOptions{}).Unmarshal(env.Spec, spec); err != nil {
@@ -214,6 +224,7 @@ func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
 			Annotations:     meta.Annotations,
 			ResourceVersion: meta.ResourceVersion,
 			Generation:      meta.Generation,
+			CreationTime:    created,
 		},
 		Spec: spec,
 	}

@@ -94,6 +94,7 @@ func TestDecodeErrorsNameTheFileLineObjectAndReason(t *testing.T) {
 		"bad duration":      {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {http: [{timeout: soon}]}\n", "spec:"},
 		"non-scalar keys":   {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {? [a] : 2}\n", "invalid YAML"},
 		"labels not map":    {"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, labels: [a]}\n", "metadata.labels: cannot be array"},
+		"bad creation time": {"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, creationTimestamp: yesterday}\n", `Sidecar default/s: metadata.creationTimestamp: "yesterday" is not an RFC 3339 time`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -256,5 +257,23 @@ func TestDecodeProtoYAMLIsStrictAndTakesGoDurations(t *testing.T) {
 	}
 	if err := DecodeProtoYAML([]byte("hosts: [a"), &vs); err == nil || !strings.Contains(err.Error(), "invalid YAML") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A creationTimestamp as kubectl writes it (unquoted, a YAML timestamp;
+// quoted; or null) is kept: Istio lets the oldest object win conflicts.
+func TestCreationTimestampIsKept(t *testing.T) {
+	for _, tc := range []struct{ value, want string }{
+		{"2024-03-01T10:00:00Z", "2024-03-01T10:00:00Z"},
+		{`"2024-03-01T10:00:00+02:00"`, "2024-03-01T08:00:00Z"},
+		{"null", "0001-01-01T00:00:00Z"},
+	} {
+		docs := Decode("f.yaml", []byte("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, creationTimestamp: "+tc.value+"}\n"), "default")
+		if len(docs) != 1 || docs[0].Err != nil {
+			t.Fatalf("%s: %+v", tc.value, docs)
+		}
+		if got := docs[0].Object.Meta.CreationTime.UTC().Format(time.RFC3339); got != tc.want {
+			t.Errorf("creationTimestamp %s: %s, want %s", tc.value, got, tc.want)
+		}
 	}
 }

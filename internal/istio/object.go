@@ -2,6 +2,8 @@ package istio
 
 import (
 	"maps"
+	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -16,6 +18,23 @@ type Meta struct {
 	// file mode.
 	ResourceVersion string
 	Generation      int64
+	// CreationTime is the object's creationTimestamp: set by the apiserver,
+	// or as written in a file (zero when not). Istio lets the oldest of
+	// conflicting objects win (CreationOrder).
+	CreationTime time.Time
+}
+
+// CreationOrder is the order in which Istio lets configuration objects
+// take precedence (configCompareByCreationTime): older first, then by
+// name, then by namespace. Objects without a creation time come first.
+func CreationOrder(a, b *Object) int {
+	if c := a.Meta.CreationTime.Compare(b.Meta.CreationTime); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Meta.Name, b.Meta.Name); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Meta.Namespace, b.Meta.Namespace)
 }
 
 // Object is one Istio configuration object: its kind, metadata and spec.
@@ -53,10 +72,12 @@ func (o *Object) DeepCopy() *Object {
 }
 
 // SameContent reports whether two objects say the same thing: kind,
-// identity, labels, annotations and spec. Apiserver bookkeeping (resource
-// version, generation, status) is not content.
+// identity, labels, annotations, creation time (it decides precedence)
+// and spec. Apiserver bookkeeping (resource version, generation, status)
+// is not content.
 func (o *Object) SameContent(other *Object) bool {
 	return o == other || (o.Kind.Kind == other.Kind.Kind && o.Meta.Name == other.Meta.Name &&
 		o.Meta.Namespace == other.Meta.Namespace && maps.Equal(o.Meta.Labels, other.Meta.Labels) &&
-		maps.Equal(o.Meta.Annotations, other.Meta.Annotations) && proto.Equal(o.Spec, other.Spec))
+		maps.Equal(o.Meta.Annotations, other.Meta.Annotations) && o.Meta.CreationTime.Equal(other.Meta.CreationTime) &&
+		proto.Equal(o.Spec, other.Spec))
 }

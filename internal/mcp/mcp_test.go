@@ -232,7 +232,9 @@ func TestASubscriberReceivesEveryResourceThenUpdatesAndDeletions(t *testing.T) {
 	subscribe(t, g.addr, rec)
 	rec.waitFor(t, "both VirtualServices", func() bool { return len(rec.names(vsType)) == 2 })
 
-	g.update(vsType, []*Resource{vs(t, "reviews", "reviews", "reviews.prod")})
+	updated := vs(t, "reviews", "reviews", "reviews.prod")
+	updated.Created = time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	g.update(vsType, []*Resource{updated})
 	rec.waitFor(t, "the update", func() bool {
 		r := rec.get(vsType, "default/reviews")
 		var spec networking.VirtualService
@@ -242,7 +244,7 @@ func TestASubscriberReceivesEveryResourceThenUpdatesAndDeletions(t *testing.T) {
 	rec.waitFor(t, "the deletion", func() bool { return slices.Equal(rec.names(vsType), []string{"default/reviews"}) })
 
 	got := rec.get(vsType, "default/reviews")
-	if got.Labels["app"] != "reviews" || got.Version == "" {
+	if got.Labels["app"] != "reviews" || got.Version == "" || !got.Created.Equal(updated.Created) {
 		t.Fatalf("resource metadata lost: %+v", got)
 	}
 }

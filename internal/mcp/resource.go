@@ -15,9 +15,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
 )
 
@@ -28,6 +30,9 @@ type Resource struct {
 	Name        string
 	Labels      map[string]string
 	Annotations map[string]string
+	// Created is the object's creation time (zero when unknown): it
+	// decides which of conflicting objects wins, the oldest, as in Istio.
+	Created time.Time
 	// Body is the payload, e.g. an Istio spec or a registry message.
 	Body *anypb.Any
 	// Version is the content hash of the resource, set by the server and
@@ -47,10 +52,12 @@ func NewResource(name string, body proto.Message, labels, annotations map[string
 	return &Resource{Name: name, Labels: labels, Annotations: annotations, Body: a}, nil
 }
 
-// toProto builds the wire message. Only content goes in: no timestamps or
-// apiserver resource versions, so that equal content encodes equally.
+// toProto builds the wire message. Only content goes in: no apiserver
+// resource versions, and of timestamps only the creation time, which is
+// the same in every galley replica and across restarts, so that equal
+// content encodes equally.
 func (r *Resource) toProto() *mcpv1alpha1.Resource {
-	return &mcpv1alpha1.Resource{
+	m := &mcpv1alpha1.Resource{
 		Metadata: &mcpv1alpha1.Metadata{
 			Name:        r.Name,
 			Labels:      r.Labels,
@@ -58,16 +65,24 @@ func (r *Resource) toProto() *mcpv1alpha1.Resource {
 		},
 		Body: r.Body,
 	}
+	if !r.Created.IsZero() {
+		m.Metadata.CreateTime = timestamppb.New(r.Created)
+	}
+	return m
 }
 
 func fromProto(m *mcpv1alpha1.Resource, version string) *Resource {
-	return &Resource{
+	r := &Resource{
 		Name:        m.GetMetadata().GetName(),
 		Labels:      maps.Clone(m.GetMetadata().GetLabels()),
 		Annotations: maps.Clone(m.GetMetadata().GetAnnotations()),
 		Body:        m.GetBody(),
 		Version:     version,
 	}
+	if ct := m.GetMetadata().GetCreateTime(); ct != nil && ct.IsValid() {
+		r.Created = ct.AsTime()
+	}
+	return r
 }
 
 // named gives go-control-plane's caches the resource name they look for

@@ -16,7 +16,7 @@ func (g *Gateway) Key() string { return g.Namespace + "/" + g.Name }
 // ProxyGateways returns the Gateways that configure a gateway proxy: those
 // of any namespace whose selector matches the proxy's labels (Istio's
 // default, PILOT_SCOPE_GATEWAY_TO_NAMESPACE off; an empty selector
-// matches every gateway proxy), by namespace and name.
+// matches every gateway proxy), oldest first.
 func (pc *PushContext) ProxyGateways(p *Proxy) []*Gateway {
 	var out []*Gateway
 	for _, gw := range pc.cfg.gateways {
@@ -29,7 +29,7 @@ func (pc *PushContext) ProxyGateways(p *Proxy) []*Gateway {
 
 // GatewayVirtualServices returns the VirtualServices bound to a Gateway
 // ("namespace/name") that a gateway proxy in namespace sees (their
-// exportTo includes it), by namespace and name.
+// exportTo includes it), oldest first.
 func (pc *PushContext) GatewayVirtualServices(gateway, namespace string) []*VirtualService {
 	var out []*VirtualService
 	for _, vs := range pc.cfg.vsByGateway[gateway] {

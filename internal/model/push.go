@@ -125,18 +125,21 @@ type drIndex struct {
 	wildcard []*DestinationRule
 }
 
+// configIndex holds the configuration of a push. Istio objects are in
+// precedence order (sortedObjects: oldest first, then by name and
+// namespace) in every list.
 type configIndex struct {
 	services         []*registryv1.Service             // by hostname, then namespace
 	byHost           map[string][]*registryv1.Service  // hostname → by namespace
-	virtualServices  []*VirtualService                 // by namespace/name
-	destinationRules []*DestinationRule                // by namespace/name
-	sidecars         map[string][]*SidecarConfig       // namespace → by name
+	virtualServices  []*VirtualService                 // precedence order
+	destinationRules []*DestinationRule                // precedence order
+	sidecars         map[string][]*SidecarConfig       // namespace → precedence order
 	drsByNamespace   map[string]*drIndex               // namespace → its rules
-	peerAuth         map[string][]*PeerAuthentication  // namespace → by name
-	authz            map[string][]*AuthorizationPolicy // namespace → by name
+	peerAuth         map[string][]*PeerAuthentication  // namespace → precedence order
+	authz            map[string][]*AuthorizationPolicy // namespace → precedence order
 	authn            map[string][]*RequestAuthentication
-	gateways         []*Gateway                   // by namespace/name
-	vsByGateway      map[string][]*VirtualService // "namespace/name" (not "mesh") → by namespace/name
+	gateways         []*Gateway                   // precedence order
+	vsByGateway      map[string][]*VirtualService // "namespace/name" (not "mesh") → precedence order
 	namespaces       map[string]*registryv1.Namespace
 }
 
@@ -340,12 +343,14 @@ func containsSlash(s string) bool {
 	return false
 }
 
+// sortedObjects are objects in the order Istio gives them precedence:
+// oldest first (istio.CreationOrder).
 func sortedObjects(m map[string]*istio.Object) []*istio.Object {
 	out := make([]*istio.Object, 0, len(m))
 	for _, o := range m {
 		out = append(out, o)
 	}
-	slices.SortFunc(out, func(a, b *istio.Object) int { return cmp.Compare(a.Key(), b.Key()) })
+	slices.SortFunc(out, istio.CreationOrder)
 	return out
 }
 
@@ -391,10 +396,10 @@ func (pc *PushContext) Endpoints(svc *registryv1.Service) []*registryv1.Endpoint
 	return pc.endpoints[registry.ServiceName(svc.GetNamespace(), svc.GetHostname())]
 }
 
-// VirtualServices returns every VirtualService, by namespace and name.
+// VirtualServices returns every VirtualService, oldest first.
 func (pc *PushContext) VirtualServices() []*VirtualService { return pc.cfg.virtualServices }
 
-// DestinationRules returns every DestinationRule, by namespace and name.
+// DestinationRules returns every DestinationRule, oldest first.
 func (pc *PushContext) DestinationRules() []*DestinationRule { return pc.cfg.destinationRules }
 
 // Instances returns the service endpoints at the proxy's addresses: the

@@ -123,7 +123,7 @@ func (pc *PushContext) newScope(ns string, sc *SidecarConfig) *Scope {
 		}
 		visible = append(visible, vs)
 	}
-	// Stable: namespace/name order within each group.
+	// Stable: precedence order (oldest first) within each group.
 	slices.SortStableFunc(visible, func(a, b *VirtualService) int {
 		return cmp.Compare(boolRank(a.Namespace != ns), boolRank(b.Namespace != ns))
 	})

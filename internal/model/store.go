@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -146,10 +147,11 @@ func NewStore() *Store {
 	}
 }
 
-// Put stores one resource of a collection, decoding its body. A body that
-// is not the collection's message, or does not decode, is an error and
-// changes nothing.
-func (s *Store) Put(typeURL, name string, labels, annotations map[string]string, body *anypb.Any) error {
+// Put stores one resource of a collection, decoding its body; labels,
+// annotations and the creation time (zero when unknown) are an Istio
+// object's metadata. A body that is not the collection's message, or does
+// not decode, is an error and changes nothing.
+func (s *Store) Put(typeURL, name string, labels, annotations map[string]string, created time.Time, body *anypb.Any) error {
 	switch typeURL {
 	case registry.ServiceTypeURL:
 		m := &registryv1.Service{}
@@ -210,7 +212,7 @@ func (s *Store) Put(typeURL, name string, labels, annotations map[string]string,
 		}
 		obj := &istio.Object{
 			Kind: kind,
-			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(labels), Annotations: maps.Clone(annotations)},
+			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(labels), Annotations: maps.Clone(annotations), CreationTime: created},
 			Spec: spec,
 		}
 		s.configChanged(s.configs[kind.Kind][name], obj)

@@ -3,6 +3,7 @@ package model
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -25,7 +26,7 @@ func pack(t *testing.T, m proto.Message) *anypb.Any {
 func TestPutRejectsWhatDoesNotDecodeAndKeepsTheRest(t *testing.T) {
 	s := NewStore()
 	svc := &registryv1.Service{Hostname: "a.ns.svc.cluster.local", Namespace: "ns", Ports: []*registryv1.ServicePort{{Name: "http", Number: 80}}}
-	if err := s.Put(registry.ServiceTypeURL, "ns/a.ns.svc.cluster.local", nil, nil, pack(t, svc)); err != nil {
+	if err := s.Put(registry.ServiceTypeURL, "ns/a.ns.svc.cluster.local", nil, nil, time.Time{}, pack(t, svc)); err != nil {
 		t.Fatal(err)
 	}
 	tests := map[string]struct {
@@ -41,7 +42,7 @@ func TestPutRejectsWhatDoesNotDecodeAndKeepsTheRest(t *testing.T) {
 		"service without a hostname": {registry.ServiceTypeURL, "ns/x", pack(t, &registryv1.Service{}), "no hostname"},
 	}
 	for name, tt := range tests {
-		err := s.Put(tt.typeURL, tt.name, nil, nil, tt.body)
+		err := s.Put(tt.typeURL, tt.name, nil, nil, time.Time{}, tt.body)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want one containing %q", name, err, tt.want)
 		}
@@ -138,7 +139,7 @@ func FuzzPut(f *testing.F) {
 		if msgName == "" {
 			msgName = "istio.networking.v1alpha3.VirtualService"
 		}
-		_ = s.Put(typeURL, name, nil, nil, &anypb.Any{TypeUrl: "type.googleapis.com/" + msgName, Value: body})
+		_ = s.Put(typeURL, name, nil, nil, time.Time{}, &anypb.Any{TypeUrl: "type.googleapis.com/" + msgName, Value: body})
 		pc, _ := s.Build(BuildOptions{}, nil, 1)
 		p := &Proxy{Namespace: "ns"}
 		sc := pc.Scope(p)

@@ -64,6 +64,7 @@ func toObject(kind istio.Kind, obj any) (*istio.Object, bool) {
 			Annotations:     meta.GetAnnotations(),
 			ResourceVersion: meta.GetResourceVersion(),
 			Generation:      meta.GetGeneration(),
+			CreationTime:    meta.GetCreationTimestamp().Time,
 		},
 		Spec: proto.Clone(spec),
 	}, true

@@ -169,6 +169,14 @@ func TestIstioObjectsFlowThroughAndInvalidOnesKeepTheirLastValidState(t *testing
 		t.Fatal(err)
 	}
 	xdstest.Eventually(t, "the VirtualService", func() bool { return len(st.vsHosts(ns+"/reviews")) == 1 })
+	// The apiserver's creation time goes with it: the oldest of
+	// conflicting objects wins.
+	st.mu.Lock()
+	got := st.config[istio.ID{Kind: "VirtualService", Name: ns + "/reviews"}].Meta.CreationTime
+	st.mu.Unlock()
+	if got.IsZero() || !got.Equal(created.CreationTimestamp.Time) {
+		t.Fatalf("creation time %v, want the apiserver's %v", got, created.CreationTimestamp.Time)
+	}
 
 	// No webhook here: an invalid update reaches the cluster but not the mesh.
 	created.Spec.Hosts = []string{"reviews", "reviews.prod"}
