@@ -48,8 +48,14 @@ func (pc *PushContext) Scope(p *Proxy) *Scope {
 
 // sidecarFor picks the Sidecar resource for a proxy: one in its namespace
 // whose selector matches its labels, else its namespace's one without a
-// selector, else the root namespace's one without a selector.
+// selector, else the root namespace's one without a selector. A gateway
+// proxy gets none: Istio never applies Sidecars to gateways
+// (DefaultSidecarScopeForGateway), which see every service exported to
+// their namespace.
 func (pc *PushContext) sidecarFor(p *Proxy) *SidecarConfig {
+	if p.Type == RouterProxy {
+		return nil
+	}
 	var nsDefault *SidecarConfig
 	for _, sc := range pc.cfg.sidecars[p.Namespace] {
 		sel := sc.Spec.GetWorkloadSelector().GetLabels()

@@ -85,6 +85,12 @@ func TestTheSidecarOfAProxyIsItsSelectedOneThenItsNamespacesThenTheRootNamespace
 	if sc := newScopeStore(t).build().Scope(proxyIn("shop", nil)).Sidecar; sc != nil {
 		t.Fatalf("no Sidecar anywhere: got %s", sc.Name)
 	}
+	// Istio never applies a Sidecar to a gateway (DefaultSidecarScopeForGateway).
+	gw := proxyIn("shop", map[string]string{"app": "cart"})
+	gw.Type = RouterProxy
+	if sc := pc.Scope(gw).Sidecar; sc != nil {
+		t.Fatalf("a gateway proxy got Sidecar %s", sc.Name)
+	}
 }
 
 func TestImportsReadsEgressHostsAsIstioDoes(t *testing.T) {
