@@ -5,13 +5,13 @@ package adsc_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,7 +22,11 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"istio.io/istio/istioctl/pkg/writer/pilot"
 	"istio.io/istio/pkg/adsc"
 )
 
@@ -222,7 +226,7 @@ func TestIstiosDeltaClientGetsTheMeshAndItsChanges(t *testing.T) {
 	mcp, galleyAdmin, xds, admin := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	start(t, "galley", "--config-dir", dir, "--mcp-address", mcp, "--admin-address", galleyAdmin)
 	waitReady(t, galleyAdmin)
-	start(t, "discovery", "--galley-address", mcp, "--xds-address", xds, "--admin-address", admin, "--debounce-quiet", "20ms")
+	start(t, "discovery", "--galley-address", mcp, "--xds-address", xds, "--admin-address", admin, "--debounce-quiet", "20ms", "--replica-name", "discovery-adsc")
 	waitReady(t, admin)
 
 	st := newState()
@@ -250,7 +254,7 @@ func TestIstiosDeltaClientGetsTheMeshAndItsChanges(t *testing.T) {
 		w := st.weights(t)
 		return w[v1] == 0 && w[v2] == 100 || (len(w) == 0 && routeTo(st) == v2)
 	})
-	waitSynced(t, admin, 1)
+	waitSynced(t, xds, 1)
 	cancel()
 	client.Close()
 
@@ -286,41 +290,52 @@ func TestIstiosDeltaClientGetsTheMeshAndItsChanges(t *testing.T) {
 		}
 		return false
 	})
-	waitSynced(t, admin, 1)
+	waitSynced(t, xds, 1)
 }
 
 // waitSynced waits until discovery shows n delta proxies, every type
-// acknowledged and none rejected.
-func waitSynced(t *testing.T, admin string, n int) {
+// acknowledged and none rejected, as istioctl proxy-status prints
+// discovery's syncz (Istio's own status writer reads it), and the replica
+// that answered named as istioctl names an istiod.
+func waitSynced(t *testing.T, xds string, n int) {
 	t.Helper()
+	cc, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	var out bytes.Buffer
 	waitFor(t, "discovery to show the delta client in sync", func() bool {
-		resp, err := http.Get("http://" + admin + "/debug/syncz") //nolint:noctx // test-local
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
 		if err != nil {
 			return false
 		}
-		defer resp.Body.Close()
-		var proxies []struct {
-			Delta bool `json:"delta"`
-			Types []struct {
-				Synced   bool `json:"synced"`
-				LastNack any  `json:"lastNack"`
-			} `json:"types"`
-		}
-		if json.NewDecoder(resp.Body).Decode(&proxies) != nil || len(proxies) != n {
+		if st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: "istio.io/debug/syncz"}) != nil {
 			return false
 		}
-		for _, p := range proxies {
-			if !p.Delta || len(p.Types) < 3 {
+		resp, err := st.Recv()
+		if err != nil || len(resp.GetResources()) != n {
+			return false
+		}
+		out.Reset()
+		w := &pilot.XdsStatusWriter{Writer: &out, OutputFormat: "table"}
+		if err := w.PrintAll(map[string]*discoveryv3.DiscoveryResponse{"discovery-adsc": resp}); err != nil {
+			t.Fatalf("istioctl's status writer: %v", err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if len(lines) != n+1 {
+			return false
+		}
+		for _, l := range lines[1:] {
+			if strings.Count(l, "SYNCED") < 3 || !strings.Contains(l, "discovery-adsc") || strings.Contains(l, "STALE") || strings.Contains(l, "ERROR") || strings.Contains(l, "NOT SENT") {
 				return false
-			}
-			for _, ts := range p.Types {
-				if !ts.Synced || ts.LastNack != nil {
-					return false
-				}
 			}
 		}
 		return true
 	})
+	t.Logf("istioctl proxy-status, from discovery's syncz:\n%s", out.String())
 }
 
 // newClient is Istio's delta client watching every cluster and listener,

@@ -3,7 +3,6 @@ package ca_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -206,7 +205,7 @@ func httpGet(tb testing.TB, url string) (int, string) {
 func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	s := newSigner(t)
 	c := startCA(t, t.TempDir(), s)
-	secureXDS, discoveryAdmin := meshWithDiscovery(t, c, s)
+	secureXDS, _ := meshWithDiscovery(t, c, s)
 	p := startAgent(t, c, s, secureXDS, "cart", "--cert-ttl", "6s")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -226,10 +225,18 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	if err != nil || len(cds.GetResources()) == 0 {
 		t.Fatalf("clusters through the agent: %v, %v", cds, err)
 	}
-	code, body := httpGet(t, "http://"+discoveryAdmin+"/debug/syncz")
-	var proxies []struct{ ID, Identity string }
-	if err := json.Unmarshal([]byte(body), &proxies); code != 200 || err != nil || len(proxies) != 1 || proxies[0].Identity != "spiffe://cluster.local/ns/shop/sa/cart" {
-		t.Fatalf("discovery's syncz (%d): %s", code, body)
+	// discovery's syncz over its mTLS port, to a debug client with a
+	// certificate from ca: the system namespace sees the proxy, with the
+	// identity its agent presented; the proxy's namespace too; another
+	// namespace does not.
+	if proxies := debugSyncz(t, c, s, secureXDS, "istio-system", "flotilla-cli"); len(proxies) != 1 || proxies[0].Identity != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Fatalf("discovery's syncz to the system namespace: %+v", proxies)
+	}
+	if proxies := debugSyncz(t, c, s, secureXDS, "shop", "ops"); len(proxies) != 1 {
+		t.Fatalf("discovery's syncz to the proxy's namespace: %+v", proxies)
+	}
+	if proxies := debugSyncz(t, c, s, secureXDS, "bank", "ops"); len(proxies) != 0 {
+		t.Fatalf("discovery's syncz to another namespace: %+v", proxies)
 	}
 	xdstest.Eventually(t, "the agent ready", func() bool { code, _ := httpGet(t, "http://"+p.admin+"/healthz/ready"); return code == 200 })
 	if _, stats := httpGet(t, "http://"+p.admin+"/stats/prometheus"); !strings.Contains(stats, "envoy_server_live 1") || !strings.Contains(stats, "flotilla") {

@@ -5,18 +5,23 @@
 package discovery_test
 
 import (
+	"context"
 	"encoding/json"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	_ "github.com/flotilla-mesh/flotilla/internal/translate" // the Envoy types a dump holds, to print it
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
@@ -69,32 +74,37 @@ func startDiscovery(t *testing.T, galleyAddr string) *discovery {
 	return d
 }
 
-type typeStatus struct {
-	Type      string `json:"type"`
-	SentNonce string `json:"sentNonce"`
-	Synced    bool   `json:"synced"`
-	LastNack  *struct {
-		Repeats int `json:"repeats"`
-	} `json:"lastNack"`
-}
-
-type proxyStatus struct {
-	ID    string       `json:"id"`
-	Types []typeStatus `json:"types"`
-}
-
-func (d *discovery) syncz(t *testing.T) []proxyStatus {
+// syncz is the replica's sync state, read as flotilla proxy-status reads
+// it (debug types over the plain-text xDS port, on loopback).
+func (d *discovery) syncz(t *testing.T) []debugapi.ProxySync {
 	t.Helper()
-	resp, err := http.Get("http://" + d.admin + "/debug/syncz") //nolint:noctx // test-local
+	return synczAt(t, d.xds)
+}
+
+func synczAt(t *testing.T, xdsAddr string) []debugapi.ProxySync {
+	t.Helper()
+	resp := debugFetch(t, xdsAddr, debugapi.Syncz)
+	out, err := debugapi.Syncs(resp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out []proxyStatus
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	return out
+}
+
+func debugFetch(t *testing.T, xdsAddr, typeURL string, names ...string) *discoveryv3.DiscoveryResponse {
+	t.Helper()
+	cc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := debugapi.Fetch(ctx, cc, typeURL, names...)
+	if err != nil {
+		t.Fatalf("%s at %s: %v", typeURL, xdsAddr, err)
+	}
+	return resp
 }
 
 func TestGalleyDiscoveryAndProxylessClientsRouteAsConfigured(t *testing.T) {
@@ -150,7 +160,7 @@ func TestWithGalleyGoneClientsKeepRoutingAndItsReturnPushesNothing(t *testing.T)
 			return false
 		}
 		for _, ts := range st[0].Types {
-			if !ts.Synced {
+			if ts.Status != debugapi.Synced {
 				return false
 			}
 		}
@@ -170,8 +180,8 @@ func TestWithGalleyGoneClientsKeepRoutingAndItsReturnPushesNothing(t *testing.T)
 	time.Sleep(500 * time.Millisecond) // several debounce periods
 	after := d.syncz(t)[0]
 	for i, ts := range after.Types {
-		if ts.SentNonce != before.Types[i].SentNonce {
-			t.Errorf("%s was pushed again after galley's restart (nonce %s → %s)", ts.Type, before.Types[i].SentNonce, ts.SentNonce)
+		if !ts.SentAt.Equal(before.Types[i].SentAt) {
+			t.Errorf("%s was pushed again after galley's restart (sent at %s, then at %s)", ts.TypeURL, before.Types[i].SentAt, ts.SentAt)
 		}
 	}
 	if got := xdstest.Count(t, c, 100); got["v1"]+got["v2"] != 100 {
@@ -299,7 +309,6 @@ spec: {hosts: []}
 		openSidecarStream(t, d.xds, sidecar)
 		for _, node := range []string{proxyless, sidecar} {
 			dump := configDump(t, d, node)
-			delete(dump, "pushVersion") // each replica counts its own pushes
 			dumps[name+" "+node] = dump
 		}
 	}
@@ -345,19 +354,21 @@ func readExample(t *testing.T, name string) string {
 	return string(data)
 }
 
+// configDump is what the replica would send a proxy now, as JSON.
 func configDump(t *testing.T, d *discovery, proxy string) map[string]any {
 	t.Helper()
-	resp, err := http.Get("http://" + d.admin + "/debug/config_dump?proxy=" + url.QueryEscape(proxy)) //nolint:noctx // test-local
-	if err != nil {
-		t.Fatal(err)
+	resp := debugFetch(t, d.xds, debugapi.ConfigDump, proxy)
+	var sections []any
+	for _, a := range resp.GetResources() {
+		b, err := protojson.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		sections = append(sections, v)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("config_dump: %s", resp.Status)
-	}
-	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return map[string]any{"sections": sections}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -151,12 +152,12 @@ func TestANackLoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 	if n := len(d.Out.String()); n > 64<<10 {
 		t.Fatalf("discovery logged %d bytes during the NACK loop", n)
 	}
-	var proxies []proxyStatus
+	var proxies []debugapi.ProxySync
 	xdstest.Eventually(t, "the repeats counted", func() bool {
-		proxies = (&discovery{admin: admin}).syncz(t)
+		proxies = synczAt(t, xdsAddr)
 		for _, p := range proxies {
 			for _, ts := range p.Types {
-				if p.ID == node && ts.LastNack != nil && ts.LastNack.Repeats > 0 {
+				if p.ID == node && ts.Status == debugapi.Nacked && ts.NackRepeats > 0 {
 					return true
 				}
 			}

@@ -2,7 +2,6 @@ package load
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
@@ -125,7 +129,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer stop(clients)
 	r := &Report{Clients: o.Clients, Services: o.Services}
-	if _, _, err := waitAcked(ctx, discAdmin, o.Clients, time.Time{}); err != nil {
+	if _, _, err := waitAcked(ctx, xdsAddr, o.Clients, time.Time{}); err != nil {
 		return nil, fmt.Errorf("clients connecting: %w", err)
 	}
 	r.Connected = time.Since(began)
@@ -148,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := writeAtomic(dir, "routing.yaml", routing(weight)); err != nil {
 			return nil, err
 		}
-		lat, sent, err := waitAcked(ctx, discAdmin, o.Clients, t0)
+		lat, sent, err := waitAcked(ctx, xdsAddr, o.Clients, t0)
 		if err != nil {
 			return nil, fmt.Errorf("change %d: %w", i+1, err)
 		}
@@ -182,28 +186,20 @@ func percentile(d []time.Duration, p int) time.Duration {
 	return s[max(0, min(i, len(s))-1)]
 }
 
-type typeStatus struct {
-	Type         string    `json:"type"`
-	SentVersion  string    `json:"sentVersion"`
-	AckedVersion string    `json:"ackedVersion"`
-	AckedAt      time.Time `json:"ackedAt"`
-	SentAt       time.Time `json:"sentAt"`
-	Synced       bool      `json:"synced"`
-}
-
-type proxyStatus struct {
-	ID    string       `json:"id"`
-	Types []typeStatus `json:"types"`
-}
-
 // waitAcked polls discovery's sync status until n clients acknowledged
 // their routes after since (or, with a zero since, until n clients are in
 // sync on every type they watch); it returns each client's time from
 // since to its acknowledgement. Bounded at 5 minutes.
-func waitAcked(ctx context.Context, admin string, n int, since time.Time) (acked, sent []time.Duration, err error) {
+func waitAcked(ctx context.Context, xdsAddr string, n int, since time.Time) (acked, sent []time.Duration, err error) {
 	deadline := time.Now().Add(5 * time.Minute)
+	cc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("debug client: %w", err)
+	}
+	defer cc.Close()
 	for {
-		st, err := syncz(ctx, admin)
+		st, err := syncz(ctx, cc)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -212,8 +208,8 @@ func waitAcked(ctx context.Context, admin string, n int, since time.Time) (acked
 			done := len(p.Types) == 4
 			var routes, routesSent time.Time
 			for _, t := range p.Types {
-				done = done && t.Synced
-				if t.Type == "RDS" {
+				done = done && t.Status == debugapi.Synced
+				if t.TypeURL == resourcev3.RouteType {
 					routes, routesSent = t.AckedAt, t.SentAt
 				}
 			}
@@ -239,21 +235,13 @@ func waitAcked(ctx context.Context, admin string, n int, since time.Time) (acked
 	}
 }
 
-func syncz(ctx context.Context, admin string) ([]proxyStatus, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/syncz", nil)
+// syncz reads discovery's sync state as flotilla proxy-status does.
+func syncz(ctx context.Context, cc *grpc.ClientConn) ([]debugapi.ProxySync, error) {
+	resp, err := debugapi.Fetch(ctx, cc, debugapi.Syncz)
 	if err != nil {
-		return nil, err
+		return nil, err //nolint:wrapcheck // says what failed
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var st []proxyStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return nil, fmt.Errorf("syncz: %w", err)
-	}
-	return st, nil
+	return debugapi.Syncs(resp) //nolint:wrapcheck // as above
 }
 
 func start(ctx context.Context, log io.Writer, env []string, path string, args ...string) (*exec.Cmd, error) {

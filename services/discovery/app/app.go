@@ -20,9 +20,11 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/jwks"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
@@ -72,7 +74,9 @@ type Config struct {
 	// serves ADS over mTLS on secureXDSAddress, unless galleyTLS / xdsTLS
 	// files say otherwise.
 	CA              certclient.Config `yaml:",inline"`
-	SystemNamespace string            `yaml:"systemNamespace" usage:"control-plane namespace (discovery's Service names in its certificate from ca)"`
+	SystemNamespace string            `yaml:"systemNamespace" usage:"control-plane namespace (discovery's Service names in its certificate from ca; a debug client with a certificate of it sees every proxy)"`
+	// ReplicaName names this replica to galley and to debug clients.
+	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as galley's subscriber list and flotilla proxy-status show it (default: the host name, which is the pod's name in a cluster)"`
 }
 
 // Defaults returns the default configuration.
@@ -140,7 +144,7 @@ func NewCommand() *cobra.Command {
 	})
 }
 
-func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
+func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if cfg.ConfigDir != "" {
 		// Local mode: plain-text ports that name no host stay on this
 		// machine.
@@ -148,7 +152,20 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		cfg.XDSAddress = command.LoopbackIfNoHost(cfg.XDSAddress)
 	}
 	meter := rt.Telemetry.Meter.Meter("flotilla/discovery")
-	srv, err := xds.New(xds.Options{Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout})
+	if cfg.ReplicaName == "" {
+		if cfg.ReplicaName, err = os.Hostname(); err != nil {
+			cfg.ReplicaName = controlplane.Discovery
+		}
+	}
+	lis, err := net.Listen("tcp", cfg.XDSAddress)
+	if err != nil {
+		return fmt.Errorf("xds listen: %w", err)
+	}
+	srv, err := xds.New(xds.Options{
+		Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout,
+		SystemNamespace: cfg.SystemNamespace, PlaintextDebug: isLoopback(lis.Addr()),
+		Replica: debugapi.NewReplica(controlplane.Discovery, cfg.ReplicaName, buildinfo.Get().Version),
+	})
 	if err != nil {
 		return err
 	}
@@ -171,9 +188,6 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	rt.HandleAdmin("GET /debug/syncz", srv.SynczHandler())
-	rt.HandleAdmin("GET /debug/config_dump", srv.ConfigDumpHandler())
-
 	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}, {Name: "jwks", Run: keys.Run}}
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
@@ -181,10 +195,6 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg.ShutdownTimeout)
 	if err != nil {
 		return err
-	}
-	lis, err := net.Listen("tcp", cfg.XDSAddress)
-	if err != nil {
-		return fmt.Errorf("xds listen: %w", err)
 	}
 	actors = append(actors, lifecycle.Actor{Name: "xds", Run: func(ctx context.Context) error { return plain.Serve(ctx, lis) }})
 	if cfg.XDSTLS.Enabled() || certs != nil {
@@ -228,6 +238,15 @@ func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, s
 	return gs, nil
 }
 
+// isLoopback reports whether a listener takes connections from this
+// machine only: its plain-text xDS port may then serve debug types
+// (anyone who can reach it could already run the control plane's
+// binaries as the same user), which elsewhere need a client certificate.
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
 // subscribed are the collections discovery reads: all of them, but over
 // plaintext to galley not the credentials, which galley serves to
 // discovery's verified identity only.
@@ -268,12 +287,8 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 	if err != nil {
 		return lifecycle.Actor{}, fmt.Errorf("galley client: %w", err)
 	}
-	nodeID, err := os.Hostname()
-	if err != nil {
-		nodeID = "discovery"
-	}
 	client := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "discovery~" + nodeID, TypeURLs: subscribed(cfg, certs), Handler: in, Log: rt.Log,
+		Conn: conn, NodeID: "discovery~" + cfg.ReplicaName, TypeURLs: subscribed(cfg, certs), Handler: in, Log: rt.Log,
 	})
 	return lifecycle.Actor{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 		defer conn.Close()

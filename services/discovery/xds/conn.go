@@ -8,9 +8,7 @@ package xds
 
 import (
 	"context"
-	"hash/fnv"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -279,14 +277,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	}
 	var res []named
 	c.s.offload(func() { res = c.generate(t, gen, w.watchedNames()) })
-	h := fnv.New64a()
-	for _, r := range res {
-		_, _ = h.Write([]byte(r.name))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(r.version))
-		_, _ = h.Write([]byte{0})
-	}
-	version := strconv.FormatUint(h.Sum64(), 36)
+	version := sotwVersion(res)
 	if !force && version == w.sentVersion {
 		return nil // the proxy has (or rejected) exactly this
 	}
@@ -571,6 +562,8 @@ func shortType(t string) string {
 		return "LDS"
 	case resourcev3.RouteType:
 		return "RDS"
+	case resourcev3.SecretType:
+		return "SDS"
 	}
 	return t
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/discovery/ingest"
@@ -109,8 +110,8 @@ func TestProxylessGRPCClientsFollowTheSeedRouting(t *testing.T) {
 		t.Fatalf("status of %d proxies", len(st))
 	}
 	for _, ts := range st[0].Types {
-		if !ts.Synced || ts.LastNack != nil {
-			t.Errorf("%s: synced %v, last NACK %+v", ts.Type, ts.Synced, ts.LastNack)
+		if ts.Status != debugapi.Synced {
+			t.Errorf("%s: %s %s", ts.TypeURL, ts.Status, ts.Nack)
 		}
 	}
 }

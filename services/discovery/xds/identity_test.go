@@ -3,9 +3,7 @@ package xds_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"net"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -24,9 +22,16 @@ import (
 
 // mtlsServer is an ADS server on 127.0.0.1 that requires client
 // certificates from ca, with a push context so streams are answered.
-func mtlsServer(t *testing.T, ca *testpki.CA, verify bool) (*xds.Server, string) {
+func mtlsServer(t *testing.T, ca *testpki.CA, verify bool) string {
 	t.Helper()
-	srv, err := xds.New(xds.Options{Log: quiet(), Meter: noop.NewMeterProvider().Meter("t"), VerifyIdentity: verify})
+	return mtlsServerWith(t, ca, xds.Options{VerifyIdentity: verify})
+}
+
+// mtlsServerWith is mtlsServer with o (its log and meter are the test's).
+func mtlsServerWith(t *testing.T, ca *testpki.CA, o xds.Options) string {
+	t.Helper()
+	o.Log, o.Meter = quiet(), noop.NewMeterProvider().Meter("t")
+	srv, err := xds.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +56,7 @@ func mtlsServer(t *testing.T, ca *testpki.CA, verify bool) (*xds.Server, string)
 	t.Cleanup(gs.Stop)
 	pc, cs := model.NewStore().Build(model.BuildOptions{}, nil, 1)
 	srv.Push(pc, cs, time.Now())
-	return srv, lis.Addr().String()
+	return lis.Addr().String()
 }
 
 // dialAs connects with a workload certificate for spiffeID.
@@ -97,7 +102,7 @@ func TestAProxyOnTheMTLSPortIsTheIdentityOfItsCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, addr := mtlsServer(t, ca, true)
+	addr := mtlsServerWith(t, ca, xds.Options{VerifyIdentity: true, SystemNamespace: "istio-system"})
 	cart := dialAs(t, ca, addr, "spiffe://cluster.local/ns/shop/sa/cart")
 	if err := firstResponse(t, cart, "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", map[string]any{"SERVICE_ACCOUNT": "cart"}); err != nil {
 		t.Fatalf("a proxy that is who its certificate says: %v", err)
@@ -116,7 +121,8 @@ func TestAProxyOnTheMTLSPortIsTheIdentityOfItsCertificate(t *testing.T) {
 		}
 	}
 
-	// /debug/syncz shows the identity of a connected proxy.
+	// syncz shows the identity of a connected proxy (to the proxy's own
+	// namespace, whose proxies a caller of it may see).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cart).StreamAggregatedResources(ctx)
@@ -129,14 +135,8 @@ func TestAProxyOnTheMTLSPortIsTheIdentityOfItsCertificate(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	rec := httptest.NewRecorder()
-	srv.SynczHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/syncz", nil))
-	var got []xds.ProxyStatus
-	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
-		t.Fatalf("%v: %s", err, rec.Body.String())
-	}
-	if len(got) != 1 || got[0].Identity != "spiffe://cluster.local/ns/shop/sa/cart" {
-		t.Fatalf("syncz: %s", rec.Body.String())
+	if got := syncz(t, cart); len(got) != 1 || got[0].Identity != "spiffe://cluster.local/ns/shop/sa/cart" {
+		t.Fatalf("syncz: %+v", got)
 	}
 }
 
@@ -145,7 +145,7 @@ func TestTheIdentityCheckCanBeTurnedOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, addr := mtlsServer(t, ca, false)
+	addr := mtlsServer(t, ca, false)
 	cc := dialAs(t, ca, addr, "spiffe://cluster.local/ns/shop/sa/cart")
 	if err := firstResponse(t, cc, "sidecar~10.0.0.1~cart-1.bank~bank.svc.cluster.local", nil); err != nil {
 		t.Fatalf("with the check off, a node claiming another namespace: %v", err)

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
@@ -23,6 +24,7 @@ type metrics struct {
 	proxyPushes   metric.Int64Counter
 	behind        metric.Int64UpDownCounter
 	sendTimeouts  metric.Int64Counter
+	debugStreams  metric.Int64Counter
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
@@ -79,7 +81,22 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 		metric.WithDescription("Streams closed because the proxy took no response within the send timeout.")); err != nil {
 		return nil, wrap("send_timeouts", err)
 	}
+	if out.debugStreams, err = m.Int64Counter("flotilla.discovery.debug_streams",
+		metric.WithDescription("Debug streams (flotilla proxy-status and proxy-config) authorized, by first type asked (a type not served counts as other).")); err != nil {
+		return nil, wrap("debug_streams", err)
+	}
 	return &out, nil
+}
+
+// debugRequests counts an authorized debug stream; the label is one of
+// the served types or "other", so a client cannot grow the series.
+func (m *metrics) debugRequests(typeURL string) {
+	switch typeURL {
+	case debugapi.Syncz, debugapi.ConfigDump, debugapi.AckedConfigDump:
+	default:
+		typeURL = "other"
+	}
+	m.debugStreams.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", typeURL)))
 }
 
 func (m *metrics) decided(decision string) {

@@ -26,6 +26,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
@@ -273,7 +274,7 @@ func TestARejectedVersionIsNotSentAgainUntilTheConfigChanges(t *testing.T) {
 	h.push()
 	s.nothing(t, 300*time.Millisecond)
 	st := h.srv.Status()
-	if len(st) != 1 || st[0].Types[0].LastNack == nil || st[0].Types[0].LastNack.Message != "test says no" || st[0].Types[0].Synced {
+	if len(st) != 1 || st[0].Types[0].Status != debugapi.Nacked || st[0].Types[0].Nack != "test says no" {
 		t.Fatalf("status after a NACK: %+v", st)
 	}
 	// A change is sent.
@@ -284,7 +285,7 @@ func TestARejectedVersionIsNotSentAgainUntilTheConfigChanges(t *testing.T) {
 		t.Fatalf("after a change: version %s (was %s), %d clusters (was %d)", r2.GetVersionInfo(), r.GetVersionInfo(), len(r2.GetResources()), len(r.GetResources()))
 	}
 	s.send(t, ack(r2))
-	xdstest.Eventually(t, "the proxy to show as synced", func() bool { return h.srv.Status()[0].Types[0].Synced })
+	xdstest.Eventually(t, "the proxy to show as synced", func() bool { return h.srv.Status()[0].Types[0].Status == debugapi.Synced })
 }
 
 func TestAFullPushGoesOutClustersEndpointsListenersRoutes(t *testing.T) {
@@ -543,7 +544,7 @@ func TestAVirtualServiceChangeGoesOnlyToClientsWatchingItsHosts(t *testing.T) {
 	sb := watch("b", "sidecar~10.1.0.10~y-1.default~default.svc.cluster.local")
 	xdstest.Eventually(t, "both synced", func() bool {
 		st := h.srv.Status()
-		return len(st) == 2 && st[0].Types[1].Synced && st[1].Types[1].Synced
+		return len(st) == 2 && st[0].Types[1].Status == debugapi.Synced && st[1].Types[1].Status == debugapi.Synced
 	})
 	skippedBefore := h.pushes("skipped")
 	h.store.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: "a", Namespace: "default"}, Spec: &networking.VirtualService{

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
@@ -62,16 +63,28 @@ type Options struct {
 	// configuration. A proxy without a certificate (the plain-text port)
 	// is not checked.
 	VerifyIdentity bool
+	// SystemNamespace is the control plane's: a debug client with a
+	// certificate of it sees every proxy (internal/debugapi).
+	SystemNamespace string
+	// PlaintextDebug serves debug types to clients without a certificate
+	// too: discovery sets it when its plain-text port listens on loopback
+	// only (a local run, tests), never for a port other machines reach.
+	PlaintextDebug bool
+	// Replica names this replica in debug responses.
+	Replica debugapi.Replica
 }
 
 // Server is the ADS server.
 type Server struct {
-	log            *slog.Logger
-	verifyIdentity bool
-	sendTimeout    time.Duration
-	metrics        *metrics
-	sem            chan struct{}
-	nonce          atomic.Uint64
+	log             *slog.Logger
+	verifyIdentity  bool
+	sendTimeout     time.Duration
+	systemNamespace string
+	plaintextDebug  bool
+	replica         debugapi.Replica
+	metrics         *metrics
+	sem             chan struct{}
+	nonce           atomic.Uint64
 
 	mu    sync.Mutex
 	pc    *model.PushContext
@@ -89,9 +102,12 @@ func New(o Options) (*Server, error) {
 		log: o.Log.With("component", "xds"),
 		sem: make(chan struct{}, o.Concurrency),
 
-		verifyIdentity: o.VerifyIdentity,
-		sendTimeout:    o.SendTimeout,
-		conns:          map[*conn]struct{}{},
+		verifyIdentity:  o.VerifyIdentity,
+		sendTimeout:     o.SendTimeout,
+		systemNamespace: o.SystemNamespace,
+		plaintextDebug:  o.PlaintextDebug,
+		replica:         o.Replica,
+		conns:           map[*conn]struct{}{},
 	}
 	m, err := newMetrics(o.Meter)
 	if err != nil {
@@ -154,15 +170,48 @@ func (s *Server) current() (*model.PushContext, time.Time) {
 func (s *Server) nextNonce() string { return strconv.FormatUint(s.nonce.Add(1), 10) }
 
 // StreamAggregatedResources serves state-of-the-world ADS.
+// A stream whose first request asks for a debug type is a debug
+// client's (debug.go).
 func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	return serveStream(s, stream.Context(), stream.Recv, false,
+	first, err := stream.Recv()
+	if err != nil {
+		return recvError(err)
+	}
+	if debugapi.IsDebugType(first.GetTypeUrl()) {
+		return s.serveDebug(stream.Context(), first, stream.Recv, stream.Send)
+	}
+	recv := func() (*discoveryv3.DiscoveryRequest, error) {
+		if first != nil {
+			req := first
+			first = nil
+			return req, nil
+		}
+		return stream.Recv()
+	}
+	return serveStream(s, stream.Context(), recv, false,
 		func(c *conn) { c.sendSotw = stream.Send },
 		(*conn).onSotwRequest)
 }
 
-// DeltaAggregatedResources serves incremental ADS.
+// DeltaAggregatedResources serves incremental ADS. Debug types are served
+// over state-of-the-world streams only, as istiod's debug clients use.
 func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return serveStream(s, stream.Context(), stream.Recv, true,
+	first, err := stream.Recv()
+	if err != nil {
+		return recvError(err)
+	}
+	if debugapi.IsDebugType(first.GetTypeUrl()) {
+		return status.Error(codes.InvalidArgument, "debug types are served over state-of-the-world ADS (StreamAggregatedResources)")
+	}
+	recv := func() (*discoveryv3.DeltaDiscoveryRequest, error) {
+		if first != nil {
+			req := first
+			first = nil
+			return req, nil
+		}
+		return stream.Recv()
+	}
+	return serveStream(s, stream.Context(), recv, true,
 		func(c *conn) { c.sendDelta = stream.Send },
 		(*conn).onDeltaRequest)
 }
