@@ -9,7 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
+	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 )
@@ -28,20 +30,33 @@ they configure.`,
 		SilenceErrors: true,
 	}
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
-	cmd.AddCommand(newVersionCommand(info), kubeinject.NewCommand())
+	conn := &connect.Options{}
+	conn.AddFlags(cmd.PersistentFlags())
+	cmd.AddCommand(newVersionCommand(info, conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn))
 	return cmd
 }
 
-func newVersionCommand(info buildinfo.Info) *cobra.Command {
-	return &cobra.Command{
+func newVersionCommand(info buildinfo.Info, conn *connect.Options) *cobra.Command {
+	var short bool
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version of this client",
-		Args:  cobra.NoArgs,
+		Short: "Print the version of this client, of each discovery replica and of the proxies they serve",
+		Long: `version prints this client's version and, unless --short, each discovery replica's (as it names
+itself in its debug answers) and the versions of the proxies each serves, counted. A replica that
+does not answer is shown with its error.`,
+		Example: `  flotilla version
+  flotilla version --short`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "client version: %s\n", info)
-			return err
+			w := cmd.OutOrStdout()
+			if _, err := fmt.Fprintf(w, "client version: %s\n", info); err != nil || short {
+				return err
+			}
+			return proxystatus.PrintVersions(cmd.Context(), w, conn)
 		},
 	}
+	cmd.Flags().BoolVar(&short, "short", false, "the client's version only")
+	return cmd
 }
 
 // Main runs the command line with args and returns the exit code: 0 on

@@ -17,9 +17,16 @@ func TestVersionFlagAndSubcommandPrintTheBuild(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "flotilla dev (commit ") {
 		t.Fatalf("--version: %d %q", code, out)
 	}
-	code, out, _ = run("version")
+	code, out, _ = run("version", "--short")
 	if code != 0 || !strings.HasPrefix(out, "client version: dev (commit ") {
 		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+func TestVersionSaysWhichReplicaDidNotAnswer(t *testing.T) {
+	code, out, errOut := run("version", "--context-file", "", "--discovery-address", "127.0.0.1:1", "--plaintext", "--timeout", "3s")
+	if code != 1 || !strings.HasPrefix(out, "client version: ") || !strings.Contains(out, "discovery 127.0.0.1:1: unavailable") || !strings.Contains(errOut, "127.0.0.1:1") {
+		t.Fatalf("version with discovery away: %d %q %q", code, out, errOut)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/devrun"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
@@ -94,10 +95,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// In dependency order, whatever the order asked for: ca, then galley,
 	// then those that subscribe to galley.
 	var procs []devrun.Process
+	l := local{bin: *bin, configDir: *configDir, meshFile: *meshFile, stateDir: *stateDir, offset: *portOffset}
 	for _, name := range strings.Split(defaultServices, ",") {
 		if requested[name] {
-			procs = append(procs, process(name, local{bin: *bin, configDir: *configDir, meshFile: *meshFile, stateDir: *stateDir, offset: *portOffset}, ids))
+			procs = append(procs, process(name, l, ids))
 		}
+	}
+	if err := writeContext(l, requested); err != nil {
+		_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
+		return command.ExitError
 	}
 	sup := &devrun.Supervisor{Out: stdout, Log: log, StopTimeout: *stopTimeout, NotBuiltCode: command.ExitNotBuilt}
 	res, err := sup.Run(ctx, procs)
@@ -114,6 +120,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	_, _ = fmt.Fprintf(stdout, "stopped: %s\n", strings.Join(res.Stopped, ", "))
 	return command.ExitOK
+}
+
+// writeContext tells the flotilla CLI where this stack's discovery
+// replicas are (their plain-text ports, which serve debug types on
+// loopback), in <state-dir>/context.yaml, which the CLI finds from the
+// checkout.
+func writeContext(l local, requested map[string]bool) error {
+	c := debugapi.Context{Plaintext: true}
+	for _, r := range []struct {
+		name string
+		port int
+	}{{"discovery-1", discovery1}, {"discovery-2", discovery2}} {
+		if requested[r.name] {
+			c.DiscoveryAddresses = append(c.DiscoveryAddresses, l.addr(r.port))
+		}
+	}
+	if len(c.DiscoveryAddresses) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(l.stateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	return debugapi.WriteContext(filepath.Join(l.stateDir, debugapi.ContextFileName), c) //nolint:wrapcheck // says it was the context
 }
 
 // defaultServices is what `make run` starts, in the order it starts them:
@@ -260,7 +289,7 @@ func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 		if name == "discovery-2" {
 			admin, xds, secure = discovery2Admin, discovery2, secure2
 		}
-		args := []string{"--galley-address=" + galleyAddress, "--xds-address=" + l.addr(xds)}
+		args := []string{"--galley-address=" + galleyAddress, "--xds-address=" + l.addr(xds), "--replica-name=" + name}
 		if ids != nil {
 			args = append(args, "--secure-xds-address="+l.addr(secure))
 		}

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 )
 
 func TestPortOffsetMovesEveryControlPlanePortAndTheMeshFileIsPassedOn(t *testing.T) {
@@ -47,5 +51,24 @@ func TestTheDemoNeedsItsAgentsAndTheAgentsNeedCA(t *testing.T) {
 		if code := run([]string{"--services=" + services, "--state-dir=" + t.TempDir()}, &out, &errs); code != 2 || !strings.Contains(errs.String(), want) {
 			t.Errorf("--services=%s: exit %d, stderr %q; want 2 and %q", services, code, errs.String(), want)
 		}
+	}
+}
+
+func TestTheCLIContextNamesTheReplicasStarted(t *testing.T) {
+	dir := t.TempDir()
+	l := local{stateDir: dir, offset: 1000}
+	if err := writeContext(l, map[string]bool{"discovery-1": true, "discovery-2": true}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, debugapi.ContextFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := debugapi.ParseContext(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Plaintext || !slices.Equal(c.DiscoveryAddresses, []string{"127.0.0.1:16010", "127.0.0.1:16110"}) {
+		t.Fatalf("context %+v", c)
 	}
 }

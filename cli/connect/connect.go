@@ -1,0 +1,267 @@
+// Package connect is how the flotilla CLI reaches the control plane: the
+// discovery replicas to ask (flags, else the context file a local stack
+// writes, else make run's first replica) and how to authenticate to them.
+// Every replica is asked the same debug request (internal/debugapi) at
+// once, over its xDS port: in plain text where discovery serves debug
+// types so (a plain-text port on loopback: make run), else over mTLS with
+// a client certificate, given as files or got from ca with a service
+// account token, as workloads get theirs.
+package connect
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+)
+
+// Context is what a context file holds (internal/debugapi).
+type Context = debugapi.Context
+
+// Options are the CLI's connection flags.
+type Options struct {
+	ContextFile string
+	Context     Context
+	Timeout     time.Duration
+	set         func(name string) bool
+}
+
+// AddFlags registers the connection flags (persistent on the root).
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ContextFile, "context-file", os.Getenv("FLOTILLA_CONTEXT"),
+		"context file saying where the control plane is (default: $FLOTILLA_CONTEXT, else .flotilla/"+debugapi.ContextFileName+" in this directory or the nearest parent, which make run writes)")
+	fs.StringSliceVar(&o.Context.DiscoveryAddresses, "discovery-address", nil,
+		"discovery replicas' xDS addresses, host:port, comma-separated or repeated (default: the context file's, else "+debugapi.DefaultDiscoveryAddress+")")
+	fs.BoolVar(&o.Context.Plaintext, "plaintext", false, "reach discovery without TLS (served only on a plain-text port that listens on loopback)")
+	fs.StringVar(&o.Context.CertFile, "cert", "", "client certificate (PEM) for discovery's mTLS port")
+	fs.StringVar(&o.Context.KeyFile, "key", "", "private key (PEM) of --cert")
+	fs.StringVar(&o.Context.CAFile, "cacert", "", "the mesh's roots (PEM): discovery's and ca's certificates are checked against them")
+	fs.StringVar(&o.Context.CAAddress, "ca-address", "", "get a client certificate from ca at this address (with --token-file and --cacert) instead of --cert")
+	fs.StringVar(&o.Context.TokenFile, "token-file", "", "service account token (audience istio-ca) to show ca; a token of the system namespace sees every proxy, another namespace's only its own")
+	fs.StringVar(&o.Context.SystemNamespace, "istio-namespace", "", "the control plane's namespace, which its certificates name (default istio-system)")
+	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "how long to wait for the control plane")
+	o.set = func(name string) bool { return fs.Changed(name) }
+}
+
+// resolve merges the flags over the context file over the defaults.
+func (o *Options) resolve() (Context, error) {
+	c := Context{}
+	path := o.ContextFile
+	if path == "" {
+		path = findContextFile()
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("context file: %w", err)
+		}
+		if c, err = debugapi.ParseContext(b); err != nil {
+			return c, fmt.Errorf("context file %s: %w", path, err)
+		}
+	}
+	flag := o.Context
+	changed := func(name string) bool { return o.set != nil && o.set(name) }
+	if changed("discovery-address") {
+		c.DiscoveryAddresses = flag.DiscoveryAddresses
+	}
+	if changed("plaintext") {
+		c.Plaintext = flag.Plaintext
+	}
+	for name, f := range map[string]struct{ dst, src *string }{
+		"cert": {&c.CertFile, &flag.CertFile}, "key": {&c.KeyFile, &flag.KeyFile}, "cacert": {&c.CAFile, &flag.CAFile},
+		"ca-address": {&c.CAAddress, &flag.CAAddress}, "token-file": {&c.TokenFile, &flag.TokenFile},
+		"istio-namespace": {&c.SystemNamespace, &flag.SystemNamespace},
+	} {
+		if changed(name) {
+			*f.dst = *f.src
+		}
+	}
+	if len(c.DiscoveryAddresses) == 0 {
+		c.DiscoveryAddresses = []string{debugapi.DefaultDiscoveryAddress}
+		if c.CertFile == "" && c.CAAddress == "" {
+			c.Plaintext = true
+		}
+	}
+	if c.SystemNamespace == "" {
+		c.SystemNamespace = "istio-system"
+	}
+	switch {
+	case c.Plaintext:
+	case c.CertFile != "" && c.CAAddress != "":
+		return c, errors.New("--cert and --ca-address both give a client certificate: choose one")
+	case c.CertFile != "" && (c.KeyFile == "" || c.CAFile == ""):
+		return c, errors.New("--cert needs --key and --cacert")
+	case c.CAAddress != "" && (c.TokenFile == "" || c.CAFile == ""):
+		return c, errors.New("--ca-address needs --token-file and --cacert")
+	case c.CertFile == "" && c.CAAddress == "":
+		return c, errors.New("discovery's mTLS port wants a client certificate: give --cert/--key/--cacert, or --ca-address/--token-file/--cacert, or --plaintext for a plain-text port on loopback")
+	}
+	return c, nil
+}
+
+// findContextFile is .flotilla/context.yaml in the working directory or
+// the nearest parent that has one.
+func findContextFile() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		p := filepath.Join(dir, ".flotilla", debugapi.ContextFileName)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// Answer is one replica's answer to a debug request.
+type Answer struct {
+	Address string
+	Replica debugapi.Replica
+	Resp    *discoveryv3.DiscoveryResponse
+	Err     error
+}
+
+// Client asks every replica.
+type Client struct {
+	ctx   Context
+	conns map[string]*grpc.ClientConn
+}
+
+// maxAnswerBytes bounds one replica's answer (a syncz of thousands of
+// proxies is a few MiB).
+const maxAnswerBytes = 256 << 20
+
+// Dial resolves the options and connects (lazily: nothing is sent until
+// a request).
+func (o *Options) Dial(ctx context.Context) (*Client, error) {
+	c, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	creds, err := transport(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	cl := &Client{ctx: c, conns: map[string]*grpc.ClientConn{}}
+	for _, a := range slices.Compact(slices.Sorted(slices.Values(c.DiscoveryAddresses))) {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswerBytes)))
+		if err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("discovery %s: %w", a, err)
+		}
+		cl.conns[a] = cc
+	}
+	return cl, nil
+}
+
+// transport is the credentials the context asks for.
+func transport(ctx context.Context, c Context) (credentials.TransportCredentials, error) {
+	if c.Plaintext {
+		return insecure.NewCredentials(), nil
+	}
+	pem, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("--cacert: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--cacert %s holds no PEM certificate", c.CAFile)
+	}
+	serverName := controlplane.Discovery + "." + c.SystemNamespace + ".svc"
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}), nil
+	}
+	certs := certclient.New(certclient.Options{
+		Address: c.CAAddress, ServerName: controlplane.CA + "." + c.SystemNamespace + ".svc", Roots: certclient.StaticRoots(roots),
+		Token: func() (string, error) {
+			b, err := os.ReadFile(c.TokenFile)
+			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
+		},
+		Log: slog.New(slog.DiscardHandler), MaxBackoff: time.Second,
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	go func() { _ = certs.Run(runCtx) }() // the first certificate is all a command needs
+	defer cancel()
+	if !certs.Wait(ctx) {
+		return nil, fmt.Errorf("no certificate from ca at %s in time (is the token valid, and ca reachable?)", c.CAAddress)
+	}
+	cert := certs.Certificate()
+	return credentials.NewTLS(&tls.Config{
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil },
+		RootCAs:              roots, ServerName: serverName, MinVersion: tls.VersionTLS12,
+	}), nil
+}
+
+// Addresses are the replicas asked, sorted.
+func (c *Client) Addresses() []string {
+	return slices.Sorted(func(yield func(string) bool) {
+		for a := range c.conns {
+			if !yield(a) {
+				return
+			}
+		}
+	})
+}
+
+// Close closes the connections.
+func (c *Client) Close() {
+	for _, cc := range c.conns {
+		_ = cc.Close()
+	}
+}
+
+// FetchAll asks every replica at once; the answers are in Addresses'
+// order, each with its error.
+func (c *Client) FetchAll(ctx context.Context, typeURL string, names ...string) []Answer {
+	addrs := c.Addresses()
+	out := make([]Answer, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Go(func() { out[i] = c.Fetch(ctx, a, typeURL, names...) })
+	}
+	wg.Wait()
+	return out
+}
+
+// Fetch asks one replica.
+func (c *Client) Fetch(ctx context.Context, addr, typeURL string, names ...string) Answer {
+	ans := Answer{Address: addr}
+	cc := c.conns[addr]
+	if cc == nil {
+		ans.Err = fmt.Errorf("no replica %s", addr)
+		return ans
+	}
+	ans.Resp, ans.Err = debugapi.Fetch(ctx, cc, typeURL, names...)
+	if ans.Err == nil {
+		ans.Replica = debugapi.ReplicaOf(ans.Resp.GetControlPlane())
+	}
+	return ans
+}
