@@ -238,6 +238,21 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	if proxies := debugSyncz(t, c, s, secureXDS, "bank", "ops"); len(proxies) != 0 {
 		t.Fatalf("discovery's syncz to another namespace: %+v", proxies)
 	}
+	// The CLI the same way: a token shown to ca for a certificate, then
+	// discovery's mTLS port.
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte(s.token(t, "istio-system", "flotilla-cli")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "context.yaml") // the flags say it all
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-status", "--context-file", empty,
+		"--discovery-address", secureXDS, "--ca-address", c.addr, "--token-file", token, "--cacert", filepath.Join(c.state, "roots.pem"))
+	if out, err := cli.CombinedOutput(); err != nil || !strings.Contains(string(out), "cart-1.shop   STALE") { // the test's stream does not ACK
+		t.Fatalf("flotilla proxy-status over mTLS with a certificate from ca: %v\n%s", err, out)
+	}
 	xdstest.Eventually(t, "the agent ready", func() bool { code, _ := httpGet(t, "http://"+p.admin+"/healthz/ready"); return code == 200 })
 	if _, stats := httpGet(t, "http://"+p.admin+"/stats/prometheus"); !strings.Contains(stats, "envoy_server_live 1") || !strings.Contains(stats, "flotilla") {
 		t.Fatalf("merged stats lack Envoy's or the agent's:\n%.2000s", stats)

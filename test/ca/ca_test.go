@@ -38,7 +38,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(build.Main(m, &binDir, &env, "flotilla-ca", "flotilla-injector", "flotilla-galley", "flotilla-discovery", "flotilla-agent", "fakeenvoy", "flotilla-demo"))
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-ca", "flotilla-injector", "flotilla-galley", "flotilla-discovery", "flotilla-agent", "fakeenvoy", "flotilla-demo", "flotilla"))
 }
 
 // signer issues the service account tokens ca checks against its JWKS
