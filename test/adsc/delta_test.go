@@ -320,7 +320,7 @@ func waitSynced(t *testing.T, xds string, n int) {
 			return false
 		}
 		out.Reset()
-		w := &pilot.XdsStatusWriter{Writer: &out, OutputFormat: "table"}
+		w := &pilot.XdsStatusWriter{Writer: &out, OutputFormat: "table", Verbosity: 1} // a column per type
 		if err := w.PrintAll(map[string]*discoveryv3.DiscoveryResponse{"discovery-adsc": resp}); err != nil {
 			t.Fatalf("istioctl's status writer: %v", err)
 		}
