@@ -21,6 +21,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/textdiff"
 	// The Envoy types a config dump holds, to print them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
 )
@@ -55,24 +56,33 @@ func (d SectionDiff) Match() bool {
 	return d.Known && len(d.Added)+len(d.Removed)+len(d.Changed) == 0
 }
 
-func showProxy(ctx context.Context, w io.Writer, cl *connect.Client, name, output string) error {
+// Locate finds the proxy a user named (its node ID, or pod.namespace)
+// on the replicas: the replica serving it, with its sync state.
+func Locate(ctx context.Context, cl *connect.Client, name string) (Row, error) {
 	rows, failed := list(ctx, cl)
 	rows = slices.DeleteFunc(rows, func(r Row) bool { return !matches(r.Proxy.ID, name) })
 	switch {
 	case len(rows) == 0 && failed != nil:
-		return fmt.Errorf("no replica that answered serves a proxy %q: %w", name, failed)
+		return Row{}, fmt.Errorf("no replica that answered serves a proxy %q: %w", name, failed)
 	case len(rows) == 0:
-		return fmt.Errorf("no replica serves a proxy %q (flotilla proxy-status lists them)", name)
+		return Row{}, fmt.Errorf("no replica serves a proxy %q (flotilla proxy-status lists them)", name)
 	case len(rows) > 1 && !sameProxy(rows):
 		var ids []string
 		for _, r := range rows {
 			ids = append(ids, r.Proxy.ID+" on "+r.Replica)
 		}
-		return fmt.Errorf("%q names %d proxies: %s; give the node ID", name, len(rows), strings.Join(ids, ", "))
+		return Row{}, fmt.Errorf("%q names %d proxies: %s; give the node ID", name, len(rows), strings.Join(ids, ", "))
 	}
 	// A proxy that moved replicas may show on both for a moment: the
 	// newest stream is the one it uses.
-	r := slices.MaxFunc(rows, func(a, b Row) int { return a.Proxy.ConnectedAt.Compare(b.Proxy.ConnectedAt) })
+	return slices.MaxFunc(rows, func(a, b Row) int { return a.Proxy.ConnectedAt.Compare(b.Proxy.ConnectedAt) }), nil
+}
+
+func showProxy(ctx context.Context, w io.Writer, cl *connect.Client, name, output string) error {
+	r, err := Locate(ctx, cl, name)
+	if err != nil {
+		return err
+	}
 	now := cl.Fetch(ctx, r.Address, debugapi.ConfigDump, r.Proxy.ID)
 	if now.Err != nil {
 		return fmt.Errorf("config_dump of %s on %s: %w", r.Proxy.ID, r.Address, now.Err)
@@ -82,7 +92,6 @@ func showProxy(ctx context.Context, w io.Writer, cl *connect.Client, name, outpu
 		return fmt.Errorf("acked_config_dump of %s on %s: %w", r.Proxy.ID, r.Address, acked.Err)
 	}
 	d := Detail{Row: r}
-	var err error
 	if d.Diff, err = diffDumps(acked.Resp, now.Resp); err != nil {
 		return err
 	}
@@ -347,76 +356,10 @@ func diffDumps(ackedResp, nowResp *discoveryv3.DiscoveryResponse) ([]SectionDiff
 		slices.Sort(d.Removed)
 		slices.Sort(d.Changed)
 		for _, k := range d.Changed {
-			d.Lines = append(d.Lines, "@@ "+k+" @@")
-			d.Lines = append(d.Lines, lineDiff(strings.Split(a.byName[k], "\n"), strings.Split(n.byName[k], "\n"))...)
+			d.Lines = append(d.Lines, "=== "+k)
+			d.Lines = append(d.Lines, strings.Split(strings.TrimSuffix(textdiff.Diff(a.byName[k], n.byName[k]), "\n"), "\n")...)
 		}
 		out = append(out, d)
 	}
 	return out, nil
-}
-
-// maxDiffLines bounds the line diff of one resource (its cost is the
-// product of both sides' lengths).
-const maxDiffLines = 4000
-
-// lineDiff is a shortest line diff of a and b ("-", "+" and, around
-// changes, " " lines of context), from their longest common subsequence.
-func lineDiff(a, b []string) []string {
-	if len(a) > maxDiffLines || len(b) > maxDiffLines {
-		return []string{fmt.Sprintf("(%d and %d lines: too long to diff here; -o json has both)", len(a), len(b))}
-	}
-	// lcs[i][j] is the length of the longest common subsequence of a[i:]
-	// and b[j:].
-	lcs := make([][]int32, len(a)+1)
-	for i := range lcs {
-		lcs[i] = make([]int32, len(b)+1)
-	}
-	for i := len(a) - 1; i >= 0; i-- {
-		for j := len(b) - 1; j >= 0; j-- {
-			if a[i] == b[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	type line struct {
-		op   byte
-		text string
-	}
-	var all []line
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case i < len(a) && j < len(b) && a[i] == b[j]:
-			all = append(all, line{' ', a[i]})
-			i++
-			j++
-		case j < len(b) && (i == len(a) || lcs[i][j+1] >= lcs[i+1][j]):
-			all = append(all, line{'+', b[j]})
-			j++
-		default:
-			all = append(all, line{'-', a[i]})
-			i++
-		}
-	}
-	// Keep two lines of context around each change.
-	const context = 2
-	keep := make([]bool, len(all))
-	for k, l := range all {
-		if l.op != ' ' {
-			for c := max(0, k-context); c <= min(len(all)-1, k+context); c++ {
-				keep[c] = true
-			}
-		}
-	}
-	var out []string
-	for k, l := range all {
-		if keep[k] {
-			out = append(out, string(l.op)+" "+l.text)
-		} else if k > 0 && keep[k-1] {
-			out = append(out, "  …")
-		}
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
+	"github.com/flotilla-mesh/flotilla/cli/proxyconfig"
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
@@ -32,7 +33,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn))
+	cmd.AddCommand(newVersionCommand(info, conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn))
 	return cmd
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/flotilla-mesh/flotilla/internal/textdiff"
 )
 
 // Named is a golden document of resources grouped (by the proxy they were
@@ -97,7 +99,7 @@ func NamedDiff(tb testing.TB, want, got Named) string {
 			default:
 				ws, gs := string(Indent(tb, wr)), string(Indent(tb, gr))
 				if ws != gs {
-					fmt.Fprintf(&b, "=== %s: changed %s\n%s", group, name, diff(ws, gs, len(ws)+len(gs)))
+					fmt.Fprintf(&b, "=== %s: changed %s\n%s", group, name, textdiff.WithContext(ws, gs, len(ws)+len(gs)))
 				}
 			}
 		}

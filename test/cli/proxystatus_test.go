@@ -30,6 +30,9 @@ import (
 
 var binDir string
 
+// backendPorts are the last mesh's backends' ports, v1 and v2.
+var backendPorts [2]int
+
 func TestMain(m *testing.M) {
 	os.Exit(build.Main(m, &binDir, nil, "flotilla-galley", "flotilla-discovery", "flotilla"))
 }
@@ -45,6 +48,7 @@ func mesh(t *testing.T) (dir string, r1, r2 *replica) {
 	t.Helper()
 	dir = t.TempDir()
 	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
+	backendPorts = [2]int{v1, v2}
 	xdstest.WriteFile(t, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(v1, "v1"), xdstest.Endpoint(v2, "v2")))
 	xdstest.WriteFile(t, dir, "routing.yaml", xdstest.Routing(90, 10))
 	mcp, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)

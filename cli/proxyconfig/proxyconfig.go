@@ -1,0 +1,555 @@
+// Package proxyconfig is `flotilla proxy-config`: the configuration a
+// proxy's discovery replica gives it (its config_dump, internal/debugapi),
+// as istioctl proxy-config's short tables or in full as JSON or YAML,
+// filtered as istioctl filters it. Sidecars, gateways and proxyless gRPC
+// clients alike: what is shown is what the replica would send the proxy
+// now (flotilla proxy-status PROXY tells whether the proxy has taken it).
+package proxyconfig
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flotilla-mesh/flotilla/cli/connect"
+	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	// The Envoy types a config dump holds, to decode them.
+	_ "github.com/flotilla-mesh/flotilla/internal/translate"
+)
+
+// Filters narrow what is shown, as istioctl proxy-config's flags do.
+type Filters struct {
+	FQDN      string // clusters: the service host (a prefix of it matches, as istioctl's)
+	Port      int    // clusters, listeners, endpoints
+	Subset    string // clusters
+	Direction string // clusters: inbound or outbound
+	Name      string // listeners, routes, secrets: the resource's name; endpoints: the cluster
+	Address   string // listeners, endpoints
+}
+
+// kinds are the things proxy-config shows, in the order "all" shows them.
+var kinds = []string{"cluster", "listener", "route", "endpoint", "secret"}
+
+// NewCommand returns the proxy-config command; conn is the root's
+// connection flags.
+func NewCommand(conn *connect.Options) *cobra.Command {
+	var f Filters
+	var output string
+	cmd := &cobra.Command{
+		Use:   "proxy-config {cluster|listener|route|endpoint|secret|all} PROXY",
+		Short: "Show the configuration a proxy's discovery replica gives it",
+		Long: `proxy-config shows the clusters, listeners, routes, endpoints or secrets that the discovery replica
+serving PROXY (its node ID, or pod.namespace) would send it now, for what the proxy watches (an Envoy
+proxy's clusters, listeners, routes and endpoints in full), as istioctl proxy-config's tables (-o short)
+or in full (-o json, -o yaml). Secrets are the gateway certificates discovery serves (credentialName),
+with serial, validity and identity, never the key; workload certificates are the agent's and are not shown.
+Endpoint health is what discovery sends (Envoy's outlier detection happens in the proxy and is not known
+here). The bootstrap is written by the agent in the pod and is not shown (planned, issue 17).`,
+		Example: `  flotilla proxy-config cluster client-1.demo
+  flotilla proxy-config cluster client-1.demo --fqdn greeter.demo.svc.cluster.local --port 50051 --direction outbound
+  flotilla proxy-config listener app-1.default --port 80
+  flotilla proxy-config route app-1.default --name 80 -o json
+  flotilla proxy-config endpoint app-1.default --cluster 'outbound|80||backend.default.svc.cluster.local'
+  flotilla proxy-config secret ingressgateway-1.istio-system
+  flotilla proxy-config all app-1.default -o yaml`,
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: append(slices.Clone(kinds), "all"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind := strings.TrimSuffix(args[0], "s")
+			if kind != "all" && !slices.Contains(kinds, kind) {
+				return fmt.Errorf("%q: want one of %s, all", args[0], strings.Join(kinds, ", "))
+			}
+			switch output {
+			case "short", "json", "yaml":
+			default:
+				return fmt.Errorf("--output %q: want short, json or yaml", output)
+			}
+			if f.Direction != "" && f.Direction != "inbound" && f.Direction != "outbound" {
+				return fmt.Errorf("--direction %q: want inbound or outbound", f.Direction)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), conn.Timeout)
+			defer cancel()
+			cl, err := conn.Dial(ctx)
+			if err != nil {
+				return err //nolint:wrapcheck // says which flag
+			}
+			defer cl.Close()
+			dump, err := Fetch(ctx, cl, args[1])
+			if err != nil {
+				return err
+			}
+			show := []string{kind}
+			if kind == "all" {
+				show = kinds
+			}
+			return Print(cmd.OutOrStdout(), dump, show, f, output, time.Now())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.FQDN, "fqdn", "", "clusters of this service host")
+	fl.IntVar(&f.Port, "port", 0, "clusters, listeners or endpoints of this port")
+	fl.StringVar(&f.Subset, "subset", "", "clusters of this subset")
+	fl.StringVar(&f.Direction, "direction", "", "clusters of this direction: inbound or outbound")
+	fl.StringVar(&f.Name, "name", "", "the listener, route configuration or secret of this name")
+	fl.StringVar(&f.Name, "cluster", "", "endpoints of this cluster (the same as --name)")
+	fl.StringVar(&f.Address, "address", "", "listeners or endpoints of this address")
+	fl.StringVarP(&output, "output", "o", "short", "output format: short, json or yaml")
+	return cmd
+}
+
+// Dump is a proxy's configuration as its replica would send it now.
+type Dump struct {
+	Proxy     proxystatus.Row
+	Clusters  []*clusterv3.Cluster
+	Endpoints []*endpointv3.ClusterLoadAssignment
+	Listeners []*listenerv3.Listener
+	Routes    []*routev3.RouteConfiguration
+	Secrets   []*tlsv3.Secret
+}
+
+// Fetch finds the proxy and reads its config_dump from its replica.
+func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) {
+	row, err := proxystatus.Locate(ctx, cl, name)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // says what was not found
+	}
+	a := cl.Fetch(ctx, row.Address, debugapi.ConfigDump, row.Proxy.ID)
+	if a.Err != nil {
+		return nil, fmt.Errorf("config_dump of %s on %s: %w", row.Proxy.ID, row.Address, a.Err)
+	}
+	d := &Dump{Proxy: row}
+	var errs []error
+	for _, res := range a.Resp.GetResources() {
+		m, err := res.UnmarshalNew()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("section %s: %w", res.GetTypeUrl(), err))
+			continue
+		}
+		switch s := m.(type) {
+		case *adminv3.ClustersConfigDump:
+			for _, c := range s.GetDynamicActiveClusters() {
+				errs = append(errs, into(c.GetCluster(), &d.Clusters))
+			}
+		case *adminv3.EndpointsConfigDump:
+			for _, e := range s.GetDynamicEndpointConfigs() {
+				errs = append(errs, into(e.GetEndpointConfig(), &d.Endpoints))
+			}
+		case *adminv3.ListenersConfigDump:
+			for _, l := range s.GetDynamicListeners() {
+				errs = append(errs, into(l.GetActiveState().GetListener(), &d.Listeners))
+			}
+		case *adminv3.RoutesConfigDump:
+			for _, r := range s.GetDynamicRouteConfigs() {
+				errs = append(errs, into(r.GetRouteConfig(), &d.Routes))
+			}
+		case *adminv3.SecretsConfigDump:
+			for _, r := range s.GetDynamicActiveSecrets() {
+				errs = append(errs, into(r.GetSecret(), &d.Secrets))
+			}
+		}
+	}
+	return d, errors.Join(errs...)
+}
+
+// into decodes one resource and appends it.
+func into[T proto.Message](a interface {
+	UnmarshalTo(proto.Message) error
+	GetTypeUrl() string
+}, out *[]T,
+) error {
+	var zero T
+	m := zero.ProtoReflect().New().Interface().(T) //nolint:forcetypeassert // New of T is a T
+	if err := a.UnmarshalTo(m); err != nil {
+		return fmt.Errorf("%s: %w", a.GetTypeUrl(), err)
+	}
+	*out = append(*out, m)
+	return nil
+}
+
+// Print shows the kinds asked for, filtered, in the output format.
+func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now time.Time) error {
+	var b bytes.Buffer
+	full := map[string][]proto.Message{}
+	for i, kind := range show {
+		var rows [][]string
+		var header []string
+		var msgs []proto.Message
+		switch kind {
+		case "cluster":
+			header = []string{"SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE", "DESTINATION RULE"}
+			for _, c := range d.Clusters {
+				if row, ok := clusterRow(c, f); ok {
+					rows, msgs = append(rows, row), append(msgs, c)
+				}
+			}
+		case "listener":
+			header = []string{"ADDRESSES", "PORT", "MATCH", "DESTINATION"}
+			for _, l := range d.Listeners {
+				if r := listenerRows(l, f); r != nil {
+					rows, msgs = append(rows, r...), append(msgs, l)
+				}
+			}
+		case "route":
+			header = []string{"NAME", "VHOST NAME", "DOMAINS", "MATCH", "VIRTUAL SERVICE"}
+			for _, r := range d.Routes {
+				if f.Name == "" || r.GetName() == f.Name {
+					rows, msgs = append(rows, routeRows(r)...), append(msgs, r)
+				}
+			}
+		case "endpoint":
+			header = []string{"ENDPOINT", "STATUS", "OUTLIER CHECK", "CLUSTER"}
+			for _, e := range d.Endpoints {
+				if r := endpointRows(e, f); r != nil {
+					rows, msgs = append(rows, r...), append(msgs, e)
+				}
+			}
+		case "secret":
+			header = []string{"RESOURCE NAME", "TYPE", "STATUS", "VALID CERT", "SERIAL NUMBER", "NOT AFTER", "NOT BEFORE", "IDENTITY"}
+			for _, s := range d.Secrets {
+				if f.Name == "" || s.GetName() == f.Name {
+					rows, msgs = append(rows, secretRow(s, now)), append(msgs, s)
+				}
+			}
+		}
+		full[kind+"s"] = msgs
+		if output != "short" {
+			continue
+		}
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		tw := tabwriter.NewWriter(&b, 0, 8, 5, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+		for _, r := range rows {
+			fmt.Fprintln(tw, strings.Join(r, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err //nolint:wrapcheck // a buffer's
+		}
+	}
+	if output != "short" {
+		return writeFull(w, show, full, output)
+	}
+	_, err := w.Write(b.Bytes())
+	return err //nolint:wrapcheck // a write error of the output
+}
+
+// writeFull prints the resources in full: one list for one kind, an
+// object of lists for several.
+func writeFull(w io.Writer, show []string, full map[string][]proto.Message, output string) error {
+	toJSON := func(ms []proto.Message) ([]json.RawMessage, error) {
+		out := make([]json.RawMessage, 0, len(ms))
+		for _, m := range ms {
+			b, err := protojson.Marshal(m)
+			if err != nil {
+				return nil, fmt.Errorf("%T: %w", m, err)
+			}
+			out = append(out, b)
+		}
+		return out, nil
+	}
+	var v any
+	if len(show) == 1 {
+		list, err := toJSON(full[show[0]+"s"])
+		if err != nil {
+			return err
+		}
+		v = list
+	} else {
+		obj := map[string][]json.RawMessage{}
+		for _, k := range show {
+			list, err := toJSON(full[k+"s"])
+			if err != nil {
+				return err
+			}
+			obj[k+"s"] = list
+		}
+		v = obj
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("json: %w", err)
+	}
+	if output == "yaml" {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return fmt.Errorf("yaml: %w", err)
+		}
+	} else {
+		b = append(b, '\n')
+	}
+	_, err = w.Write(b)
+	return err //nolint:wrapcheck // a write error of the output
+}
+
+// clusterName splits Istio's cluster names, direction|port|subset|host,
+// as istioctl does; another name is its own FQDN.
+func clusterName(name string) (direction, port, subset, fqdn string) {
+	parts := strings.Split(name, "|")
+	if len(parts) == 4 && (parts[0] == "inbound" || parts[0] == "outbound") {
+		return parts[0], parts[1], parts[2], parts[3]
+	}
+	return "", "", "", name
+}
+
+func clusterRow(c *clusterv3.Cluster, f Filters) ([]string, bool) {
+	dir, port, subset, fqdn := clusterName(c.GetName())
+	if (f.FQDN != "" && !strings.HasPrefix(fqdn, f.FQDN)) || (f.Port != 0 && port != strconv.Itoa(f.Port)) ||
+		(f.Subset != "" && subset != f.Subset) || (f.Direction != "" && dir != f.Direction) {
+		return nil, false
+	}
+	typ := c.GetType().String()
+	if c.GetClusterType() != nil {
+		typ = c.GetClusterType().GetName()
+	}
+	// Istio names the DestinationRule in the cluster's istio metadata;
+	// Flotilla's clusters do not carry it yet.
+	dr := "-"
+	if cfg := c.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue(); cfg != "" {
+		dr = configName(cfg)
+	}
+	return []string{fqdn, dash(port), dash(subset), dash(dir), typ, dr}, true
+}
+
+// configName is "name.namespace" of Istio's config path
+// /apis/<group>/<version>/namespaces/<ns>/<kind>/<name>.
+func configName(path string) string {
+	p := strings.Split(strings.Trim(path, "/"), "/")
+	if len(p) == 7 && p[3] == "namespaces" {
+		return p[6] + "." + p[4]
+	}
+	return path
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func listenerRows(l *listenerv3.Listener, f Filters) [][]string {
+	if f.Name != "" && l.GetName() != f.Name {
+		return nil
+	}
+	addr := l.GetAddress().GetSocketAddress()
+	if l.GetApiListener() != nil {
+		// A proxyless client's listener: a name, no socket.
+		host, port, _ := strings.Cut(l.GetName(), ":")
+		if (f.Port != 0 && port != strconv.Itoa(f.Port)) || (f.Address != "" && host != f.Address) {
+			return nil
+		}
+		return [][]string{{host, dash(port), "API listener", "Route: " + apiRoute(l)}}
+	}
+	address, port := addr.GetAddress(), addr.GetPortValue()
+	if (f.Port != 0 && int(port) != f.Port) || (f.Address != "" && address != f.Address) {
+		return nil
+	}
+	var rows [][]string
+	for _, fc := range l.GetFilterChains() {
+		rows = append(rows, []string{address, strconv.Itoa(int(port)), chainMatch(fc.GetFilterChainMatch()), destination(fc)})
+	}
+	if dc := l.GetDefaultFilterChain(); dc != nil {
+		rows = append(rows, []string{address, strconv.Itoa(int(port)), "ALL (default)", destination(dc)})
+	}
+	if len(rows) == 0 {
+		rows = append(rows, []string{address, strconv.Itoa(int(port)), "-", "-"})
+	}
+	return rows
+}
+
+func apiRoute(l *listenerv3.Listener) string {
+	var hcm hcmv3.HttpConnectionManager
+	if l.GetApiListener().GetApiListener().UnmarshalTo(&hcm) != nil {
+		return "-"
+	}
+	if rds := hcm.GetRds(); rds != nil {
+		return rds.GetRouteConfigName()
+	}
+	return dash(hcm.GetRouteConfig().GetName())
+}
+
+// chainMatch describes a filter chain's match as istioctl does.
+func chainMatch(m *listenerv3.FilterChainMatch) string {
+	if m == nil {
+		return "ALL"
+	}
+	var parts []string
+	if p := m.GetDestinationPort(); p != nil {
+		parts = append(parts, "Port: "+strconv.Itoa(int(p.GetValue())))
+	}
+	if len(m.GetServerNames()) > 0 {
+		parts = append(parts, "SNI: "+strings.Join(m.GetServerNames(), ","))
+	}
+	if t := m.GetTransportProtocol(); t != "" {
+		parts = append(parts, "Trans: "+t)
+	}
+	if a := m.GetApplicationProtocols(); len(a) > 0 {
+		parts = append(parts, "App: "+strings.Join(a, ","))
+	}
+	for _, r := range m.GetPrefixRanges() {
+		parts = append(parts, "Addr: "+r.GetAddressPrefix()+"/"+strconv.Itoa(int(r.GetPrefixLen().GetValue())))
+	}
+	if len(parts) == 0 {
+		return "ALL"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// destination is where a filter chain sends traffic: its HTTP
+// connection manager's route configuration, or its TCP proxy's cluster.
+func destination(fc *listenerv3.FilterChain) string {
+	for _, flt := range fc.GetFilters() {
+		switch tc := flt.GetTypedConfig(); {
+		case tc.MessageIs(&hcmv3.HttpConnectionManager{}):
+			var hcm hcmv3.HttpConnectionManager
+			if tc.UnmarshalTo(&hcm) != nil {
+				return "-"
+			}
+			if rds := hcm.GetRds(); rds != nil {
+				return "Route: " + rds.GetRouteConfigName()
+			}
+			return "Inline Route: " + dash(hcm.GetRouteConfig().GetName())
+		case tc.MessageIs(&tcpv3.TcpProxy{}):
+			var tp tcpv3.TcpProxy
+			if tc.UnmarshalTo(&tp) != nil {
+				return "-"
+			}
+			if c := tp.GetCluster(); c != "" {
+				return "Cluster: " + c
+			}
+			var names []string
+			for _, wc := range tp.GetWeightedClusters().GetClusters() {
+				names = append(names, wc.GetName())
+			}
+			return "Clusters: " + strings.Join(names, ",")
+		}
+	}
+	return "-"
+}
+
+func routeRows(rc *routev3.RouteConfiguration) [][]string {
+	var rows [][]string
+	for _, vh := range rc.GetVirtualHosts() {
+		domains := "-"
+		if d := vh.GetDomains(); len(d) == 1 {
+			domains = d[0]
+		} else if len(d) > 1 {
+			domains = fmt.Sprintf("%s + %d more...", d[0], len(d)-1)
+		}
+		for _, r := range vh.GetRoutes() {
+			vs := "-"
+			if cfg := r.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue(); cfg != "" {
+				vs = configName(cfg)
+			} else if r.GetDirectResponse().GetStatus() == 404 {
+				vs = "404"
+			}
+			rows = append(rows, []string{rc.GetName(), vh.GetName(), domains, routeMatch(r.GetMatch()), vs})
+		}
+		if len(vh.GetRoutes()) == 0 {
+			rows = append(rows, []string{rc.GetName(), vh.GetName(), domains, "-", "-"})
+		}
+	}
+	if len(rows) == 0 {
+		rows = append(rows, []string{rc.GetName(), "-", "-", "-", "-"})
+	}
+	return rows
+}
+
+// routeMatch is a route's path match as istioctl prints it.
+func routeMatch(m *routev3.RouteMatch) string {
+	switch {
+	case m.GetPath() != "":
+		return m.GetPath()
+	case m.GetPrefix() == "/":
+		return "/*"
+	case m.GetPrefix() != "":
+		return m.GetPrefix() + "*"
+	case m.GetSafeRegex() != nil:
+		return m.GetSafeRegex().GetRegex()
+	case m.GetPathSeparatedPrefix() != "":
+		return m.GetPathSeparatedPrefix() + "/*"
+	case m.GetPathMatchPolicy() != nil:
+		return "(path template)"
+	}
+	return "/*"
+}
+
+func endpointRows(e *endpointv3.ClusterLoadAssignment, f Filters) [][]string {
+	if f.Name != "" && e.GetClusterName() != f.Name {
+		return nil
+	}
+	var rows [][]string
+	for _, loc := range e.GetEndpoints() {
+		for _, lb := range loc.GetLbEndpoints() {
+			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+			if (f.Port != 0 && int(sa.GetPortValue()) != f.Port) || (f.Address != "" && sa.GetAddress() != f.Address) {
+				continue
+			}
+			health := lb.GetHealthStatus()
+			if health == corev3.HealthStatus_UNKNOWN {
+				health = corev3.HealthStatus_HEALTHY // Envoy routes to UNKNOWN as to HEALTHY
+			}
+			rows = append(rows, []string{sa.GetAddress() + ":" + strconv.Itoa(int(sa.GetPortValue())), health.String(), "-", e.GetClusterName()})
+		}
+	}
+	return rows
+}
+
+// secretRow is a served certificate's serial, validity and identity
+// (its SPIFFE URI or DNS names); never its key, which discovery's dump
+// has redacted anyway.
+func secretRow(s *tlsv3.Secret, now time.Time) []string {
+	if ctx := s.GetValidationContext(); ctx != nil {
+		return certRow(s.GetName(), "ROOTCA", ctx.GetTrustedCa().GetInlineBytes(), now)
+	}
+	if tc := s.GetTlsCertificate(); tc != nil {
+		return certRow(s.GetName(), "Cert Chain", tc.GetCertificateChain().GetInlineBytes(), now)
+	}
+	return []string{s.GetName(), "Generic", "-", "-", "-", "-", "-", "-"}
+}
+
+func certRow(name, typ string, chain []byte, now time.Time) []string {
+	block, _ := pem.Decode(chain)
+	if block == nil {
+		return []string{name, typ, "NOT PEM", "false", "-", "-", "-", "-"}
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return []string{name, typ, "UNREADABLE", "false", "-", "-", "-", "-"}
+	}
+	valid := now.After(c.NotBefore) && now.Before(c.NotAfter)
+	var ids []string
+	for _, u := range c.URIs {
+		ids = append(ids, u.String())
+	}
+	ids = append(ids, c.DNSNames...)
+	return []string{
+		name, typ, "ACTIVE", strconv.FormatBool(valid), c.SerialNumber.Text(16),
+		c.NotAfter.UTC().Format(time.RFC3339), c.NotBefore.UTC().Format(time.RFC3339), dash(strings.Join(ids, ",")),
+	}
+}

@@ -1,0 +1,64 @@
+package proxyconfig
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+)
+
+func TestClusterNamesSplitAsIstioctlSplitsThem(t *testing.T) {
+	for name, want := range map[string][4]string{
+		"outbound|80|v1|reviews.default.svc.cluster.local": {"outbound", "80", "v1", "reviews.default.svc.cluster.local"},
+		"inbound|9080||":                    {"inbound", "9080", "", ""},
+		"BlackHoleCluster":                  {"", "", "", "BlackHoleCluster"},
+		"outbound_.80_.v1_.reviews.default": {"", "", "", "outbound_.80_.v1_.reviews.default"},
+		"sideways|80|v1|reviews":            {"", "", "", "sideways|80|v1|reviews"},
+	} {
+		d, p, s, f := clusterName(name)
+		if got := [4]string{d, p, s, f}; got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestASecretShowsItsSerialValidityAndIdentityNeverItsKey(t *testing.T) {
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(testpki.Request{CommonName: "gw", DNSNames: []string{"bookinfo.example.com"}, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline := func(b []byte) *corev3.DataSource {
+		return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
+	}
+	now := time.Now()
+	cert := secretRow(&tlsv3.Secret{Name: "kubernetes://bookinfo", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		CertificateChain: inline(leaf.CertPEM), PrivateKey: inline([]byte("[redacted]")),
+	}}}, now)
+	want := []string{
+		"kubernetes://bookinfo", "Cert Chain", "ACTIVE", "true", leaf.Cert.SerialNumber.Text(16),
+		leaf.Cert.NotAfter.UTC().Format(time.RFC3339), leaf.Cert.NotBefore.UTC().Format(time.RFC3339), "bookinfo.example.com",
+	}
+	if !slices.Equal(cert, want) {
+		t.Fatalf("certificate row %q, want %q", cert, want)
+	}
+	if later := secretRow(&tlsv3.Secret{Name: "x", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{CertificateChain: inline(leaf.CertPEM)}}}, now.Add(2*time.Hour)); later[3] != "false" {
+		t.Fatalf("an expired certificate: %q", later)
+	}
+	root := secretRow(&tlsv3.Secret{Name: "kubernetes://bookinfo-cacert", Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+		TrustedCa: inline(ca.CertPEM),
+	}}}, now)
+	if root[1] != "ROOTCA" || root[3] != "true" {
+		t.Fatalf("CA row %q", root)
+	}
+	if bad := secretRow(&tlsv3.Secret{Name: "b", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{CertificateChain: inline([]byte("garbage"))}}}, now); bad[2] != "NOT PEM" {
+		t.Fatalf("garbage row %q", bad)
+	}
+}

@@ -1,0 +1,58 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"flag"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/flotilla-mesh/flotilla/internal/golden"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden tables")
+
+func TestProxyConfigShowsWhatTheReplicaGivesASidecarAndAProxylessClient(t *testing.T) {
+	_, r1, r2 := mesh(t)
+	ctxFile := writeContext(t, r1.xds, r2.xds)
+	c := xdstest.Client(t, proxylessID, xdstest.Target, r1.xds)
+	if got := xdstest.Count(t, c, 10); got["v1"]+got["v2"] != 10 {
+		t.Fatalf("proxyless calls: %v", got)
+	}
+	newRawClient(t, r2.xds, sidecarID, "ack")
+	// The backends listen on ports the test chose: the tables name them.
+	ports := strings.NewReplacer(":"+strconv.Itoa(backendPorts[0])+" ", ":V1PORT ", ":"+strconv.Itoa(backendPorts[1])+" ", ":V2PORT ")
+	for _, tc := range []struct {
+		golden, proxy string
+		args          []string
+	}{
+		{"proxyless-all", "client-1.default", []string{"all"}},
+		{"sidecar-clusters", "app-1.default", []string{"cluster"}},
+		{"sidecar-clusters-outbound-80", "app-1.default", []string{"cluster", "--direction", "outbound", "--port", "80", "--fqdn", "backend"}},
+		{"sidecar-listeners", "app-1.default", []string{"listener"}},
+		{"sidecar-listeners-port-80", "app-1.default", []string{"listener", "--port", "80"}},
+		{"sidecar-routes", "app-1.default", []string{"routes"}},
+		{"sidecar-endpoints-v2", "app-1.default", []string{"endpoint", "--cluster", "outbound|80|v2|backend-service.default.svc.cluster.local"}},
+	} {
+		code, out, errOut := flotilla(t, ctxFile, append([]string{"proxy-config"}, append(tc.args, tc.proxy)...)...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.golden, code, errOut)
+		}
+		golden.Check(t, filepath.Join("testdata", tc.golden+".golden"), []byte(ports.Replace(out)), *update)
+	}
+
+	// In full: the resources themselves, as JSON.
+	code, out, _ := flotilla(t, ctxFile, "proxy-config", "route", "app-1.default", "--name", "80", "-o", "json")
+	var routes []struct {
+		Name         string            `json:"name"`
+		VirtualHosts []json.RawMessage `json:"virtualHosts"`
+	}
+	if err := json.Unmarshal([]byte(out), &routes); code != 0 || err != nil || len(routes) != 1 || routes[0].Name != "80" || len(routes[0].VirtualHosts) == 0 {
+		t.Fatalf("route 80 as JSON: %d %v\n%s", code, err, out)
+	}
+	if code, _, errOut := flotilla(t, ctxFile, "proxy-config", "bootstrap", "app-1.default"); code != 1 || !strings.Contains(errOut, `"bootstrap": want one of cluster, listener, route, endpoint, secret, all`) {
+		t.Fatalf("bootstrap: %d %s", code, errOut)
+	}
+}
