@@ -75,7 +75,22 @@ func Locate(ctx context.Context, cl *connect.Client, name string) (Row, error) {
 	}
 	// A proxy that moved replicas may show on both for a moment: the
 	// newest stream is the one it uses.
-	return slices.MaxFunc(rows, func(a, b Row) int { return a.Proxy.ConnectedAt.Compare(b.Proxy.ConnectedAt) }), nil
+	r := slices.MaxFunc(rows, func(a, b Row) int { return a.Proxy.ConnectedAt.Compare(b.Proxy.ConnectedAt) })
+	// Its detail (what translation dropped for it) comes when asked for
+	// by ID.
+	a := cl.Fetch(ctx, r.Address, debugapi.Syncz, r.Proxy.ID)
+	if a.Err != nil {
+		return Row{}, fmt.Errorf("syncz of %s on %s: %w", r.Proxy.ID, r.Address, a.Err)
+	}
+	syncs, err := debugapi.Syncs(a.Resp)
+	switch {
+	case err != nil:
+		return Row{}, fmt.Errorf("syncz of %s on %s: %w", r.Proxy.ID, r.Address, err)
+	case len(syncs) != 1:
+		return Row{}, fmt.Errorf("%s is no longer on %s (it left, or moved replicas meanwhile)", r.Proxy.ID, r.Address)
+	}
+	r.Proxy = syncs[0]
+	return r, nil
 }
 
 func showProxy(ctx context.Context, w io.Writer, cl *connect.Client, name, output string) error {

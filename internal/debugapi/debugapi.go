@@ -17,7 +17,8 @@
 //     NACK, whose message is the error state's details) and the version
 //     it acknowledged; the node's metadata carries Istio's NAMESPACE,
 //     ISTIO_VERSION and CLUSTER_ID and Flotilla's fields (Metadata*).
-//     Resource names, when given, narrow it to those proxy IDs.
+//     Resource names, when given, narrow it to those proxy IDs, and only
+//     then is what translation dropped for each (MetadataProblems) sent.
 //   - ConfigDump: for the one proxy ID named, the configuration the
 //     replica would send it now, as istiod's config_dump: Envoy admin
 //     ConfigDump sections (clusters, endpoints, listeners, routes,
@@ -49,6 +50,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -309,7 +311,9 @@ func ReplicaOf(cp *corev3.ControlPlane) Replica {
 func Fetch(ctx context.Context, cc grpc.ClientConnInterface, typeURL string, names ...string) (*discoveryv3.DiscoveryResponse, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	// Answers repeat type URLs and keys proxy after proxy: compressed,
+	// a listing is a fraction of its size on the wire.
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, grpc.UseCompressor(gzip.Name))
 	if err != nil {
 		return nil, fmt.Errorf("open a debug stream: %w", err)
 	}

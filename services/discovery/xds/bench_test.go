@@ -1,9 +1,12 @@
 package xds_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +15,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
@@ -98,4 +104,97 @@ func BenchmarkPushLatencyWithNeverReadingProxies(b *testing.B) {
 			b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 		})
 	}
+}
+
+// BenchmarkSynczOfTwoReplicasWith2000Proxies is what flotilla
+// proxy-status costs (issue 17's benchmark): two replicas with 1,000
+// proxies each (sidecars watching clusters and listeners, acknowledged),
+// both asked for syncz at once over loopback, as the CLI asks. Reports
+// the time per proxy-status and the bytes of the answers per proxy.
+func BenchmarkSynczOfTwoReplicasWith2000Proxies(b *testing.B) {
+	const perReplica = 1000
+	var conns []*grpc.ClientConn
+	var wire wireBytes
+	for r := range 2 {
+		h := newHarnessWith(b, xds.Options{PlaintextDebug: true, Replica: debugapiReplica(r)})
+		debugConn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(&wire),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = debugConn.Close() })
+		for i := range 20 {
+			h.store.PutService(service(fmt.Sprintf("svc-%02d", i), 8080))
+		}
+		h.push()
+		ctx := b.Context()
+		for i := range perReplica {
+			st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			id := fmt.Sprintf("sidecar~10.%d.%d.%d~app-%d.default~default.svc.cluster.local", r, i/250, i%250, i)
+			for _, t := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
+				req := &discoveryv3.DiscoveryRequest{TypeUrl: t}
+				if t == resourcev3.ClusterType {
+					req.Node = node(id, map[string]any{"ISTIO_VERSION": "1.27.3"})
+				}
+				if err := st.Send(req); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := st.Recv()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: t, ResponseNonce: resp.GetNonce(), VersionInfo: resp.GetVersionInfo()}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		conns = append(conns, debugConn)
+	}
+	ctx := b.Context()
+	bytes := 0
+	b.ResetTimer()
+	wire.n.Store(0)
+	for range b.N {
+		bytes = 0
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, cc := range conns {
+			wg.Go(func() {
+				resp, err := debugapi.Fetch(ctx, cc, debugapi.Syncz)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(resp.GetResources()) != perReplica {
+					b.Errorf("%d proxies", len(resp.GetResources()))
+				}
+				mu.Lock()
+				bytes += proto.Size(resp)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	b.ReportMetric(float64(bytes)/(2*perReplica), "bytes/proxy")
+	b.ReportMetric(float64(wire.n.Load())/float64(b.N)/(2*perReplica), "wire-bytes/proxy")
+}
+
+// wireBytes counts what a client received on the wire (compressed).
+type wireBytes struct{ n atomic.Int64 }
+
+func (w *wireBytes) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (w *wireBytes) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (w *wireBytes) HandleConn(context.Context, stats.ConnStats)                       {}
+func (w *wireBytes) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if in, ok := s.(*stats.InPayload); ok {
+		w.n.Add(int64(in.WireLength))
+	}
+}
+
+func debugapiReplica(i int) debugapi.Replica {
+	return debugapi.NewReplica("flotilla-discovery", fmt.Sprintf("discovery-%d", i), "bench")
 }

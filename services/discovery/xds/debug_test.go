@@ -309,3 +309,21 @@ func unknownTypes(t *testing.T, resp *discoveryv3.DiscoveryResponse) map[string]
 	}
 	return out
 }
+
+func TestWhatWasDroppedForAProxyIsInItsDetailNotInTheListing(t *testing.T) {
+	h := newHarnessWith(t, xds.Options{PlaintextDebug: true})
+	// Two services on one address: the second's routes are dropped.
+	h.store.PutService(service("a", 8080))
+	h.store.PutService(service("b", 8080))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ListenerType})
+	s.send(t, ack(s.next(t)))
+	xdstest.Eventually(t, "the drop to be known", func() bool { return len(h.srv.Status()[0].Problems) > 0 })
+	if all := syncz(t, h.conn); len(all) != 1 || len(all[0].Problems) != 0 {
+		t.Fatalf("the listing carries problems: %+v", all)
+	}
+	if one := syncz(t, h.conn, sidecarID); len(one) != 1 || !strings.Contains(strings.Join(one[0].Problems, "\n"), "dropped") {
+		t.Fatalf("the detail lacks the drop: %+v", one)
+	}
+}
