@@ -13,6 +13,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
 	"github.com/flotilla-mesh/flotilla/cli/proxyconfig"
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
+	"github.com/flotilla-mesh/flotilla/cli/token"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 )
@@ -33,7 +34,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn))
+	cmd.AddCommand(newVersionCommand(info, conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand())
 	return cmd
 }
 

@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +52,38 @@ func debugSyncz(t *testing.T, c *ca, s *signer, secureXDS, ns, sa string) []debu
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestATokenFromTheCLIGetsItsServiceAccountsCertificateFromCA: without a
+// cluster, flotilla token's JWKS is what ca trusts, and its token gets
+// the service account's certificate.
+func TestATokenFromTheCLIGetsItsServiceAccountsCertificateFromCA(t *testing.T) {
+	dir := t.TempDir()
+	key, jwks := filepath.Join(dir, "token.key"), filepath.Join(dir, "jwks.json")
+	cli := func(args ...string) []byte {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(binDir, "flotilla"), args...).Output()
+		if err != nil {
+			t.Fatalf("flotilla %v: %v", args, err)
+		}
+		return out
+	}
+	if err := os.WriteFile(jwks, cli("token", "jwks", "--key-file", key, "--issuer", "https://flotilla.test"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCA(t, t.TempDir(), &signer{jwks: jwks})
+	tok := strings.TrimSpace(string(cli("token", "create", "--key-file", key, "--issuer", "https://flotilla.test", "-n", "vm", "--service-account", "legacy-app")))
+	chain := c.certificate(t, tok)
+	if len(chain[0].URIs) != 1 || chain[0].URIs[0].String() != "spiffe://cluster.local/ns/vm/sa/legacy-app" {
+		t.Fatalf("certificate for %v", chain[0].URIs)
+	}
+	// Another key's token is refused.
+	other := strings.TrimSpace(string(cli("token", "create", "--key-file", filepath.Join(dir, "other.key"), "--issuer", "https://flotilla.test", "-n", "vm", "--service-account", "legacy-app")))
+	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := request(t, c.addr, pemRoots, other); err == nil {
+		t.Fatal("ca took a token signed with a key it does not trust")
+	}
 }
