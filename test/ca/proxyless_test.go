@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/xds"
 
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
@@ -203,6 +204,13 @@ func TestProxylessGRPCTalksMTLSWithSPIFFEIdentitiesEndToEnd(t *testing.T) {
 	}
 	if caller != "spiffe://cluster.local/ns/demo/sa/demo-client" || serverID != "spiffe://cluster.local/ns/demo/sa/greeter-v1" {
 		t.Fatalf("over mTLS the server read the caller as %q and the client reached %q", caller, serverID)
+	}
+	// discovery knows both by their identities, at their agent's version
+	// (the bootstrap's ISTIO_VERSION, as pilot-agent sets it).
+	for _, p := range debugSyncz(t, c, s, secureXDS, "istio-system", "flotilla-cli") {
+		if p.IstioVersion != build.Version || !strings.HasPrefix(p.Identity, "spiffe://cluster.local/ns/demo/sa/") {
+			t.Errorf("syncz: %s at version %q as %s", p.ID, p.IstioVersion, p.Identity)
+		}
 	}
 
 	// STRICT: a client without a certificate is refused.

@@ -24,6 +24,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
+	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
@@ -197,6 +198,9 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	node := bootstrap.Node{
 		Type: cfg.Type, IP: cfg.InstanceIP, PodName: cfg.PodName, Namespace: cfg.PodNamespace, DomainSuffix: cfg.DomainSuffix,
 		ServiceAccount: cfg.ServiceAccount, ClusterID: cfg.ClusterID, Labels: labelsFromEnv(rt.Log),
+		// As pilot-agent does: the proxy's version is the agent's, which
+		// flotilla proxy-status and version show.
+		IstioVersion: buildinfo.Get().Version,
 	}
 	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Log: rt.Log})
 	if err != nil {
