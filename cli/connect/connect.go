@@ -9,6 +9,7 @@
 package connect
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -40,6 +41,7 @@ type Context = debugapi.Context
 type Options struct {
 	ContextFile string
 	Context     Context
+	Kube        KubeOptions
 	Timeout     time.Duration
 	set         func(name string) bool
 }
@@ -58,6 +60,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Context.TokenFile, "token-file", "", "service account token (audience istio-ca) to show ca; a token of the system namespace sees every proxy, another namespace's only its own")
 	fs.StringVar(&o.Context.SystemNamespace, "istio-namespace", "", "the control plane's namespace, which its certificates name (default istio-system)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "how long to wait for the control plane")
+	fs.StringVar(&o.Kube.Kubeconfig, "kubeconfig", "", "reach the control plane in this cluster: its discovery and ca pods (from their Services' EndpointSlices) through the apiserver's port-forward")
+	fs.StringVar(&o.Kube.Context, "context", "", "the kubeconfig context of the cluster (the default kubeconfig's, without --kubeconfig)")
+	fs.StringVar(&o.Kube.ServiceAccount, "service-account", "default",
+		"with --kubeconfig: the service account of the control plane's namespace whose token the CLI shows ca (it then sees every proxy)")
 	o.set = func(name string) bool { return fs.Changed(name) }
 }
 
@@ -147,26 +153,47 @@ type Answer struct {
 
 // Client asks every replica.
 type Client struct {
-	ctx   Context
 	conns map[string]*grpc.ClientConn
+	stop  func()
 }
 
 // maxAnswerBytes bounds one replica's answer (a syncz of thousands of
 // proxies is a few MiB).
 const maxAnswerBytes = 256 << 20
 
-// Dial resolves the options and connects (lazily: nothing is sent until
-// a request).
+// Dial finds the replicas and connects (lazily: nothing is sent until a
+// request); Close ends what it started (a cluster's port-forwards).
 func (o *Options) Dial(ctx context.Context) (*Client, error) {
-	c, err := o.resolve()
+	var c Context
+	var roots []byte
+	var token func() (string, error)
+	stop := func() {}
+	var err error
+	if o.Kube.Enabled() {
+		ns := cmp.Or(o.Context.SystemNamespace, "istio-system")
+		if c, roots, token, stop, err = o.Kube.kubeContext(ctx, ns); err != nil {
+			return nil, err
+		}
+	} else {
+		if c, err = o.resolve(); err != nil {
+			return nil, err
+		}
+		if !c.Plaintext {
+			if roots, err = os.ReadFile(c.CAFile); err != nil {
+				return nil, fmt.Errorf("--cacert: %w", err)
+			}
+		}
+		token = func() (string, error) {
+			b, err := os.ReadFile(c.TokenFile)
+			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
+		}
+	}
+	creds, err := transport(ctx, c, roots, token)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	creds, err := transport(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	cl := &Client{ctx: c, conns: map[string]*grpc.ClientConn{}}
+	cl := &Client{conns: map[string]*grpc.ClientConn{}, stop: stop}
 	for _, a := range slices.Compact(slices.Sorted(slices.Values(c.DiscoveryAddresses))) {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswerBytes)))
 		if err != nil {
@@ -178,18 +205,15 @@ func (o *Options) Dial(ctx context.Context) (*Client, error) {
 	return cl, nil
 }
 
-// transport is the credentials the context asks for.
-func transport(ctx context.Context, c Context) (credentials.TransportCredentials, error) {
+// transport is the credentials the context asks for: none, a client
+// certificate from files, or one from ca for the token.
+func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error)) (credentials.TransportCredentials, error) {
 	if c.Plaintext {
 		return insecure.NewCredentials(), nil
 	}
-	pem, err := os.ReadFile(c.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("--cacert: %w", err)
-	}
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--cacert %s holds no PEM certificate", c.CAFile)
+	if !roots.AppendCertsFromPEM(rootsPEM) {
+		return nil, errors.New("the mesh's roots (--cacert) hold no PEM certificate")
 	}
 	serverName := controlplane.Discovery + "." + c.SystemNamespace + ".svc"
 	if c.CertFile != "" {
@@ -201,11 +225,7 @@ func transport(ctx context.Context, c Context) (credentials.TransportCredentials
 	}
 	certs := certclient.New(certclient.Options{
 		Address: c.CAAddress, ServerName: controlplane.CA + "." + c.SystemNamespace + ".svc", Roots: certclient.StaticRoots(roots),
-		Token: func() (string, error) {
-			b, err := os.ReadFile(c.TokenFile)
-			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
-		},
-		Log: slog.New(slog.DiscardHandler), MaxBackoff: time.Second,
+		Token: token, Log: slog.New(slog.DiscardHandler), MaxBackoff: time.Second,
 	})
 	runCtx, cancel := context.WithCancel(ctx)
 	go func() { _ = certs.Run(runCtx) }() // the first certificate is all a command needs
@@ -236,6 +256,7 @@ func (c *Client) Close() {
 	for _, cc := range c.conns {
 		_ = cc.Close()
 	}
+	c.stop()
 }
 
 // FetchAll asks every replica at once; the answers are in Addresses'

@@ -1,0 +1,189 @@
+package connect
+
+// This file is the way into a cluster (--kubeconfig, --context), as
+// istioctl's: the replicas are the ready Pods behind the flotilla-discovery
+// Service's EndpointSlices, reached through the apiserver's port-forward on
+// their mTLS xDS port; the CLI's certificate comes from ca (one of the
+// flotilla-ca Service's Pods, port-forwarded too) for a token the
+// apiserver issues to a service account of the control plane's namespace
+// (--service-account), checked against the mesh's roots that ca publishes
+// in every namespace (the istio-ca-root-cert ConfigMap).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
+)
+
+// Ports the chart gives the control plane's containers.
+const (
+	secureXDSPort = 15012
+	caPort        = 15013
+)
+
+// rootsConfigMap is where ca publishes the mesh's roots in every
+// namespace (Istio's name), under rootsKey.
+const (
+	rootsConfigMap = "istio-ca-root-cert"
+	rootsKey       = "root-cert.pem"
+)
+
+// KubeOptions are the flags of the way into a cluster.
+type KubeOptions struct {
+	Kubeconfig, Context string
+	// ServiceAccount, of the control plane's namespace, is whose token
+	// the CLI shows ca.
+	ServiceAccount string
+}
+
+// Enabled reports whether the cluster is the way in.
+func (k KubeOptions) Enabled() bool { return k.Kubeconfig != "" || k.Context != "" }
+
+// Pods are the ready Pods behind a Service, from its EndpointSlices, by
+// name (an endpoint without a Pod behind it is left out: nothing to
+// port-forward to).
+func Pods(ctx context.Context, client kubernetes.Interface, namespace, service string) ([]string, error) {
+	list, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+	if err != nil {
+		return nil, fmt.Errorf("EndpointSlices of %s/%s: %w", namespace, service, err)
+	}
+	var pods []string
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" && !slices.Contains(pods, e.TargetRef.Name) {
+				pods = append(pods, e.TargetRef.Name)
+			}
+		}
+	}
+	slices.Sort(pods)
+	if len(pods) == 0 {
+		return nil, fmt.Errorf("no ready pod behind Service %s/%s (is Flotilla installed there? --istio-namespace names another namespace)", namespace, service)
+	}
+	return pods, nil
+}
+
+// kubeContext finds the replicas and ca in the cluster, forwards a local
+// port to each, and returns the context that reaches them with a token
+// for the service account; stop ends the forwards.
+func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Context, rootsPEM []byte, token func() (string, error), stop func(), err error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: k.Context}).ClientConfig()
+	if err != nil {
+		return c, nil, nil, nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return c, nil, nil, nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	discovery, err := Pods(ctx, client, namespace, controlplane.Discovery)
+	if err != nil {
+		return c, nil, nil, nil, err
+	}
+	cas, err := Pods(ctx, client, namespace, controlplane.CA)
+	if err != nil {
+		return c, nil, nil, nil, err
+	}
+	roots, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, rootsConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return c, nil, nil, nil, fmt.Errorf("the mesh's roots (ConfigMap %s/%s): %w", namespace, rootsConfigMap, err)
+	}
+	if roots.Data[rootsKey] == "" {
+		return c, nil, nil, nil, fmt.Errorf("ConfigMap %s/%s has no %s", namespace, rootsConfigMap, rootsKey)
+	}
+	tok, err := client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, k.ServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"istio-ca"}, ExpirationSeconds: ptr(int64(600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return c, nil, nil, nil, fmt.Errorf("a token for %s/%s (the CLI shows it ca; your kubeconfig needs create on serviceaccounts/token there): %w", namespace, k.ServiceAccount, err)
+	}
+	var forwards []*portforward.PortForwarder
+	stop = func() {
+		for _, f := range forwards {
+			f.Close()
+		}
+	}
+	forward := func(pod string, port int) (string, error) {
+		f, err := portForward(ctx, cfg, namespace, pod, port)
+		if err != nil {
+			return "", err
+		}
+		forwards = append(forwards, f)
+		ports, err := f.GetPorts()
+		if err != nil || len(ports) != 1 {
+			return "", fmt.Errorf("port-forward to %s/%s: %v", namespace, pod, errors.Join(err, errors.New("no local port")))
+		}
+		return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), nil
+	}
+	for _, pod := range discovery {
+		a, err := forward(pod, secureXDSPort)
+		if err != nil {
+			stop()
+			return c, nil, nil, nil, err
+		}
+		c.DiscoveryAddresses = append(c.DiscoveryAddresses, a)
+	}
+	if c.CAAddress, err = forward(cas[0], caPort); err != nil {
+		stop()
+		return c, nil, nil, nil, err
+	}
+	c.SystemNamespace = namespace
+	return c, []byte(roots.Data[rootsKey]), func() (string, error) { return tok.Status.Token, nil }, stop, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// portForward forwards a local port on 127.0.0.1 to a pod's port through
+// the apiserver, as kubectl port-forward does, and waits until it is
+// ready (or fails).
+func portForward(ctx context.Context, cfg *rest.Config, namespace, pod string, port int) (*portforward.PortForwarder, error) {
+	transport, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("port-forward: %w", err)
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("port-forward: apiserver %q: %w", cfg.Host, err)
+	}
+	u.Path, _ = url.JoinPath(u.Path, "api/v1/namespaces", namespace, "pods", pod, "portforward")
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	ready := make(chan struct{})
+	f, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, io.Discard)
+	if err != nil {
+		return nil, fmt.Errorf("port-forward to %s/%s: %w", namespace, pod, err)
+	}
+	failed := make(chan error, 1)
+	go func() { failed <- f.ForwardPorts() }()
+	select {
+	case <-ready:
+		return f, nil
+	case err := <-failed:
+		return nil, fmt.Errorf("port-forward to %s/%s:%d: %w", namespace, pod, port, err)
+	case <-ctx.Done():
+		f.Close()
+		return nil, fmt.Errorf("port-forward to %s/%s:%d: %w", namespace, pod, port, ctx.Err())
+	case <-time.After(30 * time.Second):
+		f.Close()
+		return nil, fmt.Errorf("port-forward to %s/%s:%d: not ready in 30s", namespace, pod, port)
+	}
+}
