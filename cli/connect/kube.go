@@ -11,7 +11,6 @@ package connect
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -130,8 +129,11 @@ func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Conte
 		}
 		forwards = append(forwards, f)
 		ports, err := f.GetPorts()
-		if err != nil || len(ports) != 1 {
-			return "", fmt.Errorf("port-forward to %s/%s: %v", namespace, pod, errors.Join(err, errors.New("no local port")))
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("port-forward to %s/%s: %w", namespace, pod, err)
+		case len(ports) != 1:
+			return "", fmt.Errorf("port-forward to %s/%s: %d local ports, want one", namespace, pod, len(ports))
 		}
 		return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), nil
 	}
