@@ -69,7 +69,7 @@ func TestIncompleteCredentialsAreRefusedWithTheFlagsToGive(t *testing.T) {
 		args []string
 		want string
 	}{
-		"a misspelt context field": {file: bad, want: `unknown field "discoveryAdresses"`},
+		"a misspelt context field": {file: bad, want: "field discoveryAdresses not found"},
 		"no context file":          {file: filepath.Join(dir, "absent.yaml"), want: "context file"},
 		"mTLS without credentials": {args: []string{"--discovery-address", "10.0.0.1:15012"}, want: "wants a client certificate"},
 		"a certificate alone":      {args: []string{"--discovery-address", "a:1", "--cert", "c"}, want: "--cert needs --key and --cacert"},

@@ -1,10 +1,13 @@
 package debugapi
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 )
 
 // ContextFileName is where a local stack writes its context, under its
@@ -19,19 +22,19 @@ const DefaultDiscoveryAddress = "127.0.0.1:15010"
 // and how to reach them (the CLI's flags override each field they set).
 type Context struct {
 	// DiscoveryAddresses are the replicas' xDS ports, host:port.
-	DiscoveryAddresses []string `json:"discoveryAddresses"`
+	DiscoveryAddresses []string `yaml:"discoveryAddresses"`
 	// Plaintext reaches them without TLS.
-	Plaintext bool `json:"plaintext,omitempty"`
+	Plaintext bool `yaml:"plaintext,omitempty"`
 	// CertFile and KeyFile are a client certificate; CAFile the roots
 	// the replicas' (and ca's) certificates chain to.
-	CertFile string `json:"certFile,omitempty"`
-	KeyFile  string `json:"keyFile,omitempty"`
-	CAFile   string `json:"caFile,omitempty"`
+	CertFile string `yaml:"certFile,omitempty"`
+	KeyFile  string `yaml:"keyFile,omitempty"`
+	CAFile   string `yaml:"caFile,omitempty"`
 	// CAAddress and TokenFile get a client certificate from ca instead.
-	CAAddress string `json:"caAddress,omitempty"`
-	TokenFile string `json:"tokenFile,omitempty"`
+	CAAddress string `yaml:"caAddress,omitempty"`
+	TokenFile string `yaml:"tokenFile,omitempty"`
 	// SystemNamespace is the control plane's (names its certificates).
-	SystemNamespace string `json:"systemNamespace,omitempty"`
+	SystemNamespace string `yaml:"systemNamespace,omitempty"`
 }
 
 // WriteContext writes a context file (a local stack does, for the CLI).
@@ -51,7 +54,9 @@ func WriteContext(path string, c Context) error {
 // refused.
 func ParseContext(b []byte) (Context, error) {
 	var c Context
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // EOF: an empty file
 		return Context{}, fmt.Errorf("context: %w", err)
 	}
 	return c, nil
