@@ -205,6 +205,18 @@ func (o *Options) Dial(ctx context.Context) (*Client, error) {
 	return cl, nil
 }
 
+// Connect is Dial bounded by the --timeout: a command's requests use the
+// returned context, and done releases both.
+func (o *Options) Connect(parent context.Context) (context.Context, *Client, func(), error) {
+	ctx, cancel := context.WithTimeout(parent, o.Timeout)
+	cl, err := o.Dial(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, cl, func() { cl.Close(); cancel() }, nil
+}
+
 // transport is the credentials the context asks for: none, a client
 // certificate from files, or one from ca for the token.
 func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error)) (credentials.TransportCredentials, error) {

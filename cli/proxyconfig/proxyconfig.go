@@ -92,13 +92,11 @@ here). The bootstrap is written by the agent in the pod and is not shown (planne
 			if f.Direction != "" && f.Direction != "inbound" && f.Direction != "outbound" {
 				return fmt.Errorf("--direction %q: want inbound or outbound", f.Direction)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), conn.Timeout)
-			defer cancel()
-			cl, err := conn.Dial(ctx)
+			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
 				return err //nolint:wrapcheck // says which flag
 			}
-			defer cl.Close()
+			defer done()
 			dump, err := Fetch(ctx, cl, args[1])
 			if err != nil {
 				return err

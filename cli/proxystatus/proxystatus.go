@@ -57,13 +57,11 @@ what it acknowledged, type by type.`,
 			default:
 				return fmt.Errorf("--output %q: want table, json or yaml", output)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), conn.Timeout)
-			defer cancel()
-			cl, err := conn.Dial(ctx)
+			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
 				return err //nolint:wrapcheck // says which flag
 			}
-			defer cl.Close()
+			defer done()
 			if len(args) == 1 {
 				return showProxy(ctx, cmd.OutOrStdout(), cl, args[0], output)
 			}

@@ -18,13 +18,11 @@ import (
 // of the proxies it serves, counted (flotilla version). A replica that
 // does not answer is printed with its error, which is also returned.
 func PrintVersions(ctx context.Context, w io.Writer, conn *connect.Options) error {
-	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
-	defer cancel()
-	cl, err := conn.Dial(ctx)
+	ctx, cl, done, err := conn.Connect(ctx)
 	if err != nil {
 		return err //nolint:wrapcheck // says which flag
 	}
-	defer cl.Close()
+	defer done()
 	var b strings.Builder
 	var errs []error
 	for _, a := range cl.FetchAll(ctx, debugapi.Syncz) {

@@ -9,19 +9,12 @@ import (
 	"testing"
 
 	"github.com/flotilla-mesh/flotilla/internal/golden"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden tables")
 
 func TestProxyConfigShowsWhatTheReplicaGivesASidecarAndAProxylessClient(t *testing.T) {
-	_, r1, r2 := mesh(t)
-	ctxFile := writeContext(t, r1.xds, r2.xds)
-	c := xdstest.Client(t, proxylessID, xdstest.Target, r1.xds)
-	if got := xdstest.Count(t, c, 10); got["v1"]+got["v2"] != 10 {
-		t.Fatalf("proxyless calls: %v", got)
-	}
-	newRawClient(t, r2.xds, sidecarID, "ack")
+	ctxFile, _, _ := meshWithClients(t)
 	// The backends listen on ports the test chose: the tables name them.
 	ports := strings.NewReplacer(":"+strconv.Itoa(backendPorts[0])+" ", ":V1PORT ", ":"+strconv.Itoa(backendPorts[1])+" ", ":V2PORT ")
 	for _, tc := range []struct {

@@ -159,14 +159,22 @@ func line(out, name string) string {
 	return ""
 }
 
-func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
-	_, r1, r2 := mesh(t)
-	ctxFile := writeContext(t, r1.xds, r2.xds)
+// meshWithClients is mesh with a proxyless client (that has called) on r1
+// and a sidecar that ACKs on r2, and a context file naming both replicas.
+func meshWithClients(t *testing.T) (ctxFile string, r1, r2 *replica) {
+	t.Helper()
+	_, r1, r2 = mesh(t)
+	ctxFile = writeContext(t, r1.xds, r2.xds)
 	c := xdstest.Client(t, proxylessID, xdstest.Target, r1.xds)
-	if got := xdstest.Count(t, c, 20); got["v1"]+got["v2"] != 20 {
+	if got := xdstest.Count(t, c, 10); got["v1"]+got["v2"] != 10 {
 		t.Fatalf("proxyless calls: %v", got)
 	}
 	newRawClient(t, r2.xds, sidecarID, "ack")
+	return ctxFile, r1, r2
+}
+
+func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
+	ctxFile, r1, r2 := meshWithClients(t)
 	newRawClient(t, r1.xds, nackerID, "nack")
 	newRawClient(t, r2.xds, stalledID, "hold")
 
