@@ -13,6 +13,8 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
+	"time"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -102,8 +104,11 @@ func (s *Server) debugScope(ctx context.Context) (string, error) {
 
 // serveDebug answers a debug client's requests, the first of which is
 // first, until it closes the stream. Each request that is not an ACK of
-// the last response is answered once; a client sending requests in a
-// loop is paced as a proxy's idle requests are.
+// the last response is answered once, built in one of the server's
+// translation slots (so debug clients share the CPU translations are
+// bounded to); a client sending requests in a loop is paced as a proxy's
+// idle requests are, and one that takes no answer within the send
+// timeout has its stream closed, as a proxy's is.
 func (s *Server) serveDebug(ctx context.Context, first *discoveryv3.DiscoveryRequest,
 	recv func() (*discoveryv3.DiscoveryRequest, error), send func(*discoveryv3.DiscoveryResponse) error,
 ) error {
@@ -113,6 +118,31 @@ func (s *Server) serveDebug(ctx context.Context, first *discoveryv3.DiscoveryReq
 		return err
 	}
 	s.metrics.debugRequests(first.GetTypeUrl())
+	stalled := make(chan struct{})
+	var once sync.Once
+	sendWithin := func(resp *discoveryv3.DiscoveryResponse) error {
+		if s.sendTimeout > 0 {
+			t := time.AfterFunc(s.sendTimeout, func() { once.Do(func() { close(stalled) }) })
+			defer t.Stop()
+		}
+		return send(resp)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.debugLoop(ctx, first, recv, sendWithin, scope) }()
+	select {
+	case err := <-done:
+		return err
+	case <-stalled:
+		// Returning ends the stream, which releases the blocked send.
+		s.metrics.sendTimeouts.Add(ctx, 1)
+		s.log.Warn("closing a debug client's stream: it takes no answer", "timeout", s.sendTimeout)
+		return status.Errorf(codes.DeadlineExceeded, "the debug client took no answer for %s: closing its stream", s.sendTimeout)
+	}
+}
+
+func (s *Server) debugLoop(ctx context.Context, first *discoveryv3.DiscoveryRequest,
+	recv func() (*discoveryv3.DiscoveryRequest, error), send func(*discoveryv3.DiscoveryResponse) error, scope string,
+) error {
 	idle := rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst)
 	lastNonce := ""
 	for req := first; ; {
@@ -120,7 +150,9 @@ func (s *Server) serveDebug(ctx context.Context, first *discoveryv3.DiscoveryReq
 			return err
 		}
 		if req.GetResponseNonce() == "" || req.GetResponseNonce() != lastNonce {
-			resp, err := s.debugResponse(req, scope)
+			var resp *discoveryv3.DiscoveryResponse
+			var err error
+			s.offload(func() { resp, err = s.debugResponse(req, scope) })
 			if err != nil {
 				return err
 			}
@@ -132,6 +164,7 @@ func (s *Server) serveDebug(ctx context.Context, first *discoveryv3.DiscoveryReq
 			lastNonce = resp.Nonce
 		}
 		_ = idle.Wait(ctx) // an error: the stream is ending, as recv tells
+		var err error
 		if req, err = recv(); err != nil {
 			return recvError(err)
 		}
@@ -223,23 +256,22 @@ func (c *conn) watchedTypes() map[string][]string {
 	return out
 }
 
-// configDump is what the proxy would be sent from pc now: for the types
+// configDump (run in a translation slot, as debugResponse is) is what
+// the proxy would be sent from pc now: for the types
 // it watches, the names it watches; an Envoy proxy's clusters, endpoints,
 // listeners and routes in full when it does not watch them (yet).
 func (c *conn) configDump(pc *model.PushContext) []proto.Message {
 	watched := c.watchedTypes()
 	gen := translate.NewGenerator(pc, c.proxy)
 	var out []proto.Message
-	c.s.offload(func() {
-		for _, t := range translate.Types() {
-			names, ok := watched[t]
-			if !ok && (c.proxy.ProxylessGRPC() || t == resourcev3.SecretType) {
-				continue // a proxyless client names all it gets; a secret is asked for by name
-			}
-			res := c.generate(t, gen, names)
-			out = append(out, dumpSection(t, sotwVersion(res), res, nil))
+	for _, t := range translate.Types() {
+		names, ok := watched[t]
+		if !ok && (c.proxy.ProxylessGRPC() || t == resourcev3.SecretType) {
+			continue // a proxyless client names all it gets; a secret is asked for by name
 		}
-	})
+		res := c.generate(t, gen, names)
+		out = append(out, dumpSection(t, sotwVersion(res), res, nil))
+	}
 	return out
 }
 
@@ -262,34 +294,32 @@ func (c *conn) ackedConfigDump() []proto.Message {
 	c.mu.Unlock()
 	unknown := map[string]any{}
 	var out []proto.Message
-	c.s.offload(func() {
-		var gen *translate.Generator
-		if pc != nil {
-			gen = translate.NewGenerator(pc, c.proxy)
+	var gen *translate.Generator
+	if pc != nil {
+		gen = translate.NewGenerator(pc, c.proxy)
+	}
+	for _, t := range translate.Types() {
+		names, ok := watched[t]
+		if !ok {
+			continue
 		}
-		for _, t := range translate.Types() {
-			names, ok := watched[t]
-			if !ok {
-				continue
-			}
-			if acked[t] == "" {
-				unknown[t] = ""
-				continue
-			}
-			var res []named
-			if gen != nil {
-				res = c.generate(t, gen, names)
-			}
-			switch {
-			case !c.delta && gen != nil && sotwVersion(res) == acked[t]:
-			case c.delta && held[t] != nil && sameHeld(res, held[t]):
-			default:
-				unknown[t] = acked[t]
-				continue
-			}
-			out = append(out, dumpSection(t, acked[t], res, nil))
+		if acked[t] == "" {
+			unknown[t] = ""
+			continue
 		}
-	})
+		var res []named
+		if gen != nil {
+			res = c.generate(t, gen, names)
+		}
+		switch {
+		case !c.delta && gen != nil && sotwVersion(res) == acked[t]:
+		case c.delta && held[t] != nil && sameHeld(res, held[t]):
+		default:
+			unknown[t] = acked[t]
+			continue
+		}
+		out = append(out, dumpSection(t, acked[t], res, nil))
+	}
 	st, _ := structpb.NewStruct(map[string]any{debugapi.MetadataUnknownTypes: unknown}) // strings only
 	return append(out, st)
 }

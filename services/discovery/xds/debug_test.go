@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -325,5 +327,42 @@ func TestWhatWasDroppedForAProxyIsInItsDetailNotInTheListing(t *testing.T) {
 	}
 	if one := syncz(t, h.conn, sidecarID); len(one) != 1 || !strings.Contains(strings.Join(one[0].Problems, "\n"), "dropped") {
 		t.Fatalf("the detail lacks the drop: %+v", one)
+	}
+}
+
+func TestADebugClientThatReadsNothingLosesItsStreamAndCostsNoOneElse(t *testing.T) {
+	h := newHarnessWith(t, xds.Options{PlaintextDebug: true, SendTimeout: 500 * time.Millisecond})
+	h.store.PutService(service("a", 80))
+	h.push()
+	// Enough proxies that their syncz is larger than a flow-control window.
+	for i := range 300 {
+		s := h.sotw(t)
+		s.send(t, &discoveryv3.DiscoveryRequest{Node: node(fmt.Sprintf("sidecar~10.2.%d.%d~p-%d.default~default.svc.cluster.local", i/250, i%250, i), nil), TypeUrl: resourcev3.ClusterType})
+		s.next(t)
+	}
+	stuck, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(stuck).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It asks again and again and never reads: gRPC buffers one answer
+	// whatever its size; the next waits for room that never comes, and
+	// the stream is closed after the send timeout while others are
+	// answered.
+	for range 3 {
+		if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: debugapi.Syncz}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xdstest.Eventually(t, "the stuck debug stream to be closed", func() bool {
+		return h.counter("flotilla.discovery.send_timeouts") == 1
+	})
+	if got := syncz(t, h.conn); len(got) != 300 {
+		t.Fatalf("another debug client got %d proxies", len(got))
 	}
 }
