@@ -77,8 +77,16 @@ here). The bootstrap is written by the agent in the pod and is not shown (planne
   flotilla proxy-config endpoint app-1.default --cluster 'outbound|80||backend.default.svc.cluster.local'
   flotilla proxy-config secret ingressgateway-1.istio-system
   flotilla proxy-config all app-1.default -o yaml`,
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: append(slices.Clone(kinds), "all"),
+		Args: cobra.ExactArgs(2),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			switch len(args) {
+			case 0:
+				return append(slices.Clone(kinds), "all"), cobra.ShellCompDirectiveNoFileComp
+			case 1:
+				return proxystatus.ProxyNames(cmd.Context(), conn), cobra.ShellCompDirectiveNoFileComp
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind := strings.TrimSuffix(args[0], "s")
 			if kind != "all" && !slices.Contains(kinds, kind) {

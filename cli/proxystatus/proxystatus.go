@@ -51,6 +51,12 @@ what it acknowledged, type by type.`,
   flotilla proxy-status --discovery-address 10.0.0.5:15012,10.0.0.6:15012 \
     --ca-address 10.0.0.7:15013 --token-file token --cacert roots.pem -o json`,
 		Args: cobra.MaximumNArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return ProxyNames(cmd.Context(), conn), cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch output {
 			case "table", "json", "yaml":
@@ -179,6 +185,25 @@ func age(d time.Duration) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// ProxyNames are the proxies every replica serves, as the table names
+// them, for shell completion (none when the control plane does not
+// answer: completion must not fail loudly).
+func ProxyNames(ctx context.Context, conn *connect.Options) []string {
+	ctx, cl, done, err := conn.Connect(ctx)
+	if err != nil {
+		return nil
+	}
+	defer done()
+	rows, _ := list(ctx, cl)
+	var names []string
+	for _, r := range rows {
+		if n := Name(r.Proxy.ID); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // Name is how the table names a proxy: pod.namespace from an Istio node

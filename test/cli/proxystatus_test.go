@@ -244,6 +244,19 @@ func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
 		t.Fatalf("-o json: %d %v: %s", code, err, js)
 	}
 
+	// Shell completion offers the proxies of every replica.
+	for _, args := range [][]string{{"__complete", "proxy-status", ""}, {"__complete", "proxy-config", "cluster", ""}} {
+		code, out, _ := flotilla(t, ctxFile, args...)
+		for _, name := range []string{"client-1.default", "app-1.default", "picky-1.default", "stuck-1.default"} {
+			if code != 0 || !strings.Contains(out, name+"\n") {
+				t.Errorf("completion %v lacks %s: %d %q", args[1:], name, code, out)
+			}
+		}
+	}
+	if code, out, _ := flotilla(t, ctxFile, "__complete", "proxy-config", ""); code != 0 || !strings.Contains(out, "cluster\n") || !strings.Contains(out, "all\n") {
+		t.Errorf("completion of proxy-config's kind: %d %q", code, out)
+	}
+
 	// A proxy that is nowhere, and a replica that is down: the other's
 	// proxies are still listed, and the exit says which replica failed.
 	if code, _, errOut := flotilla(t, ctxFile, "proxy-status", "nobody.default"); code != 1 || !strings.Contains(errOut, `no replica serves a proxy "nobody.default"`) {
