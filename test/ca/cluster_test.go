@@ -26,13 +26,17 @@ func TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot(t *testing.
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	var addrs []string
+	var addrs, admins []string
 	for range 2 {
 		addr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
 		proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", addr, "--admin-address", admin,
 			"--kubeconfig", kubeconfig, "--system-namespace", system)
-		addrs = append(addrs, addr)
-		defer proc.WaitReady(t, "http://"+admin+"/readyz")
+		addrs, admins = append(addrs, addr), append(admins, admin)
+	}
+	// Both serve before either is asked (the first may publish the root
+	// before the second listens).
+	for _, admin := range admins {
+		proc.WaitReady(t, "http://"+admin+"/readyz")
 	}
 	app, err := env.CreateNamespace(ctx, "shop")
 	if err != nil {
