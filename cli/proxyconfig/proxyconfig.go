@@ -8,6 +8,7 @@ package proxyconfig
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -338,7 +339,7 @@ func clusterRow(c *clusterv3.Cluster, f Filters) ([]string, bool) {
 	if cfg := c.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue(); cfg != "" {
 		dr = configName(cfg)
 	}
-	return []string{fqdn, dash(port), dash(subset), dash(dir), typ, dr}, true
+	return []string{fqdn, cmp.Or(port, "-"), cmp.Or(subset, "-"), cmp.Or(dir, "-"), typ, dr}, true
 }
 
 // configName is "name.namespace" of Istio's config path
@@ -349,13 +350,6 @@ func configName(path string) string {
 		return p[6] + "." + p[4]
 	}
 	return path
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func listenerRows(l *listenerv3.Listener, f Filters) [][]string {
@@ -369,7 +363,7 @@ func listenerRows(l *listenerv3.Listener, f Filters) [][]string {
 		if (f.Port != 0 && port != strconv.Itoa(f.Port)) || (f.Address != "" && host != f.Address) {
 			return nil
 		}
-		return [][]string{{host, dash(port), "API listener", "Route: " + apiRoute(l)}}
+		return [][]string{{host, cmp.Or(port, "-"), "API listener", "Route: " + apiRoute(l)}}
 	}
 	address, port := addr.GetAddress(), addr.GetPortValue()
 	if (f.Port != 0 && int(port) != f.Port) || (f.Address != "" && address != f.Address) {
@@ -396,7 +390,7 @@ func apiRoute(l *listenerv3.Listener) string {
 	if rds := hcm.GetRds(); rds != nil {
 		return rds.GetRouteConfigName()
 	}
-	return dash(hcm.GetRouteConfig().GetName())
+	return cmp.Or(hcm.GetRouteConfig().GetName(), "-")
 }
 
 // chainMatch describes a filter chain's match as istioctl does.
@@ -439,7 +433,7 @@ func destination(fc *listenerv3.FilterChain) string {
 			if rds := hcm.GetRds(); rds != nil {
 				return "Route: " + rds.GetRouteConfigName()
 			}
-			return "Inline Route: " + dash(hcm.GetRouteConfig().GetName())
+			return "Inline Route: " + cmp.Or(hcm.GetRouteConfig().GetName(), "-")
 		case tc.MessageIs(&tcpv3.TcpProxy{}):
 			var tp tcpv3.TcpProxy
 			if tc.UnmarshalTo(&tp) != nil {
@@ -556,6 +550,6 @@ func certRow(name, typ string, chain []byte, now time.Time) []string {
 	ids = append(ids, c.DNSNames...)
 	return []string{
 		name, typ, "ACTIVE", strconv.FormatBool(valid), c.SerialNumber.Text(16),
-		c.NotAfter.UTC().Format(time.RFC3339), c.NotBefore.UTC().Format(time.RFC3339), dash(strings.Join(ids, ",")),
+		c.NotAfter.UTC().Format(time.RFC3339), c.NotBefore.UTC().Format(time.RFC3339), cmp.Or(strings.Join(ids, ","), "-"),
 	}
 }

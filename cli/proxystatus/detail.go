@@ -2,6 +2,7 @@ package proxystatus
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,8 +23,8 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/textdiff"
-	// The Envoy types a config dump holds, to print them.
-	_ "github.com/flotilla-mesh/flotilla/internal/translate"
+	// Also registers the Envoy types a config dump holds, to print them.
+	"github.com/flotilla-mesh/flotilla/internal/translate"
 )
 
 // Detail is one proxy's state on its replica and what it lacks.
@@ -144,13 +145,13 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 	if p.Delta {
 		stream = "delta"
 	}
-	fmt.Fprintf(&b, "Kind:     %s, %s xDS, version %s, connected %s ago, push %s\n\n", kind, stream, orDash(p.IstioVersion), age(now.Sub(p.ConnectedAt)), orDash(p.PushVersion))
+	fmt.Fprintf(&b, "Kind:     %s, %s xDS, version %s, connected %s ago, push %s\n\n", kind, stream, cmp.Or(p.IstioVersion, "-"), age(now.Sub(p.ConnectedAt)), cmp.Or(p.PushVersion, "-"))
 	tw := tabwriter.NewWriter(&b, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tSTATUS\tACKED\tSENT\tRESOURCES")
 	for _, c := range columns {
 		for _, t := range p.Types {
 			if t.TypeURL == c.typeURL {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", c.name, t.Status, orDash(t.AckedVersion), orDash(t.SentVersion), t.Resources)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", c.name, t.Status, cmp.Or(t.AckedVersion, "-"), cmp.Or(t.SentVersion, "-"), t.Resources)
 			}
 		}
 	}
@@ -197,13 +198,6 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err //nolint:wrapcheck // a write error of the output
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func shortName(typeURL string) string {
@@ -292,22 +286,13 @@ func sectionsOf(resp *discoveryv3.DiscoveryResponse) (map[string]section, map[st
 	return out, unknown, nil
 }
 
-// nameOf is the xDS name of a resource: a load assignment's cluster, any
-// other's name.
+// nameOf is the xDS name of a resource (translate.ResourceName).
 func nameOf(a *anypb.Any) string {
 	m, err := a.UnmarshalNew()
 	if err != nil {
 		return a.GetTypeUrl()
 	}
-	type named interface{ GetName() string }
-	type assignment interface{ GetClusterName() string }
-	switch r := m.(type) {
-	case assignment:
-		return r.GetClusterName()
-	case named:
-		return r.GetName()
-	}
-	return a.GetTypeUrl()
+	return cmp.Or(translate.ResourceName(m), a.GetTypeUrl())
 }
 
 // sections are a config dump's, in the order shown.
