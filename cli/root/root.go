@@ -4,11 +4,13 @@ package root
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/flotilla-mesh/flotilla/cli/analyze"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
 	"github.com/flotilla-mesh/flotilla/cli/proxyconfig"
@@ -34,7 +36,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand())
+	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand())
 	return cmd
 }
 
@@ -61,17 +63,27 @@ does not answer is shown with its error.`,
 	return cmd
 }
 
-// Main runs the command line with args and returns the exit code: 0 on
-// success, 1 on failure (with the error printed to stderr).
+// Main runs the command line with args and returns the exit code (see
+// Execute).
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := lifecycle.SignalContext(context.Background())
 	defer stop()
-	cmd := NewCommand()
+	return Execute(ctx, NewCommand(), args, stdout, stderr)
+}
+
+// Execute runs cmd with args and returns the exit code: 0 on success,
+// else the error's ExitCode() when it has one (analyze's 79), else 1; the
+// error is printed to stderr.
+func Execute(ctx context.Context, cmd *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		_, _ = fmt.Fprintf(stderr, "flotilla: %v\n", err)
+		var coded interface{ ExitCode() int }
+		if errors.As(err, &coded) {
+			return coded.ExitCode()
+		}
 		return 1
 	}
 	return 0

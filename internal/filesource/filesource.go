@@ -242,7 +242,7 @@ func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, 
 		}
 		res := validation.Validate(obj, subsets)
 		for _, w := range res.Warnings {
-			s.o.Log.Warn("validation warning", "object", obj.String(), "file", path, "line", doc.LineOf(w.Path), "warning", w.String())
+			s.o.Log.Warn("validation warning", "object", obj.String(), "file", path, "line", doc.LineOf(w.Path), "code", w.Code, "warning", w.String())
 		}
 		if !res.OK() {
 			for _, e := range res.Errors {

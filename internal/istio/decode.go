@@ -27,8 +27,25 @@ type Document struct {
 	Object *Object
 	// Err is a *DecodeError.
 	Err error
+	// Foreign is a document of another kind than Istio's, kept (as JSON)
+	// when DecodeOptions.KeepForeign asks; Object and Err are then nil.
+	Foreign *Foreign
 
 	root *yaml.Node
+}
+
+// Foreign is a Kubernetes object of a kind Flotilla does not serve (a
+// Service, a Deployment): its type and its JSON encoding.
+type Foreign struct {
+	APIVersion, Kind string
+	JSON             []byte
+}
+
+// DecodeOptions change what Decode keeps.
+type DecodeOptions struct {
+	// KeepForeign keeps documents with an apiVersion and kind that is not
+	// an Istio kind as Foreign, rather than as an error.
+	KeepForeign bool
 }
 
 // DecodeError says which document failed and why, formatted the way
@@ -51,6 +68,11 @@ func (e *DecodeError) Error() string {
 // without a namespace get defaultNamespace. Documents are independent: one
 // bad document does not affect the others. Empty documents are skipped.
 func Decode(file string, data []byte, defaultNamespace string) []Document {
+	return DecodeWith(file, data, defaultNamespace, DecodeOptions{})
+}
+
+// DecodeWith is Decode with options.
+func DecodeWith(file string, data []byte, defaultNamespace string, o DecodeOptions) []Document {
 	if len(data) > MaxFileBytes {
 		return []Document{{File: file, Line: 1, Err: &DecodeError{
 			File: file, Line: 1,
@@ -59,7 +81,7 @@ func Decode(file string, data []byte, defaultNamespace string) []Document {
 	}
 	var docs []Document
 	for _, chunk := range split(data) {
-		d, ok := decodeOne(file, chunk, defaultNamespace)
+		d, ok := decodeOne(file, chunk, defaultNamespace, o)
 		if ok {
 			docs = append(docs, d)
 		}
@@ -128,7 +150,7 @@ type metadata struct {
 	CreationTimestamp string `json:"creationTimestamp"`
 }
 
-func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
+func decodeOne(file string, c chunk, defaultNamespace string, o DecodeOptions) (Document, bool) {
 	doc := Document{File: file, Line: c.line}
 	fail := func(object, format string, args ...any) (Document, bool) {
 		doc.Err = &DecodeError{File: file, Line: doc.Line, Object: object, Reason: fmt.Sprintf(format, args...)}
@@ -155,18 +177,24 @@ func decodeOne(file string, c chunk, defaultNamespace string) (Document, bool) {
 	if err != nil {
 		return fail("", "cannot convert to JSON: %v", err)
 	}
-	if m, ok := generic.(map[string]any); ok {
-		if apiVersion, _ := m["apiVersion"].(string); apiVersion != "" {
-			if kindName, _ := m["kind"].(string); kindName != "" {
-				if k, kerr := ByAPIVersion(apiVersion, kindName); kerr == nil {
-					normalizeDurations(m["spec"], k.NewSpec().ProtoReflect().Descriptor())
-				}
-			}
+	foreign := false
+	m, _ := generic.(map[string]any)
+	apiVersion, _ := m["apiVersion"].(string)
+	kindName, _ := m["kind"].(string)
+	if apiVersion != "" && kindName != "" {
+		if k, kerr := ByAPIVersion(apiVersion, kindName); kerr == nil {
+			normalizeDurations(m["spec"], k.NewSpec().ProtoReflect().Descriptor())
+		} else if o.KeepForeign && !strings.HasSuffix(strings.SplitN(apiVersion, "/", 2)[0], ".istio.io") {
+			foreign = true // a kind of an Istio group Flotilla does not serve stays an error
 		}
 	}
 	raw, err := json.Marshal(generic)
 	if err != nil {
 		return fail("", "cannot convert to JSON (are all map keys strings?): %v", err)
+	}
+	if foreign {
+		doc.Foreign = &Foreign{APIVersion: apiVersion, Kind: kindName, JSON: raw}
+		return doc, true
 	}
 	var env envelope
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -204,7 +204,7 @@ func (v *validator) outlierDetection(path string, od *networking.OutlierDetectio
 		v.duration(field(path, "baseEjectionTime"), od.GetBaseEjectionTime(), minTimeout)
 	}
 	if od.GetConsecutiveErrors() != 0 { //nolint:staticcheck // deprecated, still accepted from users: warn about it
-		v.r.warnf(field(path, "consecutiveErrors"), "consecutiveErrors is deprecated; use consecutive5xxErrors or consecutiveGatewayErrors")
+		v.r.warnc(CodeDeprecated, field(path, "consecutiveErrors"), "consecutiveErrors is deprecated; use consecutive5xxErrors or consecutiveGatewayErrors")
 	}
 }
 

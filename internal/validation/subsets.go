@@ -12,16 +12,18 @@ import (
 // SubsetIndex answers the subset question (Context) from a set of
 // DestinationRules, as galley's sources and webhook see them.
 type SubsetIndex struct {
-	drs    []*istio.Object
+	// byHost holds the DestinationRules by their fully qualified host.
+	byHost map[string][]*istio.Object
 	suffix string
 }
 
 // NewSubsetIndex indexes DestinationRules; other kinds are ignored.
 func NewSubsetIndex(objects []*istio.Object, domainSuffix string) SubsetIndex {
-	x := SubsetIndex{suffix: domainSuffix}
+	x := SubsetIndex{suffix: domainSuffix, byHost: map[string][]*istio.Object{}}
 	for _, o := range objects {
-		if o.Kind.Kind == istio.DestinationRule {
-			x.drs = append(x.drs, o)
+		if dr, ok := o.Spec.(*networking.DestinationRule); ok && o.Kind.Kind == istio.DestinationRule {
+			h := fqdn(dr.GetHost(), o.Meta.Namespace, domainSuffix)
+			x.byHost[h] = append(x.byHost[h], o)
 		}
 	}
 	return x
@@ -31,12 +33,11 @@ func NewSubsetIndex(objects []*istio.Object, domainSuffix string) SubsetIndex {
 // define for host, with hosts compared as Istio resolves them: a name
 // without dots is a short name in the object's namespace.
 func (x SubsetIndex) Subsets(namespace, host string) ([]string, bool) {
-	want := fqdn(host, namespace, x.suffix)
 	var names []string
 	found := false
-	for _, o := range x.drs {
-		dr, ok := o.Spec.(*networking.DestinationRule)
-		if !ok || fqdn(dr.GetHost(), o.Meta.Namespace, x.suffix) != want || !visible(dr.GetExportTo(), o.Meta.Namespace, namespace) {
+	for _, o := range x.byHost[fqdn(host, namespace, x.suffix)] {
+		dr, _ := o.Spec.(*networking.DestinationRule)
+		if !visible(dr.GetExportTo(), o.Meta.Namespace, namespace) {
 			continue
 		}
 		found = true

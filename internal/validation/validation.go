@@ -1,9 +1,12 @@
 // Package validation checks Istio configuration objects the way users rely
 // on: every problem of an object at once, each with its field path
 // ("spec.http[0].route[1].weight"), errors (the object is rejected) apart
-// from warnings (it is accepted, but probably not what was meant). It is
-// pure: galley's admission webhook, galley's file mode and `flotilla
-// analyze` all call Validate.
+// from warnings (it is accepted, but probably not what was meant), each
+// with a code (codes.go; docs/analyze.md is the table). Analyze adds the
+// cross-object checks over a whole configuration, built on discovery's own
+// push context so that it resolves hosts, subsets and policies as
+// discovery does. It is pure: galley's admission webhook, galley's file
+// mode and `flotilla analyze` all call it.
 package validation
 
 import (
@@ -16,6 +19,9 @@ import (
 
 // Issue is one problem at one field.
 type Issue struct {
+	// Code says what kind of problem it is: CodeInvalid for every error,
+	// CodeSchemaWarning or a more specific code for a warning.
+	Code Code
 	// Path is the field, e.g. "spec.http[0].route[1].weight".
 	Path    string
 	Message string
@@ -59,11 +65,16 @@ func (e *Error) Error() string {
 }
 
 func (r *Result) errorf(path, format string, args ...any) {
-	r.Errors = append(r.Errors, Issue{Path: path, Message: fmt.Sprintf(format, args...)})
+	r.Errors = append(r.Errors, Issue{Code: CodeInvalid, Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 func (r *Result) warnf(path, format string, args ...any) {
-	r.Warnings = append(r.Warnings, Issue{Path: path, Message: fmt.Sprintf(format, args...)})
+	r.warnc(CodeSchemaWarning, path, format, args...)
+}
+
+// warnc is a warning of a specific code.
+func (r *Result) warnc(code Code, path, format string, args ...any) {
+	r.Warnings = append(r.Warnings, Issue{Code: code, Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 // Context answers the cross-object questions some checks ask. It may be

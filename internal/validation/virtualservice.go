@@ -201,8 +201,11 @@ func (v *validator) httpRoute(path string, h *networking.HTTPRoute, inDelegate b
 	if h.GetMirrorPercentage() != nil {
 		v.percent(field(path, "mirrorPercentage.value"), h.GetMirrorPercentage().GetValue())
 	}
-	if mp := h.GetMirrorPercent(); mp != nil && mp.GetValue() > 100 { //nolint:staticcheck // deprecated, still accepted from users
-		v.r.errorf(field(path, "mirrorPercent"), "percentage %d must be between 0 and 100", mp.GetValue())
+	if mp := h.GetMirrorPercent(); mp != nil { //nolint:staticcheck // deprecated, still accepted from users
+		v.r.warnc(CodeDeprecated, field(path, "mirrorPercent"), "mirrorPercent is deprecated; use mirrorPercentage")
+		if mp.GetValue() > 100 {
+			v.r.errorf(field(path, "mirrorPercent"), "percentage %d must be between 0 and 100", mp.GetValue())
+		}
 	}
 	for i, m := range h.GetMirrors() {
 		mp := at(field(path, "mirrors"), i)
@@ -346,9 +349,9 @@ func (v *validator) destination(path string, d *networking.Destination) {
 	names, found := v.ctx.Subsets(v.obj.Meta.Namespace, d.GetHost())
 	switch {
 	case !found:
-		v.r.warnf(field(path, "subset"), "subset %q: no DestinationRule for host %q defines subsets; traffic to it will fail", d.GetSubset(), d.GetHost())
+		v.r.warnc(CodeSubsetNotFound, field(path, "subset"), "subset %q: no DestinationRule for host %q defines subsets; traffic to it will fail", d.GetSubset(), d.GetHost())
 	case !slices.Contains(names, d.GetSubset()):
-		v.r.warnf(field(path, "subset"), "subset %q is not defined by the DestinationRule for host %q (it defines %s)", d.GetSubset(), d.GetHost(), quoted(names))
+		v.r.warnc(CodeSubsetNotFound, field(path, "subset"), "subset %q is not defined by the DestinationRule for host %q (it defines %s)", d.GetSubset(), d.GetHost(), quoted(names))
 	}
 }
 
@@ -408,6 +411,9 @@ func (v *validator) fault(path string, f *networking.HTTPFaultInjection) {
 		}
 		if pct := d.GetPercent(); pct < 0 || pct > 100 { //nolint:staticcheck // deprecated, still accepted from users
 			v.r.errorf(field(dp, "percent"), "percent %d must be between 0 and 100", pct)
+		} else if pct > 0 {
+			// Istio's deprecation analyzer: HTTPRoute.fault.delay.percent.
+			v.r.warnc(CodeDeprecated, field(dp, "percent"), "percent is deprecated; use percentage")
 		}
 	}
 	if a := f.GetAbort(); a != nil {

@@ -249,6 +249,16 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 		}
 	}
 	t.Logf("failed calls after the first convergence: %d seconds with failures", failed)
+	if failed > 0 {
+		// The client logs the first failure of each second with its
+		// reason, and the services what they did meanwhile.
+		logs, _ := s.run("logs", "--no-color", "--timestamps", "client", "greeter-v1", "greeter-v2", "discovery")
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, "calls failed") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+				t.Logf("%s", l)
+			}
+		}
+	}
 
 	// docker stop (SIGTERM, then SIGKILL after 15 s): every container
 	// drains and exits 0, the client first so that nothing it depends on

@@ -81,13 +81,19 @@ func Run(ctx context.Context, o Options) error {
 	c := testgrpc.NewTestServiceClient(cc)
 	o.Log.Info("calling", "target", o.Target, "rate", o.Rate)
 
-	type result struct{ who string }
+	type result struct {
+		who string
+		err error
+	}
 	results := make(chan result, o.Rate)
 	tick := time.NewTicker(time.Second / time.Duration(o.Rate))
 	defer tick.Stop()
 	report := time.NewTicker(o.Interval)
 	defer report.Stop()
 	counts := map[string]int{}
+	// The first failure of each interval is logged with its reason: one
+	// line per interval at most, however many calls fail.
+	var firstErr error
 	for {
 		select {
 		case <-ctx.Done():
@@ -102,26 +108,31 @@ func Run(ctx context.Context, o Options) error {
 				if id := meshid.OfPeer(&p); id != "" && err == nil {
 					who += " " + id
 				}
+				var failed error
 				switch {
 				case status.Code(err) == codes.PermissionDenied:
 					// The server's AuthorizationPolicy said no.
 					who = "denied"
 				case err != nil:
-					who = "error"
-					if ctx.Err() == nil {
-						o.Log.Debug("call failed", "error", err)
-					}
+					who, failed = "error", err
 				}
 				select {
-				case results <- result{who}:
+				case results <- result{who, failed}:
 				case <-ctx.Done():
 				}
 			}()
 		case r := <-results:
 			counts[r.who]++
+			if firstErr == nil && r.err != nil && ctx.Err() == nil {
+				firstErr = r.err
+			}
 		case <-report.C:
 			_, _ = fmt.Fprintln(o.Out, Split(counts))
+			if firstErr != nil {
+				o.Log.Warn("calls failed", "failed", counts["error"], "first_error", firstErr)
+			}
 			clear(counts)
+			firstErr = nil
 		}
 	}
 }

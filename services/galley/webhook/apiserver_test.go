@@ -176,7 +176,7 @@ func TestTheAPIServerDeniesInvalidObjectsWithGalleysMessageAndAdmitsValidOnes(t 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := warn.take(); len(w) != 1 || !strings.Contains(w[0], "consecutiveErrors is deprecated") {
+	if w := warn.take(); len(w) != 1 || !strings.HasPrefix(w[0], "FLT0103 ") || !strings.Contains(w[0], "consecutiveErrors is deprecated") {
 		t.Fatalf("warnings %v", w)
 	}
 	if err := unstructured.SetNestedField(got.Object, int64(500), "spec", "trafficPolicy", "outlierDetection", "maxEjectionPercent"); err != nil {

@@ -92,7 +92,9 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	}
 	res := validation.Validate(obj, ctx)
 	for _, w := range res.Warnings {
-		resp.Warnings = append(resp.Warnings, clip.String(w.String(), maxWarning))
+		// "FLT0103 spec.trafficPolicy...: ...": the code is flotilla
+		// analyze's (docs/analyze.md).
+		resp.Warnings = append(resp.Warnings, clip.String(string(w.Code)+" "+w.String(), maxWarning))
 	}
 	if !res.OK() {
 		msgs := make([]string, len(res.Errors))

@@ -83,7 +83,7 @@ func TestWarningsAreReturnedAsAdmissionWarnings(t *testing.T) {
 "spec":{"host":"reviews","trafficPolicy":{"outlierDetection":{"consecutiveErrors":5}}}}`
 	kind := metav1.GroupVersionKind{Group: "networking.istio.io", Version: "v1beta1", Kind: "DestinationRule"}
 	resp := answer(t, post(testHandler(t), "application/json; charset=utf-8", review(kind, admissionv1.Update, obj)))
-	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "consecutiveErrors is deprecated") {
+	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.HasPrefix(resp.Warnings[0], "FLT0103 ") || !strings.Contains(resp.Warnings[0], "consecutiveErrors is deprecated") {
 		t.Fatalf("allowed=%v warnings %v", resp.Allowed, resp.Warnings)
 	}
 }

@@ -1,0 +1,210 @@
+package validation_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
+)
+
+// world is a Kubernetes Service "web" in namespace app (selector app=web,
+// port 8080 "http") with one workload (app=web, version=v1), plus objs.
+func world(t *testing.T, yaml string) validation.Input {
+	t.Helper()
+	var objs []*istio.Object
+	for _, d := range istio.Decode("test.yaml", []byte(yaml), "app") {
+		if d.Err != nil {
+			t.Fatal(d.Err)
+		}
+		objs = append(objs, d.Object)
+	}
+	return validation.Input{
+		Objects: objs,
+		Services: []*registryv1.Service{{
+			Hostname: "web.app.svc.cluster.local", Name: "web", Namespace: "app", Selector: map[string]string{"app": "web"},
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE, Location: registryv1.Location_LOCATION_MESH_INTERNAL,
+			Ports: []*registryv1.ServicePort{{Name: "http", Number: 8080, TargetPort: 8080, Protocol: registryv1.Protocol_PROTOCOL_HTTP}},
+		}},
+		Workloads:    []validation.Workload{{Kind: "Pod", Namespace: "app", Name: "web-0", Labels: map[string]string{"app": "web", "version": "v1"}}},
+		HaveServices: true, HaveWorkloads: true,
+	}
+}
+
+func messages(in validation.Input) []string {
+	var out []string
+	for _, m := range validation.Analyze(in) {
+		out = append(out, fmt.Sprintf("%s %s %s", m.Code, m.Object, m.Path))
+	}
+	return out
+}
+
+func TestAnalyzeFollowsIstiosResolutionOfNamesAndScopes(t *testing.T) {
+	for name, c := range map[string]struct {
+		yaml     string
+		exportTo []string // the Service's
+		want     []string
+	}{
+		"a Service exported to its own namespace only is hidden from the others": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: other}
+spec: {hosts: [x], http: [{route: [{destination: {host: web.app.svc.cluster.local}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: app}
+spec: {hosts: [x], http: [{route: [{destination: {host: web.app.svc.cluster.local}}]}]}
+`,
+			exportTo: []string{"."},
+			want:     []string{"FLT0201 VirtualService other/vs spec.http[0].route[0].destination.host"},
+		},
+		"gateways named ns/name, by a name in the own namespace and as name.ns.svc.<suffix> all resolve": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: app}
+spec: {selector: {app: web}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: app}
+spec: {hosts: [web], gateways: [mesh, gw, app/gw, gw.app.svc.cluster.local, other/gw], http: [{route: [{destination: {host: web}}]}]}
+`,
+			want: []string{"FLT0202 VirtualService app/vs spec.gateways[4]"},
+		},
+		"a short host is the VirtualService's namespace's": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: other}
+spec: {hosts: [x], http: [{route: [{destination: {host: web}}]}, {route: [{destination: {host: web.app.svc.cluster.local}}]}]}
+`,
+			want: []string{"FLT0201 VirtualService other/vs spec.http[0].route[0].destination.host"},
+		},
+		"a ServiceEntry's wildcard host covers the names under it": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: app}
+spec: {hosts: ["*.example.com"], ports: [{number: 443, name: tls, protocol: TLS}], resolution: NONE, location: MESH_EXTERNAL}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: app}
+spec: {hosts: [api.example.com], tls: [{match: [{sniHosts: [api.example.com]}], route: [{destination: {host: api.example.com}}]}]}
+`,
+		},
+		"a policy of the root namespace selects workloads of every namespace": {
+			yaml: `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: root, namespace: istio-system}
+spec: {selector: {matchLabels: {app: web}}, action: DENY, rules: [{to: [{operation: {paths: ["/admin"]}}]}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: elsewhere, namespace: other}
+spec: {selector: {matchLabels: {app: web}}, action: DENY, rules: [{to: [{operation: {paths: ["/admin"]}}]}]}
+`,
+			want: []string{"FLT0210 AuthorizationPolicy other/elsewhere spec.selector.matchLabels"},
+		},
+		"a workload's PERMISSIVE PeerAuthentication beats its namespace's STRICT; ISTIO_MUTUAL never conflicts": {
+			yaml: `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: app}
+spec: {mtls: {mode: STRICT}}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: web, namespace: app}
+spec: {selector: {matchLabels: {app: web}}, mtls: {mode: PERMISSIVE}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: app}
+spec: {host: web, trafficPolicy: {tls: {mode: DISABLE}}}
+`,
+		},
+		"UNSET inherits the namespace's STRICT, and a port-level setting is checked against its port": {
+			yaml: `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: istio-system}
+spec: {mtls: {mode: STRICT}}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: web, namespace: app}
+spec: {selector: {matchLabels: {app: web}}, mtls: {mode: UNSET}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: app}
+spec: {host: web, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}, portLevelSettings: [{port: {number: 8080}, tls: {mode: SIMPLE}}]}}
+`,
+			want: []string{"FLT0206 DestinationRule app/web spec.trafficPolicy.portLevelSettings[0].tls.mode"},
+		},
+		"Sidecar egress: */*, ~/* and hosts that match something import as meant": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: app}
+spec: {egress: [{hosts: ["*/*", "~/*", "./*", "app/web.app.svc.cluster.local", "*/web.app.svc.cluster.local", "other/*"]}]}
+`,
+			want: []string{"FLT0205 Sidecar app/default spec.egress[0].hosts[5]"},
+		},
+		"a subset of a Service is its selector and the subset's labels": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: app}
+spec: {host: web, subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]}
+`,
+			want: []string{"FLT0203 DestinationRule app/web spec.subsets[1].labels"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := messages(world(t, c.yaml))
+			if c.exportTo != nil {
+				in := world(t, c.yaml)
+				in.Services[0].ExportTo = c.exportTo
+				got = messages(in)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("messages\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
+			}
+		})
+	}
+}
+
+func TestAnalyzeSkipsWhatItCannotKnowAndSaysSo(t *testing.T) {
+	in := world(t, `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: app}
+spec: {hosts: [web], http: [{route: [{destination: {host: nowhere}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: app}
+spec: {host: web, subsets: [{name: v9, labels: {version: v9}}]}
+`)
+	in.HaveServices, in.HaveWorkloads = false, false
+	got := messages(in)
+	want := []string{"FLT0001 Analysis ", "FLT0001 Analysis "}
+	if !slices.Equal(got, want) {
+		t.Errorf("messages %q, want only the two notes", got)
+	}
+}
+
+func TestEveryCodeHasANameASeverityAndAMeaning(t *testing.T) {
+	seen := map[validation.Code]bool{}
+	for _, c := range validation.Codes() {
+		if seen[c.Code] || c.Name == "" || c.Meaning == "" || c.Severity < validation.SeverityInfo || c.Severity > validation.SeverityError {
+			t.Errorf("%+v: duplicate or incomplete", c)
+		}
+		seen[c.Code] = true
+		if s, err := validation.ParseSeverity(strings.ToUpper(c.Severity.String())); err != nil || s != c.Severity {
+			t.Errorf("ParseSeverity(%s) = %v, %v", c.Severity, s, err)
+		}
+	}
+	if validation.Code("FLT9999").Severity() != validation.SeverityError {
+		t.Error("an unknown code is not an error")
+	}
+}

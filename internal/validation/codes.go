@@ -1,0 +1,170 @@
+package validation
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Code names one kind of message, the same in galley's logs, the webhook's
+// warnings and `flotilla analyze`. Codes are Flotilla's own (FLT, then four
+// digits); Codes lists them all, and docs/analyze.md is that table.
+type Code string
+
+// Severity orders messages: a threshold of SeverityWarning includes SeverityError.
+type Severity int
+
+// Severities, least severe first.
+const (
+	SeverityInfo Severity = iota + 1
+	SeverityWarning
+	SeverityError
+)
+
+func (s Severity) String() string {
+	switch s {
+	case SeverityInfo:
+		return "Info"
+	case SeverityWarning:
+		return "Warning"
+	case SeverityError:
+		return "Error"
+	}
+	return fmt.Sprintf("Severity(%d)", int(s))
+}
+
+// ParseSeverity reads "Info", "Warning" or "Error" (any case).
+func ParseSeverity(s string) (Severity, error) {
+	for _, v := range []Severity{SeverityInfo, SeverityWarning, SeverityError} {
+		if strings.EqualFold(s, v.String()) {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("severity %q: want Info, Warning or Error", s)
+}
+
+// The codes. Validation of one object yields the FLT01xx codes (FLT0101 is
+// the only one galley rejects an object for: the webhook admits the others
+// and returns them as warnings); Analyze adds the cross-object FLT02xx.
+const (
+	CodeAnalyzerSkipped Code = "FLT0001"
+
+	CodeUnreadable     Code = "FLT0100"
+	CodeInvalid        Code = "FLT0101"
+	CodeSchemaWarning  Code = "FLT0102"
+	CodeDeprecated     Code = "FLT0103"
+	CodeSubsetNotFound Code = "FLT0104"
+
+	CodeHostNotFound             Code = "FLT0201"
+	CodeGatewayNotFound          Code = "FLT0202"
+	CodeSubsetSelectsNoWorkload  Code = "FLT0203"
+	CodeConflictingDestRules     Code = "FLT0204"
+	CodeSidecarEgressNothing     Code = "FLT0205"
+	CodeMTLSConflict             Code = "FLT0206"
+	CodeGatewaySelectsNoWorkload Code = "FLT0207"
+	CodeGatewayPortNotOnService  Code = "FLT0208"
+	CodePortNameWithoutProtocol  Code = "FLT0209"
+	CodeSelectorMatchesNothing   Code = "FLT0210"
+	CodeUnknownDestRuleHost      Code = "FLT0211"
+)
+
+// CodeInfo describes a code: its name, severity and what it means, with the
+// Istio analyzer message it corresponds to where there is one.
+type CodeInfo struct {
+	Code     Code
+	Name     string
+	Severity Severity
+	Istio    string
+	Meaning  string
+}
+
+// Codes is every code, in order.
+func Codes() []CodeInfo {
+	return []CodeInfo{
+		{
+			CodeAnalyzerSkipped, "AnalyzerSkipped", SeverityInfo, "",
+			"An analyzer needs what the input does not hold (Services, workloads): it was not run. Add their YAML to the input.",
+		},
+		{
+			CodeUnreadable, "UnreadableDocument", SeverityError, "IST0106",
+			"A document is not valid YAML, not a Kubernetes object, or not a kind/version Flotilla serves.",
+		},
+		{
+			CodeInvalid, "InvalidConfig", SeverityError, "IST0106",
+			"The object breaks a rule of its schema or of Istio's validation: galley (webhook and file mode) rejects it.",
+		},
+		{
+			CodeSchemaWarning, "ConfigWarning", SeverityWarning, "IST0133",
+			"Accepted, but probably not what was meant (a setting that has no effect, a selector that selects everything).",
+		},
+		{
+			CodeDeprecated, "Deprecated", SeverityWarning, "IST0002",
+			"A deprecated field: it still works, its replacement is named.",
+		},
+		{
+			CodeSubsetNotFound, "ReferencedSubsetNotFound", SeverityError, "IST0101",
+			"A VirtualService routes to a subset no DestinationRule for that host defines: those requests fail (503).",
+		},
+		{
+			CodeHostNotFound, "ReferencedHostNotFound", SeverityError, "IST0101",
+			"A VirtualService destination or mirror names a host that no Service or ServiceEntry visible from its namespace has.",
+		},
+		{
+			CodeGatewayNotFound, "ReferencedGatewayNotFound", SeverityError, "IST0101",
+			"A VirtualService is bound to a Gateway that does not exist: it applies to no gateway.",
+		},
+		{
+			CodeSubsetSelectsNoWorkload, "DestinationRuleSubsetNotSelectWorkloads", SeverityError, "IST0173",
+			"A DestinationRule subset's labels (with the service's selector) select no workload: traffic to it fails.",
+		},
+		{
+			CodeConflictingDestRules, "ConflictingDestinationRules", SeverityWarning, "",
+			"Two DestinationRules without workload selectors apply to one host from one namespace: only the oldest is used.",
+		},
+		{
+			CodeSidecarEgressNothing, "SidecarEgressImportsNothing", SeverityWarning, "",
+			"A Sidecar egress host (namespace/host) matches no service: it imports nothing.",
+		},
+		{
+			CodeMTLSConflict, "MTLSConflict", SeverityError, "IST0113",
+			"A DestinationRule disables TLS (or uses TLS that is not ISTIO_MUTUAL) toward workloads a PeerAuthentication makes STRICT: those connections are refused.",
+		},
+		{
+			CodeGatewaySelectsNoWorkload, "GatewaySelectsNoWorkload", SeverityError, "IST0101",
+			"A Gateway's selector matches no workload: no proxy serves it.",
+		},
+		{
+			CodeGatewayPortNotOnService, "GatewayPortNotDefinedOnService", SeverityWarning, "IST0162",
+			"A Gateway server port is on no port (or target port) of the Services in front of the gateway workloads: nothing reaches it.",
+		},
+		{
+			CodePortNameWithoutProtocol, "PortNameIsNotUnderNamingConvention", SeverityInfo, "IST0118",
+			"A Service port has neither appProtocol nor a protocol prefix in its name (http-, grpc-, tcp-, ...): it is treated as TCP (or sniffed).",
+		},
+		{
+			CodeSelectorMatchesNothing, "NoMatchingWorkloadsFound", SeverityWarning, "IST0127",
+			"A policy or Sidecar selector matches no workload in its namespace: it has no effect.",
+		},
+		{
+			CodeUnknownDestRuleHost, "UnknownDestinationRuleHost", SeverityWarning, "IST0174",
+			"A DestinationRule's host is on no Service or ServiceEntry visible from its namespace.",
+		},
+	}
+}
+
+// Info returns a code's description; ok is false for a code not in Codes.
+func (c Code) Info() (CodeInfo, bool) {
+	for _, i := range Codes() {
+		if i.Code == c {
+			return i, true
+		}
+	}
+	return CodeInfo{}, false
+}
+
+// Severity is the code's severity (Error for an unknown code).
+func (c Code) Severity() Severity {
+	if i, ok := c.Info(); ok {
+		return i.Severity
+	}
+	return SeverityError
+}
