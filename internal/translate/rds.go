@@ -258,9 +258,7 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 		name := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
 		ra := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}, Timeout: dur(0)}
 		g.hashPolicy(ra, svc, name)
-		if !g.grpc {
-			ra.RetryPolicy = g.sharedDefaultRetryPolicy(len(ra.HashPolicy) > 0)
-		}
+		ra.RetryPolicy = g.retryPolicy(nil, len(ra.HashPolicy) > 0)
 		return []*routev3.Route{{
 			Name:   "default",
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
@@ -621,6 +619,16 @@ func (g *gen) sharedDefaultRetryPolicy(hashed bool) *routev3.RetryPolicy {
 	return g.defaultRetries[i]
 }
 
+// grpcDefaultRetryPolicy is defaultRetryPolicy with only the conditions
+// gRPC clients understand, made once per generator and never changed.
+func (g *gen) grpcDefaultRetryPolicy() *routev3.RetryPolicy {
+	if g.grpcDefaultRetries == nil {
+		on := slices.DeleteFunc(strings.Split(defaultRetryOn, ","), func(c string) bool { return !slices.Contains(grpcRetryOn, c) })
+		g.grpcDefaultRetries = &routev3.RetryPolicy{RetryOn: strings.Join(on, ","), NumRetries: wrapperspb.UInt32(2)}
+	}
+	return g.grpcDefaultRetries
+}
+
 func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 	return &routev3.RetryPolicy_RetryHostPredicate{
 		Name:       "envoy.retry_host_predicates.previous_hosts",
@@ -637,7 +645,14 @@ func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 func (g *gen) retryPolicy(r *networking.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 	if r == nil {
 		if g.grpc {
-			return nil
+			// Istio gives proxyless clients the default policy too
+			// (translateRoute: retry.ConvertPolicy of the mesh default);
+			// grpc-go reads its unavailable and cancelled and retries
+			// them twice. It also covers grpc-go's own window when a
+			// route gains a cluster: the config selector may pick it
+			// before the cluster manager has it ("unknown cluster
+			// selected for RPC", UNAVAILABLE), and the retry finds it.
+			return g.grpcDefaultRetryPolicy()
 		}
 		return g.sharedDefaultRetryPolicy(hashed)
 	}

@@ -212,6 +212,9 @@ type gen struct {
 	// defaultRetries are the default retry policies, without and with a
 	// hash policy (sharedDefaultRetryPolicy).
 	defaultRetries [2]*routev3.RetryPolicy
+	// grpcDefaultRetries is the default retry policy of proxyless gRPC
+	// clients' routes.
+	grpcDefaultRetries *routev3.RetryPolicy
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any

@@ -199,20 +199,26 @@ spec:
 	})
 }
 
-// TestProxylessClientsRetryOnlyWhenTheVirtualServiceSaysSo: a backend
-// that answers every second call UNAVAILABLE, reached by grpc-go's own
-// xDS client. By default a proxyless client gets no retry policy (as
-// Istio's grpcgen: Envoy's default retries are a sidecar's), so half the
-// calls fail; with the VirtualService's retries on "unavailable", grpc-go
-// retries them and every call succeeds.
-func TestProxylessClientsRetryOnlyWhenTheVirtualServiceSaysSo(t *testing.T) {
+// TestProxylessClientsRetryUnavailableByDefaultAndNotWhenTheVirtualServiceTurnsRetriesOff:
+// a backend that answers every second call UNAVAILABLE, reached by
+// grpc-go's own xDS client. By default a proxyless client gets Istio's
+// default retry policy (translateRoute gives every proxy
+// retry.ConvertPolicy of the mesh default: two retries, of which grpc-go
+// reads "unavailable" and "cancelled"), so every call succeeds, some on a
+// retry; a VirtualService with retries.attempts 0 turns retries off, as in
+// Istio, and half the calls fail.
+func TestProxylessClientsRetryUnavailableByDefaultAndNotWhenTheVirtualServiceTurnsRetriesOff(t *testing.T) {
 	port, calls := xdstest.StartFlakyBackend(t, "flaky", 2)
 	m := startDiscovery(t, map[string]string{"backend.yaml": xdstest.Backend(xdstest.Endpoint(port, "v1"))})
 	c := xdstest.Client(t, "sidecar~10.0.0.9~client-1.default~default.svc.cluster.local", xdstest.Target, m.addr)
-	got := xdstest.Count(t, c, 40)
-	t.Logf("without retries: %v", got)
-	if got["flaky"] != 20 {
-		t.Fatalf("without retries: %v, want 20 of 40 calls answered", got)
+	before := calls()
+	if got := xdstest.Count(t, c, 40); got["flaky"] != 40 {
+		t.Fatalf("with the default retries: %v, want all 40 answered", got)
+	}
+	// A failed call's retry lands on a call the backend answers, so each
+	// call is retried at most once, and some are.
+	if extra := calls() - before - 40; extra < 1 || extra > 40 {
+		t.Fatalf("%d retries for 40 calls to a backend failing every second call, want 1 to 40", extra)
 	}
 
 	xdstest.WriteFile(t, m.dir, "retries.yaml", `apiVersion: networking.istio.io/v1
@@ -222,16 +228,10 @@ spec:
   hosts: [backend-service.default.svc.cluster.local]
   http:
   - route: [{destination: {host: backend-service.default.svc.cluster.local}}]
-    retries: {attempts: 2, retryOn: unavailable}
+    retries: {attempts: 0}
 `)
-	xdstest.Eventually(t, "the retry policy to apply", func() bool { return xdstest.Count(t, c, 10)["flaky"] == 10 })
-	before := calls()
-	if got := xdstest.Count(t, c, 40); got["flaky"] != 40 {
-		t.Fatalf("with retries: %v, want all 40 answered", got)
-	}
-	// A failed call's retry lands on a call the backend answers, so each
-	// call is retried at most once, and some are.
-	if extra := calls() - before - 40; extra < 1 || extra > 40 {
-		t.Fatalf("%d retries for 40 calls to a backend failing every second call, want 1 to 40", extra)
+	xdstest.Eventually(t, "retries to be turned off", func() bool { return xdstest.Count(t, c, 10)["flaky"] < 10 })
+	if got := xdstest.Count(t, c, 40); got["flaky"] != 20 {
+		t.Fatalf("without retries: %v, want 20 of 40 calls answered", got)
 	}
 }
