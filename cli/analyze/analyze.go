@@ -6,6 +6,7 @@ package analyze
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
@@ -46,10 +48,12 @@ type Options struct {
 	FailureThreshold string
 	OutputThreshold  string
 	ListCodes        bool
+	Live             bool
 }
 
-// NewCommand returns the analyze command.
-func NewCommand() *cobra.Command {
+// NewCommand returns the analyze command; conn is the root's connection
+// flags (galley's address and credentials, for --live).
+func NewCommand(conn *connect.Options) *cobra.Command {
 	o := &Options{}
 	cmd := &cobra.Command{
 		Use:   "analyze [FILE|DIR|- ...]",
@@ -66,7 +70,14 @@ It reads files and directories (-f, or as arguments; a directory's .yaml, .yml a
 with -R its subdirectories' too) and - for standard input. Kubernetes Services, Pods and the Pod
 templates of Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs in the same
 files are the Services and workloads the cross-object checks look at; without them, those checks
-are skipped and a message says so. Analysing the live configuration through galley is planned.
+are skipped and a message says so.
+
+With --live it reads the configuration and the registry galley serves (over MCP, as discovery
+does: --galley-address, or --kubeconfig to find a galley pod, with the credentials the other
+commands use; galley serves identities of the control plane's namespace) and overlays the files
+given on it, as istioctl analyze overlays files on the cluster: a file's object replaces the live
+one of the same kind and name. The registry's endpoints are the workloads then, so a selector is
+checked against the Pods behind Services.
 
 Each message has a code (--list-codes prints them), a severity (Info, Warning, Error), the object
 and, from a file, the file and line. The exit code is 79 (istioctl's) when a message is at or
@@ -80,6 +91,9 @@ above --failure-threshold, 1 when the input cannot be read.`,
   # as JSON, failing CI on warnings too
   flotilla analyze -o json --failure-threshold Warning mesh.yaml
 
+  # what galley serves, with a change not applied yet
+  flotilla analyze --live --galley-address 127.0.0.1:15019 --plaintext -f reviews-v2.yaml
+
   # every code
   flotilla analyze --list-codes`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -87,7 +101,7 @@ above --failure-threshold, 1 when the input cannot be read.`,
 				return listCodes(cmd.OutOrStdout())
 			}
 			o.Files = append(o.Files, args...)
-			return o.Run(cmd.InOrStdin(), cmd.OutOrStdout())
+			return o.Run(cmd.Context(), conn, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -99,11 +113,13 @@ above --failure-threshold, 1 when the input cannot be read.`,
 	f.StringVar(&o.FailureThreshold, "failure-threshold", "Error", "the least severe message that fails the command (exit code 79): Info, Warning or Error")
 	f.StringVar(&o.OutputThreshold, "output-threshold", "Info", "the least severe message printed: Info, Warning or Error")
 	f.BoolVarP(&o.ListCodes, "list-codes", "L", false, "list every message code and exit")
+	f.BoolVar(&o.Live, "live", false, "analyze galley's configuration and registry, with the files overlaid")
 	return cmd
 }
 
-// Run analyzes the files and prints the messages.
-func (o *Options) Run(stdin io.Reader, out io.Writer) error {
+// Run analyzes the files (over galley's configuration with Live) and
+// prints the messages.
+func (o *Options) Run(ctx context.Context, conn *connect.Options, stdin io.Reader, out io.Writer) error {
 	failAt, err := validation.ParseSeverity(o.FailureThreshold)
 	if err != nil {
 		return fmt.Errorf("--failure-threshold: %w", err)
@@ -117,14 +133,24 @@ func (o *Options) Run(stdin io.Reader, out io.Writer) error {
 	default:
 		return fmt.Errorf("--output %q: want log, json or yaml", o.Output)
 	}
-	if len(o.Files) == 0 {
-		return fmt.Errorf("no files to analyze: name files or directories (-f), or - for standard input (live analysis through galley is planned)")
+	if len(o.Files) == 0 && !o.Live {
+		return errNoInput
 	}
 	files, err := ReadFiles(o.Files, o.Recursive, stdin, o.Namespace, o.DomainSuffix)
 	if err != nil {
 		return err
 	}
-	msgs := slices.Concat(files.Messages, validation.Analyze(Input(files, o.DomainSuffix)))
+	in := Input(files, o.DomainSuffix)
+	msgs := files.Messages
+	if o.Live {
+		live, err := FetchLive(ctx, conn)
+		if err != nil {
+			return err
+		}
+		in = LiveInput(live, files, o.DomainSuffix)
+		msgs = append(msgs, rejectedMessages(live)...)
+	}
+	msgs = slices.Concat(msgs, validation.Analyze(in))
 	failing := 0
 	var shown []validation.Message
 	for _, m := range msgs {

@@ -5,7 +5,8 @@
 // once, over its xDS port: in plain text where discovery serves debug
 // types so (a plain-text port on loopback: make run), else over mTLS with
 // a client certificate, given as files or got from ca with a service
-// account token, as workloads get theirs.
+// account token, as workloads get theirs. The commands that read the
+// configuration (analyze --live) reach galley's MCP port the same way.
 package connect
 
 import (
@@ -52,6 +53,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"context file saying where the control plane is (default: $FLOTILLA_CONTEXT, else .flotilla/"+debugapi.ContextFileName+" in this directory or the nearest parent, which make run writes)")
 	fs.StringSliceVar(&o.Context.DiscoveryAddresses, "discovery-address", nil,
 		"discovery replicas' xDS addresses, host:port, comma-separated or repeated (default: the context file's, else "+debugapi.DefaultDiscoveryAddress+")")
+	fs.StringVar(&o.Context.GalleyAddress, "galley-address", "",
+		"galley's MCP address, host:port, for the commands that read the configuration (analyze --live; default: the context file's); reached with the same credentials as discovery")
 	fs.BoolVar(&o.Context.Plaintext, "plaintext", false, "reach discovery without TLS (served only on a plain-text port that listens on loopback)")
 	fs.StringVar(&o.Context.CertFile, "cert", "", "client certificate (PEM) for discovery's mTLS port")
 	fs.StringVar(&o.Context.KeyFile, "key", "", "private key (PEM) of --cert")
@@ -90,6 +93,9 @@ func (o *Options) resolve() (Context, error) {
 	}
 	if changed("plaintext") {
 		c.Plaintext = flag.Plaintext
+	}
+	if changed("galley-address") {
+		c.GalleyAddress = flag.GalleyAddress
 	}
 	for name, f := range map[string]struct{ dst, src *string }{
 		"cert": {&c.CertFile, &flag.CertFile}, "key": {&c.KeyFile, &flag.KeyFile}, "cacert": {&c.CAFile, &flag.CAFile},
@@ -164,33 +170,8 @@ const maxAnswerBytes = 256 << 20
 // Dial finds the replicas and connects (lazily: nothing is sent until a
 // request); Close ends what it started (a cluster's port-forwards).
 func (o *Options) Dial(ctx context.Context) (*Client, error) {
-	var c Context
-	var roots []byte
-	var token func() (string, error)
-	stop := func() {}
-	var err error
-	if o.Kube.Enabled() {
-		ns := cmp.Or(o.Context.SystemNamespace, "istio-system")
-		if c, roots, token, stop, err = o.Kube.kubeContext(ctx, ns); err != nil {
-			return nil, err
-		}
-	} else {
-		if c, err = o.resolve(); err != nil {
-			return nil, err
-		}
-		if !c.Plaintext {
-			if roots, err = os.ReadFile(c.CAFile); err != nil {
-				return nil, fmt.Errorf("--cacert: %w", err)
-			}
-		}
-		token = func() (string, error) {
-			b, err := os.ReadFile(c.TokenFile)
-			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
-		}
-	}
-	creds, err := transport(ctx, c, roots, token)
+	c, creds, stop, err := o.credentials(ctx, o.Kube, controlplane.Discovery)
 	if err != nil {
-		stop()
 		return nil, err
 	}
 	cl := &Client{conns: map[string]*grpc.ClientConn{}, stop: stop}
@@ -203,6 +184,64 @@ func (o *Options) Dial(ctx context.Context) (*Client, error) {
 		cl.conns[a] = cc
 	}
 	return cl, nil
+}
+
+// DialGalley connects to galley's MCP port (--galley-address, the context
+// file's, or in a cluster a galley pod's through port-forward) with the
+// credentials discovery is reached with; stop closes it and what it
+// started.
+func (o *Options) DialGalley(ctx context.Context) (conn *grpc.ClientConn, stop func(), err error) {
+	k := o.Kube
+	k.Galley = true
+	c, creds, stopKube, err := o.credentials(ctx, k, controlplane.Galley)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.GalleyAddress == "" {
+		stopKube()
+		return nil, nil, errors.New("where is galley? give --galley-address (or --kubeconfig, or a context file that names it)")
+	}
+	conn, err = grpc.NewClient(c.GalleyAddress, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswerBytes)))
+	if err != nil {
+		stopKube()
+		return nil, nil, fmt.Errorf("galley %s: %w", c.GalleyAddress, err)
+	}
+	return conn, func() { _ = conn.Close(); stopKube() }, nil
+}
+
+// credentials resolves where the control plane is and the transport
+// credentials that reach service (whose certificate names it).
+func (o *Options) credentials(ctx context.Context, k KubeOptions, service string) (Context, credentials.TransportCredentials, func(), error) {
+	var c Context
+	var roots []byte
+	var token func() (string, error)
+	stop := func() {}
+	var err error
+	if k.Enabled() {
+		ns := cmp.Or(o.Context.SystemNamespace, "istio-system")
+		if c, roots, token, stop, err = k.kubeContext(ctx, ns); err != nil {
+			return c, nil, nil, err
+		}
+	} else {
+		if c, err = o.resolve(); err != nil {
+			return c, nil, nil, err
+		}
+		if !c.Plaintext {
+			if roots, err = os.ReadFile(c.CAFile); err != nil {
+				return c, nil, nil, fmt.Errorf("--cacert: %w", err)
+			}
+		}
+		token = func() (string, error) {
+			b, err := os.ReadFile(c.TokenFile)
+			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
+		}
+	}
+	creds, err := transport(ctx, c, roots, token, service)
+	if err != nil {
+		stop()
+		return c, nil, nil, err
+	}
+	return c, creds, stop, nil
 }
 
 // Connect is Dial bounded by the --timeout: a command's requests use the
@@ -219,7 +258,7 @@ func (o *Options) Connect(parent context.Context) (context.Context, *Client, fun
 
 // transport is the credentials the context asks for: none, a client
 // certificate from files, or one from ca for the token.
-func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error)) (credentials.TransportCredentials, error) {
+func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error), service string) (credentials.TransportCredentials, error) {
 	if c.Plaintext {
 		return insecure.NewCredentials(), nil
 	}
@@ -227,7 +266,7 @@ func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (st
 	if !roots.AppendCertsFromPEM(rootsPEM) {
 		return nil, errors.New("the mesh's roots (--cacert) hold no PEM certificate")
 	}
-	serverName := controlplane.Discovery + "." + c.SystemNamespace + ".svc"
+	serverName := service + "." + c.SystemNamespace + ".svc"
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {

@@ -35,6 +35,7 @@ import (
 const (
 	secureXDSPort = 15012
 	caPort        = 15013
+	galleyMCPPort = 15019
 )
 
 // rootsConfigMap is where ca publishes the mesh's roots in every
@@ -50,6 +51,9 @@ type KubeOptions struct {
 	// ServiceAccount, of the control plane's namespace, is whose token
 	// the CLI shows ca.
 	ServiceAccount string
+	// Galley reaches a galley pod's MCP port instead of the discovery
+	// replicas (set by the commands that read galley).
+	Galley bool
 }
 
 // Enabled reports whether the cluster is the way in.
@@ -95,7 +99,11 @@ func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Conte
 	if err != nil {
 		return c, nil, nil, nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	discovery, err := Pods(ctx, client, namespace, controlplane.Discovery)
+	target := controlplane.Discovery
+	if k.Galley {
+		target = controlplane.Galley
+	}
+	pods, err := Pods(ctx, client, namespace, target)
 	if err != nil {
 		return c, nil, nil, nil, err
 	}
@@ -137,13 +145,20 @@ func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Conte
 		}
 		return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), nil
 	}
-	for _, pod := range discovery {
-		a, err := forward(pod, secureXDSPort)
-		if err != nil {
+	if k.Galley {
+		if c.GalleyAddress, err = forward(pods[0], galleyMCPPort); err != nil {
 			stop()
 			return c, nil, nil, nil, err
 		}
-		c.DiscoveryAddresses = append(c.DiscoveryAddresses, a)
+	} else {
+		for _, pod := range pods {
+			a, err := forward(pod, secureXDSPort)
+			if err != nil {
+				stop()
+				return c, nil, nil, nil, err
+			}
+			c.DiscoveryAddresses = append(c.DiscoveryAddresses, a)
+		}
 	}
 	if c.CAAddress, err = forward(cas[0], caPort); err != nil {
 		stop()

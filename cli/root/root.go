@@ -36,7 +36,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand())
+	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand())
 	return cmd
 }
 

@@ -172,12 +172,25 @@ func spiffePath(account string) string {
 // RequirePeers makes a server configuration that verifies client
 // certificates also accept only the given service accounts: the peer's
 // SPIFFE ID (its certificate's URI SAN) must end in /ns/<namespace>/sa/<sa>
-// for one of them, given as "<namespace>/<sa>". The trust domain is the
-// issuing ca's, already checked by the chain.
+// for one of them, given as "<namespace>/<sa>", or "<namespace>/*" for
+// every service account of a namespace. The trust domain is the issuing
+// ca's, already checked by the chain.
 func RequirePeers(cfg *tls.Config, accounts ...string) *tls.Config {
 	allowed := map[string]bool{}
+	anyOf := map[string]bool{} // namespaces whose every account is allowed
 	for _, a := range accounts {
+		if ns, ok := strings.CutSuffix(a, "/*"); ok {
+			anyOf["/ns/"+ns+"/sa/"] = true
+			continue
+		}
 		allowed[spiffePath(a)] = true
+	}
+	allows := func(path string) bool {
+		if allowed[path] {
+			return true
+		}
+		i := strings.LastIndex(path, "/sa/")
+		return i >= 0 && anyOf[path[:i+4]] && len(path) > i+4 && !strings.Contains(path[i+4:], "/")
 	}
 	cfg = cfg.Clone()
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
@@ -185,7 +198,7 @@ func RequirePeers(cfg *tls.Config, accounts ...string) *tls.Config {
 			return errors.New("no client certificate")
 		}
 		for _, u := range cs.PeerCertificates[0].URIs {
-			if u.Scheme == "spiffe" && allowed[u.Path] {
+			if u.Scheme == "spiffe" && allows(u.Path) {
 				return nil
 			}
 		}

@@ -33,47 +33,59 @@ func TestRequirePeersAcceptsOnlyTheNamedServiceAccounts(t *testing.T) {
 		return c
 	}
 	server := leaf("spiffe://cluster.local/ns/istio-system/sa/flotilla-galley")
-	cfg := RequirePeers(&tls.Config{
-		MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{server},
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
-	}, "istio-system/flotilla-discovery", "istio-system/flotilla-injector")
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if c.(*tls.Conn).Handshake() == nil {
-					_, _ = c.Write([]byte("ok"))
-				}
-			}()
+	serve := func(accounts ...string) string {
+		cfg := RequirePeers(&tls.Config{
+			MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{server},
+			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+		}, accounts...)
+		lis, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	for uri, ok := range map[string]bool{
-		"spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery":   true,
-		"spiffe://cluster.local/ns/istio-system/sa/flotilla-injector":    true,
-		"spiffe://cluster.local/ns/default/sa/flotilla-discovery":        false, // another namespace
-		"spiffe://cluster.local/ns/istio-system/sa/app":                  false,
-		"spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery/x": false,
-	} {
-		conn, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{
+		t.Cleanup(func() { lis.Close() })
+		go func() {
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					if c.(*tls.Conn).Handshake() == nil {
+						_, _ = c.Write([]byte("ok"))
+					}
+				}()
+			}
+		}()
+		return lis.Addr().String()
+	}
+	named := serve("istio-system/flotilla-discovery", "istio-system/flotilla-injector")
+	wholeNamespace := serve("istio-system/*")
+	accepted := func(addr, uri string) bool {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{
 			MinVersion: tls.VersionTLS12, RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{leaf(uri)},
 		})
-		got := false
-		if err == nil {
-			b, _ := io.ReadAll(conn)
-			got = strings.Contains(string(b), "ok")
-			conn.Close()
+		if err != nil {
+			return false
 		}
-		if got != ok {
-			t.Errorf("%s: accepted %v, want %v", uri, got, ok)
+		defer conn.Close()
+		b, _ := io.ReadAll(conn)
+		return strings.Contains(string(b), "ok")
+	}
+	for uri, ok := range map[string][2]bool{ // named, whole namespace
+		"spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery":   {true, true},
+		"spiffe://cluster.local/ns/istio-system/sa/flotilla-injector":    {true, true},
+		"spiffe://cluster.local/ns/default/sa/flotilla-discovery":        {false, false}, // another namespace
+		"spiffe://cluster.local/ns/istio-system/sa/app":                  {false, true},
+		"spiffe://cluster.local/ns/istio-system/sa/flotilla-discovery/x": {false, false},
+		"spiffe://cluster.local/ns/istio-system/sa/":                     {false, false},
+		"spiffe://cluster.local/ns/istio-system-2/sa/app":                {false, false},
+	} {
+		if got := accepted(named, uri); got != ok[0] {
+			t.Errorf("%s by the named accounts: accepted %v, want %v", uri, got, ok[0])
+		}
+		if got := accepted(wholeNamespace, uri); got != ok[1] {
+			t.Errorf("%s by istio-system/*: accepted %v, want %v", uri, got, ok[1])
 		}
 	}
 }

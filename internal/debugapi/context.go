@@ -23,6 +23,9 @@ const DefaultDiscoveryAddress = "127.0.0.1:15010"
 type Context struct {
 	// DiscoveryAddresses are the replicas' xDS ports, host:port.
 	DiscoveryAddresses []string `yaml:"discoveryAddresses"`
+	// GalleyAddress is galley's MCP port, host:port (flotilla analyze
+	// --live); empty when the stack does not say.
+	GalleyAddress string `yaml:"galleyAddress,omitempty"`
 	// Plaintext reaches them without TLS.
 	Plaintext bool `yaml:"plaintext,omitempty"`
 	// CertFile and KeyFile are a client certificate; CAFile the roots

@@ -8,6 +8,7 @@ package model
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -145,6 +146,22 @@ func NewStore() *Store {
 		namespaces:   map[string]*registryv1.Namespace{},
 		credentials:  map[string]*registryv1.Credential{},
 	}
+}
+
+// Contents returns what the store holds: every Istio object, Service and
+// EndpointSet (in name order) and the mesh configuration (nil when none
+// was put). They are the store's own: callers must not change them.
+func (s *Store) Contents() (objects []*istio.Object, services []*registryv1.Service, endpoints []*registryv1.EndpointSet, mesh *meshv1alpha1.MeshConfig) {
+	for _, kind := range slices.Sorted(maps.Keys(s.configs)) {
+		objects = append(objects, sortedObjects(s.configs[kind])...)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.services)) {
+		services = append(services, s.services[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.endpointSets)) {
+		endpoints = append(endpoints, s.endpointSets[k])
+	}
+	return objects, services, endpoints, s.mesh
 }
 
 // Put stores one resource of a collection, decoding its body; labels,

@@ -84,4 +84,24 @@ func TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices(t *testing.T
 		t.Fatalf("with everything the apiserver holds: %d %s", code, out)
 	}
 	t.Logf("as far as an apiserver without kubelets goes: %s", strings.TrimSpace(out))
+
+	// analyze --live reaches galley the same way.
+	live := func() (int, string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "flotilla"), "analyze", "--live", "--kubeconfig", kubeconfig, "--istio-namespace", ns, "--timeout", "20s")
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok { //nolint:errorlint // the command's own exit
+			return ee.ExitCode(), string(out)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	if code, out := live(); code != 1 || !strings.Contains(out, "no ready pod behind Service "+ns+"/flotilla-galley") {
+		t.Fatalf("analyze --live without galley: %d %s", code, out)
+	}
+	slice("flotilla-galley", map[string]bool{"flotilla-galley-0": true})
+	if code, out := live(); code != 1 || !strings.Contains(out, "port-forward to "+ns+"/flotilla-galley-0:15019") {
+		t.Fatalf("analyze --live with galley's EndpointSlice: %d %s", code, out)
+	}
 }

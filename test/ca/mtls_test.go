@@ -101,13 +101,27 @@ func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
 			return cctx.Err()
 		}
 	}
-	asWorkload := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: "127.0.0.1", Certificates: []tls.Certificate{*workload}})
+	// Each checks galley by the name ca gives the control plane, so that
+	// a refusal is galley's, not the client's.
+	galleyName := "flotilla-galley.istio-system.svc"
+	asWorkload := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: galleyName, Certificates: []tls.Certificate{*workload}})
 	if err := subscribe(asWorkload); err == nil {
 		t.Error("galley streamed its configuration to a workload's certificate")
 	}
-	noCert := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: "127.0.0.1"})
+	noCert := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: galleyName})
 	if err := subscribe(noCert); err == nil {
 		t.Error("galley streamed its configuration without a client certificate")
+	}
+	// An operator's CLI, with a certificate of the system namespace
+	// (flotilla analyze --live), is served.
+	operator := certclient.New(certclient.Options{
+		Address: c.addr, ServerName: "127.0.0.1", Roots: certclient.StaticRoots(roots), Log: slog.New(slog.DiscardHandler),
+		Token: func() (string, error) { return s.token(t, "istio-system", "default"), nil },
+	})
+	proc.Certificate(t, operator)
+	asOperator := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: galleyName, Certificates: []tls.Certificate{*operator.Certificate()}})
+	if err := subscribe(asOperator); err != nil {
+		t.Errorf("galley refused a certificate of the system namespace (the CLI's): %v", err)
 	}
 
 	// discovery's secure port: workloads with ca certificates, nobody else.

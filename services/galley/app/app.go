@@ -146,7 +146,10 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err //nolint:wrapcheck // says what failed
 	}
 	// A certificate from ca serves the webhook and, unless mcpTLS files are
-	// given, MCP over mTLS to discovery and the injector only.
+	// given, MCP over mTLS to the identities of the system namespace only:
+	// discovery, the injector, and an operator's `flotilla analyze --live`
+	// (whose token is of that namespace, as Istio's debug endpoints ask).
+	// Credentials go to discovery alone (Restrict above).
 	var actors []lifecycle.Actor
 	var mcpTLS *tls.Config
 	certs, err := cfg.CA.ForService(controlplane.Galley, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
@@ -156,8 +159,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 		if !cfg.MCPTLS.Enabled() {
-			mcpTLS = certclient.RequirePeers(certs.ServerConfig(certs.Roots()),
-				cfg.SystemNamespace+"/"+controlplane.Discovery, cfg.SystemNamespace+"/"+controlplane.Injector)
+			mcpTLS = certclient.RequirePeers(certs.ServerConfig(certs.Roots()), cfg.SystemNamespace+"/*")
 		}
 	}
 	gs, err := grpcserver.New(grpcserver.Options{

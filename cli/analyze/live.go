@@ -1,0 +1,138 @@
+package analyze
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/cli/connect"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
+)
+
+// liveCollections are what analysis reads from galley: everything
+// discovery reads but the credentials (which galley gives discovery
+// alone).
+func liveCollections() []string {
+	return slices.DeleteFunc(model.TypeURLs(), func(t string) bool { return t == registry.CredentialTypeURL })
+}
+
+// Live is the configuration and registry galley serves, read once over
+// MCP as discovery reads them (into the same store).
+type Live struct {
+	Store *model.Store
+	// Rejected are resources that did not decode, as discovery would
+	// refuse them.
+	Rejected []error
+}
+
+// FetchLive subscribes to galley's collections, waits for the first
+// answer of each, and returns what they hold.
+func FetchLive(ctx context.Context, conn *connect.Options) (*Live, error) {
+	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
+	defer cancel()
+	cc, stop, err := conn.DialGalley(ctx)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // says which flag
+	}
+	defer stop()
+	types := liveCollections()
+	live := &Live{Store: model.NewStore()}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	handler := mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range updated {
+			if err := live.Store.Put(typeURL, r.Name, r.Labels, r.Annotations, r.Created, r.Body); err != nil {
+				live.Rejected = append(live.Rejected, err)
+			}
+		}
+		for _, name := range removed {
+			live.Store.Delete(typeURL, name)
+		}
+		if !seen[typeURL] {
+			seen[typeURL] = true
+			if len(seen) == len(types) {
+				close(done)
+			}
+		}
+		return nil
+	})
+	host, _ := os.Hostname()
+	client := mcp.NewClient(mcp.ClientOptions{
+		Conn: cc, NodeID: "flotilla-analyze~" + host, TypeURLs: types, Handler: handler, Log: slog.New(slog.DiscardHandler),
+	})
+	runCtx, stopClient := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { _ = client.Run(runCtx); close(ran) }()
+	defer func() { stopClient(); <-ran }()
+	select {
+	case <-done:
+		return live, nil
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		return nil, fmt.Errorf("galley answered %d of its %d collections within %s (is it running, and are --galley-address and the credentials right?)", len(seen), len(types), conn.Timeout)
+	}
+}
+
+// LiveInput is the analysis input of galley's configuration with local
+// files overlaid, as istioctl analyze overlays files on the cluster: an
+// object of the files replaces the live one of the same kind and name, a
+// Kubernetes Service of the files the live one of the same name.
+func LiveInput(l *Live, f *Files, domainSuffix string) validation.Input {
+	objects, services, endpoints, mesh := l.Store.Contents()
+	overlaid := map[istio.ID]bool{}
+	for _, o := range f.Objects {
+		overlaid[o.ID()] = true
+	}
+	in := validation.Input{Mesh: mesh, DomainSuffix: domainSuffix, HaveServices: true, HaveWorkloads: true}
+	in.Objects = slices.DeleteFunc(slices.Clone(objects), func(o *istio.Object) bool { return overlaid[o.ID()] })
+	in.Objects = append(in.Objects, f.Objects...)
+	// Analyze makes the ServiceEntries' Services from the objects, so
+	// that an overlaid ServiceEntry counts as it is in the files.
+	fromFiles := map[string]bool{}
+	for _, s := range f.Services {
+		fromFiles[registry.ServiceName(s.GetNamespace(), s.GetHostname())] = true
+	}
+	derived := map[string]bool{}
+	for _, s := range services {
+		key := registry.ServiceName(s.GetNamespace(), s.GetHostname())
+		if s.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY {
+			derived[key] = true
+			continue
+		}
+		if !fromFiles[key] {
+			in.Services = append(in.Services, s)
+		}
+	}
+	in.Services = append(in.Services, f.Services...)
+	for _, es := range endpoints {
+		if !derived[registry.ServiceName(es.GetServiceNamespace(), es.GetServiceHostname())] {
+			in.Endpoints = append(in.Endpoints, es)
+		}
+	}
+	in.Workloads = f.Workloads
+	return in
+}
+
+// rejectedMessages reports what galley sent that does not decode.
+func rejectedMessages(l *Live) []validation.Message {
+	out := make([]validation.Message, 0, len(l.Rejected))
+	for _, err := range l.Rejected {
+		out = append(out, validation.Message{Code: validation.CodeUnreadable, Object: validation.Ref{Kind: "Galley"}, Text: err.Error()})
+	}
+	return out
+}
+
+var errNoInput = errors.New("no files to analyze: name files or directories (-f), or - for standard input, or analyze galley's configuration with --live")
