@@ -520,8 +520,8 @@ func (a *analysis) gateways() {
 }
 
 // selectors: policies and Sidecars whose selector matches no workload in
-// their namespace (every namespace for the root namespace's), as Istio's
-// NoMatchingWorkloadsFound.
+// their namespace (every namespace for the root namespace's authorization
+// and request authentication policies), as Istio's NoMatchingWorkloadsFound.
 func (a *analysis) selectors() {
 	if !a.in.HaveWorkloads {
 		return
@@ -542,7 +542,10 @@ func (a *analysis) selectors() {
 		if len(sel) == 0 {
 			continue
 		}
-		root := o.Meta.Namespace == a.pc.RootNamespace
+		// An AuthorizationPolicy or RequestAuthentication of the root
+		// namespace selects in every namespace; a PeerAuthentication or
+		// Sidecar selects in its own only (discovery's lookups, as Istio's).
+		root := o.Meta.Namespace == a.pc.RootNamespace && (o.Kind.Kind == istio.AuthorizationPolicy || o.Kind.Kind == istio.RequestAuthentication)
 		if !slices.ContainsFunc(a.workloads, func(w Workload) bool {
 			return (root || w.Namespace == o.Meta.Namespace) && model.LabelsMatch(sel, w.Labels)
 		}) {

@@ -108,6 +108,14 @@ spec: {selector: {matchLabels: {app: web}}, action: DENY, rules: [{to: [{operati
 `,
 			want: []string{"FLT0210 AuthorizationPolicy other/elsewhere spec.selector.matchLabels"},
 		},
+		"a PeerAuthentication of the root namespace selects only there": {
+			yaml: `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: web, namespace: istio-system}
+spec: {selector: {matchLabels: {app: web}}, mtls: {mode: STRICT}}
+`,
+			want: []string{"FLT0210 PeerAuthentication istio-system/web spec.selector.matchLabels"},
+		},
 		"a workload's PERMISSIVE PeerAuthentication beats its namespace's STRICT; ISTIO_MUTUAL never conflicts": {
 			yaml: `apiVersion: security.istio.io/v1
 kind: PeerAuthentication
