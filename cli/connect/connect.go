@@ -55,7 +55,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"discovery replicas' xDS addresses, host:port, comma-separated or repeated (default: the context file's, else "+debugapi.DefaultDiscoveryAddress+")")
 	fs.StringVar(&o.Context.GalleyAddress, "galley-address", "",
 		"galley's MCP address, host:port, for the commands that read the configuration (analyze --live; default: the context file's); reached with the same credentials as discovery")
-	fs.BoolVar(&o.Context.Plaintext, "plaintext", false, "reach discovery without TLS (served only on a plain-text port that listens on loopback)")
+	fs.BoolVar(&o.Context.Plaintext, "plaintext", false, "reach discovery and galley without TLS (discovery serves debug types so only on a plain-text port that listens on loopback; galley has one only in file mode without ca)")
 	fs.StringVar(&o.Context.CertFile, "cert", "", "client certificate (PEM) for discovery's mTLS port")
 	fs.StringVar(&o.Context.KeyFile, "key", "", "private key (PEM) of --cert")
 	fs.StringVar(&o.Context.CAFile, "cacert", "", "the mesh's roots (PEM): discovery's and ca's certificates are checked against them")
@@ -63,7 +63,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Context.TokenFile, "token-file", "", "service account token (audience istio-ca) to show ca; a token of the system namespace sees every proxy, another namespace's only its own")
 	fs.StringVar(&o.Context.SystemNamespace, "istio-namespace", "", "the control plane's namespace, which its certificates name (default istio-system)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "how long to wait for the control plane")
-	fs.StringVar(&o.Kube.Kubeconfig, "kubeconfig", "", "reach the control plane in this cluster: its discovery and ca pods (from their Services' EndpointSlices) through the apiserver's port-forward")
+	fs.StringVar(&o.Kube.Kubeconfig, "kubeconfig", "", "reach the control plane in this cluster: its discovery (or, for analyze --live, galley) and ca pods, from their Services' EndpointSlices, through the apiserver's port-forward")
 	fs.StringVar(&o.Kube.Context, "context", "", "the kubeconfig context of the cluster (the default kubeconfig's, without --kubeconfig)")
 	fs.StringVar(&o.Kube.ServiceAccount, "service-account", "default",
 		"with --kubeconfig: the service account of the control plane's namespace whose token the CLI shows ca (it then sees every proxy)")
