@@ -178,9 +178,7 @@ func newAnalysis(in Input) *analysis {
 			continue // its endpoints are the WorkloadEntries above, or addresses
 		}
 		for _, ep := range a.pc.Endpoints(svc) {
-			a.workloads = append(a.workloads, Workload{
-				Kind: "Endpoint", Namespace: cmp.Or(ep.GetWorkloadNamespace(), svc.GetNamespace()), Name: cmp.Or(ep.GetWorkloadName(), ep.GetAddress()), Labels: ep.GetLabels(),
-			})
+			a.workloads = append(a.workloads, endpointWorkload(svc, ep))
 		}
 	}
 	return a
@@ -229,30 +227,30 @@ func hostsMeet(a, b string) bool {
 }
 
 // serviceWorkloads returns the workloads behind a service: those its
-// selector picks in its namespace, and its listed endpoints.
+// selector picks in its namespace, and, for a ServiceEntry or a Service
+// without selector, its own endpoints.
 func (a *analysis) serviceWorkloads(svc *registryv1.Service) []Workload {
 	var out []Workload
-	for _, w := range a.workloads {
-		if w.Namespace != svc.GetNamespace() {
-			continue
-		}
-		if sel := svc.GetSelector(); len(sel) > 0 && model.LabelsMatch(sel, w.Labels) {
-			out = append(out, w)
-		}
-	}
-	if svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY {
-		for _, ep := range a.pc.Endpoints(svc) {
-			out = append(out, Workload{Kind: "Endpoint", Namespace: cmp.Or(ep.GetWorkloadNamespace(), svc.GetNamespace()), Name: cmp.Or(ep.GetWorkloadName(), ep.GetAddress()), Labels: ep.GetLabels()})
-		}
-	}
-	if len(svc.GetSelector()) == 0 && svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE {
+	if sel := svc.GetSelector(); len(sel) > 0 {
 		for _, w := range a.workloads {
-			if w.Kind == "Endpoint" && w.Namespace == svc.GetNamespace() {
-				out = append(out, w) // a Service without selector: its EndpointSlices say
+			if w.Namespace == svc.GetNamespace() && model.LabelsMatch(sel, w.Labels) {
+				out = append(out, w)
 			}
 		}
 	}
+	if svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY || len(svc.GetSelector()) == 0 {
+		for _, ep := range a.pc.Endpoints(svc) {
+			out = append(out, endpointWorkload(svc, ep))
+		}
+	}
 	return out
+}
+
+// endpointWorkload is an endpoint of svc as a workload.
+func endpointWorkload(svc *registryv1.Service, ep *registryv1.Endpoint) Workload {
+	return Workload{
+		Kind: "Endpoint", Namespace: cmp.Or(ep.GetWorkloadNamespace(), svc.GetNamespace()), Name: cmp.Or(ep.GetWorkloadName(), ep.GetAddress()), Labels: ep.GetLabels(),
+	}
 }
 
 // virtualServices: destinations and mirrors naming unknown hosts, and

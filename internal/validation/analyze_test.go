@@ -182,6 +182,32 @@ spec: {host: web, subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels
 	}
 }
 
+func TestTheWorkloadsOfAServiceWithoutSelectorAreItsOwnEndpoints(t *testing.T) {
+	in := world(t, `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: db, namespace: app}
+spec: {host: db, subsets: [{name: v1, labels: {version: v1}}]}
+`)
+	in.Services = append(in.Services, &registryv1.Service{
+		Hostname: "db.app.svc.cluster.local", Name: "db", Namespace: "app",
+		SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE, Location: registryv1.Location_LOCATION_MESH_INTERNAL,
+		Ports: []*registryv1.ServicePort{{Name: "tcp", Number: 5432, TargetPort: 5432, Protocol: registryv1.Protocol_PROTOCOL_TCP}},
+	})
+	// web's endpoint (version v1) is in the same namespace: it is not db's.
+	in.Endpoints = []*registryv1.EndpointSet{
+		{ServiceHostname: "web.app.svc.cluster.local", ServiceNamespace: "app", Shard: "web", Endpoints: []*registryv1.Endpoint{{Address: "10.0.0.1", Labels: map[string]string{"app": "web", "version": "v1"}}}},
+		{ServiceHostname: "db.app.svc.cluster.local", ServiceNamespace: "app", Shard: "db", Endpoints: []*registryv1.Endpoint{{Address: "10.0.0.2", Labels: map[string]string{"version": "v0"}}}},
+	}
+	want := []string{"FLT0203 DestinationRule app/db spec.subsets[0].labels"}
+	if got := messages(in); !slices.Equal(got, want) {
+		t.Errorf("messages %q, want %q", got, want)
+	}
+	in.Endpoints[1].Endpoints[0].Labels["version"] = "v1"
+	if got := messages(in); len(got) != 0 {
+		t.Errorf("with db's own endpoint at v1: messages %q, want none", got)
+	}
+}
+
 func TestAnalyzeSkipsWhatItCannotKnowAndSaysSo(t *testing.T) {
 	in := world(t, `apiVersion: networking.istio.io/v1
 kind: VirtualService

@@ -32,9 +32,9 @@ func TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices(t *testing.T
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cli := func() (int, string) {
+	run := func(args ...string) (int, string) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-status", "--kubeconfig", kubeconfig, "--istio-namespace", ns, "--timeout", "20s")
+		cmd := exec.Command(filepath.Join(binDir, "flotilla"), append(args, "--kubeconfig", kubeconfig, "--istio-namespace", ns, "--timeout", "20s")...)
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); ok { //nolint:errorlint // the command's own exit
 			return ee.ExitCode(), string(out)
@@ -43,6 +43,7 @@ func TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices(t *testing.T
 		}
 		return 0, string(out)
 	}
+	cli := func() (int, string) { t.Helper(); return run("proxy-status") }
 	if code, out := cli(); code != 1 || !strings.Contains(out, "no ready pod behind Service "+ns+"/flotilla-discovery") {
 		t.Fatalf("with nothing installed: %d %s", code, out)
 	}
@@ -86,17 +87,7 @@ func TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices(t *testing.T
 	t.Logf("as far as an apiserver without kubelets goes: %s", strings.TrimSpace(out))
 
 	// analyze --live reaches galley the same way.
-	live := func() (int, string) {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(binDir, "flotilla"), "analyze", "--live", "--kubeconfig", kubeconfig, "--istio-namespace", ns, "--timeout", "20s")
-		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok { //nolint:errorlint // the command's own exit
-			return ee.ExitCode(), string(out)
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return 0, string(out)
-	}
+	live := func() (int, string) { t.Helper(); return run("analyze", "--live") }
 	if code, out := live(); code != 1 || !strings.Contains(out, "no ready pod behind Service "+ns+"/flotilla-galley") {
 		t.Fatalf("analyze --live without galley: %d %s", code, out)
 	}
