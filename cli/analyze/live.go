@@ -53,7 +53,7 @@ func FetchLive(ctx context.Context, conn *connect.Options) (*Live, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, r := range updated {
-			if err := live.Store.Put(typeURL, r.Name, r.Labels, r.Annotations, r.Created, r.Body); err != nil {
+			if err := live.Store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
 				live.Rejected = append(live.Rejected, err)
 			}
 		}

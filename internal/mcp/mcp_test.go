@@ -234,6 +234,7 @@ func TestASubscriberReceivesEveryResourceThenUpdatesAndDeletions(t *testing.T) {
 
 	updated := vs(t, "reviews", "reviews", "reviews.prod")
 	updated.Created = time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	updated.Generation = 7
 	g.update(vsType, []*Resource{updated})
 	rec.waitFor(t, "the update", func() bool {
 		r := rec.get(vsType, "default/reviews")
@@ -244,7 +245,7 @@ func TestASubscriberReceivesEveryResourceThenUpdatesAndDeletions(t *testing.T) {
 	rec.waitFor(t, "the deletion", func() bool { return slices.Equal(rec.names(vsType), []string{"default/reviews"}) })
 
 	got := rec.get(vsType, "default/reviews")
-	if got.Labels["app"] != "reviews" || got.Version == "" || !got.Created.Equal(updated.Created) {
+	if got.Labels["app"] != "reviews" || got.Version == "" || !got.Created.Equal(updated.Created) || got.Generation != 7 {
 		t.Fatalf("resource metadata lost: %+v", got)
 	}
 }

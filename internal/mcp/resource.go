@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -33,12 +34,29 @@ type Resource struct {
 	// Created is the object's creation time (zero when unknown): it
 	// decides which of conflicting objects wins, the oldest, as in Istio.
 	Created time.Time
+	// Generation is the object's metadata.generation in the apiserver (0
+	// when it has none: objects read from files). It travels as the MCP
+	// metadata's version, so that a subscriber can tell which change of
+	// an object it holds (flotilla wait). Unlike the resourceVersion, it
+	// changes only with the object's spec, not with its status, and is
+	// the same in every galley replica.
+	Generation int64
 	// Body is the payload, e.g. an Istio spec or a registry message.
 	Body *anypb.Any
 	// Version is the content hash of the resource, set by the server and
 	// seen by clients. Equal content has an equal version in every galley
 	// replica and across restarts.
 	Version string
+}
+
+// ObjectVersion tells one change of the object from another, as
+// subscribers track its distribution: its generation when it has one,
+// else its content version.
+func (r *Resource) ObjectVersion() string {
+	if r.Generation > 0 {
+		return strconv.FormatInt(r.Generation, 10)
+	}
+	return r.Version
 }
 
 // NewResource wraps body under name.
@@ -52,10 +70,10 @@ func NewResource(name string, body proto.Message, labels, annotations map[string
 	return &Resource{Name: name, Labels: labels, Annotations: annotations, Body: a}, nil
 }
 
-// toProto builds the wire message. Only content goes in: no apiserver
-// resource versions, and of timestamps only the creation time, which is
-// the same in every galley replica and across restarts, so that equal
-// content encodes equally.
+// toProto builds the wire message. Only content goes in: of the
+// apiserver's versions only the generation, and of timestamps only the
+// creation time, which are the same in every galley replica and across
+// restarts, so that equal content encodes equally.
 func (r *Resource) toProto() *mcpv1alpha1.Resource {
 	m := &mcpv1alpha1.Resource{
 		Metadata: &mcpv1alpha1.Metadata{
@@ -67,6 +85,9 @@ func (r *Resource) toProto() *mcpv1alpha1.Resource {
 	}
 	if !r.Created.IsZero() {
 		m.Metadata.CreateTime = timestamppb.New(r.Created)
+	}
+	if r.Generation > 0 {
+		m.Metadata.Version = strconv.FormatInt(r.Generation, 10)
 	}
 	return m
 }
@@ -81,6 +102,9 @@ func fromProto(m *mcpv1alpha1.Resource, version string) *Resource {
 	}
 	if ct := m.GetMetadata().GetCreateTime(); ct != nil && ct.IsValid() {
 		r.Created = ct.AsTime()
+	}
+	if g, err := strconv.ParseInt(m.GetMetadata().GetVersion(), 10, 64); err == nil && g > 0 {
+		r.Generation = g // another version (an Istio sink's) is not a generation: ignored
 	}
 	return r
 }

@@ -41,8 +41,10 @@ type BuildOptions struct {
 // translation needs to know about the mesh it asks the push context; it is
 // safe for concurrent use by every proxy's translation.
 type PushContext struct {
-	// Version increases with every push context built.
+	// Version increases with every push context built; Seq is the same
+	// number.
 	Version string
+	Seq     uint64
 	// Mesh is the mesh configuration, never nil (defaults when galley sent
 	// none).
 	Mesh          *meshv1alpha1.MeshConfig
@@ -161,6 +163,7 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 	}
 	pc := &PushContext{
 		Version:      strconv.FormatUint(version, 10),
+		Seq:          version,
 		DomainSuffix: o.DomainSuffix,
 		scopes:       map[string]*Scope{},
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,32 @@ type ChangeSet struct {
 	// Endpoints holds the services ("namespace/hostname") whose endpoints
 	// changed.
 	Endpoints map[string]bool
+	// Objects are the Istio objects that changed, by ObjectKey, and what
+	// each is now: what distribution tracking (flotilla wait) records.
+	// Which proxies a change concerns is said by the fields above.
+	Objects map[string]ObjectChange
+}
+
+// ObjectChange is what an Istio object is after a change.
+type ObjectChange struct {
+	// Version is the object's version (Meta.Version); empty when it was
+	// deleted.
+	Version string
+	Deleted bool
+}
+
+// ObjectKey names an Istio object across kinds: "Kind/namespace/name".
+func ObjectKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
+
+// Meta is a resource's metadata as galley streams it.
+type Meta struct {
+	Labels, Annotations map[string]string
+	// Created is the creation time (zero when unknown).
+	Created time.Time
+	// Version tells one change of an Istio object from another: its
+	// generation in the apiserver, or galley's content version for an
+	// object that has none (files); empty when unknown.
+	Version string
 }
 
 // Concerns reports whether a full change can concern a proxy that watches
@@ -87,6 +114,12 @@ func (c *ChangeSet) Merge(other ChangeSet) {
 			c.Endpoints = map[string]bool{}
 		}
 		c.Endpoints[k] = true
+	}
+	for k, o := range other.Objects {
+		if c.Objects == nil {
+			c.Objects = map[string]ObjectChange{}
+		}
+		c.Objects[k] = o
 	}
 }
 
@@ -164,11 +197,11 @@ func (s *Store) Contents() (objects []*istio.Object, services []*registryv1.Serv
 	return objects, services, endpoints, s.mesh
 }
 
-// Put stores one resource of a collection, decoding its body; labels,
-// annotations and the creation time (zero when unknown) are an Istio
-// object's metadata. A body that is not the collection's message, or does
-// not decode, is an error and changes nothing.
-func (s *Store) Put(typeURL, name string, labels, annotations map[string]string, created time.Time, body *anypb.Any) error {
+// Put stores one resource of a collection, decoding its body; meta is an
+// Istio object's metadata (other collections have none). A body that is
+// not the collection's message, or does not decode, is an error and
+// changes nothing.
+func (s *Store) Put(typeURL, name string, meta Meta, body *anypb.Any) error {
 	switch typeURL {
 	case registry.ServiceTypeURL:
 		m := &registryv1.Service{}
@@ -229,11 +262,12 @@ func (s *Store) Put(typeURL, name string, labels, annotations map[string]string,
 		}
 		obj := &istio.Object{
 			Kind: kind,
-			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(labels), Annotations: maps.Clone(annotations), CreationTime: created},
+			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(meta.Labels), Annotations: maps.Clone(meta.Annotations), CreationTime: meta.Created},
 			Spec: spec,
 		}
 		s.configChanged(s.configs[kind.Kind][name], obj)
 		s.configs[kind.Kind][name] = obj
+		s.objectChanged(obj, ObjectChange{Version: meta.Version})
 	}
 	return nil
 }
@@ -271,6 +305,7 @@ func (s *Store) Delete(typeURL, name string) {
 			if old, ok := s.configs[kind.Kind][name]; ok {
 				delete(s.configs[kind.Kind], name)
 				s.configChanged(old)
+				s.objectChanged(old, ObjectChange{Deleted: true})
 			}
 		}
 	}
@@ -284,6 +319,18 @@ func (s *Store) PutObject(o *istio.Object) {
 	}
 	s.configChanged(s.configs[o.Kind.Kind][o.Key()], o)
 	s.configs[o.Kind.Kind][o.Key()] = o
+	var version string
+	if o.Meta.Generation > 0 {
+		version = strconv.FormatInt(o.Meta.Generation, 10)
+	}
+	s.objectChanged(o, ObjectChange{Version: version})
+}
+
+func (s *Store) objectChanged(o *istio.Object, c ObjectChange) {
+	if s.pending.Objects == nil {
+		s.pending.Objects = map[string]ObjectChange{}
+	}
+	s.pending.Objects[ObjectKey(o.Kind.Kind, o.Meta.Namespace, o.Meta.Name)] = c
 }
 
 // PutService stores a registry service.

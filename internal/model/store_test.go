@@ -1,9 +1,9 @@
 package model
 
 import (
+	"maps"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -26,7 +26,7 @@ func pack(t *testing.T, m proto.Message) *anypb.Any {
 func TestPutRejectsWhatDoesNotDecodeAndKeepsTheRest(t *testing.T) {
 	s := NewStore()
 	svc := &registryv1.Service{Hostname: "a.ns.svc.cluster.local", Namespace: "ns", Ports: []*registryv1.ServicePort{{Name: "http", Number: 80}}}
-	if err := s.Put(registry.ServiceTypeURL, "ns/a.ns.svc.cluster.local", nil, nil, time.Time{}, pack(t, svc)); err != nil {
+	if err := s.Put(registry.ServiceTypeURL, "ns/a.ns.svc.cluster.local", Meta{}, pack(t, svc)); err != nil {
 		t.Fatal(err)
 	}
 	tests := map[string]struct {
@@ -42,7 +42,7 @@ func TestPutRejectsWhatDoesNotDecodeAndKeepsTheRest(t *testing.T) {
 		"service without a hostname": {registry.ServiceTypeURL, "ns/x", pack(t, &registryv1.Service{}), "no hostname"},
 	}
 	for name, tt := range tests {
-		err := s.Put(tt.typeURL, tt.name, nil, nil, time.Time{}, tt.body)
+		err := s.Put(tt.typeURL, tt.name, Meta{}, tt.body)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want one containing %q", name, err, tt.want)
 		}
@@ -139,7 +139,7 @@ func FuzzPut(f *testing.F) {
 		if msgName == "" {
 			msgName = "istio.networking.v1alpha3.VirtualService"
 		}
-		_ = s.Put(typeURL, name, nil, nil, time.Time{}, &anypb.Any{TypeUrl: "type.googleapis.com/" + msgName, Value: body})
+		_ = s.Put(typeURL, name, Meta{}, &anypb.Any{TypeUrl: "type.googleapis.com/" + msgName, Value: body})
 		pc, _ := s.Build(BuildOptions{}, nil, 1)
 		p := &Proxy{Namespace: "ns"}
 		sc := pc.Scope(p)
@@ -149,4 +149,29 @@ func FuzzPut(f *testing.F) {
 			_ = pc.Endpoints(svc)
 		}
 	})
+}
+
+func TestABuildSaysWhichObjectsChangedAndWhatTheyAreNow(t *testing.T) {
+	s := NewStore()
+	const vsType = "networking.istio.io/v1/VirtualService"
+	for _, name := range []string{"ns/a", "ns/b"} {
+		if err := s.Put(vsType, name, Meta{Version: "1"}, pack(t, &networking.VirtualService{Hosts: []string{"x"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc, cs := s.Build(BuildOptions{}, nil, 1)
+	want := map[string]ObjectChange{"VirtualService/ns/a": {Version: "1"}, "VirtualService/ns/b": {Version: "1"}}
+	if !maps.Equal(cs.Objects, want) {
+		t.Fatalf("first build: %v, want %v", cs.Objects, want)
+	}
+	if err := s.Put(vsType, "ns/a", Meta{Version: "2"}, pack(t, &networking.VirtualService{Hosts: []string{"y"}})); err != nil {
+		t.Fatal(err)
+	}
+	s.Delete(vsType, "ns/b")
+	s.Delete(vsType, "ns/never-there")
+	_, cs = s.Build(BuildOptions{}, pc, 2)
+	want = map[string]ObjectChange{"VirtualService/ns/a": {Version: "2"}, "VirtualService/ns/b": {Deleted: true}}
+	if !maps.Equal(cs.Objects, want) {
+		t.Fatalf("second build: %v, want %v", cs.Objects, want)
+	}
 }

@@ -211,7 +211,7 @@ func (p *Publisher) applyConfig(upserts []*istio.Object, deletes []istio.ID) err
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", o, err)
 		}
-		r.Created = o.Meta.CreationTime
+		r.Created, r.Generation = o.Meta.CreationTime, o.Meta.Generation
 		b := get(o.Kind.TypeURL())
 		b.up = append(b.up, r)
 	}

@@ -3,7 +3,6 @@ package translate
 import (
 	"net/netip"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -24,7 +23,7 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Put(registry.CredentialTypeURL, registry.CredentialName(c.GetNamespace(), c.GetName()), nil, nil, time.Time{}, body); err != nil {
+		if err := s.Put(registry.CredentialTypeURL, registry.CredentialName(c.GetNamespace(), c.GetName()), model.Meta{}, body); err != nil {
 			t.Fatal(err)
 		}
 	}

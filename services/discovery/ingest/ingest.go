@@ -85,7 +85,7 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 	var bad []error
 	i.mu.Lock()
 	for _, r := range updated {
-		if err := i.store.Put(typeURL, r.Name, r.Labels, r.Annotations, r.Created, r.Body); err != nil {
+		if err := i.store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
 			bad = append(bad, err)
 		}
 	}

@@ -98,6 +98,8 @@ type conn struct {
 	watches  map[string]*watch
 	pcSeen   *model.PushContext // the push context the proxy's resources come from
 	problems []string
+	// heldPush is the latest push the proxy holds all of (settle).
+	heldPush uint64
 }
 
 // A stream's requests that carry nothing new are served at this rate
@@ -160,6 +162,11 @@ func (c *conn) drain() {
 		c.mu.Unlock()
 		c.work.Lock()
 		err := c.push(ev)
+		if err == nil {
+			c.mu.Lock()
+			c.settle()
+			c.mu.Unlock()
+		}
 		c.work.Unlock()
 		if err != nil {
 			c.s.log.Warn("push failed; closing the stream", "proxy", c.id, "error", err)
@@ -443,6 +450,7 @@ func (c *conn) acked(t string, w *watch, version, nonce string) bool {
 	w.ackedVersion, w.ackedNonce, w.ackedAt = version, nonce, time.Now()
 	seen := w.pendingSeen
 	w.pendingSeen = time.Time{}
+	c.settle()
 	c.mu.Unlock()
 	if !seen.IsZero() {
 		c.s.metrics.converged(t, time.Since(seen))

@@ -227,9 +227,16 @@ func (s *Server) debugResponse(req *discoveryv3.DiscoveryRequest, scope string) 
 			resp.Resources = append(resp.Resources, a)
 		}
 		return resp, nil
+	case debugapi.Distribution:
+		a, err := s.distribution(req.GetResourceNames(), scope)
+		if err != nil {
+			return nil, err
+		}
+		resp.Resources = []*anypb.Any{a}
+		return resp, nil
 	}
-	return nil, status.Errorf(codes.InvalidArgument, "unknown debug type %q (served: %s, %s, %s)",
-		clip.String(t, 200), debugapi.Syncz, debugapi.ConfigDump, debugapi.AckedConfigDump)
+	return nil, status.Errorf(codes.InvalidArgument, "unknown debug type %q (served: %s, %s, %s, %s)",
+		clip.String(t, 200), debugapi.Syncz, debugapi.ConfigDump, debugapi.AckedConfigDump, debugapi.Distribution)
 }
 
 // conn is the connected proxy with this ID, if any.

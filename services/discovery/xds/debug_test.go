@@ -56,7 +56,7 @@ func typeStatus(ps debugapi.ProxySync, typeURL string) debugapi.TypeSync {
 func TestDebugTypesAreRefusedOnThePlainTextPortOutsideALocalRun(t *testing.T) {
 	h := newHarness(t)
 	h.push()
-	for _, typ := range []string{debugapi.Syncz, debugapi.ConfigDump, debugapi.AckedConfigDump} {
+	for _, typ := range []string{debugapi.Syncz, debugapi.ConfigDump, debugapi.AckedConfigDump, debugapi.Distribution} {
 		if _, err := fetch(t, h.conn, typ, "x"); grpcstatus.Code(err) != codes.Unauthenticated {
 			t.Errorf("%s over plain text: %v, want Unauthenticated", typ, err)
 		}
@@ -263,6 +263,10 @@ func TestACallerSeesItsOwnNamespaceAndTheSystemNamespaceEverything(t *testing.T)
 	}
 	if _, err := fetch(t, admin, debugapi.ConfigDump, bankID); err != nil {
 		t.Fatalf("the system namespace dumping bank's proxy: %v", err)
+	}
+	const vs = "VirtualService/bank/vault"
+	if shopSees, adminSees := len(distribution(t, shop, vs).Proxies), len(distribution(t, admin, vs).Proxies); shopSees != 1 || adminSees != 2 {
+		t.Fatalf("distribution lists %d proxies to shop and %d to the system namespace: want 1 and 2", shopSees, adminSees)
 	}
 }
 

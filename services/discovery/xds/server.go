@@ -85,6 +85,7 @@ type Server struct {
 	metrics         *metrics
 	sem             chan struct{}
 	nonce           atomic.Uint64
+	ledger          ledger
 
 	mu    sync.Mutex
 	pc    *model.PushContext
@@ -136,6 +137,8 @@ func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.
 	if prev == nil {
 		changes.Full = true
 	}
+	s.ledger.record(pc.Seq, changes.Objects)
+	changes.Objects = nil // the ledger's: not merged into every stream's pending push
 	s.metrics.pushes(changes)
 	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen}
 	for _, c := range conns {
