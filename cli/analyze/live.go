@@ -3,11 +3,7 @@ package analyze
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"os"
 	"slices"
-	"sync"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
@@ -34,24 +30,10 @@ type Live struct {
 	Rejected []error
 }
 
-// FetchLive subscribes to galley's collections, waits for the first
-// answer of each, and returns what they hold.
+// FetchLive reads galley's collections once and returns what they hold.
 func FetchLive(ctx context.Context, conn *connect.Options) (*Live, error) {
-	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
-	defer cancel()
-	cc, stop, err := conn.DialGalley(ctx)
-	if err != nil {
-		return nil, err //nolint:wrapcheck // says which flag
-	}
-	defer stop()
-	types := liveCollections()
 	live := &Live{Store: model.NewStore()}
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	done := make(chan struct{})
-	handler := mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
-		mu.Lock()
-		defer mu.Unlock()
+	err := conn.ReadGalley(ctx, "flotilla-analyze", liveCollections(), func(typeURL string, updated []*mcp.Resource, removed []string) {
 		for _, r := range updated {
 			if err := live.Store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
 				live.Rejected = append(live.Rejected, err)
@@ -60,30 +42,11 @@ func FetchLive(ctx context.Context, conn *connect.Options) (*Live, error) {
 		for _, name := range removed {
 			live.Store.Delete(typeURL, name)
 		}
-		if !seen[typeURL] {
-			seen[typeURL] = true
-			if len(seen) == len(types) {
-				close(done)
-			}
-		}
-		return nil
 	})
-	host, _ := os.Hostname()
-	client := mcp.NewClient(mcp.ClientOptions{
-		Conn: cc, NodeID: "flotilla-analyze~" + host, TypeURLs: types, Handler: handler, Log: slog.New(slog.DiscardHandler),
-	})
-	runCtx, stopClient := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	go func() { _ = client.Run(runCtx); close(ran) }()
-	defer func() { stopClient(); <-ran }()
-	select {
-	case <-done:
-		return live, nil
-	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		return nil, fmt.Errorf("galley answered %d of its %d collections within %s (is it running, and are --galley-address and the credentials right?)", len(seen), len(types), conn.Timeout)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // says what galley did not answer
 	}
+	return live, nil
 }
 
 // LiveInput is the analysis input of galley's configuration with local

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -70,6 +71,27 @@ func ParseDistribution(st *structpb.Struct) (ObjectDistribution, error) {
 		return d, fmt.Errorf("distribution: %w", err)
 	}
 	return d, nil
+}
+
+// DistributionOf decodes a Distribution response.
+func DistributionOf(resp *discoveryv3.DiscoveryResponse) (ObjectDistribution, error) {
+	if n := len(resp.GetResources()); n != 1 {
+		return ObjectDistribution{}, fmt.Errorf("distribution: %d resources, want 1", n)
+	}
+	var st structpb.Struct
+	if err := resp.GetResources()[0].UnmarshalTo(&st); err != nil {
+		return ObjectDistribution{}, fmt.Errorf("distribution: %w", err)
+	}
+	return ParseDistribution(&st)
+}
+
+// Latest is the object's version on the replica; false when it has none
+// (it never had the object, or it was deleted).
+func (d ObjectDistribution) Latest() (string, bool) {
+	if len(d.History) == 0 || d.History[len(d.History)-1].Deleted {
+		return "", false
+	}
+	return d.History[len(d.History)-1].Version, true
 }
 
 // Want is the state of an object a wait is for: a version (or a later

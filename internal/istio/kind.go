@@ -8,6 +8,7 @@ package istio
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
@@ -133,6 +134,20 @@ func ByAPIVersion(apiVersion, kind string) (Kind, error) {
 // ByName finds a kind by its name ("VirtualService").
 func ByName(kind string) (Kind, bool) {
 	i := slices.IndexFunc(Kinds(), func(k Kind) bool { return k.Kind == kind })
+	if i < 0 {
+		return Kind{}, false
+	}
+	return Kinds()[i], true
+}
+
+// ByKubectlName finds a kind by a name kubectl takes for it: the kind
+// in any case, its plural or singular resource name, or a short name
+// ("vs", "destinationrules", "virtual-service" as istioctl takes it).
+func ByKubectlName(name string) (Kind, bool) {
+	n := strings.ToLower(strings.ReplaceAll(name, "-", ""))
+	i := slices.IndexFunc(Kinds(), func(k Kind) bool {
+		return n == strings.ToLower(k.Kind) || n == k.Plural || slices.Contains(k.ShortNames, n)
+	})
 	if i < 0 {
 		return Kind{}, false
 	}

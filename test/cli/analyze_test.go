@@ -85,7 +85,7 @@ spec:
 	}
 
 	code, _, stderr = flotilla(t, "", "analyze", "--live", "--galley-address", proc.FreeAddr(t), "--plaintext", "--timeout", "2s")
-	if code != 1 || !strings.Contains(stderr, "galley answered 0 of its") {
+	if code != 1 || !strings.Contains(stderr, "galley answered 0 of") {
 		t.Errorf("no galley: exit %d, stderr %q: want 1 and the reason", code, stderr)
 	}
 }

@@ -42,9 +42,10 @@ type replica struct {
 	name, xds string
 }
 
-// mesh is galley on a directory with the seed example and two discovery
-// replicas subscribed to it, named r1 and r2.
-func mesh(t *testing.T) (dir string, r1, r2 *replica) {
+// mesh is galley on a directory with the seed example (at galley, its
+// MCP address) and two discovery replicas subscribed to it, named r1 and
+// r2.
+func mesh(t *testing.T) (dir, galley string, r1, r2 *replica) {
 	t.Helper()
 	dir = t.TempDir()
 	v1, v2 := xdstest.StartBackend(t, "v1"), xdstest.StartBackend(t, "v2")
@@ -62,7 +63,7 @@ func mesh(t *testing.T) (dir string, r1, r2 *replica) {
 		proc.WaitReady(t, "http://"+admin+"/readyz")
 		return r
 	}
-	return dir, start("r1"), start("r2")
+	return dir, mcp, start("r1"), start("r2")
 }
 
 // flotilla runs the CLI with a context file naming both replicas (as make
@@ -163,7 +164,7 @@ func line(out, name string) string {
 // and a sidecar that ACKs on r2, and a context file naming both replicas.
 func meshWithClients(t *testing.T) (ctxFile string, r1, r2 *replica) {
 	t.Helper()
-	_, r1, r2 = mesh(t)
+	_, _, r1, r2 = mesh(t)
 	ctxFile = writeContext(t, r1.xds, r2.xds)
 	c := xdstest.Client(t, proxylessID, xdstest.Target, r1.xds)
 	if got := xdstest.Count(t, c, 10); got["v1"]+got["v2"] != 10 {

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
@@ -25,14 +24,7 @@ func distribution(t *testing.T, cc grpc.ClientConnInterface, key string) debugap
 	if err != nil {
 		t.Fatalf("distribution: %v", err)
 	}
-	if len(resp.GetResources()) != 1 {
-		t.Fatalf("distribution: %d resources", len(resp.GetResources()))
-	}
-	var st structpb.Struct
-	if err := resp.GetResources()[0].UnmarshalTo(&st); err != nil {
-		t.Fatal(err)
-	}
-	d, err := debugapi.ParseDistribution(&st)
+	d, err := debugapi.DistributionOf(resp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,69 @@
+package connect
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
+)
+
+// GalleyKnown reports whether the flags or the context file say where
+// galley is (a cluster always does).
+func (o *Options) GalleyKnown() bool {
+	if o.Kube.Enabled() {
+		return true
+	}
+	c, err := o.resolve()
+	return err == nil && c.GalleyAddress != ""
+}
+
+// ReadGalley subscribes to galley's collections typeURLs over MCP, as
+// discovery does, passes each response to each (one at a time) until
+// every collection has answered once, and stops; all within the
+// --timeout. agent names the command in galley's logs.
+func (o *Options) ReadGalley(ctx context.Context, agent string, typeURLs []string, each func(typeURL string, updated []*mcp.Resource, removed []string)) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cc, stop, err := o.DialGalley(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	handler := mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) == len(typeURLs) {
+			return nil // done: what follows is not read
+		}
+		each(typeURL, updated, removed)
+		if !seen[typeURL] {
+			seen[typeURL] = true
+			if len(seen) == len(typeURLs) {
+				close(done)
+			}
+		}
+		return nil
+	})
+	host, _ := os.Hostname()
+	client := mcp.NewClient(mcp.ClientOptions{
+		Conn: cc, NodeID: agent + "~" + host, TypeURLs: typeURLs, Handler: handler, Log: slog.New(slog.DiscardHandler),
+	})
+	runCtx, stopClient := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { _ = client.Run(runCtx); close(ran) }()
+	defer func() { stopClient(); <-ran }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Errorf("galley answered %d of %d collections within %s (is it running, and are --galley-address and the credentials right?)", len(seen), len(typeURLs), o.Timeout)
+	}
+}
