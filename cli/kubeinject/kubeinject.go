@@ -34,6 +34,11 @@ func NewCommand() *cobra.Command {
 		Long: "kube-inject reads Kubernetes YAML (a file, or - for standard input) and writes it back with the sidecar added to " +
 			"every Pod and pod template (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) that does not opt out " +
 			"(sidecar.istio.io/inject: \"false\", hostNetwork) and is not injected already. Other objects pass unchanged.",
+		Example: `  # inject a Deployment and apply it
+  flotilla kube-inject -f deployment.yaml | kubectl apply -f -
+
+  # from standard input, with a sidecar template and values of your own
+  kubectl get deployment reviews -o yaml | flotilla kube-inject -f - --template-file template.yaml --values-file values.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := inject.ConfigFromFiles(revision, templateFile, valuesFile)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 func run(args ...string) (int, string, string) {
@@ -42,4 +44,23 @@ func TestUnknownCommandFailsWithAMessage(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, `unknown command "proxy-stauts"`) {
 		t.Fatalf("%d %q", code, errOut)
 	}
+}
+
+func TestEveryCommandsHelpHasExamples(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		// cobra's own help and completion commands carry their usage.
+		if c.Hidden || !c.Runnable() || c.Name() == "help" || (c.Parent() != nil && c.Parent().Name() == "completion") {
+			return
+		}
+		if strings.TrimSpace(c.Example) == "" {
+			t.Errorf("%q has no examples in its --help", c.CommandPath())
+		}
+	}
+	root := NewCommand()
+	root.InitDefaultCompletionCmd()
+	walk(root)
 }
