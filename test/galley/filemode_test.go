@@ -149,6 +149,16 @@ func (s *subscriber) weights(name string) string {
 	return strings.Join(w, "/")
 }
 
+// generation is a resource's generation (0 when absent).
+func (s *subscriber) generation(typeURL, name string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.state[typeURL][name]; r != nil {
+		return r.Generation
+	}
+	return 0
+}
+
 func (s *subscriber) has(typeURL, name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

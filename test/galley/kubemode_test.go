@@ -52,6 +52,21 @@ func TestKubernetesModeStreamsClusterConfigAndServicesToASubscriber(t *testing.T
 		return sub.has(vsType(), ns+"/greeter") &&
 			sub.has(registry.ServiceTypeURL, ns+"/greeter."+ns+".svc.cluster.local")
 	})
+	// Each object carries its generation (flotilla wait tracks it), which
+	// a spec change moves (a status write, to the status subresource of
+	// Istio's CRDs, would not).
+	if g := sub.generation(vsType(), ns+"/greeter"); g != 1 {
+		t.Fatalf("a new VirtualService came with generation %d, want 1", g)
+	}
+	got, err := ic.NetworkingV1().VirtualServices(ns).Get(ctx, "greeter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Hosts = append(got.Spec.Hosts, "greeter.example.com")
+	if _, err := ic.NetworkingV1().VirtualServices(ns).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sub.waitFor(t, "generation 2", func() bool { return sub.generation(vsType(), ns+"/greeter") == 2 })
 	if err := ic.NetworkingV1().VirtualServices(ns).Delete(ctx, "greeter", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
