@@ -269,6 +269,31 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	}
 	out.WaitFor(t, "split: v2 spiffe://cluster.local/ns/demo/sa/greeter-v2 100%")
 
+	// The CLI with the context make run wrote, and no flags: over mTLS,
+	// with a certificate from ca for the operator's token, it sees every
+	// demo proxy on the two replicas, waits for the edit to reach them
+	// all, and analyzes galley's configuration.
+	cli := func(args ...string) (int, string) {
+		t.Helper()
+		c := exec.Command(filepath.Join(binDir, "flotilla"), args...)
+		c.Env = append(os.Environ(), "FLOTILLA_CONTEXT="+filepath.Join(state, "context.yaml"))
+		b, err := c.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return c.ProcessState.ExitCode(), string(b)
+	}
+	if code, got := cli("proxy-status"); code != 0 || strings.Count(got, ".demo ") < 4 || !strings.Contains(got, "discovery-2") {
+		t.Errorf("proxy-status: exit %d\n%s", code, got)
+	}
+	if code, got := cli("wait", "virtualservice", "greeter.demo"); code != 0 || !strings.Contains(got, "held by 4 of 4 proxies, on 2 replicas") {
+		t.Errorf("wait: exit %d\n%s", code, got)
+	}
+	if code, got := cli("analyze", "--live"); code != 0 {
+		t.Errorf("analyze --live: exit %d\n%s", code, got)
+	}
+
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

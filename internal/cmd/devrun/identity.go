@@ -7,10 +7,16 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 )
 
+// operatorAccount is the system namespace's account whose token the
+// flotilla CLI shows ca (the context file names it), as the CLI's
+// --service-account does in a cluster.
+const operatorAccount = "default"
+
 // newIdentities stands in for what a cluster gives the control plane: a
 // token issuer (a new key each run) whose JWKS ca trusts, and an
-// hour-long token per control-plane service account in dir, replaced
-// every 20 minutes (Dir.Refresh) as the kubelet replaces projected tokens.
+// hour-long token per control-plane service account (and the operator's)
+// in dir, replaced every 20 minutes (Dir.Refresh) as the kubelet replaces
+// projected tokens.
 func newIdentities(dir string) (*devjwt.Dir, error) {
 	iss, err := devjwt.New("https://flotilla.local/devrun")
 	if err != nil {
@@ -18,7 +24,7 @@ func newIdentities(dir string) (*devjwt.Dir, error) {
 	}
 	ids := &devjwt.Dir{
 		Path: dir, Issuer: iss, Namespace: "istio-system", Audience: "istio-ca",
-		Accounts: controlplane.TokenAccounts(),
+		Accounts: append(controlplane.TokenAccounts(), operatorAccount),
 		Lifetime: time.Hour,
 	}
 	if err := ids.Write(time.Now()); err != nil {

@@ -101,7 +101,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			procs = append(procs, process(name, l, ids))
 		}
 	}
-	if err := writeContext(l, requested); err != nil {
+	if err := writeContext(l, requested, ids); err != nil {
 		_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
 		return command.ExitError
 	}
@@ -122,18 +122,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return command.ExitOK
 }
 
-// writeContext tells the flotilla CLI where this stack's discovery
-// replicas are (their plain-text ports, which serve debug types on
-// loopback), in <state-dir>/context.yaml, which the CLI finds from the
-// checkout.
-func writeContext(l local, requested map[string]bool) error {
+// writeContext tells the flotilla CLI where this stack is, in
+// <state-dir>/context.yaml, which the CLI finds from the checkout. With
+// ca, the CLI reaches the discovery replicas' mTLS ports and galley with
+// a certificate from ca for the system namespace's operator token (it
+// then sees every proxy, as in a cluster); without, the replicas'
+// plain-text ports, which serve debug types on loopback, and not galley
+// (whose MCP port takes certificates only once ca runs).
+func writeContext(l local, requested map[string]bool, ids *devjwt.Dir) error {
 	c := debugapi.Context{Plaintext: true}
+	secure := ids != nil
+	if secure {
+		// Absolute: the CLI finds the file from any directory below.
+		state, err := filepath.Abs(l.stateDir)
+		if err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		token, err := filepath.Abs(ids.TokenFile(operatorAccount))
+		if err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		c = debugapi.Context{
+			CAAddress: l.addr(caPort), CAFile: filepath.Join(state, "roots.pem"), TokenFile: token, SystemNamespace: ids.Namespace,
+		}
+		if requested["galley"] {
+			c.GalleyAddress = l.addr(galleyMCP)
+		}
+	}
 	for _, r := range []struct {
-		name string
-		port int
-	}{{"discovery-1", discovery1}, {"discovery-2", discovery2}} {
-		if requested[r.name] {
-			c.DiscoveryAddresses = append(c.DiscoveryAddresses, l.addr(r.port))
+		name          string
+		plain, secure int
+	}{{"discovery-1", discovery1, secure1}, {"discovery-2", discovery2, secure2}} {
+		if !requested[r.name] {
+			continue
+		}
+		if secure {
+			c.DiscoveryAddresses = append(c.DiscoveryAddresses, l.addr(r.secure))
+		} else {
+			c.DiscoveryAddresses = append(c.DiscoveryAddresses, l.addr(r.plain))
 		}
 	}
 	if len(c.DiscoveryAddresses) == 0 {

@@ -57,7 +57,7 @@ func TestTheDemoNeedsItsAgentsAndTheAgentsNeedCA(t *testing.T) {
 func TestTheCLIContextNamesTheReplicasStarted(t *testing.T) {
 	dir := t.TempDir()
 	l := local{stateDir: dir, offset: 1000}
-	if err := writeContext(l, map[string]bool{"discovery-1": true, "discovery-2": true}); err != nil {
+	if err := writeContext(l, map[string]bool{"discovery-1": true, "discovery-2": true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, debugapi.ContextFileName))
@@ -68,7 +68,29 @@ func TestTheCLIContextNamesTheReplicasStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Plaintext || !slices.Equal(c.DiscoveryAddresses, []string{"127.0.0.1:16010", "127.0.0.1:16110"}) {
+	if !c.Plaintext || !slices.Equal(c.DiscoveryAddresses, []string{"127.0.0.1:16010", "127.0.0.1:16110"}) || c.GalleyAddress != "" {
 		t.Fatalf("context %+v", c)
+	}
+
+	// With ca: mTLS to the replicas and galley, with the operator's token.
+	ids, err := newIdentities(filepath.Join(dir, "identity"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeContext(l, map[string]bool{"galley": true, "discovery-1": true}, ids); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = os.ReadFile(filepath.Join(dir, debugapi.ContextFileName)); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = debugapi.ParseContext(b); err != nil {
+		t.Fatal(err)
+	}
+	if c.Plaintext || !slices.Equal(c.DiscoveryAddresses, []string{"127.0.0.1:16012"}) || c.GalleyAddress != "127.0.0.1:16019" ||
+		c.CAAddress != "127.0.0.1:16013" || c.TokenFile != ids.TokenFile("default") || c.SystemNamespace != "istio-system" {
+		t.Fatalf("context with ca %+v", c)
+	}
+	if _, err := os.Stat(c.TokenFile); err != nil {
+		t.Fatalf("the operator's token: %v", err)
 	}
 }
