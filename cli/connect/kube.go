@@ -89,11 +89,9 @@ func Pods(ctx context.Context, client kubernetes.Interface, namespace, service s
 // port to each, and returns the context that reaches them with a token
 // for the service account; stop ends the forwards.
 func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Context, rootsPEM []byte, token func() (string, error), stop func(), err error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.Kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: k.Context}).ClientConfig()
+	cfg, err := k.restConfig()
 	if err != nil {
-		return c, nil, nil, nil, fmt.Errorf("kubeconfig: %w", err)
+		return c, nil, nil, nil, err
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -169,6 +167,35 @@ func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Conte
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func (k KubeOptions) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: k.Context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// ForwardPod forwards a local port to a pod's port through the
+// apiserver; stop ends the forward.
+func (k KubeOptions) ForwardPod(ctx context.Context, namespace, pod string, port int) (addr string, stop func(), err error) {
+	cfg, err := k.restConfig()
+	if err != nil {
+		return "", nil, err
+	}
+	f, err := portForward(ctx, cfg, namespace, pod, port)
+	if err != nil {
+		return "", nil, err
+	}
+	ports, err := f.GetPorts()
+	if err != nil || len(ports) != 1 {
+		f.Close()
+		return "", nil, fmt.Errorf("port-forward to %s/%s: local ports %v (%v), want one", namespace, pod, ports, err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), f.Close, nil
+}
 
 // portForward forwards a local port on 127.0.0.1 to a pod's port through
 // the apiserver, as kubectl port-forward does, and waits until it is

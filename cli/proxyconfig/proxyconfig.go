@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,9 +61,9 @@ var kinds = []string{"cluster", "listener", "route", "endpoint", "secret"}
 // connection flags.
 func NewCommand(conn *connect.Options) *cobra.Command {
 	var f Filters
-	var output string
+	var output, agent string
 	cmd := &cobra.Command{
-		Use:   "proxy-config {cluster|listener|route|endpoint|secret|all} PROXY",
+		Use:   "proxy-config {cluster|listener|route|endpoint|secret|all|bootstrap} PROXY",
 		Short: "Show the configuration a proxy's discovery replica gives it",
 		Long: `proxy-config shows the clusters, listeners, routes, endpoints or secrets that the discovery replica
 serving PROXY (its node ID, or pod.namespace) would send it now, for what the proxy watches (an Envoy
@@ -70,19 +71,25 @@ proxy's clusters, listeners, routes and endpoints in full), as istioctl proxy-co
 or in full (-o json, -o yaml). Secrets are the gateway certificates discovery serves (credentialName),
 with serial, validity and identity, never the key; workload certificates are the agent's and are not shown.
 Endpoint health is what discovery sends (Envoy's outlier detection happens in the proxy and is not known
-here). The bootstrap is written by the agent in the pod and is not shown (planned, issue 17).`,
+here).
+
+bootstrap is the one the agent in the pod wrote for its proxy (Envoy's, or a proxyless gRPC
+application's GRPC_XDS_BOOTSTRAP), as JSON (or -o yaml), read from the agent's status port: in a
+cluster through the apiserver's port-forward to the pod (port 15020), under make run from the
+context file, or at --agent-address.`,
 		Example: `  flotilla proxy-config cluster client-1.demo
   flotilla proxy-config cluster client-1.demo --fqdn greeter.demo.svc.cluster.local --port 50051 --direction outbound
   flotilla proxy-config listener app-1.default --port 80
   flotilla proxy-config route app-1.default --name 80 -o json
   flotilla proxy-config endpoint app-1.default --cluster 'outbound|80||backend.default.svc.cluster.local'
   flotilla proxy-config secret ingressgateway-1.istio-system
-  flotilla proxy-config all app-1.default -o yaml`,
+  flotilla proxy-config all app-1.default -o yaml
+  flotilla proxy-config bootstrap client.demo`,
 		Args: cobra.ExactArgs(2),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 			switch len(args) {
 			case 0:
-				return append(slices.Clone(kinds), "all"), cobra.ShellCompDirectiveNoFileComp
+				return append(slices.Clone(kinds), "all", "bootstrap"), cobra.ShellCompDirectiveNoFileComp
 			case 1:
 				return proxystatus.ProxyNames(cmd.Context(), conn), cobra.ShellCompDirectiveNoFileComp
 			}
@@ -90,13 +97,16 @@ here). The bootstrap is written by the agent in the pod and is not shown (planne
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind := strings.TrimSuffix(args[0], "s")
-			if kind != "all" && !slices.Contains(kinds, kind) {
-				return fmt.Errorf("%q: want one of %s, all", args[0], strings.Join(kinds, ", "))
+			if kind != "all" && kind != "bootstrap" && !slices.Contains(kinds, kind) {
+				return fmt.Errorf("%q: want one of %s, all, bootstrap", args[0], strings.Join(kinds, ", "))
 			}
 			switch output {
 			case "short", "json", "yaml":
 			default:
 				return fmt.Errorf("--output %q: want short, json or yaml", output)
+			}
+			if kind == "bootstrap" {
+				return showBootstrap(cmd.Context(), cmd.OutOrStdout(), conn, agent, args[1], output)
 			}
 			if f.Direction != "" && f.Direction != "inbound" && f.Direction != "outbound" {
 				return fmt.Errorf("--direction %q: want inbound or outbound", f.Direction)
@@ -125,9 +135,67 @@ here). The bootstrap is written by the agent in the pod and is not shown (planne
 	fl.StringVar(&f.Name, "name", "", "the listener, route configuration or secret of this name")
 	fl.StringVar(&f.Name, "cluster", "", "endpoints of this cluster (the same as --name)")
 	fl.StringVar(&f.Address, "address", "", "listeners or endpoints of this address")
-	fl.StringVarP(&output, "output", "o", "short", "output format: short, json or yaml")
+	fl.StringVarP(&output, "output", "o", "short", "output format: short, json or yaml (a bootstrap: json, or yaml)")
+	fl.StringVar(&agent, "agent-address", "", "bootstrap: the proxy's agent's status port, host:port (default: the context file's, or in a cluster the pod's through port-forward)")
 	return cmd
 }
+
+// showBootstrap prints the bootstrap the proxy's agent wrote.
+func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, given, proxy, output string) error {
+	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
+	defer cancel()
+	name := proxy
+	if strings.Contains(proxy, "~") {
+		name = proxystatus.Name(proxy)
+	}
+	i := strings.LastIndex(name, ".")
+	if i <= 0 || i == len(name)-1 {
+		return fmt.Errorf("%q: want the proxy as pod.namespace (or its node ID)", proxy)
+	}
+	addr, stop, err := conn.AgentAddress(ctx, given, name[:i], name[i+1:])
+	if err != nil {
+		return err //nolint:wrapcheck // says which flag
+	}
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+debugapi.AgentBootstrapPath, nil)
+	if err != nil {
+		return fmt.Errorf("the agent at %s: %w", addr, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBootstrapBytes))
+	if err != nil {
+		return fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the agent of %s at %s: %s: %s", name, addr, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var b debugapi.AgentBootstrap
+	if err := json.Unmarshal(body, &b); err != nil {
+		return fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
+	}
+	var out bytes.Buffer
+	if output == "yaml" {
+		y, err := yaml.JSONToYAML(b.Bootstrap)
+		if err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		out.Write(y)
+	} else {
+		if err := json.Indent(&out, b.Bootstrap, "", "  "); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		out.WriteByte('\n')
+	}
+	_, err = w.Write(out.Bytes())
+	return err //nolint:wrapcheck // the output's
+}
+
+// maxBootstrapBytes bounds what is read from an agent.
+const maxBootstrapBytes = 4 << 20
 
 // Dump is a proxy's configuration as its replica would send it now.
 type Dump struct {

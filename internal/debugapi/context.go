@@ -38,6 +38,10 @@ type Context struct {
 	TokenFile string `yaml:"tokenFile,omitempty"`
 	// SystemNamespace is the control plane's (names its certificates).
 	SystemNamespace string `yaml:"systemNamespace,omitempty"`
+	// AgentAddresses are the agents' status ports (host:port), by the
+	// name of the proxy each runs (pod.namespace): where proxy-config
+	// bootstrap reads a proxy's bootstrap (AgentBootstrapPath).
+	AgentAddresses map[string]string `yaml:"agentAddresses,omitempty"`
 }
 
 // WriteContext writes a context file (a local stack does, for the CLI).

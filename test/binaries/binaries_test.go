@@ -293,6 +293,11 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if code, got := cli("analyze", "--live"); code != 0 {
 		t.Errorf("analyze --live: exit %d\n%s", code, got)
 	}
+	// The client's agent wrote its gRPC bootstrap; the context names the
+	// agent's status port.
+	if code, got := cli("proxy-config", "bootstrap", "client.demo"); code != 0 || !strings.Contains(got, `"xds_servers"`) || !strings.Contains(got, "~client.demo~demo.svc.cluster.local") {
+		t.Errorf("proxy-config bootstrap: exit %d\n%s", code, got)
+	}
 
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

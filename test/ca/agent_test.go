@@ -253,6 +253,11 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	if out, err := cli.CombinedOutput(); err != nil || !strings.Contains(string(out), "cart-1.shop   STALE") { // the test's stream does not ACK
 		t.Fatalf("flotilla proxy-status over mTLS with a certificate from ca: %v\n%s", err, out)
 	}
+	// The bootstrap the agent wrote for Envoy, from its status port.
+	boot := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-config", "bootstrap", "cart-1.shop", "--context-file", empty, "--agent-address", p.admin, "-o", "yaml")
+	if out, err := boot.CombinedOutput(); err != nil || !strings.Contains(string(out), "id: sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local") || !strings.Contains(string(out), "xds-grpc") {
+		t.Fatalf("flotilla proxy-config bootstrap: %v\n%s", err, out)
+	}
 	xdstest.Eventually(t, "the agent ready", func() bool { code, _ := httpGet(t, "http://"+p.admin+"/healthz/ready"); return code == 200 })
 	if _, stats := httpGet(t, "http://"+p.admin+"/stats/prometheus"); !strings.Contains(stats, "envoy_server_live 1") || !strings.Contains(stats, "flotilla") {
 		t.Fatalf("merged stats lack Envoy's or the agent's:\n%.2000s", stats)

@@ -165,6 +165,14 @@ func writeContext(l local, requested map[string]bool, ids *devjwt.Dir) error {
 	if len(c.DiscoveryAddresses) == 0 {
 		return nil
 	}
+	for name, d := range demoPods() {
+		if requested[name+"-agent"] {
+			if c.AgentAddresses == nil {
+				c.AgentAddresses = map[string]string{}
+			}
+			c.AgentAddresses[name+"."+demoNamespace] = l.addr(d.admin)
+		}
+	}
 	if err := os.MkdirAll(l.stateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}

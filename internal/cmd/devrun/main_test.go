@@ -77,7 +77,7 @@ func TestTheCLIContextNamesTheReplicasStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeContext(l, map[string]bool{"galley": true, "discovery-1": true}, ids); err != nil {
+	if err := writeContext(l, map[string]bool{"galley": true, "discovery-1": true, "client-agent": true}, ids); err != nil {
 		t.Fatal(err)
 	}
 	if b, err = os.ReadFile(filepath.Join(dir, debugapi.ContextFileName)); err != nil {
@@ -87,7 +87,8 @@ func TestTheCLIContextNamesTheReplicasStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Plaintext || !slices.Equal(c.DiscoveryAddresses, []string{"127.0.0.1:16012"}) || c.GalleyAddress != "127.0.0.1:16019" ||
-		c.CAAddress != "127.0.0.1:16013" || c.TokenFile != ids.TokenFile("default") || c.SystemNamespace != "istio-system" {
+		c.CAAddress != "127.0.0.1:16013" || c.TokenFile != ids.TokenFile("default") || c.SystemNamespace != "istio-system" ||
+		len(c.AgentAddresses) != 1 || c.AgentAddresses["client.demo"] != "127.0.0.1:16122" {
 		t.Fatalf("context with ca %+v", c)
 	}
 	if _, err := os.Stat(c.TokenFile); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
@@ -232,6 +233,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		if err := atomicfile.Write(cfg.GRPCBootstrap, b, 0o644); err != nil {
 			return fmt.Errorf("gRPC bootstrap: %w", err)
 		}
+		rt.HandleAdmin("GET "+debugapi.AgentBootstrapPath, debugapi.BootstrapHandler(debugapi.AgentBootstrap{Type: debugapi.BootstrapGRPC, Bootstrap: b}))
 		rt.Log.Info("gRPC xDS bootstrap written", "path", cfg.GRPCBootstrap, "certificates", cfg.outputCerts())
 	}
 	rt.HandleAdmin("GET "+probe.PathPrefix, probe.Handler{Probers: probers, Host: cfg.InstanceIP})
@@ -258,6 +260,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err := atomicfile.Write(cfg.EnvoyConfig, js, 0o600); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
+	rt.HandleAdmin("GET "+debugapi.AgentBootstrapPath, debugapi.BootstrapHandler(debugapi.AgentBootstrap{Type: debugapi.BootstrapEnvoy, Bootstrap: js}))
 	sdsServer, err := unixServer(rt, cfg.SDSSocket, uds.Private, sds.New(state, rt.Log).Register)
 	if err != nil {
 		return err
