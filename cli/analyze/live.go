@@ -33,7 +33,7 @@ type Live struct {
 // FetchLive reads galley's collections once and returns what they hold.
 func FetchLive(ctx context.Context, conn *connect.Options) (*Live, error) {
 	live := &Live{Store: model.NewStore()}
-	err := conn.ReadGalley(ctx, "flotilla-analyze", liveCollections(), func(typeURL string, updated []*mcp.Resource, removed []string) {
+	_, err := conn.ReadGalley(ctx, "flotilla-analyze", liveCollections(), func(typeURL string, updated []*mcp.Resource, removed []string) {
 		for _, r := range updated {
 			if err := live.Store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
 				live.Rejected = append(live.Rejected, err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 )
 
@@ -46,13 +47,14 @@ func (o *Options) GalleyKnown() bool {
 // ReadGalley subscribes to galley's collections typeURLs over MCP, as
 // discovery does, passes each response to each (one at a time) until
 // every collection has answered once, and stops; all within the
-// --timeout. agent names the command in galley's logs.
-func (o *Options) ReadGalley(ctx context.Context, agent string, typeURLs []string, each func(typeURL string, updated []*mcp.Resource, removed []string)) error {
+// --timeout. agent names the command in galley's logs. The replica that
+// answered is as its responses name it.
+func (o *Options) ReadGalley(ctx context.Context, agent string, typeURLs []string, each func(typeURL string, updated []*mcp.Resource, removed []string)) (debugapi.Replica, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	cc, stop, err := o.DialGalley(ctx)
 	if err != nil {
-		return err
+		return debugapi.Replica{}, err
 	}
 	defer stop()
 	var mu sync.Mutex
@@ -83,10 +85,10 @@ func (o *Options) ReadGalley(ctx context.Context, agent string, typeURLs []strin
 	defer func() { stopClient(); <-ran }()
 	select {
 	case <-done:
-		return nil
+		return debugapi.ReplicaOf(client.ControlPlane()), nil
 	case <-ctx.Done():
 		mu.Lock()
 		defer mu.Unlock()
-		return fmt.Errorf("galley answered %d of %d collections within %s (is it running, and are --galley-address and the credentials right?)", len(seen), len(typeURLs), o.Timeout)
+		return debugapi.Replica{}, fmt.Errorf("galley answered %d of %d collections within %s (is it running, and are --galley-address and the credentials right?)", len(seen), len(typeURLs), o.Timeout)
 	}
 }

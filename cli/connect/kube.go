@@ -190,9 +190,13 @@ func (k KubeOptions) ForwardPod(ctx context.Context, namespace, pod string, port
 		return "", nil, err
 	}
 	ports, err := f.GetPorts()
-	if err != nil || len(ports) != 1 {
+	switch {
+	case err != nil:
 		f.Close()
-		return "", nil, fmt.Errorf("port-forward to %s/%s: local ports %v (%v), want one", namespace, pod, ports, err)
+		return "", nil, fmt.Errorf("port-forward to %s/%s: %w", namespace, pod, err)
+	case len(ports) != 1:
+		f.Close()
+		return "", nil, fmt.Errorf("port-forward to %s/%s: %d local ports, want one", namespace, pod, len(ports))
 	}
 	return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), f.Close, nil
 }

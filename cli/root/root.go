@@ -3,6 +3,7 @@
 package root
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,8 +18,10 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/cli/token"
 	"github.com/flotilla-mesh/flotilla/cli/wait"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 // NewCommand returns the flotilla root command.
@@ -45,10 +48,11 @@ func newVersionCommand(info buildinfo.Info, conn *connect.Options) *cobra.Comman
 	var short bool
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version of this client, of each discovery replica and of the proxies they serve",
+		Short: "Print the version of this client, of galley, of each discovery replica and of the proxies they serve",
 		Long: `version prints this client's version and, unless --short, each discovery replica's (as it names
-itself in its debug answers) and the versions of the proxies each serves, counted. A replica that
-does not answer is shown with its error.`,
+itself in its debug answers) with the versions of the proxies each serves, counted, and galley's
+(as its MCP responses name it) where the CLI knows galley's address. A service that does not answer
+is shown with its error. (ca's and the injector's versions are not reachable from the CLI yet.)`,
 		Example: `  flotilla version
   flotilla version --short`,
 		Args: cobra.NoArgs,
@@ -57,11 +61,27 @@ does not answer is shown with its error.`,
 			if _, err := fmt.Fprintf(w, "client version: %s\n", info); err != nil || short {
 				return err
 			}
-			return proxystatus.PrintVersions(cmd.Context(), w, conn)
+			err := proxystatus.PrintVersions(cmd.Context(), w, conn)
+			if conn.GalleyKnown() {
+				err = errors.Join(err, printGalleyVersion(cmd.Context(), w, conn))
+			}
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&short, "short", false, "the client's version only")
 	return cmd
+}
+
+// printGalleyVersion reads galley's smallest collection, the mesh
+// configuration, for the replica that answers.
+func printGalleyVersion(ctx context.Context, w io.Writer, conn *connect.Options) error {
+	r, err := conn.ReadGalley(ctx, "flotilla-version", []string{registry.MeshConfigTypeURL}, func(string, []*mcp.Resource, []string) {})
+	if err != nil {
+		_, _ = fmt.Fprintf(w, "galley: unavailable: %v\n", err)
+		return fmt.Errorf("galley: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "galley version: %s (replica %s)\n", cmp.Or(r.Info.Version, "unknown"), cmp.Or(r.ID, "unnamed"))
+	return err //nolint:wrapcheck // the output's
 }
 
 // Main runs the command line with args and returns the exit code (see

@@ -135,7 +135,7 @@ func (t target) String() string {
 func galleyVersion(ctx context.Context, conn *connect.Options, t target) (string, error) {
 	var version string
 	found := false
-	err := conn.ReadGalley(ctx, "flotilla-wait", []string{t.kind.TypeURL()}, func(_ string, updated []*mcp.Resource, _ []string) {
+	_, err := conn.ReadGalley(ctx, "flotilla-wait", []string{t.kind.TypeURL()}, func(_ string, updated []*mcp.Resource, _ []string) {
 		for _, r := range updated {
 			if r.Name == t.namespace+"/"+t.name {
 				version, found = r.ObjectVersion(), true

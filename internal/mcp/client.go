@@ -59,6 +59,15 @@ type Client struct {
 
 	mu       sync.Mutex
 	versions map[string]map[string]string // type URL → name → version held
+	server   *corev3.ControlPlane         // as the last response named it
+}
+
+// ControlPlane is the server as its last response named itself (nil
+// before any, or when it does not).
+func (c *Client) ControlPlane() *corev3.ControlPlane {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.server
 }
 
 // NewClient returns a client; Run starts it.
@@ -143,6 +152,11 @@ func (c *Client) stream(ctx context.Context) error {
 				return errors.New("galley closed the stream")
 			}
 			return fmt.Errorf("receive: %w", err)
+		}
+		if cp := resp.GetControlPlane(); cp != nil {
+			c.mu.Lock()
+			c.server = cp
+			c.mu.Unlock()
 		}
 		ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
 		if err := c.apply(resp); err != nil {

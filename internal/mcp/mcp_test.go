@@ -55,6 +55,9 @@ type galley struct {
 	done chan struct{}
 }
 
+// testControlPlane is how test galleys name themselves in responses.
+const testControlPlane = `{"Component":"flotilla-galley","ID":"galley-0"}`
+
 // startGalley serves the collections on addr (a restart keeps its
 // address) once initial, when given, is in the virtual services, as
 // galley serves only its loaded configuration.
@@ -77,6 +80,7 @@ func startGalley(tb testing.TB, addr string, initial ...*Resource) *galley {
 			tb.Fatal(err)
 		}
 	}
+	srv.Identify(&corev3.ControlPlane{Identifier: testControlPlane})
 	g := grpc.NewServer()
 	srv.Register(g)
 	gl := &galley{t: tb, addr: lis.Addr().String(), srv: srv, g: g, done: make(chan struct{})}
@@ -229,8 +233,11 @@ func TestASubscriberReceivesEveryResourceThenUpdatesAndDeletions(t *testing.T) {
 	g := startGalley(t, "")
 	g.update(vsType, []*Resource{vs(t, "reviews", "reviews"), vs(t, "ratings", "ratings")})
 	rec := newRecorder()
-	subscribe(t, g.addr, rec)
+	c := subscribe(t, g.addr, rec)
 	rec.waitFor(t, "both VirtualServices", func() bool { return len(rec.names(vsType)) == 2 })
+	if got := c.ControlPlane().GetIdentifier(); got != testControlPlane {
+		t.Fatalf("the responses named the server %q, want %q", got, testControlPlane)
+	}
 
 	updated := vs(t, "reviews", "reviews", "reviews.prod")
 	updated.Created = time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -423,8 +430,8 @@ func TestStateOfTheWorldSubscribersGetTheFullCollectionEveryTime(t *testing.T) {
 	c := dialSotw(t, g.addr)
 	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "istiod-sink"}, TypeUrl: vsType})
 	resp, names := c.recv()
-	if fmt.Sprint(names) != "[default/a default/b]" || resp.GetVersionInfo() == "" {
-		t.Fatalf("first response %v version %q", names, resp.GetVersionInfo())
+	if fmt.Sprint(names) != "[default/a default/b]" || resp.GetVersionInfo() == "" || resp.GetControlPlane().GetIdentifier() != testControlPlane {
+		t.Fatalf("first response %v version %q from %q", names, resp.GetVersionInfo(), resp.GetControlPlane().GetIdentifier())
 	}
 	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: vsType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
 

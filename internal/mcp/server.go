@@ -70,6 +70,8 @@ type Server struct {
 	// restricted collections are served only to the identities their
 	// function allows (Restrict).
 	restricted map[string]func(identity string) bool
+	// controlPlane names the server in its responses (Identify).
+	controlPlane *corev3.ControlPlane
 }
 
 // Restrict serves a collection only to subscribers whose identity (the
@@ -226,6 +228,10 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 	s.xds = serverv3.NewServer(ctx, (*muxCache)(s), s.callbacks())
 	return s, nil
 }
+
+// Identify names the server in every response's control_plane, as
+// istiod does (debugapi.Replica's JSON); call before serving.
+func (s *Server) Identify(cp *corev3.ControlPlane) { s.controlPlane = cp }
 
 // Register adds the aggregated discovery service to g.
 func (s *Server) Register(g *grpc.Server) {
@@ -567,9 +573,11 @@ func (s *Server) callbacks() serverv3.Callbacks {
 				len(r.GetResourceNamesSubscribe())-len(r.GetResourceNamesUnsubscribe()), false)
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
+			r.ControlPlane = s.controlPlane // the response is this watch's own (sotwResponse)
 			sent(id, r.GetTypeUrl(), len(r.GetResources()))
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
+			r.ControlPlane = s.controlPlane
 			// The LinearCache types each resource's Any with the collection;
 			// Istio's sinks expect Istio's MCP Resource, or for a raw alias
 			// the body's own type (the response is this stream's own,

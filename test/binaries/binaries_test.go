@@ -293,6 +293,9 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if code, got := cli("analyze", "--live"); code != 0 {
 		t.Errorf("analyze --live: exit %d\n%s", code, got)
 	}
+	if code, got := cli("version"); code != 0 || strings.Count(got, "discovery version: ") != 2 || !strings.Contains(got, "galley version: ") || !strings.Contains(got, "proxies at ") {
+		t.Errorf("version: exit %d\n%s", code, got)
+	}
 	// The client's agent wrote its gRPC bootstrap; the context names the
 	// agent's status port.
 	if code, got := cli("proxy-config", "bootstrap", "client.demo"); code != 0 || !strings.Contains(got, `"xds_servers"`) || !strings.Contains(got, "~client.demo~demo.svc.cluster.local") {

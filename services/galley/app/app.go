@@ -20,10 +20,12 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
+	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/cabundle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
@@ -134,6 +136,10 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
+	// Every response names this replica and its version, as istiod's do
+	// (flotilla version reads it).
+	host, _ := os.Hostname()
+	srv.Identify(debugapi.NewReplica(controlplane.Galley, cmp.Or(host, controlplane.Galley), buildinfo.Get().Version).ControlPlane())
 	// Credentials (the Secrets credentialName names) go to discovery's
 	// identity only: never to the injector, nor over plaintext.
 	srv.Restrict(registry.CredentialTypeURL, func(identity string) bool {
