@@ -25,7 +25,7 @@ SERVICES := galley discovery ca injector agent
 RACE     ?= -race
 
 IMAGE_TAG ?= $(VERSION)
-IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo
+IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo flotilla
 
 .PHONY: images proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
 

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -45,6 +47,18 @@ type Options struct {
 	Kube        KubeOptions
 	Timeout     time.Duration
 	set         func(name string) bool
+	// caServer is how ca named itself when it issued the CLI's
+	// certificate (CA).
+	caServer string
+}
+
+// CA is the ca replica that issued the CLI's certificate, as it named
+// itself; false when none did (plain text, or --cert).
+func (o *Options) CA() (debugapi.Replica, bool) {
+	if o.caServer == "" {
+		return debugapi.Replica{}, false
+	}
+	return debugapi.ReplicaOf(&corev3.ControlPlane{Identifier: o.caServer}), true
 }
 
 // AddFlags registers the connection flags (persistent on the root).
@@ -65,7 +79,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "how long to wait for the control plane")
 	fs.StringVar(&o.Kube.Kubeconfig, "kubeconfig", "", "reach the control plane in this cluster: its discovery (or, for analyze --live, galley) and ca pods, from their Services' EndpointSlices, through the apiserver's port-forward")
 	fs.StringVar(&o.Kube.Context, "context", "", "the kubeconfig context of the cluster (the default kubeconfig's, without --kubeconfig)")
-	fs.StringVar(&o.Kube.ServiceAccount, "service-account", "default",
+	fs.StringVar(&o.Kube.ServiceAccount, "service-account", controlplane.OperatorAccount,
 		"with --kubeconfig: the service account of the control plane's namespace whose token the CLI shows ca (it then sees every proxy)")
 	o.set = func(name string) bool { return fs.Changed(name) }
 }
@@ -175,7 +189,7 @@ func (o *Options) Dial(ctx context.Context) (*Client, error) {
 		return nil, err
 	}
 	cl := &Client{conns: map[string]*grpc.ClientConn{}, stop: stop}
-	for _, a := range slices.Compact(slices.Sorted(slices.Values(c.DiscoveryAddresses))) {
+	for _, a := range slices.Compact(slices.Sorted(slices.Values(everyAddress(ctx, c.DiscoveryAddresses)))) {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswerBytes)))
 		if err != nil {
 			cl.Close()
@@ -184,6 +198,31 @@ func (o *Options) Dial(ctx context.Context) (*Client, error) {
 		cl.conns[a] = cc
 	}
 	return cl, nil
+}
+
+// everyAddress expands each host name that resolves to several
+// addresses (compose's service name for its replicas, a headless
+// Service) into one address each, so that every replica is asked, as
+// istioctl asks every pod; a name that does not resolve, or resolves to
+// one address or to loopback only, is kept as it is.
+func everyAddress(ctx context.Context, addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || net.ParseIP(host) != nil {
+			out = append(out, a)
+			continue
+		}
+		ips, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil || len(ips) < 2 || !slices.ContainsFunc(ips, func(ip string) bool { return !net.ParseIP(ip).IsLoopback() }) {
+			out = append(out, a)
+			continue
+		}
+		for _, ip := range ips {
+			out = append(out, net.JoinHostPort(ip, port))
+		}
+	}
+	return out
 }
 
 // DialGalley connects to galley's MCP port (--galley-address, the context
@@ -236,10 +275,13 @@ func (o *Options) credentials(ctx context.Context, k KubeOptions, service string
 			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
 		}
 	}
-	creds, err := transport(ctx, c, roots, token, service)
+	creds, caServer, err := transport(ctx, c, roots, token, service)
 	if err != nil {
 		stop()
 		return c, nil, nil, err
+	}
+	if caServer != "" {
+		o.caServer = caServer
 	}
 	return c, creds, stop, nil
 }
@@ -258,21 +300,22 @@ func (o *Options) Connect(parent context.Context) (context.Context, *Client, fun
 
 // transport is the credentials the context asks for: none, a client
 // certificate from files, or one from ca for the token.
-func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error), service string) (credentials.TransportCredentials, error) {
+// caServer is how ca named itself when it issued the certificate.
+func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error), service string) (creds credentials.TransportCredentials, caServer string, err error) {
 	if c.Plaintext {
-		return insecure.NewCredentials(), nil
+		return insecure.NewCredentials(), "", nil
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(rootsPEM) {
-		return nil, errors.New("the mesh's roots (--cacert) hold no PEM certificate")
+		return nil, "", errors.New("the mesh's roots (--cacert) hold no PEM certificate")
 	}
 	serverName := service + "." + c.SystemNamespace + ".svc"
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("--cert/--key: %w", err)
+			return nil, "", fmt.Errorf("--cert/--key: %w", err)
 		}
-		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}), nil
+		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}), "", nil
 	}
 	certs := certclient.New(certclient.Options{
 		Address: c.CAAddress, ServerName: controlplane.CA + "." + c.SystemNamespace + ".svc", Roots: certclient.StaticRoots(roots),
@@ -282,13 +325,13 @@ func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (st
 	go func() { _ = certs.Run(runCtx) }() // the first certificate is all a command needs
 	defer cancel()
 	if !certs.Wait(ctx) {
-		return nil, fmt.Errorf("no certificate from ca at %s in time (is the token valid, and ca reachable?)", c.CAAddress)
+		return nil, "", fmt.Errorf("no certificate from ca at %s in time (is the token valid, and ca reachable?)", c.CAAddress)
 	}
 	cert := certs.Certificate()
 	return credentials.NewTLS(&tls.Config{
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil },
 		RootCAs:              roots, ServerName: serverName, MinVersion: tls.VersionTLS12,
-	}), nil
+	}), certs.Server(), nil
 }
 
 // Addresses are the replicas asked, sorted.

@@ -86,3 +86,12 @@ func TestIncompleteCredentialsAreRefusedWithTheFlagsToGive(t *testing.T) {
 		}
 	}
 }
+
+func TestAnAddressIsKeptUnlessItsNameResolvesToSeveralReplicas(t *testing.T) {
+	// A name resolving to several non-loopback addresses (compose's
+	// replicas) is expanded; the compose test shows it.
+	in := []string{"127.0.0.1:15010", "localhost:15010", "replica.invalid:15012", "not an address"}
+	if got := everyAddress(t.Context(), in); !slices.Equal(got, in) {
+		t.Fatalf("everyAddress(%q) = %q, want them kept", in, got)
+	}
+}

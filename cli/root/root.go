@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
@@ -18,10 +20,9 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/cli/token"
 	"github.com/flotilla-mesh/flotilla/cli/wait"
-	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
-	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 // NewCommand returns the flotilla root command.
@@ -48,11 +49,12 @@ func newVersionCommand(info buildinfo.Info, conn *connect.Options) *cobra.Comman
 	var short bool
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version of this client, of galley, of each discovery replica and of the proxies they serve",
+		Short: "Print the version of this client, of each control-plane service and replica, and of the proxies",
 		Long: `version prints this client's version and, unless --short, each discovery replica's (as it names
 itself in its debug answers) with the versions of the proxies each serves, counted, and galley's
-(as its MCP responses name it) where the CLI knows galley's address. A service that does not answer
-is shown with its error. (ca's and the injector's versions are not reachable from the CLI yet.)`,
+and each injector's (as their subscriptions to galley say) where the CLI knows galley's address, and
+ca's (the replica that issued the CLI's certificate, when it got one from ca). A service that does
+not answer is shown with its error.`,
 		Example: `  flotilla version
   flotilla version --short`,
 		Args: cobra.NoArgs,
@@ -65,6 +67,11 @@ is shown with its error. (ca's and the injector's versions are not reachable fro
 			if conn.GalleyKnown() {
 				err = errors.Join(err, printGalleyVersion(cmd.Context(), w, conn))
 			}
+			if r, ok := conn.CA(); ok {
+				if _, werr := fmt.Fprintf(w, "ca version: %s (replica %s, which issued this client's certificate)\n", cmp.Or(r.Info.Version, "unknown"), cmp.Or(r.ID, "unnamed")); werr != nil {
+					err = errors.Join(err, werr)
+				}
+			}
 			return err
 		},
 	}
@@ -72,15 +79,35 @@ is shown with its error. (ca's and the injector's versions are not reachable fro
 	return cmd
 }
 
-// printGalleyVersion reads galley's smallest collection, the mesh
-// configuration, for the replica that answers.
+// printGalleyVersion asks galley for its subscribers: its answer names
+// galley's replica and version, and each injector's version comes with
+// its subscription (discovery replicas say theirs themselves).
 func printGalleyVersion(ctx context.Context, w io.Writer, conn *connect.Options) error {
-	r, err := conn.ReadGalley(ctx, "flotilla-version", []string{registry.MeshConfigTypeURL}, func(string, []*mcp.Resource, []string) {})
+	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
+	defer cancel()
+	cc, stop, err := conn.DialGalley(ctx)
+	var resp *discoveryv3.DiscoveryResponse
+	if err == nil {
+		defer stop()
+		resp, err = debugapi.Fetch(ctx, cc, debugapi.Subscribers)
+	}
+	var subs []debugapi.Subscriber
+	if err == nil {
+		subs, err = debugapi.SubscribersOf(resp)
+	}
 	if err != nil {
 		_, _ = fmt.Fprintf(w, "galley: unavailable: %v\n", err)
 		return fmt.Errorf("galley: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "galley version: %s (replica %s)\n", cmp.Or(r.Info.Version, "unknown"), cmp.Or(r.ID, "unnamed"))
+	r := debugapi.ReplicaOf(resp.GetControlPlane())
+	var b strings.Builder
+	fmt.Fprintf(&b, "galley version: %s (replica %s)\n", cmp.Or(r.Info.Version, "unknown"), cmp.Or(r.ID, "unnamed"))
+	for _, s := range subs {
+		if name, ok := strings.CutPrefix(s.ID, "injector~"); ok {
+			fmt.Fprintf(&b, "injector version: %s (replica %s, subscribed to galley)\n", cmp.Or(s.Version, "unknown"), name)
+		}
+	}
+	_, err = io.WriteString(w, b.String())
 	return err //nolint:wrapcheck // the output's
 }
 

@@ -27,6 +27,8 @@ import (
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 )
 
@@ -66,6 +68,17 @@ type Client struct {
 	o       Options
 	current atomic.Pointer[tls.Certificate]
 	ready   chan struct{}
+	server  atomic.Pointer[string]
+}
+
+// Server is how ca named itself in its last answer (the
+// debugapi.ReplicaHeader: a replica's JSON); empty before one, or when it
+// does not.
+func (c *Client) Server() string {
+	if p := c.server.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // New returns a client; Run gets and renews the certificate.
@@ -286,12 +299,17 @@ func (c *Client) fetch(ctx context.Context) (*tls.Certificate, error) {
 	defer cc.Close()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	var header metadata.MD
 	resp, err := securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(rctx, &securityv1alpha1.IstioCertificateRequest{
 		Csr:              string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})),
 		ValidityDuration: int64(c.o.TTL / time.Second),
-	})
+	}, grpc.Header(&header))
 	if err != nil {
 		return nil, fmt.Errorf("CreateCertificate: %w", err)
+	}
+	if v := header.Get(debugapi.ReplicaHeader); len(v) > 0 {
+		server := clip.String(v[0], 1024)
+		c.server.Store(&server)
 	}
 	chain := resp.GetCertChain()
 	if len(chain) < 2 {

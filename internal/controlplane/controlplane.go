@@ -16,6 +16,12 @@ const (
 	CA        = "flotilla-ca"
 )
 
+// OperatorAccount is the system namespace's service account whose token
+// the flotilla CLI shows ca by default (--service-account in a cluster;
+// make run and compose write a token of it): its certificate sees every
+// proxy.
+const OperatorAccount = "default"
+
 // Accounts are the control-plane service accounts: ca issues each a
 // certificate that may carry its Service's DNS names.
 func Accounts() []string { return []string{Galley, Discovery, Injector, CA} }

@@ -296,6 +296,11 @@ func (r Replica) ControlPlane() *corev3.ControlPlane {
 	return &corev3.ControlPlane{Identifier: string(b)}
 }
 
+// ReplicaHeader is the gRPC response header in which a service whose
+// responses have no ControlPlane field (ca's IstioCertificateService)
+// names itself: ControlPlane's identifier, Replica's JSON.
+const ReplicaHeader = "x-flotilla-replica"
+
 // ReplicaOf reads a response's ControlPlane identifier; one that is not
 // Istio's JSON is taken as the ID alone.
 func ReplicaOf(cp *corev3.ControlPlane) Replica {

@@ -49,28 +49,39 @@ type ObjectDistribution struct {
 
 // Struct encodes d as Distribution sends it.
 func (d ObjectDistribution) Struct() (*structpb.Struct, error) {
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, fmt.Errorf("distribution: %w", err)
-	}
-	st := &structpb.Struct{}
-	if err := protojson.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("distribution: %w", err)
-	}
-	return st, nil
+	return toStruct("distribution", d)
 }
 
 // ParseDistribution decodes what Distribution sent.
 func ParseDistribution(st *structpb.Struct) (ObjectDistribution, error) {
 	var d ObjectDistribution
+	return d, fromStruct("distribution", st, &d)
+}
+
+// toStruct is v's JSON as a Struct: the encoding of Flotilla's debug
+// types that have no protobuf message of their own.
+func toStruct(what string, v any) (*structpb.Struct, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	st := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return st, nil
+}
+
+// fromStruct decodes what toStruct encoded into v.
+func fromStruct(what string, st *structpb.Struct, v any) error {
 	b, err := protojson.Marshal(st)
 	if err != nil {
-		return d, fmt.Errorf("distribution: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		return d, fmt.Errorf("distribution: %w", err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	return d, nil
+	return nil
 }
 
 // DistributionOf decodes a Distribution response.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
@@ -42,8 +43,10 @@ func (f HandlerFunc) Apply(typeURL string, updated []*Resource, removed []string
 type ClientOptions struct {
 	// Conn is the connection to galley; the client does not close it.
 	Conn grpc.ClientConnInterface
-	// NodeID identifies the subscriber in galley's logs and metrics.
-	NodeID string
+	// NodeID identifies the subscriber in galley's logs and metrics;
+	// Version, sent in its metadata (VersionMetadata), in galley's list
+	// of subscribers.
+	NodeID, Version string
 	// TypeURLs are the collections to subscribe to (all resources of each).
 	TypeURLs []string
 	Handler  Handler
@@ -134,6 +137,9 @@ func (c *Client) stream(ctx context.Context) error {
 		return fmt.Errorf("open delta stream: %w", err)
 	}
 	node := &corev3.Node{Id: c.o.NodeID}
+	if c.o.Version != "" {
+		node.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{VersionMetadata: structpb.NewStringValue(c.o.Version)}}
+	}
 	for _, t := range c.o.TypeURLs {
 		req := &discoveryv3.DeltaDiscoveryRequest{
 			Node:                    node,

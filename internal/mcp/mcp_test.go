@@ -26,6 +26,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
@@ -212,7 +213,7 @@ func subscribe(t *testing.T, addr string, h Handler) *Client {
 		t.Fatal(err)
 	}
 	c := NewClient(ClientOptions{
-		Conn: conn, NodeID: "discovery-0", TypeURLs: []string{vsType, drType}, Handler: h, Log: quiet(),
+		Conn: conn, NodeID: "discovery-0", Version: "1.2.3", TypeURLs: []string{vsType, drType}, Handler: h, Log: quiet(),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -254,6 +255,35 @@ func TestASubscriberReceivesEveryResourceThenUpdatesAndDeletions(t *testing.T) {
 	got := rec.get(vsType, "default/reviews")
 	if got.Labels["app"] != "reviews" || got.Version == "" || !got.Created.Equal(updated.Created) || got.Generation != 7 {
 		t.Fatalf("resource metadata lost: %+v", got)
+	}
+}
+
+// TestADebugClientListsTheSubscribersWithTheirVersions: the Subscribers
+// debug type, asked on the MCP port, names each subscriber with the
+// version its node metadata gives, and the server as its responses do.
+func TestADebugClientListsTheSubscribersWithTheirVersions(t *testing.T) {
+	g := startGalley(t, "")
+	rec := newRecorder()
+	subscribe(t, g.addr, rec)
+	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var subs []debugapi.Subscriber
+	var resp *discoveryv3.DiscoveryResponse
+	rec.waitFor(t, "the subscriber listed", func() bool {
+		if resp, err = debugapi.Fetch(t.Context(), conn, debugapi.Subscribers); err != nil {
+			t.Fatal(err)
+		}
+		subs, err = debugapi.SubscribersOf(resp)
+		return err == nil && len(subs) == 1
+	})
+	if s := subs[0]; s.ID != "discovery-0" || s.Version != "1.2.3" || s.Identity != "plaintext" || s.ConnectedAt.IsZero() {
+		t.Fatalf("subscriber %+v", s)
+	}
+	if got := resp.GetControlPlane().GetIdentifier(); got != testControlPlane {
+		t.Fatalf("answered as %q", got)
 	}
 }
 

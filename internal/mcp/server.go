@@ -1,11 +1,14 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 )
@@ -72,6 +76,7 @@ type Server struct {
 	restricted map[string]func(identity string) bool
 	// controlPlane names the server in its responses (Identify).
 	controlPlane *corev3.ControlPlane
+	debugNonce   atomic.Uint64
 }
 
 // Restrict serves a collection only to subscribers whose identity (the
@@ -129,6 +134,10 @@ func (w sotwWatch) deliver(resp cache.Response) {
 // subscriber is one stream's subscriber, as its requests showed it.
 type subscriber struct {
 	id string // node ID
+	// version is what the subscriber's node metadata says it runs
+	// (VersionMetadata); connected when its stream opened.
+	version   string
+	connected time.Time
 	// label names the subscriber in metrics: its SPIFFE ID on the mTLS
 	// port, "plaintext" otherwise. Node IDs are the subscriber's to choose,
 	// and one per connection would grow the series without end.
@@ -155,7 +164,7 @@ const (
 
 func newSubscriber(label string) *subscriber {
 	return &subscriber{
-		label: label, names: map[string]int{}, lastNonce: map[string]string{}, nacked: map[string]string{},
+		label: label, connected: time.Now(), names: map[string]int{}, lastNonce: map[string]string{}, nacked: map[string]string{},
 		idle: rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
 	}
 }
@@ -229,13 +238,101 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 	return s, nil
 }
 
+// VersionMetadata is the node metadata field in which a subscriber says
+// its version (ClientOptions.Version).
+const VersionMetadata = "FLOTILLA_VERSION"
+
+// Subscribers are the open streams that have identified themselves, by
+// node ID.
+func (s *Server) Subscribers() []debugapi.Subscriber {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]debugapi.Subscriber, 0, len(s.streams))
+	for _, sub := range s.streams {
+		if sub.id != "" {
+			out = append(out, debugapi.Subscriber{ID: sub.id, Identity: sub.label, Version: sub.version, ConnectedAt: sub.connected})
+		}
+	}
+	slices.SortFunc(out, func(a, b debugapi.Subscriber) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
 // Identify names the server in every response's control_plane, as
 // istiod does (debugapi.Replica's JSON); call before serving.
 func (s *Server) Identify(cp *corev3.ControlPlane) { s.controlPlane = cp }
 
 // Register adds the aggregated discovery service to g.
 func (s *Server) Register(g *grpc.Server) {
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, ads{Server: s.xds, s: s})
+}
+
+// ads is go-control-plane's ADS, but for a state-of-the-world stream
+// whose first request asks for debugapi.Subscribers: that one is
+// answered with the list of subscribers, request by request.
+type ads struct {
+	serverv3.Server
+	s *Server
+}
+
+func (a ads) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	first, err := st.Recv()
+	if err != nil {
+		return err //nolint:wrapcheck // the transport's status
+	}
+	if first.GetTypeUrl() == debugapi.Subscribers {
+		return a.s.serveSubscribers(st, first)
+	}
+	return a.Server.StreamAggregatedResources(&peeked{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, first: first}) //nolint:wrapcheck // go-control-plane's status
+}
+
+// peeked is a stream whose first request was read already.
+type peeked struct {
+	discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer
+	first *discoveryv3.DiscoveryRequest
+}
+
+func (p *peeked) Recv() (*discoveryv3.DiscoveryRequest, error) {
+	if r := p.first; r != nil {
+		p.first = nil
+		return r, nil
+	}
+	return p.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv() //nolint:wrapcheck // the transport's status
+}
+
+// serveSubscribers answers each request of a debug client that is not
+// the ACK of the last answer, at most at the idle rate.
+func (s *Server) serveSubscribers(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, req *discoveryv3.DiscoveryRequest) error {
+	idle := rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst)
+	last := ""
+	for {
+		if req.GetResponseNonce() == "" || req.GetResponseNonce() != last {
+			resp := &discoveryv3.DiscoveryResponse{TypeUrl: debugapi.Subscribers, ControlPlane: s.controlPlane}
+			for _, sub := range s.Subscribers() {
+				m, err := sub.Struct()
+				if err != nil {
+					return status.Error(codes.Internal, err.Error())
+				}
+				a, err := anypb.New(m)
+				if err != nil {
+					return status.Error(codes.Internal, err.Error())
+				}
+				resp.Resources = append(resp.Resources, a)
+			}
+			resp.Nonce = "debug-" + strconv.FormatUint(s.debugNonce.Add(1), 10)
+			if err := st.Send(resp); err != nil {
+				return err //nolint:wrapcheck // the transport's status
+			}
+			last = resp.GetNonce()
+		}
+		_ = idle.Wait(st.Context()) // an error: the stream is ending, as Recv tells
+		var err error
+		if req, err = st.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err //nolint:wrapcheck // the transport's status
+		}
+	}
 }
 
 // Alias publishes the collection source also under the type URL alias,
@@ -519,6 +616,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		}
 		if sub.id == "" && node.GetId() != "" {
 			sub.id = clip.String(node.GetId(), 256)
+			sub.version = clip.String(node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
 			s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", id)
 		}
 		if allow, ok := s.restricted[typeURL]; ok && !allow(sub.label) {

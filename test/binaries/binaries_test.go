@@ -293,7 +293,8 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if code, got := cli("analyze", "--live"); code != 0 {
 		t.Errorf("analyze --live: exit %d\n%s", code, got)
 	}
-	if code, got := cli("version"); code != 0 || strings.Count(got, "discovery version: ") != 2 || !strings.Contains(got, "galley version: ") || !strings.Contains(got, "proxies at ") {
+	if code, got := cli("version"); code != 0 || strings.Count(got, "discovery version: ") != 2 || !strings.Contains(got, "proxies at ") ||
+		!strings.Contains(got, "galley version: ") || !strings.Contains(got, "injector version: ") || !strings.Contains(got, "ca version: ") {
 		t.Errorf("version: exit %d\n%s", code, got)
 	}
 	// The client's agent wrote its gRPC bootstrap; the context names the

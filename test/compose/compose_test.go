@@ -170,6 +170,21 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 		t.Errorf("%d subscribers connected to galley over mTLS, want 3 (two discovery replicas and the injector)", got)
 	}
 
+	// The CLI inside the network (the cli service), with no flags: every
+	// demo proxy on both replicas (the name discovery resolves to each),
+	// the routing held by all of them, galley's version beside theirs.
+	if out := s.must("run", "--rm", "cli", "proxy-status"); strings.Count(out, ".demo ") != 4 || strings.Count(out, "SYNCED") < 10 ||
+		strings.Contains(out, "STALE") || strings.Contains(out, "NACKED") || strings.Contains(out, "NOT SENT") {
+		t.Errorf("proxy-status in compose: want the 4 demo proxies, every type they watch SYNCED:\n%s", out)
+	}
+	if out := s.must("run", "--rm", "cli", "wait", "virtualservice", "greeter.demo"); !strings.Contains(out, "held by 4 of 4 proxies, on 2 replicas") {
+		t.Errorf("wait in compose:\n%s", out)
+	}
+	if out := s.must("run", "--rm", "cli", "version"); strings.Count(out, "discovery version: ") != 2 || !strings.Contains(out, "galley version: ") ||
+		!strings.Contains(out, "injector version: ") || !strings.Contains(out, "ca version: ") {
+		t.Errorf("version in compose:\n%s", out)
+	}
+
 	// An edit moves the split.
 	pristine, err := os.ReadFile(filepath.Join(examples, "greeter.yaml"))
 	if err != nil {

@@ -123,7 +123,7 @@ func identityCommand(log *slog.Logger) *cobra.Command {
 	f.StringVar(&issuer, "issuer", "https://flotilla.local/compose", "the tokens' issuer, ca's --jwt-issuer")
 	f.StringVar(&d.Namespace, "namespace", "istio-system", "namespace of the service accounts")
 	f.StringVar(&d.Audience, "audience", "istio-ca", "audience of the tokens")
-	f.StringSliceVar(&d.Accounts, "accounts", controlplane.TokenAccounts(), "service accounts to write tokens for")
+	f.StringSliceVar(&d.Accounts, "accounts", append(controlplane.TokenAccounts(), controlplane.OperatorAccount), "service accounts to write tokens for (default: the control plane's, and the operator's the flotilla CLI shows ca)")
 	f.DurationVar(&d.Lifetime, "lifetime", time.Hour, "lifetime of each token")
 	f.BoolVar(&check, "check", false, "only check that --dir holds the JWKS and every account's token (a container healthcheck)")
 	return cmd

@@ -7,11 +7,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 )
 
-// operatorAccount is the system namespace's account whose token the
-// flotilla CLI shows ca (the context file names it), as the CLI's
-// --service-account does in a cluster.
-const operatorAccount = "default"
-
 // newIdentities stands in for what a cluster gives the control plane: a
 // token issuer (a new key each run) whose JWKS ca trusts, and an
 // hour-long token per control-plane service account (and the operator's)
@@ -24,7 +19,7 @@ func newIdentities(dir string) (*devjwt.Dir, error) {
 	}
 	ids := &devjwt.Dir{
 		Path: dir, Issuer: iss, Namespace: "istio-system", Audience: "istio-ca",
-		Accounts: append(controlplane.TokenAccounts(), operatorAccount),
+		Accounts: append(controlplane.TokenAccounts(), controlplane.OperatorAccount),
 		Lifetime: time.Hour,
 	}
 	if err := ids.Write(time.Now()); err != nil {

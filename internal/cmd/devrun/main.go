@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/devrun"
@@ -138,7 +139,7 @@ func writeContext(l local, requested map[string]bool, ids *devjwt.Dir) error {
 		if err != nil {
 			return fmt.Errorf("state dir: %w", err)
 		}
-		token, err := filepath.Abs(ids.TokenFile(operatorAccount))
+		token, err := filepath.Abs(ids.TokenFile(controlplane.OperatorAccount))
 		if err != nil {
 			return fmt.Errorf("state dir: %w", err)
 		}

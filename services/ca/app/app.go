@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
+	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
@@ -203,9 +206,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	for _, name := range controlplane.Accounts() {
 		cp = append(cp, server.ControlPlane{Namespace: cfg.SystemNamespace, ServiceAccount: name, Service: name})
 	}
+	host, _ := os.Hostname()
 	srv, err := server.New(server.Options{
 		Log: rt.Log, Meter: meter, CA: ca, Authenticators: auths, TrustDomain: cfg.TrustDomain,
 		DomainSuffix: cfg.DomainSuffix, ControlPlane: cp, RatePerIdentity: cfg.RatePerIdentity,
+		Replica: debugapi.NewReplica(controlplane.CA, cmp.Or(host, controlplane.CA), buildinfo.Get().Version),
 	})
 	if err != nil {
 		return err

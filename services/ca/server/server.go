@@ -19,10 +19,12 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 )
@@ -51,7 +53,10 @@ type Options struct {
 	Burst           int
 	// Deadline bounds one request (default 10s).
 	Deadline time.Duration
-	Now      func() time.Time
+	// Replica names this replica and its version to callers, in every
+	// answer's debugapi.ReplicaHeader (flotilla version reads it).
+	Replica debugapi.Replica
+	Now     func() time.Time
 }
 
 // Server implements IstioCertificateService.
@@ -108,6 +113,9 @@ func (s *Server) Register(gs *grpc.Server) {
 // CreateCertificate signs the CSR for the authenticated caller.
 func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.IstioCertificateRequest) (*securityv1alpha1.IstioCertificateResponse, error) {
 	start := time.Now()
+	if s.o.Replica.ID != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(debugapi.ReplicaHeader, s.o.Replica.ControlPlane().GetIdentifier())) // fails only outside a gRPC call (unit tests)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
 	defer cancel()
 	addr := peerAddress(ctx)

@@ -288,7 +288,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		return lifecycle.Actor{}, fmt.Errorf("galley client: %w", err)
 	}
 	client := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "discovery~" + cfg.ReplicaName, TypeURLs: subscribed(cfg, certs), Handler: in, Log: rt.Log,
+		Conn: conn, NodeID: "discovery~" + cfg.ReplicaName, Version: buildinfo.Get().Version, TypeURLs: subscribed(cfg, certs), Handler: in, Log: rt.Log,
 	})
 	return lifecycle.Actor{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 		defer conn.Close()

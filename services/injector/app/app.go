@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +29,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
+	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/cabundle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
@@ -138,8 +141,9 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return fmt.Errorf("galley client: %w", err)
 	}
+	host, _ := os.Hostname() // the pod's name in a cluster: tells replicas apart in galley's subscribers
 	client := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "injector", TypeURLs: []string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL},
+		Conn: conn, NodeID: "injector~" + cmp.Or(host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: []string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL},
 		Handler: mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
 			if typeURL == registry.InjectionConfigTypeURL {
 				return configs.Apply(typeURL, updated, removed)

@@ -1,0 +1,48 @@
+package debugapi
+
+import (
+	"fmt"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Subscribers (Flotilla's) is galley's: asked on its MCP port as the
+// debug types above are asked of discovery, it answers one
+// google.protobuf.Struct per open subscription stream, the Subscriber
+// below as JSON: discovery replicas and injectors with the versions their
+// node metadata carries (flotilla version). Anyone galley's port admits
+// may ask: the system namespace's certificates, or plain text in a local
+// run.
+const Subscribers = FlotillaPrefix + "subscribers"
+
+// Subscriber is one of galley's subscribers.
+type Subscriber struct {
+	// ID is its node ID ("discovery~<replica>", "injector~<host>").
+	ID string `json:"id"`
+	// Identity is its certificate's SPIFFE ID, or "plaintext".
+	Identity    string    `json:"identity"`
+	Version     string    `json:"version,omitempty"`
+	ConnectedAt time.Time `json:"connectedAt"`
+}
+
+// Struct encodes s as Subscribers sends it.
+func (s Subscriber) Struct() (*structpb.Struct, error) { return toStruct("subscriber", s) }
+
+// SubscribersOf decodes a Subscribers response.
+func SubscribersOf(resp *discoveryv3.DiscoveryResponse) ([]Subscriber, error) {
+	out := make([]Subscriber, 0, len(resp.GetResources()))
+	for _, a := range resp.GetResources() {
+		var st structpb.Struct
+		if err := a.UnmarshalTo(&st); err != nil {
+			return nil, fmt.Errorf("subscriber: %w", err)
+		}
+		var s Subscriber
+		if err := fromStruct("subscriber", &st, &s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
