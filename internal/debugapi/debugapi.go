@@ -1,7 +1,8 @@
-// Package debugapi is the debug surface discovery serves and the flotilla
-// CLI reads: Istio's debug types over ADS on discovery's xDS ports, so
-// that reading a replica's state needs no other port and is authenticated
-// the way proxies are (the caller's certificate on the mTLS port).
+// Package debugapi is the debug surface the control plane serves and the
+// flotilla CLI reads, chiefly discovery's: Istio's debug types over ADS
+// on discovery's xDS ports, so that reading a replica's state needs no
+// other port and is authenticated the way proxies are (the caller's
+// certificate on the mTLS port).
 //
 // A debug client opens a state-of-the-world ADS stream and sends a
 // DiscoveryRequest whose type URL is one of the types below; the replica
@@ -30,6 +31,15 @@
 //     acknowledged (its content is then exactly what the proxy holds);
 //     a type it cannot reproduce is listed in the dump's last section, a
 //     Struct of type URL → acknowledged version (MetadataUnknownTypes).
+//   - Distribution (Flotilla's, distribution.go): for one Istio object,
+//     its versions by the push that first held them, and the push each
+//     proxy holds all of (flotilla wait).
+//
+// galley answers Subscribers (subscribers.go) on its MCP port the same
+// way, and names itself in every MCP response's ControlPlane; ca names
+// itself in ReplicaHeader; the agent serves its proxy's bootstrap on its
+// status port (agent.go). Together they are what flotilla version and
+// proxy-config bootstrap read.
 //
 // Authorization, as istiod's: a caller whose certificate is of the system
 // namespace sees every proxy; any other caller sees only the proxies of
