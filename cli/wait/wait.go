@@ -125,7 +125,10 @@ func (t target) key() string { return model.ObjectKey(t.kind.Kind, t.namespace, 
 
 func (t target) String() string {
 	s := t.kind.Kind + " " + t.namespace + "/" + t.name
-	if t.want.Version != "" {
+	switch {
+	case t.want.Delete:
+		s = "the deletion of " + s
+	case t.want.Version != "":
 		s += " version " + t.want.Version
 	}
 	return s
@@ -176,6 +179,17 @@ type tally struct {
 	latest map[string]string
 }
 
+// proxiesWaiting counts the proxies behind (not the replicas).
+func (t tally) proxiesWaiting() int {
+	n := 0
+	for _, b := range t.waiting {
+		if b.proxy != "" {
+			n++
+		}
+	}
+	return n
+}
+
 func (w *waiter) run(ctx context.Context) error {
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
@@ -190,16 +204,17 @@ func (w *waiter) run(ctx context.Context) error {
 			return err
 		}
 		last = t
-		total := t.done + len(t.waiting)
+		waiting := t.proxiesWaiting()
+		total := t.done + waiting
 		if t.replicas > 0 && (total == 0 || float64(t.done) >= w.threshold*float64(total)) && !replicaBehind(t) {
 			_, err := fmt.Fprintf(w.out, "%s: held by %d of %d proxies, on %d replicas\n", w.t, t.done, total, t.replicas)
 			return err //nolint:wrapcheck // the output's
 		}
-		if t.done != lastDone || len(t.waiting) != lastWaiting {
-			if _, err := fmt.Fprintf(w.out, "%s: held by %d of %d proxies, waiting for %d\n", w.t, t.done, total, len(t.waiting)); err != nil {
+		if t.done != lastDone || waiting != lastWaiting {
+			if _, err := fmt.Fprintf(w.out, "%s: held by %d of %d proxies, waiting for %d\n", w.t, t.done, total, waiting); err != nil {
 				return err //nolint:wrapcheck // the output's
 			}
-			lastDone, lastWaiting = t.done, len(t.waiting)
+			lastDone, lastWaiting = t.done, waiting
 		}
 		select {
 		case <-ctx.Done():
@@ -259,7 +274,7 @@ func (w *waiter) poll(ctx context.Context) (tally, error) {
 		replica := replicaName(answers[i])
 		push, ok, why := d.Required(w.t.want)
 		if !ok {
-			t.waiting = append(t.waiting, behind{replica: replica, why: "the replica " + why})
+			t.waiting = append(t.waiting, behind{replica: replica, why: "it " + why})
 		}
 		for _, p := range d.Proxies {
 			if w.proxy != "" && p.ID != w.proxy && proxystatus.Name(p.ID) != w.proxy {
@@ -269,7 +284,7 @@ func (w *waiter) poll(ctx context.Context) (tally, error) {
 			case ok && p.Push >= push:
 				t.done++
 			case ok:
-				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: fmt.Sprintf("holds push %d, the version came in push %d", p.Push, push)})
+				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: fmt.Sprintf("holds push %d, the version came in push %d (flotilla proxy-status %s tells why)", p.Push, push, proxystatus.Name(p.ID))})
 			default:
 				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: "its replica does not have the version"})
 			}
@@ -312,7 +327,7 @@ func latestVersion(t target, latest map[string]string) (string, error) {
 // behind.
 func (w *waiter) timedOut(t tally) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "timed out after %s: %s is held by %d of %d proxies; behind:", w.timeout, w.t, t.done, t.done+len(t.waiting))
+	fmt.Fprintf(&b, "timed out after %s: %s is held by %d of %d proxies; behind:", w.timeout, w.t, t.done, t.done+t.proxiesWaiting())
 	slices.SortFunc(t.waiting, func(a, c behind) int {
 		return cmp.Or(strings.Compare(a.proxy, c.proxy), strings.Compare(a.replica, c.replica))
 	})

@@ -118,7 +118,7 @@ type Want struct {
 // Required is the first push that holds what w asks for: every proxy
 // holding it (or a later push) has the object as wanted. ok is false
 // when the replica has no such push yet, and why says what it holds
-// instead. An object the replica never had counts as deleted since its
+// instead ("has version 3, not 4": the replica's). An object the replica never had counts as deleted since its
 // first push.
 func (d ObjectDistribution) Required(w Want) (push uint64, ok bool, why string) {
 	// Only what follows the last deletion is the object as it is now.
@@ -129,7 +129,7 @@ func (d ObjectDistribution) Required(w Want) (push uint64, ok bool, why string) 
 				if i == len(d.History)-1 {
 					return d.History[i].Push, true, ""
 				}
-				return 0, false, "it was created again after its deletion (version " + d.History[len(d.History)-1].Version + ")"
+				return 0, false, "was created again after its deletion (version " + d.History[len(d.History)-1].Version + ")"
 			}
 			current = d.History[i+1:]
 			break
@@ -139,9 +139,9 @@ func (d ObjectDistribution) Required(w Want) (push uint64, ok bool, why string) 
 	case w.Delete && len(d.History) == 0:
 		return 0, true, ""
 	case w.Delete:
-		return 0, false, "it still has version " + current[len(current)-1].Version
+		return 0, false, "still has version " + current[len(current)-1].Version
 	case len(current) == 0:
-		return 0, false, "it does not have the object"
+		return 0, false, "does not have the object"
 	case w.Version == "":
 		return current[len(current)-1].Push, true, ""
 	}
@@ -154,7 +154,7 @@ func (d ObjectDistribution) Required(w Want) (push uint64, ok bool, why string) 
 			return v.Push, true, "" // that generation came later, in the same push
 		}
 	}
-	return 0, false, "it has version " + current[len(current)-1].Version + ", not " + w.Version
+	return 0, false, "has version " + current[len(current)-1].Version + ", not " + w.Version
 }
 
 func generation(v string) (int64, bool) {

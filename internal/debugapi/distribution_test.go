@@ -15,17 +15,17 @@ func TestRequiredIsTheFirstPushHoldingTheVersionALaterGenerationOrTheDeletion(t 
 	}{
 		{"the version itself", []ObjectVersion{v("3", 2), v("4", 5)}, Want{Version: "3"}, 2, true, ""},
 		{"a generation skipped in a debounced push", []ObjectVersion{v("3", 2), v("6", 5)}, Want{Version: "5"}, 5, true, ""},
-		{"a generation not there yet", []ObjectVersion{v("3", 2)}, Want{Version: "4"}, 0, false, "it has version 3, not 4"},
+		{"a generation not there yet", []ObjectVersion{v("3", 2)}, Want{Version: "4"}, 0, false, "has version 3, not 4"},
 		{"a content version matches exactly", []ObjectVersion{v("a1b2", 2), v("c3d4", 5)}, Want{Version: "c3d4"}, 5, true, ""},
-		{"a content version is not ordered", []ObjectVersion{v("a1b2", 2)}, Want{Version: "ffff"}, 0, false, "it has version a1b2, not ffff"},
+		{"a content version is not ordered", []ObjectVersion{v("a1b2", 2)}, Want{Version: "ffff"}, 0, false, "has version a1b2, not ffff"},
 		{"the latest", []ObjectVersion{v("3", 2), v("4", 5)}, Want{}, 5, true, ""},
-		{"never had it", nil, Want{Version: "1"}, 0, false, "it does not have the object"},
+		{"never had it", nil, Want{Version: "1"}, 0, false, "does not have the object"},
 		{"never had it: deleted", nil, Want{Delete: true}, 0, true, ""},
 		{"deleted", []ObjectVersion{v("3", 2), del(7)}, Want{Delete: true}, 7, true, ""},
-		{"not deleted yet", []ObjectVersion{v("3", 2)}, Want{Delete: true}, 0, false, "it still has version 3"},
-		{"deleted, then created again", []ObjectVersion{v("3", 2), del(7), v("1", 9)}, Want{Delete: true}, 0, false, "it was created again after its deletion (version 1)"},
-		{"a version from before the deletion is not the object now", []ObjectVersion{v("3", 2), del(7), v("1", 9)}, Want{Version: "3"}, 0, false, "it has version 1, not 3"},
-		{"deleted: no version", []ObjectVersion{v("3", 2), del(7)}, Want{Version: "3"}, 0, false, "it does not have the object"},
+		{"not deleted yet", []ObjectVersion{v("3", 2)}, Want{Delete: true}, 0, false, "still has version 3"},
+		{"deleted, then created again", []ObjectVersion{v("3", 2), del(7), v("1", 9)}, Want{Delete: true}, 0, false, "was created again after its deletion (version 1)"},
+		{"a version from before the deletion is not the object now", []ObjectVersion{v("3", 2), del(7), v("1", 9)}, Want{Version: "3"}, 0, false, "has version 1, not 3"},
+		{"deleted: no version", []ObjectVersion{v("3", 2), del(7)}, Want{Version: "3"}, 0, false, "does not have the object"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
