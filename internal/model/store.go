@@ -96,8 +96,9 @@ func (c ChangeSet) Concerns(hosts map[string]bool) bool {
 	return false
 }
 
-// Empty reports whether nothing changed.
-func (c ChangeSet) Empty() bool { return !c.Full && len(c.Endpoints) == 0 }
+// Empty reports whether nothing changed (an object whose change reaches
+// proxies through the registry is a change: its version moved).
+func (c ChangeSet) Empty() bool { return !c.Full && len(c.Endpoints) == 0 && len(c.Objects) == 0 }
 
 // Merge adds other's changes to c.
 func (c *ChangeSet) Merge(other ChangeSet) {
@@ -142,16 +143,20 @@ type Store struct {
 type hostRef struct{ host, namespace string }
 
 // configChanged records what a change of a configuration object concerns:
-// the hosts of VirtualServices and DestinationRules (old and new), else
-// every proxy.
+// the hosts of VirtualServices and DestinationRules (old and new); for
+// ServiceEntries and WorkloadEntries nothing (translation reads only the
+// registry services and endpoints galley derives from them, whose
+// changes arrive, and count, as registry changes: an edit of endpoints
+// alone is an endpoints-only push, as Istio's ServiceEntry controller
+// makes it); else every proxy.
 func (s *Store) configChanged(objs ...*istio.Object) {
-	s.pending.Full = true
 	for _, o := range objs {
 		if o == nil {
 			continue
 		}
 		switch spec := o.Spec.(type) {
 		case *networking.VirtualService:
+			s.pending.Full = true
 			if len(spec.GetHosts()) == 0 {
 				// A delegate: any root may name it.
 				s.pending.All = true
@@ -160,12 +165,11 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 				s.hostRefs = append(s.hostRefs, hostRef{h, o.Meta.Namespace})
 			}
 		case *networking.DestinationRule:
+			s.pending.Full = true
 			s.hostRefs = append(s.hostRefs, hostRef{spec.GetHost(), o.Meta.Namespace})
 		case *networking.ServiceEntry, *networking.WorkloadEntry:
-			// Translation reads the registry services galley derives from
-			// these; their changes arrive (and count) as registry changes.
 		default:
-			s.pending.All = true
+			s.pending.Full, s.pending.All = true, true
 		}
 	}
 }

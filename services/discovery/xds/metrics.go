@@ -41,7 +41,7 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 		return nil, wrap("proxies_connected", err)
 	}
 	if out.pushCount, err = m.Int64Counter("flotilla.discovery.pushes",
-		metric.WithDescription("Push contexts handed to the connected proxies, by kind (full or eds).")); err != nil {
+		metric.WithDescription("Push contexts handed to the connected proxies, by kind: full, eds, or none (only the versions of objects that reach proxies through the registry moved).")); err != nil {
 		return nil, wrap("pushes", err)
 	}
 	if out.responses, err = m.Int64Counter("flotilla.discovery.xds_responses",
@@ -105,8 +105,11 @@ func (m *metrics) decided(decision string) {
 
 func (m *metrics) pushes(cs model.ChangeSet) {
 	kind := "eds"
-	if cs.Full {
+	switch {
+	case cs.Full:
 		kind = "full"
+	case len(cs.Endpoints) == 0:
+		kind = "none" // only objects' versions moved (their effect comes as registry changes)
 	}
 	m.pushCount.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", kind)))
 }

@@ -712,3 +712,49 @@ func FuzzStreamRequests(f *testing.F) {
 		}
 	})
 }
+
+// TestAServiceEntryWhoseEndpointsAloneChangedIsAnEndpointsOnlyPush:
+// galley publishes a ServiceEntry beside the registry service and
+// endpoints it derives from it; an edit of one endpoint address changes
+// the object and the endpoints, not the service, and is pushed as EDS
+// alone (as Istio's ServiceEntry controller pushes it), to the proxy
+// watching that cluster. The object's new version is still tracked.
+func TestAServiceEntryWhoseEndpointsAloneChangedIsAnEndpointsOnlyPush(t *testing.T) {
+	h := newHarnessWith(t, xds.Options{PlaintextDebug: true})
+	k, _ := istio.ByName("ServiceEntry")
+	se := func(generation int64, addr string) *istio.Object {
+		return &istio.Object{Kind: k, Meta: istio.Meta{Name: "a", Namespace: "default", Generation: generation}, Spec: &networking.ServiceEntry{
+			Hosts: []string{"a.default.svc.cluster.local"}, Resolution: networking.ServiceEntry_STATIC,
+			Ports:     []*networking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
+			Endpoints: []*networking.WorkloadEntry{{Address: addr}},
+		}}
+	}
+	h.store.PutObject(se(1, "10.1.1.1"))
+	h.store.PutService(service("a", 80))
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1"))
+	h.push()
+	s := h.sotw(t)
+	const cluster = "outbound|80||a.default.svc.cluster.local"
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	s.send(t, ack(s.next(t)))
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{cluster}})
+	s.send(t, ack(s.next(t), cluster))
+	full, eds := h.pushes("full"), h.pushes("eds")
+
+	h.store.PutObject(se(2, "10.1.1.7"))
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.7"))
+	h.push()
+	r := s.next(t)
+	if r.GetTypeUrl() != resourcev3.EndpointType {
+		t.Fatalf("got %s, want the endpoints only", r.GetTypeUrl())
+	}
+	s.send(t, ack(r, cluster))
+	if gotFull, gotEDS := h.pushes("full")-full, h.pushes("eds")-eds; gotFull != 0 || gotEDS != 1 {
+		t.Fatalf("%d full and %d endpoints-only pushes, want 0 and 1", gotFull, gotEDS)
+	}
+	xdstest.Eventually(t, "generation 2 held", func() bool {
+		d := distribution(t, h.conn, "ServiceEntry/default/a")
+		push, ok, _ := d.Required(debugapi.Want{Version: "2"})
+		return ok && len(d.Proxies) == 1 && d.Proxies[0].Push >= push
+	})
+}
