@@ -98,12 +98,17 @@ func TestTheDefaultSidecar(t *testing.T) {
 	env := map[string]string{}
 	for _, e := range proxy.Env {
 		env[e.Name] = e.Value
-		if e.ValueFrom != nil {
+		switch {
+		case e.ValueFrom == nil:
+		case e.ValueFrom.FieldRef != nil:
 			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		case e.ValueFrom.ResourceFieldRef != nil:
+			env[e.Name] = e.ValueFrom.ResourceFieldRef.Resource
 		}
 	}
 	for k, v := range map[string]string{
-		"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "INSTANCE_IP": "status.podIP",
+		"GOMEMLIMIT": "limits.memory",
+		"POD_NAME":   "metadata.name", "POD_NAMESPACE": "metadata.namespace", "INSTANCE_IP": "status.podIP",
 		"SERVICE_ACCOUNT": "spec.serviceAccountName", "TRUST_DOMAIN": "cluster.local", "CA_ADDRESS": "flotilla-ca.istio-system.svc:15013",
 	} {
 		if env[k] != v {

@@ -209,6 +209,27 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		}
 	}
 
+	// Each container's Go runtime (the services', the gateways' agents)
+	// keeps within its memory limit (GOMEMLIMIT from limits.memory, as
+	// Istio sets it for its proxies).
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		c, _ := containers[0].(map[string]any)
+		env, _, _ := unstructured.NestedSlice(c, "env")
+		found := false
+		for _, e := range env {
+			m, _ := e.(map[string]any)
+			res, _, _ := unstructured.NestedString(m, "valueFrom", "resourceFieldRef", "resource")
+			found = found || (m["name"] == "GOMEMLIMIT" && res == "limits.memory")
+		}
+		if !found {
+			t.Errorf("Deployment %s: its container has no GOMEMLIMIT from limits.memory: %v", o.GetName(), env)
+		}
+	}
+
 	// The configuration the chart ships is what galley accepts.
 	for _, o := range objs {
 		if o.GetKind() != "ConfigMap" {

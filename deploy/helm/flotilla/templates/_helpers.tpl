@@ -81,6 +81,13 @@ livenessProbe:
   failureThreshold: 6
 resources:
 {{ toYaml $v.resources | indent 2 }}
+env:
+# The Go runtime's soft memory limit is the container's, as Istio sets it
+# for its proxies: near the limit the collector works harder, rather than
+# the kernel killing the process. (Without a limit the node's memory.)
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef: {resource: limits.memory, divisor: "1"}
 {{- end }}
 
 {{/* The shared flags. */}}
