@@ -45,7 +45,12 @@ func TestProxyConfigShowsWhatTheReplicaGivesASidecarAndAProxylessClient(t *testi
 	if err := json.Unmarshal([]byte(out), &routes); code != 0 || err != nil || len(routes) != 1 || routes[0].Name != "80" || len(routes[0].VirtualHosts) == 0 {
 		t.Fatalf("route 80 as JSON: %d %v\n%s", code, err, out)
 	}
-	if code, _, errOut := flotilla(t, ctxFile, "proxy-config", "bootstrap", "app-1.default"); code != 1 || !strings.Contains(errOut, `"bootstrap": want one of cluster, listener, route, endpoint, secret, all`) {
+	// The bootstrap is the agent's: with none known, the error says how
+	// to name it (the agents' own tests read it).
+	if code, _, errOut := flotilla(t, ctxFile, "proxy-config", "bootstrap", "app-1.default"); code != 1 || !strings.Contains(errOut, "where is the agent of app-1.default? give --agent-address") {
 		t.Fatalf("bootstrap: %d %s", code, errOut)
+	}
+	if code, _, errOut := flotilla(t, ctxFile, "proxy-config", "bootstraps", "app-1"); code != 1 || !strings.Contains(errOut, `"app-1": want the proxy as pod.namespace`) {
+		t.Fatalf("bootstrap of a name without a namespace: %d %s", code, errOut)
 	}
 }
