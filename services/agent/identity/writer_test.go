@@ -73,18 +73,26 @@ func TestTheWriterKeepsTheFilesEqualToTheHeldIdentity(t *testing.T) {
 	set("spiffe://cluster.local/ns/demo/sa/second")
 	holds("spiffe://cluster.local/ns/demo/sa/second")
 
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The older version goes right after the new one is in place (the
+	// files above may be read in between).
 	var versions []string
-	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "..") {
-			versions = append(versions, e.Name())
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(versions) != 1 {
-		t.Errorf("version directories %v: want the current one only", versions)
+		versions = versions[:0]
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "..") {
+				versions = append(versions, e.Name())
+			}
+		}
+		if len(versions) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("version directories %v: want the current one only", versions)
+		}
 	}
 }
 
