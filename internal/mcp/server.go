@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -299,40 +298,28 @@ func (p *peeked) Recv() (*discoveryv3.DiscoveryRequest, error) {
 	return p.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv() //nolint:wrapcheck // the transport's status
 }
 
-// serveSubscribers answers each request of a debug client that is not
-// the ACK of the last answer, at most at the idle rate.
-func (s *Server) serveSubscribers(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, req *discoveryv3.DiscoveryRequest) error {
-	idle := rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst)
-	last := ""
-	for {
-		if req.GetResponseNonce() == "" || req.GetResponseNonce() != last {
+// serveSubscribers answers a debug client's Subscribers requests.
+func (s *Server) serveSubscribers(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, first *discoveryv3.DiscoveryRequest) error {
+	a := debugapi.Answerer{
+		Answer: func(*discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
 			resp := &discoveryv3.DiscoveryResponse{TypeUrl: debugapi.Subscribers, ControlPlane: s.controlPlane}
 			for _, sub := range s.Subscribers() {
 				m, err := sub.Struct()
 				if err != nil {
-					return status.Error(codes.Internal, err.Error())
+					return nil, status.Error(codes.Internal, err.Error())
 				}
 				a, err := anypb.New(m)
 				if err != nil {
-					return status.Error(codes.Internal, err.Error())
+					return nil, status.Error(codes.Internal, err.Error())
 				}
 				resp.Resources = append(resp.Resources, a)
 			}
-			resp.Nonce = "debug-" + strconv.FormatUint(s.debugNonce.Add(1), 10)
-			if err := st.Send(resp); err != nil {
-				return err //nolint:wrapcheck // the transport's status
-			}
-			last = resp.GetNonce()
-		}
-		_ = idle.Wait(st.Context()) // an error: the stream is ending, as Recv tells
-		var err error
-		if req, err = st.Recv(); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err //nolint:wrapcheck // the transport's status
-		}
+			return resp, nil
+		},
+		Nonce: func() string { return "debug-" + strconv.FormatUint(s.debugNonce.Add(1), 10) },
+		Idle:  rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
 	}
+	return a.Serve(st.Context(), first, st.Recv, st.Send) //nolint:wrapcheck // the transport's status
 }
 
 // Alias publishes the collection source also under the type URL alias,

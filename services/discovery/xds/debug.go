@@ -143,32 +143,23 @@ func (s *Server) serveDebug(ctx context.Context, first *discoveryv3.DiscoveryReq
 func (s *Server) debugLoop(ctx context.Context, first *discoveryv3.DiscoveryRequest,
 	recv func() (*discoveryv3.DiscoveryRequest, error), send func(*discoveryv3.DiscoveryResponse) error, scope string,
 ) error {
-	idle := rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst)
-	lastNonce := ""
-	for req := first; ; {
-		if err := checkNames(req.GetResourceNames()); err != nil {
-			return err
-		}
-		if req.GetResponseNonce() == "" || req.GetResponseNonce() != lastNonce {
+	a := debugapi.Answerer{
+		Answer: func(req *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+			if err := checkNames(req.GetResourceNames()); err != nil {
+				return nil, err
+			}
 			var resp *discoveryv3.DiscoveryResponse
 			var err error
 			s.offload(func() { resp, err = s.debugResponse(req, scope) })
-			if err != nil {
-				return err
+			if err == nil {
+				resp.ControlPlane = s.replica.ControlPlane()
 			}
-			resp.Nonce = s.nextNonce()
-			resp.ControlPlane = s.replica.ControlPlane()
-			if err := send(resp); err != nil {
-				return err //nolint:wrapcheck // the transport's status, returned as is
-			}
-			lastNonce = resp.Nonce
-		}
-		_ = idle.Wait(ctx) // an error: the stream is ending, as recv tells
-		var err error
-		if req, err = recv(); err != nil {
-			return recvError(err)
-		}
+			return resp, err
+		},
+		Nonce: s.nextNonce,
+		Idle:  rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
 	}
+	return recvError(a.Serve(ctx, first, recv, send))
 }
 
 // debugResponse builds the answer to one debug request.
