@@ -101,7 +101,9 @@ type rawClient struct {
 	got chan *discoveryv3.DiscoveryResponse
 }
 
-func newRawClient(t *testing.T, addr, id, ack string) *rawClient {
+// askClusters opens a sidecar's ADS stream to addr and asks for its
+// clusters.
+func askClusters(t *testing.T, addr, id string) discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -116,6 +118,12 @@ func newRawClient(t *testing.T, addr, id, ack string) *rawClient {
 	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: id, Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+func newRawClient(t *testing.T, addr, id, ack string) *rawClient {
+	t.Helper()
+	st := askClusters(t, addr, id)
 	c := &rawClient{st: st, got: make(chan *discoveryv3.DiscoveryResponse, 16)}
 	go func() {
 		for {

@@ -11,11 +11,7 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
@@ -35,18 +31,7 @@ type holdingClient struct {
 
 func newHoldingClient(t *testing.T, addr, id string) *holdingClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: id}, TypeUrl: resourcev3.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
+	st := askClusters(t, addr, id)
 	c := &holdingClient{st: st, got: make(chan struct{}, 16)}
 	go func() {
 		for {

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -61,22 +59,13 @@ func TestDistributionTellsWhichProxiesHoldAVersionOfAnObject(t *testing.T) {
 	h.store.PutService(service("a", 80))
 	h.store.PutService(service("b", 80))
 	h.push()
-	watch := func(host, id string) *sotw {
-		s := h.sotw(t)
-		l := host + ".default.svc.cluster.local:80"
-		s.send(t, &discoveryv3.DiscoveryRequest{Node: node(id, map[string]any{"GENERATOR": "grpc"}), TypeUrl: resourcev3.ListenerType, ResourceNames: []string{l}})
-		s.send(t, ack(s.next(t), l))
-		s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNames: []string{l}})
-		s.send(t, ack(s.next(t), l))
-		return s
-	}
 	const (
 		acker  = "sidecar~10.1.0.9~acker-1.default~default.svc.cluster.local"
 		holder = "sidecar~10.1.0.10~holder-1.default~default.svc.cluster.local"
 		other  = "sidecar~10.1.0.11~other-1.default~default.svc.cluster.local"
 	)
-	sa, sh := watch("a", acker), watch("a", holder)
-	watch("b", other)
+	sa, sh := h.watchHost(t, "a", acker), h.watchHost(t, "a", holder)
+	h.watchHost(t, "b", other)
 	const key = "VirtualService/default/a"
 	xdstest.Eventually(t, "every proxy to hold the first push", func() bool {
 		done, _ := holding(t, distribution(t, h.conn, key), debugapi.Want{Delete: true})

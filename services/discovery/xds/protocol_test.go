@@ -522,6 +522,19 @@ func TestAResourceEnvoyWouldRejectIsNeverSentAndTheRestIs(t *testing.T) {
 	})
 }
 
+// watchHost is a proxyless client watching host's listener and route on
+// port 80, both ACKed.
+func (h *harness) watchHost(t *testing.T, host, id string) *sotw {
+	t.Helper()
+	s := h.sotw(t)
+	l := host + ".default.svc.cluster.local:80"
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(id, map[string]any{"GENERATOR": "grpc"}), TypeUrl: resourcev3.ListenerType, ResourceNames: []string{l}})
+	s.send(t, ack(s.next(t), l))
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNames: []string{l}})
+	s.send(t, ack(s.next(t), l))
+	return s
+}
+
 func TestAVirtualServiceChangeGoesOnlyToClientsWatchingItsHosts(t *testing.T) {
 	h := newHarness(t)
 	h.store.PutService(service("a", 80))
@@ -531,17 +544,8 @@ func TestAVirtualServiceChangeGoesOnlyToClientsWatchingItsHosts(t *testing.T) {
 	for _, k := range istio.Kinds() {
 		kinds[k.Kind] = k
 	}
-	watch := func(host, id string) *sotw {
-		s := h.sotw(t)
-		l := host + ".default.svc.cluster.local:80"
-		s.send(t, &discoveryv3.DiscoveryRequest{Node: node(id, map[string]any{"GENERATOR": "grpc"}), TypeUrl: resourcev3.ListenerType, ResourceNames: []string{l}})
-		s.send(t, ack(s.next(t), l))
-		s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNames: []string{l}})
-		s.send(t, ack(s.next(t), l))
-		return s
-	}
-	sa := watch("a", "sidecar~10.1.0.9~x-1.default~default.svc.cluster.local")
-	sb := watch("b", "sidecar~10.1.0.10~y-1.default~default.svc.cluster.local")
+	sa := h.watchHost(t, "a", "sidecar~10.1.0.9~x-1.default~default.svc.cluster.local")
+	sb := h.watchHost(t, "b", "sidecar~10.1.0.10~y-1.default~default.svc.cluster.local")
 	xdstest.Eventually(t, "both synced", func() bool {
 		st := h.srv.Status()
 		return len(st) == 2 && st[0].Types[1].Status == debugapi.Synced && st[1].Types[1].Status == debugapi.Synced
