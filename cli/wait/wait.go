@@ -313,8 +313,8 @@ func latestVersion(t target, latest map[string]string) (string, error) {
 	}
 	var best int64
 	for _, v := range versions {
-		var g int64
-		if _, err := fmt.Sscan(v, &g); err != nil || g <= 0 {
+		g, ok := debugapi.ParseGeneration(v)
+		if !ok {
 			return "", fmt.Errorf("the replicas hold different versions of %s %s/%s (%s): name one with --resource-version, or give --galley-address",
 				t.kind.Kind, t.namespace, t.name, strings.Join(versions, ", "))
 		}

@@ -145,19 +145,21 @@ func (d ObjectDistribution) Required(w Want) (push uint64, ok bool, why string) 
 	case w.Version == "":
 		return current[len(current)-1].Push, true, ""
 	}
-	want, wantGen := generation(w.Version)
+	want, wantGen := ParseGeneration(w.Version)
 	for _, v := range current {
 		if v.Version == w.Version {
 			return v.Push, true, ""
 		}
-		if g, isGen := generation(v.Version); wantGen && isGen && g >= want {
+		if g, isGen := ParseGeneration(v.Version); wantGen && isGen && g >= want {
 			return v.Push, true, "" // that generation came later, in the same push
 		}
 	}
 	return 0, false, "has version " + current[len(current)-1].Version + ", not " + w.Version
 }
 
-func generation(v string) (int64, bool) {
+// ParseGeneration reads a version that is a generation (a positive
+// integer); false for a content version.
+func ParseGeneration(v string) (int64, bool) {
 	g, err := strconv.ParseInt(v, 10, 64)
 	return g, err == nil && g > 0
 }
