@@ -47,8 +47,9 @@ type Options struct {
 	Kube        KubeOptions
 	Timeout     time.Duration
 	set         func(name string) bool
-	// caServer is how ca named itself when it issued the CLI's
-	// certificate (CA).
+	// caCert is the certificate ca issued the command, and caServer how
+	// ca named itself then (CA).
+	caCert   *tls.Certificate
 	caServer string
 }
 
@@ -275,13 +276,10 @@ func (o *Options) credentials(ctx context.Context, k KubeOptions, service string
 			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
 		}
 	}
-	creds, caServer, err := transport(ctx, c, roots, token, service)
+	creds, err := o.transport(ctx, c, roots, token, service)
 	if err != nil {
 		stop()
 		return c, nil, nil, err
-	}
-	if caServer != "" {
-		o.caServer = caServer
 	}
 	return c, creds, stop, nil
 }
@@ -299,39 +297,42 @@ func (o *Options) Connect(parent context.Context) (context.Context, *Client, fun
 }
 
 // transport is the credentials the context asks for: none, a client
-// certificate from files, or one from ca for the token.
-// caServer is how ca named itself when it issued the certificate.
-func transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error), service string) (creds credentials.TransportCredentials, caServer string, err error) {
+// certificate from files, or one from ca for the token (asked once per
+// command: discovery and galley are reached with the same one).
+func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, token func() (string, error), service string) (credentials.TransportCredentials, error) {
 	if c.Plaintext {
-		return insecure.NewCredentials(), "", nil
+		return insecure.NewCredentials(), nil
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(rootsPEM) {
-		return nil, "", errors.New("the mesh's roots (--cacert) hold no PEM certificate")
+		return nil, errors.New("the mesh's roots (--cacert) hold no PEM certificate")
 	}
 	serverName := service + "." + c.SystemNamespace + ".svc"
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
-			return nil, "", fmt.Errorf("--cert/--key: %w", err)
+			return nil, fmt.Errorf("--cert/--key: %w", err)
 		}
-		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}), "", nil
+		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}), nil
 	}
-	certs := certclient.New(certclient.Options{
-		Address: c.CAAddress, ServerName: controlplane.CA + "." + c.SystemNamespace + ".svc", Roots: certclient.StaticRoots(roots),
-		Token: token, Log: slog.New(slog.DiscardHandler), MaxBackoff: time.Second,
-	})
-	runCtx, cancel := context.WithCancel(ctx)
-	go func() { _ = certs.Run(runCtx) }() // the first certificate is all a command needs
-	defer cancel()
-	if !certs.Wait(ctx) {
-		return nil, "", fmt.Errorf("no certificate from ca at %s in time (is the token valid, and ca reachable?)", c.CAAddress)
+	if o.caCert == nil {
+		certs := certclient.New(certclient.Options{
+			Address: c.CAAddress, ServerName: controlplane.CA + "." + c.SystemNamespace + ".svc", Roots: certclient.StaticRoots(roots),
+			Token: token, Log: slog.New(slog.DiscardHandler), MaxBackoff: time.Second,
+		})
+		runCtx, cancel := context.WithCancel(ctx)
+		go func() { _ = certs.Run(runCtx) }() // the first certificate is all a command needs
+		defer cancel()
+		if !certs.Wait(ctx) {
+			return nil, fmt.Errorf("no certificate from ca at %s in time (is the token valid, and ca reachable?)", c.CAAddress)
+		}
+		o.caCert, o.caServer = certs.Certificate(), certs.Server()
 	}
-	cert := certs.Certificate()
+	cert := o.caCert
 	return credentials.NewTLS(&tls.Config{
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil },
 		RootCAs:              roots, ServerName: serverName, MinVersion: tls.VersionTLS12,
-	}), certs.Server(), nil
+	}), nil
 }
 
 // Addresses are the replicas asked, sorted.
