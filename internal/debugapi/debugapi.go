@@ -98,6 +98,8 @@ const (
 	MetadataDelta = "FLOTILLA_DELTA"
 	// MetadataConnectedAt is when the stream opened (RFC 3339).
 	MetadataConnectedAt = "FLOTILLA_CONNECTED_AT"
+	// MetadataPushSeenAt is ProxySync.PushSeenAt (RFC 3339).
+	MetadataPushSeenAt = "FLOTILLA_PUSH_SEEN_AT"
 	// MetadataPushVersion is the version of the push context the proxy
 	// was last served from.
 	MetadataPushVersion = "FLOTILLA_PUSH_VERSION"
@@ -143,18 +145,22 @@ type TypeSync struct {
 
 // ProxySync is one connected proxy's sync state on one replica.
 type ProxySync struct {
-	ID           string     `json:"id"`
-	Namespace    string     `json:"namespace"`
-	ProxyType    string     `json:"proxyType,omitempty"`
-	IstioVersion string     `json:"proxyVersion,omitempty"`
-	ClusterID    string     `json:"clusterId,omitempty"`
-	Identity     string     `json:"identity,omitempty"`
-	Generator    string     `json:"generator,omitempty"`
-	Delta        bool       `json:"delta,omitempty"`
-	ConnectedAt  time.Time  `json:"connectedAt,omitzero"`
-	PushVersion  string     `json:"pushVersion,omitempty"`
-	Problems     []string   `json:"problems,omitempty"`
-	Types        []TypeSync `json:"types"`
+	ID           string    `json:"id"`
+	Namespace    string    `json:"namespace"`
+	ProxyType    string    `json:"proxyType,omitempty"`
+	IstioVersion string    `json:"proxyVersion,omitempty"`
+	ClusterID    string    `json:"clusterId,omitempty"`
+	Identity     string    `json:"identity,omitempty"`
+	Generator    string    `json:"generator,omitempty"`
+	Delta        bool      `json:"delta,omitempty"`
+	ConnectedAt  time.Time `json:"connectedAt,omitzero"`
+	PushVersion  string    `json:"pushVersion,omitempty"`
+	// PushSeenAt is when the replica first saw (from galley) the change
+	// behind the last push to the proxy: SentAt minus it is the
+	// replica's own time for that change.
+	PushSeenAt time.Time  `json:"pushSeenAt,omitzero"`
+	Problems   []string   `json:"problems,omitempty"`
+	Types      []TypeSync `json:"types"`
 }
 
 // ClientConfig encodes p as Syncz sends it.
@@ -176,6 +182,9 @@ func (p ProxySync) ClientConfig() *statusv3.ClientConfig {
 	}
 	if !p.ConnectedAt.IsZero() {
 		md[MetadataConnectedAt] = p.ConnectedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !p.PushSeenAt.IsZero() {
+		md[MetadataPushSeenAt] = p.PushSeenAt.UTC().Format(time.RFC3339Nano)
 	}
 	if len(p.Problems) > 0 {
 		list := make([]any, len(p.Problems))
@@ -259,6 +268,9 @@ func FromClientConfig(cc *statusv3.ClientConfig) ProxySync {
 	}
 	if t, err := time.Parse(time.RFC3339Nano, str(MetadataConnectedAt)); err == nil {
 		p.ConnectedAt = t
+	}
+	if t, err := time.Parse(time.RFC3339Nano, str(MetadataPushSeenAt)); err == nil {
+		p.PushSeenAt = t
 	}
 	for _, v := range md[MetadataProblems].GetListValue().GetValues() {
 		p.Problems = append(p.Problems, v.GetStringValue())

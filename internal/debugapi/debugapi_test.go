@@ -18,7 +18,7 @@ func TestAProxysSyncStateSurvivesItsClientConfigEncoding(t *testing.T) {
 		"every field": {
 			ID: "router~10.0.0.2~gw.edge~edge.svc.cluster.local", Namespace: "edge", ProxyType: "router", IstioVersion: "1.27.0",
 			ClusterID: "Kubernetes", Identity: "spiffe://cluster.local/ns/edge/sa/gw", Generator: "grpc", Delta: true,
-			ConnectedAt: at, PushVersion: "42", Problems: []string{"a dropped", "b degraded"},
+			ConnectedAt: at, PushSeenAt: at.Add(-time.Second), PushVersion: "42", Problems: []string{"a dropped", "b degraded"},
 			Types: []debugapi.TypeSync{
 				{TypeURL: "c", Status: debugapi.Synced, AckedVersion: "v1", SentVersion: "v1", Resources: 3, SentAt: at, AckedAt: at.Add(time.Second)},
 				{TypeURL: "l", Status: debugapi.Stale, AckedVersion: "v1", SentVersion: "v2", Resources: 1, SentAt: at},

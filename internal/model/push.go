@@ -64,7 +64,14 @@ type PushContext struct {
 	scopes  map[string]*Scope
 
 	memo sync.Map
+	// shared holds what Share marked, with its encoding once made
+	// (notEncoded until then).
+	shared sync.Map
 }
+
+type notEncodedYet struct{}
+
+var notEncoded any = notEncodedYet{}
 
 // Memo returns the value kept under key in this push context, building it
 // on first use. Translation keeps what many proxies share here (a cluster
@@ -77,6 +84,34 @@ func (pc *PushContext) Memo(key string, build func() any) any {
 	}
 	v, _ := pc.memo.LoadOrStore(key, build())
 	return v
+}
+
+// Share marks v, built once in this push context for many proxies (a
+// Memo value, or part of one), as a value whose encoding Encoded keeps:
+// what every proxy gets the same is then encoded once per push, not once
+// per proxy. v must be a pointer and must not change after it is shared.
+func (pc *PushContext) Share(v any) {
+	pc.shared.LoadOrStore(v, notEncoded)
+}
+
+// Encoded returns encode's result for v: kept in this push context, and
+// made once, when v was shared (Share); made anew each time otherwise
+// (values built for one proxy must not accumulate here). Two callers may
+// encode at once; one result wins and is kept.
+func (pc *PushContext) Encoded(v any, encode func() any) any {
+	e, ok := pc.shared.Load(v)
+	if !ok {
+		return encode()
+	}
+	if e != notEncoded {
+		return e
+	}
+	made := encode()
+	if pc.shared.CompareAndSwap(v, notEncoded, made) {
+		return made
+	}
+	e, _ = pc.shared.Load(v)
+	return e
 }
 
 // Instance is one endpoint of one service: how a proxy's own workload is

@@ -46,6 +46,10 @@ type ChangeSet struct {
 	// before and after the change.
 	All   bool
 	Hosts map[string]bool
+	// Kinds are the kinds of the configuration objects behind a full
+	// change without All ("VirtualService", "DestinationRule"), from which
+	// translate tells the types it can change (ConcernedTypes).
+	Kinds map[string]bool
 	// Endpoints holds the services ("namespace/hostname") whose endpoints
 	// changed.
 	Endpoints map[string]bool
@@ -104,6 +108,12 @@ func (c ChangeSet) Empty() bool { return !c.Full && len(c.Endpoints) == 0 && len
 func (c *ChangeSet) Merge(other ChangeSet) {
 	c.Full = c.Full || other.Full
 	c.All = c.All || other.All
+	for k := range other.Kinds {
+		if c.Kinds == nil {
+			c.Kinds = map[string]bool{}
+		}
+		c.Kinds[k] = true
+	}
 	for h := range other.Hosts {
 		if c.Hosts == nil {
 			c.Hosts = map[string]bool{}
@@ -122,6 +132,13 @@ func (c *ChangeSet) Merge(other ChangeSet) {
 		}
 		c.Objects[k] = o
 	}
+}
+
+func (c *ChangeSet) addKind(k string) {
+	if c.Kinds == nil {
+		c.Kinds = map[string]bool{}
+	}
+	c.Kinds[k] = true
 }
 
 // Store holds the latest resources of every collection. It is not safe for
@@ -157,6 +174,7 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 		switch spec := o.Spec.(type) {
 		case *networking.VirtualService:
 			s.pending.Full = true
+			s.pending.addKind(istio.VirtualService)
 			if len(spec.GetHosts()) == 0 {
 				// A delegate: any root may name it.
 				s.pending.All = true
@@ -166,6 +184,7 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 			}
 		case *networking.DestinationRule:
 			s.pending.Full = true
+			s.pending.addKind(istio.DestinationRule)
 			s.hostRefs = append(s.hostRefs, hostRef{spec.GetHost(), o.Meta.Namespace})
 		case *networking.ServiceEntry, *networking.WorkloadEntry:
 		default:

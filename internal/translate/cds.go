@@ -162,6 +162,7 @@ func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *
 				sub.problem("cluster %s dropped: %v", name, err)
 			} else {
 				b = &builtCluster{c: c, svc: svc, port: port, subset: ss, dr: dr}
+				g.pc.Share(c)
 			}
 		}
 		return &shared{value: b, problems: sub.problems}
@@ -239,6 +240,8 @@ func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
 			if err := sub.valid(la, 0); err != nil {
 				sub.problem("load assignment %s dropped: %v", name, err)
 				la = nil
+			} else {
+				g.pc.Share(la)
 			}
 			return &shared{value: la, problems: sub.problems}
 		}).(*shared)

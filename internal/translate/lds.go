@@ -93,6 +93,8 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 			if err := sub.valid(l, before); err != nil {
 				sub.problem("listener %s dropped: %v", name, err)
 				l = nil
+			} else {
+				g.pc.Share(l)
 			}
 			return &shared{value: l, problems: sub.problems}
 		}).(*shared)

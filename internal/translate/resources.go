@@ -5,6 +5,9 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // Types are the xDS types a Generator builds, in the order a push sends
@@ -55,6 +58,27 @@ func ResourceName(m proto.Message) string {
 		return r.GetName()
 	}
 	return ""
+}
+
+// ConcernedTypes are the xDS types a full change can change for a proxy
+// whose own workload it does not touch (model.ChangeSet.Kinds): every
+// type, except when only VirtualServices changed. Clusters, their load
+// assignments and secrets are never built from a VirtualService here, so
+// those changes concern listeners (TCP and TLS routes) and route
+// configurations (HTTP routes) only. Istio's EDS skips VirtualService
+// changes too (skippedEdsConfigs); its CDS does not, because its Sidecar
+// scope adds the services a VirtualService routes to, which Flotilla's
+// scope does not.
+func ConcernedTypes(cs model.ChangeSet) []string {
+	if cs.All || len(cs.Kinds) == 0 {
+		return Types()
+	}
+	for k := range cs.Kinds {
+		if k != istio.VirtualService {
+			return Types()
+		}
+	}
+	return []string{resourcev3.ListenerType, resourcev3.RouteType}
 }
 
 // DependsOn tells which hosts the resource of an xDS type and name is

@@ -157,6 +157,9 @@ func (x *Generator) Listeners(names []string) []*listenerv3.Listener {
 	return out
 }
 
+// PushContext is the push context the generator translates.
+func (x *Generator) PushContext() *model.PushContext { return x.g.pc }
+
 // Problems lists what was dropped or degraded so far, and why.
 func (x *Generator) Problems() []string { return slices.Clone(x.g.problems) }
 

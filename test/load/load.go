@@ -99,29 +99,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := writeAtomic(dir, "routing.yaml", routing(50)); err != nil {
 		return nil, err
 	}
-	mcpAddr, galleyAdmin, xdsAddr, discAdmin, err := freeAddrs()
+	st, err := startServices(ctx, o.Log, o.BinDir, dir, o.DiscoveryEnv)
 	if err != nil {
 		return nil, err
 	}
-	galley, err := start(ctx, o.Log, nil, filepath.Join(o.BinDir, "flotilla-galley"),
-		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin, "--log-level", "warn")
-	if err != nil {
-		return nil, err
-	}
-	defer stop(galley)
-	if err := waitReady(ctx, galleyAdmin); err != nil {
-		return nil, fmt.Errorf("galley: %w", err)
-	}
-	disc, err := start(ctx, o.Log, o.DiscoveryEnv, filepath.Join(o.BinDir, "flotilla-discovery"),
-		"--galley-address", mcpAddr, "--xds-address", xdsAddr, "--admin-address", discAdmin, "--log-level", "warn")
-	if err != nil {
-		return nil, err
-	}
-	defer stop(disc)
-	if err := waitReady(ctx, discAdmin); err != nil {
-		return nil, fmt.Errorf("discovery: %w", err)
-	}
-	fmt.Fprintf(o.Log, "xdsload: galley (admin %s) and discovery (admin %s) ready; starting %d clients\n", galleyAdmin, discAdmin, o.Clients)
+	defer st.stop()
+	galley, disc, xdsAddr := st.galley, st.disc, st.xdsAddr
+	fmt.Fprintf(o.Log, "xdsload: galley and discovery ready; starting %d clients\n", o.Clients)
 	began := time.Now()
 	clients, err := start(ctx, o.Log, nil, o.Self, "clients", "--xds", xdsAddr, "--target", Target, "--n", fmt.Sprint(o.Clients))
 	if err != nil {
@@ -174,6 +158,48 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// services is galley (file mode, reading dir) and discovery, as
+// processes.
+type services struct {
+	galley, disc                    *exec.Cmd
+	xdsAddr, discAdmin, galleyAdmin string
+}
+
+func startServices(ctx context.Context, log io.Writer, binDir, dir string, discEnv []string) (*services, error) {
+	mcpAddr, galleyAdmin, xdsAddr, discAdmin, err := freeAddrs()
+	if err != nil {
+		return nil, err
+	}
+	st := &services{xdsAddr: xdsAddr, discAdmin: discAdmin, galleyAdmin: galleyAdmin}
+	st.galley, err = start(ctx, log, nil, filepath.Join(binDir, "flotilla-galley"),
+		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin, "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, galleyAdmin); err != nil {
+		st.stop()
+		return nil, fmt.Errorf("galley: %w", err)
+	}
+	st.disc, err = start(ctx, log, discEnv, filepath.Join(binDir, "flotilla-discovery"),
+		"--galley-address", mcpAddr, "--xds-address", xdsAddr, "--admin-address", discAdmin, "--log-level", "warn")
+	if err != nil {
+		st.stop()
+		return nil, err
+	}
+	if err := waitReady(ctx, discAdmin); err != nil {
+		st.stop()
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	return st, nil
+}
+
+func (st *services) stop() {
+	if st.disc != nil {
+		stop(st.disc)
+	}
+	stop(st.galley)
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

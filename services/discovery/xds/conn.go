@@ -8,6 +8,7 @@ package xds
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -94,9 +95,12 @@ type conn struct {
 	// idle paces requests that carry nothing new (a repeated NACK, a
 	// stale nonce, an unchanged subscription): a proxy sending them in a
 	// loop is slowed down, and costs the server little.
-	idle     *rate.Limiter
-	watches  map[string]*watch
-	pcSeen   *model.PushContext // the push context the proxy's resources come from
+	idle    *rate.Limiter
+	watches map[string]*watch
+	pcSeen  *model.PushContext // the push context the proxy's resources come from
+	// pushSeen is when the change behind the last push to the proxy was
+	// first seen (from galley).
+	pushSeen time.Time
 	problems []string
 	// heldPush is the latest push the proxy holds all of (settle).
 	heldPush uint64
@@ -274,7 +278,7 @@ func (w *watch) watchedNames() []string {
 	return out
 }
 
-// respond sends a type's resources. only limits a delta response to some
+// respond sends a type's resources. only limits the response to some
 // names (an endpoint-only push); force sends even when nothing changed (a
 // request must be answered).
 func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.Time, only []string, force bool) error {
@@ -283,13 +287,44 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		return c.respondDelta(t, w, gen, seen, only, force, start)
 	}
 	var res []named
-	c.s.offload(func() { res = c.generate(t, gen, w.watchedNames()) })
-	version := sotwVersion(res)
+	if only != nil {
+		c.s.offload(func() { res = c.generate(t, gen, only) })
+		if !force && sameAsHeld(res, only, w.held) {
+			return nil
+		}
+		if wildcardType(t) {
+			// Every response of a state-of-the-world cluster (listener)
+			// type holds all of them: one changed, all go.
+			res, only = nil, nil
+		}
+	}
+	if only == nil {
+		c.s.offload(func() { res = c.generate(t, gen, w.watchedNames()) })
+	}
+	// What the proxy holds after this response; its version is the
+	// response's. An endpoint-only push sends, of the types whose
+	// responses need not hold everything (load assignments), the changed
+	// resources only, as Istio's incremental EDS does.
+	held := make(map[string]string, len(res))
+	if only != nil {
+		maps.Copy(held, w.held)
+		for _, n := range only {
+			delete(held, n)
+		}
+	}
+	send := res[:0:0]
+	for _, r := range res {
+		held[r.name] = r.version
+		if only == nil || w.held[r.name] != r.version {
+			send = append(send, r)
+		}
+	}
+	version := heldVersion(held)
 	if !force && version == w.sentVersion {
 		return nil // the proxy has (or rejected) exactly this
 	}
-	anys := make([]*anypb.Any, len(res))
-	for i, r := range res {
+	anys := make([]*anypb.Any, len(send))
+	for i, r := range send {
 		anys[i] = r.any
 	}
 	nonce := c.s.nextNonce()
@@ -299,13 +334,34 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		return err
 	}
 	c.mu.Lock()
-	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(res)
+	w.held = held
+	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(held)
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
 	}
 	c.mu.Unlock()
-	c.s.metrics.sent(t, len(res), time.Since(start))
+	c.s.metrics.sent(t, len(send), time.Since(start))
 	return nil
+}
+
+// sameAsHeld reports whether the resources built for names are exactly
+// what the proxy holds of them.
+func sameAsHeld(res []named, names []string, held map[string]string) bool {
+	n := 0
+	for _, name := range names {
+		if _, ok := held[name]; ok {
+			n++
+		}
+	}
+	if n != len(res) {
+		return false
+	}
+	for _, r := range res {
+		if v, ok := held[r.name]; !ok || v != r.version {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen time.Time, only []string, force bool, start time.Time) error {
@@ -414,12 +470,12 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 // one yet (otherwise the first push will); force sends even an unchanged
 // or empty response.
 func (c *conn) answer(t string, w *watch, force bool) error {
-	pc, _ := c.s.current()
+	pc, seen := c.s.current()
 	if pc == nil {
 		return nil
 	}
 	if c.pcSeen == nil {
-		c.setPushContext(pc)
+		c.setPushContext(pc, seen)
 	}
 	gen := translate.NewGenerator(c.pcSeen, c.proxy)
 	defer c.keepProblems(gen)

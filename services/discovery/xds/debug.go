@@ -44,7 +44,7 @@ func (c *conn) syncState() debugapi.ProxySync {
 	ps := debugapi.ProxySync{
 		ID: c.id, Namespace: c.proxy.Namespace, ProxyType: string(c.proxy.Type), IstioVersion: c.proxy.IstioVersion,
 		ClusterID: c.proxy.ClusterID, Identity: c.identity, Generator: c.proxy.Generator, Delta: c.delta,
-		ConnectedAt: c.connectedAt, Problems: slices.Clone(c.problems),
+		ConnectedAt: c.connectedAt, Problems: slices.Clone(c.problems), PushSeenAt: c.pushSeen,
 	}
 	if c.pcSeen != nil {
 		ps.PushVersion = c.pcSeen.Version
@@ -336,17 +336,26 @@ func sameHeld(res []named, held map[string]string) bool {
 	return true
 }
 
-// sotwVersion is the state-of-the-world version of a response of these
-// resources (what respond sends as version_info).
-func sotwVersion(res []named) string {
+// heldVersion is the state-of-the-world version of what a proxy holds
+// (name → version): what respond sends as version_info.
+func heldVersion(held map[string]string) string {
 	h := fnv.New64a()
-	for _, r := range res {
-		_, _ = h.Write([]byte(r.name))
+	for _, name := range slices.Sorted(maps.Keys(held)) {
+		_, _ = h.Write([]byte(name))
 		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(r.version))
+		_, _ = h.Write([]byte(held[name]))
 		_, _ = h.Write([]byte{0})
 	}
 	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// sotwVersion is heldVersion of these resources.
+func sotwVersion(res []named) string {
+	held := make(map[string]string, len(res))
+	for _, r := range res {
+		held[r.name] = r.version
+	}
+	return heldVersion(held)
 }
 
 // dumpSection is one type's resources as the section of Envoy's admin

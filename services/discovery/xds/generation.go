@@ -24,26 +24,40 @@ type named struct {
 }
 
 // generate builds the resources of one type for the names asked (all when
-// nil), encoded once.
+// nil). A resource the push context shares among proxies is encoded once
+// per push context (model.PushContext.Encoded), the others once.
 func (c *conn) generate(t string, gen *translate.Generator, names []string) []named {
 	msgs := gen.Resources(t, names)
 	out := make([]named, 0, len(msgs))
-	opts := proto.MarshalOptions{Deterministic: true}
 	for _, m := range msgs {
-		b, err := opts.Marshal(m)
-		if err != nil {
-			c.s.log.Error("encoding a resource", "proxy", c.id, "type_url", t, "error", err)
+		enc := gen.PushContext().Encoded(m, func() any { return encode(t, m) }).(encoded)
+		if enc.err != nil {
+			c.s.log.Error("encoding a resource", "proxy", c.id, "type_url", t, "error", enc.err)
 			continue
 		}
-		h := fnv.New64a()
-		_, _ = h.Write(b)
-		out = append(out, named{
-			name:    translate.ResourceName(m),
-			any:     &anypb.Any{TypeUrl: t, Value: b},
-			version: strconv.FormatUint(h.Sum64(), 36),
-		})
+		out = append(out, enc.named)
 	}
 	return out
+}
+
+// encoded is a resource encoded, or why it could not be.
+type encoded struct {
+	named
+	err error
+}
+
+func encode(t string, m proto.Message) encoded {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return encoded{err: err}
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return encoded{named: named{
+		name:    translate.ResourceName(m),
+		any:     &anypb.Any{TypeUrl: t, Value: b},
+		version: strconv.FormatUint(h.Sum64(), 36),
+	}}
 }
 
 // keepProblems records what translation dropped or degraded for this

@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 	"strings"
+	"time"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -19,12 +20,17 @@ import (
 // push generates and sends what ev changes for this proxy.
 func (c *conn) push(ev *pushEvent) error {
 	gen := translate.NewGenerator(ev.pc, c.proxy)
-	full := c.pcSeen == nil || c.inboundAffected(ev) || ev.changes.Concerns(c.watchedHosts(gen))
-	c.setPushContext(ev.pc)
+	first, own := c.pcSeen == nil, c.inboundAffected(ev)
+	full := first || own || ev.changes.Concerns(c.watchedHosts(gen))
+	c.setPushContext(ev.pc, ev.seen)
 	defer c.keepProblems(gen)
 	if full {
 		c.s.metrics.decided("full")
-		for _, t := range translate.Types() {
+		types := translate.Types()
+		if !first && !own {
+			types = translate.ConcernedTypes(ev.changes)
+		}
+		for _, t := range types {
 			if w := c.watches[t]; w != nil && w.started {
 				if err := c.respond(t, w, gen, ev.seen, nil, false); err != nil {
 					return err
@@ -56,10 +62,11 @@ func (c *conn) push(ev *pushEvent) error {
 }
 
 // setPushContext records the push context the proxy's resources come
-// from (read by the status endpoint under mu).
-func (c *conn) setPushContext(pc *model.PushContext) {
+// from, and when its change was seen (read by the status endpoint under
+// mu).
+func (c *conn) setPushContext(pc *model.PushContext, seen time.Time) {
 	c.mu.Lock()
-	c.pcSeen = pc
+	c.pcSeen, c.pushSeen = pc, seen
 	c.mu.Unlock()
 }
 

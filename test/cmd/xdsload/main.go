@@ -1,7 +1,9 @@
-// Command xdsload measures discovery's convergence and memory under N
-// proxyless gRPC clients (see test/load). "xdsload run" runs galley,
-// discovery and the clients and prints a report; "xdsload clients" is the
-// clients' process it starts.
+// Command xdsload measures discovery's convergence and memory under many
+// clients (see test/load): proxyless gRPC clients ("xdsload run") or raw
+// ADS clients that behave as Envoy sidecars ("xdsload run --mode
+// sidecar"). "run" starts galley, discovery and the clients' process and
+// prints a report; "clients" and "sidecars" are the clients' processes it
+// starts.
 package main
 
 import (
@@ -14,12 +16,13 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
 	"github.com/flotilla-mesh/flotilla/test/load"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: xdsload run [flags] | xdsload clients [flags]")
+		fmt.Fprintln(os.Stderr, "usage: xdsload run [flags] | xdsload clients [flags] | xdsload sidecars [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -33,28 +36,19 @@ func main() {
 		n := fs.Int("n", 100, "number of clients")
 		_ = fs.Parse(os.Args[2:])
 		err = load.RunClients(ctx, *xds, *target, *n)
-	case "run":
-		fs := flag.NewFlagSet("run", flag.ExitOnError)
-		o := load.Options{Log: os.Stderr}
-		fs.IntVar(&o.Clients, "clients", 100, "number of proxyless gRPC clients")
-		fs.IntVar(&o.Services, "services", 1000, "number of services in the mesh")
-		fs.IntVar(&o.Changes, "changes", 5, "configuration changes to measure")
-		env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
-		bin := fs.String("bin", "", "directory with flotilla-galley and flotilla-discovery (default: next to this binary)")
+	case "sidecars":
+		fs := flag.NewFlagSet("sidecars", flag.ExitOnError)
+		o := load.SidecarClientOptions{Log: os.Stderr}
+		fs.StringVar(&o.XDS, "xds", "127.0.0.1:15010", "discovery's xDS address")
+		fs.IntVar(&o.N, "n", 100, "number of sidecar clients")
+		fs.BoolVar(&o.Delta, "delta", false, "incremental xDS (default state of the world)")
+		fs.StringVar(&o.Status, "status", "127.0.0.1:0", "address the process reports on")
+		services := fs.Int("services", 100, "services in the mesh (who the clients are depends on it)")
 		_ = fs.Parse(os.Args[2:])
-		if *env != "" {
-			o.DiscoveryEnv = strings.Split(*env, ",")
-		}
-		self, _ := os.Executable()
-		o.Self = self
-		o.BinDir = *bin
-		if o.BinDir == "" {
-			o.BinDir = filepath.Dir(self)
-		}
-		var r *load.Report
-		if r, err = load.Run(ctx, o); err == nil {
-			fmt.Print(r)
-		}
+		o.Workload = func(i int) bootstrap.Node { return load.SidecarNode(i, *services) }
+		err = load.RunSidecarClients(ctx, o)
+	case "run":
+		err = run(ctx)
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}
@@ -62,4 +56,53 @@ func main() {
 		fmt.Fprintln(os.Stderr, "xdsload:", err)
 		os.Exit(1)
 	}
+}
+
+func run(ctx context.Context) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	mode := fs.String("mode", "proxyless", "proxyless (grpc-go xDS clients) or sidecar (raw ADS clients behaving as Envoy)")
+	clients := fs.Int("clients", 100, "number of clients")
+	services := fs.Int("services", 0, "number of services in the mesh (default 1000 proxyless, 100 sidecar)")
+	changes := fs.Int("changes", 5, "configuration changes to measure (sidecar: this many route and this many endpoint changes)")
+	delta := fs.Bool("delta", false, "sidecar mode: incremental xDS")
+	scoped := fs.Bool("scoped", false, "sidecar mode: a Sidecar resource per client namespace limits what it sees")
+	nack := fs.Int("nack", 0, "sidecar mode: this many clients reject every route configuration after the initial sync")
+	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
+	bin := fs.String("bin", "", "directory with flotilla-galley and flotilla-discovery (default: next to this binary)")
+	_ = fs.Parse(os.Args[2:])
+	self, _ := os.Executable()
+	binDir := *bin
+	if binDir == "" {
+		binDir = filepath.Dir(self)
+	}
+	var discEnv []string
+	if *env != "" {
+		discEnv = strings.Split(*env, ",")
+	}
+	switch *mode {
+	case "proxyless":
+		o := load.Options{Log: os.Stderr, BinDir: binDir, Self: self, Clients: *clients, Services: *services, Changes: *changes, DiscoveryEnv: discEnv}
+		if o.Services == 0 {
+			o.Services = 1000
+		}
+		r, err := load.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(r)
+	case "sidecar":
+		o := load.SidecarOptions{Log: os.Stderr, BinDir: binDir, Self: self, Sidecars: *clients, Services: *services, Changes: *changes,
+			Delta: *delta, Scoped: *scoped, NackClients: *nack, DiscoveryEnv: discEnv}
+		if o.Services == 0 {
+			o.Services = 100
+		}
+		r, err := load.RunSidecars(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(r)
+	default:
+		return fmt.Errorf("--mode %q: want proxyless or sidecar", *mode)
+	}
+	return nil
 }

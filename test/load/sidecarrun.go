@@ -1,0 +1,377 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+// SidecarOptions configures a sidecar-mode run.
+type SidecarOptions struct {
+	// BinDir holds flotilla-galley and flotilla-discovery; Self is the
+	// xdsload binary (for the clients' process).
+	BinDir, Self string
+	Sidecars     int
+	Services     int
+	// Changes is how many route changes and how many endpoint changes
+	// are measured (alternating).
+	Changes int
+	Delta   bool
+	// Scoped gives every client namespace a Sidecar resource that limits
+	// what its proxies see.
+	Scoped bool
+	// NackClients is how many clients reject every route configuration
+	// sent after the initial sync (Envoy refusing a config): they are
+	// counted apart, and the others must converge regardless.
+	NackClients  int
+	DiscoveryEnv []string
+	Log          io.Writer
+	// SyncTimeout bounds the initial sync and each change (default 10
+	// minutes).
+	SyncTimeout time.Duration
+}
+
+// TypeLatency is, for one type, what the clients received of a change.
+type TypeLatency struct {
+	Type string
+	// Clients counts those that received a response of the type.
+	Clients       int
+	P50, P99, Max time.Duration
+	// Responses and Resources are per client that received any.
+	Responses, Resources float64
+	// Nacked counts the clients that rejected what they received.
+	Nacked int
+}
+
+// SidecarChange is one measured change.
+type SidecarChange struct {
+	Kind string // "route" or "endpoint"
+	// Types are the types any client received, latencies from the file
+	// write to each client's acknowledgement.
+	Types []TypeLatency
+	// Discovery is discovery's own time: from seeing the change (from
+	// galley) to its last send of it, over every proxy.
+	Discovery time.Duration
+	// DiscoveryCPU and ClientsCPU are the CPU seconds each process used
+	// from the write until every client had acknowledged (and a second
+	// of quiet after).
+	DiscoveryCPU, ClientsCPU float64
+}
+
+// SidecarReport is a sidecar-mode run's result.
+type SidecarReport struct {
+	Sidecars, Services int
+	Delta, Scoped      bool
+	// Connected is from starting the clients to the last one holding all
+	// four types.
+	Connected time.Duration
+	Changes   []SidecarChange
+	// DiscoveryRSSMiB is discovery's resident memory with every client
+	// connected, BaseRSSMiB before any connected; PerProxyKiB the
+	// difference per client.
+	DiscoveryRSSMiB, BaseRSSMiB, PerProxyKiB float64
+	ClientsRSSMiB                            float64
+	// Errors counts the clients whose stream failed at some point.
+	Errors int
+}
+
+func (r *SidecarReport) String() string {
+	var b strings.Builder
+	mode := "sotw"
+	if r.Delta {
+		mode = "delta"
+	}
+	fmt.Fprintf(&b, "sidecars %d (%s", r.Sidecars, mode)
+	if r.Scoped {
+		fmt.Fprintf(&b, ", Sidecar-scoped")
+	}
+	fmt.Fprintf(&b, "), services %d: initial sync of all in %s\n", r.Services, r.Connected.Round(time.Millisecond))
+	for _, c := range r.Changes {
+		fmt.Fprintf(&b, "  %s change: discovery %s, CPU discovery %.2fs clients %.2fs\n", c.Kind, c.Discovery.Round(time.Millisecond), c.DiscoveryCPU, c.ClientsCPU)
+		for _, t := range c.Types {
+			fmt.Fprintf(&b, "    %s: %d clients  p50 %s  p99 %s  max %s  (%.1f responses, %.1f resources per client)", t.Type, t.Clients,
+				t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Responses, t.Resources)
+			if t.Nacked > 0 {
+				fmt.Fprintf(&b, "; %d clients rejected it", t.Nacked)
+			}
+			b.WriteString("\n")
+		}
+	}
+	fmt.Fprintf(&b, "  discovery RSS %.0f MiB (%.0f MiB before the clients: %.1f KiB per proxy); clients' process %.0f MiB; clients with stream errors: %d\n",
+		r.DiscoveryRSSMiB, r.BaseRSSMiB, r.PerProxyKiB, r.ClientsRSSMiB, r.Errors)
+	return b.String()
+}
+
+// RunSidecars measures discovery under raw ADS sidecar clients.
+func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) {
+	if o.Sidecars <= 0 || o.Services <= 0 || o.Changes < 0 {
+		return nil, errors.New("sidecars and services must be positive, changes not negative")
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = 10 * time.Minute
+	}
+	dir, err := os.MkdirTemp("", "xdsload-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	weight, epoch := 10, 0
+	if err := writeAtomic(dir, "services.yaml", sidecarServices(o.Services, epoch)); err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(dir, "routing.yaml", sidecarRouting(o.Services, weight, o.Scoped)); err != nil {
+		return nil, err
+	}
+	st, err := startServices(ctx, o.Log, o.BinDir, dir, o.DiscoveryEnv)
+	if err != nil {
+		return nil, err
+	}
+	defer st.stop()
+	time.Sleep(time.Second) // discovery holds the mesh
+	r := &SidecarReport{Sidecars: o.Sidecars, Services: o.Services, Delta: o.Delta, Scoped: o.Scoped}
+	if r.BaseRSSMiB, err = proc.RSSMiB(st.disc.Process.Pid); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	status := l.Addr().String()
+	l.Close()
+	args := []string{"sidecars", "--xds", st.xdsAddr, "--n", strconv.Itoa(o.Sidecars), "--services", strconv.Itoa(o.Services), "--status", status}
+	if o.Delta {
+		args = append(args, "--delta")
+	}
+	fmt.Fprintf(o.Log, "xdsload: galley and discovery ready; starting %d sidecar clients\n", o.Sidecars)
+	began := time.Now()
+	clients, err := start(ctx, o.Log, nil, o.Self, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer stop(clients)
+	sc := &statusClient{base: "http://" + status}
+	deadline := time.Now().Add(o.SyncTimeout)
+	for {
+		s, err := sc.synced(ctx)
+		if err == nil && s.Synced == o.Sidecars {
+			r.Connected = time.Unix(0, s.Last).Sub(began)
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("initial sync: %d of %d clients hold all four types after %s (last client error: %q)", s.Synced, o.Sidecars, o.SyncTimeout, s.Error)
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(o.Log, "xdsload: %d sidecars in sync in %s\n", o.Sidecars, r.Connected)
+	if o.NackClients > 0 {
+		if err := sc.nack(ctx, resourcev3.RouteType, o.NackClients); err != nil {
+			return nil, err
+		}
+	}
+	cc, err := grpc.NewClient(st.xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(512<<20)))
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	for i := range 2 * o.Changes {
+		if err := sleep(ctx, 2*time.Second); err != nil { // the previous change settles
+			return nil, err
+		}
+		kind, expect := "route", resourcev3.RouteType
+		write := func() error {
+			weight = 100 - weight
+			return writeAtomic(dir, "routing.yaml", sidecarRouting(o.Services, weight, o.Scoped))
+		}
+		if i%2 == 1 {
+			kind, expect = "endpoint", resourcev3.EndpointType
+			write = func() error {
+				epoch++
+				return writeAtomic(dir, "services.yaml", sidecarServices(o.Services, epoch))
+			}
+		}
+		d0, _ := proc.CPUSeconds(st.disc.Process.Pid)
+		c0, _ := proc.CPUSeconds(clients.Process.Pid)
+		t0 := time.Now()
+		if err := write(); err != nil {
+			return nil, err
+		}
+		c, err := measureChange(ctx, sc, cc, o, kind, expect, t0)
+		if err != nil {
+			return nil, fmt.Errorf("%s change %d: %w", kind, i/2+1, err)
+		}
+		d1, _ := proc.CPUSeconds(st.disc.Process.Pid)
+		c1, _ := proc.CPUSeconds(clients.Process.Pid)
+		c.DiscoveryCPU, c.ClientsCPU = d1-d0, c1-c0
+		r.Changes = append(r.Changes, *c)
+		fmt.Fprintf(o.Log, "xdsload: %s change measured\n", kind)
+	}
+	if r.DiscoveryRSSMiB, err = proc.RSSMiB(st.disc.Process.Pid); err != nil {
+		return nil, err
+	}
+	r.PerProxyKiB = (r.DiscoveryRSSMiB - r.BaseRSSMiB) * 1024 / float64(o.Sidecars)
+	if r.ClientsRSSMiB, err = proc.RSSMiB(clients.Process.Pid); err != nil {
+		return nil, err
+	}
+	if s, err := sc.synced(ctx); err == nil {
+		r.Errors = s.Errors
+	}
+	return r, nil
+}
+
+// measureChange waits until every client acknowledged a response of the
+// expected type after t0, then a second more for anything else the
+// change sends, and reads what each type cost.
+func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o SidecarOptions, kind, expect string, t0 time.Time) (*SidecarChange, error) {
+	deadline := time.Now().Add(o.SyncTimeout)
+	for {
+		a, err := sc.acks(ctx, expect, t0)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for i, at := range a.Acked {
+			if at != 0 || a.Nacked[i] > 0 {
+				n++
+			}
+		}
+		if n == o.Sidecars {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d clients acknowledged %s within %s", n, o.Sidecars, ShortType(expect), o.SyncTimeout)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	if err := sleep(ctx, time.Second); err != nil {
+		return nil, err
+	}
+	c := &SidecarChange{Kind: kind}
+	for _, t := range sidecarTypes {
+		a, err := sc.acks(ctx, t, t0)
+		if err != nil {
+			return nil, err
+		}
+		var lat []time.Duration
+		var responses, resources, nacked int
+		for i, at := range a.Acked {
+			if a.Nacked[i] > 0 {
+				nacked++
+			}
+			if at == 0 {
+				continue
+			}
+			lat = append(lat, time.Unix(0, at).Sub(t0))
+			responses += a.Responses[i]
+			resources += a.Resources[i]
+		}
+		if len(lat) == 0 && nacked == 0 {
+			continue
+		}
+		c.Types = append(c.Types, TypeLatency{
+			Type: ShortType(t), Clients: len(lat),
+			P50: percentile(lat, 50), P99: percentile(lat, 99), Max: percentile(lat, 100),
+			Responses: perClient(responses, len(lat)), Resources: perClient(resources, len(lat)), Nacked: nacked,
+		})
+	}
+	ps, err := syncz(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		if p.PushSeenAt.Before(t0) {
+			continue
+		}
+		for _, ts := range p.Types {
+			if ts.TypeURL == expect {
+				c.Discovery = max(c.Discovery, ts.SentAt.Sub(p.PushSeenAt))
+			}
+		}
+	}
+	return c, nil
+}
+
+func perClient(total, clients int) float64 {
+	if clients == 0 {
+		return 0
+	}
+	return float64(total) / float64(clients)
+}
+
+// statusClient reads the sidecar clients' process's status endpoint.
+type statusClient struct{ base string }
+
+func (s *statusClient) synced(ctx context.Context) (SyncState, error) {
+	var st SyncState
+	return st, s.get(ctx, "/synced", &st)
+}
+
+func (s *statusClient) acks(ctx context.Context, t string, since time.Time) (ClientAcks, error) {
+	var a ClientAcks
+	return a, s.get(ctx, "/acks?type="+ShortType(t)+"&since="+strconv.FormatInt(since.UnixNano(), 10), &a)
+}
+
+func (s *statusClient) get(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("clients' status: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("clients' status %s: %s: %s", path, resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v) //nolint:wrapcheck // the caller says what it read
+}
+
+// nack makes the first n clients reject every later response of type t
+// (n = 0 stops it).
+func (s *statusClient) nack(ctx context.Context, t string, n int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/nack?type="+ShortType(t)+"&n="+strconv.Itoa(n), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("clients' status: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("clients' status /nack: %s", resp.Status)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

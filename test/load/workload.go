@@ -1,0 +1,121 @@
+package load
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
+)
+
+// The sidecar mode's mesh: n services in namespace "load", each a
+// ServiceEntry (MESH_INTERNAL, STATIC, two HTTP ports, three endpoints:
+// v1, v1, v2) with a VirtualService splitting 90/10 between its subsets
+// and a DestinationRule naming them. Sidecars run in ten namespaces; the
+// first 3n run at the services' endpoint addresses (in "load", with the
+// endpoint's labels), so they have inbound listeners and clusters; the
+// others are clients only.
+
+// ClientNamespaces is how many namespaces the other sidecars spread over.
+const ClientNamespaces = 10
+
+// sidecarServices is the ServiceEntries; endpointEpoch moves the third
+// endpoint of svc-0 (the endpoint change).
+func sidecarServices(n, endpointEpoch int) string {
+	var b strings.Builder
+	for i := range n {
+		third := fmt.Sprintf("10.%d.%d.3", 1+i/256, i%256)
+		if i == 0 && endpointEpoch%2 == 1 {
+			third = "10.250.0.3"
+		}
+		fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: svc-%[1]d, namespace: load}
+spec:
+  hosts: [svc-%[1]d.load.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports:
+  - {number: 80, name: http, protocol: HTTP}
+  - {number: 8080, name: http-admin, protocol: HTTP}
+  endpoints:
+  - {address: 10.%[2]d.%[3]d.1, labels: {app: svc-%[1]d, version: v1}}
+  - {address: 10.%[2]d.%[3]d.2, labels: {app: svc-%[1]d, version: v1}}
+  - {address: %[4]s, labels: {app: svc-%[1]d, version: v2}}
+---
+`, i, 1+i/256, i%256, third)
+	}
+	return b.String()
+}
+
+// sidecarRouting is each service's VirtualService and DestinationRule;
+// svc-0's VirtualService sends v2Weight percent to v2 (the route change),
+// the others 10. With scoped, every client namespace has a Sidecar that
+// limits what it sees to its own namespace and ten of the services.
+func sidecarRouting(n, v2Weight int, scoped bool) string {
+	var b strings.Builder
+	for i := range n {
+		w := 10
+		if i == 0 {
+			w = v2Weight
+		}
+		fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: svc-%[1]d, namespace: load}
+spec:
+  hosts: [svc-%[1]d.load.svc.cluster.local]
+  http:
+  - route:
+    - {destination: {host: svc-%[1]d.load.svc.cluster.local, subset: v1}, weight: %[2]d}
+    - {destination: {host: svc-%[1]d.load.svc.cluster.local, subset: v2}, weight: %[3]d}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: svc-%[1]d, namespace: load}
+spec:
+  host: svc-%[1]d.load.svc.cluster.local
+  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
+---
+`, i, 100-w, w)
+	}
+	if scoped {
+		for ns := range ClientNamespaces {
+			var hosts []string
+			for k := range 10 {
+				hosts = append(hosts, fmt.Sprintf("load/svc-%d.load.svc.cluster.local", (ns*10+k)%n))
+			}
+			fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: ns-%d}
+spec:
+  egress:
+  - hosts: ["./*", %q]
+---
+`, ns, strings.Join(hosts, `", "`))
+		}
+	}
+	return b.String()
+}
+
+// SidecarNode is who sidecar client i is, in a mesh of n services.
+func SidecarNode(i, n int) bootstrap.Node {
+	node := bootstrap.Node{
+		Type: "sidecar", DomainSuffix: "cluster.local", ClusterID: "Kubernetes", IstioVersion: "1.28.0",
+		PodName: fmt.Sprintf("load-%d", i),
+	}
+	if svc := i / 3; svc < n {
+		node.IP = fmt.Sprintf("10.%d.%d.%d", 1+svc/256, svc%256, 1+i%3)
+		version := "v1"
+		if i%3 == 2 {
+			version = "v2"
+		}
+		node.Namespace = "load"
+		node.ServiceAccount = fmt.Sprintf("svc-%d", svc)
+		node.Labels = map[string]string{"app": fmt.Sprintf("svc-%d", svc), "version": version}
+		return node
+	}
+	node.IP = fmt.Sprintf("10.%d.%d.%d", 100+i/65536, (i/256)%256, i%256)
+	node.Namespace = fmt.Sprintf("ns-%d", i%ClientNamespaces)
+	node.ServiceAccount = "client"
+	node.Labels = map[string]string{"app": "client"}
+	return node
+}
