@@ -86,6 +86,30 @@ func (pc *PushContext) Memo(key string, build func() any) any {
 	return v
 }
 
+// RoutesReadLabels reports whether a proxy's labels can change its HTTP
+// routes: a VirtualService has an HTTP match on sourceLabels, or a
+// DestinationRule has a workload selector. When none does, proxies of one
+// scope get the same route configurations.
+func (pc *PushContext) RoutesReadLabels() bool {
+	return pc.Memo("model|routes-read-labels", func() any {
+		for _, vs := range pc.cfg.virtualServices {
+			for _, hr := range vs.Spec.GetHttp() {
+				for _, m := range hr.GetMatch() {
+					if len(m.GetSourceLabels()) > 0 {
+						return true
+					}
+				}
+			}
+		}
+		for _, dr := range pc.cfg.destinationRules {
+			if len(dr.Spec.GetWorkloadSelector().GetMatchLabels()) > 0 {
+				return true
+			}
+		}
+		return false
+	}).(bool)
+}
+
 // Share marks v, built once in this push context for many proxies (a
 // Memo value, or part of one), as a value whose encoding Encoded keeps:
 // what every proxy gets the same is then encoded once per push, not once

@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +75,72 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 		return rc
 	}
 	var rc *routev3.RouteConfiguration
+	if key, ok := g.sharedRouteKey(name); ok {
+		v := g.pc.Memo(key, func() any {
+			sub := g.isolated()
+			rc := sub.buildRoute(name)
+			if rc != nil {
+				g.pc.Share(rc)
+			}
+			return &shared{value: rc, problems: sub.problems}
+		}).(*shared)
+		for _, p := range v.problems {
+			g.problem("%s", p)
+		}
+		rc, _ = v.value.(*routev3.RouteConfiguration)
+	} else {
+		rc = g.buildRoute(name)
+	}
+	g.routesBy[name] = rc
+	return rc
+}
+
+// sharedRouteKey names what a sidecar's route configuration depends on
+// besides the push context: its name and the proxy's scope (namespace and
+// Sidecar), and only when the configuration makes them matter the proxy's
+// labels (a VirtualService match on sourceLabels, a DestinationRule's
+// workload selector) and addresses (a passthrough service routed per
+// endpoint leaves out the proxy's own). Proxies of one scope then share
+// one built, checked and encoded route configuration per push, as
+// Istio's route cache shares them. Gateways and proxyless clients build
+// their own.
+func (g *gen) sharedRouteKey(name string) (string, bool) {
+	if g.grpc || g.isGateway() {
+		return "", false
+	}
+	var key strings.Builder
+	fmt.Fprintf(&key, "rds|%p|%s", g.scope, name)
+	if g.pc.RoutesReadLabels() {
+		key.WriteString("|labels")
+		for _, k := range slices.Sorted(maps.Keys(g.p.Labels)) {
+			key.WriteString("|" + strconv.Quote(k) + "=" + strconv.Quote(g.p.Labels[k]))
+		}
+	}
+	if g.routesReadAddresses() {
+		key.WriteString("|ips")
+		for _, ip := range g.p.IPs {
+			key.WriteString("|" + ip.String())
+		}
+	}
+	return key.String(), true
+}
+
+// routesReadAddresses reports whether a service of the proxy's scope is
+// routed per endpoint address, the proxy's own left out (perEndpoint's
+// passthrough services that list endpoints; headless ones do not read
+// the proxy's addresses).
+func (g *gen) routesReadAddresses() bool {
+	return g.pc.Memo(fmt.Sprintf("rds-addresses|%p", g.scope), func() any {
+		return slices.ContainsFunc(g.scope.Services(), func(svc *registryv1.Service) bool {
+			return svc.GetResolution() == registryv1.Resolution_RESOLUTION_NONE && len(ipAddresses(svc.GetAddresses())) == 0 &&
+				!headless(svc) && len(g.pc.Endpoints(svc)) > 0
+		})
+	}).(bool)
+}
+
+// buildRoute builds and checks one route configuration.
+func (g *gen) buildRoute(name string) *routev3.RouteConfiguration {
+	var rc *routev3.RouteConfiguration
 	before := g.packErrs
 	switch {
 	case g.isGateway():
@@ -96,7 +164,6 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 			rc = nil
 		}
 	}
-	g.routesBy[name] = rc
 	return rc
 }
 

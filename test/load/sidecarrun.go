@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,10 @@ type SidecarOptions struct {
 	NackClients  int
 	DiscoveryEnv []string
 	Log          io.Writer
+	// ProfileDir, when set, receives discovery's heap profile after the
+	// initial sync (heap.pb.gz) and a CPU profile of each change
+	// (cpu-<kind>-<n>.pb.gz), for go tool pprof.
+	ProfileDir string
 	// SyncTimeout bounds the initial sync and each change (default 10
 	// minutes).
 	SyncTimeout time.Duration
@@ -182,6 +187,10 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 		}
 	}
 	fmt.Fprintf(o.Log, "xdsload: %d sidecars in sync in %s\n", o.Sidecars, r.Connected)
+	prof := profiler{dir: o.ProfileDir, admin: st.discAdmin}
+	if err := prof.save(ctx, "heap.pb.gz", "heap?gc=1"); err != nil {
+		return nil, err
+	}
 	if o.NackClients > 0 {
 		if err := sc.nack(ctx, resourcev3.RouteType, o.NackClients); err != nil {
 			return nil, err
@@ -211,16 +220,22 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 		}
 		d0, _ := proc.CPUSeconds(st.disc.Process.Pid)
 		c0, _ := proc.CPUSeconds(clients.Process.Pid)
+		profiled := prof.start(ctx, fmt.Sprintf("cpu-%s-%d.pb.gz", kind, i/2+1), 5*time.Second)
 		t0 := time.Now()
 		if err := write(); err != nil {
 			return nil, err
 		}
-		c, err := measureChange(ctx, sc, cc, o, kind, expect, t0)
+		var d1, c1 float64
+		c, err := measureChange(ctx, sc, cc, o, kind, expect, t0, func() {
+			d1, _ = proc.CPUSeconds(st.disc.Process.Pid)
+			c1, _ = proc.CPUSeconds(clients.Process.Pid)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("%s change %d: %w", kind, i/2+1, err)
 		}
-		d1, _ := proc.CPUSeconds(st.disc.Process.Pid)
-		c1, _ := proc.CPUSeconds(clients.Process.Pid)
+		if err := <-profiled; err != nil {
+			return nil, err
+		}
 		c.DiscoveryCPU, c.ClientsCPU = d1-d0, c1-c0
 		r.Changes = append(r.Changes, *c)
 		fmt.Fprintf(o.Log, "xdsload: %s change measured\n", kind)
@@ -240,8 +255,9 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 
 // measureChange waits until every client acknowledged a response of the
 // expected type after t0, then a second more for anything else the
-// change sends, and reads what each type cost.
-func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o SidecarOptions, kind, expect string, t0 time.Time) (*SidecarChange, error) {
+// change sends, and reads what each type cost; it calls done before it
+// reads discovery's sync status (whose cost is not the change's).
+func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o SidecarOptions, kind, expect string, t0 time.Time, done func()) (*SidecarChange, error) {
 	deadline := time.Now().Add(o.SyncTimeout)
 	for {
 		a, err := sc.acks(ctx, expect, t0)
@@ -295,6 +311,7 @@ func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o
 			Responses: perClient(responses, len(lat)), Resources: perClient(resources, len(lat)), Nacked: nacked,
 		})
 	}
+	done()
 	ps, err := syncz(ctx, cc)
 	if err != nil {
 		return nil, err
@@ -310,6 +327,46 @@ func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o
 		}
 	}
 	return c, nil
+}
+
+// profiler saves discovery's profiles (nothing without a directory).
+type profiler struct{ dir, admin string }
+
+func (p profiler) save(ctx context.Context, name, path string) error {
+	if p.dir == "" {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.admin+"/debug/pprof/"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", name, resp.Status)
+	}
+	f, err := os.Create(filepath.Join(p.dir, name))
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile %s: %w", name, err)
+	}
+	return f.Close()
+}
+
+// start takes a CPU profile of the next d in the background.
+func (p profiler) start(ctx context.Context, name string, d time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- p.save(ctx, name, "profile?seconds="+strconv.Itoa(int(d.Seconds()))) }()
+	if p.dir != "" {
+		time.Sleep(50 * time.Millisecond) // the profile has started
+	}
+	return done
 }
 
 func perClient(total, clients int) float64 {

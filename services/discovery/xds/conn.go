@@ -8,7 +8,6 @@ package xds
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -59,6 +58,8 @@ type watch struct {
 	sentAt                 time.Time
 	sentCount              int
 	held                   map[string]string
+	// heldSum is, for state of the world, versionSum of held.
+	heldSum uint64
 
 	ackedVersion string
 	ackedNonce   string
@@ -302,24 +303,40 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		c.s.offload(func() { res = c.generate(t, gen, w.watchedNames()) })
 	}
 	// What the proxy holds after this response; its version is the
-	// response's. An endpoint-only push sends, of the types whose
-	// responses need not hold everything (load assignments), the changed
-	// resources only, as Istio's incremental EDS does.
-	held := make(map[string]string, len(res))
+	// response's (versionSum of what it holds). An endpoint-only push
+	// sends, of the types whose responses need not hold everything (load
+	// assignments), the changed resources only, as Istio's incremental
+	// EDS does; the version is updated by what changed.
+	var send []named
+	var removed []string
+	sum := w.heldSum
 	if only != nil {
-		maps.Copy(held, w.held)
-		for _, n := range only {
-			delete(held, n)
-		}
-	}
-	send := res[:0:0]
-	for _, r := range res {
-		held[r.name] = r.version
-		if only == nil || w.held[r.name] != r.version {
+		built := make(map[string]bool, len(res))
+		for _, r := range res {
+			built[r.name] = true
+			old, ok := w.held[r.name]
+			if ok && old == r.version {
+				continue
+			}
+			if ok {
+				sum -= entrySum(r.name, old)
+			}
+			sum += entrySum(r.name, r.version)
 			send = append(send, r)
 		}
+		for _, n := range only {
+			if v, ok := w.held[n]; ok && !built[n] {
+				sum -= entrySum(n, v)
+				removed = append(removed, n)
+			}
+		}
+	} else {
+		send, sum = res, 0
+		for _, r := range res {
+			sum += entrySum(r.name, r.version)
+		}
 	}
-	version := heldVersion(held)
+	version := formatSum(sum)
 	if !force && version == w.sentVersion {
 		return nil // the proxy has (or rejected) exactly this
 	}
@@ -334,8 +351,17 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		return err
 	}
 	c.mu.Lock()
-	w.held = held
-	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(held)
+	if only == nil {
+		w.held = make(map[string]string, len(res))
+	}
+	for _, r := range send {
+		w.held[r.name] = r.version
+	}
+	for _, n := range removed {
+		delete(w.held, n)
+	}
+	w.heldSum = sum
+	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(w.held)
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
 	}

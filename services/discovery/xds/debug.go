@@ -336,26 +336,27 @@ func sameHeld(res []named, held map[string]string) bool {
 	return true
 }
 
-// heldVersion is the state-of-the-world version of what a proxy holds
-// (name → version): what respond sends as version_info.
-func heldVersion(held map[string]string) string {
+// A state-of-the-world version (what respond sends as version_info) is
+// the sum of a hash of each resource held, name and version: it does not
+// depend on order, and a response that changes a few resources updates it
+// by those few (entrySum), however many the proxy holds.
+func entrySum(name, version string) uint64 {
 	h := fnv.New64a()
-	for _, name := range slices.Sorted(maps.Keys(held)) {
-		_, _ = h.Write([]byte(name))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(held[name]))
-		_, _ = h.Write([]byte{0})
-	}
-	return strconv.FormatUint(h.Sum64(), 36)
+	_, _ = h.Write([]byte(name))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(version))
+	return h.Sum64()
 }
 
-// sotwVersion is heldVersion of these resources.
+func formatSum(sum uint64) string { return strconv.FormatUint(sum, 36) }
+
+// sotwVersion is the state-of-the-world version of holding res.
 func sotwVersion(res []named) string {
-	held := make(map[string]string, len(res))
+	var sum uint64
 	for _, r := range res {
-		held[r.name] = r.version
+		sum += entrySum(r.name, r.version)
 	}
-	return heldVersion(held)
+	return formatSum(sum)
 }
 
 // dumpSection is one type's resources as the section of Envoy's admin

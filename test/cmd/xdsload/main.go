@@ -67,6 +67,7 @@ func run(ctx context.Context) error {
 	delta := fs.Bool("delta", false, "sidecar mode: incremental xDS")
 	scoped := fs.Bool("scoped", false, "sidecar mode: a Sidecar resource per client namespace limits what it sees")
 	nack := fs.Int("nack", 0, "sidecar mode: this many clients reject every route configuration after the initial sync")
+	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change")
 	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
 	bin := fs.String("bin", "", "directory with flotilla-galley and flotilla-discovery (default: next to this binary)")
 	_ = fs.Parse(os.Args[2:])
@@ -92,7 +93,7 @@ func run(ctx context.Context) error {
 		fmt.Print(r)
 	case "sidecar":
 		o := load.SidecarOptions{Log: os.Stderr, BinDir: binDir, Self: self, Sidecars: *clients, Services: *services, Changes: *changes,
-			Delta: *delta, Scoped: *scoped, NackClients: *nack, DiscoveryEnv: discEnv}
+			Delta: *delta, Scoped: *scoped, NackClients: *nack, DiscoveryEnv: discEnv, ProfileDir: *profile}
 		if o.Services == 0 {
 			o.Services = 100
 		}
