@@ -28,6 +28,7 @@ require (
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000 // indirect
+	github.com/flotilla-mesh/flotilla/services/agent v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.9 // indirect
@@ -84,3 +85,5 @@ replace (
 	github.com/flotilla-mesh/flotilla/api => ../api
 	github.com/flotilla-mesh/flotilla/internal => ../internal
 )
+
+replace github.com/flotilla-mesh/flotilla/services/agent => ../services/agent

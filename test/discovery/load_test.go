@@ -32,6 +32,53 @@ func TestTheLoadToolMeasures(t *testing.T) {
 	}
 }
 
+// TestTheSidecarLoadToolMeasuresEachTypeOfAChange runs the sidecar mode
+// small, in both protocols, with two clients rejecting every route
+// configuration: every other client acknowledges the route change (RDS)
+// and the endpoint change (EDS); the endpoint change sends the load
+// assignments of svc-0 that changed (of its six: two ports, whole and
+// two subsets), not all 60, except to the three sidecars at svc-0's
+// addresses, whose own workload it concerns (a full push); the rejecting
+// clients are counted apart.
+func TestTheSidecarLoadToolMeasuresEachTypeOfAChange(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			r, err := load.RunSidecars(ctx, load.SidecarOptions{
+				BinDir: binDir, Self: filepath.Join(binDir, "xdsload"), Sidecars: 40, Services: 10, Changes: 1,
+				Delta: delta, NackClients: 2, Log: testWriter{t}, SyncTimeout: 2 * time.Minute,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("report:\n%s", r)
+			if len(r.Changes) != 2 || r.Connected <= 0 || r.DiscoveryRSSMiB <= 0 || r.Errors != 0 {
+				t.Fatalf("implausible report: %+v", r)
+			}
+			byType := func(c load.SidecarChange, typ string) load.TypeLatency {
+				for _, tl := range c.Types {
+					if tl.Type == typ {
+						return tl
+					}
+				}
+				t.Fatalf("%s change: no client received %s", c.Kind, typ)
+				return load.TypeLatency{}
+			}
+			route, eds := byType(r.Changes[0], "rds"), byType(r.Changes[1], "eds")
+			if r.Changes[0].Kind != "route" || route.Clients != 38 || route.Nacked != 2 || route.P50 <= 0 || route.Max < route.P99 {
+				t.Errorf("route change: %+v, want 38 clients acknowledging and 2 rejecting", route)
+			}
+			if r.Changes[1].Kind != "endpoint" || eds.Clients != 40 || eds.Resources > (37*6+3*60)/40.0 {
+				t.Errorf("endpoint change: %+v, want all 40 clients, at most 6 load assignments each but for three", eds)
+			}
+			if r.Changes[0].Discovery <= 0 || r.Changes[0].Discovery > route.Max {
+				t.Errorf("discovery's own time %s, want within (0, %s]", r.Changes[0].Discovery, route.Max)
+			}
+		})
+	}
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {

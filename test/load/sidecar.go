@@ -524,8 +524,10 @@ func statusHandler(clients []*sidecarClient) http.Handler {
 			http.Error(w, "want type=cds|lds|eds|rds and since=<unix nanoseconds>", http.StatusBadRequest)
 			return
 		}
-		a := ClientAcks{Acked: make([]int64, len(clients)), Responses: make([]int, len(clients)),
-			Resources: make([]int, len(clients)), Nacked: make([]int, len(clients))}
+		a := ClientAcks{
+			Acked: make([]int64, len(clients)), Responses: make([]int, len(clients)),
+			Resources: make([]int, len(clients)), Nacked: make([]int, len(clients)),
+		}
 		for i, c := range clients {
 			c.mu.Lock()
 			for _, rec := range c.records[t] {

@@ -11,6 +11,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -761,4 +762,57 @@ func TestAServiceEntryWhoseEndpointsAloneChangedIsAnEndpointsOnlyPush(t *testing
 		push, ok, _ := d.Required(debugapi.Want{Version: "2"})
 		return ok && len(d.Proxies) == 1 && d.Proxies[0].Push >= push
 	})
+}
+
+// TestAnEndpointChangeSendsAStateOfTheWorldProxyOnlyTheLoadAssignmentsThatChanged:
+// load assignments need not all be in every state-of-the-world response
+// (only listeners and clusters must), so an endpoints-only push sends
+// the changed ones, as Istio's incremental EDS does. The response's
+// version is still that of everything the proxy then holds: a new stream
+// asking for the same clusters gets the same version, in full.
+func TestAnEndpointChangeSendsAStateOfTheWorldProxyOnlyTheLoadAssignmentsThatChanged(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.store.PutService(service("b", 80))
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1"))
+	h.store.PutEndpointSet(endpoints("b", "10.1.2.1"))
+	h.push()
+	const ca, cb = "outbound|80||a.default.svc.cluster.local", "outbound|80||b.default.svc.cluster.local"
+	subscribe := func() (*sotw, *discoveryv3.DiscoveryResponse) {
+		s := h.sotw(t)
+		s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+		s.send(t, ack(s.next(t)))
+		s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{ca, cb}})
+		r := s.next(t)
+		s.send(t, ack(r, ca, cb))
+		return s, r
+	}
+	s, first := subscribe()
+	if len(first.GetResources()) != 2 {
+		t.Fatalf("the first response holds %d load assignments, want both", len(first.GetResources()))
+	}
+
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.7"))
+	h.push()
+	r := s.next(t)
+	if r.GetTypeUrl() != resourcev3.EndpointType {
+		t.Fatalf("got %s, want the endpoints only", r.GetTypeUrl())
+	}
+	if len(r.GetResources()) != 1 {
+		t.Fatalf("the endpoints-only push holds %d load assignments, want a's alone", len(r.GetResources()))
+	}
+	var la endpointv3.ClusterLoadAssignment
+	if err := r.GetResources()[0].UnmarshalTo(&la); err != nil || la.GetClusterName() != ca {
+		t.Fatalf("sent %q (%v), want %s", la.GetClusterName(), err, ca)
+	}
+	if r.GetVersionInfo() == first.GetVersionInfo() {
+		t.Fatal("the version did not change")
+	}
+	s.send(t, ack(r, ca, cb))
+
+	_, fresh := subscribe()
+	if len(fresh.GetResources()) != 2 || fresh.GetVersionInfo() != r.GetVersionInfo() {
+		t.Fatalf("a new stream got %d load assignments at version %s, want 2 at %s (what the first stream holds)",
+			len(fresh.GetResources()), fresh.GetVersionInfo(), r.GetVersionInfo())
+	}
 }

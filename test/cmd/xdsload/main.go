@@ -92,8 +92,10 @@ func run(ctx context.Context) error {
 		}
 		fmt.Print(r)
 	case "sidecar":
-		o := load.SidecarOptions{Log: os.Stderr, BinDir: binDir, Self: self, Sidecars: *clients, Services: *services, Changes: *changes,
-			Delta: *delta, Scoped: *scoped, NackClients: *nack, DiscoveryEnv: discEnv, ProfileDir: *profile}
+		o := load.SidecarOptions{
+			Log: os.Stderr, BinDir: binDir, Self: self, Sidecars: *clients, Services: *services, Changes: *changes,
+			Delta: *delta, Scoped: *scoped, NackClients: *nack, DiscoveryEnv: discEnv, ProfileDir: *profile,
+		}
 		if o.Services == 0 {
 			o.Services = 100
 		}

@@ -1,0 +1,169 @@
+package translate
+
+import (
+	"slices"
+	"testing"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
+)
+
+// shareMesh: reviews with two subsets; sidecars in default (two with
+// different labels) and one in other.
+const shareMesh = `
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: reviews, namespace: default}
+spec:
+  hosts: [reviews.default.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 9080, name: http, protocol: HTTP}]
+  endpoints:
+  - {address: 10.1.0.1, labels: {version: v1}}
+  - {address: 10.1.0.2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec:
+  host: reviews.default.svc.cluster.local
+  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
+---
+apiVersion: test.flotilla.io/v1
+kind: Proxy
+spec: {id: sidecar~10.2.0.1~canary-1.default~default.svc.cluster.local, labels: {app: canary}}
+---
+apiVersion: test.flotilla.io/v1
+kind: Proxy
+spec: {id: sidecar~10.2.0.2~stable-1.default~default.svc.cluster.local, labels: {app: stable}}
+---
+apiVersion: test.flotilla.io/v1
+kind: Proxy
+spec: {id: sidecar~10.2.0.3~other-1.other~other.svc.cluster.local, labels: {app: stable}}
+`
+
+// sourceLabelsVS sends the canary app to v2, everyone else to v1.
+const sourceLabelsVS = `
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: default}
+spec:
+  hosts: [reviews.default.svc.cluster.local]
+  http:
+  - match: [{sourceLabels: {app: canary}}]
+    route: [{destination: {host: reviews, subset: v2}}]
+  - route: [{destination: {host: reviews, subset: v1}}]
+`
+
+func portRoute(t *testing.T, g *Generator) proto.Message {
+	t.Helper()
+	rcs := g.Routes([]string{"9080"})
+	if len(rcs) != 1 {
+		t.Fatalf("%d route configurations 9080, want 1 (problems: %v)", len(rcs), g.Problems())
+	}
+	return rcs[0]
+}
+
+func TestSidecarsOfOneScopeShareTheirRouteConfigurations(t *testing.T) {
+	gs := generators(t, shareMesh)
+	canary, stable, other := portRoute(t, gs[0]), portRoute(t, gs[1]), portRoute(t, gs[2])
+	if canary != stable {
+		t.Error("two sidecars of one namespace, without a Sidecar or label-dependent configuration, got route configurations built apart")
+	}
+	if canary == other {
+		t.Error("sidecars of two namespaces share a route configuration: its short names (\"reviews\") are namespace-relative")
+	}
+	// What is shared is what each would have built alone.
+	alone := generators(t, shareMesh)[1]
+	if !proto.Equal(portRoute(t, alone), stable) {
+		t.Error("the shared route configuration differs from the one built for the proxy")
+	}
+}
+
+func TestRouteConfigurationsFollowEachProxysLabelsWhenAVirtualServiceMatchesSourceLabels(t *testing.T) {
+	gs := generators(t, shareMesh+sourceLabelsVS)
+	dest := func(g *Generator) string {
+		routes := g.HTTPRoutes("reviews.default.svc.cluster.local", 9080)
+		if len(routes) == 0 {
+			t.Fatal("no routes")
+		}
+		return routes[0].GetRoute().GetCluster()
+	}
+	canary, stable := portRoute(t, gs[0]), portRoute(t, gs[1])
+	if canary == stable || proto.Equal(canary, stable) {
+		t.Fatal("a canary and a stable proxy got the same routes although a match selects by source labels")
+	}
+	if got := dest(gs[0]); got != "outbound|9080|v2|reviews.default.svc.cluster.local" {
+		t.Errorf("canary routed to %s, want v2", got)
+	}
+	if got := dest(gs[1]); got != "outbound|9080|v1|reviews.default.svc.cluster.local" {
+		t.Errorf("stable routed to %s, want v1", got)
+	}
+	// Built for canary first or for stable first: each gets its own.
+	gs = generators(t, shareMesh+sourceLabelsVS)
+	_ = portRoute(t, gs[1])
+	if got := dest(gs[0]); got != "outbound|9080|v2|reviews.default.svc.cluster.local" {
+		t.Errorf("canary, built after stable, routed to %s, want v2", got)
+	}
+}
+
+// TestClustersAndEndpointsAreNeverBuiltFromVirtualServices holds
+// ConcernedTypes' promise: whatever the VirtualServices say, a proxy's
+// clusters, load assignments and secrets are the same.
+func TestClustersAndEndpointsAreNeverBuiltFromVirtualServices(t *testing.T) {
+	vss := map[string]string{
+		"none":          "",
+		"sourceLabels":  sourceLabelsVS,
+		"weights":       "\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: default}\nspec:\n  hosts: [reviews.default.svc.cluster.local]\n  http:\n  - route: [{destination: {host: reviews, subset: v1}, weight: 90}, {destination: {host: reviews, subset: v2}, weight: 10}]\n",
+		"tcp and other": "\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: other}\nspec:\n  hosts: [reviews.default.svc.cluster.local]\n  tcp:\n  - route: [{destination: {host: reviews.default.svc.cluster.local, subset: v2}}]\n",
+	}
+	want := map[int]map[string][]proto.Message{}
+	for _, name := range []string{"none", "sourceLabels", "weights", "tcp and other"} {
+		for i, g := range generators(t, shareMesh+vss[name]) {
+			got := map[string][]proto.Message{}
+			for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.SecretType} {
+				got[typ] = g.Resources(typ, nil)
+			}
+			if name == "none" {
+				want[i] = got
+				continue
+			}
+			for typ, msgs := range got {
+				if !slices.EqualFunc(msgs, want[i][typ], proto.Equal) {
+					t.Errorf("%s: proxy %d: %s differ from those without a VirtualService", name, i, typ)
+				}
+			}
+		}
+	}
+}
+
+func TestConcernedTypes(t *testing.T) {
+	kinds := func(ks ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, k := range ks {
+			m[k] = true
+		}
+		return m
+	}
+	lr := []string{resourcev3.ListenerType, resourcev3.RouteType}
+	for _, tt := range []struct {
+		name string
+		cs   model.ChangeSet
+		want []string
+	}{
+		{"VirtualServices only", model.ChangeSet{Full: true, Kinds: kinds(istio.VirtualService)}, lr},
+		{"a DestinationRule too", model.ChangeSet{Full: true, Kinds: kinds(istio.VirtualService, istio.DestinationRule)}, Types()},
+		{"a DestinationRule", model.ChangeSet{Full: true, Kinds: kinds(istio.DestinationRule)}, Types()},
+		{"all proxies", model.ChangeSet{Full: true, All: true, Kinds: kinds(istio.VirtualService)}, Types()},
+		{"no kind said", model.ChangeSet{Full: true}, Types()},
+	} {
+		if got := ConcernedTypes(tt.cs); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
