@@ -81,9 +81,11 @@ bench: kube-assets ## run every benchmark (results go in BENCHMARKS.md)
 	go test -run '^$$' -bench . -benchmem work
 
 LOAD_CLIENTS ?= 100 1000 3000
-bench-load: build ## discovery under N proxyless gRPC clients in their own process (LOAD_CLIENTS="100 1000 3000")
+LOAD_SIDECARS ?= 1000 2000 5000
+bench-load: build ## discovery under N proxyless gRPC clients (LOAD_CLIENTS="100 1000 3000") and N raw ADS sidecars, SotW and delta (LOAD_SIDECARS="1000 2000 5000"), each in their own process
 	go build -o $(BIN)/xdsload ./test/cmd/xdsload
 	@for n in $(LOAD_CLIENTS); do $(BIN)/xdsload run --bin $(BIN) --clients $$n --services 1000 --changes 5 2>/dev/null; done
+	@for n in $(LOAD_SIDECARS); do for p in "" --delta; do $(BIN)/xdsload run --mode sidecar --bin $(BIN) --clients $$n --services 100 --changes 2 $$p 2>/dev/null; done; done
 
 lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf lint
 	@for m in $(MODULES); do \

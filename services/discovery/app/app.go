@@ -230,6 +230,7 @@ func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, s
 	gs, err := grpcserver.New(grpcserver.Options{
 		Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, TLSConfig: tlsCfg,
 		MaxRecvMsgBytes: grpcserver.MaxSubscriberRequestBytes, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown),
+		Extra: []grpc.ServerOption{xds.ServerOption()},
 	})
 	if err != nil {
 		return nil, err

@@ -39,7 +39,7 @@ func BenchmarkPushLatencyWithNeverReadingProxies(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			gs := grpc.NewServer()
+			gs := grpc.NewServer(xds.ServerOption())
 			srv.Register(gs)
 			go func() { _ = gs.Serve(lis) }()
 			defer gs.Stop()

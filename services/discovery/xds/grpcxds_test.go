@@ -61,7 +61,7 @@ func startDiscovery(t *testing.T, files map[string]string) *mesh {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(xds.ServerOption())
 	m.srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)

@@ -107,7 +107,7 @@ func newHarnessWith(tb testing.TB, o xds.Options) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(xds.ServerOption())
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	tb.Cleanup(gs.Stop)
