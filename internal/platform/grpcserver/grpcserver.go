@@ -5,11 +5,13 @@
 package grpcserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -58,6 +60,12 @@ type Options struct {
 	TLSConfig *tls.Config
 	// MaxRecvMsgBytes bounds a single received message.
 	MaxRecvMsgBytes int
+	// MaxConnectionAge, when set, ends each connection after about that
+	// long (grpc-go adds ±10 % jitter): a GOAWAY, then MaxConnectionAgeGrace
+	// for its streams to finish before they are closed. Clients reconnect,
+	// through their load balancer, so connections spread over replicas
+	// added since (Istio's pilot: 30 minutes, 10 seconds).
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	// DrainTimeout bounds how long Serve waits for open streams after its
 	// context ends before closing them.
 	DrainTimeout time.Duration
@@ -70,6 +78,9 @@ type Options struct {
 	// relay forces its pass-through codec).
 	Extra []grpc.ServerOption
 }
+
+// infinity is grpc-go's "never" for connection ages.
+const infinity = time.Duration(math.MaxInt64)
 
 // DrainWithin is the drain timeout that leaves a service whose whole
 // shutdown is bounded by shutdown the rest of it (two thirds), so a slow
@@ -184,8 +195,10 @@ func New(o Options) (*Server, error) {
 		)),
 		grpc.MaxRecvMsgSize(o.MaxRecvMsgBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:    DefaultKeepaliveTime,
-			Timeout: DefaultKeepaliveWait,
+			Time:                  DefaultKeepaliveTime,
+			Timeout:               DefaultKeepaliveWait,
+			MaxConnectionAge:      cmp.Or(o.MaxConnectionAge, infinity),
+			MaxConnectionAgeGrace: cmp.Or(o.MaxConnectionAgeGrace, infinity),
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             DefaultKeepaliveMinTime,

@@ -351,3 +351,30 @@ func TestAStreamBlockedReceivingDoesNotHoldTheDrain(t *testing.T) {
 		t.Fatal("Serve did not return")
 	}
 }
+
+// TestAConnectionPastItsAgeEndsItsStreamsAndTheClientReconnects: with a
+// maximum connection age, a stream that never ends by itself (an xDS
+// subscription) is ended after the age and its grace, and the client's
+// next stream goes over a new connection, as a proxy's reconnection would
+// reach another replica.
+func TestAConnectionPastItsAgeEndsItsStreamsAndTheClientReconnects(t *testing.T) {
+	r := start(t, newServer(t, Options{MaxConnectionAge: 300 * time.Millisecond, MaxConnectionAgeGrace: 200 * time.Millisecond}))
+	client := dial(t, r.addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round := range 2 {
+		watch, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err := watch.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("round %d: first watch update %v, %v", round, first, err)
+		}
+		if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("round %d: the stream ended with %v, want Unavailable (the connection's age)", round, err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the stream was not ended within 30s")
+		}
+	}
+}

@@ -60,6 +60,9 @@ type Config struct {
 	// XDSSendTimeout closes the stream of a proxy that takes no response
 	// for that long.
 	XDSSendTimeout time.Duration `yaml:"xdsSendTimeout" usage:"close the stream of a proxy that takes no response for this long (it reads too slowly or not at all); 0 waits for ever"`
+	// XDSMaxConnectionAge ends proxies' connections after about that
+	// long, so they spread over replicas added since.
+	XDSMaxConnectionAge time.Duration `yaml:"xdsMaxConnectionAge" usage:"end each proxy connection after about this long (±10 %: a GOAWAY, then 10s for its streams), so proxies reconnect and spread over replicas added by a scale-out; 0 keeps connections for ever"`
 	// DebounceQuiet and DebounceMax shape pushes.
 	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
@@ -95,6 +98,7 @@ func Defaults() Config {
 
 		VerifyProxyIdentity: true,
 		XDSSendTimeout:      30 * time.Second,
+		XDSMaxConnectionAge: 30 * time.Minute, // Istio's MaxServerConnectionAge
 	}
 }
 
@@ -125,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.JWKSRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("jwksRefresh %s: must be positive", c.JWKSRefresh))
+	}
+	if c.XDSMaxConnectionAge < 0 || c.XDSSendTimeout < 0 {
+		errs = append(errs, fmt.Errorf("xdsMaxConnectionAge %s and xdsSendTimeout %s: must not be negative (0 turns each off)", c.XDSMaxConnectionAge, c.XDSSendTimeout))
 	}
 	if c.DebounceQuiet <= 0 || c.DebounceMax < c.DebounceQuiet {
 		errs = append(errs, fmt.Errorf("debounceQuiet %s and debounceMax %s: want 0 < quiet <= max", c.DebounceQuiet, c.DebounceMax))
@@ -192,7 +199,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 	}
-	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg.ShutdownTimeout)
+	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg.ShutdownTimeout, cfg.XDSMaxConnectionAge)
 	if err != nil {
 		return err
 	}
@@ -203,7 +210,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		if certs != nil {
 			tlsCfg = certs.ServerConfig(certs.Roots())
 		}
-		secure, err := xdsServer(rt, cfg.XDSTLS, tlsCfg, srv, cfg.ShutdownTimeout)
+		secure, err := xdsServer(rt, cfg.XDSTLS, tlsCfg, srv, cfg.ShutdownTimeout, cfg.XDSMaxConnectionAge)
 		if err != nil {
 			return err
 		}
@@ -226,10 +233,15 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	return rt.Serve(ctx, actors...)
 }
 
-func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, shutdown time.Duration) (*grpcserver.Server, error) {
+// xdsConnectionAgeGrace is how long a connection past its age keeps its
+// streams (Istio's MaxServerConnectionAgeGrace).
+const xdsConnectionAgeGrace = 10 * time.Second
+
+func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, shutdown, maxAge time.Duration) (*grpcserver.Server, error) {
 	gs, err := grpcserver.New(grpcserver.Options{
 		Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, TLSConfig: tlsCfg,
 		MaxRecvMsgBytes: grpcserver.MaxSubscriberRequestBytes, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown),
+		MaxConnectionAge: maxAge, MaxConnectionAgeGrace: xdsConnectionAgeGrace,
 		Extra: []grpc.ServerOption{xds.ServerOption()},
 	})
 	if err != nil {

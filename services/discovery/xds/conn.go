@@ -58,8 +58,11 @@ type watch struct {
 	sentAt                 time.Time
 	sentCount              int
 	held                   map[string]string
-	// heldSum is, for state of the world, versionSum of held.
+	// heldSum is, for state of the world, the version sum of held.
 	heldSum uint64
+	// resumed marks a state-of-the-world watch whose first request
+	// named the version it holds, until a response is decided.
+	resumed bool
 
 	ackedVersion string
 	ackedNonce   string
@@ -338,6 +341,17 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	}
 	version := formatSum(sum)
 	if !force && version == w.sentVersion {
+		if w.resumed {
+			// It holds this already (a resumed stream): it holds what
+			// was built.
+			c.mu.Lock()
+			w.held = make(map[string]string, len(res))
+			for _, r := range res {
+				w.held[r.name] = r.version
+			}
+			w.heldSum, w.resumed = sum, false
+			c.mu.Unlock()
+		}
 		return nil // the proxy has (or rejected) exactly this
 	}
 	anys := make([]*anypb.Any, len(send))
@@ -351,6 +365,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		return err
 	}
 	c.mu.Lock()
+	w.resumed = false
 	if only == nil {
 		w.held = make(map[string]string, len(res))
 	}
@@ -477,6 +492,11 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 		}
 		return nil
 	}
+	// A proxy's first request on a new stream that names the version it
+	// holds (Envoy's after a reconnect, to this replica or another: the
+	// versions are content hashes, the same on every replica) is answered
+	// only when what it would get differs from that.
+	resumed := !w.started && req.GetResponseNonce() == "" && req.GetVersionInfo() != ""
 	c.mu.Lock()
 	w.started, w.wildcard = true, wildcard
 	w.names = make(map[string]bool, len(names))
@@ -485,11 +505,14 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 			w.names[n] = true
 		}
 	}
+	if resumed {
+		w.sentVersion, w.ackedVersion, w.ackedAt, w.resumed = req.GetVersionInfo(), req.GetVersionInfo(), time.Now(), true
+	}
 	c.mu.Unlock()
 	if err := c.checkSubscribed(); err != nil {
 		return err
 	}
-	return c.answer(t, w, true)
+	return c.answer(t, w, !resumed)
 }
 
 // answer responds to a request with the current push context, if there is

@@ -816,3 +816,36 @@ func TestAnEndpointChangeSendsAStateOfTheWorldProxyOnlyTheLoadAssignmentsThatCha
 			len(fresh.GetResources()), fresh.GetVersionInfo(), r.GetVersionInfo())
 	}
 }
+
+// TestAStateOfTheWorldProxyReconnectingWithTheVersionItHoldsIsSentNothingNew:
+// versions are content hashes, the same on every replica, so a proxy
+// whose connection ended (its age, a replica gone) and that asks again
+// naming the version it holds gets no response until something changes;
+// one naming another version gets everything.
+func TestAStateOfTheWorldProxyReconnectingWithTheVersionItHoldsIsSentNothingNew(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	held := s.next(t)
+	s.send(t, ack(held))
+
+	resumed := h.sotw(t)
+	resumed.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType, VersionInfo: held.GetVersionInfo()})
+	resumed.nothing(t, 300*time.Millisecond)
+	stale := h.sotw(t)
+	stale.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType, VersionInfo: "stale"})
+	if r := stale.next(t); r.GetVersionInfo() != held.GetVersionInfo() || len(r.GetResources()) != len(held.GetResources()) {
+		t.Fatalf("a proxy naming another version got version %s with %d clusters, want %s with %d", r.GetVersionInfo(), len(r.GetResources()),
+			held.GetVersionInfo(), len(held.GetResources()))
+	}
+
+	h.store.PutService(service("b", 80))
+	h.push()
+	r := resumed.next(t)
+	if r.GetVersionInfo() == held.GetVersionInfo() || len(r.GetResources()) != len(held.GetResources())+1 {
+		t.Fatalf("after a change the resumed stream got version %s with %d clusters, want a new version with %d", r.GetVersionInfo(),
+			len(r.GetResources()), len(held.GetResources())+1)
+	}
+}
