@@ -306,10 +306,11 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		c.s.offload(func() { res = c.generate(t, gen, w.watchedNames()) })
 	}
 	// What the proxy holds after this response; its version is the
-	// response's (versionSum of what it holds). An endpoint-only push
-	// sends, of the types whose responses need not hold everything (load
-	// assignments), the changed resources only, as Istio's incremental
-	// EDS does; the version is updated by what changed.
+	// response's (the sum of entrySum over what it holds). An
+	// endpoint-only push sends, of the types whose responses need not hold
+	// everything (load assignments), the changed resources only, as
+	// Istio's incremental EDS does; the version is updated by what
+	// changed.
 	var send []named
 	var removed []string
 	sum := w.heldSum
