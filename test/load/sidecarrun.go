@@ -264,17 +264,22 @@ func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o
 		if err != nil {
 			return nil, err
 		}
-		n := 0
+		// The changes are to svc-0: the clients that see it must follow.
+		n, want := 0, 0
 		for i, at := range a.Acked {
+			if !sidecarSees(i, o.Services, 0, o.Scoped) {
+				continue
+			}
+			want++
 			if at != 0 || a.Nacked[i] > 0 {
 				n++
 			}
 		}
-		if n == o.Sidecars {
+		if n == want {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d clients acknowledged %s within %s", n, o.Sidecars, ShortType(expect), o.SyncTimeout)
+			return nil, fmt.Errorf("%d of %d clients that see svc-0 acknowledged %s within %s", n, want, ShortType(expect), o.SyncTimeout)
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err

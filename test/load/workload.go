@@ -2,6 +2,7 @@ package load
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
@@ -80,20 +81,40 @@ spec:
 	if scoped {
 		for ns := range ClientNamespaces {
 			var hosts []string
-			for k := range 10 {
-				hosts = append(hosts, fmt.Sprintf("load/svc-%d.load.svc.cluster.local", (ns*10+k)%n))
+			for _, svc := range scopedServices(ns, n) {
+				hosts = append(hosts, fmt.Sprintf("load/svc-%d.load.svc.cluster.local", svc))
 			}
 			fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
 kind: Sidecar
 metadata: {name: default, namespace: ns-%d}
 spec:
   egress:
-  - hosts: ["./*", %q]
+  - hosts: ["./*", "%s"]
 ---
 `, ns, strings.Join(hosts, `", "`))
 		}
 	}
 	return b.String()
+}
+
+// scopedServices are the services the Sidecar of client namespace ns
+// lets its proxies see.
+func scopedServices(ns, n int) []int {
+	var out []int
+	for k := range 10 {
+		out = append(out, (ns*10+k)%n)
+	}
+	return out
+}
+
+// sidecarSees reports whether sidecar client i sees service svc: every
+// sidecar does, unless scoped and in a client namespace whose Sidecar
+// leaves it out.
+func sidecarSees(i, n, svc int, scoped bool) bool {
+	if !scoped || i/3 < n {
+		return true // in "load", which has no Sidecar
+	}
+	return slices.Contains(scopedServices(i%ClientNamespaces, n), svc)
 }
 
 // SidecarNode is who sidecar client i is, in a mesh of n services.
