@@ -1,7 +1,10 @@
-// Package load measures discovery under many proxyless gRPC clients: it
-// runs galley (file mode) and discovery as processes, N grpc-go xDS
-// clients in another process, changes the configuration and reads from
-// discovery's sync status when each client acknowledged the change.
+// Package load measures discovery under many clients: it runs galley
+// (file mode) and discovery as processes and N clients in another
+// process, changes the configuration and measures when each client
+// acknowledged the change. The clients are grpc-go xDS clients (Run; the
+// times read from discovery's sync status) or raw ADS clients that ask
+// and acknowledge as Envoy sidecars do (RunSidecars, sidecar.go; the times
+// as the clients saw them).
 package load
 
 import (
