@@ -63,6 +63,26 @@ func (c *holdingClient) hold() {
 	c.mu.Unlock()
 }
 
+// drain forgets the responses received so far; next waits for one more.
+func (c *holdingClient) drain() {
+	for {
+		select {
+		case <-c.got:
+		default:
+			return
+		}
+	}
+}
+
+func (c *holdingClient) next(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no response within 30s")
+	}
+}
+
 // release ACKs the response held, and all that follow.
 func (c *holdingClient) release(t *testing.T) {
 	t.Helper()
@@ -99,7 +119,11 @@ func TestWaitReturnsOnlyAfterTheLastProxyHoldsTheChange(t *testing.T) {
 	}
 
 	stuck.hold()
+	stuck.drain()
 	xdstest.WriteFile(t, dir, "routing.yaml", strings.Replace(xdstest.Routing(90, 10), "maxConnections: 100", "maxConnections: 50", 1))
+	// As after kubectl apply, the change is in galley before wait asks
+	// it for the version: here, once it has reached a proxy.
+	stuck.next(t)
 	code, out, stderr = flotilla(t, ctxFile, "wait", "--timeout", "3s", "dr", "backend-dr.default")
 	if code == 0 || !strings.Contains(stderr, "timed out after 3s") || !strings.Contains(stderr, "held by 1 of 2 proxies") ||
 		!strings.Contains(stderr, "stuck-1.default (on r2): holds push") || strings.Contains(stderr, "app-1.default") {
