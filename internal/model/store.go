@@ -109,10 +109,7 @@ func (c *ChangeSet) Merge(other ChangeSet) {
 	c.Full = c.Full || other.Full
 	c.All = c.All || other.All
 	for k := range other.Kinds {
-		if c.Kinds == nil {
-			c.Kinds = map[string]bool{}
-		}
-		c.Kinds[k] = true
+		c.addKind(k)
 	}
 	for h := range other.Hosts {
 		if c.Hosts == nil {

@@ -349,27 +349,39 @@ spec:
   - {address: 10.%[2]d.%[3]d.1, labels: {version: v1}}
   - {address: 10.%[2]d.%[3]d.2, labels: {version: v2}}
 ---
-apiVersion: networking.istio.io/v1
+`, i, 1+i/256, i%256)
+		b.WriteString(versionSubsets(i))
+	}
+	return b.String()
+}
+
+// versionSubsets is svc-i's DestinationRule: subsets v1 and v2 by the
+// version label.
+func versionSubsets(i int) string {
+	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: svc-%[1]d, namespace: load}
 spec:
   host: svc-%[1]d.load.svc.cluster.local
   subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
 ---
-`, i, 1+i/256, i%256)
-	}
-	return b.String()
+`, i)
 }
 
-func routing(v2 int) string {
+// versionSplit is svc-i's VirtualService: v2 percent to subset v2, the
+// rest to v1.
+func versionSplit(i, v2 int) string {
 	return fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: VirtualService
-metadata: {name: svc-0, namespace: load}
+metadata: {name: svc-%[1]d, namespace: load}
 spec:
-  hosts: [svc-0.load.svc.cluster.local]
+  hosts: [svc-%[1]d.load.svc.cluster.local]
   http:
   - route:
-    - {destination: {host: svc-0.load.svc.cluster.local, subset: v1}, weight: %d}
-    - {destination: {host: svc-0.load.svc.cluster.local, subset: v2}, weight: %d}
-`, 100-v2, v2)
+    - {destination: {host: svc-%[1]d.load.svc.cluster.local, subset: v1}, weight: %[2]d}
+    - {destination: {host: svc-%[1]d.load.svc.cluster.local, subset: v2}, weight: %[3]d}
+---
+`, i, 100-v2, v2)
 }
+
+func routing(v2 int) string { return versionSplit(0, v2) }

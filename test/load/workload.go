@@ -59,24 +59,8 @@ func sidecarRouting(n, v2Weight int, scoped bool) string {
 		if i == 0 {
 			w = v2Weight
 		}
-		fmt.Fprintf(&b, `apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: svc-%[1]d, namespace: load}
-spec:
-  hosts: [svc-%[1]d.load.svc.cluster.local]
-  http:
-  - route:
-    - {destination: {host: svc-%[1]d.load.svc.cluster.local, subset: v1}, weight: %[2]d}
-    - {destination: {host: svc-%[1]d.load.svc.cluster.local, subset: v2}, weight: %[3]d}
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: svc-%[1]d, namespace: load}
-spec:
-  host: svc-%[1]d.load.svc.cluster.local
-  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
----
-`, i, 100-w, w)
+		b.WriteString(versionSplit(i, w))
+		b.WriteString(versionSubsets(i))
 	}
 	if scoped {
 		for ns := range ClientNamespaces {

@@ -5,13 +5,11 @@
 package grpcserver
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"sync"
 	"time"
@@ -78,9 +76,6 @@ type Options struct {
 	// relay forces its pass-through codec).
 	Extra []grpc.ServerOption
 }
-
-// infinity is grpc-go's "never" for connection ages.
-const infinity = time.Duration(math.MaxInt64)
 
 // DrainWithin is the drain timeout that leaves a service whose whole
 // shutdown is bounded by shutdown the rest of it (two thirds), so a slow
@@ -197,8 +192,8 @@ func New(o Options) (*Server, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:                  DefaultKeepaliveTime,
 			Timeout:               DefaultKeepaliveWait,
-			MaxConnectionAge:      cmp.Or(o.MaxConnectionAge, infinity),
-			MaxConnectionAgeGrace: cmp.Or(o.MaxConnectionAgeGrace, infinity),
+			MaxConnectionAge:      o.MaxConnectionAge, // zero: never (grpc-go's default)
+			MaxConnectionAgeGrace: o.MaxConnectionAgeGrace,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             DefaultKeepaliveMinTime,

@@ -386,13 +386,17 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	return nil
 }
 
-// sameAsHeld reports whether the resources built for names are exactly
-// what the proxy holds of them.
+// sameAsHeld reports whether the resources built for names (nil: for
+// everything the proxy holds) are exactly what the proxy holds of them, at
+// the versions it holds.
 func sameAsHeld(res []named, names []string, held map[string]string) bool {
-	n := 0
-	for _, name := range names {
-		if _, ok := held[name]; ok {
-			n++
+	n := len(held)
+	if names != nil {
+		n = 0
+		for _, name := range names {
+			if _, ok := held[name]; ok {
+				n++
+			}
 		}
 	}
 	if n != len(res) {

@@ -311,7 +311,7 @@ func (c *conn) ackedConfigDump() []proto.Message {
 		}
 		switch {
 		case !c.delta && gen != nil && sotwVersion(res) == acked[t]:
-		case c.delta && held[t] != nil && sameHeld(res, held[t]):
+		case c.delta && held[t] != nil && sameAsHeld(res, nil, held[t]):
 		default:
 			unknown[t] = acked[t]
 			continue
@@ -320,20 +320,6 @@ func (c *conn) ackedConfigDump() []proto.Message {
 	}
 	st, _ := structpb.NewStruct(map[string]any{debugapi.MetadataUnknownTypes: unknown}) // strings only
 	return append(out, st)
-}
-
-// sameHeld reports whether the resources are exactly those a delta
-// proxy holds, at the versions it holds.
-func sameHeld(res []named, held map[string]string) bool {
-	if len(res) != len(held) {
-		return false
-	}
-	for _, r := range res {
-		if held[r.name] != r.version {
-			return false
-		}
-	}
-	return true
 }
 
 // A state-of-the-world version (what respond sends as version_info) is
