@@ -96,7 +96,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(mesh(o.Services)), 0o600); err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(dir, "routing.yaml", routing(50)); err != nil {
+	if err := writeAtomic(dir, "routing.yaml", versionSplit(0, 50)); err != nil {
 		return nil, err
 	}
 	st, err := startServices(ctx, o.Log, o.BinDir, dir, o.DiscoveryEnv)
@@ -133,7 +133,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			weight = 90
 		}
 		t0 := time.Now()
-		if err := writeAtomic(dir, "routing.yaml", routing(weight)); err != nil {
+		if err := writeAtomic(dir, "routing.yaml", versionSplit(0, weight)); err != nil {
 			return nil, err
 		}
 		lat, sent, err := waitAcked(ctx, xdsAddr, o.Clients, t0)
@@ -383,5 +383,3 @@ spec:
 ---
 `, i, 100-v2, v2)
 }
-
-func routing(v2 int) string { return versionSplit(0, v2) }
