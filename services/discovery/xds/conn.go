@@ -48,7 +48,7 @@ type Nack struct {
 type watch struct {
 	started  bool
 	wildcard bool
-	names    map[string]bool
+	names    nameSet
 
 	// What was last sent: state-of-the-world version and nonce; for delta
 	// the version of each resource the proxy holds (as far as the server
@@ -57,7 +57,7 @@ type watch struct {
 	sentVersion, sentNonce string
 	sentAt                 time.Time
 	sentCount              int
-	held                   map[string]string
+	held                   heldSet
 	// heldSum is, for state of the world, the version sum of held.
 	heldSum uint64
 	// resumed marks a state-of-the-world watch whose first request
@@ -262,7 +262,7 @@ func (c *conn) abortedWith() error {
 func (c *conn) watch(t string) *watch {
 	w := c.watches[t]
 	if w == nil {
-		w = &watch{names: map[string]bool{}, held: map[string]string{}}
+		w = &watch{}
 		c.mu.Lock()
 		c.watches[t] = w
 		c.mu.Unlock()
@@ -275,11 +275,7 @@ func (w *watch) watchedNames() []string {
 	if w.wildcard {
 		return nil
 	}
-	out := make([]string, 0, len(w.names))
-	for n := range w.names {
-		out = append(out, n)
-	}
-	return out
+	return w.names.list()
 }
 
 // respond sends a type's resources. only limits the response to some
@@ -318,7 +314,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		built := make(map[string]bool, len(res))
 		for _, r := range res {
 			built[r.name] = true
-			old, ok := w.held[r.name]
+			old, ok := w.held.version(r.name)
 			if ok && old == r.version {
 				continue
 			}
@@ -329,7 +325,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 			send = append(send, r)
 		}
 		for _, n := range only {
-			if v, ok := w.held[n]; ok && !built[n] {
+			if v, ok := w.held.version(n); ok && !built[n] {
 				sum -= entrySum(n, v)
 				removed = append(removed, n)
 			}
@@ -346,11 +342,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 			// It holds this already (a resumed stream): it holds what
 			// was built.
 			c.mu.Lock()
-			w.held = make(map[string]string, len(res))
-			for _, r := range res {
-				w.held[r.name] = r.version
-			}
-			w.heldSum, w.resumed = sum, false
+			w.held, w.heldSum, w.resumed = heldOf(res), sum, false
 			c.mu.Unlock()
 		}
 		return nil // the proxy has (or rejected) exactly this
@@ -368,13 +360,9 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	c.mu.Lock()
 	w.resumed = false
 	if only == nil {
-		w.held = make(map[string]string, len(res))
-	}
-	for _, r := range send {
-		w.held[r.name] = r.version
-	}
-	for _, n := range removed {
-		delete(w.held, n)
+		w.held = heldOf(res)
+	} else {
+		w.held = w.held.update(versions(send), removed)
 	}
 	w.heldSum = sum
 	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(w.held)
@@ -389,12 +377,12 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 // sameAsHeld reports whether the resources built for names (nil: for
 // everything the proxy holds) are exactly what the proxy holds of them, at
 // the versions it holds.
-func sameAsHeld(res []named, names []string, held map[string]string) bool {
+func sameAsHeld(res []named, names []string, held heldSet) bool {
 	n := len(held)
 	if names != nil {
 		n = 0
 		for _, name := range names {
-			if _, ok := held[name]; ok {
+			if _, ok := held.version(name); ok {
 				n++
 			}
 		}
@@ -403,7 +391,7 @@ func sameAsHeld(res []named, names []string, held map[string]string) bool {
 		return false
 	}
 	for _, r := range res {
-		if v, ok := held[r.name]; !ok || v != r.version {
+		if v, ok := held.version(r.name); !ok || v != r.version {
 			return false
 		}
 	}
@@ -419,21 +407,22 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	c.s.offload(func() { res = c.generate(t, gen, names) })
 	current := make(map[string]bool, len(res))
 	var out []*discoveryv3.Resource
+	var put []*nameVersion
 	for _, r := range res {
 		current[r.name] = true
-		if w.held[r.name] == r.version {
+		if v, ok := w.held.version(r.name); ok && v == r.version {
 			continue
 		}
 		out = append(out, &discoveryv3.Resource{Name: r.name, Version: r.version, Resource: r.any})
+		put = append(put, r.nameVersion)
 	}
 	var removed []string
 	inScope := func(n string) bool { return only == nil || slices.Contains(only, n) }
-	for n := range w.held {
-		if !current[n] && inScope(n) {
-			removed = append(removed, n)
+	for _, h := range w.held { // sorted by name: so is removed
+		if !current[h.name] && inScope(h.name) {
+			removed = append(removed, h.name)
 		}
 	}
-	slices.Sort(removed)
 	if len(out) == 0 && len(removed) == 0 && !force {
 		return nil
 	}
@@ -446,12 +435,7 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 		return err
 	}
 	c.mu.Lock()
-	for _, r := range out {
-		w.held[r.Name] = r.Version
-	}
-	for _, n := range removed {
-		delete(w.held, n)
-	}
+	w.held = w.held.update(put, removed)
 	w.sentNonce, w.sentAt, w.sentCount = nonce, time.Now(), len(w.held)
 	w.sentVersion = c.pcSeen.Version
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
@@ -490,7 +474,8 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 	}
 	names := req.GetResourceNames()
 	wildcard := wildcardType(t) && (len(names) == 0 || slices.Contains(names, "*"))
-	changed := !w.started || wildcard != w.wildcard || !sameNames(w.names, names)
+	set := makeNameSet(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "*" }))
+	changed := !w.started || wildcard != w.wildcard || set != w.names
 	if !changed {
 		if !news {
 			c.nothingNew(ctx)
@@ -503,13 +488,7 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 	// only when what it would get differs from that.
 	resumed := !w.started && req.GetResponseNonce() == "" && req.GetVersionInfo() != ""
 	c.mu.Lock()
-	w.started, w.wildcard = true, wildcard
-	w.names = make(map[string]bool, len(names))
-	for _, n := range names {
-		if n != "*" {
-			w.names[n] = true
-		}
-	}
+	w.started, w.wildcard, w.names = true, wildcard, set
 	if resumed {
 		w.sentVersion, w.ackedVersion, w.ackedAt, w.resumed = req.GetVersionInfo(), req.GetVersionInfo(), time.Now(), true
 	}
@@ -534,20 +513,6 @@ func (c *conn) answer(t string, w *watch, force bool) error {
 	gen := translate.NewGenerator(c.pcSeen, c.proxy)
 	defer c.keepProblems(gen)
 	return c.respond(t, w, gen, time.Time{}, nil, force)
-}
-
-func sameNames(have map[string]bool, names []string) bool {
-	n := 0
-	for _, name := range names {
-		if name == "*" {
-			continue
-		}
-		if !have[name] {
-			return false
-		}
-		n++
-	}
-	return n == len(have)
 }
 
 // acked records an ACK; it reports false for one already recorded.
@@ -614,34 +579,44 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		}
 	}
 	first := !w.started
+	var initial []*nameVersion
+	if first {
+		for n, v := range req.GetInitialResourceVersions() {
+			if len(n) <= maxNameBytes {
+				initial = append(initial, &nameVersion{name: n, version: v})
+			}
+		}
+	}
+	var subscribe, unsubscribe []string
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if n != "*" {
+			subscribe = append(subscribe, n)
+		}
+	}
+	for _, n := range req.GetResourceNamesUnsubscribe() {
+		if n != "*" {
+			unsubscribe = append(unsubscribe, n)
+		}
+	}
+	// Newly asked for (after the first request): sent even if unchanged.
+	forget := unsubscribe
+	if !first {
+		forget = append(slices.Clone(subscribe), unsubscribe...)
+	}
 	c.mu.Lock()
 	if first {
 		w.started = true
 		w.wildcard = wildcardType(t) && (len(req.GetResourceNamesSubscribe()) == 0 || slices.Contains(req.GetResourceNamesSubscribe(), "*"))
-		for n, v := range req.GetInitialResourceVersions() {
-			if len(n) <= maxNameBytes {
-				w.held[n] = v
-			}
-		}
+		w.held = w.held.update(initial, nil)
 	}
-	for _, n := range req.GetResourceNamesSubscribe() {
-		if n == "*" {
-			w.wildcard = true
-			continue
-		}
-		w.names[n] = true
-		if !first {
-			delete(w.held, n) // newly asked for: send it even if unchanged
-		}
+	if slices.Contains(req.GetResourceNamesSubscribe(), "*") {
+		w.wildcard = true
 	}
-	for _, n := range req.GetResourceNamesUnsubscribe() {
-		if n == "*" {
-			w.wildcard = false
-			continue
-		}
-		delete(w.names, n)
-		delete(w.held, n)
+	if slices.Contains(req.GetResourceNamesUnsubscribe(), "*") {
+		w.wildcard = false
 	}
+	w.names = w.names.with(subscribe, unsubscribe)
+	w.held = w.held.update(nil, forget)
 	c.mu.Unlock()
 	if err := c.checkSubscribed(); err != nil {
 		return err
@@ -662,7 +637,7 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 func (c *conn) checkSubscribed() error {
 	n := 0
 	for _, w := range c.watches {
-		n += len(w.names)
+		n += w.names.len()
 	}
 	if n > maxResourceNames {
 		return status.Errorf(codes.InvalidArgument, "the stream subscribes to %d resource names, more than %d", n, maxResourceNames)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -282,11 +281,11 @@ func (c *conn) ackedConfigDump() []proto.Message {
 	c.mu.Lock()
 	pc := c.pcSeen
 	acked := map[string]string{}
-	held := map[string]map[string]string{}
+	held := map[string]heldSet{}
 	for t, w := range c.watches {
 		acked[t] = w.ackedVersion
 		if c.delta && w.ackedNonce != "" && w.ackedNonce == w.sentNonce {
-			held[t] = maps.Clone(w.held)
+			held[t] = w.held // never changed in place
 		}
 	}
 	c.mu.Unlock()

@@ -16,11 +16,12 @@ import (
 // the hash of its bytes (so an unchanged resource keeps its version
 // across pushes and replicas).
 
-// named is one encoded resource.
+// named is one encoded resource. Its name and version are apart, behind
+// a pointer, so that what a proxy holds (heldSet) can point at them
+// without keeping the encoding's bytes.
 type named struct {
-	name    string
-	any     *anypb.Any
-	version string
+	*nameVersion
+	any *anypb.Any
 }
 
 // generate builds the resources of one type for the names asked (all when
@@ -54,9 +55,8 @@ func encode(t string, m proto.Message) encoded {
 	h := fnv.New64a()
 	_, _ = h.Write(b)
 	return encoded{named: named{
-		name:    translate.ResourceName(m),
-		any:     &anypb.Any{TypeUrl: t, Value: b},
-		version: strconv.FormatUint(h.Sum64(), 36),
+		nameVersion: &nameVersion{name: translate.ResourceName(m), version: strconv.FormatUint(h.Sum64(), 36)},
+		any:         &anypb.Any{TypeUrl: t, Value: b},
 	}}
 }
 

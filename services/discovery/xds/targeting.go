@@ -84,7 +84,7 @@ func (c *conn) watchedHosts(gen *translate.Generator) map[string]bool {
 		if w.wildcard {
 			return nil
 		}
-		for name := range w.names {
+		for _, name := range w.names.list() {
 			deps, all := gen.DependsOn(t, name)
 			if all {
 				return nil
@@ -119,12 +119,11 @@ func affectedClusters(gen *translate.Generator, w *watch, cs model.ChangeSet) []
 		}
 	}
 	var out []string
-	for name := range w.names {
+	for _, name := range w.names.list() {
 		deps, _ := gen.DependsOn(resourcev3.EndpointType, name)
 		if slices.ContainsFunc(deps, func(h string) bool { return hosts[h] }) {
 			out = append(out, name)
 		}
 	}
-	slices.Sort(out)
-	return out
+	return out // sorted, as the names are
 }

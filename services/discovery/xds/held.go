@@ -1,0 +1,169 @@
+package xds
+
+// This file holds what a stream remembers of each type, in forms that
+// thousands of streams can afford. The names it subscribes to are interned, so
+// streams asking for the same names share one copy. What it holds is one
+// pointer per resource, to the name and version that the resource's encoding
+// carries.
+
+import (
+	"slices"
+	"strings"
+	"unique"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// nameSet is a set of resource names. It is sorted, has no duplicates, is
+// immutable, and is interned (package unique). Every stream subscribed to
+// the same names shares one copy of them: a thousand sidecars watching the
+// same six hundred clusters hold those names once, not a thousand times.
+// The zero value is the empty set. Two sets are equal exactly when their
+// values are (==).
+type nameSet struct {
+	// packed is the names in order, each preceded by its length as a
+	// varint.
+	packed unique.Handle[string]
+	n      int
+}
+
+// makeNameSet is the set of names. "*" is taken as a name like any
+// other: the callers decide what it means.
+func makeNameSet(names []string) nameSet {
+	if len(names) == 0 {
+		return nameSet{}
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	size := 0
+	for _, n := range sorted {
+		size += protowire.SizeVarint(uint64(len(n))) + len(n)
+	}
+	b := make([]byte, 0, size)
+	for _, n := range sorted {
+		b = protowire.AppendVarint(b, uint64(len(n)))
+		b = append(b, n...)
+	}
+	return nameSet{packed: unique.Make(string(b)), n: len(sorted)}
+}
+
+func (s nameSet) len() int { return s.n }
+
+// list is the names, sorted. The strings share the interned copy's bytes.
+func (s nameSet) list() []string {
+	if s.n == 0 {
+		return nil
+	}
+	p := s.packed.Value()
+	out := make([]string, 0, s.n)
+	for len(p) > 0 {
+		l, k := 0, 0
+		for shift := 0; ; shift += 7 {
+			c := p[k]
+			k++
+			l |= int(c&0x7f) << shift
+			if c < 0x80 {
+				break
+			}
+		}
+		out = append(out, p[k:k+l])
+		p = p[k+l:]
+	}
+	return out
+}
+
+// with is the set with add added and remove removed, in that order.
+func (s nameSet) with(add, remove []string) nameSet {
+	if len(add) == 0 && len(remove) == 0 {
+		return s
+	}
+	gone := make(map[string]bool, len(remove))
+	for _, n := range remove {
+		gone[n] = true
+	}
+	var out []string
+	for _, n := range append(s.list(), add...) {
+		if !gone[n] {
+			out = append(out, n)
+		}
+	}
+	return makeNameSet(out)
+}
+
+// nameVersion is a resource's name and version. Each encoded resource
+// carries one, and every stream that holds that encoding points at it.
+type nameVersion struct{ name, version string }
+
+// heldSet is what a proxy holds of one type, as far as the server knows:
+// one pointer per resource, sorted by name. The pointers go to the
+// nameVersion of the encoding that was sent, which the push context shares
+// among the proxies it was built for, so holding costs a proxy one pointer
+// per resource. A heldSet is never changed in place: update returns a new
+// one, so a reader may keep one without a lock.
+type heldSet []*nameVersion
+
+func byName(a, b *nameVersion) int { return strings.Compare(a.name, b.name) }
+
+// heldOf is holding exactly res.
+func heldOf(res []named) heldSet { return heldSet(nil).update(versions(res), nil) }
+
+// versions are the names and versions of res.
+func versions(res []named) []*nameVersion {
+	out := make([]*nameVersion, len(res))
+	for i, r := range res {
+		out[i] = r.nameVersion
+	}
+	return out
+}
+
+// version is the version held of name.
+func (h heldSet) version(name string) (string, bool) {
+	i, ok := slices.BinarySearchFunc(h, name, func(e *nameVersion, n string) int { return strings.Compare(e.name, n) })
+	if !ok {
+		return "", false
+	}
+	return h[i].version, true
+}
+
+// update is h with put held (replacing what is held of the same names;
+// of a name twice in put, the last) and removed no longer held (a name in
+// both is held).
+func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
+	if len(put) == 0 && len(removed) == 0 {
+		return h
+	}
+	put = slices.Clone(put)
+	slices.SortStableFunc(put, byName)
+	for k := len(put) - 1; k > 0; k-- {
+		if put[k].name == put[k-1].name {
+			put = slices.Delete(put, k-1, k) // the later one stays
+		}
+	}
+	var gone map[string]bool
+	if len(removed) > 0 {
+		gone = make(map[string]bool, len(removed))
+		for _, n := range removed {
+			gone[n] = true
+		}
+	}
+	out := make(heldSet, 0, len(h)+len(put))
+	i, j := 0, 0
+	for i < len(h) || j < len(put) {
+		switch {
+		case j == len(put) || (i < len(h) && h[i].name < put[j].name):
+			if !gone[h[i].name] {
+				out = append(out, h[i])
+			}
+			i++
+		case i == len(h) || put[j].name < h[i].name:
+			out = append(out, put[j])
+			j++
+		default: // the same name: put replaces it
+			out = append(out, put[j])
+			i++
+			j++
+		}
+	}
+	return out
+}

@@ -1,0 +1,157 @@
+package xds
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestNameSetIsTheSortedNamesWithoutDuplicates(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		names []string
+		want  []string
+	}{
+		{"empty", nil, nil},
+		{"one", []string{"a"}, []string{"a"}},
+		{"unsorted with a duplicate", []string{"c", "a", "b", "a"}, []string{"a", "b", "c"}},
+		{"the empty name", []string{"", "x"}, []string{"", "x"}},
+		{"a name of the largest size", []string{strings.Repeat("n", maxNameBytes), "m"}, []string{"m", strings.Repeat("n", maxNameBytes)}},
+		{"names of lengths that take one, two and three varint bytes", []string{strings.Repeat("c", 1<<14), strings.Repeat("b", 128), "a"}, []string{"a", strings.Repeat("b", 128), strings.Repeat("c", 1<<14)}},
+		{"names with the bytes the packing uses", []string{"\x00\x01", "\xff\xff", "a\x00b"}, []string{"\x00\x01", "a\x00b", "\xff\xff"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := makeNameSet(tc.names)
+			if got := s.list(); !slices.Equal(got, tc.want) {
+				t.Fatalf("list() = %q, want %q", got, tc.want)
+			}
+			if s.len() != len(tc.want) {
+				t.Fatalf("len() = %d, want %d", s.len(), len(tc.want))
+			}
+		})
+	}
+}
+
+func TestNameSetsOfTheSameNamesAreEqualWhateverTheOrder(t *testing.T) {
+	a := makeNameSet([]string{"x", "y", "z"})
+	if b := makeNameSet([]string{"z", "x", "y", "x"}); a != b {
+		t.Fatal("the same names in another order make another set")
+	}
+	if c := makeNameSet([]string{"x", "y"}); a == c {
+		t.Fatal("fewer names make the same set")
+	}
+	if makeNameSet(nil) != (nameSet{}) || makeNameSet([]string{}) != (nameSet{}) {
+		t.Fatal("no names is not the zero set")
+	}
+}
+
+func TestNameSetWithAddsThenRemoves(t *testing.T) {
+	s := makeNameSet([]string{"a", "b"})
+	for _, tc := range []struct {
+		name        string
+		add, remove []string
+		want        []string
+	}{
+		{"nothing", nil, nil, []string{"a", "b"}},
+		{"add", []string{"c", "a"}, nil, []string{"a", "b", "c"}},
+		{"remove", nil, []string{"a", "absent"}, []string{"b"}},
+		{"added and removed", []string{"c"}, []string{"c", "b"}, []string{"a"}},
+		{"all removed", nil, []string{"a", "b"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := s.with(tc.add, tc.remove).list(); !slices.Equal(got, tc.want) {
+				t.Fatalf("with(%q, %q) = %q, want %q", tc.add, tc.remove, got, tc.want)
+			}
+		})
+	}
+	if got := s.list(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("with changed the set it was called on: %q", got)
+	}
+}
+
+func FuzzNameSetListsWhatItWasMadeOf(f *testing.F) {
+	f.Add("a\nb\nc", "b")
+	f.Add("\x00\n\xff\n", "")
+	f.Fuzz(func(t *testing.T, joined, removed string) {
+		names := strings.Split(joined, "\n")
+		want := slices.Compact(slices.Sorted(slices.Values(names)))
+		s := makeNameSet(names)
+		if got := s.list(); !slices.Equal(got, want) || s.len() != len(want) {
+			t.Fatalf("makeNameSet(%q).list() = %q (len %d), want %q", names, got, s.len(), want)
+		}
+		if got := s.with(nil, []string{removed}).list(); slices.Contains(got, removed) || len(got) != len(want)-boolInt(slices.Contains(want, removed)) {
+			t.Fatalf("removing %q from %q: %q", removed, want, got)
+		}
+	})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func held(pairs ...string) heldSet {
+	var h heldSet
+	for i := 0; i < len(pairs); i += 2 {
+		h = append(h, &nameVersion{name: pairs[i], version: pairs[i+1]})
+	}
+	return h
+}
+
+func pairs(h heldSet) []string {
+	var out []string
+	for _, e := range h {
+		out = append(out, e.name, e.version)
+	}
+	return out
+}
+
+func TestHeldSetUpdateReplacesAddsAndRemovesInNameOrder(t *testing.T) {
+	base := held("a", "1", "c", "1", "e", "1")
+	for _, tc := range []struct {
+		name    string
+		put     heldSet
+		removed []string
+		want    []string
+	}{
+		{"nothing", nil, nil, []string{"a", "1", "c", "1", "e", "1"}},
+		{"replaced", held("c", "2"), nil, []string{"a", "1", "c", "2", "e", "1"}},
+		{
+			"added before, between and after", held("f", "1", "b", "1", "0", "1"), nil,
+			[]string{"0", "1", "a", "1", "b", "1", "c", "1", "e", "1", "f", "1"},
+		},
+		{"removed, and a name not held", nil, []string{"c", "zz"}, []string{"a", "1", "e", "1"}},
+		{"put and removed at once", held("b", "2"), []string{"a", "e"}, []string{"b", "2", "c", "1"}},
+		{"a name both put and removed is held", held("c", "3"), []string{"c"}, []string{"a", "1", "c", "3", "e", "1"}},
+		{"of a name put twice, the last", held("d", "1", "d", "2"), nil, []string{"a", "1", "c", "1", "d", "2", "e", "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := base.update(tc.put, tc.removed)
+			if !slices.Equal(pairs(got), tc.want) {
+				t.Fatalf("update = %q, want %q", pairs(got), tc.want)
+			}
+			for i := 0; i < len(tc.want); i += 2 {
+				if v, ok := got.version(tc.want[i]); !ok || v != tc.want[i+1] {
+					t.Fatalf("version(%q) = %q, %v; want %q", tc.want[i], v, ok, tc.want[i+1])
+				}
+			}
+		})
+	}
+	if !slices.Equal(pairs(base), []string{"a", "1", "c", "1", "e", "1"}) {
+		t.Fatalf("update changed the set it was called on: %q", pairs(base))
+	}
+	if _, ok := base.version("b"); ok {
+		t.Fatal("a name not held has a version")
+	}
+}
+
+func TestHeldOfPointsAtTheEncodingsVersions(t *testing.T) {
+	b := named{nameVersion: &nameVersion{name: "b", version: "1"}}
+	a := named{nameVersion: &nameVersion{name: "a", version: "2"}}
+	h := heldOf([]named{b, a})
+	if len(h) != 2 || h[0] != a.nameVersion || h[1] != b.nameVersion {
+		t.Fatalf("heldOf = %q, want a then b, the encodings' own", pairs(h))
+	}
+}
