@@ -13,15 +13,20 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// This file is the gRPC codec of the xDS server. A response's resources
-// are encoded once per push and shared by every proxy that gets them
-// (generation.go); gRPC's own codec would copy all of them into one new
-// buffer per response, which waits, for each proxy, until the proxy has
-// read it. With thousands of proxies syncing at once that copy is most of
-// the server's memory. This codec writes a response as its small framing
-// followed by the shared resource bytes themselves, without copying them.
-// The bytes on the wire are a valid encoding of the same message (fields
-// in another order than proto.Marshal's, which any parser accepts).
+// This file is the gRPC codec of the xDS server, and the wire form of the
+// resources it sends. A resource is encoded once per push context and
+// shared by every proxy that gets it (generation.go), and it is encoded as
+// it goes on the wire (frame): as one element of a response's resources,
+// Any and all. The server sends sotwResponse and deltaResponse. The codec
+// writes each as the response's own few bytes followed by the shared
+// bytes of each resource, without copying them. gRPC's own codec would
+// copy every resource, and frame it again, into a new buffer per
+// response, which waits for each proxy until the proxy has read it: with
+// thousands of proxies syncing at once, those copies were most of the
+// server's memory. Now a response in flight costs the server its head and
+// one buffer reference per resource. The bytes on the wire are a valid
+// encoding of the same message (fields in another order than
+// proto.Marshal's, which any parser accepts).
 
 // ServerOption makes a gRPC server encode xDS responses with the codec.
 func ServerOption() grpc.ServerOption {
@@ -36,9 +41,45 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.base.Unmarshal(data, v) //nolint:wrapcheck // gRPC's own codec's error
 }
 
+// sotwResponse is a DiscoveryResponse whose resources are encodings of
+// this package: head is the response without its resources.
+type sotwResponse struct {
+	head      *discoveryv3.DiscoveryResponse
+	resources []*named
+}
+
+// deltaResponse is a DeltaDiscoveryResponse whose resources are encodings
+// of this package, each sent with its name and version: head is the
+// response without its resources.
+type deltaResponse struct {
+	head      *discoveryv3.DeltaDiscoveryResponse
+	resources []*named
+}
+
+// ProtoReflect is the response as a protobuf message, so that any codec
+// encodes it (gRPC's own copies what this codec shares).
+func (r *sotwResponse) ProtoReflect() protoreflect.Message {
+	m := proto.CloneOf(r.head)
+	for _, res := range r.resources {
+		m.Resources = append(m.Resources, res.any)
+	}
+	return m.ProtoReflect()
+}
+
+// ProtoReflect is the response as a protobuf message, as sotwResponse's.
+func (r *deltaResponse) ProtoReflect() protoreflect.Message {
+	m := proto.CloneOf(r.head)
+	for _, res := range r.resources {
+		m.Resources = append(m.Resources, &discoveryv3.Resource{Name: res.name, Version: res.version, Resource: res.any})
+	}
+	return m.ProtoReflect()
+}
+
 var (
 	sotwResources  = fieldNumber(&discoveryv3.DiscoveryResponse{}, "resources")
 	deltaResources = fieldNumber(&discoveryv3.DeltaDiscoveryResponse{}, "resources")
+	deltaName      = fieldNumber(&discoveryv3.Resource{}, "name")
+	deltaVersion   = fieldNumber(&discoveryv3.Resource{}, "version")
 	deltaResource  = fieldNumber(&discoveryv3.Resource{}, "resource")
 	anyTypeURL     = fieldNumber(&anypb.Any{}, "type_url")
 	anyValue       = fieldNumber(&anypb.Any{}, "value")
@@ -50,117 +91,77 @@ func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
-	case *discoveryv3.DiscoveryResponse:
-		w, err := newFramer(without(m, "resources"))
+	case *sotwResponse:
+		head, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.head)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("encoding a response: %w", err)
 		}
-		for _, a := range m.GetResources() {
-			w.tag(sotwResources, anySize(a))
-			w.any(a)
+		out := make(mem.BufferSlice, 0, 1+len(m.resources))
+		out = append(out, mem.SliceBuffer(head))
+		for _, r := range m.resources {
+			out = append(out, r.sotw)
 		}
-		return w.done(), nil
-	case *discoveryv3.DeltaDiscoveryResponse:
-		w, err := newFramer(without(m, "resources"))
+		return out, nil
+	case *deltaResponse:
+		head, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.head)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("encoding a response: %w", err)
 		}
-		for _, r := range m.GetResources() {
-			hb, err := proto.MarshalOptions{Deterministic: true}.Marshal(without(r, "resource"))
-			if err != nil {
-				return nil, fmt.Errorf("encoding a resource's header: %w", err)
-			}
-			size := len(hb)
-			if a := r.GetResource(); a != nil {
-				size += protowire.SizeTag(deltaResource) + protowire.SizeBytes(anySize(a))
-			}
-			w.tag(deltaResources, size)
-			w.head = append(w.head, hb...)
-			if a := r.GetResource(); a != nil {
-				w.tag(deltaResource, anySize(a))
-				w.any(a)
-			}
+		out := make(mem.BufferSlice, 0, 1+2*len(m.resources))
+		out = append(out, mem.SliceBuffer(head))
+		for _, r := range m.resources {
+			out = append(out, r.deltaHead, r.anyPart)
 		}
-		return w.done(), nil
+		return out, nil
 	}
 	return c.base.Marshal(v) //nolint:wrapcheck // gRPC's own codec's error
 }
 
-// without is a shallow copy of m (its fields' values shared) without one
-// field.
-func without(m proto.Message, field protoreflect.Name) proto.Message {
-	src := m.ProtoReflect()
-	dst := src.New()
-	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Name() != field {
-			dst.Set(fd, v)
-		}
-		return true
-	})
-	dst.SetUnknown(src.GetUnknown())
-	return dst.Interface()
+// wire is a resource as the codec sends it.
+type wire struct {
+	// sotw is the resource as one element of a DiscoveryResponse's
+	// resources: the field's tag and length, then the Any. deltaHead is
+	// what precedes the Any as one element of a DeltaDiscoveryResponse's
+	// resources (tag and length, name, version, and the Any's tag and
+	// length); anyPart is the Any, sotw's own bytes from the Any on.
+	// Each is boxed once, so that a response refers to them without
+	// allocating.
+	sotw, deltaHead, anyPart mem.Buffer
 }
 
-// anySize is the encoded size of an Any.
-func anySize(a *anypb.Any) int {
-	if opaque(a) {
-		return proto.Size(a)
-	}
-	return protowire.SizeTag(anyTypeURL) + protowire.SizeBytes(len(a.GetTypeUrl())) +
-		protowire.SizeTag(anyValue) + protowire.SizeBytes(len(a.GetValue()))
-}
+// frame is the wire form of a resource of type t, named name at version
+// version, whose encoding is value, and the resource as an Any whose
+// value shares those bytes.
+func frame(t, name, version string, value []byte) (wire, *anypb.Any) {
+	anySize := protowire.SizeTag(anyTypeURL) + protowire.SizeBytes(len(t)) +
+		protowire.SizeTag(anyValue) + protowire.SizeBytes(len(value))
+	b := make([]byte, 0, protowire.SizeTag(sotwResources)+protowire.SizeBytes(anySize))
+	b = protowire.AppendTag(b, sotwResources, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(anySize)) //nolint:gosec // a size, never negative
+	anyAt := len(b)
+	b = protowire.AppendTag(b, anyTypeURL, protowire.BytesType)
+	b = protowire.AppendString(b, t)
+	b = protowire.AppendTag(b, anyValue, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(len(value)))
+	valueAt := len(b)
+	b = append(b, value...)
 
-// framer builds a buffer slice: framing bytes of its own, and the shared
-// resource bytes as they are.
-type framer struct {
-	out  mem.BufferSlice
-	head []byte // framing not yet in out
-}
+	size := protowire.SizeTag(deltaName) + protowire.SizeBytes(len(name)) +
+		protowire.SizeTag(deltaVersion) + protowire.SizeBytes(len(version)) +
+		protowire.SizeTag(deltaResource) + protowire.SizeBytes(anySize)
+	d := make([]byte, 0, protowire.SizeTag(deltaResources)+protowire.SizeVarint(uint64(size))+size-anySize) //nolint:gosec // as above
+	d = protowire.AppendTag(d, deltaResources, protowire.BytesType)
+	d = protowire.AppendVarint(d, uint64(size)) //nolint:gosec // as above
+	d = protowire.AppendTag(d, deltaName, protowire.BytesType)
+	d = protowire.AppendString(d, name)
+	d = protowire.AppendTag(d, deltaVersion, protowire.BytesType)
+	d = protowire.AppendString(d, version)
+	d = protowire.AppendTag(d, deltaResource, protowire.BytesType)
+	d = protowire.AppendVarint(d, uint64(anySize)) //nolint:gosec // as above
 
-func newFramer(rest proto.Message) (*framer, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rest)
-	if err != nil {
-		return nil, fmt.Errorf("encoding a response: %w", err)
-	}
-	return &framer{head: b}, nil
-}
-
-// tag writes a length-delimited field's tag and length.
-func (w *framer) tag(n protowire.Number, size int) {
-	w.head = protowire.AppendTag(w.head, n, protowire.BytesType)
-	w.head = protowire.AppendVarint(w.head, uint64(size)) //nolint:gosec // a size, never negative
-}
-
-// opaque reports whether an Any carries more than its two fields (never
-// one translate built): it is then encoded by protobuf, copied.
-func opaque(a *anypb.Any) bool { return len(a.ProtoReflect().GetUnknown()) > 0 }
-
-// any writes an Any's fields, its value shared.
-func (w *framer) any(a *anypb.Any) {
-	if opaque(a) {
-		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a) // an Any of bytes always encodes
-		w.head = append(w.head, b...)
-		return
-	}
-	w.head = protowire.AppendTag(w.head, anyTypeURL, protowire.BytesType)
-	w.head = protowire.AppendString(w.head, a.GetTypeUrl())
-	w.head = protowire.AppendTag(w.head, anyValue, protowire.BytesType)
-	w.head = protowire.AppendVarint(w.head, uint64(len(a.GetValue())))
-	if len(a.GetValue()) == 0 {
-		return
-	}
-	w.flush()
-	w.out = append(w.out, mem.SliceBuffer(a.GetValue()))
-}
-
-func (w *framer) flush() {
-	if len(w.head) > 0 {
-		w.out = append(w.out, mem.SliceBuffer(w.head))
-		w.head = w.head[len(w.head):] // what follows is appended past what out holds
-	}
-}
-
-func (w *framer) done() mem.BufferSlice {
-	w.flush()
-	return w.out
+	return wire{
+		sotw:      mem.SliceBuffer(b),
+		deltaHead: mem.SliceBuffer(d),
+		anyPart:   mem.SliceBuffer(b[anyAt:]),
+	}, &anypb.Any{TypeUrl: t, Value: b[valueAt:len(b):len(b)]}
 }

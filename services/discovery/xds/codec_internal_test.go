@@ -2,11 +2,13 @@ package xds
 
 import (
 	"testing"
+	"unicode/utf8"
 	"unsafe"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -16,34 +18,33 @@ import (
 
 func testCodec() codec { return codec{base: encoding.GetCodecV2("proto")} }
 
-func packed(tb testing.TB, name string) *anypb.Any {
+func cluster(tb testing.TB, name string) *named {
 	tb.Helper()
-	a, err := anypb.New(&clusterv3.Cluster{Name: name, ConnectTimeout: durationpb.New(1e9)})
-	if err != nil {
-		tb.Fatal(err)
+	enc := encode(resourcev3.ClusterType, &clusterv3.Cluster{Name: name, ConnectTimeout: durationpb.New(1e9)})
+	if enc.err != nil {
+		tb.Fatal(enc.err)
 	}
-	return a
+	return enc.named
 }
 
-// roundTrip encodes m with the codec and decodes it with protobuf's
-// own parser.
-func roundTrip(tb testing.TB, m proto.Message) (proto.Message, mem.BufferSlice) {
+// parse encodes v with the codec and decodes what it wrote, as m, with
+// protobuf's own parser.
+func parse(tb testing.TB, v any, m proto.Message) mem.BufferSlice {
 	tb.Helper()
-	c := testCodec()
-	data, err := c.Marshal(m)
+	data, err := testCodec().Marshal(v)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	got := m.ProtoReflect().New().Interface()
-	if err := proto.Unmarshal(data.Materialize(), got); err != nil {
+	if err := proto.Unmarshal(data.Materialize(), m); err != nil {
 		tb.Fatalf("protobuf cannot parse what the codec wrote: %v", err)
 	}
-	return got, data
+	return data
 }
 
-func sharesBytes(data mem.BufferSlice, b []byte) bool {
+// shares reports whether data refers to b itself, not a copy.
+func shares(data mem.BufferSlice, b mem.Buffer) bool {
 	for _, buf := range data {
-		if d := buf.ReadOnlyData(); len(d) > 0 && len(d) == len(b) && unsafe.SliceData(d) == unsafe.SliceData(b) {
+		if d := buf.ReadOnlyData(); len(d) > 0 && len(d) == b.Len() && unsafe.SliceData(d) == unsafe.SliceData(b.ReadOnlyData()) {
 			return true
 		}
 	}
@@ -51,70 +52,109 @@ func sharesBytes(data mem.BufferSlice, b []byte) bool {
 }
 
 func TestTheCodecWritesResponsesProtobufReadsBackWithoutCopyingResources(t *testing.T) {
-	a, b := packed(t, "a"), packed(t, "b")
+	a, b := cluster(t, "a"), cluster(t, "b")
+	empty := encode(resourcev3.ClusterType, &clusterv3.Cluster{}).named // encodes to no bytes
 	cp := &corev3.ControlPlane{Identifier: `{"Component":"discovery"}`}
+
 	for _, tt := range []struct {
-		name   string
-		msg    proto.Message
-		shared [][]byte
+		name string
+		res  []*named
 	}{
-		{"state of the world", &discoveryv3.DiscoveryResponse{
-			VersionInfo: "v1", TypeUrl: a.GetTypeUrl(), Nonce: "7",
-			Resources: []*anypb.Any{a, b}, ControlPlane: cp,
-		}, [][]byte{a.GetValue(), b.GetValue()}},
-		{"state of the world, no resources", &discoveryv3.DiscoveryResponse{VersionInfo: "v2", TypeUrl: a.GetTypeUrl(), Nonce: "8"}, nil},
-		{"an empty resource value", &discoveryv3.DiscoveryResponse{Resources: []*anypb.Any{{TypeUrl: a.GetTypeUrl()}}}, nil},
-		{"delta", &discoveryv3.DeltaDiscoveryResponse{
-			SystemVersionInfo: "3", TypeUrl: a.GetTypeUrl(), Nonce: "9", ControlPlane: cp,
-			RemovedResources: []string{"gone"}, Resources: []*discoveryv3.Resource{
-				{Name: "a", Version: "x", Resource: a, Aliases: []string{"alias"}, Ttl: durationpb.New(5e9)},
-				{Name: "b", Version: "y", Resource: b},
-				{Name: "no body", Version: "z"},
-			},
-		}, [][]byte{a.GetValue(), b.GetValue()}},
+		{"resources", []*named{a, b}},
+		{"no resources", nil},
+		{"a resource whose encoding is empty", []*named{empty}},
 	} {
-		got, data := roundTrip(t, tt.msg)
-		if !proto.Equal(got, tt.msg) {
-			t.Errorf("%s: read back\n%v\nwant\n%v", tt.name, got, tt.msg)
-		}
-		for i, s := range tt.shared {
-			if !sharesBytes(data, s) {
-				t.Errorf("%s: resource %d was copied, not shared", tt.name, i)
+		t.Run("state of the world, "+tt.name, func(t *testing.T) {
+			var got discoveryv3.DiscoveryResponse
+			head := &discoveryv3.DiscoveryResponse{VersionInfo: "v1", TypeUrl: resourcev3.ClusterType, Nonce: "7", ControlPlane: cp}
+			data := parse(t, &sotwResponse{head: head, resources: tt.res}, &got)
+			want := proto.CloneOf(head)
+			for _, r := range tt.res {
+				want.Resources = append(want.Resources, r.any)
+				if !shares(data, r.sotw) {
+					t.Errorf("%s was copied, not shared", r.name)
+				}
 			}
-		}
+			if !proto.Equal(&got, want) {
+				t.Errorf("read back\n%v\nwant\n%v", &got, want)
+			}
+			if m := (&sotwResponse{head: head, resources: tt.res}); !proto.Equal(m, want) {
+				t.Errorf("as a message (for another codec)\n%v\nwant\n%v", m, want)
+			}
+		})
+		t.Run("delta, "+tt.name, func(t *testing.T) {
+			var got discoveryv3.DeltaDiscoveryResponse
+			head := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "3", TypeUrl: resourcev3.ClusterType, Nonce: "9", ControlPlane: cp, RemovedResources: []string{"gone"}}
+			data := parse(t, &deltaResponse{head: head, resources: tt.res}, &got)
+			want := proto.CloneOf(head)
+			for _, r := range tt.res {
+				want.Resources = append(want.Resources, &discoveryv3.Resource{Name: r.name, Version: r.version, Resource: r.any})
+				if !shares(data, r.anyPart) || !shares(data, r.deltaHead) {
+					t.Errorf("%s was copied, not shared", r.name)
+				}
+			}
+			if !proto.Equal(&got, want) {
+				t.Errorf("read back\n%v\nwant\n%v", &got, want)
+			}
+			if m := (&deltaResponse{head: head, resources: tt.res}); !proto.Equal(m, want) {
+				t.Errorf("as a message (for another codec)\n%v\nwant\n%v", m, want)
+			}
+		})
+	}
+}
+
+func TestAnEncodedResourcesAnyIsItsMessage(t *testing.T) {
+	r := cluster(t, "a")
+	var c clusterv3.Cluster
+	if err := r.any.UnmarshalTo(&c); err != nil || c.GetName() != "a" || r.name != "a" {
+		t.Fatalf("the Any holds %v (%v); name %q", &c, err, r.name)
+	}
+	if r.any.GetTypeUrl() != resourcev3.ClusterType {
+		t.Fatalf("type URL %q", r.any.GetTypeUrl())
 	}
 }
 
 func TestTheCodecEncodesOtherMessagesAsGRPCDoes(t *testing.T) {
-	req := &discoveryv3.DiscoveryRequest{TypeUrl: "t", ResourceNames: []string{"a"}}
-	got, _ := roundTrip(t, req)
-	if !proto.Equal(got, req) {
-		t.Fatalf("got %v", got)
+	for _, m := range []proto.Message{
+		&discoveryv3.DiscoveryRequest{TypeUrl: "t", ResourceNames: []string{"a"}},
+		&discoveryv3.DiscoveryResponse{VersionInfo: "1", Resources: []*anypb.Any{cluster(t, "a").any}}, // debug responses
+	} {
+		got := m.ProtoReflect().New().Interface()
+		parse(t, m, got)
+		if !proto.Equal(got, m) {
+			t.Fatalf("got %v, want %v", got, m)
+		}
 	}
 }
 
-// FuzzTheCodecAgreesWithProtobuf: any response protobuf parses, the
-// codec writes so that it parses back the same.
-func FuzzTheCodecAgreesWithProtobuf(f *testing.F) {
-	a := packed(f, "a")
-	for _, m := range []proto.Message{
-		&discoveryv3.DiscoveryResponse{VersionInfo: "1", Resources: []*anypb.Any{a}},
-		&discoveryv3.DeltaDiscoveryResponse{Resources: []*discoveryv3.Resource{{Name: "a", Resource: a}}, RemovedResources: []string{"b"}},
-	} {
-		b, _ := proto.Marshal(m)
-		f.Add(b, m.ProtoReflect().Descriptor().Name() == "DeltaDiscoveryResponse")
+func TestTheCodecRefusesWhatItCannotEncode(t *testing.T) {
+	if _, err := testCodec().Marshal(struct{}{}); err == nil {
+		t.Fatal("a value that is no message was encoded")
 	}
-	f.Fuzz(func(t *testing.T, b []byte, delta bool) {
-		var m proto.Message = &discoveryv3.DiscoveryResponse{}
-		if delta {
-			m = &discoveryv3.DeltaDiscoveryResponse{}
+}
+
+// FuzzTheCodecAgreesWithProtobuf: whatever a resource's type URL, name,
+// version and bytes, protobuf parses what the codec writes back to the
+// same response, in both protocols.
+func FuzzTheCodecAgreesWithProtobuf(f *testing.F) {
+	f.Add(resourcev3.ClusterType, "a", "1", []byte{0x0a, 0x01, 'a'})
+	f.Add("", "", "", []byte(nil))
+	f.Fuzz(func(t *testing.T, typeURL, name, version string, value []byte) {
+		if !utf8.ValidString(typeURL) || !utf8.ValidString(name) || !utf8.ValidString(version) {
+			return // protobuf refuses such strings; translate never builds them
 		}
-		if proto.Unmarshal(b, m) != nil {
-			return
+		w, a := frame(typeURL, name, version, value)
+		r := &named{nameVersion: &nameVersion{name: name, version: version}, any: a, wire: w}
+		var sotw discoveryv3.DiscoveryResponse
+		parse(t, &sotwResponse{head: &discoveryv3.DiscoveryResponse{Nonce: "n"}, resources: []*named{r, r}}, &sotw)
+		if want := (&discoveryv3.DiscoveryResponse{Nonce: "n", Resources: []*anypb.Any{a, a}}); !proto.Equal(&sotw, want) {
+			t.Fatalf("state of the world: read back %v, want %v", &sotw, want)
 		}
-		got, _ := roundTrip(t, m)
-		if !proto.Equal(got, m) {
-			t.Fatalf("read back %v, want %v", got, m)
+		var delta discoveryv3.DeltaDiscoveryResponse
+		parse(t, &deltaResponse{head: &discoveryv3.DeltaDiscoveryResponse{Nonce: "n"}, resources: []*named{r}}, &delta)
+		want := &discoveryv3.DeltaDiscoveryResponse{Nonce: "n", Resources: []*discoveryv3.Resource{{Name: name, Version: version, Resource: a}}}
+		if !proto.Equal(&delta, want) {
+			t.Fatalf("delta: read back %v, want %v", &delta, want)
 		}
 	})
 }

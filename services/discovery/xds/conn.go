@@ -19,7 +19,6 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
@@ -81,8 +80,8 @@ type conn struct {
 	proxy       *model.Proxy
 	delta       bool
 	connectedAt time.Time
-	sendSotw    func(*discoveryv3.DiscoveryResponse) error
-	sendDelta   func(*discoveryv3.DeltaDiscoveryResponse) error
+	sendSotw    func(*sotwResponse) error
+	sendDelta   func(*deltaResponse) error
 
 	// work serializes what reads or changes the watches and sends: the
 	// stream's requests and its pushes.
@@ -286,7 +285,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	if c.delta {
 		return c.respondDelta(t, w, gen, seen, only, force, start)
 	}
-	var res []named
+	var res []*named
 	if only != nil {
 		c.s.offload(func() { res = c.generate(t, gen, only) })
 		if !force && sameAsHeld(res, only, w.held) {
@@ -307,7 +306,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	// everything (load assignments), the changed resources only, as
 	// Istio's incremental EDS does; the version is updated by what
 	// changed.
-	var send []named
+	var send []*named
 	var removed []string
 	sum := w.heldSum
 	if only != nil {
@@ -347,13 +346,9 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		}
 		return nil // the proxy has (or rejected) exactly this
 	}
-	anys := make([]*anypb.Any, len(send))
-	for i, r := range send {
-		anys[i] = r.any
-	}
 	nonce := c.s.nextNonce()
 	if err := c.send(func() error {
-		return c.sendSotw(&discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: anys, TypeUrl: t, Nonce: nonce})
+		return c.sendSotw(&sotwResponse{head: &discoveryv3.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Nonce: nonce}, resources: send})
 	}); err != nil {
 		return err
 	}
@@ -377,7 +372,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 // sameAsHeld reports whether the resources built for names (nil: for
 // everything the proxy holds) are exactly what the proxy holds of them, at
 // the versions it holds.
-func sameAsHeld(res []named, names []string, held heldSet) bool {
+func sameAsHeld(res []*named, names []string, held heldSet) bool {
 	n := len(held)
 	if names != nil {
 		n = 0
@@ -403,18 +398,16 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	if only != nil {
 		names = only
 	}
-	var res []named
+	var res []*named
 	c.s.offload(func() { res = c.generate(t, gen, names) })
 	current := make(map[string]bool, len(res))
-	var out []*discoveryv3.Resource
-	var put []*nameVersion
+	var out []*named
 	for _, r := range res {
 		current[r.name] = true
 		if v, ok := w.held.version(r.name); ok && v == r.version {
 			continue
 		}
-		out = append(out, &discoveryv3.Resource{Name: r.name, Version: r.version, Resource: r.any})
-		put = append(put, r.nameVersion)
+		out = append(out, r)
 	}
 	var removed []string
 	inScope := func(n string) bool { return only == nil || slices.Contains(only, n) }
@@ -428,14 +421,14 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	}
 	nonce := c.s.nextNonce()
 	if err := c.send(func() error {
-		return c.sendDelta(&discoveryv3.DeltaDiscoveryResponse{
-			TypeUrl: t, Resources: out, RemovedResources: removed, Nonce: nonce, SystemVersionInfo: c.pcSeen.Version,
-		})
+		return c.sendDelta(&deltaResponse{head: &discoveryv3.DeltaDiscoveryResponse{
+			TypeUrl: t, RemovedResources: removed, Nonce: nonce, SystemVersionInfo: c.pcSeen.Version,
+		}, resources: out})
 	}); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	w.held = w.held.update(put, removed)
+	w.held = w.held.update(versions(out), removed)
 	w.sentNonce, w.sentAt, w.sentCount = nonce, time.Now(), len(w.held)
 	w.sentVersion = c.pcSeen.Version
 	if !seen.IsZero() && w.pendingSeen.IsZero() {

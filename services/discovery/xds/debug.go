@@ -304,7 +304,7 @@ func (c *conn) ackedConfigDump() []proto.Message {
 			unknown[t] = ""
 			continue
 		}
-		var res []named
+		var res []*named
 		if gen != nil {
 			res = c.generate(t, gen, names)
 		}
@@ -336,7 +336,7 @@ func entrySum(name, version string) uint64 {
 func formatSum(sum uint64) string { return strconv.FormatUint(sum, 36) }
 
 // sotwVersion is the state-of-the-world version of holding res.
-func sotwVersion(res []named) string {
+func sotwVersion(res []*named) string {
 	var sum uint64
 	for _, r := range res {
 		sum += entrySum(r.name, r.version)
@@ -347,7 +347,7 @@ func sotwVersion(res []named) string {
 // dumpSection is one type's resources as the section of Envoy's admin
 // config dump for it; a secret's private key is redacted as Envoy's dump
 // redacts it.
-func dumpSection(t, version string, res []named, at *timestamppb.Timestamp) proto.Message {
+func dumpSection(t, version string, res []*named, at *timestamppb.Timestamp) proto.Message {
 	switch t {
 	case resourcev3.ClusterType:
 		d := &adminv3.ClustersConfigDump{VersionInfo: version}

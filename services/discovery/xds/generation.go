@@ -16,20 +16,22 @@ import (
 // the hash of its bytes (so an unchanged resource keeps its version
 // across pushes and replicas).
 
-// named is one encoded resource. Its name and version are apart, behind
-// a pointer, so that what a proxy holds (heldSet) can point at them
-// without keeping the encoding's bytes.
+// named is one encoded resource, shared by every response that carries
+// it. Its name and version are apart, behind a pointer, so that what a
+// proxy holds (heldSet) can point at them without keeping the encoding's
+// bytes.
 type named struct {
 	*nameVersion
-	any *anypb.Any
+	any *anypb.Any // its value is the wire's bytes
+	wire
 }
 
 // generate builds the resources of one type for the names asked (all when
 // nil). A resource the push context shares among proxies is encoded once
 // per push context (model.PushContext.Encoded), the others once.
-func (c *conn) generate(t string, gen *translate.Generator, names []string) []named {
+func (c *conn) generate(t string, gen *translate.Generator, names []string) []*named {
 	msgs := gen.Resources(t, names)
-	out := make([]named, 0, len(msgs))
+	out := make([]*named, 0, len(msgs))
 	for _, m := range msgs {
 		enc := gen.PushContext().Encoded(m, func() any { return encode(t, m) }).(encoded)
 		if enc.err != nil {
@@ -43,8 +45,8 @@ func (c *conn) generate(t string, gen *translate.Generator, names []string) []na
 
 // encoded is a resource encoded, or why it could not be.
 type encoded struct {
-	named
-	err error
+	named *named
+	err   error
 }
 
 func encode(t string, m proto.Message) encoded {
@@ -54,10 +56,9 @@ func encode(t string, m proto.Message) encoded {
 	}
 	h := fnv.New64a()
 	_, _ = h.Write(b)
-	return encoded{named: named{
-		nameVersion: &nameVersion{name: translate.ResourceName(m), version: strconv.FormatUint(h.Sum64(), 36)},
-		any:         &anypb.Any{TypeUrl: t, Value: b},
-	}}
+	nv := &nameVersion{name: translate.ResourceName(m), version: strconv.FormatUint(h.Sum64(), 36)}
+	w, a := frame(t, nv.name, nv.version, b)
+	return encoded{named: &named{nameVersion: nv, any: a, wire: w}}
 }
 
 // keepProblems records what translation dropped or degraded for this

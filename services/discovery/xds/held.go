@@ -106,10 +106,10 @@ type heldSet []*nameVersion
 func byName(a, b *nameVersion) int { return strings.Compare(a.name, b.name) }
 
 // heldOf is holding exactly res.
-func heldOf(res []named) heldSet { return heldSet(nil).update(versions(res), nil) }
+func heldOf(res []*named) heldSet { return heldSet(nil).update(versions(res), nil) }
 
 // versions are the names and versions of res.
-func versions(res []named) []*nameVersion {
+func versions(res []*named) []*nameVersion {
 	out := make([]*nameVersion, len(res))
 	for i, r := range res {
 		out[i] = r.nameVersion

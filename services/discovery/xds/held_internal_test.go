@@ -148,9 +148,9 @@ func TestHeldSetUpdateReplacesAddsAndRemovesInNameOrder(t *testing.T) {
 }
 
 func TestHeldOfPointsAtTheEncodingsVersions(t *testing.T) {
-	b := named{nameVersion: &nameVersion{name: "b", version: "1"}}
-	a := named{nameVersion: &nameVersion{name: "a", version: "2"}}
-	h := heldOf([]named{b, a})
+	b := &named{nameVersion: &nameVersion{name: "b", version: "1"}}
+	a := &named{nameVersion: &nameVersion{name: "a", version: "2"}}
+	h := heldOf([]*named{b, a})
 	if len(h) != 2 || h[0] != a.nameVersion || h[1] != b.nameVersion {
 		t.Fatalf("heldOf = %q, want a then b, the encodings' own", pairs(h))
 	}

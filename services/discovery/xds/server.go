@@ -192,7 +192,7 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 		return stream.Recv()
 	}
 	return serveStream(s, stream.Context(), recv, false,
-		func(c *conn) { c.sendSotw = stream.Send },
+		func(c *conn) { c.sendSotw = func(r *sotwResponse) error { return stream.SendMsg(r) } },
 		(*conn).onSotwRequest)
 }
 
@@ -215,7 +215,7 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 		return stream.Recv()
 	}
 	return serveStream(s, stream.Context(), recv, true,
-		func(c *conn) { c.sendDelta = stream.Send },
+		func(c *conn) { c.sendDelta = func(r *deltaResponse) error { return stream.SendMsg(r) } },
 		(*conn).onDeltaRequest)
 }
 
