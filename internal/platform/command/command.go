@@ -1,7 +1,8 @@
 // Package command is the shared command line of every Flotilla service
 // binary: cobra with --help and --version, configuration through
 // internal/platform/config (file, flags, FLOTILLA_* environment), the logger,
-// telemetry, admin server and graceful shutdown. A service supplies its
+// telemetry, admin server, the Go runtime's memory limit (from the
+// container's) and graceful shutdown. A service supplies its
 // configuration type and a run function; everything around it is the same in
 // every service.
 package command
@@ -25,6 +26,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/config"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/logging"
+	"github.com/flotilla-mesh/flotilla/internal/platform/memlimit"
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 )
 
@@ -296,6 +298,11 @@ func run[C Config](ctx context.Context, stderr io.Writer, spec Spec[C], cfg C) (
 	log, err := logging.New(stderr, spec.Name, common.Log)
 	if err != nil {
 		return &usageError{err}
+	}
+	if soft, err := memlimit.Apply(memlimit.Root(), os.Getenv); err != nil {
+		log.Warn("the container's memory limit could not be read; the Go runtime has no memory limit", "error", err)
+	} else if soft > 0 {
+		log.Info("Go runtime memory limit set from the container's", "limit_bytes", soft, "ratio", memlimit.Ratio)
 	}
 	info := buildinfo.Get()
 	tel, err := telemetry.New(ctx, telemetry.Options{
