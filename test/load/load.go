@@ -173,14 +173,8 @@ func startServices(ctx context.Context, log io.Writer, binDir, dir string, discE
 		return nil, err
 	}
 	st := &services{xdsAddr: xdsAddr, discAdmin: discAdmin, galleyAdmin: galleyAdmin}
-	st.galley, err = start(ctx, log, nil, filepath.Join(binDir, "flotilla-galley"),
-		"--config-dir", dir, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin, "--log-level", "warn")
-	if err != nil {
+	if st.galley, err = startGalley(ctx, log, binDir, dir, mcpAddr, galleyAdmin); err != nil {
 		return nil, err
-	}
-	if err := waitReady(ctx, galleyAdmin); err != nil {
-		st.stop()
-		return nil, fmt.Errorf("galley: %w", err)
 	}
 	st.disc, err = start(ctx, log, discEnv, filepath.Join(binDir, "flotilla-discovery"),
 		"--galley-address", mcpAddr, "--xds-address", xdsAddr, "--admin-address", discAdmin, "--log-level", "warn")

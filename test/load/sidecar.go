@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -40,7 +43,12 @@ import (
 // names the listeners' HTTP connection managers give, an RDS request,
 // then the LDS ACK. Every response is decoded in full, as Envoy must, so
 // the clients' own cost is real (and reported apart, as their process's
-// CPU). A client's node is the one the agent's bootstrap writes.
+// CPU). A client's node is the one the agent's bootstrap writes. When its
+// stream ends (a GOAWAY at the server's connection age, a replica gone),
+// a client connects again, to a server picked at random from the current
+// list as a Service's virtual IP would, and resumes as Envoy does: every
+// subscription asked for again at once, with the versions it holds
+// (state of the world) or their initial_resource_versions (delta).
 
 // Short names of the four types, in the order the report gives them.
 var sidecarTypes = []string{resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.EndpointType, resourcev3.RouteType}
@@ -71,6 +79,8 @@ func longType(short string) (string, bool) {
 
 // SidecarClientOptions configures the sidecar clients' process.
 type SidecarClientOptions struct {
+	// XDS is discovery's xDS addresses, comma-separated (POST /servers
+	// changes them).
 	XDS string
 	N   int
 	// Delta makes the clients use incremental xDS (Istio's default).
@@ -110,6 +120,33 @@ type sidecarClient struct {
 	// nackType is a type this client rejects every response of (the
 	// status endpoint's /nack), empty for none.
 	nackType atomic.Value
+	// streams counts the streams opened (the first and every reconnect).
+	streams atomic.Int64
+
+	// What the client holds, kept across streams (only its goroutine
+	// touches it). State of the world: the version last accepted of each
+	// type and the names asked of EDS and RDS. Delta: the resources held
+	// per type (name → version), what each CDS or LDS resource asks of
+	// EDS or RDS, and the EDS and RDS names subscribed.
+	version    map[string]string
+	names      map[string][]string
+	held       map[string]map[string]string
+	asks       map[string]map[string][]string
+	subscribed map[string]map[string]bool
+}
+
+// servers is the list of xDS addresses a client connects to, one picked
+// at random per connection.
+type servers struct{ list atomic.Pointer[[]string] }
+
+func (s *servers) set(addrs string) {
+	l := strings.Split(addrs, ",")
+	s.list.Store(&l)
+}
+
+func (s *servers) pick() string {
+	l := *s.list.Load()
+	return l[rand.IntN(len(l))] //nolint:gosec // spreading connections, not security
 }
 
 func (c *sidecarClient) record(t string, resources int, nacked bool) {
@@ -148,49 +185,72 @@ func RunSidecarClients(ctx context.Context, o SidecarClientOptions) error {
 		if err != nil {
 			return fmt.Errorf("client %d: %w", i, err)
 		}
-		clients[i] = &sidecarClient{i: i, node: b.GetNode(), records: map[string][]ackRecord{}, acked: map[string]bool{}}
+		clients[i] = &sidecarClient{
+			i: i, node: b.GetNode(), records: map[string][]ackRecord{}, acked: map[string]bool{},
+			version: map[string]string{}, names: map[string][]string{}, held: map[string]map[string]string{},
+			asks:       map[string]map[string][]string{resourcev3.ClusterType: {}, resourcev3.ListenerType: {}},
+			subscribed: map[string]map[string]bool{resourcev3.EndpointType: {}, resourcev3.RouteType: {}},
+		}
+		for _, t := range sidecarTypes {
+			clients[i].held[t] = map[string]string{}
+		}
 	}
+	var srvs servers
+	srvs.set(o.XDS)
 	l, err := net.Listen("tcp", o.Status)
 	if err != nil {
 		return fmt.Errorf("status address: %w", err)
 	}
-	srv := &http.Server{Handler: statusHandler(clients), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: statusHandler(clients, &srvs), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
 	var wg sync.WaitGroup
 	for _, c := range clients {
-		wg.Go(func() { c.run(ctx, o) })
+		wg.Go(func() { c.run(ctx, o, &srvs) })
 	}
 	wg.Wait()
 	return nil
 }
 
-// run keeps the client's stream up (reconnecting after a second when it
-// ends) until ctx ends.
-func (c *sidecarClient) run(ctx context.Context, o SidecarClientOptions) {
-	cc, err := grpc.NewClient(o.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-	if err != nil {
-		c.fail(o.Log, err)
-		return
-	}
-	defer cc.Close()
-	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+// run keeps the client's stream up until ctx ends: when it ends, the
+// client connects again after a second, to a server picked anew.
+func (c *sidecarClient) run(ctx context.Context, o SidecarClientOptions, srvs *servers) {
 	for ctx.Err() == nil {
-		if o.Delta {
-			err = c.delta(ctx, ads)
-		} else {
-			err = c.sotw(ctx, ads)
-		}
+		err := c.connect(ctx, o, srvs.pick())
 		if ctx.Err() != nil {
 			return
 		}
-		c.fail(o.Log, err)
+		if !movedOn(err) {
+			c.fail(o.Log, err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// connect runs one stream on a connection of its own.
+func (c *sidecarClient) connect(ctx context.Context, o SidecarClientOptions, addr string) error {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer cc.Close()
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	c.streams.Add(1)
+	if o.Delta {
+		return c.delta(ctx, ads)
+	}
+	return c.sotw(ctx, ads)
+}
+
+// movedOn reports whether a stream ended because the server asked the
+// client to go (a graceful GOAWAY, at its connection age): Envoy then
+// connects again, and so does a client, without an error.
+func movedOn(err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "received prior goaway: code: NO_ERROR")
 }
 
 func (c *sidecarClient) fail(log io.Writer, err error) {
@@ -209,25 +269,28 @@ func (c *sidecarClient) sotw(ctx context.Context, ads discoveryv3.AggregatedDisc
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	// What each type last accepted, and the names asked for EDS and RDS.
-	version := map[string]string{}
-	nonce := map[string]string{}
-	names := map[string][]string{}
+	version, names := c.version, c.names
+	nonce := map[string]string{} // of this stream
+	first := true
 	send := func(t string, rs []string, errDetail error) error {
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: t, VersionInfo: version[t], ResponseNonce: nonce[t], ResourceNames: rs}
 		if errDetail != nil {
 			req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: errDetail.Error()}
 		}
-		if version[t] == "" && nonce[t] == "" && t == resourcev3.ClusterType {
-			req.Node = c.node
+		if first {
+			req.Node, first = c.node, false
 		}
 		return stream.Send(req)
 	}
-	if err := send(resourcev3.ClusterType, nil, nil); err != nil {
-		return err
-	}
-	if err := send(resourcev3.ListenerType, nil, nil); err != nil {
-		return err
+	// CDS and LDS, then (on a stream that resumes) EDS and RDS for what
+	// the client asks of them already.
+	for _, t := range sidecarTypes {
+		if followType(t) == "" && version[t] == "" {
+			continue
+		}
+		if err := send(t, names[t], nil); err != nil {
+			return err
+		}
 	}
 	for {
 		resp, err := stream.Recv()
@@ -279,17 +342,18 @@ func (c *sidecarClient) delta(ctx context.Context, ads discoveryv3.AggregatedDis
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	// The resources held per type (name → version); for CDS and LDS what
-	// each held resource asks of EDS and RDS.
-	held := map[string]map[string]string{}
-	asks := map[string]map[string][]string{resourcev3.ClusterType: {}, resourcev3.ListenerType: {}}
-	subscribed := map[string]map[string]bool{resourcev3.EndpointType: {}, resourcev3.RouteType: {}}
-	for _, t := range sidecarTypes {
-		held[t] = map[string]string{}
-	}
+	held, asks, subscribed := c.held, c.asks, c.subscribed
+	// CDS and LDS, then (on a stream that resumes) EDS and RDS for what
+	// the client subscribes to already, each with what it holds.
 	first := true
-	for _, t := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
-		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t}
+	for _, t := range sidecarTypes {
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: t, InitialResourceVersions: maps.Clone(held[t])}
+		if followType(t) == "" {
+			if len(subscribed[t]) == 0 {
+				continue
+			}
+			req.ResourceNamesSubscribe = slices.Sorted(maps.Keys(subscribed[t]))
+		}
 		if first {
 			req.Node, first = c.node, false
 		}
@@ -497,10 +561,22 @@ type SyncState struct {
 	// Errors counts the clients whose stream failed, with one of them.
 	Errors int    `json:"errors"`
 	Error  string `json:"error,omitempty"`
+	// Streams counts the streams the clients opened, reconnections
+	// included.
+	Streams int64 `json:"streams"`
 }
 
-func statusHandler(clients []*sidecarClient) http.Handler {
+func statusHandler(clients []*sidecarClient, srvs *servers) http.Handler {
 	mux := http.NewServeMux()
+	// POST /servers?addrs=a,b,c: later connections go to one of these.
+	mux.HandleFunc("POST /servers", func(w http.ResponseWriter, r *http.Request) {
+		addrs := r.URL.Query().Get("addrs")
+		if addrs == "" {
+			http.Error(w, "want addrs=<host:port>,…", http.StatusBadRequest)
+			return
+		}
+		srvs.set(addrs)
+	})
 	mux.HandleFunc("GET /synced", func(w http.ResponseWriter, _ *http.Request) {
 		var st SyncState
 		for _, c := range clients {
@@ -514,6 +590,7 @@ func statusHandler(clients []*sidecarClient) http.Handler {
 				st.Error = c.err
 			}
 			c.mu.Unlock()
+			st.Streams += c.streams.Load()
 		}
 		writeJSON(w, st)
 	})

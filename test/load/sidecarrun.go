@@ -226,7 +226,7 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 			return nil, err
 		}
 		var d1, c1 float64
-		c, err := measureChange(ctx, sc, cc, o, kind, expect, t0, func() {
+		c, err := measureChange(ctx, sc, []*grpc.ClientConn{cc}, o, kind, expect, t0, func() {
 			d1, _ = proc.CPUSeconds(st.disc.Process.Pid)
 			c1, _ = proc.CPUSeconds(clients.Process.Pid)
 		})
@@ -257,7 +257,7 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 // expected type after t0, then a second more for anything else the
 // change sends, and reads what each type cost; it calls done before it
 // reads discovery's sync status (whose cost is not the change's).
-func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o SidecarOptions, kind, expect string, t0 time.Time, done func()) (*SidecarChange, error) {
+func measureChange(ctx context.Context, sc *statusClient, ccs []*grpc.ClientConn, o SidecarOptions, kind, expect string, t0 time.Time, done func()) (*SidecarChange, error) {
 	deadline := time.Now().Add(o.SyncTimeout)
 	for {
 		a, err := sc.acks(ctx, expect, t0)
@@ -317,17 +317,19 @@ func measureChange(ctx context.Context, sc *statusClient, cc *grpc.ClientConn, o
 		})
 	}
 	done()
-	ps, err := syncz(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range ps {
-		if p.PushSeenAt.Before(t0) {
-			continue
+	for _, cc := range ccs {
+		ps, err := syncz(ctx, cc)
+		if err != nil {
+			return nil, err
 		}
-		for _, ts := range p.Types {
-			if ts.TypeURL == expect {
-				c.Discovery = max(c.Discovery, ts.SentAt.Sub(p.PushSeenAt))
+		for _, p := range ps {
+			if p.PushSeenAt.Before(t0) {
+				continue
+			}
+			for _, ts := range p.Types {
+				if ts.TypeURL == expect {
+					c.Discovery = max(c.Discovery, ts.SentAt.Sub(p.PushSeenAt))
+				}
 			}
 		}
 	}
@@ -414,7 +416,11 @@ func (s *statusClient) get(ctx context.Context, path string, v any) error {
 // nack makes the first n clients reject every later response of type t
 // (n = 0 stops it).
 func (s *statusClient) nack(ctx context.Context, t string, n int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/nack?type="+ShortType(t)+"&n="+strconv.Itoa(n), nil)
+	return s.post(ctx, "/nack?type="+ShortType(t)+"&n="+strconv.Itoa(n))
+}
+
+func (s *statusClient) post(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, nil)
 	if err != nil {
 		return err
 	}
@@ -424,7 +430,7 @@ func (s *statusClient) nack(ctx context.Context, t string, n int) error {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("clients' status /nack: %s", resp.Status)
+		return fmt.Errorf("clients' status %s: %s", path, resp.Status)
 	}
 	return nil
 }

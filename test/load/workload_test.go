@@ -44,3 +44,89 @@ func TestScopedSidecarsSeeTheirNamespacesServices(t *testing.T) {
 	}
 	t.Fatal("no Sidecar for ns-1")
 }
+
+func TestAFanoutStepMovesEveryEndpointOfItsServicesToAddressesOfTheirOwn(t *testing.T) {
+	const per, endpoints = 300, 3
+	type entry struct {
+		Metadata struct{ Name string } `json:"metadata"`
+		Spec     struct {
+			Endpoints []struct{ Address string } `json:"endpoints"`
+		} `json:"spec"`
+	}
+	addresses := func(k, gen int) map[string]bool {
+		out := map[string]bool{}
+		docs := strings.Split(strings.TrimSuffix(fanoutServices(k, per, endpoints, gen), "---\n"), "---\n")
+		if len(docs) != per {
+			t.Fatalf("step %d: %d ServiceEntries, want %d", k, len(docs), per)
+		}
+		for _, doc := range docs {
+			var e entry
+			if err := yaml.Unmarshal([]byte(doc), &e); err != nil {
+				t.Fatal(err)
+			}
+			if len(e.Spec.Endpoints) != endpoints {
+				t.Fatalf("%s: %d endpoints, want %d", e.Metadata.Name, len(e.Spec.Endpoints), endpoints)
+			}
+			for _, ep := range e.Spec.Endpoints {
+				if out[ep.Address] {
+					t.Fatalf("%s: address %s is another endpoint's too", e.Metadata.Name, ep.Address)
+				}
+				out[ep.Address] = true
+			}
+		}
+		return out
+	}
+	all := map[string]bool{}
+	for k := range 2 {
+		for gen := range 2 {
+			for a := range addresses(k, gen) {
+				if all[a] {
+					t.Fatalf("step %d generation %d: address %s is already used", k, gen, a)
+				}
+				all[a] = true
+			}
+		}
+	}
+}
+
+func TestMetricsSumAddsTheSeriesOfOneNameWithTheLabel(t *testing.T) {
+	m := metrics{
+		`flotilla_discovery_xds_resources_sent_total{otel_scope_name="x",type="CDS"} 12`,
+		`flotilla_discovery_xds_resources_sent_total{otel_scope_name="x",type="EDS"} 5`,
+		`flotilla_discovery_xds_resources_sent_total{otel_scope_name="y",type="CDS"} 3`,
+		`flotilla_discovery_xds_resources_sent_totally{type="CDS"} 100`,
+		`flotilla_discovery_proxies_connected 7`,
+		`flotilla_discovery_proxies_connected{a="b"} 2.5e1`,
+		`flotilla_discovery_proxies_connected{a="b"} not-a-number`,
+	}
+	for _, tt := range []struct {
+		name, label string
+		want        float64
+	}{
+		{"flotilla_discovery_xds_resources_sent_total", `type="CDS"`, 15},
+		{"flotilla_discovery_xds_resources_sent_total", "", 20},
+		{"flotilla_discovery_proxies_connected", "", 32},
+		{"absent", "", 0},
+	} {
+		if got := m.sum(tt.name, tt.label); got != tt.want {
+			t.Errorf("sum(%s, %s) = %v, want %v", tt.name, tt.label, got, tt.want)
+		}
+	}
+}
+
+func TestEveryReplicaMustServeFourFifthsOfAnEvenShare(t *testing.T) {
+	for _, tt := range []struct {
+		counts []int
+		n      int
+		want   bool
+	}{
+		{[]int{100, 100, 100}, 300, true},
+		{[]int{80, 110, 110}, 300, true},
+		{[]int{79, 111, 110}, 300, false},
+		{[]int{300, 0, 0}, 300, false},
+	} {
+		if got := evenEnough(tt.counts, tt.n); got != tt.want {
+			t.Errorf("evenEnough(%v, %d) = %v, want %v", tt.counts, tt.n, got, tt.want)
+		}
+	}
+}

@@ -3,10 +3,14 @@
 // ADS clients that behave as Envoy sidecars ("xdsload run --mode
 // sidecar"). "run" starts galley, discovery and the clients' process and
 // prints a report; "clients" and "sidecars" are the clients' processes it
-// starts.
+// starts. "xdsload run --mode fanout" measures galley instead: one galley
+// serving many discovery replicas (processes) through a rolling change of
+// every endpoint; "--mode spread" proxies moving onto replicas added by a
+// scale-out, at discovery's connection age.
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -15,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
 	"github.com/flotilla-mesh/flotilla/test/load"
@@ -60,7 +65,7 @@ func main() {
 
 func run(ctx context.Context) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	mode := fs.String("mode", "proxyless", "proxyless (grpc-go xDS clients) or sidecar (raw ADS clients behaving as Envoy)")
+	mode := fs.String("mode", "proxyless", "proxyless (grpc-go xDS clients), sidecar (raw ADS clients behaving as Envoy), fanout (one galley, --replicas discovery processes, a rolling change of every endpoint), or spread (sidecars on one replica, --replicas-1 more started, proxies moving at the connection age)")
 	clients := fs.Int("clients", 100, "number of clients")
 	services := fs.Int("services", 0, "number of services in the mesh (default 1000 proxyless, 100 sidecar)")
 	changes := fs.Int("changes", 5, "configuration changes to measure (sidecar: this many route and this many endpoint changes)")
@@ -69,6 +74,11 @@ func run(ctx context.Context) error {
 	nack := fs.Int("nack", 0, "sidecar mode: this many clients reject every route configuration after the initial sync")
 	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change")
 	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
+	replicas := fs.Int("replicas", 0, "fanout mode: discovery replicas subscribed to galley (default 20); spread mode: replicas after the scale-out (default 3)")
+	age := fs.Duration("connection-age", 2*time.Minute, "spread mode: discovery's --xds-max-connection-age (longer than the initial sync)")
+	endpoints := fs.Int("endpoints", 10, "fanout mode: endpoints per service")
+	steps := fs.Int("steps", 10, "fanout mode: the rolling change's steps (each moves every endpoint of services/steps services)")
+	interval := fs.Duration("interval", time.Second, "fanout mode: time between the steps")
 	bin := fs.String("bin", "", "directory with flotilla-galley and flotilla-discovery (default: next to this binary)")
 	_ = fs.Parse(os.Args[2:])
 	self, _ := os.Executable()
@@ -104,8 +114,33 @@ func run(ctx context.Context) error {
 			return err
 		}
 		fmt.Print(r)
+	case "spread":
+		o := load.SpreadOptions{
+			Log: os.Stderr, BinDir: binDir, Self: self, Sidecars: *clients, Services: *services, Delta: *delta,
+			Replicas: cmp.Or(*replicas, 3), ConnectionAge: *age, Changes: *changes,
+		}
+		if o.Services == 0 {
+			o.Services = 100
+		}
+		r, err := load.RunSpread(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(r)
+	case "fanout":
+		o := load.FanoutOptions{
+			Log: os.Stderr, BinDir: binDir, Replicas: cmp.Or(*replicas, 20), Services: *services, EndpointsEach: *endpoints, Steps: *steps, Interval: *interval,
+		}
+		if o.Services == 0 {
+			o.Services = 1000
+		}
+		r, err := load.RunFanout(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(r)
 	default:
-		return fmt.Errorf("--mode %q: want proxyless or sidecar", *mode)
+		return fmt.Errorf("--mode %q: want proxyless, sidecar, fanout or spread", *mode)
 	}
 	return nil
 }
