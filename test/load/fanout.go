@@ -37,6 +37,9 @@ type FanoutOptions struct {
 	Services, EndpointsEach, Steps int
 	// Interval is the time between the steps' writes.
 	Interval time.Duration
+	// ProfileDir, when set, receives galley's heap profile after the
+	// change (galley-heap.pb.gz).
+	ProfileDir string
 }
 
 // FanoutReport is what a fan-out run measured.
@@ -203,6 +206,9 @@ func RunFanout(ctx context.Context, o FanoutOptions) (*FanoutReport, error) {
 	r.Total = time.Since(t0)
 	g1, d1 := cpu()
 	r.GalleyCPU, r.DiscoveryCPU = g1-g0, d1-d0
+	if err := (profiler{dir: o.ProfileDir, admin: galleyAdmin}).save(ctx, "galley-heap.pb.gz", "heap?gc=1"); err != nil {
+		return nil, err
+	}
 	if r.GalleyRSSMiB, err = proc.RSSMiB(galley.Process.Pid); err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func run(ctx context.Context) error {
 	delta := fs.Bool("delta", false, "sidecar mode: incremental xDS")
 	scoped := fs.Bool("scoped", false, "sidecar mode: a Sidecar resource per client namespace limits what it sees")
 	nack := fs.Int("nack", 0, "sidecar mode: this many clients reject every route configuration after the initial sync")
-	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change")
+	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change; fanout mode: for galley's heap profile after the change")
 	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
 	replicas := fs.Int("replicas", 0, "fanout mode: discovery replicas subscribed to galley (default 20); spread mode: replicas after the scale-out (default 3)")
 	age := fs.Duration("connection-age", 2*time.Minute, "spread mode: discovery's --xds-max-connection-age (longer than the initial sync)")
@@ -130,6 +130,7 @@ func run(ctx context.Context) error {
 	case "fanout":
 		o := load.FanoutOptions{
 			Log: os.Stderr, BinDir: binDir, Replicas: cmp.Or(*replicas, 20), Services: *services, EndpointsEach: *endpoints, Steps: *steps, Interval: *interval,
+			ProfileDir: *profile,
 		}
 		if o.Services == 0 {
 			o.Services = 1000
