@@ -467,7 +467,10 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 	}
 	names := req.GetResourceNames()
 	wildcard := wildcardType(t) && (len(names) == 0 || slices.Contains(names, "*"))
-	set := makeNameSet(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "*" }))
+	set := w.names
+	if !set.sameAs(names) {
+		set = makeNameSet(names)
+	}
 	changed := !w.started || wildcard != w.wildcard || set != w.names
 	if !changed {
 		if !news {

@@ -27,13 +27,13 @@ type nameSet struct {
 	n      int
 }
 
-// makeNameSet is the set of names. "*" is taken as a name like any
-// other: the callers decide what it means.
+// makeNameSet is the set of names, "*" left out: in xDS it names no
+// resource but asks for all of them, which the callers keep apart.
 func makeNameSet(names []string) nameSet {
-	if len(names) == 0 {
+	sorted := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "*" })
+	if len(sorted) == 0 {
 		return nameSet{}
 	}
-	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	size := 0
@@ -58,19 +58,49 @@ func (s nameSet) list() []string {
 	p := s.packed.Value()
 	out := make([]string, 0, s.n)
 	for len(p) > 0 {
-		l, k := 0, 0
-		for shift := 0; ; shift += 7 {
-			c := p[k]
-			k++
-			l |= int(c&0x7f) << shift
-			if c < 0x80 {
-				break
-			}
-		}
-		out = append(out, p[k:k+l])
-		p = p[k+l:]
+		var n string
+		n, p = next(p)
+		out = append(out, n)
 	}
 	return out
+}
+
+// next splits the first name off packed.
+func next(packed string) (name, rest string) {
+	l, k := 0, 0
+	for shift := 0; ; shift += 7 {
+		c := packed[k]
+		k++
+		l |= int(c&0x7f) << shift
+		if c < 0x80 {
+			break
+		}
+	}
+	return packed[k : k+l], packed[k+l:]
+}
+
+// sameAs reports whether names, "*" left out, are the set's names in
+// its order. It allocates nothing: a request that names what the last
+// one did, in the same order (Envoy's ACKs do), costs no new set.
+func (s nameSet) sameAs(names []string) bool {
+	var p string
+	if s.n > 0 {
+		p = s.packed.Value()
+	}
+	for _, n := range names {
+		if n == "*" {
+			continue
+		}
+		if p == "" {
+			return false
+		}
+		var have string
+		have, p = next(p)
+		if have != n {
+			return false
+		}
+	}
+	return p == ""
 }
 
 // with is the set with add added and remove removed, in that order.

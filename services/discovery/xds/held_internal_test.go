@@ -18,6 +18,8 @@ func TestNameSetIsTheSortedNamesWithoutDuplicates(t *testing.T) {
 		{"the empty name", []string{"", "x"}, []string{"", "x"}},
 		{"a name of the largest size", []string{strings.Repeat("n", maxNameBytes), "m"}, []string{"m", strings.Repeat("n", maxNameBytes)}},
 		{"names of lengths that take one, two and three varint bytes", []string{strings.Repeat("c", 1<<14), strings.Repeat("b", 128), "a"}, []string{"a", strings.Repeat("b", 128), strings.Repeat("c", 1<<14)}},
+		{"the wildcard is no name", []string{"*", "a", "*"}, []string{"a"}},
+		{"only the wildcard", []string{"*"}, nil},
 		{"names with the bytes the packing uses", []string{"\x00\x01", "\xff\xff", "a\x00b"}, []string{"\x00\x01", "a\x00b", "\xff\xff"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,15 +71,40 @@ func TestNameSetWithAddsThenRemoves(t *testing.T) {
 	}
 }
 
+func TestNameSetSameAsIsTheSetsNamesInItsOrder(t *testing.T) {
+	s := makeNameSet([]string{"b", "a", "c"})
+	for _, tc := range []struct {
+		names []string
+		want  bool
+	}{
+		{[]string{"a", "b", "c"}, true},
+		{[]string{"*", "a", "b", "*", "c"}, true},
+		{[]string{"c", "b", "a"}, false}, // the same set, another order: makeNameSet tells
+		{[]string{"a", "b"}, false},
+		{[]string{"a", "b", "c", "d"}, false},
+		{nil, false},
+	} {
+		if got := s.sameAs(tc.names); got != tc.want {
+			t.Errorf("sameAs(%q) = %v, want %v", tc.names, got, tc.want)
+		}
+	}
+	if !(nameSet{}).sameAs(nil) || !(nameSet{}).sameAs([]string{"*"}) || (nameSet{}).sameAs([]string{"a"}) {
+		t.Error("the empty set is not exactly no names")
+	}
+}
+
 func FuzzNameSetListsWhatItWasMadeOf(f *testing.F) {
 	f.Add("a\nb\nc", "b")
 	f.Add("\x00\n\xff\n", "")
 	f.Fuzz(func(t *testing.T, joined, removed string) {
 		names := strings.Split(joined, "\n")
-		want := slices.Compact(slices.Sorted(slices.Values(names)))
+		want := slices.Compact(slices.Sorted(slices.Values(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "*" }))))
 		s := makeNameSet(names)
 		if got := s.list(); !slices.Equal(got, want) || s.len() != len(want) {
 			t.Fatalf("makeNameSet(%q).list() = %q (len %d), want %q", names, got, s.len(), want)
+		}
+		if !s.sameAs(want) || (len(want) > 0 && s.sameAs(want[1:])) {
+			t.Fatalf("sameAs of %q is wrong", want)
 		}
 		if got := s.with(nil, []string{removed}).list(); slices.Contains(got, removed) || len(got) != len(want)-boolInt(slices.Contains(want, removed)) {
 			t.Fatalf("removing %q from %q: %q", removed, want, got)
