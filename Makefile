@@ -87,7 +87,7 @@ bench-load: build ## discovery under N proxyless gRPC clients (LOAD_CLIENTS="100
 	go build -o $(BIN)/xdsload ./test/cmd/xdsload
 	@for n in $(LOAD_CLIENTS); do $(BIN)/xdsload run --bin $(BIN) --clients $$n --services 1000 --changes 5 2>/dev/null; done
 	@for n in $(LOAD_SIDECARS); do for p in "" --delta; do $(BIN)/xdsload run --mode sidecar --bin $(BIN) --clients $$n --services 100 --changes 2 $$p 2>/dev/null; done; done
-	@for n in $(LOAD_SPREAD); do $(BIN)/xdsload run --mode spread --bin $(BIN) --clients $$n --replicas 3 --connection-age 3m --changes 3 2>/dev/null; done
+	@for n in $(LOAD_SPREAD); do $(BIN)/xdsload run --mode spread --bin $(BIN) --clients $$n --replicas 3 --connection-age 5m --changes 3 2>/dev/null; done
 	$(BIN)/xdsload run --mode fanout --bin $(BIN) --replicas 20 --services 1000 --endpoints 10 --steps 10 --interval 1s 2>/dev/null
 
 lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf lint
