@@ -328,11 +328,14 @@ func (c *sidecarClient) sotw(ctx context.Context, ads discoveryv3.AggregatedDisc
 				c.markSynced(next) // nothing to ask for is in sync
 			}
 		}
+		// Applied: what it holds now, whether or not the ACK gets through
+		// (a stream ending at the server's connection age may take this
+		// response and not the ACK; the client resumes with its version).
+		c.record(t, len(resp.GetResources()), false)
+		c.markSynced(t)
 		if err := send(t, names[t], nil); err != nil {
 			return err
 		}
-		c.record(t, len(resp.GetResources()), false)
-		c.markSynced(t)
 	}
 }
 
@@ -427,11 +430,11 @@ func (c *sidecarClient) delta(ctx context.Context, ads discoveryv3.AggregatedDis
 				c.markSynced(next)
 			}
 		}
+		c.record(t, len(resp.GetResources())+len(resp.GetRemovedResources()), false) // applied, as in sotw
+		c.markSynced(t)
 		if err := stream.Send(ack); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
-		c.record(t, len(resp.GetResources())+len(resp.GetRemovedResources()), false)
-		c.markSynced(t)
 	}
 }
 
