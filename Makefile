@@ -82,12 +82,12 @@ bench: kube-assets ## run every benchmark (results go in BENCHMARKS.md)
 
 LOAD_CLIENTS ?= 100 1000 3000
 LOAD_SIDECARS ?= 1000 2000 5000
-LOAD_SPREAD ?= 6000
+LOAD_SPREAD ?= 3000
 bench-load: build ## discovery under N proxyless gRPC clients (LOAD_CLIENTS="100 1000 3000") and N raw ADS sidecars, SotW and delta (LOAD_SIDECARS="1000 2000 5000"), each in their own process; LOAD_SPREAD sidecars moving from 1 to 3 replicas; galley fanning out to 20 replicas
 	go build -o $(BIN)/xdsload ./test/cmd/xdsload
 	@for n in $(LOAD_CLIENTS); do $(BIN)/xdsload run --bin $(BIN) --clients $$n --services 1000 --changes 5 2>/dev/null; done
 	@for n in $(LOAD_SIDECARS); do for p in "" --delta; do $(BIN)/xdsload run --mode sidecar --bin $(BIN) --clients $$n --services 100 --changes 2 $$p 2>/dev/null; done; done
-	@for n in $(LOAD_SPREAD); do $(BIN)/xdsload run --mode spread --bin $(BIN) --clients $$n --replicas 3 --connection-age 5m --changes 3 2>/dev/null; done
+	@for n in $(LOAD_SPREAD); do $(BIN)/xdsload run --mode spread --bin $(BIN) --clients $$n --replicas 3 --connection-age 2m --changes 3 2>/dev/null; done
 	$(BIN)/xdsload run --mode fanout --bin $(BIN) --replicas 20 --services 1000 --endpoints 10 --steps 10 --interval 1s 2>/dev/null
 
 lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf lint
