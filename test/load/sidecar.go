@@ -283,9 +283,10 @@ func (c *sidecarClient) sotw(ctx context.Context, ads discoveryv3.AggregatedDisc
 		return stream.Send(req)
 	}
 	// CDS and LDS, then (on a stream that resumes) EDS and RDS for what
-	// the client asks of them already.
+	// the client asks of them already, held or not yet: a stream that
+	// ended before their first response must ask again, as Envoy does.
 	for _, t := range sidecarTypes {
-		if followType(t) == "" && version[t] == "" {
+		if followType(t) == "" && version[t] == "" && len(names[t]) == 0 {
 			continue
 		}
 		if err := send(t, names[t], nil); err != nil {
