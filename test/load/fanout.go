@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,10 +128,11 @@ func RunFanout(ctx context.Context, o FanoutOptions) (*FanoutReport, error) {
 			return nil, err
 		}
 	}
-	mcpAddr, galleyAdmin, _, _, err := freeAddrs()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
+	mcpAddr, galleyAdmin := addrs[0], addrs[1]
 	galley, err := startGalley(ctx, o.Log, o.BinDir, dir, mcpAddr, galleyAdmin)
 	if err != nil {
 		return nil, err
@@ -260,10 +260,11 @@ func startGalley(ctx context.Context, log io.Writer, binDir, dir, mcpAddr, admin
 func startReplicas(ctx context.Context, log io.Writer, binDir, mcpAddr string, first, n int, extra ...string) ([]replica, error) {
 	var out []replica
 	for i := first; i < first+n; i++ {
-		xdsAddr, admin, err := twoAddrs()
+		addrs, err := freeAddrs(2)
 		if err != nil {
 			return out, err
 		}
+		xdsAddr, admin := addrs[0], addrs[1]
 		args := append([]string{
 			"--replica-name", fmt.Sprintf("replica-%d", i),
 			"--galley-address", mcpAddr, "--xds-address", xdsAddr, "--admin-address", admin, "--log-level", "warn",
@@ -285,19 +286,6 @@ func startReplicas(ctx context.Context, log io.Writer, binDir, mcpAddr string, f
 		}
 	}
 	return out, nil
-}
-
-func twoAddrs() (a, b string, err error) {
-	var addrs []string
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", "", err
-		}
-		addrs = append(addrs, l.Addr().String())
-		defer l.Close()
-	}
-	return addrs[0], addrs[1], nil
 }
 
 // waitHeld waits until every replica holds a version of object other

@@ -168,10 +168,11 @@ type services struct {
 }
 
 func startServices(ctx context.Context, log io.Writer, binDir, dir string, discEnv []string) (*services, error) {
-	mcpAddr, galleyAdmin, xdsAddr, discAdmin, err := freeAddrs()
+	addrs, err := freeAddrs(4)
 	if err != nil {
 		return nil, err
 	}
+	mcpAddr, galleyAdmin, xdsAddr, discAdmin := addrs[0], addrs[1], addrs[2], addrs[3]
 	st := &services{xdsAddr: xdsAddr, discAdmin: discAdmin, galleyAdmin: galleyAdmin}
 	if st.galley, err = startGalley(ctx, log, binDir, dir, mcpAddr, galleyAdmin); err != nil {
 		return nil, err
@@ -306,17 +307,18 @@ func waitReady(ctx context.Context, admin string) error {
 	return errors.New("not ready within 60s")
 }
 
-func freeAddrs() (a, b, c, d string, err error) {
+// freeAddrs are n distinct free loopback addresses.
+func freeAddrs(n int) ([]string, error) {
 	var addrs []string
-	for range 4 {
+	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return "", "", "", "", err
+			return nil, err
 		}
 		addrs = append(addrs, l.Addr().String())
 		defer l.Close()
 	}
-	return addrs[0], addrs[1], addrs[2], addrs[3], nil
+	return addrs, nil
 }
 
 func writeAtomic(dir, name, content string) error {

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -154,24 +154,13 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 	if r.BaseRSSMiB, err = proc.RSSMiB(st.disc.Process.Pid); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	status := l.Addr().String()
-	l.Close()
-	args := []string{"sidecars", "--xds", st.xdsAddr, "--n", strconv.Itoa(o.Sidecars), "--services", strconv.Itoa(o.Services), "--status", status}
-	if o.Delta {
-		args = append(args, "--delta")
-	}
 	fmt.Fprintf(o.Log, "xdsload: galley and discovery ready; starting %d sidecar clients\n", o.Sidecars)
 	began := time.Now()
-	clients, err := start(ctx, o.Log, nil, o.Self, args...)
+	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, st.xdsAddr, o.Sidecars, o.Services, o.Delta)
 	if err != nil {
 		return nil, err
 	}
 	defer stop(clients)
-	sc := &statusClient{base: "http://" + status}
 	deadline := time.Now().Add(o.SyncTimeout)
 	for {
 		s, err := sc.synced(ctx)
@@ -251,6 +240,24 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 		r.Errors = s.Errors
 	}
 	return r, nil
+}
+
+// startSidecarClients starts the sidecar clients' process: n clients of
+// a mesh of services, connected to xdsAddr; sc reads its status.
+func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr string, n, services int, delta bool) (*exec.Cmd, *statusClient, error) {
+	addrs, err := freeAddrs(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	args := []string{"sidecars", "--xds", xdsAddr, "--n", strconv.Itoa(n), "--services", strconv.Itoa(services), "--status", addrs[0]}
+	if delta {
+		args = append(args, "--delta")
+	}
+	cmd, err := start(ctx, log, nil, self, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cmd, &statusClient{base: "http://" + addrs[0]}, nil
 }
 
 // measureChange waits until every client acknowledged a response of the

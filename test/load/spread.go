@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -136,10 +135,11 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 	if err := writeAtomic(dir, "routing.yaml", sidecarRouting(o.Services, weight, false)); err != nil {
 		return nil, err
 	}
-	mcpAddr, galleyAdmin, _, _, err := freeAddrs()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
+	mcpAddr, galleyAdmin := addrs[0], addrs[1]
 	galley, err := startGalley(ctx, o.Log, o.BinDir, dir, mcpAddr, galleyAdmin)
 	if err != nil {
 		return nil, err
@@ -157,24 +157,13 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 	}
 	time.Sleep(time.Second) // the replica holds the mesh
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	status := l.Addr().String()
-	l.Close()
-	args := []string{"sidecars", "--xds", replicas[0].xdsAddr, "--n", strconv.Itoa(o.Sidecars), "--services", strconv.Itoa(o.Services), "--status", status}
-	if o.Delta {
-		args = append(args, "--delta")
-	}
 	fmt.Fprintf(o.Log, "xdsload: galley and one discovery replica ready; starting %d sidecar clients\n", o.Sidecars)
 	began := time.Now()
-	clients, err := start(ctx, o.Log, nil, o.Self, args...)
+	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, replicas[0].xdsAddr, o.Sidecars, o.Services, o.Delta)
 	if err != nil {
 		return nil, err
 	}
 	defer stop(clients)
-	sc := &statusClient{base: "http://" + status}
 	r := &SpreadReport{Sidecars: o.Sidecars, Services: o.Services, Replicas: o.Replicas, Delta: o.Delta, ConnectionAge: o.ConnectionAge}
 	for {
 		s, err := sc.synced(ctx)
@@ -214,11 +203,11 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	var addrs []string
+	var servers []string
 	for _, rp := range replicas {
-		addrs = append(addrs, rp.xdsAddr)
+		servers = append(servers, rp.xdsAddr)
 	}
-	if err := sc.post(ctx, "/servers?addrs="+strings.Join(addrs, ",")); err != nil {
+	if err := sc.post(ctx, "/servers?addrs="+strings.Join(servers, ",")); err != nil {
 		return nil, err
 	}
 	scaled := time.Now()
