@@ -110,6 +110,35 @@ func (pc *PushContext) RoutesReadLabels() bool {
 	}).(bool)
 }
 
+// ListenersReadLabels reports whether a proxy's labels can change its
+// outbound listeners: they can whenever its routes can (RoutesReadLabels:
+// a DestinationRule's workload selector decides which clusters exist), and
+// when a VirtualService has a TCP or TLS match on sourceLabels.
+func (pc *PushContext) ListenersReadLabels() bool {
+	return pc.Memo("model|listeners-read-labels", func() any {
+		if pc.RoutesReadLabels() {
+			return true
+		}
+		for _, vs := range pc.cfg.virtualServices {
+			for _, tr := range vs.Spec.GetTcp() {
+				for _, m := range tr.GetMatch() {
+					if len(m.GetSourceLabels()) > 0 {
+						return true
+					}
+				}
+			}
+			for _, tr := range vs.Spec.GetTls() {
+				for _, m := range tr.GetMatch() {
+					if len(m.GetSourceLabels()) > 0 {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}).(bool)
+}
+
 // Share marks v, built once in this push context for many proxies (a
 // Memo value, or part of one), as a value whose encoding Encoded keeps:
 // what every proxy gets the same is then encoded once per push, not once

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -44,15 +45,19 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 			g.listeners = g.checkListeners(g.gatewayListeners(), before)
 		}
 		if g.listeners == nil {
-			all := append([]*listenerv3.Listener{g.virtualOutbound(), g.virtualInbound()}, g.outboundListeners()...)
+			outbound := g.outboundSet()
+			own := []*listenerv3.Listener{g.virtualInbound()}
 			for _, l := range g.boundInbound() {
-				if slices.ContainsFunc(all, func(o *listenerv3.Listener) bool { return o.GetName() == l.GetName() }) {
+				if slices.ContainsFunc(outbound, func(o *listenerv3.Listener) bool { return o.GetName() == l.GetName() }) ||
+					l.GetName() == VirtualInbound {
 					g.problem("listener %s: a Sidecar ingress port and an outbound listener share it; the ingress port is left out", l.GetName())
 					continue
 				}
-				all = append(all, l)
+				own = append(own, l)
 			}
-			g.listeners = g.checkListeners(all, before)
+			all := append(slices.Clone(outbound), g.checkListeners(own, before)...)
+			sortByName(all)
+			g.listeners = all
 		}
 		return g.listeners
 	}
@@ -106,6 +111,45 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 		}
 	}
 	return out
+}
+
+// outboundSet is a sidecar's outbound listeners: virtualOutbound and the
+// listeners of the services its scope sees, built and checked once per
+// push context and shared, with their encodings, by the proxies of one
+// scope (namespace and Sidecar). They read the proxy's labels only when a
+// VirtualService matches TCP or TLS on sourceLabels or a DestinationRule
+// selects workloads, and its addresses only when a service is listened
+// for per endpoint (its own left out): only then is the proxy part of the
+// key. Istio builds them per proxy; inbound listeners stay per proxy here
+// too.
+func (g *gen) outboundSet() []*listenerv3.Listener {
+	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.listenersReadAddresses())
+	v := g.pc.Memo(key, func() any {
+		sub := g.isolated()
+		before := sub.packErrs
+		ls := sub.checkListeners(append([]*listenerv3.Listener{sub.virtualOutbound()}, sub.outboundListeners()...), before)
+		for _, l := range ls {
+			g.pc.Share(l)
+		}
+		return &shared{value: ls, problems: sub.problems}
+	}).(*shared)
+	for _, p := range v.problems {
+		g.problem("%s", p)
+	}
+	ls, _ := v.value.([]*listenerv3.Listener)
+	return ls
+}
+
+// listenersReadAddresses reports whether a service of the proxy's scope is
+// listened for per endpoint address, the proxy's own left out (perEndpoint:
+// passthrough services without a VIP, headless ones included).
+func (g *gen) listenersReadAddresses() bool {
+	return g.pc.Memo(fmt.Sprintf("lds-addresses|%p", g.scope), func() any {
+		return slices.ContainsFunc(g.scope.Services(), func(svc *registryv1.Service) bool {
+			return svc.GetResolution() == registryv1.Resolution_RESOLUTION_NONE && len(ipAddresses(svc.GetAddresses())) == 0 &&
+				len(g.pc.Endpoints(svc)) > 0
+		})
+	}).(bool)
 }
 
 // httpFilters are the HTTP filters whose per-route settings routes may

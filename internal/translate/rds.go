@@ -108,21 +108,28 @@ func (g *gen) sharedRouteKey(name string) (string, bool) {
 	if g.grpc || g.isGateway() {
 		return "", false
 	}
+	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.routesReadAddresses()), true
+}
+
+// scopeKey is the push-context key of something a sidecar shares with the
+// others of its scope: kind and name, the scope, and the proxy's labels
+// and addresses when what is built reads them.
+func (g *gen) scopeKey(kind, name string, labels, ips bool) string {
 	var key strings.Builder
-	fmt.Fprintf(&key, "rds|%p|%s", g.scope, name)
-	if g.pc.RoutesReadLabels() {
+	fmt.Fprintf(&key, "%s|%p|%s", kind, g.scope, name)
+	if labels {
 		key.WriteString("|labels")
 		for _, k := range slices.Sorted(maps.Keys(g.p.Labels)) {
 			key.WriteString("|" + strconv.Quote(k) + "=" + strconv.Quote(g.p.Labels[k]))
 		}
 	}
-	if g.routesReadAddresses() {
+	if ips {
 		key.WriteString("|ips")
 		for _, ip := range g.p.IPs {
 			key.WriteString("|" + ip.String())
 		}
 	}
-	return key.String(), true
+	return key.String()
 }
 
 // routesReadAddresses reports whether a service of the proxy's scope is

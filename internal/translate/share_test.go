@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -164,6 +166,141 @@ func TestConcernedTypes(t *testing.T) {
 	} {
 		if got := ConcernedTypes(tt.cs); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func listenerNamed(t *testing.T, g *Generator, name string) *listenerv3.Listener {
+	t.Helper()
+	for _, m := range g.Resources(resourcev3.ListenerType, nil) {
+		if l := m.(*listenerv3.Listener); l.GetName() == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// tcpCluster is where the listener's first chain proxies TCP to.
+func tcpCluster(t *testing.T, l *listenerv3.Listener) string {
+	t.Helper()
+	var tp tcpproxyv3.TcpProxy
+	if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&tp); err != nil {
+		t.Fatalf("listener %s: %v", l.GetName(), err)
+	}
+	return tp.GetCluster()
+}
+
+func TestSidecarsOfOneScopeShareTheirOutboundListeners(t *testing.T) {
+	gs := generators(t, shareMesh)
+	for _, name := range []string{"0.0.0.0_9080", VirtualOutbound} {
+		canary, stable, other := listenerNamed(t, gs[0], name), listenerNamed(t, gs[1], name), listenerNamed(t, gs[2], name)
+		if canary == nil || stable == nil || other == nil {
+			t.Fatalf("listener %s missing (problems: %v)", name, gs[0].Problems())
+		}
+		if canary != stable {
+			t.Errorf("%s: two sidecars of one namespace got it built apart", name)
+		}
+		if canary == other {
+			t.Errorf("%s: sidecars of two namespaces share it: a scope is a namespace and its Sidecar", name)
+		}
+		if alone := listenerNamed(t, generators(t, shareMesh)[1], name); !proto.Equal(alone, stable) {
+			t.Errorf("%s: the shared listener differs from the one built for the proxy alone", name)
+		}
+	}
+	if listenerNamed(t, gs[0], VirtualInbound) == listenerNamed(t, gs[1], VirtualInbound) {
+		t.Error("two sidecars share their virtualInbound listener: inbound listeners are each proxy's own")
+	}
+}
+
+// tcpSourceLabelsMesh: a TCP service whose VirtualService sends the canary
+// app to v2 and everyone else to v1.
+const tcpSourceLabelsMesh = shareMesh + `
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: default}
+spec:
+  hosts: [db.default.svc.cluster.local]
+  addresses: [10.9.0.1]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  endpoints:
+  - {address: 10.1.1.1, labels: {version: v1}}
+  - {address: 10.1.1.2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: db, namespace: default}
+spec:
+  host: db.default.svc.cluster.local
+  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: default}
+spec:
+  hosts: [db.default.svc.cluster.local]
+  tcp:
+  - match: [{sourceLabels: {app: canary}}]
+    route: [{destination: {host: db, subset: v2}}]
+  - route: [{destination: {host: db, subset: v1}}]
+`
+
+func TestOutboundListenersFollowEachProxysLabelsWhenATCPMatchSelectsSourceLabels(t *testing.T) {
+	for _, order := range [][]int{{0, 1}, {1, 0}} {
+		gs := generators(t, tcpSourceLabelsMesh)
+		var ls [2]*listenerv3.Listener
+		for _, i := range order {
+			ls[i] = listenerNamed(t, gs[i], "10.9.0.1_5432")
+		}
+		if ls[0] == nil || ls[1] == nil {
+			t.Fatalf("listener 10.9.0.1_5432 missing (problems: %v)", gs[0].Problems())
+		}
+		if got := tcpCluster(t, ls[0]); got != "outbound|5432|v2|db.default.svc.cluster.local" {
+			t.Errorf("built in order %v: canary proxied to %s, want v2", order, got)
+		}
+		if got := tcpCluster(t, ls[1]); got != "outbound|5432|v1|db.default.svc.cluster.local" {
+			t.Errorf("built in order %v: stable proxied to %s, want v1", order, got)
+		}
+	}
+}
+
+// perEndpointMesh: a headless Service, one of whose endpoints is the
+// canary proxy itself (10.2.0.1); headless-services/input.yaml says why
+// the proxy's own address gets no listener.
+const perEndpointMesh = shareMesh + `
+---
+apiVersion: v1
+kind: Service
+metadata: {name: mysql, namespace: default}
+spec: {clusterIP: None, selector: {app: mysql}, ports: [{name: tcp-mysql, port: 3306, targetPort: 3306}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: mysql-1, namespace: default, labels: {kubernetes.io/service-name: mysql}}
+addressType: IPv4
+ports: [{name: tcp-mysql, port: 3306}]
+endpoints:
+- {addresses: [10.2.0.1], conditions: {ready: true}}
+- {addresses: [10.3.0.1], conditions: {ready: true}}
+`
+
+func TestAListenerPerEndpointLeavesOutTheProxysOwnAddressThoughListenersAreShared(t *testing.T) {
+	for _, order := range [][]int{{0, 1}, {1, 0}} {
+		gs := generators(t, perEndpointMesh)
+		for _, i := range order {
+			_ = gs[i].Resources(resourcev3.ListenerType, nil)
+		}
+		for i, want := range []map[string]bool{
+			{"10.2.0.1_3306": false, "10.3.0.1_3306": true}, // canary is 10.2.0.1
+			{"10.2.0.1_3306": true, "10.3.0.1_3306": true},
+		} {
+			for name, has := range want {
+				if got := listenerNamed(t, gs[i], name) != nil; got != has {
+					t.Errorf("built in order %v: proxy %d has listener %s: %v, want %v", order, i, name, got, has)
+				}
+			}
 		}
 	}
 }
