@@ -87,7 +87,9 @@ func ConcernedTypes(cs model.ChangeSet) []string {
 // client) without knowing how names are made:
 //
 //   - an outbound cluster or its endpoints ("outbound|80|v1|reviews…")
-//     depend on its service's host;
+//     depend on its service's host, which follows from the name alone,
+//     whatever the proxy (a server may match a change against a set of
+//     such names once for every proxy watching them);
 //   - a proxyless client's listener or route configuration ("host:port")
 //     depends on that host and on every destination of the
 //     VirtualService that applies to it for this proxy;

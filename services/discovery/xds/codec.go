@@ -1,7 +1,10 @@
 package xds
 
 import (
+	"errors"
 	"fmt"
+	"unicode/utf8"
+	"unsafe"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -38,7 +41,63 @@ type codec struct{ base encoding.CodecV2 }
 func (codec) Name() string { return "proto" }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*discoveryv3.DiscoveryRequest); ok {
+		return unmarshalRequest(data.Materialize(), req)
+	}
 	return c.base.Unmarshal(data, v) //nolint:wrapcheck // gRPC's own codec's error
+}
+
+// unmarshalRequest decodes a state-of-the-world request as proto.Unmarshal
+// does, its resource names as substrings of raw: a sidecar's every ACK of
+// load assignments names each of them again (hundreds), and
+// proto.Unmarshal would allocate a string for each. raw is the codec's
+// own copy of the message (Materialize) and is never written to, so the
+// names may share its bytes; they pin it, and nothing keeps them past the
+// request (a stream's subscription is its own copy, makeNameSet). The
+// other fields are decoded by proto.Unmarshal; so is the whole message
+// when it is malformed, for proto's own error.
+func unmarshalRequest(raw []byte, req *discoveryv3.DiscoveryRequest) error {
+	const namesField = 3 // DiscoveryRequest.resource_names
+	msg := unsafe.String(unsafe.SliceData(raw), len(raw)) //nolint:gosec // raw is never written to (above)
+	var names []string
+	var rest []byte
+	for pass := range 2 { // count the names, then take them
+		count := 0
+		for p := 0; p < len(raw); {
+			num, typ, n := protowire.ConsumeTag(raw[p:])
+			if n < 0 {
+				return proto.Unmarshal(raw, req) //nolint:wrapcheck // proto's error, as gRPC's codec returns it
+			}
+			m := protowire.ConsumeFieldValue(num, typ, raw[p+n:])
+			if m < 0 {
+				return proto.Unmarshal(raw, req) //nolint:wrapcheck // as above
+			}
+			switch {
+			case num != namesField || typ != protowire.BytesType:
+				if pass == 1 {
+					rest = append(rest, raw[p:p+n+m]...)
+				}
+			case pass == 0:
+				count++
+			default:
+				_, k := protowire.ConsumeVarint(raw[p+n:])
+				name := msg[p+n+k : p+n+m]
+				if !utf8.ValidString(name) {
+					return errors.New("decoding a DiscoveryRequest: resource_names: string field contains invalid UTF-8")
+				}
+				names = append(names, name)
+			}
+			p += n + m
+		}
+		if pass == 0 && count > 0 {
+			names = make([]string, 0, count)
+		}
+	}
+	if err := proto.Unmarshal(rest, req); err != nil {
+		return err //nolint:wrapcheck // as above
+	}
+	req.ResourceNames = names
+	return nil
 }
 
 // sotwResponse is a DiscoveryResponse whose resources are encodings of

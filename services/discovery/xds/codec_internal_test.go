@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"testing"
 	"unicode/utf8"
 	"unsafe"
@@ -11,6 +12,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -155,6 +157,122 @@ func FuzzTheCodecAgreesWithProtobuf(f *testing.F) {
 		want := &discoveryv3.DeltaDiscoveryResponse{Nonce: "n", Resources: []*discoveryv3.Resource{{Name: name, Version: version, Resource: a}}}
 		if !proto.Equal(&delta, want) {
 			t.Fatalf("delta: read back %v, want %v", &delta, want)
+		}
+	})
+}
+
+// sidecarACK is a state-of-the-world ACK of load assignments naming n
+// clusters, as a sidecar sends after each EDS response.
+func sidecarACK(n int) *discoveryv3.DiscoveryRequest {
+	req := &discoveryv3.DiscoveryRequest{
+		VersionInfo:   "v1",
+		Node:          &corev3.Node{Id: "sidecar~10.0.0.1~a.default~default.svc.cluster.local"},
+		TypeUrl:       resourcev3.EndpointType,
+		ResponseNonce: "n1",
+	}
+	for i := range n {
+		req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|80|v%d|svc-%d.default.svc.cluster.local", i%3, i))
+	}
+	return req
+}
+
+// unmarshalled decodes raw with the codec, as gRPC calls it.
+func unmarshalled(raw []byte) (*discoveryv3.DiscoveryRequest, error) {
+	var req discoveryv3.DiscoveryRequest
+	err := testCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &req)
+	return &req, err
+}
+
+func TestTheCodecDecodesRequestsAsProtobufDoes(t *testing.T) {
+	appendName := func(b []byte, name string) []byte {
+		return protowire.AppendString(protowire.AppendTag(b, 3, protowire.BytesType), name)
+	}
+	ack, err := proto.Marshal(sidecarACK(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		raw  []byte
+	}{
+		{"an ACK", ack},
+		{"names between and after the other fields", appendName(append(appendName(nil, "b"), ack...), "a")},
+		{"an empty name and an unknown field", protowire.AppendVarint(protowire.AppendTag(appendName(nil, ""), 99, protowire.VarintType), 7)},
+		{"resource_names with the wrong wire type, kept as protobuf keeps it", protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), 1)},
+		{"nothing", nil},
+	} {
+		want := &discoveryv3.DiscoveryRequest{}
+		if err := proto.Unmarshal(tt.raw, want); err != nil {
+			t.Fatalf("%s: protobuf: %v", tt.name, err)
+		}
+		got, err := unmarshalled(tt.raw)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: decoded %v, protobuf decodes %v", tt.name, got, want)
+		}
+	}
+}
+
+func TestTheCodecRefusesMalformedRequestsAsProtobufDoes(t *testing.T) {
+	ack, err := proto.Marshal(sidecarACK(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		raw  []byte
+	}{
+		{"cut short", ack[:len(ack)-5]},
+		{"a name that is not UTF-8", protowire.AppendString(protowire.AppendTag(nil, 3, protowire.BytesType), "a\xffb")},
+		{"a length past the end", append(protowire.AppendTag(nil, 3, protowire.BytesType), 0x7f, 'a')},
+		{"a bad tag", []byte{0x80}},
+		{"an end-group tag alone", protowire.AppendTag(nil, 3, protowire.EndGroupType)},
+	} {
+		if err := proto.Unmarshal(tt.raw, &discoveryv3.DiscoveryRequest{}); err == nil {
+			t.Fatalf("%s: protobuf accepts it", tt.name)
+		}
+		if _, err := unmarshalled(tt.raw); err == nil {
+			t.Errorf("%s: decoded without an error", tt.name)
+		}
+	}
+}
+
+func TestAnACKNamingHundredsOfClustersCostsAFewAllocations(t *testing.T) {
+	raw, err := proto.Marshal(sidecarACK(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := unmarshalled(raw); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The message's copy, the names' slice, the other fields and what
+	// proto.Unmarshal makes of them (node, version, nonce): not one per
+	// name, as proto.Unmarshal alone makes (617 here).
+	if allocs > 20 {
+		t.Errorf("%.0f allocations to decode an ACK naming 600 clusters, want a few (not one per name)", allocs)
+	}
+}
+
+func FuzzTheRequestDecoderAgreesWithProtobuf(f *testing.F) {
+	ack, err := proto.Marshal(sidecarACK(2))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ack)
+	f.Add([]byte{0x1a, 0x01, 0xff})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		want := &discoveryv3.DiscoveryRequest{}
+		wantErr := proto.Unmarshal(raw, want)
+		got, err := unmarshalled(raw)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("decoder error %v, protobuf's %v", err, wantErr)
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("decoded %v, protobuf decodes %v", got, want)
 		}
 	})
 }

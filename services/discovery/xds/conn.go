@@ -30,6 +30,15 @@ type pushEvent struct {
 	pc, prev *model.PushContext
 	changes  model.ChangeSet
 	seen     time.Time
+
+	// affected holds affectedClusters' answer for each set of load
+	// assignment names a stream watches (nameSet → []string, never
+	// changed): the proxies of one scope watch the same names, and a
+	// load assignment's hosts follow from its name alone
+	// (translate.Generator.DependsOn), so the change is matched against
+	// them once. Every stream's copy of the event shares it, until a
+	// stream merges another change into its copy (enqueue).
+	affected *sync.Map
 }
 
 // Nack is the last rejection of a type by a proxy.
@@ -147,6 +156,7 @@ func (c *conn) enqueue(ev *pushEvent) {
 	} else {
 		c.pending.pc = ev.pc
 		c.pending.changes.Merge(ev.changes)
+		c.pending.affected = new(sync.Map) // answers for the change alone no longer hold
 	}
 	if !c.pushing {
 		c.pushing = true

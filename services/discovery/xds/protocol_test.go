@@ -817,6 +817,43 @@ func TestAnEndpointChangeSendsAStateOfTheWorldProxyOnlyTheLoadAssignmentsThatCha
 	}
 }
 
+// TestProxiesWatchingTheSameLoadAssignmentsEachGetTheOnesEachChangeChanged:
+// which of a set of names a change concerns is worked out once for every
+// stream watching that set, and anew for each change.
+func TestProxiesWatchingTheSameLoadAssignmentsEachGetTheOnesEachChangeChanged(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.store.PutService(service("b", 80))
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1"))
+	h.store.PutEndpointSet(endpoints("b", "10.1.2.1"))
+	h.push()
+	const ca, cb = "outbound|80||a.default.svc.cluster.local", "outbound|80||b.default.svc.cluster.local"
+	var streams []*sotw
+	for _, id := range []string{"sidecar~10.1.0.9~x-1.default~default.svc.cluster.local", "sidecar~10.1.0.10~y-1.default~default.svc.cluster.local"} {
+		s := h.sotw(t)
+		s.send(t, &discoveryv3.DiscoveryRequest{Node: node(id, nil), TypeUrl: resourcev3.ClusterType})
+		s.send(t, ack(s.next(t)))
+		s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{ca, cb}})
+		s.send(t, ack(s.next(t), ca, cb))
+		streams = append(streams, s)
+	}
+	for _, change := range []struct{ svc, addr, cluster string }{{"a", "10.1.1.7", ca}, {"b", "10.1.2.7", cb}} {
+		h.store.PutEndpointSet(endpoints(change.svc, change.addr))
+		h.push()
+		for i, s := range streams {
+			r := s.next(t)
+			var la endpointv3.ClusterLoadAssignment
+			if r.GetTypeUrl() != resourcev3.EndpointType || len(r.GetResources()) != 1 {
+				t.Fatalf("%s moved: proxy %d got %d resources of %s, want one load assignment", change.svc, i, len(r.GetResources()), r.GetTypeUrl())
+			}
+			if err := r.GetResources()[0].UnmarshalTo(&la); err != nil || la.GetClusterName() != change.cluster {
+				t.Fatalf("%s moved: proxy %d got %q (%v), want %s", change.svc, i, la.GetClusterName(), err, change.cluster)
+			}
+			s.send(t, ack(r, ca, cb))
+		}
+	}
+}
+
 // TestAStateOfTheWorldProxyReconnectingWithTheVersionItHoldsIsSentNothingNew:
 // versions are content hashes, the same on every replica, so a proxy
 // whose connection ended (its age, a replica gone) and that asks again

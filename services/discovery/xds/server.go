@@ -140,7 +140,7 @@ func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.
 	s.ledger.record(pc.Seq, changes.Objects)
 	changes.Objects = nil // the ledger's: not merged into every stream's pending push
 	s.metrics.pushes(changes)
-	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen}
+	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen, affected: new(sync.Map)}
 	for _, c := range conns {
 		c.enqueue(ev)
 	}

@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -42,7 +43,7 @@ func (c *conn) push(ev *pushEvent) error {
 	w := c.watches[resourcev3.EndpointType]
 	var affected []string
 	if w != nil && w.started {
-		affected = affectedClusters(gen, w, ev.changes)
+		affected = ev.affectedClusters(gen, w.names)
 	}
 	if len(affected) == 0 {
 		c.s.metrics.decided("skipped") // nothing this proxy watches changed
@@ -108,22 +109,30 @@ func (c *conn) inboundAffected(ev *pushEvent) bool {
 	return false
 }
 
-// affectedClusters are the watched EDS clusters built from a service
-// whose endpoints changed. A cluster whose hosts cannot be listed is left
-// to full pushes (inbound endpoint changes are one, inboundAffected).
-func affectedClusters(gen *translate.Generator, w *watch, cs model.ChangeSet) []string {
+// affectedClusters are the watched EDS clusters (names) built from a
+// service whose endpoints changed, shared with every stream watching the
+// same names. A cluster whose hosts cannot be listed is left to full
+// pushes (inbound endpoint changes are one, inboundAffected).
+func (ev *pushEvent) affectedClusters(gen *translate.Generator, names nameSet) []string {
+	if ev.affected == nil {
+		ev.affected = new(sync.Map)
+	}
+	if v, ok := ev.affected.Load(names); ok {
+		return v.([]string)
+	}
 	hosts := map[string]bool{}
-	for key := range cs.Endpoints {
+	for key := range ev.changes.Endpoints {
 		if _, host, ok := strings.Cut(key, "/"); ok {
 			hosts[host] = true
 		}
 	}
 	var out []string
-	for _, name := range w.names.list() {
+	for _, name := range names.list() {
 		deps, _ := gen.DependsOn(resourcev3.EndpointType, name)
 		if slices.ContainsFunc(deps, func(h string) bool { return hosts[h] }) {
 			out = append(out, name)
 		}
 	}
-	return out // sorted, as the names are
+	v, _ := ev.affected.LoadOrStore(names, out) // sorted, as the names are
+	return v.([]string)
 }
