@@ -58,6 +58,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 // when it is malformed, for proto's own error.
 func unmarshalRequest(raw []byte, req *discoveryv3.DiscoveryRequest) error {
 	const namesField = 3 // DiscoveryRequest.resource_names
+
 	msg := unsafe.String(unsafe.SliceData(raw), len(raw)) //nolint:gosec // raw is never written to (above)
 	var names []string
 	var rest []byte
