@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -41,10 +42,95 @@ type codec struct{ base encoding.CodecV2 }
 func (codec) Name() string { return "proto" }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if req, ok := v.(*discoveryv3.DiscoveryRequest); ok {
-		return unmarshalRequest(data.Materialize(), req)
+	switch r := v.(type) {
+	case *sotwRequest:
+		var raw []byte // gRPC's, valid until this returns
+		if len(data) == 1 {
+			raw = data[0].ReadOnlyData()
+		} else {
+			raw = data.Materialize()
+		}
+		if r.subscribed != nil && decodeAsSubscribed(raw, r) {
+			return nil
+		}
+		if len(data) == 1 {
+			raw = bytes.Clone(raw) // the names will share its bytes
+		}
+		return unmarshalRequest(raw, r.DiscoveryRequest)
+	case *discoveryv3.DiscoveryRequest:
+		return unmarshalRequest(data.Materialize(), r)
 	}
 	return c.base.Unmarshal(data, v) //nolint:wrapcheck // gRPC's own codec's error
+}
+
+// DiscoveryRequest's fields read before the rest is decoded.
+const (
+	namesField   = 3 // resource_names
+	typeURLField = 4 // type_url
+)
+
+// sotwRequest is a state-of-the-world request as a stream receives it.
+// subscribed, when set, tells what the stream is subscribed to of a type:
+// a request naming exactly that, in that order (Envoy's every ACK does),
+// is decoded without its names and marked asSubscribed, so that an ACK
+// costs no copy of the hundreds of names it repeats. Another codec decodes
+// the embedded message as protobuf does, names and all.
+type sotwRequest struct {
+	*discoveryv3.DiscoveryRequest
+
+	subscribed   func(typeURL string) nameSet
+	asSubscribed bool
+}
+
+// decodeAsSubscribed decodes raw into r, without its resource names, when
+// they are the names r.subscribed gives for its type, in that order; it
+// reports false, r to be decoded anew, otherwise (another subscription, a
+// malformed message, none subscribed). raw is not kept.
+func decodeAsSubscribed(raw []byte, r *sotwRequest) bool {
+	var typeURL []byte
+	for p := 0; p < len(raw); {
+		num, typ, n := protowire.ConsumeTag(raw[p:])
+		if n < 0 {
+			return false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, raw[p+n:])
+		if m < 0 {
+			return false
+		}
+		if num == typeURLField && typ == protowire.BytesType {
+			typeURL, _ = protowire.ConsumeBytes(raw[p+n:]) // the last one, as protobuf takes it
+		}
+		p += n + m
+	}
+	set := r.subscribed(string(typeURL))
+	if set.len() == 0 {
+		return false // nothing to save
+	}
+	packed := set.packed.Value()
+	var rest []byte
+	for p := 0; p < len(raw); {
+		num, typ, n := protowire.ConsumeTag(raw[p:])
+		m := protowire.ConsumeFieldValue(num, typ, raw[p+n:])
+		if num != namesField || typ != protowire.BytesType {
+			rest = append(rest, raw[p:p+n+m]...)
+			p += n + m
+			continue
+		}
+		if packed == "" {
+			return false
+		}
+		name, _ := protowire.ConsumeBytes(raw[p+n:])
+		var have string
+		if have, packed = next(packed); have != string(name) {
+			return false
+		}
+		p += n + m
+	}
+	if packed != "" || proto.Unmarshal(rest, r.DiscoveryRequest) != nil {
+		return false
+	}
+	r.asSubscribed = true
+	return true
 }
 
 // unmarshalRequest decodes a state-of-the-world request as proto.Unmarshal
@@ -57,8 +143,6 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 // other fields are decoded by proto.Unmarshal; so is the whole message
 // when it is malformed, for proto's own error.
 func unmarshalRequest(raw []byte, req *discoveryv3.DiscoveryRequest) error {
-	const namesField = 3 // DiscoveryRequest.resource_names
-
 	msg := unsafe.String(unsafe.SliceData(raw), len(raw)) //nolint:gosec // raw is never written to (above)
 	var names []string
 	var rest []byte

@@ -449,9 +449,20 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	return nil
 }
 
+// subscribed is what the stream is subscribed to of a type, for the
+// codec to recognise a request that names it again (sotwRequest).
+func (c *conn) subscribed(typeURL string) nameSet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w := c.watches[typeURL]; w != nil {
+		return w.names
+	}
+	return nameSet{}
+}
+
 // onSotwRequest handles a state-of-the-world request: an ACK, a NACK, or
 // a (changed) subscription, which is answered.
-func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequest) error {
+func (c *conn) onSotwRequest(ctx context.Context, req *sotwRequest) error {
 	if err := checkNames(req.GetResourceNames()); err != nil {
 		return err
 	}
@@ -476,9 +487,9 @@ func (c *conn) onSotwRequest(ctx context.Context, req *discoveryv3.DiscoveryRequ
 		news = c.acked(t, w, req.GetVersionInfo(), nonce)
 	}
 	names := req.GetResourceNames()
-	wildcard := wildcardType(t) && (len(names) == 0 || slices.Contains(names, "*"))
+	wildcard := !req.asSubscribed && wildcardType(t) && (len(names) == 0 || slices.Contains(names, "*"))
 	set := w.names
-	if !set.sameAs(names) {
+	if !req.asSubscribed && !set.sameAs(names) {
 		set = makeNameSet(names)
 	}
 	changed := !w.started || wildcard != w.wildcard || set != w.names

@@ -183,13 +183,20 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 	if debugapi.IsDebugType(first.GetTypeUrl()) {
 		return s.serveDebug(stream.Context(), first, stream.Recv, stream.Send)
 	}
-	recv := func() (*discoveryv3.DiscoveryRequest, error) {
+	recv := func(c *conn) (*sotwRequest, error) {
 		if first != nil {
 			req := first
 			first = nil
-			return req, nil
+			return &sotwRequest{DiscoveryRequest: req}, nil
 		}
-		return stream.Recv()
+		req := &sotwRequest{DiscoveryRequest: &discoveryv3.DiscoveryRequest{}}
+		if c != nil {
+			req.subscribed = c.subscribed
+		}
+		if err := stream.RecvMsg(req); err != nil {
+			return nil, err //nolint:wrapcheck // gRPC's status, as Recv returns it
+		}
+		return req, nil
 	}
 	return serveStream(s, stream.Context(), recv, false,
 		func(c *conn) { c.sendSotw = func(r *sotwResponse) error { return stream.SendMsg(r) } },
@@ -206,7 +213,7 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 	if debugapi.IsDebugType(first.GetTypeUrl()) {
 		return status.Error(codes.InvalidArgument, "debug types are served over state-of-the-world ADS (StreamAggregatedResources)")
 	}
-	recv := func() (*discoveryv3.DeltaDiscoveryRequest, error) {
+	recv := func(*conn) (*discoveryv3.DeltaDiscoveryRequest, error) {
 		if first != nil {
 			req := first
 			first = nil
@@ -226,7 +233,7 @@ func (s *Server) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscovery
 // which it ends at once: returning is what makes gRPC end the stream and
 // release a send blocked on the proxy.
 func serveStream[Req interface{ GetNode() *corev3.Node }](
-	s *Server, ctx context.Context, recv func() (Req, error), delta bool,
+	s *Server, ctx context.Context, recv func(*conn) (Req, error), delta bool,
 	setSend func(*conn), onRequest func(*conn, context.Context, Req) error,
 ) error {
 	aborted := make(chan struct{})
@@ -235,7 +242,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](
 	go func() {
 		var c *conn
 		for {
-			req, err := recv()
+			req, err := recv(c)
 			if err != nil {
 				done <- recvError(err)
 				return
