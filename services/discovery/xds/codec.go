@@ -44,19 +44,14 @@ func (codec) Name() string { return "proto" }
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch r := v.(type) {
 	case *sotwRequest:
-		var raw []byte // gRPC's, valid until this returns
-		if len(data) == 1 {
-			raw = data[0].ReadOnlyData()
-		} else {
-			raw = data.Materialize()
-		}
-		if r.subscribed != nil && decodeAsSubscribed(raw, r) {
+		// In one buffer (gRPC's own when it is one, else a pooled copy),
+		// valid until this returns.
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		if r.subscribed != nil && decodeAsSubscribed(buf.ReadOnlyData(), r) {
 			return nil
 		}
-		if len(data) == 1 {
-			raw = bytes.Clone(raw) // the names will share its bytes
-		}
-		return unmarshalRequest(raw, r.DiscoveryRequest)
+		return unmarshalRequest(bytes.Clone(buf.ReadOnlyData()), r.DiscoveryRequest) // the names will share the copy's bytes
 	case *discoveryv3.DiscoveryRequest:
 		return unmarshalRequest(data.Materialize(), r)
 	}
