@@ -246,11 +246,17 @@ func (c *sidecarClient) connect(ctx context.Context, o SidecarClientOptions, add
 	return c.sotw(ctx, ads)
 }
 
+// errStreamEnded is a stream the server ended with an OK status
+// (discovery's, at its connection age).
+var errStreamEnded = errors.New("the server ended the stream")
+
 // movedOn reports whether a stream ended because the server asked the
-// client to go (a graceful GOAWAY, at its connection age): Envoy then
-// connects again, and so does a client, without an error.
+// client to go, at its connection age: the server ended the stream, or
+// closed its connection after a graceful GOAWAY. Envoy then connects
+// again, and so does a client, without an error.
 func movedOn(err error) bool {
-	return status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "received prior goaway: code: NO_ERROR")
+	return errors.Is(err, errStreamEnded) ||
+		status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "received prior goaway: code: NO_ERROR")
 }
 
 func (c *sidecarClient) fail(log io.Writer, err error) {
@@ -295,6 +301,9 @@ func (c *sidecarClient) sotw(ctx context.Context, ads discoveryv3.AggregatedDisc
 	}
 	for {
 		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return errStreamEnded
+		}
 		if err != nil {
 			return fmt.Errorf("receive: %w", err)
 		}
@@ -367,6 +376,9 @@ func (c *sidecarClient) delta(ctx context.Context, ads discoveryv3.AggregatedDis
 	}
 	for {
 		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return errStreamEnded
+		}
 		if err != nil {
 			return fmt.Errorf("receive: %w", err)
 		}

@@ -1,9 +1,12 @@
 package load
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 )
 
@@ -127,6 +130,23 @@ func TestEveryReplicaMustServeFourFifthsOfAnEvenShare(t *testing.T) {
 	} {
 		if got := evenEnough(tt.counts, tt.n); got != tt.want {
 			t.Errorf("evenEnough(%v, %d) = %v, want %v", tt.counts, tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestAClientMovesOnWithoutAnErrorWhenTheServerEndsItsStreamAtTheConnectionAge(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the server ended the stream (OK status)", errStreamEnded, true},
+		{"the connection closed after a graceful GOAWAY", status.Error(codes.Unavailable, "closing transport due to: connection error: desc = \"error reading from server: EOF\", received prior goaway: code: NO_ERROR"), true},
+		{"the stream aborted for a slow read", status.Error(codes.DeadlineExceeded, "the proxy took no response for 30s"), false},
+		{"the connection reset", fmt.Errorf("receive: %w", status.Error(codes.Unavailable, "error reading from server: connection reset by peer")), false},
+	} {
+		if got := movedOn(tt.err); got != tt.want {
+			t.Errorf("%s: moved on %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -62,7 +62,7 @@ type Config struct {
 	XDSSendTimeout time.Duration `yaml:"xdsSendTimeout" usage:"close the stream of a proxy that takes no response for this long (it reads too slowly or not at all); 0 waits for ever"`
 	// XDSMaxConnectionAge ends proxies' connections after about that
 	// long, so they spread over replicas added since.
-	XDSMaxConnectionAge time.Duration `yaml:"xdsMaxConnectionAge" usage:"end each proxy connection after about this long (±10 %: a GOAWAY, then 10s for its streams), so proxies reconnect and spread over replicas added by a scale-out; 0 keeps connections for ever"`
+	XDSMaxConnectionAge time.Duration `yaml:"xdsMaxConnectionAge" usage:"end each proxy stream after about this long (±10 %), at its first moment with no response in flight (waiting up to 10s), its connection told before to take no new streams (a GOAWAY), so proxies reconnect and spread over replicas added by a scale-out; 0 keeps connections for ever"`
 	// DebounceQuiet and DebounceMax shape pushes.
 	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
@@ -169,7 +169,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		return fmt.Errorf("xds listen: %w", err)
 	}
 	srv, err := xds.New(xds.Options{
-		Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout,
+		Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout, ConnectionAge: cfg.XDSMaxConnectionAge,
 		SystemNamespace: cfg.SystemNamespace, PlaintextDebug: isLoopback(lis.Addr()),
 		Replica: debugapi.NewReplica(controlplane.Discovery, cfg.ReplicaName, buildinfo.Get().Version),
 	})
@@ -233,15 +233,16 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	return rt.Serve(ctx, actors...)
 }
 
-// xdsConnectionAgeGrace is how long a connection past its age keeps its
-// streams (Istio's MaxServerConnectionAgeGrace).
-const xdsConnectionAgeGrace = 10 * time.Second
-
 func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, shutdown, maxAge time.Duration) (*grpcserver.Server, error) {
 	gs, err := grpcserver.New(grpcserver.Options{
 		Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, TLSConfig: tlsCfg,
 		MaxRecvMsgBytes: grpcserver.MaxSubscriberRequestBytes, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown),
-		MaxConnectionAge: maxAge, MaxConnectionAgeGrace: xdsConnectionAgeGrace,
+		// The GOAWAY comes at 72–88 % of the age (gRPC's own ±10 %), before
+		// the stream ends itself at 90–110 % and a quiet moment
+		// (xds.Options.ConnectionAge), so the proxy's next stream opens a
+		// new connection. gRPC closes the connection only if the stream
+		// has not ended by 112–128 % plus the grace.
+		MaxConnectionAge: maxAge * 8 / 10, MaxConnectionAgeGrace: maxAge*4/10 + xds.DefaultConnectionAgeGrace,
 		Extra: []grpc.ServerOption{xds.ServerOption()},
 	})
 	if err != nil {

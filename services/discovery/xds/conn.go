@@ -96,7 +96,8 @@ type conn struct {
 	// stream's requests and its pushes.
 	work sync.Mutex
 
-	mu      sync.Mutex // guards pending, pushing, closed, failed, and watches for readers other than work's holder
+	mu      sync.Mutex // guards pending, pushing, closed, failed, retire, and watches for readers other than work's holder
+	retire  retirement
 	pending *pushEvent
 	pushing bool
 	closed  bool
@@ -173,6 +174,7 @@ func (c *conn) drain() {
 		c.pending = nil
 		if ev == nil || c.closed {
 			c.pushing = false
+			c.retireIfQuiet()
 			c.mu.Unlock()
 			return
 		}
@@ -543,6 +545,7 @@ func (c *conn) acked(t string, w *watch, version, nonce string) bool {
 	seen := w.pendingSeen
 	w.pendingSeen = time.Time{}
 	c.settle()
+	c.retireIfQuiet()
 	c.mu.Unlock()
 	if !seen.IsZero() {
 		c.s.metrics.converged(t, time.Since(seen))
@@ -563,6 +566,7 @@ func (c *conn) nacked(t string, w *watch, version, nonce, msg string) bool {
 	}
 	w.nack = &Nack{Version: w.sentVersion, Nonce: nonce, Message: clip.String(msg, 4096), At: time.Now()}
 	w.pendingSeen = time.Time{}
+	c.retireIfQuiet()
 	c.mu.Unlock()
 	c.s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", shortType(t))))
 	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", clip.String(msg, 512))

@@ -2,7 +2,9 @@ package xds_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -885,4 +887,80 @@ func TestAStateOfTheWorldProxyReconnectingWithTheVersionItHoldsIsSentNothingNew(
 		t.Fatalf("after a change the resumed stream got version %s with %d clusters, want a new version with %d", r.GetVersionInfo(),
 			len(r.GetResources()), len(held.GetResources())+1)
 	}
+}
+
+// ended waits for the server to end the stream, and reports whether it
+// ended it with an OK status (a graceful end, not an error).
+func (s *sotw) ended(t *testing.T) bool {
+	t.Helper()
+	select {
+	case r := <-s.resp:
+		t.Fatalf("unexpected %s response while waiting for the stream to end", r.GetTypeUrl())
+	case err := <-s.err:
+		return errors.Is(err, io.EOF)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end within 10s")
+	}
+	return false
+}
+
+func (s *sotw) stillOpen(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case err := <-s.err:
+		t.Fatalf("the stream ended: %v", err)
+	case r := <-s.resp:
+		t.Fatalf("unexpected %s response", r.GetTypeUrl())
+	case <-time.After(d):
+	}
+}
+
+// TestAStreamPastItsConnectionAgeEndsOnceItsProxyHasAnsweredEverythingItWasSent:
+// a stream ends at its age only when nothing is in flight, so the proxy
+// reconnects holding what it was last sent, never cut off in the middle
+// of a push.
+func TestAStreamPastItsConnectionAgeEndsOnceItsProxyHasAnsweredEverythingItWasSent(t *testing.T) {
+	const age = 200 * time.Millisecond
+	h := newHarnessWith(t, xds.Options{ConnectionAge: age, ConnectionAgeGrace: time.Hour})
+	h.store.PutService(service("a", 80))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	first := s.next(t)
+	s.stillOpen(t, 5*age) // past its age, the response unanswered
+
+	h.store.PutService(service("b", 80))
+	h.push()
+	second := s.next(t)
+	s.send(t, ack(first))
+	s.stillOpen(t, 5*age) // the second response unanswered
+	s.send(t, ack(second))
+	if !s.ended(t) {
+		t.Fatal("the stream ended with an error, want an OK status")
+	}
+}
+
+func TestAStreamPastItsConnectionAgeEndsAtTheGraceWhenItsProxyNeverAnswers(t *testing.T) {
+	h := newHarnessWith(t, xds.Options{ConnectionAge: 100 * time.Millisecond, ConnectionAgeGrace: 300 * time.Millisecond})
+	h.store.PutService(service("a", 80))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	_ = s.next(t) // never acknowledged
+	if !s.ended(t) {
+		t.Fatal("the stream ended with an error, want an OK status")
+	}
+	if n := h.srv.Conns(); len(n) != 0 {
+		t.Fatalf("%d proxies still connected", len(n))
+	}
+}
+
+func TestAStreamWithoutAConnectionAgeStaysOpen(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.push()
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	s.send(t, ack(s.next(t)))
+	s.stillOpen(t, time.Second)
 }

@@ -9,6 +9,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,6 +73,12 @@ type Options struct {
 	PlaintextDebug bool
 	// Replica names this replica in debug responses.
 	Replica debugapi.Replica
+	// ConnectionAge, when set, ends each proxy's stream after about that
+	// long (±10 %), at its first moment with nothing in flight and at
+	// the latest ConnectionAgeGrace later (age.go). The connection's own
+	// GOAWAY must come before it, so that the proxy reconnects on a new
+	// connection. ConnectionAgeGrace defaults to DefaultConnectionAgeGrace.
+	ConnectionAge, ConnectionAgeGrace time.Duration
 }
 
 // Server is the ADS server.
@@ -79,6 +86,8 @@ type Server struct {
 	log             *slog.Logger
 	verifyIdentity  bool
 	sendTimeout     time.Duration
+	connectionAge   time.Duration
+	ageGrace        time.Duration
 	systemNamespace string
 	plaintextDebug  bool
 	replica         debugapi.Replica
@@ -105,6 +114,8 @@ func New(o Options) (*Server, error) {
 
 		verifyIdentity:  o.VerifyIdentity,
 		sendTimeout:     o.SendTimeout,
+		connectionAge:   o.ConnectionAge,
+		ageGrace:        cmp.Or(o.ConnectionAgeGrace, DefaultConnectionAgeGrace),
 		systemNamespace: o.SystemNamespace,
 		plaintextDebug:  o.PlaintextDebug,
 		replica:         o.Replica,
@@ -236,7 +247,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](
 	s *Server, ctx context.Context, recv func(*conn) (Req, error), delta bool,
 	setSend func(*conn), onRequest func(*conn, context.Context, Req) error,
 ) error {
-	aborted := make(chan struct{})
+	aborted, retired := make(chan struct{}), make(chan struct{})
 	var connected atomic.Pointer[conn]
 	done := make(chan error, 1)
 	go func() {
@@ -248,7 +259,7 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](
 				return
 			}
 			if c == nil {
-				if c, err = s.connect(ctx, req.GetNode(), delta, setSend, aborted); err != nil {
+				if c, err = s.connect(ctx, req.GetNode(), delta, setSend, aborted, retired); err != nil {
 					done <- err
 					return
 				}
@@ -265,6 +276,9 @@ func serveStream[Req interface{ GetNode() *corev3.Node }](
 	case err = <-done:
 	case <-aborted:
 		err = connected.Load().abortedWith()
+	case <-retired:
+		// Past its connection age (age.go): the proxy reconnects, on a
+		// new connection, the old one told to take no more streams.
 	}
 	if c := connected.Load(); c != nil {
 		s.disconnect(c)
@@ -284,7 +298,7 @@ func recvError(err error) error {
 
 // connect identifies the proxy from its first request; a node that does
 // not parse ends the stream with InvalidArgument and the reason.
-func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, setSend func(*conn), aborted chan struct{}) (*conn, error) {
+func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, setSend func(*conn), aborted, retired chan struct{}) (*conn, error) {
 	p, err := proxy.FromNode(node)
 	if err != nil {
 		s.metrics.rejectedNodes.Add(ctx, 1)
@@ -298,8 +312,11 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 		return nil, err
 	}
 	c := newConn(s, p, node.GetId(), delta)
-	c.identity, c.aborted = id, aborted
+	c.identity, c.aborted, c.retire.done = id, aborted, retired
 	setSend(c)
+	if s.connectionAge > 0 {
+		c.startAge(s.connectionAge, s.ageGrace)
+	}
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -336,6 +353,7 @@ func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
 
 func (s *Server) disconnect(c *conn) {
 	c.close()
+	c.stopAge()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
