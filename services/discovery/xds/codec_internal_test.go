@@ -287,16 +287,19 @@ func TestARequestNamingWhatTheStreamIsSubscribedToIsDecodedWithoutItsNames(t *te
 		t.Errorf("the other fields decoded as %v, want %v", r.DiscoveryRequest, want)
 	}
 	// What decoding allocates: the other fields, not a copy of the
-	// message or of its names.
+	// message or of its names (those would be more than the message's
+	// size). The bound leaves room for the pooled buffer the message is
+	// read into being made anew now and then: the race detector has
+	// sync.Pool drop a quarter of what it is given.
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	const runs = 20
+	const runs = 100
 	for range runs {
 		_, _ = received(raw, set)
 	}
 	runtime.ReadMemStats(&after)
-	if perRun := (after.TotalAlloc - before.TotalAlloc) / runs; perRun > uint64(len(raw)/10) {
-		t.Errorf("decoding an ACK of %d bytes naming the 600 subscribed clusters allocates %d bytes, want a tenth of it at most", len(raw), perRun)
+	if perRun := (after.TotalAlloc - before.TotalAlloc) / runs; perRun > uint64(len(raw)/2) {
+		t.Errorf("decoding an ACK of %d bytes naming the 600 subscribed clusters allocates %d bytes, want half of it at most", len(raw), perRun)
 	}
 }
 
