@@ -81,13 +81,9 @@ livenessProbe:
   failureThreshold: 6
 resources:
 {{ toYaml $v.resources | indent 2 }}
-env:
-# The Go runtime's soft memory limit is the container's, as Istio sets it
-# for its proxies: near the limit the collector works harder, rather than
-# the kernel killing the process. (Without a limit the node's memory.)
-- name: GOMEMLIMIT
-  valueFrom:
-    resourceFieldRef: {resource: limits.memory, divisor: "1"}
+{{- /* No GOMEMLIMIT here: each service gives the Go runtime 90 % of its
+container's memory limit itself, read from its cgroup (as istiod does),
+which leaves room for what the runtime does not count. */}}
 {{- end }}
 
 {{/* The shared flags. */}}
