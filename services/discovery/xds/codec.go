@@ -77,12 +77,11 @@ type sotwRequest struct {
 	asSubscribed bool
 }
 
-// decodeAsSubscribed decodes raw into r, without its resource names, when
-// they are the names r.subscribed gives for its type, in that order; it
-// reports false, r to be decoded anew, otherwise (another subscription, a
-// malformed message, none subscribed). raw is not kept.
-func decodeAsSubscribed(raw []byte, r *sotwRequest) bool {
-	var typeURL []byte
+// eachField calls f with each top-level field of the message raw: its
+// number, wire type, the field's bytes (tag and value) and, for a
+// length-delimited field, its value, which ends where the field does. It
+// reports false, having stopped, when raw is malformed or f returns false.
+func eachField(raw []byte, f func(num protowire.Number, typ protowire.Type, field, value []byte) bool) bool {
 	for p := 0; p < len(raw); {
 		num, typ, n := protowire.ConsumeTag(raw[p:])
 		if n < 0 {
@@ -92,10 +91,36 @@ func decodeAsSubscribed(raw []byte, r *sotwRequest) bool {
 		if m < 0 {
 			return false
 		}
-		if num == typeURLField && typ == protowire.BytesType {
-			typeURL, _ = protowire.ConsumeBytes(raw[p+n:]) // the last one, as protobuf takes it
+		var value []byte
+		if typ == protowire.BytesType {
+			value, _ = protowire.ConsumeBytes(raw[p+n:])
+		}
+		if !f(num, typ, raw[p:p+n+m], value) {
+			return false
 		}
 		p += n + m
+	}
+	return true
+}
+
+// isName reports whether a field is one of resource_names.
+func isName(num protowire.Number, typ protowire.Type) bool {
+	return num == namesField && typ == protowire.BytesType
+}
+
+// decodeAsSubscribed decodes raw into r, without its resource names, when
+// they are the names r.subscribed gives for its type, in that order; it
+// reports false, r to be decoded anew, otherwise (another subscription, a
+// malformed message, none subscribed). raw is not kept.
+func decodeAsSubscribed(raw []byte, r *sotwRequest) bool {
+	var typeURL []byte
+	if !eachField(raw, func(num protowire.Number, typ protowire.Type, _, value []byte) bool {
+		if num == typeURLField && typ == protowire.BytesType {
+			typeURL = value // the last one, as protobuf takes it
+		}
+		return true
+	}) {
+		return false
 	}
 	set := r.subscribed(string(typeURL))
 	if set.len() == 0 {
@@ -103,25 +128,19 @@ func decodeAsSubscribed(raw []byte, r *sotwRequest) bool {
 	}
 	packed := set.packed.Value()
 	var rest []byte
-	for p := 0; p < len(raw); {
-		num, typ, n := protowire.ConsumeTag(raw[p:])
-		m := protowire.ConsumeFieldValue(num, typ, raw[p+n:])
-		if num != namesField || typ != protowire.BytesType {
-			rest = append(rest, raw[p:p+n+m]...)
-			p += n + m
-			continue
+	same := eachField(raw, func(num protowire.Number, typ protowire.Type, field, value []byte) bool {
+		if !isName(num, typ) {
+			rest = append(rest, field...)
+			return true
 		}
 		if packed == "" {
 			return false
 		}
-		name, _ := protowire.ConsumeBytes(raw[p+n:])
 		var have string
-		if have, packed = next(packed); have != string(name) {
-			return false
-		}
-		p += n + m
-	}
-	if packed != "" || proto.Unmarshal(rest, r.DiscoveryRequest) != nil {
+		have, packed = next(packed)
+		return have == string(value)
+	})
+	if !same || packed != "" || proto.Unmarshal(rest, r.DiscoveryRequest) != nil {
 		return false
 	}
 	r.asSubscribed = true
@@ -138,45 +157,39 @@ func decodeAsSubscribed(raw []byte, r *sotwRequest) bool {
 // other fields are decoded by proto.Unmarshal; so is the whole message
 // when it is malformed, for proto's own error.
 func unmarshalRequest(raw []byte, req *discoveryv3.DiscoveryRequest) error {
+	count := 0
+	if !eachField(raw, func(num protowire.Number, typ protowire.Type, _, _ []byte) bool {
+		if isName(num, typ) {
+			count++
+		}
+		return true
+	}) {
+		return proto.Unmarshal(raw, req) //nolint:wrapcheck // proto's error, as gRPC's codec returns it
+	}
 	msg := unsafe.String(unsafe.SliceData(raw), len(raw)) //nolint:gosec // raw is never written to (above)
-	var names []string
+	names := make([]string, 0, count)
 	var rest []byte
-	for pass := range 2 { // count the names, then take them
-		count := 0
-		for p := 0; p < len(raw); {
-			num, typ, n := protowire.ConsumeTag(raw[p:])
-			if n < 0 {
-				return proto.Unmarshal(raw, req) //nolint:wrapcheck // proto's error, as gRPC's codec returns it
-			}
-			m := protowire.ConsumeFieldValue(num, typ, raw[p+n:])
-			if m < 0 {
-				return proto.Unmarshal(raw, req) //nolint:wrapcheck // as above
-			}
-			switch {
-			case num != namesField || typ != protowire.BytesType:
-				if pass == 1 {
-					rest = append(rest, raw[p:p+n+m]...)
-				}
-			case pass == 0:
-				count++
-			default:
-				_, k := protowire.ConsumeVarint(raw[p+n:])
-				name := msg[p+n+k : p+n+m]
-				if !utf8.ValidString(name) {
-					return errors.New("decoding a DiscoveryRequest: resource_names: string field contains invalid UTF-8")
-				}
-				names = append(names, name)
-			}
-			p += n + m
+	at := 0 // where the next field begins in raw
+	valid := eachField(raw, func(num protowire.Number, typ protowire.Type, field, value []byte) bool {
+		end := at + len(field)
+		at = end
+		if !isName(num, typ) {
+			rest = append(rest, field...)
+			return true
 		}
-		if pass == 0 && count > 0 {
-			names = make([]string, 0, count)
-		}
+		name := msg[end-len(value) : end]
+		names = append(names, name)
+		return utf8.ValidString(name)
+	})
+	if !valid {
+		return errors.New("decoding a DiscoveryRequest: resource_names: string field contains invalid UTF-8")
 	}
 	if err := proto.Unmarshal(rest, req); err != nil {
 		return err //nolint:wrapcheck // as above
 	}
-	req.ResourceNames = names
+	if count > 0 {
+		req.ResourceNames = names
+	}
 	return nil
 }
 

@@ -179,6 +179,16 @@ func sidecarACK(n int) *discoveryv3.DiscoveryRequest {
 	return req
 }
 
+// sidecarACKBytes is sidecarACK(n) on the wire.
+func sidecarACKBytes(tb testing.TB, n int) []byte {
+	tb.Helper()
+	raw, err := proto.Marshal(sidecarACK(n))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
 // unmarshalled decodes raw with the codec, as gRPC calls it.
 func unmarshalled(raw []byte) (*discoveryv3.DiscoveryRequest, error) {
 	var req discoveryv3.DiscoveryRequest
@@ -190,10 +200,7 @@ func TestTheCodecDecodesRequestsAsProtobufDoes(t *testing.T) {
 	appendName := func(b []byte, name string) []byte {
 		return protowire.AppendString(protowire.AppendTag(b, 3, protowire.BytesType), name)
 	}
-	ack, err := proto.Marshal(sidecarACK(3))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ack := sidecarACKBytes(t, 3)
 	for _, tt := range []struct {
 		name string
 		raw  []byte
@@ -219,10 +226,7 @@ func TestTheCodecDecodesRequestsAsProtobufDoes(t *testing.T) {
 }
 
 func TestTheCodecRefusesMalformedRequestsAsProtobufDoes(t *testing.T) {
-	ack, err := proto.Marshal(sidecarACK(3))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ack := sidecarACKBytes(t, 3)
 	for _, tt := range []struct {
 		name string
 		raw  []byte
@@ -243,10 +247,7 @@ func TestTheCodecRefusesMalformedRequestsAsProtobufDoes(t *testing.T) {
 }
 
 func TestAnACKNamingHundredsOfClustersCostsAFewAllocations(t *testing.T) {
-	raw, err := proto.Marshal(sidecarACK(600))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := sidecarACKBytes(t, 600)
 	allocs := testing.AllocsPerRun(20, func() {
 		if _, err := unmarshalled(raw); err != nil {
 			t.Fatal(err)
@@ -333,10 +334,7 @@ func TestARequestNamingAnythingElseIsDecodedWithItsNames(t *testing.T) {
 }
 
 func FuzzTheRequestDecoderAgreesWithProtobuf(f *testing.F) {
-	ack, err := proto.Marshal(sidecarACK(2))
-	if err != nil {
-		f.Fatal(err)
-	}
+	ack := sidecarACKBytes(f, 2)
 	f.Add(ack, true)
 	f.Add([]byte{0x1a, 0x01, 0xff}, false)
 	f.Fuzz(func(t *testing.T, raw []byte, subscribedToThem bool) {

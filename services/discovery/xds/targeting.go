@@ -3,7 +3,6 @@ package xds
 import (
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -114,9 +113,6 @@ func (c *conn) inboundAffected(ev *pushEvent) bool {
 // same names. A cluster whose hosts cannot be listed is left to full
 // pushes (inbound endpoint changes are one, inboundAffected).
 func (ev *pushEvent) affectedClusters(gen *translate.Generator, names nameSet) []string {
-	if ev.affected == nil {
-		ev.affected = new(sync.Map)
-	}
 	if v, ok := ev.affected.Load(names); ok {
 		return v.([]string)
 	}
