@@ -121,22 +121,24 @@ func (pc *PushContext) ListenersReadLabels() bool {
 		}
 		for _, vs := range pc.cfg.virtualServices {
 			for _, tr := range vs.Spec.GetTcp() {
-				for _, m := range tr.GetMatch() {
-					if len(m.GetSourceLabels()) > 0 {
-						return true
-					}
+				if matchesSourceLabels(tr.GetMatch()) {
+					return true
 				}
 			}
 			for _, tr := range vs.Spec.GetTls() {
-				for _, m := range tr.GetMatch() {
-					if len(m.GetSourceLabels()) > 0 {
-						return true
-					}
+				if matchesSourceLabels(tr.GetMatch()) {
+					return true
 				}
 			}
 		}
 		return false
 	}).(bool)
+}
+
+// matchesSourceLabels reports whether a match of a route selects by the
+// client's labels.
+func matchesSourceLabels[M interface{ GetSourceLabels() map[string]string }](ms []M) bool {
+	return slices.ContainsFunc(ms, func(m M) bool { return len(m.GetSourceLabels()) > 0 })
 }
 
 // Share marks v, built once in this push context for many proxies (a

@@ -1,7 +1,6 @@
 package translate
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -123,7 +122,7 @@ func (g *gen) listenerSet(names []string) []*listenerv3.Listener {
 // key. Istio builds them per proxy; inbound listeners stay per proxy here
 // too.
 func (g *gen) outboundSet() []*listenerv3.Listener {
-	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.listenersReadAddresses())
+	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true))
 	v := g.pc.Memo(key, func() any {
 		sub := g.isolated()
 		before := sub.packErrs
@@ -138,18 +137,6 @@ func (g *gen) outboundSet() []*listenerv3.Listener {
 	}
 	ls, _ := v.value.([]*listenerv3.Listener)
 	return ls
-}
-
-// listenersReadAddresses reports whether a service of the proxy's scope is
-// listened for per endpoint address, the proxy's own left out (perEndpoint:
-// passthrough services without a VIP, headless ones included).
-func (g *gen) listenersReadAddresses() bool {
-	return g.pc.Memo(fmt.Sprintf("lds-addresses|%p", g.scope), func() any {
-		return slices.ContainsFunc(g.scope.Services(), func(svc *registryv1.Service) bool {
-			return svc.GetResolution() == registryv1.Resolution_RESOLUTION_NONE && len(ipAddresses(svc.GetAddresses())) == 0 &&
-				len(g.pc.Endpoints(svc)) > 0
-		})
-	}).(bool)
 }
 
 // httpFilters are the HTTP filters whose per-route settings routes may

@@ -108,7 +108,7 @@ func (g *gen) sharedRouteKey(name string) (string, bool) {
 	if g.grpc || g.isGateway() {
 		return "", false
 	}
-	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.routesReadAddresses()), true
+	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.readsAddresses(false)), true
 }
 
 // scopeKey is the push-context key of something a sidecar shares with the
@@ -132,15 +132,16 @@ func (g *gen) scopeKey(kind, name string, labels, ips bool) string {
 	return key.String()
 }
 
-// routesReadAddresses reports whether a service of the proxy's scope is
-// routed per endpoint address, the proxy's own left out (perEndpoint's
-// passthrough services that list endpoints; headless ones do not read
-// the proxy's addresses).
-func (g *gen) routesReadAddresses() bool {
-	return g.pc.Memo(fmt.Sprintf("rds-addresses|%p", g.scope), func() any {
+// readsAddresses reports whether a service of the proxy's scope is
+// listened for or routed per endpoint address, the proxy's own left out
+// (perEndpoint): a passthrough service without a VIP that lists
+// endpoints. Listeners are per endpoint for headless services too
+// (headless true); their routes do not read the proxy's addresses.
+func (g *gen) readsAddresses(headlessToo bool) bool {
+	return g.pc.Memo(fmt.Sprintf("reads-addresses|%p|%t", g.scope, headlessToo), func() any {
 		return slices.ContainsFunc(g.scope.Services(), func(svc *registryv1.Service) bool {
 			return svc.GetResolution() == registryv1.Resolution_RESOLUTION_NONE && len(ipAddresses(svc.GetAddresses())) == 0 &&
-				!headless(svc) && len(g.pc.Endpoints(svc)) > 0
+				(headlessToo || !headless(svc)) && len(g.pc.Endpoints(svc)) > 0
 		})
 	}).(bool)
 }
