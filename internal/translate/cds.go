@@ -93,14 +93,7 @@ func (g *gen) cluster(name string) *builtCluster {
 	} else if portNum, subset, host, ok := parseSNIDNATClusterName(name); ok && g.isGateway() {
 		b = g.sniDNATCluster(name, portNum, subset, host)
 	} else {
-		before := g.packErrs
 		b = g.localCluster(name)
-		if b != nil {
-			if err := g.valid(b.c, before); err != nil {
-				g.problem("cluster %s dropped: %v", name, err)
-				b = nil
-			}
-		}
 	}
 	g.clusters[name] = b
 	return b
@@ -192,28 +185,68 @@ func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *bui
 	return &builtCluster{c: c, svc: base.svc, port: base.port, subset: base.subset, dr: base.dr}
 }
 
-// localCluster builds the clusters that belong to one proxy: the black
-// hole, and a sidecar's passthrough and inbound clusters.
+// localCluster builds the clusters that are not a service's: the black
+// hole, and a sidecar's passthrough and inbound clusters. The black hole
+// and the passthroughs read nothing of the proxy but its address families:
+// they are built once per push for every proxy (sharedLocal), so proxies
+// of one scope hold the same clusters. Inbound clusters are the proxy's
+// own.
 func (g *gen) localCluster(name string) *builtCluster {
 	switch {
 	case g.grpc:
 		return nil
 	case name == BlackHoleCluster:
-		return &builtCluster{c: blackHole()}
+		return g.sharedLocal(name, func(*gen) *clusterv3.Cluster { return blackHole() })
 	case g.isGateway():
 		return nil // a gateway has no inbound or passthrough clusters
 	case name == PassthroughCluster:
-		return &builtCluster{c: g.passthrough()}
+		return g.sharedLocal(name, (*gen).passthrough)
 	case name == InboundPassthroughCluster:
-		return &builtCluster{c: g.inboundPassthrough()}
+		v4, v6 := g.addressFamilies()
+		return g.sharedLocal(name+"|"+strconv.FormatBool(v4)+"|"+strconv.FormatBool(v6), (*gen).inboundPassthrough)
 	case strings.HasPrefix(name, "inbound|"):
+		before := g.packErrs
 		for _, c := range g.inboundClusters() {
-			if c.GetName() == name {
-				return &builtCluster{c: c}
+			if c.GetName() != name {
+				continue
 			}
+			if err := g.valid(c, before); err != nil {
+				g.problem("cluster %s dropped: %v", name, err)
+				return nil
+			}
+			return &builtCluster{c: c}
 		}
 	}
 	return nil
+}
+
+// sharedLocal is a local cluster whose content follows from key alone
+// (besides the push context): built, checked and encoded once per push
+// context, and the same for every proxy that asks.
+func (g *gen) sharedLocal(key string, build func(*gen) *clusterv3.Cluster) *builtCluster {
+	v := g.pc.Memo("local|"+key, func() any {
+		sub := g.isolated()
+		c := build(sub)
+		if err := sub.valid(c, 0); err != nil {
+			sub.problem("cluster %s dropped: %v", c.GetName(), err)
+			return &shared{problems: sub.problems}
+		}
+		g.pc.Share(c)
+		return &shared{value: &builtCluster{c: c}, problems: sub.problems}
+	}).(*shared)
+	for _, p := range v.problems {
+		g.problem("%s", p)
+	}
+	b, _ := v.value.(*builtCluster)
+	return b
+}
+
+// addressFamilies tells whether the proxy has IPv4 and IPv6 addresses.
+func (g *gen) addressFamilies() (v4, v6 bool) {
+	for _, ip := range g.p.IPs {
+		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
+	}
+	return v4, v6
 }
 
 // endpoints builds, validates and remembers the load assignment of an EDS
@@ -886,10 +919,7 @@ func blackHole() *clusterv3.Cluster {
 func (g *gen) inboundPassthrough() *clusterv3.Cluster {
 	c := g.passthrough()
 	c.Name = InboundPassthroughCluster
-	v4, v6 := false, false
-	for _, ip := range g.p.IPs {
-		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
-	}
+	v4, v6 := g.addressFamilies()
 	src := InboundPassthroughBind
 	if !v4 && v6 {
 		src = inboundPassthroughBind6

@@ -304,3 +304,40 @@ func TestAListenerPerEndpointLeavesOutTheProxysOwnAddressThoughListenersAreShare
 		}
 	}
 }
+
+// clusterNamed is the proxy's cluster of that name, or nil.
+func clusterNamed(g *Generator, name string) proto.Message {
+	for _, m := range g.Resources(resourcev3.ClusterType, []string{name}) {
+		return m
+	}
+	return nil
+}
+
+func TestTheBlackHoleAndPassthroughClustersAreSharedByProxiesOfOneAddressFamily(t *testing.T) {
+	mesh := shareMesh + `
+---
+apiVersion: test.flotilla.io/v1
+kind: Proxy
+spec: {id: sidecar~fd00::9~v6-1.default~default.svc.cluster.local}
+`
+	gs := generators(t, mesh)
+	for _, name := range []string{BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster} {
+		canary, other, v6 := clusterNamed(gs[0], name), clusterNamed(gs[2], name), clusterNamed(gs[3], name)
+		if canary == nil || other == nil || v6 == nil {
+			t.Fatalf("%s missing (problems: %v)", name, gs[0].Problems())
+		}
+		if canary != other {
+			t.Errorf("%s: two sidecars of two namespaces got it built apart: it depends on their address families alone", name)
+		}
+		if alone := clusterNamed(generators(t, mesh)[2], name); !proto.Equal(alone, other) {
+			t.Errorf("%s: the shared cluster differs from the one built for the proxy alone", name)
+		}
+		if name != InboundPassthroughCluster && v6 != canary {
+			t.Errorf("%s: an IPv6 sidecar got it built apart", name)
+		}
+	}
+	v4, v6 := clusterNamed(gs[0], InboundPassthroughCluster), clusterNamed(gs[3], InboundPassthroughCluster)
+	if proto.Equal(v4, v6) {
+		t.Error("the IPv6 sidecar's inbound passthrough binds as the IPv4 one's (127.0.0.6)")
+	}
+}

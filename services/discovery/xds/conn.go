@@ -353,7 +353,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 			// It holds this already (a resumed stream): it holds what
 			// was built.
 			c.mu.Lock()
-			w.held, w.heldSum, w.resumed = heldOf(res), sum, false
+			w.held, w.heldSum, w.resumed = c.s.held.intern(heldOf(res)), sum, false
 			c.mu.Unlock()
 		}
 		return nil // the proxy has (or rejected) exactly this
@@ -367,9 +367,9 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	c.mu.Lock()
 	w.resumed = false
 	if only == nil {
-		w.held = heldOf(res)
+		w.held = c.s.held.intern(heldOf(res))
 	} else {
-		w.held = w.held.update(versions(send), removed)
+		w.held = c.s.held.intern(w.held.update(versions(send), removed))
 	}
 	w.heldSum = sum
 	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(w.held)
@@ -440,7 +440,7 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 		return err
 	}
 	c.mu.Lock()
-	w.held = w.held.update(versions(out), removed)
+	w.held = c.s.held.intern(w.held.update(versions(out), removed))
 	w.sentNonce, w.sentAt, w.sentCount = nonce, time.Now(), len(w.held)
 	w.sentVersion = c.pcSeen.Version
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
@@ -628,7 +628,7 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 	if first {
 		w.started = true
 		w.wildcard = wildcardType(t) && (len(req.GetResourceNamesSubscribe()) == 0 || slices.Contains(req.GetResourceNamesSubscribe(), "*"))
-		w.held = w.held.update(initial, nil)
+		w.held = c.s.held.intern(w.held.update(initial, nil))
 	}
 	if slices.Contains(req.GetResourceNamesSubscribe(), "*") {
 		w.wildcard = true
@@ -637,7 +637,7 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		w.wildcard = false
 	}
 	w.names = w.names.with(subscribe, unsubscribe)
-	w.held = w.held.update(nil, forget)
+	w.held = c.s.held.intern(w.held.update(nil, forget))
 	c.mu.Unlock()
 	if err := c.checkSubscribed(); err != nil {
 		return err

@@ -308,9 +308,10 @@ func (c *conn) ackedConfigDump() []proto.Message {
 		if gen != nil {
 			res = c.generate(t, gen, names)
 		}
+		h, holds := held[t]
 		switch {
 		case !c.delta && gen != nil && sotwVersion(res) == acked[t]:
-		case c.delta && held[t] != nil && sameAsHeld(res, nil, held[t]):
+		case c.delta && holds && sameAsHeld(res, nil, h):
 		default:
 			unknown[t] = acked[t]
 			continue

@@ -7,9 +7,14 @@ package xds
 // carries.
 
 import (
+	"hash/maphash"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"unique"
+	"unsafe"
+	"weak"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -129,8 +134,9 @@ type nameVersion struct{ name, version string }
 // one pointer per resource, sorted by name. The pointers go to the
 // nameVersion of the encoding that was sent, which the push context shares
 // among the proxies it was built for, so holding costs a proxy one pointer
-// per resource. A heldSet is never changed in place: update returns a new
-// one, so a reader may keep one without a lock.
+// per resource, and nothing when the set is interned (heldSets). A heldSet
+// is never changed in place: update returns a new one, so a reader may keep
+// one, and streams may share one, without a lock.
 type heldSet []*nameVersion
 
 func byName(a, b *nameVersion) int { return strings.Compare(a.name, b.name) }
@@ -196,4 +202,64 @@ func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
 		}
 	}
 	return out
+}
+
+// heldSets interns heldSets: the proxies of one scope are sent the same
+// encodings of a type (every sidecar of a namespace the same six hundred
+// load assignments), so they hold equal sets, and with this they hold one
+// copy of it, as nameSet does for the names they ask for. Sets are held
+// weakly: one that no stream holds any more is collected, and its entry
+// goes with it. The zero value is ready to use.
+type heldSets struct {
+	once sync.Once
+	seed maphash.Seed
+
+	mu sync.Mutex
+	m  map[uint64][]heldRef
+}
+
+// heldRef refers weakly to an interned set, by its first element.
+type heldRef struct {
+	first weak.Pointer[*nameVersion]
+	n     int
+}
+
+// intern is the interned set equal to h (the same pointers in the same
+// order): h itself, copied to its length, if no such set is held.
+func (in *heldSets) intern(h heldSet) heldSet {
+	if len(h) == 0 {
+		return nil
+	}
+	in.once.Do(func() { in.seed, in.m = maphash.MakeSeed(), map[uint64][]heldRef{} })
+	var mh maphash.Hash
+	mh.SetSeed(in.seed)
+	for _, p := range h {
+		maphash.WriteComparable(&mh, p)
+	}
+	key := mh.Sum64()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, r := range in.m[key] {
+		if first := r.first.Value(); first != nil && r.n == len(h) {
+			if held := heldSet(unsafe.Slice(first, r.n)); slices.Equal(held, h) {
+				return held
+			}
+		}
+	}
+	h = slices.Clip(slices.Clone(h)) // update's result may have room to spare
+	in.m[key] = append(in.m[key], heldRef{first: weak.Make(&h[0]), n: len(h)})
+	runtime.AddCleanup(&h[0], in.forget, key)
+	return h
+}
+
+// forget drops the entries of key whose sets were collected.
+func (in *heldSets) forget(key uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	live := slices.DeleteFunc(in.m[key], func(r heldRef) bool { return r.first.Value() == nil })
+	if len(live) == 0 {
+		delete(in.m, key)
+		return
+	}
+	in.m[key] = live
 }

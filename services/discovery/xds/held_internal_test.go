@@ -1,9 +1,12 @@
 package xds
 
 import (
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNameSetIsTheSortedNamesWithoutDuplicates(t *testing.T) {
@@ -180,5 +183,60 @@ func TestHeldOfPointsAtTheEncodingsVersions(t *testing.T) {
 	h := heldOf([]*named{b, a})
 	if len(h) != 2 || h[0] != a.nameVersion || h[1] != b.nameVersion {
 		t.Fatalf("heldOf = %q, want a then b, the encodings' own", pairs(h))
+	}
+}
+
+func TestEqualHeldSetsAreInternedToOneCopy(t *testing.T) {
+	a, b, b2 := &nameVersion{"a", "1"}, &nameVersion{"b", "1"}, &nameVersion{"b", "2"}
+	var in heldSets
+	first := in.intern(heldSet{a, b})
+	again := in.intern(heldSet(nil).update(heldSet{b, a}, nil)) // built apart, the same encodings
+	if &first[0] != &again[0] || len(again) != 2 {
+		t.Fatalf("equal sets were not shared: %q and %q", pairs(first), pairs(again))
+	}
+	if cap(first) != len(first) {
+		t.Fatalf("the interned set keeps room to spare: cap %d, len %d", cap(first), len(first))
+	}
+	for name, other := range map[string]heldSet{
+		"another encoding of a name": {a, b2},
+		"fewer resources":            {a},
+		"another order":              {b, a}, // never built by update, but not the same set
+	} {
+		if got := in.intern(other); &got[0] == &first[0] || !slices.Equal(got, other) {
+			t.Errorf("%s: interned as %q, want its own %q", name, pairs(got), pairs(other))
+		}
+	}
+	if in.intern(nil) != nil || in.intern(heldSet{}) != nil {
+		t.Error("an empty set is not nil")
+	}
+}
+
+func TestAnInternedSetNoStreamHoldsIsForgotten(t *testing.T) {
+	var in heldSets
+	keep := in.intern(heldSet{{"kept", "1"}})
+	for i := range 100 {
+		in.intern(heldSet{{"dropped", strconv.Itoa(i)}})
+	}
+	interned := func() int {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		n := 0
+		for _, refs := range in.m {
+			n += len(refs)
+		}
+		return n
+	}
+	for range 100 { // cleanups run after a collection, on their own goroutine
+		if interned() == 1 {
+			break
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := interned(); n != 1 {
+		t.Fatalf("%d sets interned after the 100 unheld ones were collected, want the 1 still held", n)
+	}
+	if got := in.intern(heldSet{keep[0]}); &got[0] != &keep[0] {
+		t.Fatal("the set still held is no longer shared")
 	}
 }

@@ -95,6 +95,7 @@ type Server struct {
 	sem             chan struct{}
 	nonce           atomic.Uint64
 	ledger          ledger
+	held            heldSets // what streams hold, shared among them
 
 	mu    sync.Mutex
 	pc    *model.PushContext
