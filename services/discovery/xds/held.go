@@ -241,7 +241,8 @@ func (in *heldSets) intern(h heldSet) heldSet {
 	defer in.mu.Unlock()
 	for _, r := range in.m[key] {
 		if first := r.first.Value(); first != nil && r.n == len(h) {
-			if held := heldSet(unsafe.Slice(first, r.n)); slices.Equal(held, h) {
+			held := heldSet(unsafe.Slice(first, r.n)) //nolint:gosec // first is the first of the r.n elements interned, and alive (Value)
+			if slices.Equal(held, h) {
 				return held
 			}
 		}

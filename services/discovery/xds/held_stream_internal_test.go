@@ -49,8 +49,10 @@ func TestSidecarsOfOneScopeHoldOneCopyOfWhatTheyWereSent(t *testing.T) {
 			Ports:      []*registryv1.ServicePort{{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP}},
 			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
 		})
-		store.PutEndpointSet(&registryv1.EndpointSet{ServiceHostname: host, ServiceNamespace: "default", Shard: "0",
-			Endpoints: []*registryv1.Endpoint{{Address: "10.1.0.1", Ports: []*registryv1.EndpointPort{{ServicePortName: "http", Number: 8080}}}}})
+		store.PutEndpointSet(&registryv1.EndpointSet{
+			ServiceHostname: host, ServiceNamespace: "default", Shard: "0",
+			Endpoints: []*registryv1.Endpoint{{Address: "10.1.0.1", Ports: []*registryv1.EndpointPort{{ServicePortName: "http", Number: 8080}}}},
+		})
 	}
 	pc, cs := store.Build(model.BuildOptions{}, nil, 1)
 	srv.Push(pc, cs, time.Now())
