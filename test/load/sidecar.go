@@ -92,6 +92,8 @@ type SidecarClientOptions struct {
 	Workload func(i int) bootstrap.Node
 	// Log receives what goes wrong (one line per client and kind).
 	Log io.Writer
+	// Ramp starts client i at i/N of it (all at once when zero).
+	Ramp time.Duration
 }
 
 // ackRecord is one response a client acknowledged (or rejected).
@@ -205,8 +207,15 @@ func RunSidecarClients(ctx context.Context, o SidecarClientOptions) error {
 	go func() { _ = srv.Serve(l) }()
 	defer srv.Close()
 	var wg sync.WaitGroup
-	for _, c := range clients {
-		wg.Go(func() { c.run(ctx, o, &srvs) })
+	for i, c := range clients {
+		wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(o.Ramp * time.Duration(i) / time.Duration(len(clients))):
+			}
+			c.run(ctx, o, &srvs)
+		})
 	}
 	wg.Wait()
 	return nil

@@ -156,7 +156,7 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 	}
 	fmt.Fprintf(o.Log, "xdsload: galley and discovery ready; starting %d sidecar clients\n", o.Sidecars)
 	began := time.Now()
-	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, st.xdsAddr, o.Sidecars, o.Services, o.Delta)
+	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, st.xdsAddr, o.Sidecars, o.Services, o.Delta, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -243,8 +243,9 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 }
 
 // startSidecarClients starts the sidecar clients' process: n clients of
-// a mesh of services, connected to xdsAddr; sc reads its status.
-func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr string, n, services int, delta bool) (*exec.Cmd, *statusClient, error) {
+// a mesh of services, connected to xdsAddr, started evenly over ramp (at
+// once when zero); sc reads its status.
+func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr string, n, services int, delta bool, ramp time.Duration) (*exec.Cmd, *statusClient, error) {
 	addrs, err := freeAddrs(1)
 	if err != nil {
 		return nil, nil, err
@@ -252,6 +253,9 @@ func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr strin
 	args := []string{"sidecars", "--xds", xdsAddr, "--n", strconv.Itoa(n), "--services", strconv.Itoa(services), "--status", addrs[0]}
 	if delta {
 		args = append(args, "--delta")
+	}
+	if ramp > 0 {
+		args = append(args, "--ramp", ramp.String())
 	}
 	cmd, err := start(ctx, log, nil, self, args...)
 	if err != nil {

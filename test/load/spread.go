@@ -43,6 +43,10 @@ type SpreadOptions struct {
 	// Changes is how many route changes are measured while the proxies
 	// move (one more before the scale-out is the baseline).
 	Changes int
+	// Ramp starts the clients evenly over this long, as pods of a
+	// rollout connect, rather than all at once; the initial sync is
+	// counted from the first.
+	Ramp time.Duration
 }
 
 // SpreadSample is how many proxies each replica serves at one moment.
@@ -159,7 +163,7 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 
 	fmt.Fprintf(o.Log, "xdsload: galley and one discovery replica ready; starting %d sidecar clients\n", o.Sidecars)
 	began := time.Now()
-	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, replicas[0].xdsAddr, o.Sidecars, o.Services, o.Delta)
+	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, replicas[0].xdsAddr, o.Sidecars, o.Services, o.Delta, o.Ramp)
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,7 @@ func main() {
 		fs.IntVar(&o.N, "n", 100, "number of sidecar clients")
 		fs.BoolVar(&o.Delta, "delta", false, "incremental xDS (default state of the world)")
 		fs.StringVar(&o.Status, "status", "127.0.0.1:0", "address the process reports on")
+		fs.DurationVar(&o.Ramp, "ramp", 0, "start the clients evenly over this long (default all at once)")
 		services := fs.Int("services", 100, "services in the mesh (who the clients are depends on it)")
 		_ = fs.Parse(os.Args[2:])
 		o.Workload = func(i int) bootstrap.Node { return load.SidecarNode(i, *services) }
@@ -76,6 +77,7 @@ func run(ctx context.Context) error {
 	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
 	replicas := fs.Int("replicas", 0, "fanout mode: discovery replicas subscribed to galley (default 20); spread mode: replicas after the scale-out (default 3)")
 	age := fs.Duration("connection-age", 2*time.Minute, "spread mode: discovery's --xds-max-connection-age (longer than the initial sync)")
+	ramp := fs.Duration("ramp", 0, "spread mode: start the sidecar clients evenly over this long, as a rollout's pods connect (default all at once)")
 	endpoints := fs.Int("endpoints", 10, "fanout mode: endpoints per service")
 	steps := fs.Int("steps", 10, "fanout mode: the rolling change's steps (each moves every endpoint of services/steps services)")
 	interval := fs.Duration("interval", time.Second, "fanout mode: time between the steps")
@@ -117,7 +119,7 @@ func run(ctx context.Context) error {
 	case "spread":
 		o := load.SpreadOptions{
 			Log: os.Stderr, BinDir: binDir, Self: self, Sidecars: *clients, Services: *services, Delta: *delta,
-			Replicas: cmp.Or(*replicas, 3), ConnectionAge: *age, Changes: *changes,
+			Replicas: cmp.Or(*replicas, 3), ConnectionAge: *age, Changes: *changes, Ramp: *ramp,
 		}
 		if o.Services == 0 {
 			o.Services = 100
