@@ -94,8 +94,12 @@ func (r *SpreadReport) String() string {
 	if r.Spread > 0 {
 		spread = r.Spread.Round(time.Second).String()
 	}
-	fmt.Fprintf(&b, "  every replica serving ≥ 80 %% of its share %s after the scale-out; every proxy reconnected once after %s (%d reconnections)\n",
-		spread, r.Settled.Round(time.Second), r.Reconnects)
+	settled := "not within the run"
+	if r.Settled > 0 {
+		settled = r.Settled.Round(time.Second).String()
+	}
+	fmt.Fprintf(&b, "  every replica serving ≥ 80 %% of its share %s after the scale-out; as many reconnections as proxies after %s (%d reconnections)\n",
+		spread, settled, r.Reconnects)
 	if len(r.Samples) > 0 {
 		last := r.Samples[len(r.Samples)-1]
 		fmt.Fprintf(&b, "  proxies per replica at the end: %v\n", last.Proxies)
@@ -233,7 +237,9 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 		changesAt[i] = began.Add(o.ConnectionAge*8/10 + o.ConnectionAge*3/10*time.Duration(i)/time.Duration(max(1, o.Changes-1)))
 	}
 	var rdsOfChanges int64
-	end := began.Add(o.ConnectionAge*13/10 + 20*time.Second)
+	// Every stream has passed its age (+10 %) and grace by then; a ramp
+	// delays the last stream's start by as much.
+	end := began.Add(o.Ramp + o.ConnectionAge*13/10 + 20*time.Second)
 	for time.Now().Before(end) || len(r.During) < o.Changes {
 		if len(r.During) < o.Changes && !time.Now().Before(changesAt[len(r.During)]) {
 			c, err := routeChange()
