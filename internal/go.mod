@@ -72,7 +72,6 @@ require (
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
-	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/spiffe/go-spiffe/v2 v2.8.1 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
@@ -98,6 +97,7 @@ require (
 require (
 	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000
 	github.com/go-jose/go-jose/v4 v4.1.9
+	github.com/prometheus/otlptranslator v1.0.0
 	golang.org/x/time v0.15.0
 	gopkg.in/evanphx/json-patch.v4 v4.13.0
 	k8s.io/klog/v2 v2.140.0

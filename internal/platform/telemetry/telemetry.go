@@ -1,5 +1,8 @@
 // Package telemetry sets up a service's OpenTelemetry providers: metrics
-// exported for Prometheus (served on the admin /metrics endpoint) and traces
+// exported for Prometheus (served on the admin /metrics endpoint), in two
+// families — Flotilla's own (flotilla_*, Prometheus' naming conventions)
+// and those named as Istio's control plane names them (pilot_*, galley_*,
+// citadel_*, sidecar_injection_*), exported as Istio exports them — and traces
 // exported over OTLP/gRPC when an endpoint is configured, with W3C trace
 // context and baggage propagation. Nothing is installed globally: callers
 // pass the providers to the instrumentation that needs them.
@@ -15,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -41,8 +45,17 @@ type Options struct {
 
 // Providers holds the telemetry a service hands to its components.
 type Providers struct {
-	// Meter is the meter provider; its instruments appear on MetricsHandler.
+	// Meter is the meter provider of Flotilla's own metrics; its
+	// instruments appear on MetricsHandler with Prometheus' suffixes (a
+	// counter's _total, a unit's _seconds) and no otel_scope labels.
 	Meter metric.MeterProvider
+	// Istio is the meter provider of the metrics Istio's control plane
+	// exports, named as Istio names them, so the dashboards and alerts
+	// Istio users have read them unchanged. They are exported as Istio's
+	// pkg/monitoring exports them: no unit or _total suffix is added (a
+	// counter named pilot_xds_pushes is pilot_xds_pushes), no otel_scope
+	// labels, no target_info. Durations are recorded in seconds.
+	Istio metric.MeterProvider
 	// Tracer is the tracer provider: exporting over OTLP, or a no-op.
 	Tracer trace.TracerProvider
 	// Propagator carries W3C trace context and baggage across processes.
@@ -69,17 +82,24 @@ func New(ctx context.Context, o Options) (*Providers, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process collector: %w", err)
 	}
-	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
+	istio, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo(),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithoutSuffixes))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("prometheus exporter (Istio's metrics): %w", err), mp.Shutdown(ctx))
+	}
+	imp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(istio), sdkmetric.WithResource(res))
 	p := &Providers{
 		Meter: mp,
+		Istio: imp,
 		Propagator: propagation.NewCompositeTextMapPropagator(
 			propagation.TraceContext{}, propagation.Baggage{}),
 		metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		shutdown: []func(context.Context) error{mp.Shutdown},
+		shutdown: []func(context.Context) error{mp.Shutdown, imp.Shutdown},
 	}
 
 	if o.OTLPEndpoint == "" {
@@ -98,7 +118,7 @@ func New(ctx context.Context, o Options) (*Providers, error) {
 	}
 	te, err := otlptracegrpc.New(ctx, opts...)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("otlp trace exporter %q: %w", o.OTLPEndpoint, err), mp.Shutdown(ctx))
+		return nil, errors.Join(fmt.Errorf("otlp trace exporter %q: %w", o.OTLPEndpoint, err), mp.Shutdown(ctx), imp.Shutdown(ctx))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(te), sdktrace.WithResource(res))
 	p.Tracer = tp

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
@@ -36,7 +38,7 @@ func TestMetricsAppearOnThePrometheusHandler(t *testing.T) {
 	p.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body := rec.Body.String()
 	for _, want := range []string{
-		"flotilla_test_pushes_total",
+		"flotilla_test_pushes_total 3",
 		`service_name="flotilla-test"`,
 		"go_goroutines",
 		"process_resident_memory_bytes",
@@ -44,6 +46,64 @@ func TestMetricsAppearOnThePrometheusHandler(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	if strings.Contains(body, "otel_scope") {
+		t.Errorf("/metrics has otel_scope labels:\n%s", body)
+	}
+}
+
+func TestIstiosMetricsAreExportedAsIstioExportsThem(t *testing.T) {
+	ctx := context.Background()
+	p, err := New(ctx, Options{ServiceName: "flotilla-test", Version: "v0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	m := p.Istio.Meter("istio")
+	pushes, err := m.Float64Counter("pilot_xds_pushes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushes.Add(ctx, 2, metric.WithAttributes(attribute.String("type", "cds")))
+	pushTime, err := m.Float64Histogram("pilot_xds_push_time", metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(.01, .1, 1, 3, 5, 10, 20, 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushTime.Record(ctx, 0.05, metric.WithAttributes(attribute.String("type", "cds")))
+	requests, err := m.Float64Counter("sidecar_injection_requests_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests.Add(ctx, 1)
+
+	rec := httptest.NewRecorder()
+	p.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	// The lines Istio's istiod exports for the same recordings.
+	for _, want := range []string{
+		"# TYPE pilot_xds_pushes counter",
+		`pilot_xds_pushes{type="cds"} 2`,
+		`pilot_xds_push_time_bucket{type="cds",le="0.01"} 0`,
+		`pilot_xds_push_time_bucket{type="cds",le="0.1"} 1`,
+		`pilot_xds_push_time_count{type="cds"} 1`,
+		"sidecar_injection_requests_total 1",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"pilot_xds_pushes_total", "pilot_xds_push_time_seconds", "otel_scope", "sidecar_injection_requests_total_total"} {
+		if strings.Contains(body, unwanted) {
+			t.Errorf("/metrics has %q", unwanted)
+		}
+	}
+	// One target_info, Flotilla's: Istio's family adds none.
+	if n := strings.Count(body, "\ntarget_info{"); n != 1 {
+		t.Errorf("%d target_info series, want 1", n)
 	}
 }
 

@@ -159,6 +159,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		cfg.XDSAddress = command.LoopbackIfNoHost(cfg.XDSAddress)
 	}
 	meter := rt.Telemetry.Meter.Meter("flotilla/discovery")
+	istio := rt.Telemetry.Istio.Meter("istio")
 	if cfg.ReplicaName == "" {
 		if cfg.ReplicaName, err = os.Hostname(); err != nil {
 			cfg.ReplicaName = controlplane.Discovery
@@ -169,7 +170,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		return fmt.Errorf("xds listen: %w", err)
 	}
 	srv, err := xds.New(xds.Options{
-		Log: rt.Log, Meter: meter, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout, ConnectionAge: cfg.XDSMaxConnectionAge,
+		Log: rt.Log, Meter: meter, IstioMeter: istio, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout, ConnectionAge: cfg.XDSMaxConnectionAge,
 		SystemNamespace: cfg.SystemNamespace, PlaintextDebug: isLoopback(lis.Addr()),
 		Replica: debugapi.NewReplica(controlplane.Discovery, cfg.ReplicaName, buildinfo.Get().Version),
 	})
@@ -185,7 +186,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	var in *ingest.Ingest
 	keys := jwks.New(jwks.Options{Log: rt.Log.With("component", "jwks"), Refresh: cfg.JWKSRefresh, OnChange: func() { in.KeysChanged() }})
 	in, err = ingest.New(ingest.Options{
-		Log: rt.Log, Meter: meter, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
+		Log: rt.Log, Meter: meter, IstioMeter: istio, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
 		DomainSuffix: cfg.DomainSuffix, TypeURLs: subscribed(cfg, certs), Push: srv.Push, JWKS: keys,
 	})
 	if err != nil {

@@ -5,6 +5,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -26,6 +28,9 @@ type PushFunc func(pc *model.PushContext, changes model.ChangeSet, seen time.Tim
 type Options struct {
 	Log   *slog.Logger
 	Meter metric.Meter
+	// IstioMeter is the meter of the metrics named as Istio's pilot names
+	// them (telemetry.Providers.Istio); none when nil.
+	IstioMeter metric.Meter
 	// Quiet is how long no change must arrive before a push (default
 	// 100ms); Max bounds the wait after the first change (default 10s).
 	Quiet, Max   time.Duration
@@ -50,6 +55,7 @@ type Ingest struct {
 	synced    chan struct{}
 	firstSeen time.Time
 	events    int
+	reasons   map[string]bool // Istio's push triggers of the updates since the last push
 	kick      chan struct{}
 }
 
@@ -61,12 +67,12 @@ func New(o Options) (*Ingest, error) {
 	if o.Max <= 0 {
 		o.Max = 10 * time.Second
 	}
-	m, err := newMetrics(o.Meter)
+	m, err := newMetrics(o.Meter, cmp.Or[metric.Meter](o.IstioMeter, noop.Meter{}))
 	if err != nil {
 		return nil, err
 	}
 	i := &Ingest{
-		o: o, m: m, store: model.NewStore(), applied: map[string]bool{},
+		o: o, m: m, store: model.NewStore(), applied: map[string]bool{}, reasons: map[string]bool{},
 		synced: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
 	if len(o.TypeURLs) == 0 {
@@ -96,6 +102,7 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 		i.firstSeen = time.Now()
 	}
 	i.events++
+	i.reasons[trigger(typeURL)] = true
 	if !i.applied[typeURL] {
 		i.applied[typeURL] = true
 		if i.allApplied() {
@@ -103,6 +110,7 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 		}
 	}
 	i.mu.Unlock()
+	i.m.received(typeURL, len(updated), len(removed))
 	select {
 	case i.kick <- struct{}{}:
 	default:
@@ -123,6 +131,7 @@ func (i *Ingest) KeysChanged() {
 		i.firstSeen = time.Now()
 	}
 	i.events++
+	i.reasons["config"] = true // a RequestAuthentication's keys
 	i.mu.Unlock()
 	select {
 	case i.kick <- struct{}{}:
@@ -163,13 +172,13 @@ func (i *Ingest) Run(ctx context.Context) error {
 		start := time.Now()
 		i.mu.Lock()
 		pc, changes := i.store.Build(model.BuildOptions{DomainSuffix: i.o.DomainSuffix, JWKS: i.o.JWKS}, last, version)
-		seen, events := i.firstSeen, i.events
-		i.firstSeen, i.events = time.Time{}, 0
+		seen, events, reasons := i.firstSeen, i.events, i.reasons
+		i.firstSeen, i.events, i.reasons = time.Time{}, 0, map[string]bool{}
 		i.mu.Unlock()
 		if last != nil && changes.Empty() {
 			return
 		}
-		i.m.built(time.Since(start), events, time.Since(seen), changes.Full)
+		i.m.pushing(pc, time.Since(start), events, time.Since(seen), changes.Full, reasons)
 		i.o.Log.Debug("push", "version", pc.Version, "full", changes.Full, "endpoint_services", len(changes.Endpoints), "events", events)
 		last = pc
 		i.o.Push(pc, changes, seen)

@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -134,5 +137,65 @@ func TestAResourceThatDoesNotDecodeIsRejectedWithItsNameAndTheRestApplied(t *tes
 	p := wait(t, ch)
 	if len(p.pc.Services()) != 1 || p.pc.Services()[0].GetHostname() != "good" {
 		t.Fatalf("services %v, want the good one", p.pc.Services())
+	}
+}
+
+// TestIstiosPushMetricsCountWhatGalleySentAndWhyEachPushWasMade reads
+// the /metrics Prometheus scrapes after galley's updates of services and
+// endpoints: pilot's inbound updates, push triggers, debounce and push
+// context times and service count, under Istio's names.
+func TestIstiosPushMetricsCountWhatGalleySentAndWhyEachPushWasMade(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Options{ServiceName: "flotilla-discovery"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	ch := make(chan pushed, 100)
+	in, err := New(Options{
+		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"), IstioMeter: tel.Istio.Meter("istio"),
+		Quiet: 10 * time.Millisecond, Max: time.Hour, TypeURLs: []string{registry.ServiceTypeURL, registry.EndpointSetTypeURL},
+		Push: func(pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = in.Run(ctx) }()
+	if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "a"), svc(t, "b")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	es, err := mcp.NewResource("default/a/0", &registryv1.EndpointSet{ServiceHostname: "a", ServiceNamespace: "default", Shard: "0"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Apply(registry.EndpointSetTypeURL, []*mcp.Resource{es}, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ch) // the first push: both collections
+	if err := in.Apply(registry.ServiceTypeURL, nil, []string{"default/b"}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ch)
+
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`pilot_inbound_updates{type="svc"} 2`,
+		`pilot_inbound_updates{type="eds"} 1`,
+		`pilot_inbound_updates{type="svcdelete"} 1`,
+		`pilot_push_triggers{type="service"} 2`,
+		`pilot_push_triggers{type="endpoint"} 1`,
+		`pilot_debounce_time_count 2`,
+		`pilot_debounce_time_bucket{le="0.01"}`,
+		`pilot_pushcontext_init_seconds_count 2`,
+		`pilot_pushcontext_init_seconds_bucket{le="0.5"}`,
+		"pilot_services 1",
+		"pilot_virt_services 0",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

@@ -14,8 +14,6 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -259,7 +257,7 @@ func (c *conn) abort(err error) {
 	}
 	c.failed, c.closed = err, true
 	close(c.aborted)
-	c.s.metrics.sendTimeouts.Add(context.Background(), 1)
+	c.s.metrics.timedOut()
 	c.s.log.Warn("closing a proxy's stream", "proxy", c.id, "reason", err)
 }
 
@@ -359,11 +357,14 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		return nil // the proxy has (or rejected) exactly this
 	}
 	nonce := c.s.nextNonce()
+	sending := time.Now()
 	if err := c.send(func() error {
 		return c.sendSotw(&sotwResponse{head: &discoveryv3.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Nonce: nonce}, resources: send})
 	}); err != nil {
+		c.s.metrics.sendFailed(t, err)
 		return err
 	}
+	sent := time.Since(sending)
 	c.mu.Lock()
 	w.resumed = false
 	if only == nil {
@@ -377,7 +378,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 		w.pendingSeen = seen
 	}
 	c.mu.Unlock()
-	c.s.metrics.sent(t, len(send), time.Since(start))
+	c.s.metrics.sent(t, len(send), wireSize(send, false), time.Since(start), sent)
 	return nil
 }
 
@@ -432,13 +433,16 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 		return nil
 	}
 	nonce := c.s.nextNonce()
+	sending := time.Now()
 	if err := c.send(func() error {
 		return c.sendDelta(&deltaResponse{head: &discoveryv3.DeltaDiscoveryResponse{
 			TypeUrl: t, RemovedResources: removed, Nonce: nonce, SystemVersionInfo: c.pcSeen.Version,
 		}, resources: out})
 	}); err != nil {
+		c.s.metrics.sendFailed(t, err)
 		return err
 	}
+	sent := time.Since(sending)
 	c.mu.Lock()
 	w.held = c.s.held.intern(w.held.update(versions(out), removed))
 	w.sentNonce, w.sentAt, w.sentCount = nonce, time.Now(), len(w.held)
@@ -447,7 +451,7 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 		w.pendingSeen = seen
 	}
 	c.mu.Unlock()
-	c.s.metrics.sent(t, len(out)+len(removed), time.Since(start))
+	c.s.metrics.sent(t, len(out)+len(removed), wireSize(out, true), time.Since(start), sent)
 	return nil
 }
 
@@ -477,6 +481,7 @@ func (c *conn) onSotwRequest(ctx context.Context, req *sotwRequest) error {
 	news := false
 	if nonce := req.GetResponseNonce(); nonce != "" {
 		if nonce != w.sentNonce {
+			c.s.metrics.staleNonce(t)
 			c.nothingNew(ctx)
 			return nil // stale: answered by a later response already
 		}
@@ -568,7 +573,7 @@ func (c *conn) nacked(t string, w *watch, version, nonce, msg string) bool {
 	w.pendingSeen = time.Time{}
 	c.retireIfQuiet()
 	c.mu.Unlock()
-	c.s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", shortType(t))))
+	c.s.metrics.rejected(t)
 	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", clip.String(msg, 512))
 	return true
 }
@@ -592,7 +597,9 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 	}
 	w := c.watch(t)
 	news := false
-	if nonce := req.GetResponseNonce(); nonce != "" && nonce == w.sentNonce {
+	if nonce := req.GetResponseNonce(); nonce != "" && nonce != w.sentNonce {
+		c.s.metrics.staleNonce(t)
+	} else if nonce != "" {
 		if req.GetErrorDetail() != nil {
 			news = c.nacked(t, w, "", nonce, req.GetErrorDetail().GetMessage())
 		} else {
@@ -664,6 +671,19 @@ func (c *conn) checkSubscribed() error {
 		return status.Errorf(codes.InvalidArgument, "the stream subscribes to %d resource names, more than %d", n, maxResourceNames)
 	}
 	return nil
+}
+
+// wireSize is the size of resources as a response carries them.
+func wireSize(resources []*named, delta bool) int {
+	n := 0
+	for _, r := range resources {
+		if delta {
+			n += r.deltaHead.Len() + r.anyPart.Len()
+		} else {
+			n += r.sotw.Len()
+		}
+	}
+	return n
 }
 
 func shortType(t string) string {

@@ -133,7 +133,7 @@ func (s *Server) serveDebug(ctx context.Context, first *discoveryv3.DiscoveryReq
 		return err
 	case <-stalled:
 		// Returning ends the stream, which releases the blocked send.
-		s.metrics.sendTimeouts.Add(ctx, 1)
+		s.metrics.timedOut()
 		s.log.Warn("closing a debug client's stream: it takes no answer", "timeout", s.sendTimeout)
 		return status.Errorf(codes.DeadlineExceeded, "the debug client took no answer for %s: closing its stream", s.sendTimeout)
 	}

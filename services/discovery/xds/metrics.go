@@ -3,7 +3,12 @@ package xds
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -12,8 +17,18 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
+// metrics are what discovery counts of its proxies and pushes, twice
+// where Istio's pilot counts the same: Flotilla's own instruments
+// (flotilla_discovery_*), and istio's, named, labelled and bucketed as
+// istiod's pilot/pkg/xds/monitoring.go and pkg/xds/monitoring.go export
+// them (Istio 1.20–1.29), so that Istio's control-plane dashboard and the
+// alerts Istio users have read discovery unchanged. Every label takes
+// values from a fixed set (types served, a bounded set of proxy
+// versions): no proxy can grow the series.
 type metrics struct {
-	connected     metric.Int64UpDownCounter
+	istio istioMetrics
+
+	connectedN    metric.Int64UpDownCounter
 	pushCount     metric.Int64Counter
 	responses     metric.Int64Counter
 	resources     metric.Int64Counter
@@ -27,7 +42,7 @@ type metrics struct {
 	debugStreams  metric.Int64Counter
 }
 
-func newMetrics(m metric.Meter) (*metrics, error) {
+func newMetrics(m, istio metric.Meter, version string) (*metrics, error) {
 	var out metrics
 	var err error
 	wrap := func(name string, e error) error {
@@ -36,7 +51,7 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 		}
 		return nil
 	}
-	if out.connected, err = m.Int64UpDownCounter("flotilla.discovery.proxies_connected",
+	if out.connectedN, err = m.Int64UpDownCounter("flotilla.discovery.proxies_connected",
 		metric.WithDescription("Proxies with an open ADS stream.")); err != nil {
 		return nil, wrap("proxies_connected", err)
 	}
@@ -85,7 +100,172 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 		metric.WithDescription("Debug streams (flotilla proxy-status and proxy-config) authorized, by first type asked (a type not served counts as other).")); err != nil {
 		return nil, wrap("debug_streams", err)
 	}
+	if err := out.istio.init(istio, version); err != nil {
+		return nil, err
+	}
 	return &out, nil
+}
+
+// istioMetrics are pilot's metrics of xDS serving. Istio's buckets, in
+// seconds (push and send time: pilot_xds_push_time's of Istio 1.20–1.29).
+type istioMetrics struct {
+	xds          metric.Int64UpDownCounter // pilot_xds{version}
+	versions     boundedLabel
+	pushes       metric.Float64Counter   // pilot_xds_pushes{type}, type_senderr on a failed send
+	pushTime     metric.Float64Histogram // pilot_xds_push_time{type}
+	sendTime     metric.Float64Histogram // pilot_xds_send_time
+	convergence  metric.Float64Histogram // pilot_proxy_convergence_time
+	configSize   metric.Float64Histogram // pilot_xds_config_size_bytes{type: the type URL}
+	rejects      metric.Float64Counter   // pilot_total_xds_rejects{type}
+	expiredNonce metric.Float64Counter   // pilot_xds_expired_nonce{type}
+	writeTimeout metric.Float64Counter   // pilot_xds_write_timeout
+}
+
+func (m *istioMetrics) init(meter metric.Meter, version string) error {
+	var err error
+	wrap := func(name string, e error) error { return fmt.Errorf("metric %s: %w", name, e) }
+	// The build, as pilot_info and istio_build{component="pilot"} (which
+	// Istio's dashboard's "Pilot Versions" reads) say it: set once.
+	info, err := meter.Float64Gauge("pilot_info", metric.WithDescription("Pilot version and build information."))
+	if err != nil {
+		return wrap("pilot_info", err)
+	}
+	info.Record(context.Background(), 1, metric.WithAttributes(attribute.String("version", version)))
+	build, err := meter.Float64Gauge("istio_build", metric.WithDescription("Istio component build info"))
+	if err != nil {
+		return wrap("istio_build", err)
+	}
+	build.Record(context.Background(), 1, metric.WithAttributes(attribute.String("component", "pilot"), attribute.String("tag", version)))
+	m.versions = boundedLabel{max: maxVersionLabels, seen: map[string]bool{}}
+	if m.xds, err = meter.Int64UpDownCounter("pilot_xds",
+		metric.WithDescription("Number of endpoints connected to this pilot using XDS.")); err != nil {
+		return wrap("pilot_xds", err)
+	}
+	if m.pushes, err = meter.Float64Counter("pilot_xds_pushes",
+		metric.WithDescription("Pilot build and send errors for lds, rds, cds and eds.")); err != nil {
+		return wrap("pilot_xds_pushes", err)
+	}
+	pushBuckets := metric.WithExplicitBucketBoundaries(.01, .1, 1, 3, 5, 10, 20, 30)
+	if m.pushTime, err = meter.Float64Histogram("pilot_xds_push_time", metric.WithUnit("s"), pushBuckets,
+		metric.WithDescription("Total time in seconds Pilot takes to push lds, rds, cds and eds.")); err != nil {
+		return wrap("pilot_xds_push_time", err)
+	}
+	if m.sendTime, err = meter.Float64Histogram("pilot_xds_send_time", metric.WithUnit("s"), pushBuckets,
+		metric.WithDescription("Total time in seconds Pilot takes to send generated configuration.")); err != nil {
+		return wrap("pilot_xds_send_time", err)
+	}
+	if m.convergence, err = meter.Float64Histogram("pilot_proxy_convergence_time", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(.1, .5, 1, 3, 5, 10, 20, 30),
+		metric.WithDescription("Delay in seconds between config change and a proxy receiving all required configuration.")); err != nil {
+		return wrap("pilot_proxy_convergence_time", err)
+	}
+	if m.configSize, err = meter.Float64Histogram("pilot_xds_config_size_bytes", metric.WithUnit("By"),
+		metric.WithExplicitBucketBoundaries(1, 10000, 1000000, 4000000, 10000000, 40000000),
+		metric.WithDescription("Distribution of configuration sizes pushed to clients")); err != nil {
+		return wrap("pilot_xds_config_size_bytes", err)
+	}
+	if m.rejects, err = meter.Float64Counter("pilot_total_xds_rejects",
+		metric.WithDescription("Total number of XDS responses from pilot rejected by proxy.")); err != nil {
+		return wrap("pilot_total_xds_rejects", err)
+	}
+	if m.expiredNonce, err = meter.Float64Counter("pilot_xds_expired_nonce",
+		metric.WithDescription("Total number of XDS requests with an expired nonce.")); err != nil {
+		return wrap("pilot_xds_expired_nonce", err)
+	}
+	if m.writeTimeout, err = meter.Float64Counter("pilot_xds_write_timeout",
+		metric.WithDescription("Pilot XDS response write timeouts.")); err != nil {
+		return wrap("pilot_xds_write_timeout", err)
+	}
+	return nil
+}
+
+// maxVersionLabels bounds pilot_xds's version label: the versions proxies
+// claim beyond the first this many seen are counted as "other".
+const maxVersionLabels = 32
+
+// boundedLabel hands out a label value as given for the first max
+// distinct values, and "other" for any later one, so a label a client
+// chooses cannot grow the series without bound.
+type boundedLabel struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]bool
+}
+
+func (b *boundedLabel) value(v string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen[v] {
+		return v
+	}
+	if len(b.seen) >= b.max || len(v) > 64 {
+		return "other"
+	}
+	b.seen[v] = true
+	return v
+}
+
+// istioType is Istio's label for an xDS type (pkg/model GetMetricType):
+// cds, eds, lds, rds, sds; discovery serves no other.
+func istioType(t string) string {
+	switch t {
+	case resourcev3.ClusterType:
+		return "cds"
+	case resourcev3.EndpointType:
+		return "eds"
+	case resourcev3.ListenerType:
+		return "lds"
+	case resourcev3.RouteType:
+		return "rds"
+	case resourcev3.SecretType:
+		return "sds"
+	}
+	return "other"
+}
+
+// connected counts a proxy in (delta 1) or out (-1), by the version its
+// metadata claims (pilot_xds's label: ISTIO_VERSION).
+func (m *metrics) connected(ctx context.Context, version string, delta int64) {
+	m.connectedN.Add(ctx, delta)
+	m.istio.xds.Add(ctx, delta, metric.WithAttributes(attribute.String("version", m.istio.versions.value(version))))
+}
+
+// pushed records a push that reached a proxy (something was generated
+// for it), from its change being seen: Istio's convergence time, which
+// ends when the proxy's push is sent, not acknowledged
+// (flotilla_discovery_convergence is to the ACK).
+func (m *metrics) pushed(seen time.Time) {
+	if !seen.IsZero() {
+		m.istio.convergence.Record(context.Background(), time.Since(seen).Seconds())
+	}
+}
+
+// sendFailed counts a response that could not be sent, as Istio does:
+// not when the stream was closed or cancelled under it.
+func (m *metrics) sendFailed(t string, err error) {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled:
+		return
+	}
+	m.istio.pushes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", istioType(t)+"_senderr")))
+}
+
+// staleNonce counts a request naming a response superseded since.
+func (m *metrics) staleNonce(t string) {
+	m.istio.expiredNonce.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", istioType(t))))
+}
+
+// rejected counts a NACK.
+func (m *metrics) rejected(t string) {
+	m.nacks.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", shortType(t))))
+	m.istio.rejects.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", istioType(t))))
+}
+
+// timedOut counts a stream closed because its proxy took no response
+// within the send timeout.
+func (m *metrics) timedOut() {
+	m.sendTimeouts.Add(context.Background(), 1)
+	m.istio.writeTimeout.Add(context.Background(), 1)
 }
 
 // debugRequests counts an authorized debug stream; the label is one of
@@ -114,11 +294,19 @@ func (m *metrics) pushes(cs model.ChangeSet) {
 	m.pushCount.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", kind)))
 }
 
-func (m *metrics) sent(t string, resources int, d time.Duration) {
+// sent records a response of resources of type t, of size bytes,
+// generated and sent in d, of which sending took send.
+func (m *metrics) sent(t string, resources, size int, d, send time.Duration) {
+	ctx := context.Background()
 	attrs := metric.WithAttributes(attribute.String("type", shortType(t)))
-	m.responses.Add(context.Background(), 1, attrs)
-	m.resources.Add(context.Background(), int64(resources), attrs)
-	m.pushDuration.Record(context.Background(), d.Seconds(), attrs)
+	m.responses.Add(ctx, 1, attrs)
+	m.resources.Add(ctx, int64(resources), attrs)
+	m.pushDuration.Record(ctx, d.Seconds(), attrs)
+	it := metric.WithAttributes(attribute.String("type", istioType(t)))
+	m.istio.pushes.Add(ctx, 1, it)
+	m.istio.pushTime.Record(ctx, d.Seconds(), it)
+	m.istio.sendTime.Record(ctx, send.Seconds())
+	m.istio.configSize.Record(ctx, float64(size), metric.WithAttributes(attribute.String("type", t)))
 }
 
 func (m *metrics) converged(t string, d time.Duration) {

@@ -25,6 +25,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,6 +50,9 @@ const (
 type Options struct {
 	Log   *slog.Logger
 	Meter metric.Meter
+	// IstioMeter is the meter of the metrics named as Istio's pilot names
+	// them (telemetry.Providers.Istio); none when nil.
+	IstioMeter metric.Meter
 	// Concurrency bounds translations running at once; default twice the
 	// number of CPUs.
 	Concurrency int
@@ -122,7 +126,7 @@ func New(o Options) (*Server, error) {
 		replica:         o.Replica,
 		conns:           map[*conn]struct{}{},
 	}
-	m, err := newMetrics(o.Meter)
+	m, err := newMetrics(o.Meter, cmp.Or[metric.Meter](o.IstioMeter, noop.Meter{}), o.Replica.Info.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +325,7 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	s.metrics.connected.Add(ctx, 1)
+	s.metrics.connected(ctx, p.IstioVersion, 1)
 	s.log.Info("proxy connected", "proxy", c.id, "delta", delta, "generator", p.Generator)
 	return c, nil
 }
@@ -358,7 +362,7 @@ func (s *Server) disconnect(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	s.metrics.connected.Add(context.Background(), -1)
+	s.metrics.connected(context.Background(), c.proxy.IstioVersion, -1)
 	s.log.Info("proxy disconnected", "proxy", c.id)
 }
 

@@ -37,6 +37,7 @@ func (c *conn) push(ev *pushEvent) error {
 				}
 			}
 		}
+		c.s.metrics.pushed(ev.seen)
 		return nil
 	}
 	w := c.watches[resourcev3.EndpointType]
@@ -58,7 +59,11 @@ func (c *conn) push(ev *pushEvent) error {
 			return err
 		}
 	}
-	return c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false)
+	if err := c.respond(resourcev3.EndpointType, w, gen, ev.seen, affected, false); err != nil {
+		return err
+	}
+	c.s.metrics.pushed(ev.seen)
+	return nil
 }
 
 // setPushContext records the push context the proxy's resources come
