@@ -25,6 +25,9 @@ SERVICES := galley discovery ca injector agent
 RACE     ?= -race
 
 IMAGE_TAG ?= $(VERSION)
+# The chart's appVersion: images are tagged with it too, so the chart of
+# this checkout finds them without global.imageTag.
+APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/flotilla/Chart.yaml)
 IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo flotilla
 
 .PHONY: images proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
@@ -42,11 +45,11 @@ build: ## build every binary into bin/ (static, version stamped)
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/devrun ./internal/cmd/devrun
 	@ls -1 $(BIN)/flotilla*
 
-images: build ## container images FROM scratch (deploy/images/Dockerfile), tagged :$(IMAGE_TAG) and :latest; needs only a Docker engine
+images: build ## container images FROM scratch (deploy/images/Dockerfile), tagged :$(IMAGE_TAG), :$(APP_VERSION) (the chart's appVersion) and :latest; needs only a Docker engine
 	@for b in $(IMAGES); do \
 	  ctx=$(BIN)/images/$$b; rm -rf $$ctx; mkdir -p $$ctx/state/ca $$ctx/state/roots $$ctx/state/identity $$ctx/state/identity-key $$ctx/state/pod; cp $(BIN)/$$b $$ctx/; \
 	  sed "s/@BINARY@/$$b/g" deploy/images/Dockerfile > $$ctx/Dockerfile; \
-	  out=$$(docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) -t $$b:$(IMAGE_TAG) -t $$b:latest $$ctx 2>&1) || { echo "$$out"; exit 1; }; \
+	  out=$$(docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) -t $$b:$(IMAGE_TAG) -t $$b:$(APP_VERSION) -t $$b:latest $$ctx 2>&1) || { echo "$$out"; exit 1; }; \
 	  echo "$$b:$(IMAGE_TAG)"; \
 	done
 
@@ -54,7 +57,7 @@ proxy-image: build ## the sidecar image flotilla-proxy (deploy/images/Dockerfile
 	@test -n "$(ENVOY_IMAGE)" || { echo "ENVOY_IMAGE must name an upstream Envoy image, e.g. make proxy-image ENVOY_IMAGE=envoyproxy/envoy:distroless-v1.36.2"; exit 2; }
 	@ctx=$(BIN)/images/flotilla-proxy; rm -rf $$ctx; mkdir -p $$ctx; cp $(BIN)/flotilla-agent $$ctx/; \
 	  docker build -q --build-arg ENVOY_IMAGE=$(ENVOY_IMAGE) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) \
-	    -f deploy/images/Dockerfile.proxy -t flotilla-proxy:$(IMAGE_TAG) -t flotilla-proxy:latest $$ctx && echo flotilla-proxy:$(IMAGE_TAG)
+	    -f deploy/images/Dockerfile.proxy -t flotilla-proxy:$(IMAGE_TAG) -t flotilla-proxy:$(APP_VERSION) -t flotilla-proxy:latest $$ctx && echo flotilla-proxy:$(IMAGE_TAG)
 
 run: build ## run the control plane locally (no cluster); Ctrl-C stops it
 	@$(BIN)/devrun --bin $(BIN)

@@ -56,6 +56,22 @@ func chart(t *testing.T) (helm, dir string) {
 	return helm, filepath.Join(root, "deploy", "helm", "flotilla")
 }
 
+// appVersion is the chart's appVersion, the images' default tag.
+func appVersion(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := utilyaml.Unmarshal(b, &c); err != nil || c.AppVersion == "" {
+		t.Fatalf("Chart.yaml appVersion: %q, %v", c.AppVersion, err)
+	}
+	return c.AppVersion
+}
+
 func helmRun(t *testing.T, helm string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(helm, args...)
@@ -85,6 +101,12 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 		"scheduling": {
 			"--set", "discovery.nodeSelector.pool=mesh", "--set-json", `discovery.tolerations=[{"key":"mesh","operator":"Exists"}]`,
 			"--set-json", `discovery.affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"flotilla-discovery"}}}}]}}`,
+			"--set", "discovery.podAntiAffinityPreset=none",
+		},
+		"operator settings": operatorSettings,
+		"one replica without a budget, a budget by maxUnavailable": {
+			"--set", "galley.replicaCount=1", "--set", "galley.podDisruptionBudget.enabled=false",
+			"--set", "ca.podDisruptionBudget.maxUnavailable=1", "--set", "injector.podDisruptionBudget.minAvailable=50%",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -100,23 +122,216 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 			}
 		})
 	}
-	for name, set := range map[string][]string{
-		"unknown top-level key":                {"--set", "galey.replicaCount=2"},
-		"bad key type":                         {"--set", "ca.keyType=DSA"},
-		"bad failure policy":                   {"--set", "injector.webhook.failurePolicy=Maybe"},
-		"bad validation failure policy":        {"--set", "galley.validationWebhook.failurePolicy=Sometimes"},
-		"no replicas":                          {"--set", "galley.replicaCount=0"},
-		"a revision that is not a label value": {"--set", "injector.revision=Not_OK"},
-		"a duration that is not one":           {"--set", "discovery.debounceQuiet=soon"},
-		"a gateway Service of no known type":   {"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.service.type=Magic"},
-		"a gateway label that is no string":    {"--set", "gateways.ingress.enabled=true", "--set-json", `gateways.ingress.labels={"istio":1}`},
+	// Each refusal names what was wrong; the chart's own checks (past the
+	// schema) also name the way out.
+	for name, c := range map[string]struct {
+		set  []string
+		want string
+	}{
+		"unknown top-level key":                {[]string{"--set", "galey.replicaCount=2"}, "additional properties 'galey' not allowed"},
+		"bad key type":                         {[]string{"--set", "ca.keyType=DSA"}, "/ca/keyType"},
+		"bad failure policy":                   {[]string{"--set", "injector.webhook.failurePolicy=Maybe"}, "/injector/webhook/failurePolicy"},
+		"bad validation failure policy":        {[]string{"--set", "galley.validationWebhook.failurePolicy=Sometimes"}, "/galley/validationWebhook/failurePolicy"},
+		"no replicas":                          {[]string{"--set", "galley.replicaCount=0"}, "/galley/replicaCount"},
+		"a revision that is not a label value": {[]string{"--set", "injector.revision=Not_OK"}, "/injector/revision"},
+		"a duration that is not one":           {[]string{"--set", "discovery.debounceQuiet=soon"}, "/discovery/debounceQuiet"},
+		"a gateway Service of no known type": {
+			[]string{"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.service.type=Magic"}, "/gateways/ingress/service/type",
+		},
+		"a gateway label that is no string": {
+			[]string{"--set", "gateways.ingress.enabled=true", "--set-json", `gateways.ingress.labels={"istio":1}`}, "/gateways/ingress/labels/istio",
+		},
+		// Each of these was once silently ignored, or would block the
+		// cluster's operations.
+		"a replicaCount the autoscaler would override": {
+			[]string{"--set", "discovery.replicaCount=5"}, "set discovery.autoscaling.enabled=false to fix the count",
+		},
+		"a gateway replicaCount the autoscaler would override": {
+			[]string{"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.replicaCount=3"}, "set gateways.ingress.autoscaling.enabled=false",
+		},
+		"minReplicas above maxReplicas": {[]string{"--set", "discovery.autoscaling.minReplicas=20"}, "discovery.autoscaling.minReplicas=20 is above maxReplicas=10"},
+		"a budget no drain can satisfy (one replica)": {
+			[]string{"--set", "galley.replicaCount=1"}, "galley.podDisruptionBudget.minAvailable=1 with 1 replica(s) at the fewest: every node drain would be blocked",
+		},
+		"a budget no drain can satisfy (autoscaled)": {
+			[]string{"--set", "discovery.autoscaling.minReplicas=1"}, "discovery.podDisruptionBudget.minAvailable=1 with 1 replica(s)",
+		},
+		"a budget no drain can satisfy (a percentage)": {
+			[]string{"--set", "ca.podDisruptionBudget.minAvailable=100%"}, "ca.podDisruptionBudget.minAvailable=100% with 2 replica(s)",
+		},
+		"a budget no drain can satisfy (maxUnavailable)": {
+			[]string{"--set", "injector.podDisruptionBudget.maxUnavailable=0"}, "injector.podDisruptionBudget.maxUnavailable=0: every node drain would be blocked",
+		},
+		"a budget that is no number or percentage": {
+			[]string{"--set", "injector.podDisruptionBudget.minAvailable=half"}, "/injector/podDisruptionBudget/minAvailable",
+		},
+		"a pod label replacing the chart's": {
+			[]string{"--set", `galley.podLabels.app\.kubernetes\.io/name=other`}, "galley.podLabels.app.kubernetes.io/name: the chart sets that label",
+		},
+		"injecting the control plane": {
+			[]string{"--set-string", `ca.podAnnotations.sidecar\.istio\.io/inject=true`}, "never injected",
+		},
+		"an own podAntiAffinity beside the preset": {
+			[]string{"--set-json", `ca.affinity={"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"topologyKey":"zone"}]}}`},
+			"set ca.podAntiAffinityPreset=none to use your own",
+		},
+		"an anti-affinity preset of no known kind": {[]string{"--set", "ca.podAntiAffinityPreset=sometimes"}, "/ca/podAntiAffinityPreset"},
+		"a topology spread constraint without its key": {
+			[]string{"--set-json", `discovery.topologySpreadConstraints=[{"maxSkew":1,"whenUnsatisfiable":"DoNotSchedule"}]`}, "missing property 'topologyKey'",
+		},
+		"a second trust domain in meshConfig": {
+			[]string{"--set", "meshConfig.trustDomain=other.example"}, "meshConfig.trustDomain=other.example differs from trustDomain=cluster.local",
+		},
+		"a second trust domain in the injection values": {
+			[]string{"--set", "injector.values.trustDomain=other.example"}, "injector.values.trustDomain=other.example differs",
+		},
+		"an env variable the chart sets on a gateway": {
+			[]string{"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.env.TRUST_DOMAIN=other.example"}, "gateways.ingress.env.TRUST_DOMAIN: the chart sets that variable",
+		},
+		"an env name that is no variable name":    {[]string{"--set-json", `discovery.env={"1-BAD":"x"}`}, "'1-BAD' does not match pattern"},
+		"a surge that is no number or percentage": {[]string{"--set", "discovery.rollingUpdate.maxSurge=lots"}, "/discovery/rollingUpdate/maxSurge"},
+		"a rollout that can never start": {
+			[]string{"--set", "ca.rollingUpdate.maxSurge=0", "--set", "ca.rollingUpdate.maxUnavailable=0%"}, "ca.rollingUpdate: maxSurge and maxUnavailable are both 0",
+		},
 	} {
 		t.Run("refuses "+name, func(t *testing.T) {
-			if out, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", namespace}, set...)...); err == nil {
+			out, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", namespace}, c.set...)...)
+			if err == nil {
 				t.Fatalf("rendered:\n%.500s", out)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("refused with %v\nwant it to say %q", err, c.want)
 			}
 		})
 	}
+}
+
+// operatorSettings sets each Deployment setting an operator reaches for,
+// on different services; TestTheOperatorsSettingsReachThePods checks
+// where each lands, and the install test has the apiserver accept them.
+var operatorSettings = []string{
+	"--set", "galley.replicaCount=3",
+	"--set", "galley.rollingUpdate.maxSurge=1", "--set", "galley.rollingUpdate.maxUnavailable=0",
+	"--set", "discovery.podLabels.team=mesh", "--set", `discovery.podAnnotations.example\.com/owner=mesh-team`,
+	"--set-string", `discovery.podAnnotations.prometheus\.io/scrape=false`,
+	"--set-json", `discovery.topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway"}]`,
+	"--set", "discovery.priorityClassName=system-cluster-critical",
+	"--set", "discovery.env.PILOT_EXTRA=1", "--set", "discovery.env.GOMEMLIMIT=700MiB",
+	"--set", "discovery.podDisruptionBudget.maxUnavailable=1",
+	"--set", "ca.podAntiAffinityPreset=hard",
+	"--set-json", `injector.affinity={"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"preference":{"matchExpressions":[{"key":"pool","operator":"In","values":["mesh"]}]}}]}}`,
+	"--set", "trustDomain=mesh.example",
+	"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.env.EXTRA=yes",
+}
+
+// TestTheOperatorsSettingsReachThePods renders operatorSettings and finds
+// each where Kubernetes reads it; the defaults are checked beside them.
+func TestTheOperatorsSettingsReachThePods(t *testing.T) {
+	helm, dir := chart(t)
+	out, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", namespace}, operatorSettings...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := appVersion(t, dir)
+	find := func(kind, name string) map[string]any {
+		t.Helper()
+		for _, o := range objs {
+			if o.GetKind() == kind && o.GetName() == name {
+				return o.Object
+			}
+		}
+		t.Fatalf("no %s %s rendered", kind, name)
+		return nil
+	}
+	str := func(o map[string]any, path ...string) string {
+		v, _, _ := unstructured.NestedFieldNoCopy(o, path...)
+		if v == nil {
+			return ""
+		}
+		return fmt.Sprint(v)
+	}
+	pod := func(deployment string) map[string]any {
+		m, _, _ := unstructured.NestedMap(find("Deployment", deployment), "spec", "template")
+		return m
+	}
+	type want struct{ what, got, want string }
+	galley, discovery, ca, injector, ingress := pod("flotilla-galley"), pod("flotilla-discovery"), pod("flotilla-ca"), pod("flotilla-injector"), pod("istio-ingressgateway")
+	envOf := func(p map[string]any) string {
+		cs, _, _ := unstructured.NestedSlice(p, "spec", "containers")
+		env, _, _ := unstructured.NestedSlice(cs[0].(map[string]any), "env")
+		var b strings.Builder
+		for _, e := range env {
+			m := e.(map[string]any)
+			if v, ok := m["value"]; ok {
+				fmt.Fprintf(&b, "%s=%v ", m["name"], v)
+			}
+		}
+		return strings.TrimSpace(b.String())
+	}
+	imageOf := func(p map[string]any) string {
+		cs, _, _ := unstructured.NestedSlice(p, "spec", "containers")
+		return fmt.Sprint(cs[0].(map[string]any)["image"])
+	}
+	mesh := str(find("ConfigMap", "istio"), "data", "mesh")
+	injection := str(find("ConfigMap", inject.ConfigMapName), "data", inject.ConfigMapValuesKey)
+	for _, c := range []want{
+		// Replicas: fixed where there is no autoscaler, absent where there is one.
+		{"galley replicas", str(find("Deployment", "flotilla-galley"), "spec", "replicas"), "3"},
+		{"ca replicas (default)", str(find("Deployment", "flotilla-ca"), "spec", "replicas"), "2"},
+		{"discovery replicas (autoscaled)", str(find("Deployment", "flotilla-discovery"), "spec", "replicas"), ""},
+		// Rollouts: Istio's surge by default, the values' where given.
+		{"galley surge", str(find("Deployment", "flotilla-galley"), "spec", "strategy", "rollingUpdate", "maxSurge") + "/" + str(find("Deployment", "flotilla-galley"), "spec", "strategy", "rollingUpdate", "maxUnavailable"), "1/0"},
+		{"ca surge (default)", str(find("Deployment", "flotilla-ca"), "spec", "strategy", "rollingUpdate", "maxSurge") + "/" + str(find("Deployment", "flotilla-ca"), "spec", "strategy", "rollingUpdate", "maxUnavailable"), "100%/25%"},
+		// Pod labels and annotations, beside the chart's.
+		{"discovery pod label", str(discovery, "metadata", "labels", "team"), "mesh"},
+		{"discovery selector label kept", str(discovery, "metadata", "labels", "app.kubernetes.io/name"), "flotilla-discovery"},
+		{"discovery annotation", str(discovery, "metadata", "annotations", "example.com/owner"), "mesh-team"},
+		{"discovery scrape turned off", str(discovery, "metadata", "annotations", "prometheus.io/scrape"), "false"},
+		{"galley scrape", str(galley, "metadata", "annotations", "prometheus.io/scrape"), "true"},
+		{"galley scrape port (its admin port)", str(galley, "metadata", "annotations", "prometheus.io/port"), "15015"},
+		{"galley scrape path", str(galley, "metadata", "annotations", "prometheus.io/path"), "/metrics"},
+		{"gateway scrape port (the agent's merged stats)", str(ingress, "metadata", "annotations", "prometheus.io/port") + str(ingress, "metadata", "annotations", "prometheus.io/path"), "15020/stats/prometheus"},
+		{"never injected", str(discovery, "metadata", "annotations", "sidecar.istio.io/inject"), "false"},
+		// Scheduling.
+		{"discovery priority class", str(discovery, "spec", "priorityClassName"), "system-cluster-critical"},
+		{"discovery spread counts its own pods", fmt.Sprint(discovery["spec"].(map[string]any)["topologySpreadConstraints"]), "[map[labelSelector:map[matchLabels:map[app.kubernetes.io/instance:flotilla app.kubernetes.io/name:flotilla-discovery]] maxSkew:1 topologyKey:topology.kubernetes.io/zone whenUnsatisfiable:ScheduleAnyway]]"},
+		{"galley anti-affinity (default: preferred, per node)", str(galley, "spec", "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution"), "[map[podAffinityTerm:map[labelSelector:map[matchLabels:map[app.kubernetes.io/instance:flotilla app.kubernetes.io/name:flotilla-galley]] topologyKey:kubernetes.io/hostname] weight:100]]"},
+		{"ca anti-affinity (hard)", str(ca, "spec", "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution"), "[map[labelSelector:map[matchLabels:map[app.kubernetes.io/instance:flotilla app.kubernetes.io/name:flotilla-ca]] topologyKey:kubernetes.io/hostname]]"},
+		{"injector keeps its node affinity beside the preset", fmt.Sprint(str(injector, "spec", "affinity", "nodeAffinity") != "" && str(injector, "spec", "affinity", "podAntiAffinity") != ""), "true"},
+		// Environment: sorted, after the chart's.
+		{"discovery env", envOf(discovery), "GOMEMLIMIT=700MiB PILOT_EXTRA=1"},
+		{"gateway env ends with the values'", envOf(ingress)[strings.LastIndex(envOf(ingress), " ")+1:], "EXTRA=yes"},
+		// The disruption budget by maxUnavailable.
+		{"discovery budget", str(find("PodDisruptionBudget", "flotilla-discovery"), "spec", "maxUnavailable") + "/" + str(find("PodDisruptionBudget", "flotilla-discovery"), "spec", "minAvailable"), "1/"},
+		// Images: the chart's appVersion when no tag is given.
+		{"galley image", imageOf(galley), "flotilla-galley:" + version},
+		{"gateway image", imageOf(ingress), "flotilla-proxy:" + version},
+		// One trust domain: ca issues in it, the mesh and the injected proxies use it.
+		{"ca's trust domain", fmt.Sprint(hasArg(ca, "--trust-domain=mesh.example")), "true"},
+		{"mesh trustDomain", fmt.Sprint(strings.Contains(mesh, "trustDomain: mesh.example")), "true"},
+		{"injection trustDomain", fmt.Sprint(strings.Contains(injection, "trustDomain: mesh.example")), "true"},
+		{"gateway trust domain", fmt.Sprint(strings.Contains(envOf(ingress), "TRUST_DOMAIN=mesh.example")), "true"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q, want %q", c.what, c.got, c.want)
+		}
+	}
+}
+
+// hasArg reports whether the pod's first container has arg.
+func hasArg(pod map[string]any, arg string) bool {
+	cs, _, _ := unstructured.NestedSlice(pod, "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	for _, a := range args {
+		if a == arg {
+			return true
+		}
+	}
+	return false
 }
 
 func decode(rendered string) ([]*unstructured.Unstructured, error) {
@@ -249,7 +464,7 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the injection ConfigMap: %v", err)
 			}
-			if c.Values.DiscoveryAddress != "flotilla-discovery."+namespace+".svc:15012" || c.Values.ProxyImage != "flotilla-proxy:latest" {
+			if c.Values.DiscoveryAddress != "flotilla-discovery."+namespace+".svc:15012" || c.Values.ProxyImage != "flotilla-proxy:"+appVersion(t, dir) {
 				t.Errorf("injection values %+v", c.Values)
 			}
 		default:
@@ -360,6 +575,56 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	}
 }
 
+// TestTheOperatorsSettingsAreAcceptedByARealAPIServer has the apiserver
+// validate (server-side apply, dry run) every object the chart renders
+// with operatorSettings: a topology spread, a surge or an affinity the
+// chart put in the wrong shape would be refused here.
+func TestTheOperatorsSettingsAreAcceptedByARealAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	helm, dir := chart(t)
+	ns, err := env.CreateNamespace(ctx, "settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", ns, "--skip-crds"}, operatorSettings...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	kinds := map[string]int{}
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(m.Resource).Namespace(ns)
+		}
+		if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "helm", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("the apiserver refused %s %s: %v", gvk.Kind, o.GetName(), err)
+		}
+		kinds[gvk.Kind]++
+	}
+	if kinds["Deployment"] != 5 || kinds["PodDisruptionBudget"] != 5 {
+		t.Errorf("validated %v, want 5 Deployments and 5 PodDisruptionBudgets (the services and the ingress gateway)", kinds)
+	}
+}
+
 func excludes(sel *metav1.LabelSelector, ns string) bool {
 	if sel == nil {
 		return false
@@ -374,4 +639,42 @@ func excludes(sel *metav1.LabelSelector, ns string) bool {
 		}
 	}
 	return false
+}
+
+// TestNOTESSaysWhatEachServiceGotAndWhatToDoNext renders NOTES.txt as
+// helm install prints it (a dry run against the real apiserver): each
+// service's replicas, fixed or autoscaled (and how to change which),
+// and the namespace label for the release's revision.
+func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
+	helm, dir := chart(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helmRun(t, helm, "install", "flotilla", dir, "-n", namespace, "--dry-run=client", "--kubeconfig", kubeconfig,
+		"--set", "galley.replicaCount=3", "--set", "injector.revision=canary", "--set", "gateways.ingress.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, notes, ok := strings.Cut(out, "NOTES:\n")
+	if !ok {
+		t.Fatalf("no NOTES in:\n%.2000s", out)
+	}
+	version := appVersion(t, dir)
+	for _, want := range []string{
+		"Flotilla " + version + " is installed in namespace " + namespace,
+		"galley     flotilla-galley:" + version + ", 3 replicas (galley.replicaCount; no autoscaler)",
+		"discovery  flotilla-discovery:" + version + ", 2–10 replicas, as the HorizontalPodAutoscaler decides (CPU 80 %); set discovery.autoscaling.enabled=false and discovery.replicaCount to fix the count",
+		"ca         flotilla-ca:" + version + ", 2 replicas",
+		"ingress    gateway istio-ingressgateway, 2–5 replicas (autoscaled)",
+		"kubectl label namespace <namespace> istio.io/rev=canary",
+		"prometheus.io/scrape",
+	} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+	if strings.Contains(notes, "egress ") {
+		t.Errorf("NOTES mention the egress gateway, which is off:\n%s", notes)
+	}
 }

@@ -19,12 +19,13 @@ app.kubernetes.io/name: flotilla-{{ .name }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- end }}
 
-{{/* image: registry/flotilla-<name>:tag, each part overridable. */}}
+{{/* image: registry/flotilla-<name>:tag, each part overridable; the tag
+     defaults to the chart's appVersion, the release the chart is of. */}}
 {{- define "flotilla.image" -}}
 {{- $v := index .root.Values .name -}}
 {{- $repo := $v.image.repository | default (printf "flotilla-%s" .name) -}}
 {{- $reg := .root.Values.global.imageRegistry -}}
-{{- $tag := $v.image.tag | default .root.Values.global.imageTag -}}
+{{- $tag := $v.image.tag | default .root.Values.global.imageTag | default .root.Chart.AppVersion -}}
 {{- if $reg }}{{ printf "%s/%s:%s" $reg $repo $tag }}{{ else }}{{ printf "%s:%s" $repo $tag }}{{ end -}}
 {{- end }}
 
@@ -48,6 +49,20 @@ securityContext:
   runAsGroup: 65532
   fsGroup: 65532
   seccompProfile: {type: RuntimeDefault}
+{{- with (include "flotilla.scheduling" (dict "root" .root "v" $v "key" .name "selector" (fromYaml (include "flotilla.selector" .))) | trim) }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Where a service's or gateway's pods run: nodeSelector, tolerations,
+     affinity with the anti-affinity preset, topology spread, priority.
+     Called with (dict "root" $ "v" <its values> "key" <its values' path>
+     "selector" <its pods' selector labels>). */}}
+{{- define "flotilla.scheduling" -}}
+{{- $v := .v -}}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
 {{- with $v.nodeSelector }}
 nodeSelector:
 {{ toYaml . | indent 2 }}
@@ -56,9 +71,117 @@ nodeSelector:
 tolerations:
 {{ toYaml . | indent 2 }}
 {{- end }}
-{{- with $v.affinity }}
+{{- with (include "flotilla.affinity" .) }}
 affinity:
-{{ toYaml . | indent 2 }}
+{{ . | indent 2 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- /* A constraint without a labelSelector counts this Deployment's pods. */}}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}{{ $_ := set $c "labelSelector" (dict "matchLabels" $.selector) }}{{ end }}
+- {{ toJson $c }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* affinity: the values' own, plus the podAntiAffinityPreset (soft: prefer
+     nodes without another pod of the same Deployment, so one node's loss
+     takes one replica; hard: require it; none). A preset and an own
+     podAntiAffinity together are refused: one would silently win. */}}
+{{- define "flotilla.affinity" -}}
+{{- $v := .v -}}
+{{- $aff := deepCopy ($v.affinity | default dict) -}}
+{{- $preset := $v.podAntiAffinityPreset | default "soft" -}}
+{{- if ne $preset "none" -}}
+{{- if hasKey $aff "podAntiAffinity" -}}
+{{- fail (printf "%s.affinity.podAntiAffinity is set and so is %s.podAntiAffinityPreset=%s: set %s.podAntiAffinityPreset=none to use your own" .key .key $preset .key) -}}
+{{- end -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" .selector) -}}
+{{- if eq $preset "hard" -}}
+{{- $_ := set $aff "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- else -}}
+{{- $_ := set $aff "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
+{{- end -}}
+{{- end -}}
+{{- if $aff }}{{ toYaml $aff }}{{ end -}}
+{{- end }}
+
+{{/* The pod template's labels and annotations: the chart's, then the
+     values' podLabels and podAnnotations. A pod label may not replace one
+     the chart sets (the selector and the Service select on them); the
+     control plane's pods are never injected. Prometheus scrape
+     annotations name the metrics port and path (podAnnotations may
+     change them, or set prometheus.io/scrape: "false"). Called with
+     (dict "v" <its values> "key" <path> "labels" <the chart's labels>
+     "metricsPort" <port> "metricsPath" <path>). */}}
+{{- define "flotilla.podMetadata" -}}
+{{- $labels := deepCopy .labels -}}
+{{- range $k, $val := (.v.podLabels | default dict) -}}
+{{- if hasKey $.labels $k -}}
+{{- fail (printf "%s.podLabels.%s: the chart sets that label (the Deployment's selector and the Service select on it)" $.key $k) -}}
+{{- end -}}
+{{- $_ := set $labels $k $val -}}
+{{- end -}}
+{{- $ann := dict "prometheus.io/scrape" "true" "prometheus.io/port" (toString .metricsPort) "prometheus.io/path" .metricsPath -}}
+{{- range $k, $val := (.v.podAnnotations | default dict) -}}
+{{- if eq $k "sidecar.istio.io/inject" -}}
+{{- fail (printf "%s.podAnnotations.%s: the control plane's and gateways' pods are never injected" $.key $k) -}}
+{{- end -}}
+{{- $_ := set $ann $k $val -}}
+{{- end -}}
+{{- $_ := set $ann "sidecar.istio.io/inject" "false" -}}
+labels:
+{{ toYaml $labels | indent 2 }}
+annotations:
+{{ toYaml $ann | indent 2 }}
+{{- end }}
+
+{{/* A Deployment's replicas and rollout: replicaCount when the service has
+     no autoscaler; with one, the autoscaler alone decides, and a
+     replicaCount given too is refused rather than silently dropped.
+     Rollouts surge as Istio's do (maxSurge 100 %, maxUnavailable 25 %)
+     unless rollingUpdate says otherwise. Called with (dict "v" <its
+     values> "key" <path>). */}}
+{{- define "flotilla.replicasAndStrategy" -}}
+{{- $v := .v -}}
+{{- if $v.autoscaling.enabled -}}
+{{- if hasKey $v "replicaCount" -}}
+{{- fail (printf "%s.replicaCount=%v is set, but %s.autoscaling.enabled is true, so the autoscaler decides the replicas (%s.autoscaling.minReplicas to maxReplicas): set %s.autoscaling.enabled=false to fix the count, or set minReplicas" .key $v.replicaCount .key .key .key) -}}
+{{- end -}}
+{{- if gt (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas) -}}
+{{- fail (printf "%s.autoscaling.minReplicas=%v is above maxReplicas=%v" .key $v.autoscaling.minReplicas $v.autoscaling.maxReplicas) -}}
+{{- end -}}
+{{- else }}
+replicas: {{ $v.replicaCount | default 2 }}
+{{- end }}
+{{- /* Set key by key: merge would take a 0 for unset. */ -}}
+{{- $ru := dict "maxSurge" "100%" "maxUnavailable" "25%" }}
+{{- range $k, $val := ($v.rollingUpdate | default dict) }}{{ $_ := set $ru $k $val }}{{ end }}
+{{- if and (has (toString $ru.maxSurge) (list "0" "0%")) (has (toString $ru.maxUnavailable) (list "0" "0%")) }}
+{{- fail (printf "%s.rollingUpdate: maxSurge and maxUnavailable are both 0, so a rollout could never start: allow one of them" .key) }}
+{{- end }}
+strategy:
+  type: RollingUpdate
+  rollingUpdate: {{ toJson $ru }}
+{{- end }}
+
+{{/* The fewest replicas a service runs: replicaCount, or the autoscaler's
+     minReplicas. */}}
+{{- define "flotilla.minReplicas" -}}
+{{- if .v.autoscaling.enabled }}{{ .v.autoscaling.minReplicas }}{{ else }}{{ .v.replicaCount | default 2 }}{{ end -}}
+{{- end }}
+
+{{/* The values' env (name: value) as container env, sorted; a name the
+     chart sets for the container (.set) is refused. */}}
+{{- define "flotilla.extraEnv" -}}
+{{- $env := .v.env | default dict -}}
+{{- range $k := keys $env | sortAlpha }}
+{{- if has $k ($.set | default list) -}}
+{{- fail (printf "%s.env.%s: the chart sets that variable" $.key $k) -}}
+{{- end }}
+- {name: {{ $k | quote }}, value: {{ index $env $k | toString | quote }}}
 {{- end }}
 {{- end }}
 
@@ -81,9 +204,13 @@ livenessProbe:
   failureThreshold: 6
 resources:
 {{ toYaml $v.resources | indent 2 }}
+{{- with (include "flotilla.extraEnv" (dict "v" $v "key" .name)) }}
+env:
+{{- . }}
+{{- end }}
 {{- /* No GOMEMLIMIT here: each service gives the Go runtime 90 % of its
 container's memory limit itself, read from its cgroup (as istiod does),
-which leaves room for what the runtime does not count. */}}
+which leaves room for what the runtime does not count; env may set one. */}}
 {{- end }}
 
 {{/* The shared flags. */}}
@@ -95,31 +222,47 @@ which leaves room for what the runtime does not count. */}}
 
 {{/* PodDisruptionBudget and HorizontalPodAutoscaler of a service. */}}
 {{- define "flotilla.scaling" -}}
-{{- $v := index .root.Values .name -}}
+{{ include "flotilla.budgetAndAutoscaler" (dict "root" .root "v" (index .root.Values .name) "key" .name "object" (printf "flotilla-%s" .name) "labels" (include "flotilla.serviceLabels" .) "selector" (fromYaml (include "flotilla.selector" .))) }}
+{{- end }}
+
+{{/* PodDisruptionBudget and HorizontalPodAutoscaler of a Deployment.
+     Called with (dict "root" $ "v" <its values> "key" <path> "object"
+     <the Deployment's name> "labels" <metadata labels, YAML> "selector"
+     <its pods' selector labels>). */}}
+{{- define "flotilla.budgetAndAutoscaler" -}}
+{{- $v := .v -}}
+{{- $pdb := $v.podDisruptionBudget -}}
+{{- if $pdb.enabled }}
+{{- include "flotilla.checkBudget" . }}
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
-  name: flotilla-{{ .name }}
+  name: {{ .object }}
   namespace: {{ .root.Release.Namespace }}
   labels:
-{{ include "flotilla.serviceLabels" . | indent 4 }}
+{{ .labels | indent 4 }}
 spec:
-  minAvailable: {{ $v.podDisruptionBudget.minAvailable }}
+  {{- if hasKey $pdb "maxUnavailable" }}
+  maxUnavailable: {{ $pdb.maxUnavailable }}
+  {{- else }}
+  minAvailable: {{ $pdb.minAvailable }}
+  {{- end }}
   selector:
     matchLabels:
-{{ include "flotilla.selector" . | indent 6 }}
+{{ toYaml .selector | indent 6 }}
+{{- end }}
 {{- if $v.autoscaling.enabled }}
 ---
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata:
-  name: flotilla-{{ .name }}
+  name: {{ .object }}
   namespace: {{ .root.Release.Namespace }}
   labels:
-{{ include "flotilla.serviceLabels" . | indent 4 }}
+{{ .labels | indent 4 }}
 spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: flotilla-{{ .name }}}
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: {{ .object }}}
   minReplicas: {{ $v.autoscaling.minReplicas }}
   maxReplicas: {{ $v.autoscaling.maxReplicas }}
   metrics:
@@ -128,6 +271,35 @@ spec:
       name: cpu
       target: {type: Utilization, averageUtilization: {{ $v.autoscaling.targetCPUUtilizationPercentage }}}
 {{- end }}
+{{- end }}
+
+{{/* A PodDisruptionBudget no eviction can ever satisfy blocks every node
+     drain (kubectl drain, cluster upgrades, the autoscaler's scale-down)
+     for as long as it exists: refused. minAvailable percentages round up
+     and maxUnavailable ones too, as the disruption controller counts
+     them. maxUnavailable, when set, replaces minAvailable. */}}
+{{- define "flotilla.checkBudget" -}}
+{{- $pdb := .v.podDisruptionBudget -}}
+{{- $min := int (include "flotilla.minReplicas" .) -}}
+{{- $hint := printf "every node drain would be blocked: run more replicas (%s.replicaCount, or %s.autoscaling.minReplicas), allow one down with %s.podDisruptionBudget.maxUnavailable=1, or set %s.podDisruptionBudget.enabled=false" .key .key .key .key -}}
+{{- if hasKey $pdb "maxUnavailable" -}}
+{{- $m := toString $pdb.maxUnavailable -}}
+{{- if or (eq $m "0") (eq $m "0%") -}}
+{{- fail (printf "%s.podDisruptionBudget.maxUnavailable=%s: %s" .key $m $hint) -}}
+{{- end -}}
+{{- else -}}
+{{- $m := toString $pdb.minAvailable -}}
+{{- $blocks := false -}}
+{{- if hasSuffix "%" $m -}}
+{{- $p := int (trimSuffix "%" $m) -}}
+{{- $blocks = gt (mul $min $p) (mul 100 (sub $min 1)) -}}
+{{- else -}}
+{{- $blocks = ge (int $m) $min -}}
+{{- end -}}
+{{- if $blocks -}}
+{{- fail (printf "%s.podDisruptionBudget.minAvailable=%s with %d replica(s) at the fewest: %s" .key $m $min $hint) -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/* The injection webhook configuration and ConfigMap, per revision. */}}
