@@ -33,9 +33,16 @@ const MaxBodyBytes = 6 << 20
 // a patch, warnings or a result). The UID is filled in.
 type Decide func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
+// Observe is told how each request ended, for a webhook's own metrics:
+// status is the HTTP status (200 when a review was answered, allowed or
+// not, or answered busy); req and resp are the review's (nil when the
+// request was refused at the edge); d is the time taken.
+type Observe func(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, status int, d time.Duration)
+
 type handler struct {
-	log    *slog.Logger
-	decide Decide
+	log     *slog.Logger
+	decide  Decide
+	observe Observe
 	// slots bounds the reviews decided at once: the rest queue, each for
 	// at most half of the time the apiserver gives the webhook, and are
 	// then denied as busy, in time, rather than all slowed down together.
@@ -46,8 +53,9 @@ type handler struct {
 
 // Handler serves decide at path; metrics are named <prefix>.reviews and
 // <prefix>.duration, by result (allowed, denied, busy, bad_request).
-func Handler(log *slog.Logger, meter metric.Meter, prefix, path string, decide Decide) (http.Handler, error) {
-	h := &handler{log: log, decide: decide, slots: make(chan struct{}, MaxConcurrentReviews())}
+// observe, when not nil, is told how each request ended.
+func Handler(log *slog.Logger, meter metric.Meter, prefix, path string, decide Decide, observe Observe) (http.Handler, error) {
+	h := &handler{log: log, decide: decide, observe: observe, slots: make(chan struct{}, MaxConcurrentReviews())}
 	var err error
 	if h.reviews, err = meter.Int64Counter(prefix+".reviews",
 		metric.WithDescription("Admission reviews answered, by result.")); err != nil {
@@ -64,44 +72,56 @@ func Handler(log *slog.Logger, meter metric.Meter, prefix, path string, decide D
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	result := h.serve(w, r)
+	o := h.serve(w, r)
 	ctx := r.Context()
-	h.reviews.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
-	h.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("result", result)))
+	d := time.Since(start)
+	h.reviews.Add(ctx, 1, metric.WithAttributes(attribute.String("result", o.result)))
+	h.duration.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.String("result", o.result)))
+	if h.observe != nil {
+		h.observe(o.req, o.resp, o.status, d)
+	}
 }
 
-func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
+// outcome is how a request ended: its result label, HTTP status, and the
+// review's request and response when there was one.
+type outcome struct {
+	result string
+	status int
+	req    *admissionv1.AdmissionRequest
+	resp   *admissionv1.AdmissionResponse
+}
+
+// refuse answers a request refused at the edge.
+func refuse(w http.ResponseWriter, msg string, status int) outcome {
+	http.Error(w, msg, status)
+	return outcome{result: "bad_request", status: status}
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) outcome {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "only POST is accepted", http.StatusMethodNotAllowed)
-		return "bad_request"
+		return refuse(w, "only POST is accepted", http.StatusMethodNotAllowed)
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		http.Error(w, "Content-Type must be application/json", http.StatusBadRequest)
-		return "bad_request"
+		return refuse(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), http.StatusBadRequest)
-		} else {
-			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+			return refuse(w, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), http.StatusBadRequest)
 		}
-		return "bad_request"
+		return refuse(w, "reading request body: "+err.Error(), http.StatusBadRequest)
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil {
-		http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
-		return "bad_request"
+		return refuse(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
 	}
 	if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" {
-		http.Error(w, fmt.Sprintf("want an admission.k8s.io/v1 AdmissionReview, got %s %s", review.APIVersion, review.Kind), http.StatusBadRequest)
-		return "bad_request"
+		return refuse(w, fmt.Sprintf("want an admission.k8s.io/v1 AdmissionReview, got %s %s", review.APIVersion, review.Kind), http.StatusBadRequest)
 	}
 	if review.Request == nil || review.Request.UID == "" {
-		http.Error(w, "AdmissionReview has no request (or no request uid)", http.StatusBadRequest)
-		return "bad_request"
+		return refuse(w, "AdmissionReview has no request (or no request uid)", http.StatusBadRequest)
 	}
 	wait := queueWait(r)
 	ctx, cancel := context.WithTimeout(r.Context(), 2*wait)
@@ -123,7 +143,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 		if err := json.NewEncoder(w).Encode(&admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}); err != nil {
 			h.log.Warn("writing admission response", "error", err)
 		}
-		return "busy"
+		return outcome{result: "busy", status: http.StatusOK, req: review.Request, resp: resp}
 	}
 	resp.UID = review.Request.UID
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
@@ -131,10 +151,11 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) string {
 	if err := json.NewEncoder(w).Encode(&out); err != nil {
 		h.log.Warn("writing admission response", "error", err)
 	}
+	o := outcome{result: "denied", status: http.StatusOK, req: review.Request, resp: resp}
 	if resp.Allowed {
-		return "allowed"
+		o.result = "allowed"
 	}
-	return "denied"
+	return o
 }
 
 // MaxConcurrentReviews is how many reviews a webhook decides at once:

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/metric/noop"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -41,6 +43,7 @@ func review(t *testing.T, url string) *admissionv1.AdmissionResponse {
 func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 64)
+	var observedBusy atomic.Int32
 	h, err := Handler(slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t"), "test", "/validate",
 		func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			if req.Name == "" {
@@ -48,6 +51,11 @@ func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
 				<-release
 			}
 			return &admissionv1.AdmissionResponse{Allowed: true}
+		},
+		func(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, status int, _ time.Duration) {
+			if req != nil && resp != nil && resp.Result != nil && resp.Result.Code == http.StatusTooManyRequests && status == http.StatusOK {
+				observedBusy.Add(1)
+			}
 		})
 	if err != nil {
 		t.Fatal(err)
@@ -73,5 +81,8 @@ func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
 	}
 	if r := review(t, srv.URL+"/validate?timeout=1s"); !r.Allowed {
 		t.Fatalf("with free slots: %+v", r)
+	}
+	if n := observedBusy.Load(); n != 1 {
+		t.Errorf("the webhook's observer saw %d busy answers, want 1", n)
 	}
 }

@@ -301,7 +301,7 @@ func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Obje
 		return nil, nil
 	}
 	h, err := webhook.Handler(webhook.Options{
-		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/galley/webhook"),
+		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/galley/webhook"), IstioMeter: rt.Telemetry.Istio.Meter("istio"),
 		// Subset warnings look at the DestinationRules galley serves.
 		Context: func() validation.Context { return validation.NewSubsetIndex(objects(), cfg.DomainSuffix) },
 	})

@@ -2,10 +2,16 @@
 // sends each create and update of an Istio object as an AdmissionReview,
 // and the webhook answers with internal/validation's verdict — denied with
 // every error and its field path, or allowed with warnings. Malformed,
-// oversized or hostile requests get HTTP 400 and a message.
+// oversized or hostile requests get HTTP 400 and a message. Beside its
+// own metrics it counts what Istio's validation webhook counts, under
+// Istio's names (pkg/webhooks/validation/server/monitoring.go):
+// galley_validation_passed and _failed by the resource's group, version
+// and resource (and the reason it failed), and galley_validation_http_error
+// by status.
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,10 +19,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,20 +48,61 @@ const Path = "/validate"
 type Options struct {
 	Log   *slog.Logger
 	Meter metric.Meter
+	// IstioMeter is the meter of the metrics named as Istio names them
+	// (telemetry.Providers.Istio); none when nil.
+	IstioMeter metric.Meter
 	// Context answers cross-object questions (subsets); it may return nil.
 	Context func() validation.Context
 }
 
 type handler struct {
-	o Options
+	o                         Options
+	passed, failed, httpError metric.Float64Counter
 }
+
+// Istio's reasons for galley_validation_failed.
+const (
+	reasonDecode     = "yaml_decode_error"
+	reasonConversion = "crd_conversion_error"
+	reasonInvalid    = "invalid_resource"
+)
 
 // Handler returns the webhook's HTTP handler.
 func Handler(o Options) (http.Handler, error) {
 	h := &handler{o: o}
+	m := cmp.Or[metric.Meter](o.IstioMeter, noop.Meter{})
+	var err error
+	if h.passed, err = m.Float64Counter("galley_validation_passed", metric.WithDescription("Resource is valid")); err != nil {
+		return nil, fmt.Errorf("metric galley_validation_passed: %w", err)
+	}
+	if h.failed, err = m.Float64Counter("galley_validation_failed", metric.WithDescription("Resource validation failed")); err != nil {
+		return nil, fmt.Errorf("metric galley_validation_failed: %w", err)
+	}
+	if h.httpError, err = m.Float64Counter("galley_validation_http_error", metric.WithDescription("Resource validation http serve errors")); err != nil {
+		return nil, fmt.Errorf("metric galley_validation_http_error: %w", err)
+	}
 	return admission.Handler(o.Log, o.Meter, "flotilla.galley.webhook", Path, func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		return h.review(req)
+	}, func(_ *admissionv1.AdmissionRequest, _ *admissionv1.AdmissionResponse, status int, _ time.Duration) {
+		if status >= http.StatusBadRequest {
+			h.httpError.Add(context.Background(), 1, metric.WithAttributes(attribute.String("status", strconv.Itoa(status))))
+		}
 	})
+}
+
+// validated counts a review of a kind galley validates (the labels take
+// only those kinds' values): passed when reason is empty. As Istio's, a
+// dry run's failure is not counted.
+func (h *handler) validated(req *admissionv1.AdmissionRequest, reason string) {
+	attrs := []attribute.KeyValue{
+		attribute.String("group", req.Resource.Group), attribute.String("version", req.Resource.Version), attribute.String("resource", req.Resource.Resource),
+	}
+	switch {
+	case reason == "":
+		h.passed.Add(context.Background(), 1, metric.WithAttributes(attrs...))
+	case req.DryRun == nil || !*req.DryRun:
+		h.failed.Add(context.Background(), 1, metric.WithAttributes(append(attrs, attribute.String("reason", reason))...))
+	}
 }
 
 func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
@@ -60,16 +110,23 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return resp
 	}
-	if _, err := istio.ByAPIVersion(req.Kind.Group+"/"+req.Kind.Version, req.Kind.Kind); err != nil {
+	kind, err := istio.ByAPIVersion(req.Kind.Group+"/"+req.Kind.Version, req.Kind.Kind)
+	if err != nil {
 		resp.Warnings = []string{"galley does not validate " + req.Kind.String()}
 		return resp
 	}
+	// The labels are the kind's own, not what the request claims: a
+	// caller cannot grow the series.
+	counted := *req
+	counted.Resource = metav1.GroupVersionResource{Group: kind.Group, Version: req.Kind.Version, Resource: kind.Plural}
 	docs := istio.Decode("", req.Object.Raw, req.Namespace)
 	if len(docs) != 1 {
+		h.validated(&counted, reasonDecode)
 		return deny(resp, fmt.Sprintf("the request holds %d objects, want 1", len(docs)))
 	}
 	doc := docs[0]
 	if doc.Err != nil {
+		h.validated(&counted, reasonDecode)
 		var de *istio.DecodeError
 		if errors.As(doc.Err, &de) {
 			if de.Object != "" {
@@ -81,6 +138,7 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	}
 	obj := doc.Object
 	if obj.Kind.Kind != req.Kind.Kind {
+		h.validated(&counted, reasonConversion)
 		return deny(resp, fmt.Sprintf("the object is a %s, the request is for a %s", obj.Kind.Kind, req.Kind.Kind))
 	}
 	if obj.Meta.Name == "" {
@@ -102,8 +160,10 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 			msgs[i] = e.String()
 		}
 		h.o.Log.Info("denied", "object", obj.String(), "user", req.UserInfo.Username, "errors", len(msgs))
+		h.validated(&counted, reasonInvalid)
 		return deny(resp, obj.String()+": "+strings.Join(msgs, "; "))
 	}
+	h.validated(&counted, "")
 	return resp
 }
 

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
@@ -107,6 +109,8 @@ func TestAnUndecodableObjectIsDeniedWithTheReason(t *testing.T) {
 	}
 }
 
+// TestMalformedOversizedAndHostileRequestsGet400 (415 for a body that is
+// not JSON by its Content-Type, as Istio's webhooks answer).
 func TestMalformedOversizedAndHostileRequestsGet400(t *testing.T) {
 	h := testHandler(t)
 	deep := strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000)
@@ -129,8 +133,12 @@ func TestMalformedOversizedAndHostileRequestsGet400(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			rec := post(h, tc.contentType, tc.body)
-			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), tc.want) {
-				t.Fatalf("HTTP %d %q, want 400 with %q", rec.Code, rec.Body.String(), tc.want)
+			code := http.StatusBadRequest
+			if tc.contentType != "application/json" {
+				code = http.StatusUnsupportedMediaType
+			}
+			if rec.Code != code || !strings.Contains(rec.Body.String(), tc.want) {
+				t.Fatalf("HTTP %d %q, want %d with %q", rec.Code, rec.Body.String(), code, tc.want)
 			}
 		})
 	}
@@ -225,6 +233,63 @@ func TestHeavyObjectsCostThemselvesAndSmallReviewsAreStillAnswered(t *testing.T)
 		resp := answer(t, <-results)
 		if resp.Allowed || !strings.Contains(resp.Result.Message, "in all") {
 			t.Fatalf("a heavy review: allowed %v, %v; want denied for the regex budget", resp.Allowed, resp.Result)
+		}
+	}
+}
+
+// TestIstiosDashboardsReadTheValidationsUnderIstiosNames posts a valid,
+// an invalid and an undecodable VirtualService, a kind galley does not
+// validate, and requests refused at the edge, then reads /metrics as
+// Prometheus scrapes it: galley_validation_* as Istio's webhook counts
+// them. A review claiming a resource of its own invention is counted
+// under its kind's resource, so no caller grows the series.
+func TestIstiosDashboardsReadTheValidationsUnderIstiosNames(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Options{ServiceName: "flotilla-galley"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	h, err := Handler(Options{Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"), IstioMeter: tel.Istio.Meter("istio")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := `{"apiVersion":"networking.istio.io/v1","kind":"VirtualService","metadata":{"name":"reviews"},"spec":{"hosts":["reviews"],"http":[{"route":[{"destination":{"host":"reviews"}}]}]}}`
+	invalid := `{"apiVersion":"networking.istio.io/v1","kind":"VirtualService","metadata":{"name":"reviews"},"spec":{"hosts":["reviews","reviews"],"http":[{"route":[{"destination":{"host":"reviews"}}]}]}}`
+	answer(t, post(h, "application/json", review(vsKind, admissionv1.Create, valid)))
+	answer(t, post(h, "application/json", review(vsKind, admissionv1.Update, valid)))
+	answer(t, post(h, "application/json", review(vsKind, admissionv1.Create, invalid)))
+	answer(t, post(h, "application/json", review(vsKind, admissionv1.Create, `{"apiVersion":"networking.istio.io/v1","kind":"VirtualService","metadata":{"name":"r"},"spec":{"hosts":"not-a-list"}}`)))
+	answer(t, post(h, "application/json", review(metav1.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, admissionv1.Create, `{}`)))
+	var hostile admissionv1.AdmissionReview
+	if err := json.Unmarshal(review(vsKind, admissionv1.Create, valid), &hostile); err != nil {
+		t.Fatal(err)
+	}
+	hostile.Request.Resource = metav1.GroupVersionResource{Group: "evil", Version: "v666", Resource: strings.Repeat("x", 1000)}
+	body, err := json.Marshal(hostile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer(t, post(h, "application/json", body))
+	post(h, "text/plain", []byte("{}"))
+	post(h, "application/json", []byte("<xml/>"))
+
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
+	got := rec.Body.String()
+	for _, want := range []string{
+		`galley_validation_passed{group="networking.istio.io",resource="virtualservices",version="v1"} 3`,
+		`galley_validation_failed{group="networking.istio.io",reason="invalid_resource",resource="virtualservices",version="v1"} 1`,
+		`galley_validation_failed{group="networking.istio.io",reason="yaml_decode_error",resource="virtualservices",version="v1"} 1`,
+		`galley_validation_http_error{status="400"} 1`,
+		`galley_validation_http_error{status="415"} 1`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, unwanted := range []string{"evil", "example.com", "Widget"} {
+		if strings.Contains(got, unwanted) {
+			t.Errorf("/metrics has %q", unwanted)
 		}
 	}
 }

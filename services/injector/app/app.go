@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	labels := namespaces.New()
 	configs := injectconfig.New(cfg.Revision, local, rt.Log)
 	h, err := webhook.Handler(webhook.Options{
-		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/injector"),
+		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/injector"), IstioMeter: rt.Telemetry.Istio.Meter("istio"),
 		Config:          configs.Current,
 		Policy:          inject.Policy{SystemNamespace: cfg.SystemNamespace, Revision: cfg.Revision},
 		NamespaceLabels: labels.Get,

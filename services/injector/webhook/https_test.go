@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sort"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
+	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 )
 
 func enabledNamespace(context.Context, string) (map[string]string, error) {
@@ -317,4 +319,57 @@ func BenchmarkInjectAt500PerSecond(b *testing.B) {
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(float64(slices.Max(latencies).Microseconds())/1000, "max-ms")
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+}
+
+// TestIstiosDashboardsReadTheInjectionsUnderIstiosNames sends, over
+// HTTPS, a pod to inject, one whose label opts out, a pod that is
+// not one, and a request that is no review, then reads /metrics as
+// Prometheus scrapes it: sidecar_injection_* as Istio's injector counts
+// them.
+func TestIstiosDashboardsReadTheInjectionsUnderIstiosNames(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Options{ServiceName: "flotilla-injector"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	o := options(enabledNamespace)
+	o.IstioMeter = tel.Istio.Meter("istio")
+	h, err := Handler(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := kubeenv.ServeWebhook(t, h, Path)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(cc.CABundle)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}}}
+	t.Cleanup(client.CloseIdleConnections)
+	url := *cc.URL
+
+	optedOut := appPod(1)
+	optedOut.Labels = map[string]string{inject.InjectLabel: "false"}
+	for _, body := range [][]byte{reviewOf(t, appPod(1)), reviewOf(t, appPod(2)), reviewOf(t, optedOut)} {
+		if code, out := send(t, client, url, body); code != http.StatusOK {
+			t.Fatalf("HTTP %d: %s", code, out)
+		}
+	}
+	notAPod := reviewOf(t, appPod(1))
+	notAPod = bytes.Replace(notAPod, []byte(`"spec":{`), []byte(`"spec":7,"x":{`), 1)
+	send(t, client, url, notAPod)
+	send(t, client, url, []byte(`{"apiVersion":`))
+
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
+	got := rec.Body.String()
+	for _, want := range []string{
+		"sidecar_injection_requests_total 5",
+		"sidecar_injection_success_total 2",
+		"sidecar_injection_skip_total 1",
+		"sidecar_injection_failure_total 2",
+		"sidecar_injection_time_seconds_count 5",
+		`sidecar_injection_time_seconds_bucket{le="0.1"}`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }

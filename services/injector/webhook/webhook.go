@@ -1,16 +1,24 @@
 // Package webhook is the injector's mutating admission webhook: pods that
-// the policy selects come back with the sidecar, as a JSONPatch.
+// the policy selects come back with the sidecar, as a JSONPatch. Beside
+// its own metrics it counts what Istio's injector counts, under Istio's
+// names (pkg/kube/inject/monitoring.go): sidecar_injection_requests_total,
+// _success_total (a pod injected), _skip_total (a request that needs no
+// injection), _failure_total (refused, at the HTTP edge or in the review,
+// or answered busy) and sidecar_injection_time_seconds.
 package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +35,9 @@ const Path = "/inject"
 type Options struct {
 	Log   *slog.Logger
 	Meter metric.Meter
+	// IstioMeter is the meter of the metrics named as Istio names them
+	// (telemetry.Providers.Istio); none when nil.
+	IstioMeter metric.Meter
 	// Config returns the template and values in force (the injection
 	// ConfigMap's, or the local ones).
 	Config func() inject.Config
@@ -37,8 +48,40 @@ type Options struct {
 
 // Handler returns the webhook's HTTP handler.
 func Handler(o Options) (http.Handler, error) {
+	m := cmp.Or[metric.Meter](o.IstioMeter, noop.Meter{})
+	counters := map[string]metric.Float64Counter{}
+	for name, help := range map[string]string{
+		"sidecar_injection_requests_total": "Total number of sidecar injection requests.",
+		"sidecar_injection_success_total":  "Total number of successful sidecar injection requests.",
+		"sidecar_injection_failure_total":  "Total number of failed sidecar injection requests.",
+		"sidecar_injection_skip_total":     "Total number of skipped sidecar injection requests.",
+	} {
+		c, err := m.Float64Counter(name, metric.WithDescription(help))
+		if err != nil {
+			return nil, fmt.Errorf("metric %s: %w", name, err)
+		}
+		counters[name] = c
+	}
+	took, err := m.Float64Histogram("sidecar_injection_time_seconds", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(.1, 1, 3, 5, 10, 20, 30, 60),
+		metric.WithDescription("Total time taken for injection in seconds."))
+	if err != nil {
+		return nil, fmt.Errorf("metric sidecar_injection_time_seconds: %w", err)
+	}
 	return admission.Handler(o.Log, o.Meter, "flotilla.injector.webhook", Path, func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		return review(ctx, o, req)
+	}, func(_ *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, _ int, d time.Duration) {
+		ctx := context.Background()
+		counters["sidecar_injection_requests_total"].Add(ctx, 1)
+		took.Record(ctx, d.Seconds())
+		switch {
+		case resp == nil || !resp.Allowed:
+			counters["sidecar_injection_failure_total"].Add(ctx, 1)
+		case resp.Patch != nil:
+			counters["sidecar_injection_success_total"].Add(ctx, 1)
+		default:
+			counters["sidecar_injection_skip_total"].Add(ctx, 1)
+		}
 	})
 }
 
