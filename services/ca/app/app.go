@@ -181,7 +181,8 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	ca := func() *authority.Authority { return current.Load() }
 	meter := rt.Telemetry.Meter.Meter("flotilla/ca")
-	if err := expiryGauges(meter, ca); err != nil {
+	istio := rt.Telemetry.Istio.Meter("istio")
+	if err := expiryGauges(meter, istio, ca); err != nil {
 		return err
 	}
 	auths := []server.Authenticator{server.ClientCert{CA: ca, Now: time.Now}}
@@ -208,7 +209,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	host, _ := os.Hostname()
 	srv, err := server.New(server.Options{
-		Log: rt.Log, Meter: meter, CA: ca, Authenticators: auths, TrustDomain: cfg.TrustDomain,
+		Log: rt.Log, Meter: meter, IstioMeter: istio, CA: ca, Authenticators: auths, TrustDomain: cfg.TrustDomain,
 		DomainSuffix: cfg.DomainSuffix, ControlPlane: cp, RatePerIdentity: cfg.RatePerIdentity,
 		Replica: debugapi.NewReplica(controlplane.CA, cmp.Or(host, controlplane.CA), buildinfo.Get().Version),
 	})
@@ -303,8 +304,38 @@ func writeRoots(path string, roots []byte) error {
 }
 
 // expiryGauges export seconds until the signer and the earliest root
-// expire, to alert on.
-func expiryGauges(m metric.Meter, ca func() *authority.Authority) error {
+// expire, to alert on: Flotilla's, and Citadel's as Istio names them
+// (the root's and, when the signer is not a root itself, its chain's
+// expiry as a Unix time and as seconds left, negative once expired).
+func expiryGauges(m, istio metric.Meter, ca func() *authority.Authority) error {
+	for _, g := range []struct {
+		name, help string
+		value      func(a *authority.Authority) (float64, bool)
+	}{
+		{"citadel_server_root_cert_expiry_timestamp", "The unix timestamp, in seconds, when the root cert will expire.",
+			func(a *authority.Authority) (float64, bool) { return float64(a.RootsNotAfter().Unix()), true }},
+		{"citadel_server_root_cert_expiry_seconds", "The time remaining, in seconds, before the root cert will expire. A negative value indicates the cert is expired.",
+			func(a *authority.Authority) (float64, bool) { return time.Until(a.RootsNotAfter()).Seconds(), true }},
+		{"citadel_server_cert_chain_expiry_timestamp", "The unix timestamp, in seconds, when Istio generated cert chain will expire.",
+			func(a *authority.Authority) (float64, bool) { t, ok := a.ChainNotAfter(); return float64(t.Unix()), ok }},
+		{"citadel_server_cert_chain_expiry_seconds", "The time remaining, in seconds, before the Istio Generated cert chain will expire. A negative value indicates the cert is expired.",
+			func(a *authority.Authority) (float64, bool) {
+				t, ok := a.ChainNotAfter()
+				return time.Until(t).Seconds(), ok
+			}},
+	} {
+		if _, err := istio.Float64ObservableGauge(g.name, metric.WithDescription(g.help),
+			metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+				if a := ca(); a != nil {
+					if v, ok := g.value(a); ok {
+						o.Observe(v)
+					}
+				}
+				return nil
+			})); err != nil {
+			return fmt.Errorf("metric %s: %w", g.name, err)
+		}
+	}
 	_, err := m.Float64ObservableGauge("flotilla.ca.signer_expiry_seconds",
 		metric.WithDescription("Seconds until the signing (root or intermediate) certificate expires."),
 		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {

@@ -30,6 +30,8 @@ var (
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrForbidden: the CSR asks for an identity the caller does not have.
 	ErrForbidden = errors.New("identity not allowed")
+	// ErrInvalidTTL is an invalid request for a lifetime out of range.
+	ErrInvalidTTL = errors.New("TTL out of range")
 )
 
 // KeyType is the algorithm of a CA key.
@@ -258,6 +260,21 @@ func (a *Authority) verify(c *x509.Certificate, now time.Time) ([][]*x509.Certif
 
 // SignerNotAfter and RootsNotAfter report expiry times (for metrics).
 func (a *Authority) SignerNotAfter() time.Time { return a.signer.NotAfter }
+
+// ChainNotAfter is the earliest expiry of the signer's chain below the
+// roots (the signer and its intermediates); ok is false when the signer
+// is a root itself (a self-signed CA has no chain).
+func (a *Authority) ChainNotAfter() (t time.Time, ok bool) {
+	if slices.ContainsFunc(a.roots, a.signer.Equal) {
+		return time.Time{}, false
+	}
+	for _, c := range a.chain {
+		if !ok || c.NotAfter.Before(t) {
+			t, ok = c.NotAfter, true
+		}
+	}
+	return t, ok
+}
 
 // RootsNotAfter is the earliest expiry in the trust bundle.
 func (a *Authority) RootsNotAfter() time.Time {

@@ -247,6 +247,19 @@ func TestAPluggedInIntermediateIssuesChainsToThePluggedRoot(t *testing.T) {
 	if _, err := a.Verify(issued.Chain[0], nil, now.Add(25*time.Hour)); err == nil {
 		t.Fatal("an expired certificate was accepted for renewal")
 	}
+	// The chain's expiry (Citadel's cert chain metric) is the
+	// intermediate's; a self-signed CA has no chain.
+	ic, _ := pem.Decode(interCert)
+	ix, err := x509.ParseCertificate(ic.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := a.ChainNotAfter(); !ok || !got.Equal(ix.NotAfter) {
+		t.Errorf("chain expiry %s (%v), want the intermediate's %s", got, ok, ix.NotAfter)
+	}
+	if _, ok := other.ChainNotAfter(); ok {
+		t.Error("a self-signed CA reports a chain")
+	}
 }
 
 func TestABadSigningSetupIsRefused(t *testing.T) {

@@ -59,11 +59,11 @@ func (a *Authority) Issue(r Request, now time.Time) (*Issued, error) {
 	ttl := r.TTL
 	switch {
 	case ttl < 0:
-		return nil, fmt.Errorf("%w: negative TTL %s", ErrInvalidRequest, ttl)
+		return nil, fmt.Errorf("%w: %w: negative TTL %s", ErrInvalidRequest, ErrInvalidTTL, ttl)
 	case ttl == 0:
 		ttl = a.o.DefaultTTL
 	case ttl > a.o.MaxTTL:
-		return nil, fmt.Errorf("%w: TTL %s is above the maximum %s", ErrInvalidRequest, ttl, a.o.MaxTTL)
+		return nil, fmt.Errorf("%w: %w: TTL %s is above the maximum %s", ErrInvalidRequest, ErrInvalidTTL, ttl, a.o.MaxTTL)
 	}
 	id := r.Identity
 	if id.TrustDomain == "" || id.Namespace == "" || id.ServiceAccount == "" {

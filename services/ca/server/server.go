@@ -6,6 +6,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,6 +41,9 @@ type ControlPlane struct {
 type Options struct {
 	Log   *slog.Logger
 	Meter metric.Meter
+	// IstioMeter is the meter of the metrics named as Istio's Citadel
+	// names them (telemetry.Providers.Istio); none when nil.
+	IstioMeter metric.Meter
 	// CA returns the current authority (nil while none is loaded).
 	CA func() *authority.Authority
 	// Authenticators are tried in order; the first that finds a credential
@@ -71,6 +76,10 @@ type Server struct {
 	issued  metric.Int64Counter
 	failed  metric.Int64Counter
 	latency metric.Float64Histogram
+	// Istio's (security/pkg/server/ca/monitoring.go): every request, the
+	// callers that did not authenticate (or claimed an identity not
+	// theirs), signing errors by Istio's error code, and issuances.
+	csrs, authFailures, signErrors, successes metric.Float64Counter
 }
 
 // New returns a Server.
@@ -102,7 +111,39 @@ func New(o Options) (*Server, error) {
 		metric.WithDescription("Time to authenticate and sign one request.")); err != nil {
 		return nil, fmt.Errorf("metric: %w", err)
 	}
+	im := cmp.Or[metric.Meter](o.IstioMeter, noop.Meter{})
+	for _, c := range []struct {
+		to         *metric.Float64Counter
+		name, help string
+	}{
+		{&s.csrs, "citadel_server_csr_count", "The number of CSRs received by Citadel server."},
+		{&s.authFailures, "citadel_server_authentication_failure_count", "The number of authentication failures."},
+		{&s.signErrors, "citadel_server_csr_sign_err_count", "The number of errors occurred when signing the CSR."},
+		{&s.successes, "citadel_server_success_cert_issuance_count", "The number of certificates issuances that have succeeded."},
+	} {
+		if *c.to, err = im.Float64Counter(c.name, metric.WithDescription(c.help)); err != nil {
+			return nil, fmt.Errorf("metric %s: %w", c.name, err)
+		}
+	}
 	return s, nil
+}
+
+// signError is Istio's code (security/pkg/pki/error) for an error of
+// create's that happened signing, or "" for one that did not (the caller
+// or the server refused it first).
+func signError(err error) string {
+	switch {
+	case errors.Is(err, errUnavailable):
+		return "CA_NOT_READY"
+	case errors.Is(err, authority.ErrInvalidTTL):
+		return "TTL_ERROR"
+	case errors.Is(err, authority.ErrInvalidRequest):
+		return "CSR_ERROR"
+	case errors.Is(err, ErrUnauthenticated), errors.Is(err, authority.ErrForbidden), errors.Is(err, ErrAuthUnavailable),
+		errors.Is(err, errRateLimited), errors.Is(err, errDeadline):
+		return ""
+	}
+	return "CERT_GEN_ERROR"
 }
 
 // Register adds the service to a gRPC server.
@@ -118,6 +159,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
 	defer cancel()
+	s.csrs.Add(ctx, 1)
 	addr := peerAddress(ctx)
 	failures := s.failures(addr)
 	if failures.Tokens() < 1 {
@@ -128,6 +170,11 @@ func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 	}
 	resp, kind, err := s.create(ctx, req)
 	if err != nil {
+		if errors.Is(err, ErrUnauthenticated) || errors.Is(err, authority.ErrForbidden) {
+			s.authFailures.Add(ctx, 1)
+		} else if code := signError(err); code != "" {
+			s.signErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("error", code)))
+		}
 		st := toStatus(err)
 		s.failed.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", st.Code().String())))
 		if st.Code() == codes.Unauthenticated {
@@ -137,6 +184,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 		return nil, st.Err()
 	}
 	s.issued.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
+	s.successes.Add(ctx, 1)
 	s.latency.Record(ctx, time.Since(start).Seconds())
 	return resp, nil
 }
@@ -170,7 +218,7 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	}
 	ttl := time.Duration(req.GetValidityDuration()) * time.Second
 	if req.GetValidityDuration() < 0 || req.GetValidityDuration() > int64((100*365*24*time.Hour)/time.Second) {
-		return nil, "", fmt.Errorf("%w: validity_duration %d s is out of range", authority.ErrInvalidRequest, req.GetValidityDuration())
+		return nil, "", fmt.Errorf("%w: %w: validity_duration %d s is out of range", authority.ErrInvalidRequest, authority.ErrInvalidTTL, req.GetValidityDuration())
 	}
 	issued, err := ca.Issue(authority.Request{CSRPEM: []byte(req.GetCsr()), TTL: ttl, Identity: id}, s.o.Now())
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"encoding/pem"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 )
 
@@ -372,5 +375,55 @@ func TestFailedAuthenticationsFromOnePeerAreCutShort(t *testing.T) {
 	}
 	if seen[codes.Unauthenticated] < failuresBurst || seen[codes.ResourceExhausted] == 0 || seen[codes.Unauthenticated]+seen[codes.ResourceExhausted] != failuresBurst+5 {
 		t.Fatalf("codes %v: want %d Unauthenticated, then ResourceExhausted", seen, failuresBurst)
+	}
+}
+
+// TestIstiosDashboardsReadTheIssuancesUnderIstiosNames makes a good
+// request, refused ones and failing ones over gRPC, then reads /metrics
+// as Prometheus scrapes it: citadel_server_* as Istio's CA counts them,
+// signing errors by Istio's error codes.
+func TestIstiosDashboardsReadTheIssuancesUnderIstiosNames(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Options{ServiceName: "flotilla-ca"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	f := newFixture(t, func(o *Options) { o.IstioMeter = tel.Istio.Meter("istio") })
+	good := f.token(t, claims{sub: "system:serviceaccount:default:app"})
+	for _, c := range []struct {
+		token string
+		req   *securityv1alpha1.IstioCertificateRequest
+		code  codes.Code
+	}{
+		{good, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}, codes.OK},
+		{good, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}, codes.OK},
+		{"", &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}, codes.Unauthenticated},
+		{good, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t), "spiffe://cluster.local/ns/kube-system/sa/admin")}, codes.PermissionDenied},
+		{good, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t)), ValidityDuration: 72 * 3600}, codes.InvalidArgument},
+		{good, &securityv1alpha1.IstioCertificateRequest{Csr: "hello"}, codes.InvalidArgument},
+	} {
+		if _, err := f.call(t, c.token, nil, c.req); status.Code(err) != c.code {
+			t.Fatalf("%v, want %s", err, c.code)
+		}
+	}
+	f.ca = nil
+	if _, err := f.call(t, good, nil, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("without an authority: %v", err)
+	}
+
+	rec := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
+	got := rec.Body.String()
+	for _, want := range []string{
+		"citadel_server_csr_count 7",
+		"citadel_server_success_cert_issuance_count 2",
+		"citadel_server_authentication_failure_count 2",
+		`citadel_server_csr_sign_err_count{error="TTL_ERROR"} 1`,
+		`citadel_server_csr_sign_err_count{error="CSR_ERROR"} 1`,
+		`citadel_server_csr_sign_err_count{error="CA_NOT_READY"} 1`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
