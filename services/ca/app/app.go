@@ -312,17 +312,25 @@ func expiryGauges(m, istio metric.Meter, ca func() *authority.Authority) error {
 		name, help string
 		value      func(a *authority.Authority) (float64, bool)
 	}{
-		{"citadel_server_root_cert_expiry_timestamp", "The unix timestamp, in seconds, when the root cert will expire.",
-			func(a *authority.Authority) (float64, bool) { return float64(a.RootsNotAfter().Unix()), true }},
-		{"citadel_server_root_cert_expiry_seconds", "The time remaining, in seconds, before the root cert will expire. A negative value indicates the cert is expired.",
-			func(a *authority.Authority) (float64, bool) { return time.Until(a.RootsNotAfter()).Seconds(), true }},
-		{"citadel_server_cert_chain_expiry_timestamp", "The unix timestamp, in seconds, when Istio generated cert chain will expire.",
-			func(a *authority.Authority) (float64, bool) { t, ok := a.ChainNotAfter(); return float64(t.Unix()), ok }},
-		{"citadel_server_cert_chain_expiry_seconds", "The time remaining, in seconds, before the Istio Generated cert chain will expire. A negative value indicates the cert is expired.",
+		{
+			"citadel_server_root_cert_expiry_timestamp", "The unix timestamp, in seconds, when the root cert will expire.",
+			func(a *authority.Authority) (float64, bool) { return float64(a.RootsNotAfter().Unix()), true },
+		},
+		{
+			"citadel_server_root_cert_expiry_seconds", "The time remaining, in seconds, before the root cert will expire. A negative value indicates the cert is expired.",
+			func(a *authority.Authority) (float64, bool) { return time.Until(a.RootsNotAfter()).Seconds(), true },
+		},
+		{
+			"citadel_server_cert_chain_expiry_timestamp", "The unix timestamp, in seconds, when Istio generated cert chain will expire.",
+			func(a *authority.Authority) (float64, bool) { t, ok := a.ChainNotAfter(); return float64(t.Unix()), ok },
+		},
+		{
+			"citadel_server_cert_chain_expiry_seconds", "The time remaining, in seconds, before the Istio Generated cert chain will expire. A negative value indicates the cert is expired.",
 			func(a *authority.Authority) (float64, bool) {
 				t, ok := a.ChainNotAfter()
 				return time.Until(t).Seconds(), ok
-			}},
+			},
+		},
 	} {
 		if _, err := istio.Float64ObservableGauge(g.name, metric.WithDescription(g.help),
 			metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {

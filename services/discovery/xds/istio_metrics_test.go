@@ -132,4 +132,3 @@ func scrape(t *testing.T, tel *telemetry.Providers) string {
 	}
 	return rec.Body.String()
 }
-
