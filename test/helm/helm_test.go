@@ -651,7 +651,13 @@ func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	out, err := helmRun(t, helm, "install", "flotilla", dir, "-n", namespace, "--dry-run=client", "--kubeconfig", kubeconfig,
+	// A namespace of its own: helm refuses to install over the objects
+	// another test applied.
+	ns, err := env.CreateNamespace(t.Context(), "notes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := helmRun(t, helm, "install", "flotilla", dir, "-n", ns, "--dry-run=client", "--kubeconfig", kubeconfig,
 		"--set", "galley.replicaCount=3", "--set", "injector.revision=canary", "--set", "gateways.ingress.enabled=true")
 	if err != nil {
 		t.Fatal(err)
@@ -662,7 +668,7 @@ func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
 	}
 	version := appVersion(t, dir)
 	for _, want := range []string{
-		"Flotilla " + version + " is installed in namespace " + namespace,
+		"Flotilla " + version + " is installed in namespace " + ns,
 		"galley     flotilla-galley:" + version + ", 3 replicas (galley.replicaCount; no autoscaler)",
 		"discovery  flotilla-discovery:" + version + ", 2–10 replicas, as the HorizontalPodAutoscaler decides (CPU 80 %); set discovery.autoscaling.enabled=false and discovery.replicaCount to fix the count",
 		"ca         flotilla-ca:" + version + ", 2 replicas",
