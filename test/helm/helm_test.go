@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,7 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 			"--set", "discovery.podAntiAffinityPreset=none",
 		},
 		"operator settings": operatorSettings,
+		"ServiceMonitors":   {"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.interval=30s"},
 		"one replica without a budget, a budget by maxUnavailable": {
 			"--set", "galley.replicaCount=1", "--set", "galley.podDisruptionBudget.enabled=false",
 			"--set", "ca.podDisruptionBudget.maxUnavailable=1", "--set", "injector.podDisruptionBudget.minAvailable=50%",
@@ -190,6 +192,7 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 		},
 		"an env name that is no variable name":    {[]string{"--set-json", `discovery.env={"1-BAD":"x"}`}, "'1-BAD' does not match pattern"},
 		"a surge that is no number or percentage": {[]string{"--set", "discovery.rollingUpdate.maxSurge=lots"}, "/discovery/rollingUpdate/maxSurge"},
+		"a scrape interval that is no duration":   {[]string{"--set", "metrics.serviceMonitor.interval=often"}, "/metrics/serviceMonitor/interval"},
 		"a rollout that can never start": {
 			[]string{"--set", "ca.rollingUpdate.maxSurge=0", "--set", "ca.rollingUpdate.maxUnavailable=0%"}, "ca.rollingUpdate: maxSurge and maxUnavailable are both 0",
 		},
@@ -683,4 +686,83 @@ func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
 	if strings.Contains(notes, "egress ") {
 		t.Errorf("NOTES mention the egress gateway, which is off:\n%s", notes)
 	}
+}
+
+// TestEachServiceMonitorSelectsItsServiceAndItsMetricsPort renders the
+// Prometheus Operator's ServiceMonitors and checks what the operator
+// would: each selects exactly one of the chart's Services, in the
+// release's namespace, and names a port that Service has, which targets
+// the port the pods' prometheus.io/port annotation names.
+func TestEachServiceMonitorSelectsItsServiceAndItsMetricsPort(t *testing.T) {
+	helm, dir := chart(t)
+	out, err := helmRun(t, helm, "template", "flotilla", dir, "-n", namespace,
+		"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var monitors, services, deployments []*unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceMonitor":
+			monitors = append(monitors, o)
+		case "Service":
+			services = append(services, o)
+		case "Deployment":
+			deployments = append(deployments, o)
+		}
+	}
+	if len(monitors) != 4 {
+		t.Fatalf("%d ServiceMonitors, want one per service (4)", len(monitors))
+	}
+	for _, m := range monitors {
+		if m.GetLabels()["release"] != "prometheus" || m.GetNamespace() != namespace {
+			t.Errorf("%s: labels %v, namespace %s", m.GetName(), m.GetLabels(), m.GetNamespace())
+		}
+		sel, _, _ := unstructured.NestedStringMap(m.Object, "spec", "selector", "matchLabels")
+		names, _, _ := unstructured.NestedStringSlice(m.Object, "spec", "namespaceSelector", "matchNames")
+		endpoints, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
+		if len(endpoints) != 1 || len(names) != 1 || names[0] != namespace {
+			t.Fatalf("%s: endpoints %v, namespaces %v", m.GetName(), endpoints, names)
+		}
+		ep := endpoints[0].(map[string]any)
+		var selected []*unstructured.Unstructured
+		for _, s := range services {
+			if labelsMatch(sel, s.GetLabels()) {
+				selected = append(selected, s)
+			}
+		}
+		if len(selected) != 1 || selected[0].GetName() != m.GetName() {
+			t.Errorf("%s selects %d Services, want its own", m.GetName(), len(selected))
+			continue
+		}
+		ports, _, _ := unstructured.NestedSlice(selected[0].Object, "spec", "ports")
+		var port int64
+		for _, p := range ports {
+			if pm := p.(map[string]any); pm["name"] == ep["port"] {
+				port, _ = strconv.ParseInt(fmt.Sprint(pm["port"]), 10, 64)
+			}
+		}
+		var annotated string
+		for _, d := range deployments {
+			if d.GetName() == m.GetName() {
+				annotated, _, _ = unstructured.NestedString(d.Object, "spec", "template", "metadata", "annotations", "prometheus.io/port")
+			}
+		}
+		if port == 0 || fmt.Sprint(port) != annotated || ep["path"] != "/metrics" {
+			t.Errorf("%s: port %v (%d on the Service), path %v; the pods' annotation says port %q", m.GetName(), ep["port"], port, ep["path"], annotated)
+		}
+	}
+}
+
+func labelsMatch(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(sel) > 0
 }
