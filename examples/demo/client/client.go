@@ -79,6 +79,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer cc.Close()
 	c := testgrpc.NewTestServiceClient(cc)
+	if !awaitRoute(ctx, c, o) {
+		return nil
+	}
 	o.Log.Info("calling", "target", o.Target, "rate", o.Rate)
 
 	type result struct {
@@ -135,6 +138,32 @@ func Run(ctx context.Context, o Options) error {
 			firstErr = nil
 		}
 	}
+}
+
+// routeWait bounds one attempt of awaitRoute; each failed attempt is
+// logged.
+const routeWait = 5 * time.Second
+
+// awaitRoute waits until a call reaches a server (or its authorization
+// answers), so that the first split printed is of calls discovery routed,
+// not of calls that failed while the control plane was still starting.
+// It reports false when ctx ended first.
+func awaitRoute(ctx context.Context, c testgrpc.TestServiceClient, o Options) bool {
+	o.Log.Info("waiting for discovery to route the first call", "target", o.Target)
+	start := time.Now()
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, routeWait)
+		_, err := c.UnaryCall(cctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
+		cancel()
+		if err == nil || status.Code(err) == codes.PermissionDenied {
+			o.Log.Info("routed", "target", o.Target, "after", time.Since(start).Round(time.Millisecond))
+			return true
+		}
+		if ctx.Err() == nil {
+			o.Log.Info("still waiting for a route", "target", o.Target, "waited", time.Since(start).Round(time.Second), "last_error", err)
+		}
+	}
+	return false
 }
 
 // Split formats counts as "v1 80% (40) · v2 20% (10)", versions sorted,

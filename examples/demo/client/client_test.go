@@ -1,6 +1,17 @@
 package client
 
-import "testing"
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+)
 
 func TestSplit(t *testing.T) {
 	for want, counts := range map[string]map[string]int{
@@ -21,5 +32,77 @@ func TestRunNeedsABootstrap(t *testing.T) {
 	t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", "")
 	if err := Run(t.Context(), Options{Target: "xds:///x", Rate: 1, Interval: 1, Timeout: 1}); err == nil {
 		t.Fatal("ran without a bootstrap")
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type greeter struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (greeter) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{Hostname: "v1"}, nil
+}
+
+// TestTheFirstSplitIsOfRoutedCalls starts the client before any server
+// answers at its target, as make run starts it beside a control plane
+// that is still starting: nothing is printed until a call is routed, and
+// the first split printed is of answers, not "error 100%".
+func TestTheFirstSplitIsOfRoutedCalls(t *testing.T) {
+	t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", `{"xds_servers":[{"server_uri":"127.0.0.1:1","channel_creds":[{"type":"insecure"}]}],"node":{"id":"sidecar~127.0.0.1~client.demo~demo.svc.cluster.local"}}`)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there yet
+	var out lockedBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			Target: "passthrough:///" + addr, Rate: 20, Interval: 200 * time.Millisecond, Timeout: time.Second,
+			Out: &out, Log: slog.New(slog.DiscardHandler),
+		})
+	}()
+	time.Sleep(time.Second)
+	if got := out.String(); got != "" {
+		t.Fatalf("printed before any call was routed: %q", got)
+	}
+	lis, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(gs, greeter{})
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "\n") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	if !strings.HasPrefix(first, "split: v1 ") {
+		t.Fatalf("first line %q, want a split of routed calls", first)
 	}
 }
