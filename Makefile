@@ -59,8 +59,8 @@ proxy-image: build ## the sidecar image flotilla-proxy (deploy/images/Dockerfile
 	  docker build -q --build-arg ENVOY_IMAGE=$(ENVOY_IMAGE) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) \
 	    -f deploy/images/Dockerfile.proxy -t flotilla-proxy:$(IMAGE_TAG) -t flotilla-proxy:$(APP_VERSION) -t flotilla-proxy:latest $$ctx && echo flotilla-proxy:$(IMAGE_TAG)
 
-run: build ## run the control plane locally (no cluster); Ctrl-C stops it
-	@$(BIN)/devrun --bin $(BIN)
+run: build ## run the control plane locally (no cluster); Ctrl-C stops it; RUN_FLAGS=--port-offset=1000 moves its ports (./bin/devrun --help)
+	@$(BIN)/devrun --bin $(BIN) $(RUN_FLAGS)
 
 test: system-deps tools kube-assets check-generate lint check-modules ## everything CI checks: generated code, lint, module builds, all tests
 	go test $(RACE) -count=1 -timeout 20m work

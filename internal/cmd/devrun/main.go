@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,6 +103,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			procs = append(procs, process(name, l, ids))
 		}
 	}
+	if busy := inUse(procs); len(busy) > 0 {
+		_, _ = fmt.Fprintf(stderr, "devrun: in use already: %s. Another `make run` (or a stack of Flotilla or Istio) is running here: stop it, or move every control-plane port with make run RUN_FLAGS=--port-offset=1000 (./bin/devrun --port-offset 1000); the greeters' ports are examples/greeter.yaml's\n", strings.Join(busy, ", "))
+		return command.ExitError
+	}
 	if err := writeContext(l, requested, ids); err != nil {
 		_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
 		return command.ExitError
@@ -121,6 +126,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	_, _ = fmt.Fprintf(stdout, "stopped: %s\n", strings.Join(res.Stopped, ", "))
 	return command.ExitOK
+}
+
+// listenFlags are the flags naming an address a process listens on (the
+// others name addresses it connects to).
+var listenFlags = []string{"--admin-address=", "--address=", "--mcp-address=", "--webhook-address=", "--xds-address=", "--secure-xds-address="}
+
+// inUse lists the addresses the processes would listen on that something
+// else holds already, each with the process that needs it, so that a
+// clash is named before anything starts rather than as one service's
+// failure among the others' logs.
+func inUse(procs []devrun.Process) []string {
+	var busy []string
+	for _, p := range procs {
+		for _, a := range p.Args {
+			for _, f := range listenFlags {
+				addr, ok := strings.CutPrefix(a, f)
+				if !ok {
+					continue
+				}
+				l, err := net.Listen("tcp", addr)
+				if err != nil {
+					busy = append(busy, addr+" ("+p.Name+")")
+					continue
+				}
+				_ = l.Close()
+			}
+		}
+	}
+	return busy
 }
 
 // writeContext tells the flotilla CLI where this stack is, in

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -93,5 +95,30 @@ func TestTheCLIContextNamesTheReplicasStarted(t *testing.T) {
 	}
 	if _, err := os.Stat(c.TokenFile); err != nil {
 		t.Fatalf("the operator's token: %v", err)
+	}
+}
+
+// TestAPortInUseIsNamedWithTheWayOut holds one of the ports a stack moved
+// by an offset listens on: devrun refuses to start, naming the address,
+// the service that needs it and --port-offset.
+func TestAPortInUseIsNamedWithTheWayOut(t *testing.T) {
+	l := local{bin: t.TempDir(), configDir: "cfg", stateDir: t.TempDir()}
+	var held net.Listener
+	for offset := 31000; held == nil && offset < 41000; offset += 1000 { // an offset whose galley admin port is free to hold
+		l.offset = offset
+		held, _ = net.Listen("tcp", l.addr(galleyAdmin))
+	}
+	if held == nil {
+		t.Fatal("no free port to hold")
+	}
+	defer held.Close()
+	var out, errs bytes.Buffer
+	code := run([]string{"--services=galley,discovery-1", "--port-offset=" + strconv.Itoa(l.offset), "--bin=" + l.bin, "--state-dir=" + l.stateDir}, &out, &errs)
+	want := l.addr(galleyAdmin) + " (galley)"
+	if code != 1 || !strings.Contains(errs.String(), want) || !strings.Contains(errs.String(), "--port-offset") {
+		t.Fatalf("exit %d, stderr %q; want 1 naming %s and --port-offset", code, errs.String(), want)
+	}
+	if strings.Contains(errs.String(), "discovery-1)") {
+		t.Errorf("a free port named as in use: %q", errs.String())
 	}
 }
