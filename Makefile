@@ -37,13 +37,18 @@ help: ## list the targets
 
 build: ## build every binary into bin/ (static, version stamped)
 	@mkdir -p $(BIN)
+	@echo "building 8 binaries into $(BIN)/: the first build on a machine takes about 5 minutes on 2 cores (more while Go downloads the modules), later ones seconds"
 	@for s in $(SERVICES); do \
-	  CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla-$$s ./services/$$s/cmd/$$s; \
+	  echo "  flotilla-$$s"; \
+	  CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla-$$s ./services/$$s/cmd/$$s || exit 1; \
 	done
-	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla ./cli/cmd/flotilla
-	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla-demo ./examples/demo/cmd/flotilla-demo
-	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/devrun ./internal/cmd/devrun
-	@ls -1 $(BIN)/flotilla*
+	@echo "  flotilla (the CLI)"
+	@CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla ./cli/cmd/flotilla
+	@echo "  flotilla-demo"
+	@CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla-demo ./examples/demo/cmd/flotilla-demo
+	@echo "  devrun"
+	@CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/devrun ./internal/cmd/devrun
+	@echo "built"
 
 images: build ## container images FROM scratch (deploy/images/Dockerfile), tagged :$(IMAGE_TAG), :$(APP_VERSION) (the chart's appVersion) and :latest; needs only a Docker engine
 	@for b in $(IMAGES); do \
