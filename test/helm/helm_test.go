@@ -382,32 +382,16 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	rs := newResources(t)
 	apply := func(objs []*unstructured.Unstructured) {
 		t.Helper()
 		for _, o := range objs {
-			gvk := o.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if m.Scope.Name() == meta.RESTScopeNameNamespace {
-				if o.GetNamespace() != namespace {
-					t.Errorf("%s %s is in namespace %q, not the release's", gvk.Kind, o.GetName(), o.GetNamespace())
-				}
-				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			ri, namespaced := rs.of(t, o, o.GetNamespace())
+			if namespaced && o.GetNamespace() != namespace {
+				t.Errorf("%s %s is in namespace %q, not the release's", o.GetKind(), o.GetName(), o.GetNamespace())
 			}
 			if _, err := ri.Create(ctx, o, metav1.CreateOptions{FieldManager: "helm"}); err != nil {
-				t.Errorf("the apiserver refused %s %s: %v", gvk.Kind, o.GetName(), err)
+				t.Errorf("the apiserver refused %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
 		}
 	}
@@ -563,17 +547,9 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	// The same objects again: helm upgrade of an unchanged chart must be
 	// accepted too (no immutable field trips).
 	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-		}
+		ri, _ := rs.of(t, o, o.GetNamespace())
 		if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "helm", Force: true}); err != nil && !apierrors.IsConflict(err) {
-			t.Errorf("re-applying %s %s: %v", gvk.Kind, o.GetName(), err)
+			t.Errorf("re-applying %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
 }
@@ -598,6 +574,29 @@ func TestTheOperatorsSettingsAreAcceptedByARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs := newResources(t)
+	kinds := map[string]int{}
+	for _, o := range objs {
+		ri, _ := rs.of(t, o, ns)
+		if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "helm", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("the apiserver refused %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+		kinds[o.GetKind()]++
+	}
+	if kinds["Deployment"] != 5 || kinds["PodDisruptionBudget"] != 5 {
+		t.Errorf("validated %v, want 5 Deployments and 5 PodDisruptionBudgets (the services and the ingress gateway)", kinds)
+	}
+}
+
+// resources finds the dynamic client of a rendered object's resource in
+// the real apiserver, as helm does from its kind.
+type resources struct {
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+func newResources(t *testing.T) *resources {
+	t.Helper()
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -606,26 +605,22 @@ func TestTheOperatorsSettingsAreAcceptedByARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
-	kinds := map[string]int{}
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = dyn.Resource(m.Resource).Namespace(ns)
-		}
-		if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "helm", Force: true, DryRun: []string{metav1.DryRunAll}}); err != nil {
-			t.Errorf("the apiserver refused %s %s: %v", gvk.Kind, o.GetName(), err)
-		}
-		kinds[gvk.Kind]++
+	return &resources{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
+}
+
+// of is o's resource, in namespace ns when it is namespaced (and
+// whether it is).
+func (r *resources) of(t *testing.T, o *unstructured.Unstructured, ns string) (dynamic.ResourceInterface, bool) {
+	t.Helper()
+	gvk := o.GroupVersionKind()
+	m, err := r.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
 	}
-	if kinds["Deployment"] != 5 || kinds["PodDisruptionBudget"] != 5 {
-		t.Errorf("validated %v, want 5 Deployments and 5 PodDisruptionBudgets (the services and the ingress gateway)", kinds)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return r.dyn.Resource(m.Resource).Namespace(ns), true
 	}
+	return r.dyn.Resource(m.Resource), false
 }
 
 func excludes(sel *metav1.LabelSelector, ns string) bool {

@@ -17,26 +17,37 @@ import (
 	"google.golang.org/grpc"
 )
 
-func TestMetricsAppearOnThePrometheusHandler(t *testing.T) {
-	ctx := context.Background()
-	p, err := New(ctx, Options{ServiceName: "flotilla-test", Version: "v0.0.1"})
+// newProviders is New for a test, shut down (and checked) when it ends.
+func newProviders(t *testing.T) *Providers {
+	t.Helper()
+	p, err := New(context.Background(), Options{ServiceName: "flotilla-test", Version: "v0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := p.Shutdown(ctx); err != nil {
+	t.Cleanup(func() {
+		if err := p.Shutdown(context.Background()); err != nil {
 			t.Error(err)
 		}
-	}()
+	})
+	return p
+}
+
+// scrape is /metrics as Prometheus reads it.
+func scrape(p *Providers) string {
+	rec := httptest.NewRecorder()
+	p.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
+}
+
+func TestMetricsAppearOnThePrometheusHandler(t *testing.T) {
+	ctx := context.Background()
+	p := newProviders(t)
 	c, err := p.Meter.Meter("test").Int64Counter("flotilla.test.pushes")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Add(ctx, 3)
-
-	rec := httptest.NewRecorder()
-	p.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	body := rec.Body.String()
+	body := scrape(p)
 	for _, want := range []string{
 		"flotilla_test_pushes_total 3",
 		`service_name="flotilla-test"`,
@@ -54,15 +65,7 @@ func TestMetricsAppearOnThePrometheusHandler(t *testing.T) {
 
 func TestIstiosMetricsAreExportedAsIstioExportsThem(t *testing.T) {
 	ctx := context.Background()
-	p, err := New(ctx, Options{ServiceName: "flotilla-test", Version: "v0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := p.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	p := newProviders(t)
 	m := p.Istio.Meter("istio")
 	pushes, err := m.Float64Counter("pilot_xds_pushes")
 	if err != nil {
@@ -79,10 +82,7 @@ func TestIstiosMetricsAreExportedAsIstioExportsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	requests.Add(ctx, 1)
-
-	rec := httptest.NewRecorder()
-	p.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	body := rec.Body.String()
+	body := scrape(p)
 	// The lines Istio's istiod exports for the same recordings.
 	for _, want := range []string{
 		"# TYPE pilot_xds_pushes counter",

@@ -26,12 +26,17 @@ type pushed struct {
 
 func start(t *testing.T, quiet, maxWait time.Duration, types []string) (*Ingest, chan pushed) {
 	t.Helper()
+	return startWith(t, Options{Quiet: quiet, Max: maxWait, TypeURLs: types})
+}
+
+// startWith runs an Ingest with o (its log, meter and push are the
+// test's) until the test ends.
+func startWith(t *testing.T, o Options) (*Ingest, chan pushed) {
+	t.Helper()
 	ch := make(chan pushed, 100)
-	in, err := New(Options{
-		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"), Quiet: quiet, Max: maxWait,
-		TypeURLs: types,
-		Push:     func(pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} },
-	})
+	o.Log, o.Meter = slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t")
+	o.Push = func(pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} }
+	in, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,18 +155,10 @@ func TestIstiosPushMetricsCountWhatGalleySentAndWhyEachPushWasMade(t *testing.T)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	ch := make(chan pushed, 100)
-	in, err := New(Options{
-		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"), IstioMeter: tel.Istio.Meter("istio"),
-		Quiet: 10 * time.Millisecond, Max: time.Hour, TypeURLs: []string{registry.ServiceTypeURL, registry.EndpointSetTypeURL},
-		Push: func(pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} },
+	in, ch := startWith(t, Options{
+		IstioMeter: tel.Istio.Meter("istio"),
+		Quiet:      10 * time.Millisecond, Max: time.Hour, TypeURLs: []string{registry.ServiceTypeURL, registry.EndpointSetTypeURL},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = in.Run(ctx) }()
 	if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "a"), svc(t, "b")}, nil); err != nil {
 		t.Fatal(err)
 	}
