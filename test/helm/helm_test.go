@@ -231,14 +231,7 @@ var operatorSettings = []string{
 // each where Kubernetes reads it; the defaults are checked beside them.
 func TestTheOperatorsSettingsReachThePods(t *testing.T) {
 	helm, dir := chart(t)
-	out, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", namespace}, operatorSettings...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := render(t, helm, dir, namespace, operatorSettings...)
 	version := appVersion(t, dir)
 	find := func(kind, name string) map[string]any {
 		t.Helper()
@@ -337,6 +330,21 @@ func hasArg(pod map[string]any, arg string) bool {
 	return false
 }
 
+// render is helm template of the chart in namespace ns with args, as
+// objects.
+func render(t *testing.T, helm, dir, ns string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", ns}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
 func decode(rendered string) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rendered), 4096)
@@ -370,15 +378,8 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := helmRun(t, helm, "template", "flotilla", dir, "-n", namespace, "--set", "gateways.ingress.enabled=true", "--set", "gateways.egress.enabled=true")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := render(t, helm, dir, namespace, "--set", "gateways.ingress.enabled=true", "--set", "gateways.egress.enabled=true")
 	crdObjs, err := decode(string(crds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(rendered)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,14 +567,7 @@ func TestTheOperatorsSettingsAreAcceptedByARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", ns, "--skip-crds"}, operatorSettings...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(rendered)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := render(t, helm, dir, ns, append([]string{"--skip-crds"}, operatorSettings...)...)
 	rs := newResources(t)
 	kinds := map[string]int{}
 	for _, o := range objs {
@@ -690,15 +684,7 @@ func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
 // the port the pods' prometheus.io/port annotation names.
 func TestEachServiceMonitorSelectsItsServiceAndItsMetricsPort(t *testing.T) {
 	helm, dir := chart(t)
-	out, err := helmRun(t, helm, "template", "flotilla", dir, "-n", namespace,
-		"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prometheus")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := render(t, helm, dir, namespace, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.labels.release=prometheus")
 	var monitors, services, deployments []*unstructured.Unstructured
 	for _, o := range objs {
 		switch o.GetKind() {

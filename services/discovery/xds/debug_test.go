@@ -11,7 +11,6 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -105,10 +104,7 @@ func TestSynczTellsNotSentStaleNackedAndSyncedAndNamesTheReplica(t *testing.T) {
 	h.store.PutService(service("b", 80))
 	h.push()
 	r2 := s.next(t)
-	nack := ack(r2)
-	nack.VersionInfo = r.GetVersionInfo()
-	nack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: "cluster b: test says no"}
-	s.send(t, nack)
+	s.send(t, nack(r2, r.GetVersionInfo(), "cluster b: test says no"))
 	xdstest.Eventually(t, "NACKED", func() bool {
 		cds = typeStatus(syncz(t, h.conn)[0], resourcev3.ClusterType)
 		return cds.Status == debugapi.Nacked

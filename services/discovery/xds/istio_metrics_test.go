@@ -10,8 +10,6 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/codes"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
@@ -46,10 +44,7 @@ func TestIstiosDashboardsReadDiscoverysPushesUnderIstiosNames(t *testing.T) {
 	h.store.PutService(service("b", 80))
 	h.push()
 	second := s.next(t)
-	nack := ack(second)
-	nack.VersionInfo = first.GetVersionInfo()
-	nack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: "test says no"}
-	s.send(t, nack)
+	s.send(t, nack(second, first.GetVersionInfo(), "test says no"))
 	s.send(t, ack(first))
 	xdstest.Eventually(t, "the NACK and the expired nonce to be counted", func() bool {
 		body := scrape(t, tel)

@@ -216,6 +216,14 @@ func ack(r *discoveryv3.DiscoveryResponse, names ...string) *discoveryv3.Discove
 	return &discoveryv3.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names}
 }
 
+// nack rejects r with msg, keeping the version kept, as Envoy does.
+func nack(r *discoveryv3.DiscoveryResponse, kept, msg string) *discoveryv3.DiscoveryRequest {
+	req := ack(r)
+	req.VersionInfo = kept
+	req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: msg}
+	return req
+}
+
 const sidecarID = "sidecar~10.1.0.9~app-1.default~default.svc.cluster.local"
 
 func TestBadNodesGetAnInvalidArgumentWithTheReason(t *testing.T) {
@@ -271,10 +279,7 @@ func TestARejectedVersionIsNotSentAgainUntilTheConfigChanges(t *testing.T) {
 	s := h.sotw(t)
 	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
 	r := s.next(t)
-	nack := ack(r)
-	nack.VersionInfo = ""
-	nack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: "test says no"}
-	s.send(t, nack)
+	s.send(t, nack(r, "", "test says no"))
 	// A push with the same content for this proxy sends nothing.
 	h.store.PutService(service("a", 80))
 	h.push()
