@@ -3,10 +3,10 @@ package xds
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/translate"
 )
 
 // metrics are what discovery counts of its proxies and pushes, twice
@@ -26,6 +27,7 @@ import (
 // versions): no proxy can grow the series.
 type metrics struct {
 	istio istioMetrics
+	types map[string]typeLabels // read-only once made
 
 	connectedN    metric.Int64UpDownCounter
 	pushCount     metric.Int64Counter
@@ -101,6 +103,10 @@ func newMetrics(m, istio metric.Meter, version string) (*metrics, error) {
 	}
 	if err := out.istio.init(istio, version); err != nil {
 		return nil, err
+	}
+	out.types = map[string]typeLabels{}
+	for _, t := range translate.Types() {
+		out.types[t] = newTypeLabels(t)
 	}
 	return &out, nil
 }
@@ -207,19 +213,34 @@ func (b *boundedLabel) value(v string) string {
 // istioType is Istio's label for an xDS type (pkg/model GetMetricType):
 // cds, eds, lds, rds, sds; discovery serves no other.
 func istioType(t string) string {
-	switch t {
-	case resourcev3.ClusterType:
-		return "cds"
-	case resourcev3.EndpointType:
-		return "eds"
-	case resourcev3.ListenerType:
-		return "lds"
-	case resourcev3.RouteType:
-		return "rds"
-	case resourcev3.SecretType:
-		return "sds"
+	if s := shortType(t); s != t {
+		return strings.ToLower(s)
 	}
 	return "other"
+}
+
+// typeLabels are an xDS type's labels as each family names it: Flotilla's
+// (CDS, …), Istio's (cds, …) and the type URL (Istio's for config sizes).
+// Made once per type served, since every response is counted under them.
+type typeLabels struct {
+	own, istio, url metric.MeasurementOption
+}
+
+func newTypeLabels(t string) typeLabels {
+	return typeLabels{
+		own:   metric.WithAttributes(attribute.String("type", shortType(t))),
+		istio: metric.WithAttributes(attribute.String("type", istioType(t))),
+		url:   metric.WithAttributes(attribute.String("type", t)),
+	}
+}
+
+// labelsOf are t's labels: made at start for the types served, made
+// again for any other (which discovery does not send).
+func (m *metrics) labelsOf(t string) typeLabels {
+	if l, ok := m.types[t]; ok {
+		return l
+	}
+	return newTypeLabels(t)
 }
 
 // connected counts a proxy in (delta 1) or out (-1), by the version its
@@ -251,13 +272,14 @@ func (m *metrics) sendFailed(t string, err error) {
 
 // staleNonce counts a request naming a response superseded since.
 func (m *metrics) staleNonce(t string) {
-	m.istio.expiredNonce.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", istioType(t))))
+	m.istio.expiredNonce.Add(context.Background(), 1, m.labelsOf(t).istio)
 }
 
 // rejected counts a NACK.
 func (m *metrics) rejected(t string) {
-	m.nacks.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", shortType(t))))
-	m.istio.rejects.Add(context.Background(), 1, metric.WithAttributes(attribute.String("type", istioType(t))))
+	l := m.labelsOf(t)
+	m.nacks.Add(context.Background(), 1, l.own)
+	m.istio.rejects.Add(context.Background(), 1, l.istio)
 }
 
 // timedOut counts a stream closed because its proxy took no response
@@ -297,17 +319,16 @@ func (m *metrics) pushes(cs model.ChangeSet) {
 // generated and sent in d, of which sending took send.
 func (m *metrics) sent(t string, resources, size int, d, send time.Duration) {
 	ctx := context.Background()
-	attrs := metric.WithAttributes(attribute.String("type", shortType(t)))
-	m.responses.Add(ctx, 1, attrs)
-	m.resources.Add(ctx, int64(resources), attrs)
-	m.pushDuration.Record(ctx, d.Seconds(), attrs)
-	it := metric.WithAttributes(attribute.String("type", istioType(t)))
-	m.istio.pushes.Add(ctx, 1, it)
-	m.istio.pushTime.Record(ctx, d.Seconds(), it)
+	l := m.labelsOf(t)
+	m.responses.Add(ctx, 1, l.own)
+	m.resources.Add(ctx, int64(resources), l.own)
+	m.pushDuration.Record(ctx, d.Seconds(), l.own)
+	m.istio.pushes.Add(ctx, 1, l.istio)
+	m.istio.pushTime.Record(ctx, d.Seconds(), l.istio)
 	m.istio.sendTime.Record(ctx, send.Seconds())
-	m.istio.configSize.Record(ctx, float64(size), metric.WithAttributes(attribute.String("type", t)))
+	m.istio.configSize.Record(ctx, float64(size), l.url)
 }
 
 func (m *metrics) converged(t string, d time.Duration) {
-	m.convergence.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("type", shortType(t))))
+	m.convergence.Record(context.Background(), d.Seconds(), m.labelsOf(t).own)
 }
