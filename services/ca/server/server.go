@@ -128,22 +128,27 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// signError is Istio's code (security/pkg/pki/error) for an error of
-// create's that happened signing, or "" for one that did not (the caller
-// or the server refused it first).
-func signError(err error) string {
+// countFailure counts an error of create's as Istio's CA does: an
+// authentication failure (no or a bad credential, or a CSR for an
+// identity not the caller's), or a signing error by Istio's code
+// (security/pkg/pki/error); a request refused before either (rate
+// limited, past its deadline, authentication unavailable) is neither.
+func (s *Server) countFailure(ctx context.Context, err error) {
+	code := "CERT_GEN_ERROR"
 	switch {
+	case errors.Is(err, ErrUnauthenticated), errors.Is(err, authority.ErrForbidden):
+		s.authFailures.Add(ctx, 1)
+		return
+	case errors.Is(err, ErrAuthUnavailable), errors.Is(err, errRateLimited), errors.Is(err, errDeadline):
+		return
 	case errors.Is(err, errUnavailable):
-		return "CA_NOT_READY"
+		code = "CA_NOT_READY"
 	case errors.Is(err, authority.ErrInvalidTTL):
-		return "TTL_ERROR"
+		code = "TTL_ERROR"
 	case errors.Is(err, authority.ErrInvalidRequest):
-		return "CSR_ERROR"
-	case errors.Is(err, ErrUnauthenticated), errors.Is(err, authority.ErrForbidden), errors.Is(err, ErrAuthUnavailable),
-		errors.Is(err, errRateLimited), errors.Is(err, errDeadline):
-		return ""
+		code = "CSR_ERROR"
 	}
-	return "CERT_GEN_ERROR"
+	s.signErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("error", code)))
 }
 
 // Register adds the service to a gRPC server.
@@ -170,11 +175,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 	}
 	resp, kind, err := s.create(ctx, req)
 	if err != nil {
-		if errors.Is(err, ErrUnauthenticated) || errors.Is(err, authority.ErrForbidden) {
-			s.authFailures.Add(ctx, 1)
-		} else if code := signError(err); code != "" {
-			s.signErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("error", code)))
-		}
+		s.countFailure(ctx, err)
 		st := toStatus(err)
 		s.failed.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", st.Code().String())))
 		if st.Code() == codes.Unauthenticated {

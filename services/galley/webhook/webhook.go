@@ -90,17 +90,17 @@ func Handler(o Options) (http.Handler, error) {
 	})
 }
 
-// validated counts a review of a kind galley validates (the labels take
-// only those kinds' values): passed when reason is empty. As Istio's, a
-// dry run's failure is not counted.
-func (h *handler) validated(req *admissionv1.AdmissionRequest, reason string) {
+// validated counts a review of kind at version (a kind galley validates,
+// so the labels take only those kinds' values): passed when reason is
+// empty. As Istio's, a dry run's failure is not counted.
+func (h *handler) validated(kind istio.Kind, version string, dryRun bool, reason string) {
 	attrs := []attribute.KeyValue{
-		attribute.String("group", req.Resource.Group), attribute.String("version", req.Resource.Version), attribute.String("resource", req.Resource.Resource),
+		attribute.String("group", kind.Group), attribute.String("version", version), attribute.String("resource", kind.Plural),
 	}
 	switch {
 	case reason == "":
 		h.passed.Add(context.Background(), 1, metric.WithAttributes(attrs...))
-	case req.DryRun == nil || !*req.DryRun:
+	case !dryRun:
 		h.failed.Add(context.Background(), 1, metric.WithAttributes(append(attrs, attribute.String("reason", reason))...))
 	}
 }
@@ -115,18 +115,17 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		resp.Warnings = []string{"galley does not validate " + req.Kind.String()}
 		return resp
 	}
-	// The labels are the kind's own, not what the request claims: a
+	// Counted under the kind's own labels, not what the request claims: a
 	// caller cannot grow the series.
-	counted := *req
-	counted.Resource = metav1.GroupVersionResource{Group: kind.Group, Version: req.Kind.Version, Resource: kind.Plural}
+	count := func(reason string) { h.validated(kind, req.Kind.Version, req.DryRun != nil && *req.DryRun, reason) }
 	docs := istio.Decode("", req.Object.Raw, req.Namespace)
 	if len(docs) != 1 {
-		h.validated(&counted, reasonDecode)
+		count(reasonDecode)
 		return deny(resp, fmt.Sprintf("the request holds %d objects, want 1", len(docs)))
 	}
 	doc := docs[0]
 	if doc.Err != nil {
-		h.validated(&counted, reasonDecode)
+		count(reasonDecode)
 		var de *istio.DecodeError
 		if errors.As(doc.Err, &de) {
 			if de.Object != "" {
@@ -138,7 +137,7 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	}
 	obj := doc.Object
 	if obj.Kind.Kind != req.Kind.Kind {
-		h.validated(&counted, reasonConversion)
+		count(reasonConversion)
 		return deny(resp, fmt.Sprintf("the object is a %s, the request is for a %s", obj.Kind.Kind, req.Kind.Kind))
 	}
 	if obj.Meta.Name == "" {
@@ -160,10 +159,10 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 			msgs[i] = e.String()
 		}
 		h.o.Log.Info("denied", "object", obj.String(), "user", req.UserInfo.Username, "errors", len(msgs))
-		h.validated(&counted, reasonInvalid)
+		count(reasonInvalid)
 		return deny(resp, obj.String()+": "+strings.Join(msgs, "; "))
 	}
-	h.validated(&counted, "")
+	count("")
 	return resp
 }
 

@@ -49,18 +49,20 @@ type Options struct {
 // Handler returns the webhook's HTTP handler.
 func Handler(o Options) (http.Handler, error) {
 	m := cmp.Or[metric.Meter](o.IstioMeter, noop.Meter{})
-	counters := map[string]metric.Float64Counter{}
-	for name, help := range map[string]string{
-		"sidecar_injection_requests_total": "Total number of sidecar injection requests.",
-		"sidecar_injection_success_total":  "Total number of successful sidecar injection requests.",
-		"sidecar_injection_failure_total":  "Total number of failed sidecar injection requests.",
-		"sidecar_injection_skip_total":     "Total number of skipped sidecar injection requests.",
+	var requests, successes, failures, skips metric.Float64Counter
+	for _, c := range []struct {
+		to         *metric.Float64Counter
+		name, help string
+	}{
+		{&requests, "sidecar_injection_requests_total", "Total number of sidecar injection requests."},
+		{&successes, "sidecar_injection_success_total", "Total number of successful sidecar injection requests."},
+		{&failures, "sidecar_injection_failure_total", "Total number of failed sidecar injection requests."},
+		{&skips, "sidecar_injection_skip_total", "Total number of skipped sidecar injection requests."},
 	} {
-		c, err := m.Float64Counter(name, metric.WithDescription(help))
-		if err != nil {
-			return nil, fmt.Errorf("metric %s: %w", name, err)
+		var err error
+		if *c.to, err = m.Float64Counter(c.name, metric.WithDescription(c.help)); err != nil {
+			return nil, fmt.Errorf("metric %s: %w", c.name, err)
 		}
-		counters[name] = c
 	}
 	took, err := m.Float64Histogram("sidecar_injection_time_seconds", metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(.1, 1, 3, 5, 10, 20, 30, 60),
@@ -72,15 +74,15 @@ func Handler(o Options) (http.Handler, error) {
 		return review(ctx, o, req)
 	}, func(_ *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, _ int, d time.Duration) {
 		ctx := context.Background()
-		counters["sidecar_injection_requests_total"].Add(ctx, 1)
+		requests.Add(ctx, 1)
 		took.Record(ctx, d.Seconds())
 		switch {
 		case resp == nil || !resp.Allowed:
-			counters["sidecar_injection_failure_total"].Add(ctx, 1)
+			failures.Add(ctx, 1)
 		case resp.Patch != nil:
-			counters["sidecar_injection_success_total"].Add(ctx, 1)
+			successes.Add(ctx, 1)
 		default:
-			counters["sidecar_injection_skip_total"].Add(ctx, 1)
+			skips.Add(ctx, 1)
 		}
 	})
 }
