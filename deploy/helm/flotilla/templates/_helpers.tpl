@@ -154,7 +154,7 @@ annotations:
 {{- fail (printf "%s.autoscaling.minReplicas=%v is above maxReplicas=%v" .key $v.autoscaling.minReplicas $v.autoscaling.maxReplicas) -}}
 {{- end -}}
 {{- else }}
-replicas: {{ $v.replicaCount | default 2 }}
+replicas: {{ include "flotilla.replicaCount" $v }}
 {{- end }}
 {{- /* Set key by key: merge would take a 0 for unset. */ -}}
 {{- $ru := dict "maxSurge" "100%" "maxUnavailable" "25%" }}
@@ -167,10 +167,16 @@ strategy:
   rollingUpdate: {{ toJson $ru }}
 {{- end }}
 
+{{/* A service's or gateway's replicaCount (called with its values):
+     2 when not given. */}}
+{{- define "flotilla.replicaCount" -}}
+{{ .replicaCount | default 2 }}
+{{- end }}
+
 {{/* The fewest replicas a service runs: replicaCount, or the autoscaler's
      minReplicas. */}}
 {{- define "flotilla.minReplicas" -}}
-{{- if .v.autoscaling.enabled }}{{ .v.autoscaling.minReplicas }}{{ else }}{{ .v.replicaCount | default 2 }}{{ end -}}
+{{- if .v.autoscaling.enabled }}{{ .v.autoscaling.minReplicas }}{{ else }}{{ include "flotilla.replicaCount" .v }}{{ end -}}
 {{- end }}
 
 {{/* The values' env (name: value) as container env, sorted; a name the
