@@ -53,9 +53,12 @@ func (o *Options) ReadGalley(ctx context.Context, agent string, typeURLs []strin
 		return nil
 	})
 	host, _ := os.Hostname()
-	client := mcp.NewClient(mcp.ClientOptions{
+	client, err := mcp.NewClient(mcp.ClientOptions{
 		Conn: cc, NodeID: agent + "~" + host, TypeURLs: typeURLs, Handler: handler, Log: slog.New(slog.DiscardHandler),
 	})
+	if err != nil {
+		return debugapi.Replica{}, fmt.Errorf("galley subscription: %w", err)
+	}
 	runCtx, stopClient := context.WithCancel(ctx)
 	ran := make(chan struct{})
 	go func() { _ = client.Run(runCtx); close(ran) }()

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -54,6 +58,8 @@ type ClientOptions struct {
 	// Backoff bounds resubscription delays; defaults 100ms to
 	// grpcclient.MaxReconnectDelay, with full jitter.
 	MinBackoff, MaxBackoff time.Duration
+	// Meter records flotilla_mcp_client_lag_seconds (nil: not recorded).
+	Meter metric.Meter
 }
 
 // Client is a delta MCP subscriber that reconnects until its context ends.
@@ -63,6 +69,7 @@ type Client struct {
 	mu       sync.Mutex
 	versions map[string]map[string]string // type URL → name → version held
 	server   *corev3.ControlPlane         // as the last response named it
+	lag      metric.Float64Histogram
 }
 
 // ControlPlane is the server as its last response named itself (nil
@@ -74,7 +81,7 @@ func (c *Client) ControlPlane() *corev3.ControlPlane {
 }
 
 // NewClient returns a client; Run starts it.
-func NewClient(o ClientOptions) *Client {
+func NewClient(o ClientOptions) (*Client, error) {
 	if o.MinBackoff == 0 {
 		o.MinBackoff = 100 * time.Millisecond
 	}
@@ -86,7 +93,13 @@ func NewClient(o ClientOptions) *Client {
 		v[t] = map[string]string{}
 	}
 	o.Log = o.Log.With("component", "mcp-client")
-	return &Client{o: o, versions: v}
+	lag, err := cmp.Or[metric.Meter](o.Meter, noop.Meter{}).Float64Histogram("flotilla.mcp.client.lag", metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+		metric.WithDescription("From galley publishing a changed resource (by its clock) to this subscriber having applied it, by collection; the first response of a subscription (a resync) is not counted."))
+	if err != nil {
+		return nil, fmt.Errorf("mcp client metrics: %w", err)
+	}
+	return &Client{o: o, versions: v, lag: lag}, nil
 }
 
 // Versions returns the versions the client holds for a collection.
@@ -151,6 +164,10 @@ func (c *Client) stream(ctx context.Context) error {
 			return fmt.Errorf("subscribe %s: %w", t, err)
 		}
 	}
+	// Collections answered on this stream: the first response of each is
+	// the resync, whose publish times say how long the subscriber was
+	// away, not its lag.
+	answered := map[string]bool{}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -165,7 +182,9 @@ func (c *Client) stream(ctx context.Context) error {
 			c.mu.Unlock()
 		}
 		ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
-		if err := c.apply(resp); err != nil {
+		live := answered[resp.GetTypeUrl()]
+		answered[resp.GetTypeUrl()] = true
+		if err := c.apply(resp, live); err != nil {
 			c.o.Log.Warn("rejecting response", "type_url", resp.GetTypeUrl(), "error", err)
 			ack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		}
@@ -177,8 +196,10 @@ func (c *Client) stream(ctx context.Context) error {
 
 // apply decodes a response and hands it to the handler. A resource that
 // does not decode is reported in the error (NACK) and not applied; the rest
-// are applied.
-func (c *Client) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
+// are applied. For a live response (not a subscription's first), the lag
+// of each applied resource the server said it published is recorded; a
+// time ahead of this clock counts as no lag.
+func (c *Client) apply(resp *discoveryv3.DeltaDiscoveryResponse, live bool) error {
 	t := resp.GetTypeUrl()
 	var updated []*Resource
 	var bad []error
@@ -192,11 +213,20 @@ func (c *Client) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 		if res.Name == "" {
 			res.Name = r.GetName()
 		}
+		res.Published = publishedAt(r.GetMetadata())
 		updated = append(updated, res)
 	}
 	removed := resp.GetRemovedResources()
 	if err := c.o.Handler.Apply(t, updated, removed); err != nil {
 		return err
+	}
+	if live {
+		now, attrs := time.Now(), metric.WithAttributes(attribute.String("type_url", t))
+		for _, r := range updated {
+			if !r.Published.IsZero() {
+				c.lag.Record(context.Background(), max(0, now.Sub(r.Published).Seconds()), attrs)
+			}
+		}
 	}
 	c.mu.Lock()
 	held := c.versions[t]

@@ -15,6 +15,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -212,10 +214,13 @@ func subscribe(t *testing.T, addr string, h Handler) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewClient(ClientOptions{
+	c, err := NewClient(ClientOptions{
 		Conn: conn, NodeID: "discovery-0", Version: "1.2.3", TypeURLs: []string{vsType, drType}, Handler: h, Log: quiet(),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -689,7 +694,10 @@ func TestSubscribersThatNeverReadDelayNoOtherSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	c := NewClient(ClientOptions{Conn: conn, NodeID: "healthy", TypeURLs: types, Handler: rec, Log: quiet()})
+	c, err := NewClient(ClientOptions{Conn: conn, NodeID: "healthy", TypeURLs: types, Handler: rec, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
@@ -861,5 +869,98 @@ func TestARestrictedCollectionIsRefusedToEveryOtherIdentity(t *testing.T) {
 	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "ok"}, TypeUrl: vsType})
 	if _, names := c.recv(); len(names) != 1 {
 		t.Fatalf("an unrestricted collection: %v", names)
+	}
+}
+
+// TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange: each
+// resource of a delta response says when the server published it; the
+// client records its lag for changes it receives live, not for the
+// resync that opens a subscription, and the published time changes no
+// version (a second server publishing the same content later gives the
+// same versions).
+func TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange(t *testing.T) {
+	before := time.Now()
+	g := startGalley(t, "", vs(t, "reviews", "reviews"))
+	var mu sync.Mutex
+	published := map[string]time.Time{}
+	applied := make(chan struct{}, 16)
+	reader := sdkmetric.NewManualReader()
+	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c, err := NewClient(ClientOptions{
+		Conn: conn, NodeID: "discovery-0", TypeURLs: []string{vsType}, Log: quiet(),
+		Meter: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"),
+		Handler: HandlerFunc(func(_ string, updated []*Resource, _ []string) error {
+			mu.Lock()
+			for _, r := range updated {
+				published[r.Name] = r.Published
+			}
+			mu.Unlock()
+			applied <- struct{}{}
+			return nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	publishedOf := func() time.Time {
+		t.Helper()
+		select {
+		case <-applied:
+		case <-time.After(20 * time.Second):
+			t.Fatal("nothing applied")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return published["default/reviews"]
+	}
+	lags := func() (n uint64) {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "flotilla.mcp.client.lag" {
+					for _, dp := range h.DataPoints {
+						if v, _ := dp.Attributes.Value("type_url"); v.AsString() != vsType {
+							t.Errorf("lag recorded for %v", dp.Attributes)
+						}
+						n += dp.Count
+					}
+				}
+			}
+		}
+		return n
+	}
+
+	first := publishedOf()
+	if first.Before(before) || first.After(time.Now()) {
+		t.Fatalf("published %v, want between the server's start (%v) and now", first, before)
+	}
+	if n := lags(); n != 0 {
+		t.Fatalf("%d lags recorded for the subscription's resync, want none", n)
+	}
+	g.update(vsType, []*Resource{vs(t, "reviews", "reviews", "reviews.v2")})
+	if again := publishedOf(); !again.After(first) {
+		t.Fatalf("the change says it was published at %v, not after the first version (%v)", again, first)
+	}
+	if n := lags(); n != 1 {
+		t.Fatalf("%d lags recorded for one live change, want 1", n)
+	}
+
+	g2 := startGalley(t, "", vs(t, "reviews", "reviews", "reviews.v2"))
+	other := subscribe(t, g2.addr, newRecorder())
+	xdstest.Eventually(t, "the second server's version", func() bool { return len(other.Versions(vsType)) == 1 })
+	if a, b := c.Versions(vsType), other.Versions(vsType); a["default/reviews"] != b["default/reviews"] {
+		t.Fatalf("the same content published at another time has version %v, and %v", b, a)
 	}
 }

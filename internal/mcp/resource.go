@@ -18,8 +18,10 @@ import (
 	"strconv"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	mcpv1alpha1 "istio.io/api/mcp/v1alpha1"
 )
@@ -47,6 +49,33 @@ type Resource struct {
 	// seen by clients. Equal content has an equal version in every galley
 	// replica and across restarts.
 	Version string
+	// Published is, on the client, when the server published this content
+	// (by the server's clock; zero from a server that does not say). It
+	// travels in the delta response's resource metadata (PublishedMetadata),
+	// outside the resource and its version.
+	Published time.Time
+}
+
+// PublishedMetadata is the filter_metadata key of a delta response's
+// resource under which the server says when it published the content:
+// {"published": RFC 3339 time}.
+const PublishedMetadata = "flotilla.io/mcp"
+
+// publishedMetadata says when content was published.
+func publishedMetadata(at time.Time) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{PublishedMetadata: {Fields: map[string]*structpb.Value{
+		"published": structpb.NewStringValue(at.UTC().Format(time.RFC3339Nano)),
+	}}}}
+}
+
+// publishedAt reads publishedMetadata (zero when absent or not a time).
+func publishedAt(md *corev3.Metadata) time.Time {
+	v := md.GetFilterMetadata()[PublishedMetadata].GetFields()["published"].GetStringValue()
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // ObjectVersion tells one change of the object from another, as

@@ -108,6 +108,10 @@ type collection struct {
 	encoded map[string]*anypb.Any // name → encoded resource, for sotw
 	version string                // hash of the whole collection, for sotw
 	watches map[uint64]sotwWatch
+	// published says when each resource's content was last published,
+	// for delta responses to carry (read by the streams under pubMu alone).
+	pubMu     sync.RWMutex
+	published map[string]*corev3.Metadata
 }
 
 type sotwWatch struct {
@@ -414,6 +418,16 @@ func (c *collection) update(upserts []*Resource, deletes []string) (int, error) 
 	if changed == 0 {
 		return 0, nil
 	}
+	// Recorded before the cache notifies the watches whose responses say it.
+	c.pubMu.Lock()
+	md := publishedMetadata(time.Now()) // one message, shared by every response: never modified
+	for name := range toUpdate {
+		c.published[name] = md
+	}
+	for _, name := range toDelete {
+		delete(c.published, name)
+	}
+	c.pubMu.Unlock()
 	if err := c.linear.UpdateResources(toUpdate, toDelete); err != nil {
 		return 0, fmt.Errorf("update %s: %w", typeURL, err)
 	}
@@ -424,11 +438,12 @@ func (c *collection) update(upserts []*Resource, deletes []string) (int, error) 
 
 func newCollection(typeURL string) *collection {
 	c := &collection{
-		typeURL: typeURL,
-		linear:  cache.NewLinearCache(typeURL),
-		hashes:  map[string]string{},
-		encoded: map[string]*anypb.Any{},
-		watches: map[uint64]sotwWatch{},
+		typeURL:   typeURL,
+		linear:    cache.NewLinearCache(typeURL),
+		hashes:    map[string]string{},
+		encoded:   map[string]*anypb.Any{},
+		published: map[string]*corev3.Metadata{},
+		watches:   map[uint64]sotwWatch{},
 	}
 	c.version = c.computeVersion()
 	return c
@@ -679,6 +694,18 @@ func (s *Server) callbacks() serverv3.Callbacks {
 				if a := res.GetResource(); a != nil {
 					a.TypeUrl = typeURL
 				}
+			}
+			// When each resource's content was published, for the
+			// subscriber's lag (under the collection's own lock: Update
+			// may hold the server's while it notifies watches).
+			if c := s.collections[r.GetTypeUrl()]; c != nil {
+				c.pubMu.RLock()
+				for _, res := range r.GetResources() {
+					if md, ok := c.published[res.GetName()]; ok {
+						res.Metadata = md
+					}
+				}
+				c.pubMu.RUnlock()
 			}
 			sent(id, r.GetTypeUrl(), len(r.GetResources())+len(r.GetRemovedResources()))
 		},

@@ -87,10 +87,13 @@ func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
 		}
 		defer conn.Close()
 		got := make(chan struct{}, 1)
-		cl := mcp.NewClient(mcp.ClientOptions{
+		cl, err := mcp.NewClient(mcp.ClientOptions{
 			Conn: conn, NodeID: "intruder", TypeURLs: []string{registry.ServiceTypeURL}, Log: slog.New(slog.DiscardHandler),
 			Handler: mcp.HandlerFunc(func(string, []*mcp.Resource, []string) error { got <- struct{}{}; return nil }),
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer ccancel()
 		go func() { _ = cl.Run(cctx) }()

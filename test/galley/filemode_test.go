@@ -202,10 +202,13 @@ func subscribe(tb testing.TB, addr string) *subscriber {
 	}
 	types = append(types, registry.ServiceTypeURL, registry.EndpointSetTypeURL, registry.NamespaceTypeURL, registry.MeshConfigTypeURL)
 	sub.types = len(types)
-	c := mcp.NewClient(mcp.ClientOptions{
+	c, err := mcp.NewClient(mcp.ClientOptions{
 		Conn: conn, NodeID: "test-subscriber", TypeURLs: types, Handler: sub,
 		Log: slog.New(slog.DiscardHandler), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

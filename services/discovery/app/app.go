@@ -302,9 +302,13 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 	if err != nil {
 		return lifecycle.Actor{}, fmt.Errorf("galley client: %w", err)
 	}
-	client := mcp.NewClient(mcp.ClientOptions{
+	client, err := mcp.NewClient(mcp.ClientOptions{
 		Conn: conn, NodeID: "discovery~" + cfg.ReplicaName, Version: buildinfo.Get().Version, TypeURLs: subscribed(cfg, certs), Handler: in, Log: rt.Log,
+		Meter: rt.Telemetry.Meter.Meter("flotilla/discovery"),
 	})
+	if err != nil {
+		return lifecycle.Actor{}, errors.Join(err, conn.Close())
+	}
 	return lifecycle.Actor{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 		defer conn.Close()
 		if reloader != nil {

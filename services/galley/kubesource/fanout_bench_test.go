@@ -98,10 +98,13 @@ func BenchmarkFanOut10kEndpointsTo4Subscribers(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer conn.Close()
-		client := mcp.NewClient(mcp.ClientOptions{
+		client, err := mcp.NewClient(mcp.ClientOptions{
 			Conn: conn, NodeID: fmt.Sprintf("discovery-%d", i), Handler: c, Log: slog.New(slog.DiscardHandler),
 			TypeURLs: []string{registry.ServiceTypeURL, registry.EndpointSetTypeURL},
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -142,7 +142,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return fmt.Errorf("galley client: %w", err)
 	}
 	host, _ := os.Hostname() // the pod's name in a cluster: tells replicas apart in galley's subscribers
-	client := mcp.NewClient(mcp.ClientOptions{
+	client, err := mcp.NewClient(mcp.ClientOptions{
 		Conn: conn, NodeID: "injector~" + cmp.Or(host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: []string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL},
 		Handler: mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
 			if typeURL == registry.InjectionConfigTypeURL {
@@ -150,8 +150,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			}
 			return labels.Apply(typeURL, updated, removed)
 		}),
-		Log: rt.Log,
+		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/injector"),
 	})
+	if err != nil {
+		return errors.Join(err, conn.Close())
+	}
 	lis, err := net.Listen("tcp", cfg.Webhook.Address)
 	if err != nil {
 		return fmt.Errorf("webhook listen: %w", err)
