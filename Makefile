@@ -109,11 +109,12 @@ lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf 
 	done
 	cd api && buf lint
 
-GENERATED := api/gen deploy/helm/flotilla/crds
+GENERATED := api/gen deploy/helm/flotilla/crds deploy/helm/flotilla/dashboards
 
-generate: tools ## regenerate protobuf code (api/proto) and the Istio CRDs (deploy/helm/flotilla/crds)
+generate: tools ## regenerate protobuf code (api/proto), the Istio CRDs (deploy/helm/flotilla/crds) and the Grafana dashboards (deploy/helm/flotilla/dashboards)
 	cd api && buf generate
 	go run ./internal/cmd/crdgen --out deploy/helm/flotilla/crds/istio.yaml
+	go run ./internal/cmd/dashboardgen --out deploy/helm/flotilla/dashboards
 
 check-generate: generate ## fail if generated code differs from what is committed
 	@if ! git diff --quiet --exit-code -- $(GENERATED) || [ -n "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" ]; then \
@@ -124,9 +125,9 @@ check-generate: generate ## fail if generated code differs from what is committe
 tidy: ## go work sync and go mod tidy in every module
 	go work sync
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
-	@for m in tools tools/buf tools/lint tools/kube tools/helm; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
+	@for m in tools tools/buf tools/lint tools/kube tools/helm tools/prometheus; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint $(TOOLS)/helm ## install the pinned tools into bin/tools
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint $(TOOLS)/helm $(TOOLS)/prometheus ## install the pinned tools into bin/tools
 
 $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc &: tools/go.mod
 	cd tools && GOWORK=off GOBIN=$(TOOLS) go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
@@ -136,6 +137,12 @@ $(TOOLS)/buf: tools/buf/go.mod
 
 $(TOOLS)/helm: tools/helm/go.mod
 	cd tools/helm && GOWORK=off GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm
+
+# Prometheus scrapes a running control plane in the dashboards' test; only
+# static and file service discovery are built in (remove_all_sd).
+$(TOOLS)/prometheus: tools/prometheus/go.mod
+	@echo "building prometheus for the dashboards' test (the first build takes about 3 minutes)"
+	cd tools/prometheus && GOWORK=off CGO_ENABLED=0 go build -tags remove_all_sd -o $(TOOLS)/prometheus github.com/prometheus/prometheus/cmd/prometheus
 
 $(TOOLS)/golangci-lint: tools/lint/go.mod
 	cd tools/lint && GOWORK=off GOBIN=$(TOOLS) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint

@@ -225,6 +225,7 @@ var operatorSettings = []string{
 	"--set-json", `injector.affinity={"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"preference":{"matchExpressions":[{"key":"pool","operator":"In","values":["mesh"]}]}}]}}`,
 	"--set", "trustDomain=mesh.example",
 	"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.env.EXTRA=yes",
+	"--set", "metrics.dashboards.enabled=true",
 }
 
 // TestTheOperatorsSettingsReachThePods renders operatorSettings and finds
@@ -577,8 +578,8 @@ func TestTheOperatorsSettingsAreAcceptedByARealAPIServer(t *testing.T) {
 		}
 		kinds[o.GetKind()]++
 	}
-	if kinds["Deployment"] != 5 || kinds["PodDisruptionBudget"] != 5 {
-		t.Errorf("validated %v, want 5 Deployments and 5 PodDisruptionBudgets (the services and the ingress gateway)", kinds)
+	if kinds["Deployment"] != 5 || kinds["PodDisruptionBudget"] != 5 || kinds["ConfigMap"] == 0 {
+		t.Errorf("validated %v, want 5 Deployments and 5 PodDisruptionBudgets (the services and the ingress gateway), and the ConfigMaps", kinds)
 	}
 }
 
@@ -735,6 +736,52 @@ func TestEachServiceMonitorSelectsItsServiceAndItsMetricsPort(t *testing.T) {
 		}
 		if port == 0 || fmt.Sprint(port) != annotated || ep["path"] != "/metrics" {
 			t.Errorf("%s: port %v (%d on the Service), path %v; the pods' annotation says port %q", m.GetName(), ep["port"], port, ep["path"], annotated)
+		}
+	}
+}
+
+// TestTheDashboardsConfigMapHoldsEveryShippedDashboardForGrafanasSidecar:
+// with metrics.dashboards.enabled the chart adds one ConfigMap, labelled
+// for Grafana's dashboard sidecar (and as the operator asks), holding each
+// file of dashboards/ unchanged; without, none.
+func TestTheDashboardsConfigMapHoldsEveryShippedDashboardForGrafanasSidecar(t *testing.T) {
+	helm, dir := chart(t)
+	files, err := filepath.Glob(filepath.Join(dir, "dashboards", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards in the chart (%v)", err)
+	}
+	dashboards := func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+		var out []*unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "ConfigMap" && o.GetName() == "flotilla-dashboards" {
+				out = append(out, o)
+			}
+		}
+		return out
+	}
+	if got := dashboards(render(t, helm, dir, namespace)); len(got) != 0 {
+		t.Fatalf("dashboards rendered by default: %v", got)
+	}
+	got := dashboards(render(t, helm, dir, namespace, "--set", "metrics.dashboards.enabled=true",
+		"--set", "metrics.dashboards.labels.team=mesh", "--set", "metrics.dashboards.annotations.grafana_folder=Mesh"))
+	if len(got) != 1 {
+		t.Fatalf("%d dashboard ConfigMaps, want 1", len(got))
+	}
+	cm := got[0]
+	if l := cm.GetLabels(); l["grafana_dashboard"] != "1" || l["team"] != "mesh" || cm.GetAnnotations()["grafana_folder"] != "Mesh" {
+		t.Errorf("labels %v, annotations %v: want Grafana's sidecar label, and the operator's", l, cm.GetAnnotations())
+	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	if len(data) != len(files) {
+		t.Errorf("%d dashboards in the ConfigMap, %d in the chart", len(data), len(files))
+	}
+	for _, f := range files {
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data[filepath.Base(f)] != string(want) {
+			t.Errorf("%s differs in the ConfigMap", filepath.Base(f))
 		}
 	}
 }

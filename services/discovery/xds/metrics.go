@@ -104,6 +104,12 @@ func newMetrics(m, istio metric.Meter, version string) (*metrics, error) {
 	if err := out.istio.init(istio, version); err != nil {
 		return nil, err
 	}
+	// The signs of slow proxies are exported at zero from the start, so a
+	// dashboard or an alert on them reads 0, not "no data", until the
+	// first slow proxy.
+	out.behind.Add(context.Background(), 0)
+	out.sendTimeouts.Add(context.Background(), 0)
+	out.istio.writeTimeout.Add(context.Background(), 0)
 	out.types = map[string]typeLabels{}
 	for _, t := range translate.Types() {
 		out.types[t] = newTypeLabels(t)
