@@ -25,6 +25,14 @@ type Subscriber struct {
 	Identity    string    `json:"identity"`
 	Version     string    `json:"version,omitempty"`
 	ConnectedAt time.Time `json:"connectedAt"`
+	// Unanswered names each collection whose latest response the
+	// subscriber has neither acknowledged nor rejected yet, with when it
+	// was sent: a subscriber current with galley has none (or only
+	// responses sent a moment ago).
+	Unanswered map[string]time.Time `json:"unanswered,omitempty"`
+	// Rejected names each collection whose latest response the subscriber
+	// rejected, with its reason (cut short).
+	Rejected map[string]string `json:"rejected,omitempty"`
 }
 
 // Struct encodes s as Subscribers sends it.

@@ -210,12 +210,18 @@ func (r *recorder) waitFor(t *testing.T, what string, cond func() bool) {
 
 func subscribe(t *testing.T, addr string, h Handler) *Client {
 	t.Helper()
+	return subscribeAs(t, addr, "discovery-0", h)
+}
+
+// subscribeAs is subscribe with node ID id.
+func subscribeAs(t *testing.T, addr, id string, h Handler) *Client {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := NewClient(ClientOptions{
-		Conn: conn, NodeID: "discovery-0", Version: "1.2.3", TypeURLs: []string{vsType, drType}, Handler: h, Log: quiet(),
+		Conn: conn, NodeID: id, Version: "1.2.3", TypeURLs: []string{vsType, drType}, Handler: h, Log: quiet(),
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 	})
 	if err != nil {
@@ -290,6 +296,86 @@ func TestADebugClientListsTheSubscribersWithTheirVersions(t *testing.T) {
 	if got := resp.GetControlPlane().GetIdentifier(); got != testControlPlane {
 		t.Fatalf("answered as %q", got)
 	}
+}
+
+// TestGalleyListsWhatEachSubscriberHasNotAnsweredOrHasRejected: of its
+// subscribers, galley's debug answer says which collection's latest
+// response each has left unanswered (since when) or rejected (why); one
+// that applied everything shows neither.
+func TestGalleyListsWhatEachSubscriberHasNotAnsweredOrHasRejected(t *testing.T) {
+	g := startGalley(t, "", vs(t, "reviews", "reviews"))
+	subscribeAs(t, g.addr, "current", newRecorder())
+	rejecting := newRecorder()
+	rejecting.fail = func(typeURL string, _ []*Resource) error {
+		if typeURL == vsType {
+			return errors.New("cannot apply a VirtualService")
+		}
+		return nil
+	}
+	subscribeAs(t, g.addr, "rejecting", rejecting)
+	// A subscriber that reads a response and never answers it.
+	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "holding"}, TypeUrl: vsType, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+
+	var subs map[string]debugapi.Subscriber
+	xdstest.Eventually(t, "each subscriber's state", func() bool {
+		resp, err := debugapi.Fetch(t.Context(), conn, debugapi.Subscribers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := debugapi.SubscribersOf(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = map[string]debugapi.Subscriber{}
+		for _, s := range list {
+			subs[s.ID] = s
+		}
+		return len(subs) == 3 && len(subs["rejecting"].Rejected) == 1 && len(subs["current"].Unanswered) == 0
+	})
+	if s := subs["current"]; len(s.Unanswered) != 0 || len(s.Rejected) != 0 {
+		t.Errorf("a subscriber that applied everything: %+v", s)
+	}
+	if s := subs["rejecting"]; !strings.Contains(s.Rejected[vsType], "cannot apply a VirtualService") || len(s.Unanswered) != 0 {
+		t.Errorf("a subscriber that rejected the virtual services: %+v", s)
+	}
+	if s := subs["holding"]; s.Unanswered[vsType].IsZero() || time.Since(s.Unanswered[vsType]) > time.Minute || len(s.Rejected) != 0 {
+		t.Errorf("a subscriber that never answered: %+v", s)
+	}
+	// Applying the next response clears a rejection.
+	rejecting.mu.Lock()
+	rejecting.fail = nil
+	rejecting.mu.Unlock()
+	g.update(vsType, []*Resource{vs(t, "reviews", "reviews", "reviews.v2")})
+	xdstest.Eventually(t, "the rejection cleared", func() bool {
+		resp, err := debugapi.Fetch(t.Context(), conn, debugapi.Subscribers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := debugapi.SubscribersOf(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list {
+			if s.ID == "rejecting" {
+				return len(s.Rejected) == 0 && len(s.Unanswered) == 0
+			}
+		}
+		return false
+	})
 }
 
 func TestUnchangedContentIsNotSentAgain(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,6 +152,11 @@ type subscriber struct {
 	// lastNonce is the nonce each type's last request answered; nacked
 	// the nonce of the last NACK logged.
 	lastNonce, nacked map[string]string
+	// sent is the nonce of each type's latest response, and sentAt when it
+	// was sent; rejected the reason of each type's latest response that
+	// was rejected (cut short).
+	sent, rejected map[string]string
+	sentAt         map[string]time.Time
 	// idle paces requests that carry nothing new (the same nonce again:
 	// a NACK or ACK repeated in a loop).
 	idle *rate.Limiter
@@ -168,6 +174,7 @@ const (
 func newSubscriber(label string) *subscriber {
 	return &subscriber{
 		label: label, connected: time.Now(), names: map[string]int{}, lastNonce: map[string]string{}, nacked: map[string]string{},
+		sent: map[string]string{}, rejected: map[string]string{}, sentAt: map[string]time.Time{},
 		idle: rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
 	}
 }
@@ -252,9 +259,22 @@ func (s *Server) Subscribers() []debugapi.Subscriber {
 	defer s.mu.Unlock()
 	out := make([]debugapi.Subscriber, 0, len(s.streams))
 	for _, sub := range s.streams {
-		if sub.id != "" {
-			out = append(out, debugapi.Subscriber{ID: sub.id, Identity: sub.label, Version: sub.version, ConnectedAt: sub.connected})
+		if sub.id == "" {
+			continue
 		}
+		d := debugapi.Subscriber{ID: sub.id, Identity: sub.label, Version: sub.version, ConnectedAt: sub.connected}
+		for t, nonce := range sub.sent {
+			if sub.lastNonce[t] != nonce {
+				if d.Unanswered == nil {
+					d.Unanswered = map[string]time.Time{}
+				}
+				d.Unanswered[t] = sub.sentAt[t]
+			}
+		}
+		if len(sub.rejected) > 0 {
+			d.Rejected = maps.Clone(sub.rejected)
+		}
+		out = append(out, d)
 	}
 	slices.SortFunc(out, func(a, b debugapi.Subscriber) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -633,6 +653,13 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		}
 		repeated := nonce != "" && sub.lastNonce[typeURL] == nonce
 		sub.lastNonce[typeURL] = nonce
+		if nonce != "" && nonce == sub.sent[typeURL] { // the answer to the latest response
+			if nack != nil {
+				sub.rejected[typeURL] = clip.String(nack.Error(), 256)
+			} else {
+				delete(sub.rejected, typeURL)
+			}
+		}
 		logNack := nack != nil && sub.nacked[typeURL] != nonce
 		if logNack {
 			sub.nacked[typeURL] = nonce
@@ -648,11 +675,12 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		}
 		return nil
 	}
-	sent := func(id int64, typeURL string, n int) {
+	sent := func(id int64, typeURL, nonce string, n int) {
 		s.mu.Lock()
 		sub := "plaintext"
 		if st := s.streams[id]; st != nil {
 			sub = st.label
+			st.sent[typeURL], st.sentAt[typeURL] = nonce, time.Now()
 		}
 		s.mu.Unlock()
 		attrs := metric.WithAttributes(attribute.String("subscriber", sub), attribute.String("type_url", typeURL))
@@ -674,7 +702,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
 			r.ControlPlane = s.controlPlane // the response is this watch's own (sotwResponse)
-			sent(id, r.GetTypeUrl(), len(r.GetResources()))
+			sent(id, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources()))
 		},
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
 			r.ControlPlane = s.controlPlane
@@ -707,7 +735,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 				}
 				c.pubMu.RUnlock()
 			}
-			sent(id, r.GetTypeUrl(), len(r.GetResources())+len(r.GetRemovedResources()))
+			sent(id, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
 		},
 	}
 }
