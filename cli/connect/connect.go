@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
@@ -175,7 +176,10 @@ type Answer struct {
 // Client asks every replica.
 type Client struct {
 	conns map[string]*grpc.ClientConn
-	stop  func()
+	creds credentials.TransportCredentials
+	// serverName is the name the replicas' certificates are checked for.
+	serverName string
+	stop       func()
 }
 
 // maxAnswerBytes bounds one replica's answer (a syncz of thousands of
@@ -189,7 +193,7 @@ func (o *Options) Dial(ctx context.Context) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl := &Client{conns: map[string]*grpc.ClientConn{}, stop: stop}
+	cl := &Client{conns: map[string]*grpc.ClientConn{}, creds: creds, serverName: serverName(controlplane.Discovery, c), stop: stop}
 	for _, a := range slices.Compact(slices.Sorted(slices.Values(everyAddress(ctx, c.DiscoveryAddresses)))) {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswerBytes)))
 		if err != nil {
@@ -307,7 +311,7 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 	if !roots.AppendCertsFromPEM(rootsPEM) {
 		return nil, errors.New("the mesh's roots (--cacert) hold no PEM certificate")
 	}
-	serverName := service + "." + c.SystemNamespace + ".svc"
+	serverName := serverName(service, c)
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
@@ -334,6 +338,69 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 		RootCAs:              roots, ServerName: serverName, MinVersion: tls.VersionTLS12,
 	}), nil
 }
+
+// PeerCertificates is the certificate chain the replica at addr serves,
+// checked as every request checks it (nil in plain text).
+func (c *Client) PeerCertificates(ctx context.Context, addr string) ([]*x509.Certificate, error) {
+	if c.creds.Info().SecurityProtocol != "tls" {
+		return nil, nil
+	}
+	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("discovery %s: %w", addr, err)
+	}
+	defer raw.Close()
+	conn, info, err := c.creds.Clone().ClientHandshake(ctx, c.serverName, raw)
+	if err != nil {
+		return nil, fmt.Errorf("discovery %s: TLS: %w", addr, err)
+	}
+	defer conn.Close()
+	tlsInfo, ok := info.(credentials.TLSInfo)
+	if !ok {
+		return nil, fmt.Errorf("discovery %s: not a TLS connection", addr)
+	}
+	return tlsInfo.State.PeerCertificates, nil
+}
+
+// Roots is the mesh's trust bundle as PEM: in a cluster the
+// istio-ca-root-cert ConfigMap's, else --cacert's (the context file's);
+// nil when neither is given.
+func (o *Options) Roots(ctx context.Context) ([]byte, error) {
+	if o.Kube.Enabled() {
+		client, err := o.Kube.Client()
+		if err != nil {
+			return nil, err
+		}
+		ns := cmp.Or(o.Context.SystemNamespace, "istio-system")
+		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, rootsConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("the mesh's roots (ConfigMap %s/%s): %w", ns, rootsConfigMap, err)
+		}
+		return []byte(cm.Data[rootsKey]), nil
+	}
+	c, err := o.resolve()
+	if err != nil || c.CAFile == "" {
+		return nil, err
+	}
+	b, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("--cacert: %w", err)
+	}
+	return b, nil
+}
+
+// SystemNamespace is the control plane's namespace, as the flags or the
+// context file say (default istio-system).
+func (o *Options) SystemNamespace() string {
+	if c, err := o.resolve(); err == nil && !o.Kube.Enabled() {
+		return c.SystemNamespace
+	}
+	return cmp.Or(o.Context.SystemNamespace, "istio-system")
+}
+
+// serverName is the name a service's certificate is checked for: its
+// Service's in the control plane's namespace.
+func serverName(service string, c Context) string { return service + "." + c.SystemNamespace + ".svc" }
 
 // Addresses are the replicas asked, sorted.
 func (c *Client) Addresses() []string {

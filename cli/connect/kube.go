@@ -168,6 +168,19 @@ func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Conte
 
 func ptr[T any](v T) *T { return &v }
 
+// Client is a client of the cluster the options name.
+func (k KubeOptions) Client() (kubernetes.Interface, error) {
+	cfg, err := k.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return client, nil
+}
+
 func (k KubeOptions) restConfig() (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = k.Kubeconfig

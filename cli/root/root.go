@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
+	"github.com/flotilla-mesh/flotilla/cli/check"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
 	"github.com/flotilla-mesh/flotilla/cli/proxyconfig"
@@ -41,7 +42,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn))
+	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), check.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn))
 	return cmd
 }
 

@@ -290,6 +290,12 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if code, got := cli("wait", "virtualservice", "greeter.demo"); code != 0 || !strings.Contains(got, "held by 4 of 4 proxies, on 2 replicas") {
 		t.Errorf("wait: exit %d\n%s", code, got)
 	}
+	// check: every service answers, is current and on one version, the
+	// replicas' certificates and the roots are valid, over mTLS.
+	if code, got := cli("check"); code != 0 || strings.Contains(got, "×") || strings.Count(got, "is subscribed to galley and current") != 3 ||
+		strings.Count(got, "'s certificate valid until") != 2 || !strings.Contains(got, "√ the control plane runs one version") {
+		t.Errorf("check: exit %d\n%s", code, got)
+	}
 	if code, got := cli("analyze", "--live"); code != 0 {
 		t.Errorf("analyze --live: exit %d\n%s", code, got)
 	}

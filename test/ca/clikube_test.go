@@ -2,15 +2,21 @@ package ca_test
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	admregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
 // TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices runs
@@ -94,5 +100,99 @@ func TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices(t *testing.T
 	slice("flotilla-galley", map[string]bool{"flotilla-galley-0": true})
 	if code, out := live(); code != 1 || !strings.Contains(out, "port-forward to "+ns+"/flotilla-galley-0:15019") {
 		t.Fatalf("analyze --live with galley's EndpointSlice: %d %s", code, out)
+	}
+}
+
+// TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles runs
+// flotilla check --kubeconfig against the real apiserver holding a
+// Flotilla install's objects but no running pods (no kubelet here): the
+// Deployment that never became ready fails, the Istio CRDs pass, the
+// webhook whose caBundle holds the mesh's root (the istio-ca-root-cert
+// ConfigMap's) passes and the one whose caBundle holds another root
+// fails, each with its fix; a configuration calling another namespace's
+// Service is another install's and not judged.
+func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns, err := env.CreateNamespace(ctx, "flotilla-check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-ca-root-cert"}, Data: map[string]string{"root-cert.pem": string(env.CA.CertPEM)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := testpki.NewCA("not the mesh's root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart := map[string]string{"app.kubernetes.io/part-of": "flotilla"}
+	none, never := admregv1.SideEffectClassNone, &metav1.LabelSelector{MatchLabels: map[string]string{"never": "matches"}}
+	hook := func(service, namespace string, bundle []byte) admregv1.WebhookClientConfig {
+		return admregv1.WebhookClientConfig{Service: &admregv1.ServiceReference{Name: service, Namespace: namespace}, CABundle: bundle}
+	}
+	if _, err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-sidecar-injector-" + ns, Labels: chart},
+		Webhooks: []admregv1.MutatingWebhook{{
+			Name: "namespace.injection.flotilla.io", ClientConfig: hook("flotilla-injector", ns, env.CA.CertPEM),
+			SideEffects: &none, AdmissionReviewVersions: []string{"v1"}, ObjectSelector: never,
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range map[string]admregv1.WebhookClientConfig{
+		"flotilla-validator-" + ns:                       hook("flotilla-galley", ns, other.CertPEM),
+		"flotilla-validator-elsewhere-" + ns[len(ns)-5:]: hook("flotilla-galley", "elsewhere", other.CertPEM),
+	} {
+		if _, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admregv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: chart},
+			Webhooks: []admregv1.ValidatingWebhook{{
+				Name: "validation.flotilla.io", ClientConfig: h, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}, ObjectSelector: never,
+			}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one := int32(1)
+	labels := map[string]string{"app.kubernetes.io/part-of": "flotilla", "app.kubernetes.io/name": "flotilla-galley"}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-galley", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "galley", Image: "flotilla-galley:test"}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(binDir, "flotilla"), "check", "--kubeconfig", kubeconfig, "--istio-namespace", ns, "--timeout", "20s").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("check: %v, want exit 1\n%s", err, out)
+	}
+	for _, want := range []string{
+		"× Deployment flotilla-galley: 0 of 1 replicas ready, 0 updated\n    fix: kubectl -n " + ns + " describe deployment flotilla-galley",
+		"√ the Istio CRDs serve every kind Flotilla reads",
+		"√ MutatingWebhookConfiguration flotilla-sidecar-injector-" + ns + ", webhook namespace.injection.flotilla.io: its caBundle holds the mesh's roots",
+		"× ValidatingWebhookConfiguration flotilla-validator-" + ns + ", webhook validation.flotilla.io: its caBundle lacks the mesh's root",
+		"    fix: flotilla-galley writes the caBundle",
+		"× galley does not answer", // no kubelet: no port-forward
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "flotilla-validator-elsewhere") {
+		t.Errorf("judged another install's webhook:\n%s", out)
 	}
 }
