@@ -31,6 +31,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/boundedfile"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
@@ -38,10 +43,10 @@ import (
 )
 
 // Sink receives the objects of the directory. Apply gets, per change, the
-// objects that appeared or changed and the IDs of those that went away.
-// It is called from one goroutine.
+// objects that appeared or changed and the IDs of those that went away,
+// within the change's span (ctx's). It is called from one goroutine.
 type Sink interface {
-	Apply(upserts []*istio.Object, deletes []istio.ID) error
+	Apply(ctx context.Context, upserts []*istio.Object, deletes []istio.ID) error
 }
 
 // Key identifies an object.
@@ -65,12 +70,17 @@ type Options struct {
 	// Debounce coalesces bursts of file events (an editor's save, a
 	// ConfigMap volume swap: a few ms apart). Default 25ms.
 	Debounce time.Duration
+	// Tracer traces each scan that changed something (a span
+	// "files.change", with "validate" and "publish" under it); none when
+	// nil.
+	Tracer trace.TracerProvider
 }
 
 // Source reads and watches a directory.
 type Source struct {
-	o    Options
-	sink Sink
+	o      Options
+	sink   Sink
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	files    map[string]*fileState // path → what it last contributed
@@ -97,7 +107,10 @@ func New(o Options, sink Sink) *Source {
 		o.DomainSuffix = "cluster.local"
 	}
 	o.Log = o.Log.With("component", "filesource", "dir", o.Dir)
-	return &Source{o: o, sink: sink, files: map[string]*fileState{}, loaded: make(chan struct{})}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider()
+	}
+	return &Source{o: o, sink: sink, files: map[string]*fileState{}, loaded: make(chan struct{}), tracer: o.Tracer.Tracer("flotilla/filesource")}
 }
 
 // Loaded is closed once the directory has been read completely once.
@@ -138,6 +151,7 @@ func relevant(path string) bool {
 // documents. It returns an error only when the directory cannot be read or
 // the sink fails.
 func (s *Source) Scan() error {
+	start := time.Now()
 	entries, err := os.ReadDir(s.o.Dir)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", s.o.Dir, err)
@@ -186,9 +200,22 @@ func (s *Source) Scan() error {
 		s.o.Log.Error("rejected", "problem", pr.Message)
 	}
 	if len(upserts) > 0 || len(deletes) > 0 {
-		if err := s.sink.Apply(upserts, deletes); err != nil {
+		// A change: traced from the scan's start, its reading and
+		// validation as one span, its publishing as another.
+		ctx, span := s.tracer.Start(context.Background(), "files.change", trace.WithTimestamp(start),
+			trace.WithAttributes(attribute.String("dir", s.o.Dir), attribute.Int("changed", len(upserts)), attribute.Int("deleted", len(deletes)),
+				attribute.Int("problems", len(s.problems))))
+		_, validate := s.tracer.Start(ctx, "validate", trace.WithTimestamp(start))
+		validate.End()
+		pctx, publish := s.tracer.Start(ctx, "publish")
+		err := s.sink.Apply(pctx, upserts, deletes)
+		publish.End()
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+			span.End()
 			return fmt.Errorf("apply %s: %w", s.o.Dir, err)
 		}
+		span.End()
 		s.o.Log.Info("applied", "changed", len(upserts), "deleted", len(deletes))
 	}
 	s.o.Log.Info("scanned", "files", len(paths), "problems", len(s.problems))

@@ -30,7 +30,7 @@ func newSink() *sink {
 	return &sink{state: map[istio.ID]*istio.Object{}, notify: make(chan struct{}, 100)}
 }
 
-func (s *sink) Apply(up []*istio.Object, del []istio.ID) error {
+func (s *sink) Apply(_ context.Context, up []*istio.Object, del []istio.ID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var parts []string

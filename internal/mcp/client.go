@@ -213,7 +213,7 @@ func (c *Client) apply(resp *discoveryv3.DeltaDiscoveryResponse, live bool) erro
 		if res.Name == "" {
 			res.Name = r.GetName()
 		}
-		res.Published = publishedAt(r.GetMetadata())
+		res.Published, res.Trace = publishedAt(r.GetMetadata())
 		updated = append(updated, res)
 	}
 	removed := resp.GetRemovedResources()

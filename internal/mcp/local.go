@@ -1,9 +1,12 @@
 package mcp
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Local hands what a publisher publishes straight to a Handler in the same
@@ -38,6 +41,13 @@ func NewLocal(h Handler, typeURLs []string) *Local {
 // left out, and nothing is handed on when nothing is left. It returns how
 // many resources changed.
 func (l *Local) Update(typeURL string, upserts []*Resource, deletes []string) (int, error) {
+	return l.UpdateContext(context.Background(), typeURL, upserts, deletes)
+}
+
+// UpdateContext is Update within a change's span (ctx's), which the
+// changed resources carry to the handler (Resource.Trace), as a Client's
+// would.
+func (l *Local) UpdateContext(ctx context.Context, typeURL string, upserts []*Resource, deletes []string) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	held, ok := l.hashes[typeURL]
@@ -61,7 +71,7 @@ func (l *Local) Update(typeURL string, upserts []*Resource, deletes []string) (i
 		}
 		held[r.Name] = h
 		c := *r
-		c.Version = h
+		c.Version, c.Trace = h, trace.SpanContextFromContext(ctx)
 		changed = append(changed, &c)
 	}
 	var removed []string

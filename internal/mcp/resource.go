@@ -11,6 +11,7 @@
 package mcp
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -54,28 +57,49 @@ type Resource struct {
 	// travels in the delta response's resource metadata (PublishedMetadata),
 	// outside the resource and its version.
 	Published time.Time
+	// Trace is, on the client, the span of the change that published this
+	// content (a remote span context; invalid when the server did not say),
+	// carried beside Published as W3C trace context.
+	Trace trace.SpanContext
 }
 
 // PublishedMetadata is the filter_metadata key of a delta response's
-// resource under which the server says when it published the content:
-// {"published": RFC 3339 time}.
+// resource under which the server says when it published the content,
+// and in which change: {"published": RFC 3339 time, "traceparent": …,
+// "tracestate": …} (W3C trace context, when the change was traced).
 const PublishedMetadata = "flotilla.io/mcp"
 
-// publishedMetadata says when content was published.
-func publishedMetadata(at time.Time) *corev3.Metadata {
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{PublishedMetadata: {Fields: map[string]*structpb.Value{
-		"published": structpb.NewStringValue(at.UTC().Format(time.RFC3339Nano)),
-	}}}}
+// traceContext is the W3C propagation of a change's span.
+var traceContext = propagation.TraceContext{}
+
+// publishedMetadata says when content was published, and in which
+// change's span (ctx's).
+func publishedMetadata(ctx context.Context, at time.Time) *corev3.Metadata {
+	fields := map[string]*structpb.Value{"published": structpb.NewStringValue(at.UTC().Format(time.RFC3339Nano))}
+	carrier := propagation.MapCarrier{}
+	traceContext.Inject(ctx, carrier)
+	for k, v := range carrier {
+		fields[k] = structpb.NewStringValue(v)
+	}
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{PublishedMetadata: {Fields: fields}}}
 }
 
-// publishedAt reads publishedMetadata (zero when absent or not a time).
-func publishedAt(md *corev3.Metadata) time.Time {
-	v := md.GetFilterMetadata()[PublishedMetadata].GetFields()["published"].GetStringValue()
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return time.Time{}
+// publishedAt reads publishedMetadata: the time (zero when absent or not
+// a time) and the change's span context (invalid when absent).
+func publishedAt(md *corev3.Metadata) (time.Time, trace.SpanContext) {
+	fields := md.GetFilterMetadata()[PublishedMetadata].GetFields()
+	carrier := propagation.MapCarrier{}
+	for _, k := range traceContext.Fields() {
+		if v := fields[k].GetStringValue(); v != "" {
+			carrier[k] = v
+		}
 	}
-	return t
+	sc := trace.SpanContextFromContext(traceContext.Extract(context.Background(), carrier))
+	t, err := time.Parse(time.RFC3339Nano, fields["published"].GetStringValue())
+	if err != nil {
+		return time.Time{}, sc
+	}
+	return t, sc
 }
 
 // ObjectVersion tells one change of the object from another, as

@@ -376,18 +376,24 @@ func (s *Server) Alias(alias, source string, raw bool) error {
 // is unchanged are not re-sent; an update that changes nothing sends
 // nothing.
 func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (int, error) {
+	return s.UpdateContext(context.Background(), typeURL, upserts, deletes)
+}
+
+// UpdateContext is Update within a change's span (ctx's): the changed
+// resources carry its trace context to the subscribers.
+func (s *Server) UpdateContext(ctx context.Context, typeURL string, upserts []*Resource, deletes []string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.collections[typeURL]
 	if !ok {
 		return 0, fmt.Errorf("%w %q", ErrUnknownType, typeURL)
 	}
-	n, err := c.update(upserts, deletes)
+	n, err := c.update(ctx, upserts, deletes)
 	if err != nil {
 		return 0, err
 	}
 	for _, a := range c.aliases {
-		if _, err := a.update(upserts, deletes); err != nil {
+		if _, err := a.update(ctx, upserts, deletes); err != nil {
 			return 0, err
 		}
 	}
@@ -395,7 +401,7 @@ func (s *Server) Update(typeURL string, upserts []*Resource, deletes []string) (
 }
 
 // update applies an Update to one collection. Called with s.mu held.
-func (c *collection) update(upserts []*Resource, deletes []string) (int, error) {
+func (c *collection) update(ctx context.Context, upserts []*Resource, deletes []string) (int, error) {
 	typeURL := c.typeURL
 	toUpdate := map[string]types.Resource{}
 	var toDelete []string
@@ -440,7 +446,7 @@ func (c *collection) update(upserts []*Resource, deletes []string) (int, error) 
 	}
 	// Recorded before the cache notifies the watches whose responses say it.
 	c.pubMu.Lock()
-	md := publishedMetadata(time.Now()) // one message, shared by every response: never modified
+	md := publishedMetadata(ctx, time.Now()) // one message, shared by every response: never modified
 	for name := range toUpdate {
 		c.published[name] = md
 	}

@@ -4,6 +4,7 @@
 package publish
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -27,7 +28,7 @@ func Collections() []string {
 
 // Updater is the part of mcp.Server a Publisher uses.
 type Updater interface {
-	Update(typeURL string, upserts []*mcp.Resource, deletes []string) (int, error)
+	UpdateContext(ctx context.Context, typeURL string, upserts []*mcp.Resource, deletes []string) (int, error)
 }
 
 // Publisher publishes Istio objects, and the registry made from the
@@ -66,12 +67,13 @@ func New(up Updater) *Publisher {
 }
 
 // Apply publishes changed objects and removes deleted ones, grouped by kind,
-// then refreshes the registry if a ServiceEntry or WorkloadEntry changed.
-func (p *Publisher) Apply(upserts []*istio.Object, deletes []istio.ID) error {
-	if err := p.applyConfig(upserts, deletes); err != nil {
+// then refreshes the registry if a ServiceEntry or WorkloadEntry changed;
+// what changed carries ctx's span (the change's) to the subscribers.
+func (p *Publisher) Apply(ctx context.Context, upserts []*istio.Object, deletes []istio.ID) error {
+	if err := p.applyConfig(ctx, upserts, deletes); err != nil {
 		return err
 	}
-	if err := p.applyNamespaces(upserts, deletes); err != nil {
+	if err := p.applyNamespaces(ctx, upserts, deletes); err != nil {
 		return err
 	}
 	changed := false
@@ -96,12 +98,12 @@ func (p *Publisher) Apply(upserts []*istio.Object, deletes []istio.ID) error {
 	if !changed {
 		return nil
 	}
-	return p.publishRegistry()
+	return p.publishRegistry(ctx)
 }
 
 // applyNamespaces keeps the published namespaces those of the objects in
 // force, when PublishNamespaces asked for it.
-func (p *Publisher) applyNamespaces(upserts []*istio.Object, deletes []istio.ID) error {
+func (p *Publisher) applyNamespaces(ctx context.Context, upserts []*istio.Object, deletes []istio.ID) error {
 	if p.namespaces == nil {
 		return nil
 	}
@@ -134,7 +136,7 @@ func (p *Publisher) applyNamespaces(upserts []*istio.Object, deletes []istio.ID)
 		}
 		all = append(all, r)
 	}
-	if err := p.replaceOwned(registry.NamespaceTypeURL, all); err != nil {
+	if err := p.replaceOwned(ctx, registry.NamespaceTypeURL, all); err != nil {
 		return fmt.Errorf("publish namespaces: %w", err)
 	}
 	return nil
@@ -143,7 +145,7 @@ func (p *Publisher) applyNamespaces(upserts []*istio.Object, deletes []istio.ID)
 // publishRegistry publishes what the ServiceEntries now describe and
 // withdraws what they no longer do. Unchanged resources are not re-sent:
 // the server compares content hashes.
-func (p *Publisher) publishRegistry() error {
+func (p *Publisher) publishRegistry(ctx context.Context) error {
 	workloads := make([]*istio.Object, 0, len(p.workloads))
 	for _, w := range p.workloads {
 		workloads = append(workloads, w)
@@ -166,17 +168,17 @@ func (p *Publisher) publishRegistry() error {
 			sets = append(sets, r)
 		}
 	}
-	if err := p.replaceOwned(registry.ServiceTypeURL, svcs); err != nil {
+	if err := p.replaceOwned(ctx, registry.ServiceTypeURL, svcs); err != nil {
 		return fmt.Errorf("publish registry services: %w", err)
 	}
-	if err := p.replaceOwned(registry.EndpointSetTypeURL, sets); err != nil {
+	if err := p.replaceOwned(ctx, registry.EndpointSetTypeURL, sets); err != nil {
 		return fmt.Errorf("publish registry endpoints: %w", err)
 	}
 	return nil
 }
 
 // replaceOwned makes this publisher's share of a collection exactly all.
-func (p *Publisher) replaceOwned(typeURL string, all []*mcp.Resource) error {
+func (p *Publisher) replaceOwned(ctx context.Context, typeURL string, all []*mcp.Resource) error {
 	now := make(map[string]bool, len(all))
 	for _, r := range all {
 		now[r.Name] = true
@@ -187,14 +189,14 @@ func (p *Publisher) replaceOwned(typeURL string, all []*mcp.Resource) error {
 			gone = append(gone, name)
 		}
 	}
-	if _, err := p.up.Update(typeURL, all, gone); err != nil {
+	if _, err := p.up.UpdateContext(ctx, typeURL, all, gone); err != nil {
 		return err
 	}
 	p.owned[typeURL] = now
 	return nil
 }
 
-func (p *Publisher) applyConfig(upserts []*istio.Object, deletes []istio.ID) error {
+func (p *Publisher) applyConfig(ctx context.Context, upserts []*istio.Object, deletes []istio.ID) error {
 	type batch struct {
 		up  []*mcp.Resource
 		del []string
@@ -224,7 +226,7 @@ func (p *Publisher) applyConfig(upserts []*istio.Object, deletes []istio.ID) err
 		b.del = append(b.del, id.Name)
 	}
 	for t, b := range byType {
-		if _, err := p.up.Update(t, b.up, b.del); err != nil {
+		if _, err := p.up.UpdateContext(ctx, t, b.up, b.del); err != nil {
 			return fmt.Errorf("publish %s: %w", t, err)
 		}
 	}
@@ -253,7 +255,7 @@ func MeshFile(up Updater, path string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := up.Update(registry.MeshConfigTypeURL, []*mcp.Resource{r}, nil); err != nil {
+	if _, err := up.UpdateContext(context.Background(), registry.MeshConfigTypeURL, []*mcp.Resource{r}, nil); err != nil {
 		return fmt.Errorf("mesh config %s: %w", path, err)
 	}
 	return nil

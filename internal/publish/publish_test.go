@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -18,7 +19,7 @@ import (
 
 type updates struct{ got []string }
 
-func (u *updates) Update(typeURL string, up []*mcp.Resource, del []string) (int, error) {
+func (u *updates) UpdateContext(_ context.Context, typeURL string, up []*mcp.Resource, del []string) (int, error) {
 	for _, r := range up {
 		u.got = append(u.got, fmt.Sprintf("%s +%s %v", typeURL, r.Name, r.Annotations))
 	}
@@ -48,7 +49,7 @@ func TestObjectsArePublishedPerKindWithoutKubectlsLastAppliedCopy(t *testing.T) 
 		}},
 		Spec: &networking.VirtualService{Hosts: []string{"r"}},
 	}
-	err := New(u).Apply([]*istio.Object{vs}, []istio.ID{{Kind: "DestinationRule", Name: "ns/old"}})
+	err := New(u).Apply(t.Context(), []*istio.Object{vs}, []istio.ID{{Kind: "DestinationRule", Name: "ns/old"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestObjectsArePublishedPerKindWithoutKubectlsLastAppliedCopy(t *testing.T) 
 }
 
 func TestDeletingAnUnknownKindIsAnError(t *testing.T) {
-	if err := New(&updates{}).Apply(nil, []istio.ID{{Kind: "Deployment", Name: "a/b"}}); err == nil {
+	if err := New(&updates{}).Apply(t.Context(), nil, []istio.ID{{Kind: "Deployment", Name: "a/b"}}); err == nil {
 		t.Fatal("want error")
 	}
 }
@@ -89,7 +90,7 @@ metadata: {name: db-1}
 spec: {address: 10.0.0.5, labels: {app: db}}
 `), "default")
 	objs := []*istio.Object{docs[0].Object, docs[1].Object}
-	if err := p.Apply(objs, nil); err != nil {
+	if err := p.Apply(t.Context(), objs, nil); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(u.got)
@@ -106,7 +107,7 @@ spec: {address: 10.0.0.5, labels: {app: db}}
 	}
 	// Removing the ServiceEntry withdraws what it made.
 	u.got = nil
-	if err := p.Apply(nil, []istio.ID{{Kind: "ServiceEntry", Name: "default/db"}}); err != nil {
+	if err := p.Apply(t.Context(), nil, []istio.ID{{Kind: "ServiceEntry", Name: "default/db"}}); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(u.got)
@@ -146,10 +147,10 @@ spec:
   resolution: STATIC
   endpoints: [{address: 10.0.0.5}]
 `), "default")[0].Object
-	if err := p.Apply([]*istio.Object{se}, nil); err != nil {
+	if err := p.Apply(t.Context(), []*istio.Object{se}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Apply(nil, []istio.ID{{Kind: "ServiceEntry", Name: "default/db"}}); err != nil {
+	if err := p.Apply(t.Context(), nil, []istio.ID{{Kind: "ServiceEntry", Name: "default/db"}}); err != nil {
 		t.Fatal(err)
 	}
 	// Removing the ServiceEntry removed its set (changing nothing else):
@@ -169,7 +170,7 @@ func TestInFileModeTheNamespacesTheObjectsUseArePublished(t *testing.T) {
 	obj := func(k, ns, name string) *istio.Object {
 		return &istio.Object{Kind: kind(t, k), Meta: istio.Meta{Name: name, Namespace: ns}, Spec: &networking.VirtualService{Hosts: []string{name}}}
 	}
-	if err := p.Apply([]*istio.Object{obj("VirtualService", "demo", "a"), obj("VirtualService", "shop", "b")}, nil); err != nil {
+	if err := p.Apply(t.Context(), []*istio.Object{obj("VirtualService", "demo", "a"), obj("VirtualService", "shop", "b")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	has := func(want string) bool { return slices.Contains(u.got, want) }
@@ -177,7 +178,7 @@ func TestInFileModeTheNamespacesTheObjectsUseArePublished(t *testing.T) {
 		t.Fatalf("published %v, want namespaces demo and shop", u.got)
 	}
 	u.got = nil
-	if err := p.Apply(nil, []istio.ID{{Kind: "VirtualService", Name: "shop/b"}}); err != nil {
+	if err := p.Apply(t.Context(), nil, []istio.ID{{Kind: "VirtualService", Name: "shop/b"}}); err != nil {
 		t.Fatal(err)
 	}
 	if !has(registry.NamespaceTypeURL+" -shop") || has(registry.NamespaceTypeURL+" -demo") {
@@ -185,7 +186,7 @@ func TestInFileModeTheNamespacesTheObjectsUseArePublished(t *testing.T) {
 	}
 	// Without PublishNamespaces (Kubernetes mode) no namespace is published.
 	k := &updates{}
-	if err := New(k).Apply([]*istio.Object{obj("VirtualService", "demo", "a")}, nil); err != nil {
+	if err := New(k).Apply(t.Context(), []*istio.Object{obj("VirtualService", "demo", "a")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range k.got {

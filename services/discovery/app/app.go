@@ -170,7 +170,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		return fmt.Errorf("xds listen: %w", err)
 	}
 	srv, err := xds.New(xds.Options{
-		Log: rt.Log, Meter: meter, IstioMeter: istio, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout, ConnectionAge: cfg.XDSMaxConnectionAge,
+		Log: rt.Log, Meter: meter, IstioMeter: istio, Tracer: rt.Telemetry.Tracer, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout, ConnectionAge: cfg.XDSMaxConnectionAge,
 		SystemNamespace: cfg.SystemNamespace, PlaintextDebug: isLoopback(lis.Addr()),
 		Replica: debugapi.NewReplica(controlplane.Discovery, cfg.ReplicaName, buildinfo.Get().Version),
 	})
@@ -187,7 +187,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	keys := jwks.New(jwks.Options{Log: rt.Log.With("component", "jwks"), Refresh: cfg.JWKSRefresh, OnChange: func() { in.KeysChanged() }})
 	in, err = ingest.New(ingest.Options{
 		Log: rt.Log, Meter: meter, IstioMeter: istio, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
-		DomainSuffix: cfg.DomainSuffix, TypeURLs: subscribed(cfg, certs), Push: srv.Push, JWKS: keys,
+		DomainSuffix: cfg.DomainSuffix, TypeURLs: subscribed(cfg, certs), Push: srv.Push, JWKS: keys, Tracer: rt.Telemetry.Tracer,
 	})
 	if err != nil {
 		return err
@@ -278,7 +278,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 	if cfg.ConfigDir != "" {
 		files := ingest.NewFiles(ingest.FileOptions{
 			Dir: cfg.ConfigDir, MeshConfigFile: cfg.MeshConfigFile,
-			DefaultNamespace: cfg.DefaultNamespace, DomainSuffix: cfg.DomainSuffix, Log: rt.Log,
+			DefaultNamespace: cfg.DefaultNamespace, DomainSuffix: cfg.DomainSuffix, Log: rt.Log, Tracer: rt.Telemetry.Tracer,
 		}, in)
 		return lifecycle.Actor{Name: "files:" + cfg.ConfigDir, Run: files.Run}, nil
 	}

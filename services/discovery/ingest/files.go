@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -18,6 +20,8 @@ type FileOptions struct {
 	DefaultNamespace string
 	DomainSuffix     string
 	Log              *slog.Logger
+	// Tracer traces each change of the directory (filesource.Options).
+	Tracer trace.TracerProvider
 }
 
 // Files serves a directory of Istio YAML without galley, through galley's
@@ -35,7 +39,7 @@ type Files struct {
 func NewFiles(o FileOptions, in mcp.Handler) *Files {
 	local := mcp.NewLocal(in, model.TypeURLs())
 	src := filesource.New(filesource.Options{
-		Dir: o.Dir, DefaultNamespace: o.DefaultNamespace, DomainSuffix: o.DomainSuffix, Log: o.Log,
+		Dir: o.Dir, DefaultNamespace: o.DefaultNamespace, DomainSuffix: o.DomainSuffix, Log: o.Log, Tracer: o.Tracer,
 	}, publish.New(local))
 	return &Files{src: src, local: local, mesh: o.MeshConfigFile}
 }

@@ -10,19 +10,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // PushFunc receives each push context with what changed and when the
-// first change in it was seen.
-type PushFunc func(pc *model.PushContext, changes model.ChangeSet, seen time.Time)
+// first change in it was seen, within the push's span (ctx's).
+type PushFunc func(ctx context.Context, pc *model.PushContext, changes model.ChangeSet, seen time.Time)
 
 // Options configures an Ingest.
 type Options struct {
@@ -42,6 +46,11 @@ type Options struct {
 	// JWKS gives push contexts the keys RequestAuthentications fetch
 	// from their issuers (nil: none; their tokens are refused).
 	JWKS model.JWKSSource
+	// Tracer traces each push: a span "discovery.push" from the first
+	// change seen, under the span of the first change galley traced
+	// (linked to the others merged into it), with "debounce" and
+	// "pushcontext" under it; none when nil.
+	Tracer trace.TracerProvider
 }
 
 // Ingest is the store, its writers and the debouncer.
@@ -56,8 +65,16 @@ type Ingest struct {
 	firstSeen time.Time
 	events    int
 	reasons   map[string]bool // Istio's push triggers of the updates since the last push
-	kick      chan struct{}
+	// changes are the spans of the traced changes since the last push
+	// (the first maxLinks).
+	changes []trace.SpanContext
+	kick    chan struct{}
+	tracer  trace.Tracer
 }
+
+// maxLinks bounds the changes a push's span names: a burst of thousands
+// of endpoint changes is one push.
+const maxLinks = 32
 
 // New returns an Ingest.
 func New(o Options) (*Ingest, error) {
@@ -74,6 +91,7 @@ func New(o Options) (*Ingest, error) {
 	i := &Ingest{
 		o: o, m: m, store: model.NewStore(), applied: map[string]bool{}, reasons: map[string]bool{},
 		synced: make(chan struct{}), kick: make(chan struct{}, 1),
+		tracer: cmp.Or[trace.TracerProvider](o.Tracer, tracenoop.NewTracerProvider()).Tracer("flotilla/discovery"),
 	}
 	if len(o.TypeURLs) == 0 {
 		close(i.synced)
@@ -93,6 +111,9 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 	for _, r := range updated {
 		if err := i.store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
 			bad = append(bad, err)
+		}
+		if r.Trace.IsValid() && len(i.changes) < maxLinks && !slices.ContainsFunc(i.changes, r.Trace.Equal) {
+			i.changes = append(i.changes, r.Trace)
 		}
 	}
 	for _, n := range removed {
@@ -139,6 +160,34 @@ func (i *Ingest) KeysChanged() {
 	}
 }
 
+// pushSpan starts a push's span: from the first change seen (the first
+// push: from now), the child of the first traced change's span and linked
+// to the others, with its debounce and push context build under it.
+func (i *Ingest) pushSpan(changes []trace.SpanContext, seen, start, built time.Time, pc *model.PushContext, cs model.ChangeSet, events int) (context.Context, trace.Span) {
+	ctx := context.Background()
+	opts := []trace.SpanStartOption{trace.WithAttributes(
+		attribute.String("version", pc.Version), attribute.Bool("full", cs.Full), attribute.Int("events", events),
+		attribute.Int("endpoint_services", len(cs.Endpoints)),
+	)}
+	if !seen.IsZero() {
+		opts = append(opts, trace.WithTimestamp(seen))
+	}
+	if len(changes) > 0 {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, changes[0])
+		for _, sc := range changes[1:] {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	ctx, span := i.tracer.Start(ctx, "discovery.push", opts...)
+	if !seen.IsZero() {
+		_, d := i.tracer.Start(ctx, "debounce", trace.WithTimestamp(seen))
+		d.End(trace.WithTimestamp(start))
+	}
+	_, b := i.tracer.Start(ctx, "pushcontext", trace.WithTimestamp(start))
+	b.End(trace.WithTimestamp(built))
+	return ctx, span
+}
+
 func (i *Ingest) allApplied() bool {
 	select {
 	case <-i.synced:
@@ -172,16 +221,19 @@ func (i *Ingest) Run(ctx context.Context) error {
 		start := time.Now()
 		i.mu.Lock()
 		pc, changes := i.store.Build(model.BuildOptions{DomainSuffix: i.o.DomainSuffix, JWKS: i.o.JWKS}, last, version)
-		seen, events, reasons := i.firstSeen, i.events, i.reasons
-		i.firstSeen, i.events, i.reasons = time.Time{}, 0, map[string]bool{}
+		seen, events, reasons, traced := i.firstSeen, i.events, i.reasons, i.changes
+		i.firstSeen, i.events, i.reasons, i.changes = time.Time{}, 0, map[string]bool{}, nil
 		i.mu.Unlock()
+		built := time.Now()
 		if last != nil && changes.Empty() {
 			return
 		}
-		i.m.pushing(pc, time.Since(start), events, time.Since(seen), changes.Full, reasons)
+		i.m.pushing(pc, built.Sub(start), events, time.Since(seen), changes.Full, reasons)
 		i.o.Log.Debug("push", "version", pc.Version, "full", changes.Full, "endpoint_services", len(changes.Endpoints), "events", events)
 		last = pc
-		i.o.Push(pc, changes, seen)
+		ctx, span := i.pushSpan(traced, seen, start, built, pc, changes, events)
+		i.o.Push(ctx, pc, changes, seen)
+		span.End()
 	}
 	flush() // the first, full push once everything was received
 	for {

@@ -35,7 +35,7 @@ func startWith(t *testing.T, o Options) (*Ingest, chan pushed) {
 	t.Helper()
 	ch := make(chan pushed, 100)
 	o.Log, o.Meter = slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t")
-	o.Push = func(pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} }
+	o.Push = func(_ context.Context, pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} }
 	in, err := New(o)
 	if err != nil {
 		t.Fatal(err)

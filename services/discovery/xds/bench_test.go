@@ -50,7 +50,7 @@ func BenchmarkPushLatencyWithNeverReadingProxies(b *testing.B) {
 				version++
 				pc, cs := store.Build(model.BuildOptions{}, last, version)
 				last = pc
-				srv.Push(pc, cs, time.Now())
+				srv.Push(context.Background(), pc, cs, time.Now())
 			}
 			for i := range 600 {
 				store.PutService(service(fmt.Sprintf("svc-%03d", i), 8080))

@@ -7,6 +7,7 @@ package xds
 // targeting.go; resources are built and encoded in generation.go.
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -14,6 +15,9 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,6 +32,9 @@ type pushEvent struct {
 	pc, prev *model.PushContext
 	changes  model.ChangeSet
 	seen     time.Time
+	// trace is the push's span (invalid when not traced); a stream that
+	// merges pushes keeps the latest's.
+	trace trace.SpanContext
 
 	// affected holds affectedClusters' answer for each set of load
 	// assignment names a stream watches (nameSet → []string, never
@@ -75,8 +82,10 @@ type watch struct {
 	ackedAt      time.Time
 	nack         *Nack
 	// pendingSeen is when the change behind the last unacknowledged
-	// response was seen, for convergence time.
-	pendingSeen time.Time
+	// response was seen, for convergence time; pendingTrace the span of
+	// the proxy's push that sent it, which its ACK is traced under.
+	pendingSeen  time.Time
+	pendingTrace trace.SpanContext
 }
 
 // conn is one proxy's stream.
@@ -115,6 +124,9 @@ type conn struct {
 	problems []string
 	// heldPush is the latest push the proxy holds all of (settle).
 	heldPush uint64
+	// pushTrace is the span of the push being sent (set by push, with
+	// work held), which its responses' ACKs are traced under.
+	pushTrace trace.SpanContext
 }
 
 // A stream's requests that carry nothing new are served at this rate
@@ -153,7 +165,7 @@ func (c *conn) enqueue(ev *pushEvent) {
 		cp.changes.Merge(ev.changes)
 		c.pending = &cp
 	} else {
-		c.pending.pc = ev.pc
+		c.pending.pc, c.pending.trace = ev.pc, ev.trace
 		c.pending.changes.Merge(ev.changes)
 		c.pending.affected = new(sync.Map) // answers for the change alone no longer hold
 	}
@@ -377,6 +389,9 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
 	}
+	if c.pushTrace.IsValid() {
+		w.pendingTrace = c.pushTrace
+	}
 	c.mu.Unlock()
 	c.s.metrics.sent(t, len(send), wireSize(send, false), time.Since(start), sent)
 	return nil
@@ -449,6 +464,9 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	w.sentVersion = c.pcSeen.Version
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
+	}
+	if c.pushTrace.IsValid() {
+		w.pendingTrace = c.pushTrace
 	}
 	c.mu.Unlock()
 	c.s.metrics.sent(t, len(out)+len(removed), wireSize(out, true), time.Since(start), sent)
@@ -547,15 +565,31 @@ func (c *conn) acked(t string, w *watch, version, nonce string) bool {
 		return false
 	}
 	w.ackedVersion, w.ackedNonce, w.ackedAt = version, nonce, time.Now()
-	seen := w.pendingSeen
-	w.pendingSeen = time.Time{}
+	seen, traced, sentAt := w.pendingSeen, w.pendingTrace, w.sentAt
+	w.pendingSeen, w.pendingTrace = time.Time{}, trace.SpanContext{}
 	c.settle()
 	c.retireIfQuiet()
 	c.mu.Unlock()
 	if !seen.IsZero() {
 		c.s.metrics.converged(t, time.Since(seen))
 	}
+	c.traceAnswer(traced, t, sentAt, version, "")
 	return true
+}
+
+// traceAnswer records, under the span of the push that sent it, a
+// response's answer: a span "proxy.ack" from the send to the answer, an
+// error with the proxy's reason for a NACK.
+func (c *conn) traceAnswer(push trace.SpanContext, t string, sentAt time.Time, version, nack string) {
+	if !push.IsValid() {
+		return
+	}
+	_, span := c.s.tracer.Start(trace.ContextWithSpanContext(context.Background(), push), "proxy.ack", trace.WithTimestamp(sentAt),
+		trace.WithAttributes(attribute.String("proxy", c.id), attribute.String("type", shortType(t)), attribute.String("version", version)))
+	if nack != "" {
+		span.SetStatus(otelcodes.Error, clip.String(nack, 512))
+	}
+	span.End()
 }
 
 // nacked records a NACK. The first rejection of a response is counted
@@ -570,9 +604,11 @@ func (c *conn) nacked(t string, w *watch, version, nonce, msg string) bool {
 		return false
 	}
 	w.nack = &Nack{Version: w.sentVersion, Nonce: nonce, Message: clip.String(msg, 4096), At: time.Now()}
-	w.pendingSeen = time.Time{}
+	traced, sentAt, rejected := w.pendingTrace, w.sentAt, w.sentVersion
+	w.pendingSeen, w.pendingTrace = time.Time{}, trace.SpanContext{}
 	c.retireIfQuiet()
 	c.mu.Unlock()
+	c.traceAnswer(traced, t, sentAt, rejected, cmp.Or(msg, "rejected"))
 	c.s.metrics.rejected(t)
 	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", clip.String(msg, 512))
 	return true

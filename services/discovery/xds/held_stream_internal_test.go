@@ -55,7 +55,7 @@ func TestSidecarsOfOneScopeHoldOneCopyOfWhatTheyWereSent(t *testing.T) {
 		})
 	}
 	pc, cs := store.Build(model.BuildOptions{}, nil, 1)
-	srv.Push(pc, cs, time.Now())
+	srv.Push(context.Background(), pc, cs, time.Now())
 
 	// Two sidecars of one namespace, neither at an endpoint's address:
 	// each is sent the same clusters and load assignments.

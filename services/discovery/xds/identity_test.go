@@ -55,7 +55,7 @@ func mtlsServerWith(t *testing.T, ca *testpki.CA, o xds.Options) string {
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	pc, cs := model.NewStore().Build(model.BuildOptions{}, nil, 1)
-	srv.Push(pc, cs, time.Now())
+	srv.Push(context.Background(), pc, cs, time.Now())
 	return lis.Addr().String()
 }
 

@@ -125,7 +125,7 @@ func (h *harness) push() {
 	h.version++
 	pc, cs := h.store.Build(model.BuildOptions{}, h.last, h.version)
 	h.last = pc
-	h.srv.Push(pc, cs, time.Now())
+	h.srv.Push(context.Background(), pc, cs, time.Now())
 }
 
 func service(name string, port uint32) *registryv1.Service {

@@ -26,6 +26,8 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -48,8 +50,13 @@ const (
 
 // Options configures a Server.
 type Options struct {
-	Log   *slog.Logger
-	Meter metric.Meter
+	Log *slog.Logger
+	// Tracer traces, under a push's span, each proxy's part of it
+	// ("proxy.push": generation and sending) and each response's
+	// acknowledgement ("proxy.ack", from the send to the ACK or NACK);
+	// none when nil.
+	Tracer trace.TracerProvider
+	Meter  metric.Meter
 	// IstioMeter is the meter of the metrics named as Istio's pilot names
 	// them (telemetry.Providers.Istio); none when nil.
 	IstioMeter metric.Meter
@@ -96,6 +103,7 @@ type Server struct {
 	plaintextDebug  bool
 	replica         debugapi.Replica
 	metrics         *metrics
+	tracer          trace.Tracer
 	sem             chan struct{}
 	nonce           atomic.Uint64
 	ledger          ledger
@@ -131,6 +139,7 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	s.tracer = cmp.Or[trace.TracerProvider](o.Tracer, tracenoop.NewTracerProvider()).Tracer("flotilla/discovery")
 	return s, nil
 }
 
@@ -141,7 +150,7 @@ func (s *Server) Register(gs *grpc.Server) {
 
 // Push makes pc current and tells every connected proxy what changed;
 // seen is when the first change in it was observed (for convergence).
-func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.Time) {
+func (s *Server) Push(ctx context.Context, pc *model.PushContext, changes model.ChangeSet, seen time.Time) {
 	s.mu.Lock()
 	prev := s.pc
 	s.pc, s.seen = pc, seen
@@ -156,7 +165,7 @@ func (s *Server) Push(pc *model.PushContext, changes model.ChangeSet, seen time.
 	s.ledger.record(pc.Seq, changes.Objects)
 	changes.Objects = nil // the ledger's: not merged into every stream's pending push
 	s.metrics.pushes(changes)
-	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen, affected: new(sync.Map)}
+	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen, affected: new(sync.Map), trace: trace.SpanContextFromContext(ctx)}
 	for _, c := range conns {
 		c.enqueue(ev)
 	}

@@ -1,11 +1,14 @@
 package xds
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"time"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
@@ -19,12 +22,14 @@ import (
 
 // push generates and sends what ev changes for this proxy.
 func (c *conn) push(ev *pushEvent) error {
+	start := time.Now()
 	gen := translate.NewGenerator(ev.pc, c.proxy)
 	first, own := c.pcSeen == nil, c.inboundAffected(ev)
 	full := first || own || ev.changes.Concerns(c.watchedHosts(gen))
 	c.setPushContext(ev.pc, ev.seen)
 	defer c.keepProblems(gen)
 	if full {
+		defer c.tracePush(ev, start, "full")()
 		c.s.metrics.decided("full")
 		types := translate.Types()
 		if !first && !own {
@@ -49,6 +54,7 @@ func (c *conn) push(ev *pushEvent) error {
 		c.s.metrics.decided("skipped") // nothing this proxy watches changed
 		return nil
 	}
+	defer c.tracePush(ev, start, "eds")()
 	c.s.metrics.decided("eds")
 	// A cluster's TLS settings are built from its endpoints too (the
 	// identities its servers may present; whether a proxyless client's
@@ -64,6 +70,23 @@ func (c *conn) push(ev *pushEvent) error {
 	}
 	c.s.metrics.pushed(ev.seen)
 	return nil
+}
+
+// tracePush starts, when the push is traced, the proxy's span of it
+// ("proxy.push", from start, with the decision), which the responses it
+// sends are answered under; the returned func ends it. Skipped proxies
+// have no span: nothing was sent to them.
+func (c *conn) tracePush(ev *pushEvent, start time.Time, decision string) func() {
+	if !ev.trace.IsValid() {
+		return func() {}
+	}
+	_, span := c.s.tracer.Start(trace.ContextWithSpanContext(context.Background(), ev.trace), "proxy.push", trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.String("proxy", c.id), attribute.String("decision", decision)))
+	c.pushTrace = span.SpanContext()
+	return func() {
+		c.pushTrace = trace.SpanContext{}
+		span.End()
+	}
 }
 
 // setPushContext records the push context the proxy's resources come

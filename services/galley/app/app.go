@@ -237,6 +237,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 			DefaultNamespace: cfg.DefaultNamespace,
 			DomainSuffix:     cfg.DomainSuffix,
 			Log:              rt.Log,
+			Tracer:           rt.Telemetry.Tracer,
 		}, pub)
 		if cfg.MeshConfigFile != "" {
 			if err := publish.MeshFile(srv, cfg.MeshConfigFile); err != nil {
@@ -268,6 +269,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 	src := kubesource.New(kubesource.Options{
 		Kube: kube, Istio: ic, Metadata: meta, SystemNamespace: cfg.SystemNamespace,
 		Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID, SecretNamespaces: cfg.SecretNamespaces,
+		Tracer: rt.Telemetry.Tracer,
 	}, pub, srv)
 	identity, err := os.Hostname()
 	if err != nil {

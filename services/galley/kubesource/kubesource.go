@@ -15,6 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
@@ -34,9 +38,10 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
-// ConfigSink receives Istio objects (publish.Publisher).
+// ConfigSink receives Istio objects (publish.Publisher), within the
+// change's span.
 type ConfigSink interface {
-	Apply(upserts []*istio.Object, deletes []istio.ID) error
+	Apply(ctx context.Context, upserts []*istio.Object, deletes []istio.ID) error
 }
 
 // RegistrySink receives registry resources (mcp.Server).
@@ -59,6 +64,9 @@ type Options struct {
 	// DestinationRules' credentialName) to these namespaces; empty
 	// watches every namespace.
 	SecretNamespaces []string
+	// Tracer traces each change of an Istio object (a span "kube.change",
+	// with "validate" and "publish" under it); none when nil.
+	Tracer trace.TracerProvider
 }
 
 // Source watches the cluster. Event handlers run on the informers'
@@ -67,6 +75,7 @@ type Source struct {
 	o        Options
 	config   ConfigSink
 	registry RegistrySink
+	tracer   trace.Tracer
 
 	mu           sync.Mutex
 	pods         map[string]*corev1.Pod
@@ -97,8 +106,11 @@ type Source struct {
 // New returns a source; Run starts it.
 func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 	o.Log = o.Log.With("component", "kubesource")
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider()
+	}
 	return &Source{
-		o: o, config: config, registry: reg,
+		o: o, config: config, registry: reg, tracer: o.Tracer.Tracer("flotilla/kubesource"),
 		pods:          map[string]*corev1.Pod{},
 		slices:        map[string]*discoveryv1.EndpointSlice{},
 		slicesByPod:   map[string]map[string]bool{},
@@ -245,7 +257,18 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		// Traced when it changes something (or is refused): resyncs and
+		// status updates make no span.
+		start := time.Now()
 		res := validation.Validate(o, nil)
+		validated := time.Now()
+		traced := func() (context.Context, trace.Span) {
+			ctx, span := s.tracer.Start(context.Background(), "kube.change", trace.WithTimestamp(start), trace.WithAttributes(
+				attribute.String("kind", kind.Kind), attribute.String("object", o.Meta.Namespace+"/"+o.Meta.Name)))
+			_, validate := s.tracer.Start(ctx, "validate", trace.WithTimestamp(start))
+			validate.End(trace.WithTimestamp(validated))
+			return ctx, span
+		}
 		if !res.OK() {
 			// Invalid in the cluster (the webhook was bypassed or came
 			// later): keep serving its last valid state.
@@ -254,13 +277,22 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 				s.o.Log.Error("invalid object in the cluster; keeping its last valid state", "object", o.String(), "errors", msg)
 			}
 			s.rejected[o.ID()] = msg
+			_, span := traced()
+			span.SetStatus(codes.Error, msg)
+			span.End()
 			return
 		}
 		delete(s.rejected, o.ID())
 		if prev := s.published[o.ID()]; prev != nil && prev.SameContent(o) {
 			return // a status-only (or resync) update: nothing to push
 		}
-		if err := s.config.Apply([]*istio.Object{o}, nil); err != nil {
+		ctx, span := traced()
+		defer span.End()
+		pctx, publish := s.tracer.Start(ctx, "publish")
+		err := s.config.Apply(pctx, []*istio.Object{o}, nil)
+		publish.End()
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
 			s.o.Log.Error("publish", "object", o.String(), "error", err)
 			return
 		}
@@ -283,9 +315,12 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			id := istio.ID{Kind: kind.Kind, Name: m.GetNamespace() + "/" + m.GetName()}
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			ctx, span := s.tracer.Start(context.Background(), "kube.change", trace.WithAttributes(
+				attribute.String("kind", kind.Kind), attribute.String("object", id.Name), attribute.Bool("deleted", true)))
+			defer span.End()
 			delete(s.rejected, id)
 			delete(s.published, id)
-			if err := s.config.Apply(nil, []istio.ID{id}); err != nil {
+			if err := s.config.Apply(ctx, nil, []istio.ID{id}); err != nil {
 				s.o.Log.Error("publish deletion", "object", id, "error", err)
 			}
 			if kind.Kind == istio.WorkloadEntry {

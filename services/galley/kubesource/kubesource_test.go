@@ -49,7 +49,7 @@ func newState() *state {
 	return &state{config: map[istio.ID]*istio.Object{}, registry: map[string]map[string]*mcp.Resource{}}
 }
 
-func (s *state) Apply(up []*istio.Object, del []istio.ID) error {
+func (s *state) Apply(_ context.Context, up []*istio.Object, del []istio.ID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, o := range up {

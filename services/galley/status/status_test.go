@@ -39,7 +39,7 @@ type counting struct {
 	applied map[istio.ID]int
 }
 
-func (c *counting) Apply(up []*istio.Object, del []istio.ID) error {
+func (c *counting) Apply(_ context.Context, up []*istio.Object, del []istio.ID) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, o := range up {
