@@ -18,7 +18,11 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require go.opentelemetry.io/proto/otlp v1.11.0 // indirect
+require (
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.opentelemetry.io/proto/otlp v1.11.0
+)
 
 require (
 	cel.dev/expr v0.25.3 // indirect

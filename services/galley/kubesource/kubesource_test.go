@@ -4,10 +4,15 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networkingapi "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -43,13 +48,18 @@ type state struct {
 	mu       sync.Mutex
 	config   map[istio.ID]*istio.Object
 	registry map[string]map[string]*mcp.Resource
+	// applied is the span context of the last Apply.
+	applied trace.SpanContext
 }
 
 func newState() *state {
 	return &state{config: map[istio.ID]*istio.Object{}, registry: map[string]map[string]*mcp.Resource{}}
 }
 
-func (s *state) Apply(_ context.Context, up []*istio.Object, del []istio.ID) error {
+func (s *state) Apply(ctx context.Context, up []*istio.Object, del []istio.ID) error {
+	s.mu.Lock()
+	s.applied = trace.SpanContextFromContext(ctx)
+	s.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, o := range up {
@@ -108,6 +118,12 @@ func (s *state) has(typeURL, name string) bool {
 
 func start(t *testing.T) (*state, *Source) {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith is start with a tracer (nil: none).
+func startWith(t *testing.T, tracer trace.TracerProvider) (*state, *Source) {
+	t.Helper()
 	// The Istio informers list their CRDs: without them they never sync.
 	if err := env.InstallCRDs(context.Background(), crdgen.All()...); err != nil {
 		t.Fatal(err)
@@ -123,7 +139,7 @@ func start(t *testing.T) (*state, *Source) {
 	st := newState()
 	src := New(Options{
 		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: systemNamespace,
-		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local", ClusterID: "Kubernetes",
+		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local", ClusterID: "Kubernetes", Tracer: tracer,
 	}, st, st)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -561,4 +577,70 @@ func TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow(t *testing.T) {
 		return !st.has(registry.CredentialTypeURL, edge+"/shop-cert") && !st.has(registry.CredentialTypeURL, edge+"/partner-cacert") &&
 			!st.has(registry.CredentialTypeURL, other+"/shop-cert")
 	})
+}
+
+// TestEachChangeOfAnIstioObjectIsTracedAndItsPublishingCarriesTheSpan:
+// a change makes a span "kube.change" (validate, publish under it) whose
+// publishing context the sink gets, so the change's trace goes on to the
+// subscribers; an invalid change's span is an error and publishes nothing.
+func TestEachChangeOfAnIstioObjectIsTracedAndItsPublishingCarriesTheSpan(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "traced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := tracetest.NewInMemoryExporter()
+	st, _ := startWith(t, sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "reviews"}}
+	vs.Spec.Hosts = []string{"reviews"}
+	vs.Spec.Http = []*networkingapi.HTTPRoute{{Route: []*networkingapi.HTTPRouteDestination{{Destination: &networkingapi.Destination{Host: "reviews"}}}}}
+	created, err := ic.NetworkingV1().VirtualServices(ns).Create(ctx, vs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := ns + "/reviews"
+	changes := func() []tracetest.SpanStub {
+		var out []tracetest.SpanStub
+		for _, s := range spans.GetSpans() {
+			for _, a := range s.Attributes {
+				if s.Name == "kube.change" && a.Key == "object" && a.Value.AsString() == object {
+					out = append(out, s)
+				}
+			}
+		}
+		return out
+	}
+	xdstest.Eventually(t, "the change's span", func() bool { return len(changes()) == 1 })
+	change := changes()[0]
+	children := map[string]trace.SpanContext{}
+	for _, s := range spans.GetSpans() {
+		if s.Parent.SpanID() == change.SpanContext.SpanID() {
+			children[s.Name] = s.SpanContext
+		}
+	}
+	st.mu.Lock()
+	applied := st.applied
+	st.mu.Unlock()
+	if _, ok := children["validate"]; !ok || !applied.IsValid() || !children["publish"].Equal(applied) {
+		t.Fatalf("under the change: %v; the sink got %v: want validate, and publish's span handed to the sink", children, applied)
+	}
+
+	created.Spec.Http[0].Route[0].Weight = 101 // invalid: weights are 0 to 100
+	if _, err := ic.NetworkingV1().VirtualServices(ns).Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the refused change's span", func() bool { return len(changes()) == 2 })
+	refused := changes()[1]
+	if refused.Status.Code != codes.Error || !strings.Contains(refused.Status.Description, "weight 101") {
+		t.Fatalf("the refused change's status: %+v", refused.Status)
+	}
+	for _, s := range spans.GetSpans() {
+		if s.Parent.SpanID() == refused.SpanContext.SpanID() && s.Name == "publish" {
+			t.Fatal("a refused change was published")
+		}
+	}
 }
