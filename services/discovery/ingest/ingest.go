@@ -49,7 +49,8 @@ type Options struct {
 	// Tracer traces each push: a span "discovery.push" from the first
 	// change seen, under the span of the first change galley traced
 	// (linked to the others merged into it), with "debounce" and
-	// "pushcontext" under it; none when nil.
+	// "pushcontext" under it; none when nil. Push gets the span only for a
+	// push of traced changes.
 	Tracer trace.TracerProvider
 }
 
@@ -232,6 +233,12 @@ func (i *Ingest) Run(ctx context.Context) error {
 		i.o.Log.Debug("push", "version", pc.Version, "full", changes.Full, "endpoint_services", len(changes.Endpoints), "events", events)
 		last = pc
 		ctx, span := i.pushSpan(traced, seen, start, built, pc, changes, events)
+		if len(traced) == 0 {
+			// Only a change galley traced is followed to every proxy: a
+			// push of untraced changes (the first, endpoint churn) would
+			// otherwise make a span per proxy each time.
+			ctx = context.Background()
+		}
 		i.o.Push(ctx, pc, changes, seen)
 		span.End()
 	}

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -22,6 +26,7 @@ import (
 type pushed struct {
 	pc      *model.PushContext
 	changes model.ChangeSet
+	trace   trace.SpanContext // the span Push was given
 }
 
 func start(t *testing.T, quiet, maxWait time.Duration, types []string) (*Ingest, chan pushed) {
@@ -35,7 +40,9 @@ func startWith(t *testing.T, o Options) (*Ingest, chan pushed) {
 	t.Helper()
 	ch := make(chan pushed, 100)
 	o.Log, o.Meter = slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t")
-	o.Push = func(_ context.Context, pc *model.PushContext, cs model.ChangeSet, _ time.Time) { ch <- pushed{pc, cs} }
+	o.Push = func(ctx context.Context, pc *model.PushContext, cs model.ChangeSet, _ time.Time) {
+		ch <- pushed{pc, cs, trace.SpanContextFromContext(ctx)}
+	}
 	in, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -194,5 +201,51 @@ func TestIstiosPushMetricsCountWhatGalleySentAndWhyEachPushWasMade(t *testing.T)
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestAPushOfATracedChangeIsItsChildAndOthersAreNotFollowedToProxies: a
+// push merging changes galley traced is a span under the first (linked to
+// the others), with its debounce and push context, and Push gets it; a
+// push of untraced changes is traced on its own but Push gets no span, so
+// no span is made per proxy.
+func TestAPushOfATracedChangeIsItsChildAndOthersAreNotFollowedToProxies(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	in, ch := startWith(t, Options{Quiet: 20 * time.Millisecond, Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))})
+	wait(t, ch) // the first push
+	change := func(n byte) trace.SpanContext {
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{n}, SpanID: trace.SpanID{n}, TraceFlags: trace.FlagsSampled, Remote: true})
+	}
+	a, b := svc(t, "a"), svc(t, "b")
+	a.Trace, b.Trace = change(1), change(2)
+	if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{a, b}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := wait(t, ch)
+	if p.trace.TraceID() != change(1).TraceID() {
+		t.Fatalf("Push got span %v, want one in the first change's trace", p.trace)
+	}
+	var push tracetest.SpanStub
+	under := map[string]bool{}
+	for _, s := range spans.GetSpans() {
+		if s.SpanContext.Equal(p.trace) {
+			push = s
+		}
+	}
+	for _, s := range spans.GetSpans() {
+		if s.Parent.Equal(p.trace) {
+			under[s.Name] = true
+		}
+	}
+	if push.Name != "discovery.push" || !push.Parent.Equal(change(1)) || len(push.Links) != 1 || !push.Links[0].SpanContext.Equal(change(2)) ||
+		!under["debounce"] || !under["pushcontext"] {
+		t.Fatalf("push span %q under %v, links %v; under it %v", push.Name, push.Parent, push.Links, under)
+	}
+
+	if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "c")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := wait(t, ch); p.trace.IsValid() {
+		t.Fatalf("an untraced change's push gave Push span %v", p.trace)
 	}
 }

@@ -389,9 +389,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
 	}
-	if c.pushTrace.IsValid() {
-		w.pendingTrace = c.pushTrace
-	}
+	w.pendingTrace = c.pushTrace // the push that sent the latest response (none: not a push's)
 	c.mu.Unlock()
 	c.s.metrics.sent(t, len(send), wireSize(send, false), time.Since(start), sent)
 	return nil
@@ -465,9 +463,7 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
 	}
-	if c.pushTrace.IsValid() {
-		w.pendingTrace = c.pushTrace
-	}
+	w.pendingTrace = c.pushTrace // the push that sent the latest response (none: not a push's)
 	c.mu.Unlock()
 	c.s.metrics.sent(t, len(out)+len(removed), wireSize(out, true), time.Since(start), sent)
 	return nil
