@@ -667,7 +667,9 @@ func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
 		"ca         flotilla-ca:" + version + ", 2 replicas",
 		"ingress    gateway istio-ingressgateway, 2–5 replicas (autoscaled)",
 		"kubectl label namespace <namespace> istio.io/rev=canary",
+		"flotilla check --kubeconfig <kubeconfig> --istio-namespace " + ns,
 		"prometheus.io/scrape",
+		"metrics.dashboards.enabled=true ships",
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
