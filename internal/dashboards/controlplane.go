@@ -170,6 +170,11 @@ func ControlPlane() Dashboard {
 					Queries:     []Query{{`sum by (instance) (flotilla_mcp_server_subscribers)`, "{{instance}}"}},
 				},
 				{
+					Title: "Subscribed to galley", Unit: "short",
+					Description: "1 while each discovery replica's and injector's subscription is open and answered; 0 while it reconnects (the replica serves what it last got).",
+					Queries:     []Query{{`max by (instance) (flotilla_mcp_client_subscribed)`, "{{instance}}"}},
+				},
+				{
 					Title: "Lag to each subscriber", Unit: "s",
 					Description: "From galley publishing a change to each discovery replica and injector having applied it, per subscriber (across hosts, clock skew adds to it).",
 					Queries: []Query{

@@ -58,7 +58,8 @@ type ClientOptions struct {
 	// Backoff bounds resubscription delays; defaults 100ms to
 	// grpcclient.MaxReconnectDelay, with full jitter.
 	MinBackoff, MaxBackoff time.Duration
-	// Meter records flotilla_mcp_client_lag_seconds (nil: not recorded).
+	// Meter records flotilla_mcp_client_lag_seconds and
+	// flotilla_mcp_client_subscribed (nil: not recorded).
 	Meter metric.Meter
 }
 
@@ -70,6 +71,9 @@ type Client struct {
 	versions map[string]map[string]string // type URL → name → version held
 	server   *corev3.ControlPlane         // as the last response named it
 	lag      metric.Float64Histogram
+	// subscribed is 1 while a stream is open and galley has answered on
+	// it, 0 otherwise.
+	subscribed metric.Int64Gauge
 }
 
 // ControlPlane is the server as its last response named itself (nil
@@ -93,13 +97,20 @@ func NewClient(o ClientOptions) (*Client, error) {
 		v[t] = map[string]string{}
 	}
 	o.Log = o.Log.With("component", "mcp-client")
-	lag, err := cmp.Or[metric.Meter](o.Meter, noop.Meter{}).Float64Histogram("flotilla.mcp.client.lag", metric.WithUnit("s"),
+	meter := cmp.Or[metric.Meter](o.Meter, noop.Meter{})
+	lag, err := meter.Float64Histogram("flotilla.mcp.client.lag", metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 		metric.WithDescription("From galley publishing a changed resource (by its clock) to this subscriber having applied it, by collection; the first response of a subscription (a resync) is not counted."))
 	if err != nil {
 		return nil, fmt.Errorf("mcp client metrics: %w", err)
 	}
-	return &Client{o: o, versions: v, lag: lag}, nil
+	subscribed, err := meter.Int64Gauge("flotilla.mcp.client.subscribed",
+		metric.WithDescription("1 while the subscription to galley is open and galley has answered on it; 0 while it is being (re)established."))
+	if err != nil {
+		return nil, fmt.Errorf("mcp client metrics: %w", err)
+	}
+	subscribed.Record(context.Background(), 0)
+	return &Client{o: o, versions: v, lag: lag, subscribed: subscribed}, nil
 }
 
 // Versions returns the versions the client holds for a collection.
@@ -121,6 +132,7 @@ func (c *Client) Run(ctx context.Context) error {
 	for {
 		started := time.Now()
 		err := c.stream(ctx)
+		c.subscribed.Record(context.Background(), 0)
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // the context ending is the normal way to stop
 		}
@@ -183,6 +195,9 @@ func (c *Client) stream(ctx context.Context) error {
 		}
 		ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
 		live := answered[resp.GetTypeUrl()]
+		if len(answered) == 0 {
+			c.subscribed.Record(context.Background(), 1)
+		}
 		answered[resp.GetTypeUrl()] = true
 		if err := c.apply(resp, live); err != nil {
 			c.o.Log.Warn("rejecting response", "type_url", resp.GetTypeUrl(), "error", err)

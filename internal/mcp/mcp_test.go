@@ -961,9 +961,9 @@ func TestARestrictedCollectionIsRefusedToEveryOtherIdentity(t *testing.T) {
 // TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange: each
 // resource of a delta response says when the server published it; the
 // client records its lag for changes it receives live, not for the
-// resync that opens a subscription, and the published time changes no
-// version (a second server publishing the same content later gives the
-// same versions).
+// resync that opens a subscription, and says whether it is subscribed;
+// the published time changes no version (a second server publishing the
+// same content later gives the same versions).
 func TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange(t *testing.T) {
 	before := time.Now()
 	g := startGalley(t, "", vs(t, "reviews", "reviews"))
@@ -1007,6 +1007,22 @@ func TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange(t *testing.T
 		defer mu.Unlock()
 		return published["default/reviews"]
 	}
+	subscribed := func() int64 {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "flotilla.mcp.client.subscribed" && len(g.DataPoints) == 1 {
+					return g.DataPoints[0].Value
+				}
+			}
+		}
+		t.Fatal("no flotilla.mcp.client.subscribed")
+		return -1
+	}
 	lags := func() (n uint64) {
 		t.Helper()
 		var rm metricdata.ResourceMetrics
@@ -1042,6 +1058,11 @@ func TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange(t *testing.T
 	if n := lags(); n != 1 {
 		t.Fatalf("%d lags recorded for one live change, want 1", n)
 	}
+	if s := subscribed(); s != 1 {
+		t.Fatalf("subscribed %d while galley answers, want 1", s)
+	}
+	g.stop()
+	xdstest.Eventually(t, "subscribed 0 once galley is gone", func() bool { return subscribed() == 0 })
 
 	g2 := startGalley(t, "", vs(t, "reviews", "reviews", "reviews.v2"))
 	other := subscribe(t, g2.addr, newRecorder())
