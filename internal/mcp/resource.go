@@ -88,13 +88,14 @@ func publishedMetadata(ctx context.Context, at time.Time) *corev3.Metadata {
 // a time) and the change's span context (invalid when absent).
 func publishedAt(md *corev3.Metadata) (time.Time, trace.SpanContext) {
 	fields := md.GetFilterMetadata()[PublishedMetadata].GetFields()
-	carrier := propagation.MapCarrier{}
-	for _, k := range traceContext.Fields() {
-		if v := fields[k].GetStringValue(); v != "" {
-			carrier[k] = v
+	var sc trace.SpanContext
+	if parent := fields["traceparent"].GetStringValue(); parent != "" { // only a traced change has one
+		carrier := propagation.MapCarrier{"traceparent": parent}
+		if state := fields["tracestate"].GetStringValue(); state != "" {
+			carrier["tracestate"] = state
 		}
+		sc = trace.SpanContextFromContext(traceContext.Extract(context.Background(), carrier))
 	}
-	sc := trace.SpanContextFromContext(traceContext.Extract(context.Background(), carrier))
 	t, err := time.Parse(time.RFC3339Nano, fields["published"].GetStringValue())
 	if err != nil {
 		return time.Time{}, sc
@@ -156,8 +157,10 @@ func fromProto(m *mcpv1alpha1.Resource, version string) *Resource {
 	if ct := m.GetMetadata().GetCreateTime(); ct != nil && ct.IsValid() {
 		r.Created = ct.AsTime()
 	}
-	if g, err := strconv.ParseInt(m.GetMetadata().GetVersion(), 10, 64); err == nil && g > 0 {
-		r.Generation = g // another version (an Istio sink's) is not a generation: ignored
+	if v := m.GetMetadata().GetVersion(); v != "" { // registry resources have none: no parse error to make
+		if g, err := strconv.ParseInt(v, 10, 64); err == nil && g > 0 {
+			r.Generation = g // another version (an Istio sink's) is not a generation: ignored
+		}
 	}
 	return r
 }
