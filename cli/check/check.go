@@ -121,7 +121,7 @@ func Run(ctx context.Context, w io.Writer, conn *connect.Options, clock func() t
 	if !conn.GalleyKnown() {
 		r.add(skip("galley's address is not known: give --galley-address, a context file that names it (make run's), or --kubeconfig"))
 	} else {
-		g, s, err := askGalley(ctx, conn)
+		g, s, err := conn.GalleySubscribers(ctx)
 		if err != nil {
 			r.add(fail(unreachable(err, "is galley running and reachable? (make run starts it; in a cluster: kubectl -n <namespace> get deployment flotilla-galley); are --galley-address and the credentials right?"),
 				"galley does not answer: %v", err))
@@ -212,26 +212,6 @@ func Run(ctx context.Context, w io.Writer, conn *connect.Options, clock func() t
 		return failedError{r.failed, r.warned}
 	}
 	return nil
-}
-
-// askGalley asks galley for its subscribers; the answer names galley.
-func askGalley(ctx context.Context, conn *connect.Options) (debugapi.Replica, []debugapi.Subscriber, error) {
-	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
-	defer cancel()
-	cc, stop, err := conn.DialGalley(ctx)
-	if err != nil {
-		return debugapi.Replica{}, nil, err //nolint:wrapcheck // says which flag
-	}
-	defer stop()
-	resp, err := debugapi.Fetch(ctx, cc, debugapi.Subscribers)
-	if err != nil {
-		return debugapi.Replica{}, nil, err //nolint:wrapcheck // the status of galley's answer
-	}
-	subs, err := debugapi.SubscribersOf(resp)
-	if err != nil {
-		return debugapi.Replica{}, nil, err //nolint:wrapcheck // says it was a subscriber
-	}
-	return debugapi.ReplicaOf(resp.GetControlPlane()), subs, nil
 }
 
 // parseCertificates reads every PEM certificate of b.

@@ -31,7 +31,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
@@ -311,13 +310,13 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 	if !roots.AppendCertsFromPEM(rootsPEM) {
 		return nil, errors.New("the mesh's roots (--cacert) hold no PEM certificate")
 	}
-	serverName := serverName(service, c)
+	name := serverName(service, c)
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--cert/--key: %w", err)
 		}
-		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}), nil
+		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: name, MinVersion: tls.VersionTLS12}), nil
 	}
 	if o.caCert == nil {
 		certs := certclient.New(certclient.Options{
@@ -335,7 +334,7 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 	cert := o.caCert
 	return credentials.NewTLS(&tls.Config{
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil },
-		RootCAs:              roots, ServerName: serverName, MinVersion: tls.VersionTLS12,
+		RootCAs:              roots, ServerName: name, MinVersion: tls.VersionTLS12,
 	}), nil
 }
 
@@ -371,12 +370,7 @@ func (o *Options) Roots(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		ns := cmp.Or(o.Context.SystemNamespace, "istio-system")
-		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, rootsConfigMap, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("the mesh's roots (ConfigMap %s/%s): %w", ns, rootsConfigMap, err)
-		}
-		return []byte(cm.Data[rootsKey]), nil
+		return readRoots(ctx, client, cmp.Or(o.Context.SystemNamespace, "istio-system"))
 	}
 	c, err := o.resolve()
 	if err != nil || c.CAFile == "" {

@@ -72,3 +72,25 @@ func (o *Options) ReadGalley(ctx context.Context, agent string, typeURLs []strin
 		return debugapi.Replica{}, fmt.Errorf("galley answered %d of %d collections within %s (is it running, and are --galley-address and the credentials right?)", len(seen), len(typeURLs), o.Timeout)
 	}
 }
+
+// GalleySubscribers asks galley (within the --timeout) for its
+// subscribers: discovery replicas and injectors, with their versions and
+// what each has not answered or rejected. The answer names galley.
+func (o *Options) GalleySubscribers(ctx context.Context) (debugapi.Replica, []debugapi.Subscriber, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cc, stop, err := o.DialGalley(ctx)
+	if err != nil {
+		return debugapi.Replica{}, nil, err
+	}
+	defer stop()
+	resp, err := debugapi.Fetch(ctx, cc, debugapi.Subscribers)
+	if err != nil {
+		return debugapi.Replica{}, nil, err //nolint:wrapcheck // the status of galley's answer
+	}
+	subs, err := debugapi.SubscribersOf(resp)
+	if err != nil {
+		return debugapi.Replica{}, nil, err //nolint:wrapcheck // says it was a subscriber
+	}
+	return debugapi.ReplicaOf(resp.GetControlPlane()), subs, nil
+}

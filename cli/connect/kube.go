@@ -109,12 +109,9 @@ func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Conte
 	if err != nil {
 		return c, nil, nil, nil, err
 	}
-	roots, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, rootsConfigMap, metav1.GetOptions{})
+	roots, err := readRoots(ctx, client, namespace)
 	if err != nil {
-		return c, nil, nil, nil, fmt.Errorf("the mesh's roots (ConfigMap %s/%s): %w", namespace, rootsConfigMap, err)
-	}
-	if roots.Data[rootsKey] == "" {
-		return c, nil, nil, nil, fmt.Errorf("ConfigMap %s/%s has no %s", namespace, rootsConfigMap, rootsKey)
+		return c, nil, nil, nil, err
 	}
 	tok, err := client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, k.ServiceAccount, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"istio-ca"}, ExpirationSeconds: ptr(int64(600))},
@@ -163,10 +160,22 @@ func (k KubeOptions) kubeContext(ctx context.Context, namespace string) (c Conte
 		return c, nil, nil, nil, err
 	}
 	c.SystemNamespace = namespace
-	return c, []byte(roots.Data[rootsKey]), func() (string, error) { return tok.Status.Token, nil }, stop, nil
+	return c, roots, func() (string, error) { return tok.Status.Token, nil }, stop, nil
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// readRoots is the mesh's roots (PEM) as ca publishes them in namespace.
+func readRoots(ctx context.Context, client kubernetes.Interface, namespace string) ([]byte, error) {
+	cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, rootsConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("the mesh's roots (ConfigMap %s/%s): %w", namespace, rootsConfigMap, err)
+	}
+	if cm.Data[rootsKey] == "" {
+		return nil, fmt.Errorf("ConfigMap %s/%s has no %s", namespace, rootsConfigMap, rootsKey)
+	}
+	return []byte(cm.Data[rootsKey]), nil
+}
 
 // Client is a client of the cluster the options name.
 func (k KubeOptions) Client() (kubernetes.Interface, error) {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"strings"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
@@ -21,7 +20,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/cli/token"
 	"github.com/flotilla-mesh/flotilla/cli/wait"
-	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 )
@@ -84,23 +82,11 @@ not answer is shown with its error.`,
 // galley's replica and version, and each injector's version comes with
 // its subscription (discovery replicas say theirs themselves).
 func printGalleyVersion(ctx context.Context, w io.Writer, conn *connect.Options) error {
-	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
-	defer cancel()
-	cc, stop, err := conn.DialGalley(ctx)
-	var resp *discoveryv3.DiscoveryResponse
-	if err == nil {
-		defer stop()
-		resp, err = debugapi.Fetch(ctx, cc, debugapi.Subscribers)
-	}
-	var subs []debugapi.Subscriber
-	if err == nil {
-		subs, err = debugapi.SubscribersOf(resp)
-	}
+	r, subs, err := conn.GalleySubscribers(ctx)
 	if err != nil {
 		_, _ = fmt.Fprintf(w, "galley: unavailable: %v\n", err)
 		return fmt.Errorf("galley: %w", err)
 	}
-	r := debugapi.ReplicaOf(resp.GetControlPlane())
 	var b strings.Builder
 	fmt.Fprintf(&b, "galley version: %s (replica %s)\n", cmp.Or(r.Info.Version, "unknown"), cmp.Or(r.ID, "unnamed"))
 	for _, s := range subs {
