@@ -332,18 +332,7 @@ func TestGalleyListsWhatEachSubscriberHasNotAnsweredOrHasRejected(t *testing.T) 
 
 	var subs map[string]debugapi.Subscriber
 	xdstest.Eventually(t, "each subscriber's state", func() bool {
-		resp, err := debugapi.Fetch(t.Context(), conn, debugapi.Subscribers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		list, err := debugapi.SubscribersOf(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		subs = map[string]debugapi.Subscriber{}
-		for _, s := range list {
-			subs[s.ID] = s
-		}
+		subs = subscribersByID(t, conn)
 		return len(subs) == 3 && len(subs["rejecting"].Rejected) == 1 && len(subs["current"].Unanswered) == 0
 	})
 	if s := subs["current"]; len(s.Unanswered) != 0 || len(s.Rejected) != 0 {
@@ -361,21 +350,27 @@ func TestGalleyListsWhatEachSubscriberHasNotAnsweredOrHasRejected(t *testing.T) 
 	rejecting.mu.Unlock()
 	g.update(vsType, []*Resource{vs(t, "reviews", "reviews", "reviews.v2")})
 	xdstest.Eventually(t, "the rejection cleared", func() bool {
-		resp, err := debugapi.Fetch(t.Context(), conn, debugapi.Subscribers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		list, err := debugapi.SubscribersOf(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range list {
-			if s.ID == "rejecting" {
-				return len(s.Rejected) == 0 && len(s.Unanswered) == 0
-			}
-		}
-		return false
+		s, ok := subscribersByID(t, conn)["rejecting"]
+		return ok && len(s.Rejected) == 0 && len(s.Unanswered) == 0
 	})
+}
+
+// subscribersByID asks the server on conn for its subscribers.
+func subscribersByID(t *testing.T, conn grpc.ClientConnInterface) map[string]debugapi.Subscriber {
+	t.Helper()
+	resp, err := debugapi.Fetch(t.Context(), conn, debugapi.Subscribers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := debugapi.SubscribersOf(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := map[string]debugapi.Subscriber{}
+	for _, s := range list {
+		subs[s.ID] = s
+	}
+	return subs
 }
 
 func TestUnchangedContentIsNotSentAgain(t *testing.T) {
