@@ -191,14 +191,16 @@ func shippedQueries(t *testing.T, dir string) []query {
 }
 
 // freeOffset is a --port-offset whose control-plane ports are all free
-// here, so the stack runs beside make run's tests.
+// here, so the stack runs beside make run's tests: 5000 to 8000, whose
+// ports are below the kernel's ephemeral range (where outgoing
+// connections take theirs) and below proc.FreeAddr's.
 func freeOffset(t *testing.T) int {
 	t.Helper()
 	ports := []int{
 		caGRPC, caAdmin, galleyWebhook, galleyAdmin, galleyMCP, discovery1, discovery1Admin, secure1,
 		discovery2, discovery2Admin, secure2, injectorWebhook, injectorAdmin,
 	}
-	for offset := 7000; offset < 40000; offset += 1000 {
+	for offset := 5000; offset <= 8000; offset += 1000 {
 		free := true
 		for _, p := range ports {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+offset))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -109,16 +110,29 @@ func WaitReady(tb testing.TB, url string) {
 	}
 }
 
-// FreeAddr returns a free 127.0.0.1 port.
+// FreeAddr returns a free 127.0.0.1 port for a process to listen on. It
+// is taken below the kernel's range of ephemeral ports (32768 up, by
+// default), at random: a port the kernel handed out (port 0) is also where
+// it puts the next outgoing connections' local ends, so, released for a
+// child to bind, it could be one of those by then (seen under parallel
+// test packages).
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	for range 100 {
+		addr := "127.0.0.1:" + strconv.Itoa(freeAddrLow+rand.IntN(freeAddrHigh-freeAddrLow)) //nolint:gosec // spreading ports, not security
+		if l, err := net.Listen("tcp", addr); err == nil {
+			_ = l.Close()
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	tb.Fatal("no free port in 100 tries")
+	return ""
 }
+
+// FreeAddr's range: below the kernel's ephemeral ports, above the
+// services' own (15000s) and the stacks tests move by --port-offset 5000
+// to 8000 (20010–23123, test/dashboards).
+const freeAddrLow, freeAddrHigh = 24000, 32000
 
 // Pid is the process ID.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
