@@ -195,7 +195,8 @@ func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
 		}
 		out = o
 		pl := line(out, "client-1.default")
-		return strings.Count(pl, "SYNCED") == 4 && strings.Contains(line(out, "app-1.default"), "SYNCED")
+		return strings.Count(pl, "SYNCED") == 4 && strings.Contains(line(out, "app-1.default"), "SYNCED") &&
+			strings.Contains(line(out, "picky-1.default"), "NACKED") && strings.Contains(line(out, "stuck-1.default"), "STALE")
 	})
 	t.Logf("flotilla proxy-status:\n%s", out)
 	if h := strings.Fields(strings.Split(out, "\n")[0]); strings.Join(h, " ") != "NAME CDS LDS EDS RDS REPLICA VERSION" {

@@ -84,10 +84,16 @@ func TestSynczTellsNotSentStaleNackedAndSyncedAndNamesTheReplica(t *testing.T) {
 		t.Fatalf("before any push: %s, want NOT SENT", got)
 	}
 
-	// Sent, not acknowledged: STALE, with what was sent.
+	// Sent, not acknowledged: STALE, with what was sent. The state is
+	// recorded once the stream took the response, which can be a moment
+	// after the proxy read it.
 	h.push()
 	r := s.next(t)
-	cds := typeStatus(syncz(t, h.conn)[0], resourcev3.ClusterType)
+	var cds debugapi.TypeSync
+	xdstest.Eventually(t, "STALE", func() bool {
+		cds = typeStatus(syncz(t, h.conn)[0], resourcev3.ClusterType)
+		return cds.Status != debugapi.NotSent
+	})
 	if cds.Status != debugapi.Stale || cds.SentVersion != r.GetVersionInfo() || cds.AckedVersion != "" || cds.Resources != len(r.GetResources()) {
 		t.Fatalf("sent, not acknowledged: %+v (sent %s with %d)", cds, r.GetVersionInfo(), len(r.GetResources()))
 	}
