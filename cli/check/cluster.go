@@ -112,21 +112,21 @@ func webhookResults(ns string, mutating []admregv1.MutatingWebhookConfiguration,
 	type hook struct {
 		config, name string
 		bundle       []byte
-		writer       string
+		writer       string // the Deployment that writes it: its Service's name
 	}
 	var hooks []hook
 	ours := func(cc admregv1.WebhookClientConfig) bool { return cc.Service != nil && cc.Service.Namespace == ns }
 	for _, c := range mutating {
 		for _, w := range c.Webhooks {
 			if ours(w.ClientConfig) {
-				hooks = append(hooks, hook{"MutatingWebhookConfiguration " + c.Name, w.Name, w.ClientConfig.CABundle, "flotilla-injector"})
+				hooks = append(hooks, hook{"MutatingWebhookConfiguration " + c.Name, w.Name, w.ClientConfig.CABundle, w.ClientConfig.Service.Name}) // the revision's injector
 			}
 		}
 	}
 	for _, c := range validating {
 		for _, w := range c.Webhooks {
 			if ours(w.ClientConfig) {
-				hooks = append(hooks, hook{"ValidatingWebhookConfiguration " + c.Name, w.Name, w.ClientConfig.CABundle, "flotilla-galley"})
+				hooks = append(hooks, hook{"ValidatingWebhookConfiguration " + c.Name, w.Name, w.ClientConfig.CABundle, w.ClientConfig.Service.Name})
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -148,8 +149,8 @@ func TestServicesOnTwoVersionsOrProxiesOnAnotherAreWarned(t *testing.T) {
 	}
 }
 
-func svc(ns string) *admregv1.ServiceReference {
-	return &admregv1.ServiceReference{Namespace: ns, Name: "flotilla-injector"}
+func svc(ns string, name ...string) *admregv1.ServiceReference {
+	return &admregv1.ServiceReference{Namespace: ns, Name: cmp.Or(strings.Join(name, ""), "flotilla-injector")}
 }
 
 func TestAWebhookWhoseCABundleLacksARootOfTheMeshFails(t *testing.T) {
@@ -168,18 +169,25 @@ func TestAWebhookWhoseCABundleLacksARootOfTheMeshFails(t *testing.T) {
 			{Name: "wrong.flotilla.io", ClientConfig: admregv1.WebhookClientConfig{Service: svc("mesh"), CABundle: other.CertPEM}},
 			{Name: "another-install.flotilla.io", ClientConfig: admregv1.WebhookClientConfig{Service: svc("elsewhere"), CABundle: other.CertPEM}},
 		},
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-injector-canary"},
+		Webhooks: []admregv1.MutatingWebhook{
+			{Name: "rev.namespace.flotilla.io", ClientConfig: admregv1.WebhookClientConfig{Service: svc("mesh", "flotilla-injector-canary"), CABundle: other.CertPEM}},
+		},
 	}}
 	validating := []admregv1.ValidatingWebhookConfiguration{{
 		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-validator"},
-		Webhooks:   []admregv1.ValidatingWebhook{{Name: "empty.flotilla.io", ClientConfig: admregv1.WebhookClientConfig{Service: svc("mesh")}}},
+		Webhooks:   []admregv1.ValidatingWebhook{{Name: "empty.flotilla.io", ClientConfig: admregv1.WebhookClientConfig{Service: svc("mesh", "flotilla-galley")}}},
 	}}
 	got := webhookResults("mesh", mutating, validating, []*x509.Certificate{mesh.Cert})
-	if len(got) != 3 {
+	if len(got) != 4 {
 		t.Fatalf("%+v", got)
 	}
 	want(t, got[0], Passed, "MutatingWebhookConfiguration flotilla-injector, webhook right.flotilla.io: its caBundle holds the mesh's roots", "")
 	want(t, got[1], Failed, `webhook wrong.flotilla.io: its caBundle lacks the mesh's root "CN=mesh root`, "flotilla-injector writes the caBundle")
-	want(t, got[2], Failed, "ValidatingWebhookConfiguration flotilla-validator, webhook empty.flotilla.io: its caBundle lacks", "flotilla-galley writes the caBundle")
+	// Each revision's injector writes its own.
+	want(t, got[2], Failed, "MutatingWebhookConfiguration flotilla-injector-canary, webhook rev.namespace.flotilla.io: its caBundle lacks", "flotilla-injector-canary writes the caBundle")
+	want(t, got[3], Failed, "ValidatingWebhookConfiguration flotilla-validator, webhook empty.flotilla.io: its caBundle lacks", "flotilla-galley writes the caBundle")
 	want(t, webhookResults("elsewhere2", mutating, validating, []*x509.Certificate{mesh.Cert})[0], Failed, "no webhook configuration of Flotilla's (label app.kubernetes.io/part-of=flotilla) calls a Service in elsewhere2", "install the chart")
 }
 

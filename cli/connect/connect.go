@@ -310,13 +310,14 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 	if !roots.AppendCertsFromPEM(rootsPEM) {
 		return nil, errors.New("the mesh's roots (--cacert) hold no PEM certificate")
 	}
-	name := serverName(service, c)
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--cert/--key: %w", err)
 		}
-		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: name, MinVersion: tls.VersionTLS12}), nil
+		cfg := serverCheck(service, c.SystemNamespace, roots)
+		cfg.Certificates = []tls.Certificate{cert}
+		return credentials.NewTLS(cfg), nil
 	}
 	if o.caCert == nil {
 		certs := certclient.New(certclient.Options{
@@ -332,10 +333,54 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 		o.caCert, o.caServer = certs.Certificate(), certs.Server()
 	}
 	cert := o.caCert
-	return credentials.NewTLS(&tls.Config{
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil },
-		RootCAs:              roots, ServerName: name, MinVersion: tls.VersionTLS12,
-	}), nil
+	cfg := serverCheck(service, c.SystemNamespace, roots)
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	return credentials.NewTLS(cfg), nil
+}
+
+// serverCheck is the TLS configuration that checks a replica of service:
+// its certificate chains to the mesh's roots and names service's Service
+// in the control plane's namespace; for discovery, the Service of any
+// revision (flotilla-discovery-canary), since every revision's replicas
+// are asked alike.
+func serverCheck(service, namespace string, roots *x509.CertPool) *tls.Config {
+	name := service + "." + namespace + ".svc"
+	if !controlplane.Revisioned(service) {
+		return &tls.Config{RootCAs: roots, ServerName: name, MinVersion: tls.VersionTLS12}
+	}
+	return &tls.Config{
+		ServerName: name, MinVersion: tls.VersionTLS12,
+		// The chain and the name are checked below, in full: the usual
+		// check would accept one name only.
+		InsecureSkipVerify: true, //nolint:gosec // VerifyConnection checks the chain and the name
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyRevisioned(cs.PeerCertificates, service, namespace, roots)
+		},
+	}
+}
+
+// verifyRevisioned checks that chain (leaf first) chains to roots for
+// server authentication and that its leaf names the Service of service
+// in namespace, of some revision.
+func verifyRevisioned(chain []*x509.Certificate, service, namespace string, roots *x509.CertPool) error {
+	if len(chain) == 0 {
+		return errors.New("the server presented no certificate")
+	}
+	intermediates := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		intermediates.AddCert(c)
+	}
+	leaf := chain[0]
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return fmt.Errorf("the server's certificate: %w", err)
+	}
+	for _, dns := range leaf.DNSNames {
+		host, ok := strings.CutSuffix(dns, "."+namespace+".svc")
+		if s, _, isOne := controlplane.Parse(host); ok && isOne && s == service {
+			return nil
+		}
+	}
+	return fmt.Errorf("the server's certificate names %v, no %s Service (of any revision) in namespace %s", leaf.DNSNames, service, namespace)
 }
 
 // PeerCertificates is the certificate chain the replica at addr serves,

@@ -2,7 +2,7 @@ package connect
 
 // This file is the way into a cluster (--kubeconfig, --context), as
 // istioctl's: the replicas are the ready Pods behind the flotilla-discovery
-// Service's EndpointSlices, reached through the apiserver's port-forward on
+// Services' EndpointSlices (of every revision), reached through the apiserver's port-forward on
 // their mTLS xDS port; the CLI's certificate comes from ca (one of the
 // flotilla-ca Service's Pods, port-forwarded too) for a token the
 // apiserver issues to a service account of the control plane's namespace
@@ -59,16 +59,24 @@ type KubeOptions struct {
 // Enabled reports whether the cluster is the way in.
 func (k KubeOptions) Enabled() bool { return k.Kubeconfig != "" || k.Context != "" }
 
-// Pods are the ready Pods behind a Service, from its EndpointSlices, by
-// name (an endpoint without a Pod behind it is left out: nothing to
-// port-forward to).
+// Pods are the ready Pods behind the Services of a control-plane service,
+// from their EndpointSlices, by name (an endpoint without a Pod behind it
+// is left out: nothing to port-forward to): for discovery, the Services
+// of every revision (flotilla-discovery, flotilla-discovery-canary).
 func Pods(ctx context.Context, client kubernetes.Interface, namespace, service string) ([]string, error) {
-	list, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+	selector := discoveryv1.LabelServiceName + "=" + service
+	if controlplane.Revisioned(service) {
+		selector = discoveryv1.LabelServiceName // every Service's; filtered below
+	}
+	list, err := client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, fmt.Errorf("EndpointSlices of %s/%s: %w", namespace, service, err)
 	}
 	var pods []string
 	for _, s := range list.Items {
+		if of, _, ok := controlplane.Parse(s.Labels[discoveryv1.LabelServiceName]); !ok || of != service {
+			continue
+		}
 		for _, e := range s.Endpoints {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 				continue

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 )
 
@@ -74,7 +75,7 @@ func NewCommand() *cobra.Command {
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "YAML to inject, or - for standard input")
 	cmd.Flags().StringVar(&templateFile, "template-file", "", "sidecar template; empty uses the built-in")
 	cmd.Flags().StringVar(&valuesFile, "values-file", "", "template values (YAML) laid over the built-in ones; empty uses the built-in")
-	cmd.Flags().StringVar(&revision, "revision", inject.DefaultRevision, "revision recorded on injected pods")
+	cmd.Flags().StringVar(&revision, "revision", controlplane.DefaultRevision, "revision recorded on injected pods")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }

@@ -134,6 +134,7 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Proxy:    %s\n", p.ID)
 	fmt.Fprintf(&b, "Replica:  %s (%s)\n", d.Replica, d.Address)
+	fmt.Fprintf(&b, "Revision: %s\n", d.Revision)
 	if p.Identity != "" {
 		fmt.Fprintf(&b, "Identity: %s\n", p.Identity)
 	}

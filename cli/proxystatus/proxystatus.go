@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 )
 
@@ -35,7 +36,9 @@ func NewCommand(conn *connect.Options) *cobra.Command {
 		Long: `proxy-status asks every discovery replica which proxies it serves and, for each xDS type a proxy
 watches, whether the proxy took what it was sent: SYNCED (acknowledged), NOT SENT (watched, nothing
 sent yet), STALE (sent, not acknowledged yet) or NACKED (rejected; the proxy keeps its previous
-version), and IGNORED for a type it does not watch.
+version), and IGNORED for a type it does not watch. REVISION is the control-plane revision
+(istio.io/rev) of the replica serving the proxy: during a canary upgrade, which proxies moved.
+In a cluster (--kubeconfig) the replicas of every revision are asked.
 
 With a PROXY (its node ID, or pod.namespace as istioctl names it), it shows that proxy's detail on
 its replica: each type's acknowledged and sent versions, the proxy's error for a NACK, what
@@ -84,9 +87,12 @@ what it acknowledged, type by type.`,
 
 // Row is one proxy on one replica.
 type Row struct {
-	Replica string             `json:"replica"`
-	Address string             `json:"address"`
-	Proxy   debugapi.ProxySync `json:"proxy"`
+	Replica string `json:"replica"`
+	// Revision is the control-plane revision of the replica serving the
+	// proxy (istio.io/rev): the revision the proxy is on.
+	Revision string             `json:"revision"`
+	Address  string             `json:"address"`
+	Proxy    debugapi.ProxySync `json:"proxy"`
 }
 
 // list asks every replica; a replica that does not answer is reported in
@@ -105,7 +111,7 @@ func list(ctx context.Context, cl *connect.Client) ([]Row, error) {
 			continue
 		}
 		for _, p := range syncs {
-			rows = append(rows, Row{Replica: a.Replica.ID, Address: a.Address, Proxy: p})
+			rows = append(rows, Row{Replica: a.Replica.ID, Revision: revision(a.Replica), Address: a.Address, Proxy: p})
 		}
 	}
 	slices.SortFunc(rows, func(a, b Row) int {
@@ -113,6 +119,10 @@ func list(ctx context.Context, cl *connect.Client) ([]Row, error) {
 	})
 	return rows, errors.Join(errs...)
 }
+
+// revision is a replica's revision; a replica that names none (one from
+// before revisions) is the default revision's.
+func revision(r debugapi.Replica) string { return cmp.Or(r.Revision, controlplane.DefaultRevision) }
 
 // columns are the types shown, in istioctl's order, then any other.
 var columns = []struct{ name, typeURL string }{
@@ -143,7 +153,7 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 			header = append(header, c.name)
 		}
 	}
-	header = append(header, "REPLICA", "VERSION")
+	header = append(header, "REPLICA", "REVISION", "VERSION")
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
 		fields := []string{Name(r.Proxy.ID)}
@@ -153,7 +163,7 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 			}
 			fields = append(fields, cell(r.Proxy, c.typeURL, now))
 		}
-		fields = append(fields, r.Replica, cmp.Or(r.Proxy.IstioVersion, "-"))
+		fields = append(fields, r.Replica, r.Revision, cmp.Or(r.Proxy.IstioVersion, "-"))
 		fmt.Fprintln(tw, strings.Join(fields, "\t"))
 	}
 	return tw.Flush() //nolint:wrapcheck // a write error of the output

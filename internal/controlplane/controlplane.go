@@ -4,9 +4,20 @@
 // chart installs it; ca grants exactly these accounts certificates for
 // their own Service names, and galley serves MCP to discovery's and the
 // injector's.
+//
+// discovery and the injector run once per revision (Istio's canary
+// upgrades: istiod-<revision>): the default revision's keep the plain
+// name, revision r's are named <name>-r. galley and ca are shared by every
+// revision.
 package controlplane
 
-import "slices"
+import (
+	"cmp"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
 
 // The services' names.
 const (
@@ -15,6 +26,70 @@ const (
 	Injector  = "flotilla-injector"
 	CA        = "flotilla-ca"
 )
+
+// DefaultRevision is the revision of a service given none, as Istio names
+// it (istio.io/rev=default).
+const DefaultRevision = "default"
+
+// MaxRevisionLength keeps every name made of a revision a valid Service
+// name (63 characters): flotilla-discovery-<revision>.
+const MaxRevisionLength = 40
+
+var revisionPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// CheckRevision reports whether revision can name a revision: a DNS label
+// of at most MaxRevisionLength characters, as it becomes part of object
+// names and the istio.io/rev label's value.
+func CheckRevision(revision string) error {
+	if len(revision) > MaxRevisionLength || !revisionPattern.MatchString(revision) {
+		return fmt.Errorf("revision %q: want lower-case letters, digits and '-', starting and ending with a letter or digit, at most %d characters", revision, MaxRevisionLength)
+	}
+	return nil
+}
+
+// RevisionLabel selects a revision (Istio's istio.io/rev): on a namespace
+// or pod, which revision injects it; on Istio configuration, which
+// revision's discovery uses it.
+const RevisionLabel = "istio.io/rev"
+
+// InRevision reports whether an object with labels is revision's, as
+// istiod decides for its configuration (pkg/revisions' LabelsInRevision):
+// an object without the label is every revision's; one with it is the
+// named revision's only.
+func InRevision(labels map[string]string, revision string) bool {
+	r, ok := labels[RevisionLabel]
+	return !ok || r == cmp.Or(revision, DefaultRevision)
+}
+
+// Revisioned reports whether service runs once per revision.
+func Revisioned(service string) bool { return service == Discovery || service == Injector }
+
+// Name is the name of revision's service (its Deployment, account and
+// Service): the service's own name for the default revision (or none
+// given), <service>-<revision> for another one.
+func Name(service, revision string) string {
+	if revision == "" || revision == DefaultRevision || !Revisioned(service) {
+		return service
+	}
+	return service + "-" + revision
+}
+
+// Parse reports which service and revision an account (or Service) name is
+// of, and whether it is one of the control plane's at all.
+func Parse(name string) (service, revision string, ok bool) {
+	for _, s := range Accounts() {
+		if name == s {
+			return s, DefaultRevision, true
+		}
+		if !Revisioned(s) {
+			continue
+		}
+		if rev, cut := strings.CutPrefix(name, s+"-"); cut && rev != DefaultRevision && CheckRevision(rev) == nil {
+			return s, rev, true
+		}
+	}
+	return "", "", false
+}
 
 // OperatorAccount is the system namespace's service account whose token
 // the flotilla CLI shows ca by default (--service-account in a cluster;

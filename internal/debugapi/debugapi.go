@@ -303,6 +303,9 @@ type Replica struct {
 	Info      struct {
 		Version string `json:"version"`
 	} `json:"Info"`
+	// Revision is the control-plane revision of a discovery replica
+	// (istio.io/rev); Flotilla's own field, which Istio's clients ignore.
+	Revision string `json:"Revision,omitempty"`
 }
 
 // NewReplica describes a replica.

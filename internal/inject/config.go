@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 )
 
 // The injection ConfigMap, in the control-plane namespace: galley reads it
@@ -25,17 +27,25 @@ const (
 	// ConfigMapValuesKey holds the values as YAML, laid over the built-in
 	// values (empty or absent: built-in).
 	ConfigMapValuesKey = "values"
-	// DefaultRevision is the revision of an injector given none.
-	DefaultRevision = "default"
 	// MaxConfigBytes bounds the template and the values together.
 	MaxConfigBytes = 512 << 10
 )
+
+// RevisionName is the name of revision's injection ConfigMap and
+// MutatingWebhookConfiguration: ConfigMapName, or ConfigMapName-<revision>
+// for a revision other than the default.
+func RevisionName(revision string) string {
+	if revision == "" || revision == controlplane.DefaultRevision {
+		return ConfigMapName
+	}
+	return ConfigMapName + "-" + revision
+}
 
 // ConfigMapRevision returns the revision an injection ConfigMap is for, and
 // whether name is an injection ConfigMap at all.
 func ConfigMapRevision(name string) (string, bool) {
 	if name == ConfigMapName {
-		return DefaultRevision, true
+		return controlplane.DefaultRevision, true
 	}
 	if rev, ok := strings.CutPrefix(name, ConfigMapName+"-"); ok && rev != "" {
 		return rev, true

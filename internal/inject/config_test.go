@@ -19,6 +19,12 @@ func TestConfigMapRevision(t *testing.T) {
 		if rev != want || ok != (want != "") {
 			t.Errorf("%s: %q %v, want %q", name, rev, ok, want)
 		}
+		if ok && RevisionName(rev) != name {
+			t.Errorf("RevisionName(%q) = %s, want %s", rev, RevisionName(rev), name)
+		}
+	}
+	if RevisionName("") != ConfigMapName {
+		t.Errorf("no revision: %s", RevisionName(""))
 	}
 }
 

@@ -30,37 +30,65 @@ func pod(mut func(*corev1.Pod)) *corev1.Pod {
 
 func TestDecide(t *testing.T) {
 	enabled := map[string]string{NamespaceLabel: "enabled"}
-	p := Policy{SystemNamespace: "istio-system"}
+	canaryNS := map[string]string{RevisionLabel: "canary"}
+	def := Policy{SystemNamespace: "istio-system"}
+	canary := Policy{SystemNamespace: "istio-system", Revision: "canary"}
+	label := func(k, v string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Labels[k] = v } }
+	annotate := func(k, v string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Annotations = map[string]string{k: v} }
+	}
 	tests := []struct {
 		name   string
 		pod    *corev1.Pod
 		ns     string
 		labels map[string]string
+		p      Policy
 		want   bool
 		why    string
 	}{
-		{"labelled namespace", pod(nil), "shop", enabled, true, "istio-injection=enabled"},
-		{"unlabelled namespace", pod(nil), "shop", nil, false, "neither"},
-		{"kube-system even if asked", pod(func(p *corev1.Pod) { p.Labels[InjectLabel] = "true" }), "kube-system", enabled, false, "never injected"},
-		{"the control plane", pod(nil), "istio-system", enabled, false, "never injected"},
-		{"host network", pod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), "shop", enabled, false, "host network"},
-		{"opt out by label", pod(func(p *corev1.Pod) { p.Labels[InjectLabel] = "false" }), "shop", enabled, false, "label is false"},
-		{"opt in by label", pod(func(p *corev1.Pod) { p.Labels[InjectLabel] = "true" }), "shop", nil, true, "label is true"},
-		{"opt in by annotation", pod(func(p *corev1.Pod) { p.Annotations = map[string]string{InjectLabel: "true"} }), "shop", nil, true, "annotation is true"},
+		{"labelled namespace", pod(nil), "shop", enabled, def, true, "istio-injection=enabled"},
+		{"unlabelled namespace", pod(nil), "shop", nil, def, false, "neither"},
+		{"kube-system even if asked", pod(label(InjectLabel, "true")), "kube-system", enabled, def, false, "never injected"},
+		{"the control plane", pod(nil), "istio-system", enabled, def, false, "never injected"},
+		{"host network", pod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), "shop", enabled, def, false, "host network"},
+		{"opt out by label", pod(label(InjectLabel, "false")), "shop", enabled, def, false, "label is false"},
+		{"opt out by annotation", pod(annotate(InjectLabel, "false")), "shop", enabled, def, false, "annotation is false"},
+		{"opt in by label", pod(label(InjectLabel, "true")), "shop", nil, def, true, "label is true"},
+		{"opt in by label, Istio's spelling", pod(label(InjectLabel, "yes")), "shop", nil, def, true, "label is true"},
+		// Istio's object webhook selects on the label: the annotation
+		// alone reaches no injector.
+		{"an annotation does not select a pod", pod(annotate(InjectLabel, "true")), "shop", nil, def, false, "label it"},
 		{"label beats annotation", pod(func(p *corev1.Pod) {
 			p.Labels[InjectLabel] = "false"
 			p.Annotations = map[string]string{InjectLabel: "true"}
-		}), "shop", nil, false, "label is false"},
-		{"namespace disabled", pod(nil), "shop", map[string]string{NamespaceLabel: "disabled"}, false, "disabled"},
-		{"this revision", pod(nil), "shop", map[string]string{RevisionLabel: "default"}, true, "istio.io/rev=default"},
-		{"another revision", pod(nil), "shop", map[string]string{RevisionLabel: "canary"}, false, "revision canary"},
-		{"already injected", pod(func(p *corev1.Pod) { p.Annotations = map[string]string{StatusAnnotation: "{}"} }), "shop", enabled, false, "already injected"},
+		}), "shop", enabled, def, false, "label is false"},
+		{"namespace disabled", pod(nil), "shop", map[string]string{NamespaceLabel: "disabled"}, def, false, "disabled"},
+		// Istio: "if either label is disabled, the pod is not injected".
+		{"namespace disabled beats the pod's opt-in", pod(label(InjectLabel, "true")), "shop", map[string]string{NamespaceLabel: "disabled"}, def, false, "disabled"},
+		{"istio.io/rev=default", pod(nil), "shop", map[string]string{RevisionLabel: "default"}, def, true, "istio.io/rev=default"},
+		{"another revision's namespace", pod(nil), "shop", canaryNS, def, false, "revision canary"},
+		{"already injected", pod(annotate(StatusAnnotation, "{}")), "shop", enabled, def, false, "already injected"},
 		{"has a proxy already", pod(func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ProxyContainer})
-		}), "shop", enabled, false, "already has"},
+		}), "shop", enabled, def, false, "already has"},
+
+		// Revision canary's injector.
+		{"canary: its namespace", pod(nil), "shop", canaryNS, canary, true, "istio.io/rev=canary"},
+		{"canary: its namespace, the pod opts out", pod(label(InjectLabel, "false")), "shop", canaryNS, canary, false, "label is false"},
+		{"canary: its namespace, the pod opts in", pod(label(InjectLabel, "true")), "shop", canaryNS, canary, true, "istio.io/rev=canary"},
+		// istio-injection wins over istio.io/rev, as Istio's selectors
+		// give it precedence.
+		{"canary: istio-injection=enabled is the default's", pod(nil), "shop", map[string]string{NamespaceLabel: "enabled", RevisionLabel: "canary"}, canary, false, "the default revision's"},
+		{"default: istio-injection=enabled beats istio.io/rev", pod(nil), "shop", map[string]string{NamespaceLabel: "enabled", RevisionLabel: "canary"}, def, true, "istio-injection=enabled"},
+		{"canary: a pod of its revision in an unlabelled namespace", pod(label(RevisionLabel, "canary")), "shop", nil, canary, true, "the pod has istio.io/rev=canary"},
+		{"default: a canary pod in an unlabelled namespace", pod(label(RevisionLabel, "canary")), "shop", nil, def, false, "the pod is for revision canary"},
+		// The namespace's revision wins over the pod's.
+		{"canary: a canary pod in a default namespace", pod(label(RevisionLabel, "canary")), "shop", map[string]string{RevisionLabel: "default"}, canary, false, "namespace shop is for revision default"},
+		{"canary: the default revision's opt-in", pod(label(InjectLabel, "true")), "shop", nil, canary, false, "asks the default revision"},
+		{"canary: unlabelled", pod(nil), "shop", nil, canary, false, "neither"},
 	}
 	for _, tt := range tests {
-		got, why := Decide(tt.pod, tt.ns, tt.labels, p)
+		got, why := Decide(tt.pod, tt.ns, tt.labels, tt.p)
 		if got != tt.want || !strings.Contains(why, tt.why) {
 			t.Errorf("%s: %v (%s), want %v (…%s…)", tt.name, got, why, tt.want, tt.why)
 		}

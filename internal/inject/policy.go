@@ -8,10 +8,14 @@
 package inject
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 )
 
 // Labels and annotations read and written, as Istio names them.
@@ -19,7 +23,7 @@ const (
 	InjectLabel      = "sidecar.istio.io/inject"
 	StatusAnnotation = "sidecar.istio.io/status"
 	NamespaceLabel   = "istio-injection"
-	RevisionLabel    = "istio.io/rev"
+	RevisionLabel    = controlplane.RevisionLabel
 	TLSModeLabel     = "security.istio.io/tlsMode"
 	ProxyContainer   = "istio-proxy"
 	InitContainer    = "flotilla-init"
@@ -30,17 +34,28 @@ type Policy struct {
 	// SystemNamespace (the control plane's) is never injected, nor are
 	// kube-system and kube-public.
 	SystemNamespace string
-	// Revision this injector serves: namespaces labelled istio.io/rev
-	// with it are injected ("default" when empty).
+	// Revision this injector serves ("default" when empty).
 	Revision string
 }
 
-// Decide reports whether pod, in a namespace with nsLabels, gets a
-// sidecar, and why. In order: never the system namespaces, never
-// hostNetwork pods, never a pod already injected; the pod's
-// sidecar.istio.io/inject label, then annotation, wins; else the
-// namespace's istio-injection label, or istio.io/rev naming this
-// revision, decides; else no.
+// Decide reports whether pod, in a namespace with nsLabels, gets a sidecar
+// from revision p.Revision's injector, and why. It is the decision Istio's
+// revision webhooks and injector make together
+// (manifests/charts/istio-control/istio-discovery/templates/mutatingwebhook.yaml,
+// pkg/kube/inject's injectRequired), so an injector called outside those
+// selectors decides the same:
+//   - never the system namespaces, hostNetwork pods, or a pod injected
+//     already;
+//   - a namespace labelled istio-injection is the default revision's:
+//     enabled injects, disabled injects nothing, whatever the pod says
+//     (that label wins over istio.io/rev);
+//   - else a namespace labelled istio.io/rev=r is revision r's;
+//   - else, in an unlabelled namespace, a pod labelled istio.io/rev=r is
+//     revision r's, and a pod labelled sidecar.istio.io/inject=true the
+//     default revision's;
+//   - where a revision's selection applies, the pod's
+//     sidecar.istio.io/inject label (or, without it, annotation) set to
+//     anything but true opts it out.
 func Decide(pod *corev1.Pod, namespace string, nsLabels map[string]string, p Policy) (bool, string) {
 	if slices.Contains([]string{"kube-system", "kube-public", p.SystemNamespace}, namespace) {
 		return false, fmt.Sprintf("namespace %s is never injected", namespace)
@@ -54,32 +69,59 @@ func Decide(pod *corev1.Pod, namespace string, nsLabels map[string]string, p Pol
 	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ProxyContainer }) {
 		return false, "the pod already has an istio-proxy container"
 	}
+	rev := cmp.Or(p.Revision, controlplane.DefaultRevision)
+	var selected string // why this revision's webhook would be called
+	if v, ok := nsLabels[NamespaceLabel]; ok {
+		if v != "enabled" {
+			return false, "namespace " + namespace + " has " + NamespaceLabel + "=" + v
+		}
+		if rev != controlplane.DefaultRevision {
+			return false, "namespace " + namespace + " has " + NamespaceLabel + "=enabled, the default revision's; this injector serves " + rev
+		}
+		selected = "namespace " + namespace + " has " + NamespaceLabel + "=enabled"
+	} else if r, ok := nsLabels[RevisionLabel]; ok {
+		if r != rev {
+			return false, "namespace " + namespace + " is for revision " + r + ", this injector serves " + rev
+		}
+		selected = "namespace " + namespace + " has " + RevisionLabel + "=" + r
+	} else if r, ok := pod.Labels[RevisionLabel]; ok {
+		if r != rev {
+			return false, "the pod is for revision " + r + ", this injector serves " + rev
+		}
+		selected = "the pod has " + RevisionLabel + "=" + r
+	} else {
+		switch v, ok := pod.Labels[InjectLabel]; {
+		case ok && optIn(v) && rev == controlplane.DefaultRevision:
+			return true, "the pod's " + InjectLabel + " label is true"
+		case ok && optIn(v):
+			return false, "the pod's " + InjectLabel + " label asks the default revision; this injector serves " + rev
+		case ok:
+			return false, "the pod's " + InjectLabel + " label is " + v
+		}
+		if pod.Annotations[InjectLabel] != "" {
+			return false, "neither the pod's labels nor namespace " + namespace + " ask for injection (the " + InjectLabel + " annotation does not select a pod: label it)"
+		}
+		return false, "neither the pod nor namespace " + namespace + " asks for injection"
+	}
 	for _, src := range []struct {
 		what string
 		m    map[string]string
 	}{{"label", pod.Labels}, {"annotation", pod.Annotations}} {
-		switch src.m[InjectLabel] {
-		case "true":
-			return true, "the pod's " + InjectLabel + " " + src.what + " is true"
-		case "false":
-			return false, "the pod's " + InjectLabel + " " + src.what + " is false"
+		if v, ok := src.m[InjectLabel]; ok {
+			if !optIn(v) {
+				return false, selected + ", but the pod's " + InjectLabel + " " + src.what + " is " + v
+			}
+			break
 		}
 	}
-	switch nsLabels[NamespaceLabel] {
-	case "enabled":
-		return true, "namespace " + namespace + " has " + NamespaceLabel + "=enabled"
-	case "disabled":
-		return false, "namespace " + namespace + " has " + NamespaceLabel + "=disabled"
+	return true, selected
+}
+
+// optIn is how Istio's injector reads a sidecar.istio.io/inject value.
+func optIn(v string) bool {
+	switch strings.ToLower(v) {
+	case "y", "yes", "true", "on":
+		return true
 	}
-	rev := p.Revision
-	if rev == "" {
-		rev = "default"
-	}
-	if r, ok := nsLabels[RevisionLabel]; ok {
-		if r == rev {
-			return true, "namespace " + namespace + " has " + RevisionLabel + "=" + r
-		}
-		return false, "namespace " + namespace + " is for revision " + r + ", this injector serves " + rev
-	}
-	return false, "neither the pod nor namespace " + namespace + " asks for injection"
+	return false
 }

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/appprobe"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
@@ -413,6 +415,8 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 		out.Annotations = map[string]string{}
 	}
 	out.Annotations[StatusAnnotation] = string(status)
+	// The revision that injected it, as Istio's template records it.
+	out.Annotations[RevisionLabel] = cmp.Or(v.Revision, controlplane.DefaultRevision)
 	out.Labels = maps.Clone(out.Labels)
 	if out.Labels == nil {
 		out.Labels = map[string]string{}

@@ -91,6 +91,14 @@ func TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices(t *testing.T
 		t.Fatalf("with everything the apiserver holds: %d %s", code, out)
 	}
 	t.Logf("as far as an apiserver without kubelets goes: %s", strings.TrimSpace(out))
+	// A canary revision's replicas (flotilla-discovery-canary's Service)
+	// are asked too: its pod, first by name, is the first forwarded to.
+	// Another Service's pods are not.
+	slice("flotilla-discovery-canary", map[string]bool{"discovery-canary-0": true})
+	slice("flotilla-discoveryx", map[string]bool{"a-lookalike-0": true})
+	if code, out := cli(); code != 1 || !strings.Contains(out, "port-forward to "+ns+"/discovery-canary-0:15012") {
+		t.Fatalf("with a canary revision: %d %s", code, out)
+	}
 
 	// analyze --live reaches galley the same way.
 	live := func() (int, string) { t.Helper(); return run("analyze", "--live") }

@@ -55,15 +55,16 @@ func mesh(t *testing.T) (dir, galley string, r1, r2 *replica) {
 	mcp, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
 	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--config-dir", dir, "--mcp-address", mcp, "--admin-address", galleyAdmin)
 	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
-	start := func(name string) *replica {
+	start := func(name, revision string) *replica {
 		r := &replica{name: name, xds: proc.FreeAddr(t)}
 		admin := proc.FreeAddr(t)
 		r.p = proc.Start(t, name, filepath.Join(binDir, "flotilla-discovery"), "--galley-address", mcp,
-			"--xds-address", r.xds, "--admin-address", admin, "--debounce-quiet", "20ms", "--replica-name", name)
+			"--xds-address", r.xds, "--admin-address", admin, "--debounce-quiet", "20ms", "--replica-name", name, "--revision", revision)
 		proc.WaitReady(t, "http://"+admin+"/readyz")
 		return r
 	}
-	return dir, mcp, start("r1"), start("r2")
+	// r2 is a canary revision's replica, as during a canary upgrade.
+	return dir, mcp, start("r1", "default"), start("r2", "canary")
 }
 
 // flotilla runs the CLI with a context file naming both replicas (as make
@@ -199,14 +200,14 @@ func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
 			strings.Contains(line(out, "picky-1.default"), "NACKED") && strings.Contains(line(out, "stuck-1.default"), "STALE")
 	})
 	t.Logf("flotilla proxy-status:\n%s", out)
-	if h := strings.Fields(strings.Split(out, "\n")[0]); strings.Join(h, " ") != "NAME CDS LDS EDS RDS REPLICA VERSION" {
+	if h := strings.Fields(strings.Split(out, "\n")[0]); strings.Join(h, " ") != "NAME CDS LDS EDS RDS REPLICA REVISION VERSION" {
 		t.Fatalf("header %q", h)
 	}
 	for name, want := range map[string][]string{
-		"client-1.default": {"SYNCED (", " r1 "},
-		"app-1.default":    {"SYNCED (", "IGNORED", " r2 ", "1.27.3"},
-		"picky-1.default":  {"NACKED", "IGNORED", " r1 "},
-		"stuck-1.default":  {"STALE", "IGNORED", " r2 "},
+		"client-1.default": {"SYNCED (", " r1 ", " default "},
+		"app-1.default":    {"SYNCED (", "IGNORED", " r2 ", " canary ", "1.27.3"},
+		"picky-1.default":  {"NACKED", "IGNORED", " r1 ", " default "},
+		"stuck-1.default":  {"STALE", "IGNORED", " r2 ", " canary "},
 	} {
 		l := line(out, name) + " "
 		for _, w := range want {
@@ -221,7 +222,7 @@ func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("proxy-status picky-1.default: %d %s", code, errOut)
 	}
-	for _, w := range []string{"Replica:  r1 (" + r1.xds + ")", "not to this proxy's liking", "Clusters: nothing acknowledged yet"} {
+	for _, w := range []string{"Replica:  r1 (" + r1.xds + ")", "Revision: default", "not to this proxy's liking", "Clusters: nothing acknowledged yet"} {
 		if !strings.Contains(detail, w) {
 			t.Errorf("picky's detail lacks %q:\n%s", w, detail)
 		}
@@ -247,11 +248,17 @@ func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
 	// Machine-readable: every proxy with its replica.
 	code, js, _ := flotilla(t, ctxFile, "proxy-status", "-o", "json")
 	var rows []struct {
-		Replica string             `json:"replica"`
-		Proxy   debugapi.ProxySync `json:"proxy"`
+		Replica  string             `json:"replica"`
+		Revision string             `json:"revision"`
+		Proxy    debugapi.ProxySync `json:"proxy"`
 	}
 	if err := json.Unmarshal([]byte(js), &rows); code != 0 || err != nil || len(rows) != 4 {
 		t.Fatalf("-o json: %d %v: %s", code, err, js)
+	}
+	for _, r := range rows {
+		if want := map[string]string{"r1": "default", "r2": "canary"}[r.Replica]; r.Revision != want {
+			t.Errorf("-o json: %s on %s is on revision %q, want %q", r.Proxy.ID, r.Replica, r.Revision, want)
+		}
 	}
 
 	// Shell completion offers the proxies of every replica.

@@ -223,27 +223,42 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 		}
 	}
 
-	// galley serves the credentials to discovery only.
-	pair, err := tls.LoadX509KeyPair(injectorID.Cert, injectorID.Key)
-	if err != nil {
-		t.Fatal(err)
+	// galley serves the credentials to discovery only: of any revision
+	// (a canary's discovery, flotilla-discovery-canary), and never to an
+	// injector of any.
+	askCredentials := func(id testpki.Files) error {
+		t.Helper()
+		pair, err := tls.LoadX509KeyPair(id.Cert, id.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
+		})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		mst, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mst.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "asker"}, TypeUrl: registry.CredentialTypeURL}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = mst.Recv()
+		return err //nolint:wrapcheck // the test reads its code
 	}
-	cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	mst, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mst.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "injector"}, TypeUrl: registry.CredentialTypeURL}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mst.Recv(); status.Code(err) != codes.PermissionDenied {
+	if err := askCredentials(injectorID); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("the injector's identity asking for credentials: %v, want PermissionDenied", err)
+	}
+	canaryInjector := ca.IssueFiles(t, "injector-canary", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-injector-canary")
+	if err := askCredentials(canaryInjector); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a canary injector's identity asking for credentials: %v, want PermissionDenied", err)
+	}
+	canaryDiscovery := ca.IssueFiles(t, "discovery-canary", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-discovery-canary")
+	if err := askCredentials(canaryDiscovery); err != nil {
+		t.Fatalf("a canary discovery's identity asking for credentials: %v", err)
 	}
 	g.out.WaitFor(t, "refusing a subscriber a restricted collection")
 }

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
@@ -40,7 +41,12 @@ import (
 
 var env *kubeenv.Env
 
-func TestMain(m *testing.M) { os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{})) }
+// binDir holds the services the revisions test runs.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-injector"))
+}
 
 const namespace = "flotilla-system"
 
@@ -90,10 +96,11 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 	for name, set := range map[string][]string{
 		"defaults": nil,
 		"a revision, a registry, autoscaling everywhere, no HPA for discovery": {
-			"--set", "injector.revision=canary", "--set", "global.imageRegistry=registry.example", "--set", "global.imageTag=v1.2.3",
+			"--set", "revision=canary", "--set", "global.imageRegistry=registry.example", "--set", "global.imageTag=v1.2.3",
 			"--set", "galley.autoscaling.enabled=true", "--set", "ca.autoscaling.enabled=true", "--set", "discovery.autoscaling.enabled=false",
 		},
-		"no validation webhook": {"--set", "galley.validationWebhook.enabled=false"},
+		"a second revision, sharing galley and ca": {"--set", "revision=canary", "--set", "galley.enabled=false", "--set", "ca.enabled=false", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.dashboards.enabled=true"},
+		"no validation webhook":                    {"--set", "galley.validationWebhook.enabled=false"},
 		"ingress and egress gateways": {
 			"--set", "gateways.ingress.enabled=true", "--set", "gateways.egress.enabled=true",
 			"--set", "gateways.ingress.autoscaling.enabled=false", "--set", "gateways.ingress.service.type=NodePort",
@@ -130,13 +137,15 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 		set  []string
 		want string
 	}{
-		"unknown top-level key":                {[]string{"--set", "galey.replicaCount=2"}, "additional properties 'galey' not allowed"},
-		"bad key type":                         {[]string{"--set", "ca.keyType=DSA"}, "/ca/keyType"},
-		"bad failure policy":                   {[]string{"--set", "injector.webhook.failurePolicy=Maybe"}, "/injector/webhook/failurePolicy"},
-		"bad validation failure policy":        {[]string{"--set", "galley.validationWebhook.failurePolicy=Sometimes"}, "/galley/validationWebhook/failurePolicy"},
-		"no replicas":                          {[]string{"--set", "galley.replicaCount=0"}, "/galley/replicaCount"},
-		"a revision that is not a label value": {[]string{"--set", "injector.revision=Not_OK"}, "/injector/revision"},
-		"a duration that is not one":           {[]string{"--set", "discovery.debounceQuiet=soon"}, "/discovery/debounceQuiet"},
+		"unknown top-level key":                        {[]string{"--set", "galey.replicaCount=2"}, "additional properties 'galey' not allowed"},
+		"bad key type":                                 {[]string{"--set", "ca.keyType=DSA"}, "/ca/keyType"},
+		"bad failure policy":                           {[]string{"--set", "injector.webhook.failurePolicy=Maybe"}, "/injector/webhook/failurePolicy"},
+		"bad validation failure policy":                {[]string{"--set", "galley.validationWebhook.failurePolicy=Sometimes"}, "/galley/validationWebhook/failurePolicy"},
+		"no replicas":                                  {[]string{"--set", "galley.replicaCount=0"}, "/galley/replicaCount"},
+		"a revision that is not a label value":         {[]string{"--set", "revision=Not_OK"}, "/revision"},
+		"a revision too long for the names made of it": {[]string{"--set", "revision=" + strings.Repeat("a", 41)}, "/revision"},
+		"the revision where it used to be":             {[]string{"--set", "injector.revision=canary"}, "set revision=canary"},
+		"a duration that is not one":                   {[]string{"--set", "discovery.debounceQuiet=soon"}, "/discovery/debounceQuiet"},
 		"a gateway Service of no known type": {
 			[]string{"--set", "gateways.ingress.enabled=true", "--set", "gateways.ingress.service.type=Magic"}, "/gateways/ingress/service/type",
 		},
@@ -399,6 +408,19 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 	}
 	apply(crdObjs)
 	apply(objs)
+	// The webhook configurations are cluster-wide and fail closed: left
+	// behind, they would refuse the pods other tests create (their
+	// Services have no endpoints here).
+	t.Cleanup(func() {
+		for _, o := range objs {
+			if k := o.GetKind(); k == "MutatingWebhookConfiguration" || k == "ValidatingWebhookConfiguration" {
+				ri, _ := rs.of(t, o, "")
+				if err := ri.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}); err != nil {
+					t.Errorf("deleting %s %s: %v", k, o.GetName(), err)
+				}
+			}
+		}
+	})
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
@@ -449,7 +471,7 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 				t.Errorf("the mesh ConfigMap: %v", err)
 			}
 		case inject.ConfigMapName:
-			c, err := inject.ParseConfig(inject.DefaultRevision, data[inject.ConfigMapTemplateKey], data[inject.ConfigMapValuesKey])
+			c, err := inject.ParseConfig(controlplane.DefaultRevision, data[inject.ConfigMapTemplateKey], data[inject.ConfigMapValuesKey])
 			if err != nil {
 				t.Fatalf("the injection ConfigMap: %v", err)
 			}
@@ -651,7 +673,7 @@ func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := helmRun(t, helm, "install", "flotilla", dir, "-n", ns, "--dry-run=client", "--kubeconfig", kubeconfig,
-		"--set", "galley.replicaCount=3", "--set", "injector.revision=canary", "--set", "gateways.ingress.enabled=true")
+		"--set", "galley.replicaCount=3", "--set", "revision=canary", "--set", "gateways.ingress.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,12 +683,14 @@ func TestNOTESSaysWhatEachServiceGotAndWhatToDoNext(t *testing.T) {
 	}
 	version := appVersion(t, dir)
 	for _, want := range []string{
-		"Flotilla " + version + " is installed in namespace " + ns,
-		"galley     flotilla-galley:" + version + ", 3 replicas (galley.replicaCount; no autoscaler)",
-		"discovery  flotilla-discovery:" + version + ", 2–10 replicas, as the HorizontalPodAutoscaler decides (CPU 80 %); set discovery.autoscaling.enabled=false and discovery.replicaCount to fix the count",
-		"ca         flotilla-ca:" + version + ", 2 replicas",
+		"Flotilla " + version + " is installed in namespace " + ns + " (release flotilla), trust domain cluster.local, revision canary.",
+		"galley     flotilla-galley, image flotilla-galley:" + version + ", 3 replicas (galley.replicaCount; no autoscaler)",
+		"discovery  flotilla-discovery-canary, image flotilla-discovery:" + version + ", 2–10 replicas, as the HorizontalPodAutoscaler decides (CPU 80 %); set discovery.autoscaling.enabled=false and discovery.replicaCount to fix the count",
+		"ca         flotilla-ca, image flotilla-ca:" + version + ", 2 replicas",
+		"injector   flotilla-injector-canary, image flotilla-injector:" + version,
 		"ingress    gateway istio-ingressgateway, 2–5 replicas (autoscaled)",
-		"kubectl label namespace <namespace> istio.io/rev=canary",
+		"kubectl label namespace <namespace> istio-injection- istio.io/rev=canary --overwrite",
+		"flotilla proxy-status shows each proxy's revision",
 		"flotilla check --kubeconfig <kubeconfig> --istio-namespace " + ns,
 		"prometheus.io/scrape",
 		"metrics.dashboards.enabled=true ships",

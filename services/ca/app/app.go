@@ -203,14 +203,10 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if len(auths) == 1 {
 		rt.Log.Warn("no token authentication (no cluster, no jwksFile): only renewals with a client certificate are served")
 	}
-	var cp []server.ControlPlane
-	for _, name := range controlplane.Accounts() {
-		cp = append(cp, server.ControlPlane{Namespace: cfg.SystemNamespace, ServiceAccount: name, Service: name})
-	}
 	host, _ := os.Hostname()
 	srv, err := server.New(server.Options{
 		Log: rt.Log, Meter: meter, IstioMeter: istio, CA: ca, Authenticators: auths, TrustDomain: cfg.TrustDomain,
-		DomainSuffix: cfg.DomainSuffix, ControlPlane: cp, RatePerIdentity: cfg.RatePerIdentity,
+		DomainSuffix: cfg.DomainSuffix, ControlPlane: server.ControlPlaneAccounts(cfg.SystemNamespace), RatePerIdentity: cfg.RatePerIdentity,
 		Replica: debugapi.NewReplica(controlplane.CA, cmp.Or(host, controlplane.CA), buildinfo.Get().Version),
 	})
 	if err != nil {

@@ -26,15 +26,21 @@ import (
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 )
 
-// ControlPlane names a control-plane service account that may also get
-// DNS names for its Service.
-type ControlPlane struct {
-	Namespace, ServiceAccount, Service string
+// ControlPlaneAccounts is the ControlPlane option of a ca whose control
+// plane runs in systemNamespace: its services' accounts there, discovery's
+// and the injector's of every revision (flotilla-discovery-canary), each
+// named as its Service.
+func ControlPlaneAccounts(systemNamespace string) func(namespace, serviceAccount string) (string, bool) {
+	return func(namespace, account string) (string, bool) {
+		_, _, ok := controlplane.Parse(account)
+		return account, ok && namespace == systemNamespace
+	}
 }
 
 // Options configures a Server.
@@ -51,7 +57,9 @@ type Options struct {
 	Authenticators []Authenticator
 	TrustDomain    string
 	DomainSuffix   string
-	ControlPlane   []ControlPlane
+	// ControlPlane says whether a service account is the control plane's
+	// and, if so, the Service whose DNS names its certificate also carries.
+	ControlPlane func(namespace, serviceAccount string) (service string, ok bool)
 	// RatePerIdentity and Burst limit requests per caller identity
 	// (default 10/s, burst 20).
 	RatePerIdentity float64
@@ -204,10 +212,10 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	}
 	id.TrustDomain = s.o.TrustDomain
 	kind := "workload"
-	for _, cp := range s.o.ControlPlane {
-		if cp.Namespace == id.Namespace && cp.ServiceAccount == id.ServiceAccount {
+	if s.o.ControlPlane != nil {
+		if svc, ok := s.o.ControlPlane(id.Namespace, id.ServiceAccount); ok {
 			kind = "control-plane"
-			base := cp.Service + "." + cp.Namespace + ".svc"
+			base := svc + "." + id.Namespace + ".svc"
 			id.DNSNames = []string{base, base + "." + s.o.DomainSuffix}
 		}
 	}

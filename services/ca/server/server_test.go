@@ -81,7 +81,7 @@ func newFixture(tb testing.TB, mutate func(*Options)) *fixture {
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"), CA: current,
 		Authenticators: []Authenticator{ClientCert{CA: current, Now: time.Now}, j},
 		TrustDomain:    "cluster.local", DomainSuffix: "cluster.local",
-		ControlPlane: []ControlPlane{{Namespace: "istio-system", ServiceAccount: "flotilla-galley", Service: "flotilla-galley"}},
+		ControlPlane: ControlPlaneAccounts("istio-system"),
 	}
 	if mutate != nil {
 		mutate(&o)
@@ -269,6 +269,32 @@ func TestControlPlaneServiceAccountsGetTheirServiceNames(t *testing.T) {
 		&securityv1alpha1.IstioCertificateRequest{Csr: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a workload asking for galley's names: %v", err)
+	}
+
+	// A revision's discovery gets its own Service's names; an account
+	// named like one outside the system namespace, or another name for
+	// the default revision, gets none.
+	ask := func(account, name string) error {
+		t.Helper()
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.call(t, f.token(t, claims{sub: "system:serviceaccount:" + account}), nil,
+			&securityv1alpha1.IstioCertificateRequest{Csr: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))})
+		return err
+	}
+	if err := ask("istio-system:flotilla-discovery-canary", "flotilla-discovery-canary.istio-system.svc"); err != nil {
+		t.Fatalf("revision canary's discovery: %v", err)
+	}
+	for account, name := range map[string]string{
+		"istio-system:flotilla-discovery-canary":  "flotilla-discovery.istio-system.svc", // another revision's
+		"app:flotilla-discovery-canary":           "flotilla-discovery-canary.app.svc",
+		"istio-system:flotilla-discovery-default": "flotilla-discovery-default.istio-system.svc",
+	} {
+		if err := ask(account, name); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s asking for %s: %v", account, name, err)
+		}
 	}
 }
 

@@ -78,6 +78,12 @@ type Config struct {
 	// files say otherwise.
 	CA              certclient.Config `yaml:",inline"`
 	SystemNamespace string            `yaml:"systemNamespace" usage:"control-plane namespace (discovery's Service names in its certificate from ca; a debug client with a certificate of it sees every proxy)"`
+	// Revision is the control-plane revision this replica belongs to
+	// (Istio's canary upgrades): its Service name (for its certificate)
+	// is flotilla-discovery-<revision>, proxies see it in proxy-status,
+	// and Istio configuration labelled istio.io/rev for another revision
+	// is not its.
+	Revision string `yaml:"revision" usage:"control-plane revision (istio.io/rev) this replica serves: its certificate is for flotilla-discovery-<revision>'s Service, flotilla proxy-status shows it, and Istio configuration labelled istio.io/rev with another revision is ignored"`
 	// ReplicaName names this replica to galley and to debug clients.
 	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as galley's subscriber list and flotilla proxy-status show it (default: the host name, which is the pod's name in a cluster)"`
 }
@@ -95,6 +101,7 @@ func Defaults() Config {
 		DomainSuffix:     model.DefaultDomainSuffix,
 		DefaultNamespace: "default",
 		SystemNamespace:  "istio-system",
+		Revision:         controlplane.DefaultRevision,
 
 		VerifyProxyIdentity: true,
 		XDSSendTimeout:      30 * time.Second,
@@ -104,7 +111,7 @@ func Defaults() Config {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.GalleyTLS.Validate(), c.XDSTLS.Validate(), c.CA.Validate()}
+	errs := []error{c.Common.Validate(), c.GalleyTLS.Validate(), c.XDSTLS.Validate(), c.CA.Validate(), controlplane.CheckRevision(c.Revision)}
 	addrs := map[string]string{"xdsAddress": c.XDSAddress}
 	if c.XDSTLS.Enabled() || c.CA.Enabled() {
 		addrs["secureXDSAddress"] = c.SecureXDSAddress
@@ -169,17 +176,19 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if err != nil {
 		return fmt.Errorf("xds listen: %w", err)
 	}
+	replica := debugapi.NewReplica(controlplane.Discovery, cfg.ReplicaName, buildinfo.Get().Version)
+	replica.Revision = cfg.Revision
 	srv, err := xds.New(xds.Options{
 		Log: rt.Log, Meter: meter, IstioMeter: istio, Tracer: rt.Telemetry.Tracer, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout, ConnectionAge: cfg.XDSMaxConnectionAge,
 		SystemNamespace: cfg.SystemNamespace, PlaintextDebug: isLoopback(lis.Addr()),
-		Replica: debugapi.NewReplica(controlplane.Discovery, cfg.ReplicaName, buildinfo.Get().Version),
+		Replica: replica,
 	})
 	if err != nil {
 		return err
 	}
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("waiting for the first configuration")
-	certs, err := cfg.CA.ForService(controlplane.Discovery, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	certs, err := cfg.CA.ForService(controlplane.Name(controlplane.Discovery, cfg.Revision), cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
 		return err //nolint:wrapcheck // says what failed
 	}
@@ -188,6 +197,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	in, err = ingest.New(ingest.Options{
 		Log: rt.Log, Meter: meter, IstioMeter: istio, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
 		DomainSuffix: cfg.DomainSuffix, TypeURLs: subscribed(cfg, certs), Push: srv.Push, JWKS: keys, Tracer: rt.Telemetry.Tracer,
+		Revision: cfg.Revision,
 	})
 	if err != nil {
 		return err

@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
@@ -52,6 +54,10 @@ type Options struct {
 	// "pushcontext" under it; none when nil. Push gets the span only for a
 	// push of traced changes.
 	Tracer trace.TracerProvider
+	// Revision is this discovery's revision: Istio configuration labelled
+	// istio.io/rev for another one is left out, as if deleted
+	// (controlplane.InRevision).
+	Revision string
 }
 
 // Ingest is the store, its writers and the debouncer.
@@ -110,6 +116,10 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 	var bad []error
 	i.mu.Lock()
 	for _, r := range updated {
+		if _, config := istio.ByTypeURL(typeURL); config && !controlplane.InRevision(r.Labels, i.o.Revision) {
+			i.store.Delete(typeURL, r.Name) // relabelled away from this revision, or never its
+			continue
+		}
 		if err := i.store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
 			bad = append(bad, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/anypb"
+	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
@@ -135,6 +138,55 @@ func TestChangesThatNeverStopArePushedAtTheMaximumWait(t *testing.T) {
 	}
 	if got < 2 {
 		t.Fatal("no push while changes kept coming")
+	}
+}
+
+// TestConfigurationLabelledForAnotherRevisionIsNotThisRevisions: as
+// istiod's revisions do, an object labelled istio.io/rev is used only by
+// that revision's discovery, an unlabelled one by all; relabelling it away
+// removes it.
+func TestConfigurationLabelledForAnotherRevisionIsNotThisRevisions(t *testing.T) {
+	kind, _ := istio.ByName(istio.VirtualService)
+	vsType := kind.TypeURL()
+	canary, ch := startWith(t, Options{Quiet: 10 * time.Millisecond, Max: time.Hour, TypeURLs: []string{vsType}, Revision: "canary"})
+	def, defCh := startWith(t, Options{Quiet: 10 * time.Millisecond, Max: time.Hour, TypeURLs: []string{vsType}})
+	vs := func(name, rev string) *mcp.Resource {
+		var labels map[string]string
+		if rev != "" {
+			labels = map[string]string{"istio.io/rev": rev}
+		}
+		r, err := mcp.NewResource("default/"+name, &networking.VirtualService{Hosts: []string{name}}, labels, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	names := func(p pushed) []string {
+		var out []string
+		for _, v := range p.pc.VirtualServices() {
+			out = append(out, v.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	all := []*mcp.Resource{vs("everyone", ""), vs("canary-only", "canary"), vs("default-only", "default")}
+	for _, in := range []*Ingest{canary, def} {
+		if err := in.Apply(vsType, all, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := names(wait(t, ch)); !slices.Equal(got, []string{"canary-only", "everyone"}) {
+		t.Fatalf("revision canary uses %v", got)
+	}
+	if got := names(wait(t, defCh)); !slices.Equal(got, []string{"default-only", "everyone"}) {
+		t.Fatalf("the default revision uses %v", got)
+	}
+	// Moved to the default revision: canary drops it.
+	if err := canary.Apply(vsType, []*mcp.Resource{vs("canary-only", "default")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(wait(t, ch)); !slices.Equal(got, []string{"everyone"}) {
+		t.Fatalf("after relabelling, revision canary uses %v", got)
 	}
 }
 

@@ -141,10 +141,15 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	host, _ := os.Hostname()
 	srv.Identify(debugapi.NewReplica(controlplane.Galley, cmp.Or(host, controlplane.Galley), buildinfo.Get().Version).ControlPlane())
 	// Credentials (the Secrets credentialName names) go to discovery's
-	// identity only: never to the injector, nor over plaintext.
+	// identity only (of any revision): never to the injector, nor over
+	// plaintext.
 	srv.Restrict(registry.CredentialTypeURL, func(identity string) bool {
 		id, err := spiffe.Parse(identity)
-		return err == nil && id.Namespace == cfg.SystemNamespace && id.ServiceAccount == controlplane.Discovery
+		if err != nil || id.Namespace != cfg.SystemNamespace {
+			return false
+		}
+		service, _, ok := controlplane.Parse(id.ServiceAccount)
+		return ok && service == controlplane.Discovery
 	})
 	// Istio's own pilot, pointed at galley as a config source, reads the
 	// mesh config under Istio's collection name.

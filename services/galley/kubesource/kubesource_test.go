@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -431,9 +432,9 @@ func TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot(t *testing.T) {
 		}
 	}
 	xdstest.Eventually(t, "both revisions", func() bool {
-		d, c := get(inject.DefaultRevision), get("canary")
+		d, c := get(controlplane.DefaultRevision), get("canary")
 		return d != nil && c != nil && d.GetValues() == def.Data["values"] && c.GetValues() == canary.Data["values"] &&
-			d.GetRevision() == inject.DefaultRevision && c.GetRevision() == "canary"
+			d.GetRevision() == controlplane.DefaultRevision && c.GetRevision() == "canary"
 	})
 	st.mu.Lock()
 	n := len(st.registry[registry.InjectionConfigTypeURL])
@@ -461,7 +462,7 @@ func TestInjectionConfigMapsAreServedPerRevisionAndABadOneIsNot(t *testing.T) {
 		c := get("canary")
 		return c != nil && c.GetValues() == canary.Data["values"]
 	})
-	if d := get(inject.DefaultRevision); d == nil || d.GetTemplate() != "" || d.GetValues() != "proxyImage: registry.example/agent:1.2\n" {
+	if d := get(controlplane.DefaultRevision); d == nil || d.GetTemplate() != "" || d.GetValues() != "proxyImage: registry.example/agent:1.2\n" {
 		t.Fatalf("after a broken update the default revision's configuration is %v", d)
 	}
 

@@ -59,8 +59,11 @@ type Config struct {
 	GalleyAddress string `yaml:"galleyAddress" usage:"galley's MCP-over-xDS address, for namespace labels"`
 	// SystemNamespace is never injected.
 	SystemNamespace string `yaml:"systemNamespace" usage:"control-plane namespace, never injected"`
-	// Revision this injector serves (istio.io/rev).
-	Revision string `yaml:"revision" usage:"revision served: namespaces labelled istio.io/rev=<revision> are injected"`
+	// Revision this injector serves (istio.io/rev): which pods it injects
+	// (inject.Decide), its injection ConfigMap and webhook configuration
+	// (flotilla-sidecar-injector[-<revision>]), and its name
+	// (flotilla-injector[-<revision>]) for its certificate and Lease.
+	Revision string `yaml:"revision" usage:"revision served (Istio's istio.io/rev): its namespaces and pods are injected, with flotilla-sidecar-injector-<revision>'s template; default: istio-injection=enabled namespaces too"`
 	// TemplateFile and ValuesFile replace the built-in sidecar template
 	// and values while galley has no injection ConfigMap for the revision
 	// (which then takes their place).
@@ -75,7 +78,7 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		Common:          command.CommonDefaults(":15022"),
-		Webhook:         admission.Config{Address: ":15016", Configuration: "flotilla-sidecar-injector"},
+		Webhook:         admission.Config{Address: ":15016"},
 		GalleyAddress:   "127.0.0.1:15019",
 		SystemNamespace: "istio-system",
 		Revision:        "default",
@@ -85,7 +88,7 @@ func Defaults() Config {
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.CA.Validate(), c.Webhook.Validate(c.CA.Enabled())}
+	errs := []error{c.Common.Validate(), c.CA.Validate(), c.Webhook.Validate(c.CA.Enabled()), controlplane.CheckRevision(c.Revision)}
 	if _, _, err := net.SplitHostPort(c.GalleyAddress); err != nil {
 		errs = append(errs, fmt.Errorf("galleyAddress %q: %w", c.GalleyAddress, err))
 	}
@@ -105,6 +108,10 @@ func NewCommand() *cobra.Command {
 }
 
 func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
+	// This revision's names: its webhook configuration (unless given), its
+	// Service's (the certificate's), its Lease.
+	cfg.Webhook.Configuration = cmp.Or(cfg.Webhook.Configuration, inject.RevisionName(cfg.Revision))
+	self := controlplane.Name(controlplane.Injector, cfg.Revision)
 	local, err := inject.ConfigFromFiles(cfg.Revision, cfg.TemplateFile, cfg.ValuesFile)
 	if err != nil {
 		return err
@@ -123,7 +130,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	var tlsCfg *tls.Config
 	var reloader *tlsreload.Reloader
 	var devCert []byte
-	certs, err := cfg.CA.ForService(controlplane.Injector, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	certs, err := cfg.CA.ForService(self, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
 		return err //nolint:wrapcheck // says what failed
 	}
@@ -214,7 +221,7 @@ func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabun
 	}
 	return cabundle.FromSetup(cabundle.Setup{ //nolint:wrapcheck // says what failed
 		Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Mutating, Webhook: cfg.Webhook.Configuration, Bundle: bundle,
-		LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-injector-cabundle", Log: rt.Log,
+		LeaseNamespace: cfg.SystemNamespace, LeaseName: controlplane.Name(controlplane.Injector, cfg.Revision) + "-cabundle", Log: rt.Log,
 	})
 }
 
@@ -237,7 +244,7 @@ func servingTLS(cfg Config, rt *command.Runtime) (*tls.Config, *tlsreload.Reload
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("dev certificate: %w", err)
 	}
-	name := "flotilla-injector." + cfg.SystemNamespace + ".svc"
+	name := controlplane.Name(controlplane.Injector, cfg.Revision) + "." + cfg.SystemNamespace + ".svc"
 	tmpl := &x509.Certificate{
 		SerialNumber: serial, Subject: pkix.Name{CommonName: name}, DNSNames: []string{name, "localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(365 * 24 * time.Hour),

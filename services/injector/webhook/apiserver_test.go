@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 )
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) { os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{
 // test's namespaces (those with the test label).
 func serve(t *testing.T, ctx context.Context, label string) {
 	t.Helper()
-	def := inject.DefaultConfig(inject.DefaultRevision)
+	def := inject.DefaultConfig(controlplane.DefaultRevision)
 	h, err := Handler(Options{
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
 		Config: func() inject.Config { return def },

@@ -12,11 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 )
 
 func options(labels func(context.Context, string) (map[string]string, error)) Options {
-	def := inject.DefaultConfig(inject.DefaultRevision)
+	def := inject.DefaultConfig(controlplane.DefaultRevision)
 	return Options{
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
 		Config: func() inject.Config { return def }, NamespaceLabels: labels,

@@ -6,12 +6,52 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
 {{- end }}
 
-{{/* Labels of one service's objects; the selector is the name only. */}}
+{{/* The release's revision (Istio's istio.io/rev): "default" when none
+     is given. */}}
+{{- define "flotilla.revision" -}}
+{{ .Values.revision | default "default" }}
+{{- end }}
+
+{{/* Whether a service (by its short name) runs once per revision:
+     discovery and the injector; galley and ca are shared by every
+     revision (internal/controlplane). */}}
+{{- define "flotilla.revisioned" -}}
+{{ has . (list "discovery" "injector") }}
+{{- end }}
+
+{{/* The services this release installs, as a JSON list of short names:
+     discovery and the injector always (this revision's), galley and ca
+     unless turned off (a second revision shares another release's). */}}
+{{- define "flotilla.services" -}}
+{{- $out := list -}}
+{{- range $name := list "galley" "discovery" "ca" "injector" -}}
+{{- if or (eq (include "flotilla.revisioned" $name) "true") (index $.Values $name).enabled -}}
+{{- $out = append $out $name -}}
+{{- end -}}
+{{- end -}}
+{{ toJson $out }}
+{{- end }}
+
+{{/* A service's objects' name (its Deployment, ServiceAccount, Service):
+     flotilla-<name>, and -<revision> for a revisioned service of a
+     revision other than the default (internal/controlplane.Name).
+     Called with (dict "root" $ "name" "discovery"). */}}
+{{- define "flotilla.fullname" -}}
+{{- $rev := include "flotilla.revision" .root -}}
+flotilla-{{ .name }}{{ if and (eq (include "flotilla.revisioned" .name) "true") (ne $rev "default") }}-{{ $rev }}{{ end }}
+{{- end }}
+
+{{/* Labels of one service's objects; the selector is the name only.
+     A revisioned service's carry its revision (istio.io/rev), as
+     istiod-<revision>'s do. */}}
 {{- define "flotilla.serviceLabels" -}}
 {{ include "flotilla.labels" .root }}
 app.kubernetes.io/name: flotilla-{{ .name }}
 app.kubernetes.io/component: {{ .name }}
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{- if eq (include "flotilla.revisioned" .name) "true" }}
+istio.io/rev: {{ include "flotilla.revision" .root }}
+{{- end }}
 {{- end }}
 
 {{- define "flotilla.selector" -}}
@@ -29,9 +69,10 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- if $reg }}{{ printf "%s/%s:%s" $reg $repo $tag }}{{ else }}{{ printf "%s:%s" $repo $tag }}{{ end -}}
 {{- end }}
 
-{{/* Service address inside the cluster. */}}
+{{/* Service address inside the cluster (this release's revision's, for
+     a revisioned service). */}}
 {{- define "flotilla.address" -}}
-flotilla-{{ .name }}.{{ .root.Release.Namespace }}.svc:{{ .port }}
+{{ include "flotilla.fullname" . }}.{{ .root.Release.Namespace }}.svc:{{ .port }}
 {{- end }}
 
 {{/* The pod template parts every service shares: scheduling, security,
@@ -228,7 +269,7 @@ which leaves room for what the runtime does not count; env may set one. */}}
 
 {{/* PodDisruptionBudget and HorizontalPodAutoscaler of a service. */}}
 {{- define "flotilla.scaling" -}}
-{{ include "flotilla.budgetAndAutoscaler" (dict "root" .root "v" (index .root.Values .name) "key" .name "object" (printf "flotilla-%s" .name) "labels" (include "flotilla.serviceLabels" .) "selector" (fromYaml (include "flotilla.selector" .))) }}
+{{ include "flotilla.budgetAndAutoscaler" (dict "root" .root "v" (index .root.Values .name) "key" .name "object" (include "flotilla.fullname" .) "labels" (include "flotilla.serviceLabels" .) "selector" (fromYaml (include "flotilla.selector" .))) }}
 {{- end }}
 
 {{/* PodDisruptionBudget and HorizontalPodAutoscaler of a Deployment.
@@ -308,9 +349,11 @@ spec:
 {{- end -}}
 {{- end }}
 
-{{/* The injection webhook configuration and ConfigMap, per revision. */}}
+{{/* The injection webhook configuration and ConfigMap, per revision
+     (internal/inject.RevisionName). */}}
 {{- define "flotilla.injectorWebhookName" -}}
-{{- if eq .Values.injector.revision "default" }}flotilla-sidecar-injector{{ else }}flotilla-sidecar-injector-{{ .Values.injector.revision }}{{ end -}}
+{{- $rev := include "flotilla.revision" . -}}
+flotilla-sidecar-injector{{ if ne $rev "default" }}-{{ $rev }}{{ end -}}
 {{- end }}
 {{- define "flotilla.injectionConfigMap" -}}
 {{ include "flotilla.injectorWebhookName" . }}

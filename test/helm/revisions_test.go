@@ -1,0 +1,319 @@
+package helm_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+// TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces
+// installs the chart twice into one namespace of the real apiserver, as
+// an Istio canary upgrade does: release flotilla (the default revision,
+// with galley and ca) and release flotilla-canary (revision=canary,
+// galley.enabled=false, ca.enabled=false). No object of one is the
+// other's, and the apiserver accepts both. galley and each revision's
+// injector then run as processes with the chart's settings (the apiserver
+// reaches them through the chart's webhook configurations, pointed at
+// loopback: there is no Service routing here); pods of a namespace
+// labelled istio-injection=enabled get the default revision's sidecar,
+// those of one labelled istio.io/rev=canary the canary's, each pointed at
+// its revision's discovery; relabelling a namespace moves its new pods.
+func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	helm, dir := chart(t)
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := env.CreateNamespace(ctx, "revisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renderRelease := func(release string, args ...string) []*unstructured.Unstructured {
+		t.Helper()
+		out, err := helmRun(t, helm, append([]string{"template", release, dir, "-n", ns}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := decode(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	stable := renderRelease("flotilla")
+	canary := renderRelease("flotilla-canary", "--set", "revision=canary", "--set", "galley.enabled=false", "--set", "ca.enabled=false")
+
+	// Side by side: no object is both releases'.
+	key := func(o *unstructured.Unstructured) string {
+		return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+	}
+	stableKeys := map[string]bool{}
+	for _, o := range stable {
+		stableKeys[key(o)] = true
+	}
+	var canaryDeployments []string
+	for _, o := range canary {
+		if stableKeys[key(o)] {
+			t.Errorf("%s is in both releases", key(o))
+		}
+		if o.GetKind() == "Deployment" {
+			canaryDeployments = append(canaryDeployments, o.GetName())
+		}
+	}
+	if slices.Sort(canaryDeployments); !slices.Equal(canaryDeployments, []string{"flotilla-discovery-canary", "flotilla-injector-canary"}) {
+		t.Fatalf("the canary release's Deployments: %v, want its discovery and injector only", canaryDeployments)
+	}
+
+	// Both into the apiserver; the webhook configurations are removed at
+	// the end (cluster-wide, failing closed).
+	rs := newResources(t)
+	for _, o := range append(slices.Clone(stable), canary...) {
+		ri, _ := rs.of(t, o, ns)
+		if _, err := ri.Create(ctx, o, metav1.CreateOptions{FieldManager: "helm"}); err != nil {
+			t.Fatalf("the apiserver refused %s: %v", key(o), err)
+		}
+		if k := o.GetKind(); k == "MutatingWebhookConfiguration" || k == "ValidatingWebhookConfiguration" {
+			name := o.GetName()
+			t.Cleanup(func() {
+				if err := ri.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+					t.Errorf("deleting %s %s: %v", k, name, err)
+				}
+			})
+		}
+	}
+
+	// Each revision's accounts may do what their revision needs, and not
+	// the other revision's.
+	for _, c := range []struct {
+		sa, verb, group, resource, name string
+		allowed                         bool
+	}{
+		{"flotilla-injector-canary", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "flotilla-sidecar-injector-canary", true},
+		{"flotilla-injector-canary", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "flotilla-sidecar-injector", false},
+		{"flotilla-injector", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "flotilla-sidecar-injector-canary", false},
+		{"flotilla-discovery-canary", "list", "", "pods", "", false},
+		{"flotilla-discovery-canary", "get", "", "configmaps", "istio", false},
+	} {
+		sar, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + ns + ":" + c.sa,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: c.verb, Group: c.group, Resource: c.resource, Namespace: ns, Name: c.name},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != c.allowed {
+			t.Errorf("%s may %s %s %s: %v, want %v", c.sa, c.verb, c.resource, c.name, sar.Status.Allowed, c.allowed)
+		}
+	}
+
+	// The processes, with the chart's arguments for what the test does
+	// not replace (addresses, certificates: ca's are files here).
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	mcpAddr, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
+	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr,
+		"--admin-address", galleyAdmin, "--system-namespace", ns)
+	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
+	pki, err := testpki.NewCA("injectors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := pki.Issue(testpki.Request{CommonName: "injector", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certDir := t.TempDir()
+	cert, keyFile, err := leaf.WriteFiles(certDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(certDir, "bundle.pem")
+	if err := os.WriteFile(bundle, pki.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hooks := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	injectors := map[string]*proc.Process{}
+	for _, rev := range []string{"default", "canary"} {
+		objs, config := stable, "flotilla-sidecar-injector"
+		if rev == "canary" {
+			objs, config = canary, "flotilla-sidecar-injector-canary"
+		}
+		if got := injectorArg(t, objs, "--revision="); got != rev {
+			t.Fatalf("the %s release's injector runs --revision=%s", rev, got)
+		}
+		if got := injectorArg(t, objs, "--webhook-config="); got != config {
+			t.Fatalf("the %s release's injector keeps the caBundle of %s", rev, got)
+		}
+		hook, admin := proc.FreeAddr(t), proc.FreeAddr(t)
+		// No --webhook-config: the revision's own is the default. Its
+		// leader (a Lease per revision) writes the caBundle.
+		injectors[rev] = proc.Start(t, "injector-"+rev, filepath.Join(binDir, "flotilla-injector"), "--revision", rev,
+			"--galley-address", mcpAddr, "--admin-address", admin, "--webhook-address", hook, "--system-namespace", ns,
+			"--webhook-tls-cert-file", cert, "--webhook-tls-key-file", keyFile, "--kubeconfig", kubeconfig, "--ca-bundle-file", bundle)
+		proc.WaitReady(t, "http://"+admin+"/readyz")
+		// The chart's configuration, its Service reference pointed at the
+		// process.
+		c, err := hooks.Get(ctx, config, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := "https://" + hook + "/inject"
+		for i := range c.Webhooks {
+			c.Webhooks[i].ClientConfig.Service, c.Webhooks[i].ClientConfig.URL = nil, &url
+		}
+		if _, err := hooks.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, config := range []string{"flotilla-sidecar-injector", "flotilla-sidecar-injector-canary"} {
+		xdstest.Eventually(t, config+"'s caBundle from its revision's injector", func() bool {
+			c, err := hooks.Get(ctx, config, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			for _, w := range c.Webhooks {
+				if string(w.ClientConfig.CABundle) != string(pki.CertPEM) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	// The applications' namespaces.
+	stableApp := labelledNamespace(t, ctx, "shop", map[string]string{"istio-injection": "enabled"})
+	canaryApp := labelledNamespace(t, ctx, "cart", map[string]string{"istio.io/rev": "canary"})
+	plain := labelledNamespace(t, ctx, "plain", nil)
+	discovery := func(rev string) string {
+		if rev == "default" {
+			return "flotilla-discovery." + ns + ".svc:15012"
+		}
+		return "flotilla-discovery-" + rev + "." + ns + ".svc:15012"
+	}
+	// injected creates a pod (dry run: nothing runs here) and says which
+	// revision injected it and which discovery its proxy dials: "" when
+	// none did.
+	injected := func(namespace string, labels map[string]string) (rev, dials string) {
+		t.Helper()
+		p, err := env.Client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("creating a pod in %s: %v", namespace, err)
+		}
+		for _, c := range p.Spec.Containers {
+			if c.Name != "istio-proxy" {
+				continue
+			}
+			for _, e := range c.Env {
+				if e.Name == "DISCOVERY_ADDRESS" {
+					dials = e.Value
+				}
+			}
+		}
+		return p.Annotations["istio.io/rev"], dials
+	}
+	expect := func(what, namespace string, labels map[string]string, rev string) {
+		t.Helper()
+		var got, dials string
+		xdstest.Eventually(t, what, func() bool {
+			got, dials = injected(namespace, labels)
+			return got == rev && (rev == "" || dials == discovery(rev))
+		})
+		t.Logf("%s: revision %q, dials %q", what, got, dials)
+	}
+	expect("a pod of the istio-injection=enabled namespace", stableApp, nil, "default")
+	expect("a pod of the istio.io/rev=canary namespace", canaryApp, nil, "canary")
+	expect("a pod labelled istio.io/rev=canary in an unlabelled namespace", plain, map[string]string{"istio.io/rev": "canary"}, "canary")
+	expect("a pod labelled sidecar.istio.io/inject=true in an unlabelled namespace", plain, map[string]string{"sidecar.istio.io/inject": "true"}, "default")
+	expect("a pod of an unlabelled namespace", plain, nil, "")
+	expect("a pod opting out in the canary namespace", canaryApp, map[string]string{"sidecar.istio.io/inject": "false"}, "")
+
+	// The canary upgrade: the stable namespace moves to canary by
+	// relabelling (istio-injection would win over istio.io/rev, so it
+	// goes), and the canary one back to the default revision.
+	relabel(t, ctx, stableApp, map[string]string{"istio.io/rev": "canary"}, "istio-injection")
+	relabel(t, ctx, canaryApp, map[string]string{"istio.io/rev": "default"})
+	expect("a new pod of the namespace moved to canary", stableApp, nil, "canary")
+	expect("a new pod of the namespace moved back", canaryApp, nil, "default")
+
+	for rev, p := range injectors {
+		if p.Out.Count("msg=injected") == 0 {
+			t.Errorf("revision %s's injector logged no injection", rev)
+		}
+	}
+}
+
+// injectorArg is the value of the injector Deployment's argument with
+// prefix, among objs.
+func injectorArg(t *testing.T, objs []*unstructured.Unstructured, prefix string) string {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" || o.GetLabels()["app.kubernetes.io/component"] != "injector" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		c, _ := containers[0].(map[string]any)
+		args, _, _ := unstructured.NestedStringSlice(c, "args")
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, prefix); ok {
+				return v
+			}
+		}
+	}
+	t.Fatalf("no injector Deployment with %s", prefix)
+	return ""
+}
+
+// labelledNamespace creates a namespace with labels.
+func labelledNamespace(t *testing.T, ctx context.Context, prefix string, labels map[string]string) string {
+	t.Helper()
+	name, err := env.CreateNamespace(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relabel(t, ctx, name, labels)
+	return name
+}
+
+// relabel sets labels on a namespace and removes the ones named in drop.
+func relabel(t *testing.T, ctx context.Context, name string, labels map[string]string, drop ...string) {
+	t.Helper()
+	n, err := env.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	for k, v := range labels {
+		n.Labels[k] = v
+	}
+	for _, k := range drop {
+		delete(n.Labels, k)
+	}
+	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(fmt.Errorf("labelling namespace %s: %w", name, err))
+	}
+}
