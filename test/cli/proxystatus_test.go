@@ -284,7 +284,7 @@ func TestProxyStatusShowsEveryProxyOnEveryReplicaAndWhatItTook(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "discovery "+r2.xds) || line(out, "client-1.default") == "" {
 		t.Fatalf("with r2 down: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
-	if code, out, _ := flotilla(t, ctxFile, "version"); code != 1 || !strings.Contains(out, "discovery version: "+build.Version+" (replica r1 at "+r1.xds+")") || !strings.Contains(out, "proxies at 1.27.3: ") {
+	if code, out, _ := flotilla(t, ctxFile, "version"); code != 1 || !strings.Contains(out, "discovery version: "+build.Version+" (replica r1 of revision default at "+r1.xds+")") || !strings.Contains(out, "proxies at 1.27.3: ") {
 		t.Fatalf("version with r2 down: %d %s", code, out)
 	}
 }
