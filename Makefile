@@ -30,7 +30,7 @@ IMAGE_TAG ?= $(VERSION)
 APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/flotilla/Chart.yaml)
 IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo flotilla
 
-.PHONY: images proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
+.PHONY: images observability-image proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -50,13 +50,24 @@ build: ## build every binary into bin/ (static, version stamped)
 	@CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/devrun ./internal/cmd/devrun
 	@echo "built"
 
-images: build ## container images FROM scratch (deploy/images/Dockerfile), tagged :$(IMAGE_TAG), :$(APP_VERSION) (the chart's appVersion) and :latest; needs only a Docker engine
-	@for b in $(IMAGES); do \
-	  ctx=$(BIN)/images/$$b; rm -rf $$ctx; mkdir -p $$ctx/state/ca $$ctx/state/roots $$ctx/state/identity $$ctx/state/identity-key $$ctx/state/pod; cp $(BIN)/$$b $$ctx/; \
+# The image of binary $$b of bin/ (a shell variable where it is used).
+IMAGE_BUILD = ctx=$(BIN)/images/$$b; rm -rf $$ctx; mkdir -p $$ctx/state/ca $$ctx/state/roots $$ctx/state/identity $$ctx/state/identity-key $$ctx/state/pod; cp $(BIN)/$$b $$ctx/; \
 	  sed "s/@BINARY@/$$b/g" deploy/images/Dockerfile > $$ctx/Dockerfile; \
 	  out=$$(docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) -t $$b:$(IMAGE_TAG) -t $$b:$(APP_VERSION) -t $$b:latest $$ctx 2>&1) || { echo "$$out"; exit 1; }; \
-	  echo "$$b:$(IMAGE_TAG)"; \
+	  echo "$$b:$(IMAGE_TAG)"
+
+images: build ## container images FROM scratch (deploy/images/Dockerfile), tagged :$(IMAGE_TAG), :$(APP_VERSION) (the chart's appVersion) and :latest; needs only a Docker engine
+	@for b in $(IMAGES); do \
+	  $(IMAGE_BUILD) || exit 1; \
 	done
+
+observability-image: $(BIN)/flotilla-otelcol ## the trace backend of compose's observability profile: flotilla-otelcol, an OpenTelemetry Collector (built from its Go modules, tools/otelcol) that prints the traces it receives
+	@b=flotilla-otelcol; $(IMAGE_BUILD)
+
+$(BIN)/flotilla-otelcol: tools/otelcol/go.mod tools/otelcol/main.go
+	@mkdir -p $(BIN)
+	@echo "building flotilla-otelcol, the OpenTelemetry Collector of compose's observability profile (the first build takes about 3 minutes)"
+	cd tools/otelcol && GOWORK=off CGO_ENABLED=0 go build -trimpath -o $(BIN)/flotilla-otelcol .
 
 proxy-image: build ## the sidecar image flotilla-proxy (deploy/images/Dockerfile.proxy): Envoy from ENVOY_IMAGE=<an upstream Envoy image> plus flotilla-agent; not built in CI (Envoy cannot be pulled there)
 	@test -n "$(ENVOY_IMAGE)" || { echo "ENVOY_IMAGE must name an upstream Envoy image, e.g. make proxy-image ENVOY_IMAGE=envoyproxy/envoy:distroless-v1.36.2"; exit 2; }
@@ -125,7 +136,7 @@ check-generate: generate ## fail if generated code differs from what is committe
 tidy: ## go work sync and go mod tidy in every module
 	go work sync
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
-	@for m in tools tools/buf tools/lint tools/kube tools/helm tools/prometheus; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
+	@for m in tools tools/buf tools/lint tools/kube tools/helm tools/prometheus tools/otelcol; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
 tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint $(TOOLS)/helm $(TOOLS)/prometheus ## install the pinned tools into bin/tools
 

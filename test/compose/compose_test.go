@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,16 +103,20 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if out, err := exec.Command("make", "-C", root, "images").CombinedOutput(); err != nil {
-		t.Fatalf("make images: %v\n%s", err, out)
+	if out, err := exec.Command("make", "-C", root, "images", "observability-image").CombinedOutput(); err != nil {
+		t.Fatalf("make images observability-image: %v\n%s", err, out)
 	}
-	t.Logf("make images took %s", time.Since(start).Round(time.Second))
+	t.Logf("make images observability-image took %s", time.Since(start).Round(time.Second))
 
 	examples := t.TempDir()
 	if err := os.CopyFS(examples, os.DirFS(filepath.Join(root, "deploy", "compose", "examples"))); err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{t: t, root: root, cmd: cmd, project: fmt.Sprintf("flotillae2e%d", os.Getpid()), env: []string{"FLOTILLA_EXAMPLES=" + examples}}
+	s := &stack{t: t, root: root, cmd: cmd, project: fmt.Sprintf("flotillae2e%d", os.Getpid()), env: []string{
+		"FLOTILLA_EXAMPLES=" + examples,
+		// The observability profile, as its comment says to start it.
+		"COMPOSE_PROFILES=observability", "FLOTILLA_OTLP_ENDPOINT=otel-collector:4317",
+	}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := s.run("logs", "--no-color")
@@ -124,7 +129,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	start = time.Now()
 	s.must("up", "-d")
 	ps := s.must("ps")
-	for _, svc := range []string{"identity", "identity-demo", "galley", "ca", "discovery", "injector", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "intruder-agent"} {
+	for _, svc := range []string{"identity", "identity-demo", "galley", "ca", "discovery", "injector", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "intruder-agent", "otel-collector"} {
 		if !strings.Contains(ps, svc) {
 			t.Fatalf("compose ps lacks %s:\n%s", svc, ps)
 		}
@@ -213,6 +218,19 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	s.waitSplit(seen, 2, share(0, 0))
 	t.Logf("an edit of greeter.yaml (0/100) reached the client within %s", time.Since(start).Round(time.Second))
 
+	// The edit as the Collector printed it: one trace holding galley's
+	// change, a push of each discovery replica to the proxies, and the
+	// ACKs of the two clients (client, intruder), whose routes changed
+	// (the greeters' server-side configuration did not: their pushes send
+	// nothing to acknowledge).
+	var trace []string
+	xdstest.Eventually(t, "the edit's trace in the Collector's log", func() bool {
+		trace = editTrace(s.must("logs", "--no-color", "otel-collector"))
+		count := func(name string) int { return len(slices.DeleteFunc(slices.Clone(trace), func(n string) bool { return n != name })) }
+		return count("files.change") == 1 && count("discovery.push") == 2 && count("proxy.push") >= 2 && count("proxy.ack") >= 2
+	})
+	t.Logf("the Collector printed the edit's trace: %d spans (%s)", len(trace), strings.Join(trace, ", "))
+
 	// Lose each discovery replica in turn (each is started again before
 	// the next goes): no call fails, and a change still arrives, through
 	// the replica left.
@@ -296,4 +314,54 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 			}
 		}
 	}
+}
+
+// editTrace reads the Collector's debug exporter log (verbosity detailed)
+// and returns the names of the spans of the last trace holding a
+// files.change span (galley's scan of an edit), in the order printed.
+func editTrace(log string) []string {
+	type span struct{ trace, name string }
+	var spans []span
+	for _, block := range strings.Split(log, "Span #")[1:] {
+		var sp span
+		for _, l := range strings.Split(block, "\n") {
+			k, v, ok := strings.Cut(l, ":")
+			if !ok {
+				continue
+			}
+			switch strings.TrimSpace(lastField(k)) {
+			case "ID":
+				if strings.Contains(k, "Trace ID") {
+					sp.trace = strings.TrimSpace(v)
+				}
+			case "Name":
+				if sp.name == "" {
+					sp.name = strings.TrimSpace(v)
+				}
+			}
+		}
+		spans = append(spans, sp)
+	}
+	last := ""
+	for _, sp := range spans {
+		if sp.name == "files.change" {
+			last = sp.trace
+		}
+	}
+	var names []string
+	for _, sp := range spans {
+		if last != "" && sp.trace == last {
+			names = append(names, sp.name)
+		}
+	}
+	return names
+}
+
+// lastField is the last word of a log line's key ("Trace ID" → "ID").
+func lastField(k string) string {
+	f := strings.Fields(k)
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
 }
