@@ -226,7 +226,9 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	var trace []string
 	xdstest.Eventually(t, "the edit's trace in the Collector's log", func() bool {
 		trace = editTrace(s.must("logs", "--no-color", "otel-collector"))
-		count := func(name string) int { return len(slices.DeleteFunc(slices.Clone(trace), func(n string) bool { return n != name })) }
+		count := func(name string) int {
+			return len(slices.DeleteFunc(slices.Clone(trace), func(n string) bool { return n != name }))
+		}
 		return count("files.change") == 1 && count("discovery.push") == 2 && count("proxy.push") >= 2 && count("proxy.ack") >= 2
 	})
 	t.Logf("the Collector printed the edit's trace: %d spans (%s)", len(trace), strings.Join(trace, ", "))
