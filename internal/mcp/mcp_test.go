@@ -1002,7 +1002,8 @@ func TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange(t *testing.T
 		defer mu.Unlock()
 		return published["default/reviews"]
 	}
-	subscribed := func() int64 {
+	// metric is the client's metric of that name, collected now.
+	metric := func(name string) metricdata.Aggregation {
 		t.Helper()
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -1010,31 +1011,29 @@ func TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange(t *testing.T
 		}
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
-				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "flotilla.mcp.client.subscribed" && len(g.DataPoints) == 1 {
-					return g.DataPoints[0].Value
+				if m.Name == name {
+					return m.Data
 				}
 			}
+		}
+		return nil
+	}
+	subscribed := func() int64 {
+		t.Helper()
+		if g, ok := metric("flotilla.mcp.client.subscribed").(metricdata.Gauge[int64]); ok && len(g.DataPoints) == 1 {
+			return g.DataPoints[0].Value
 		}
 		t.Fatal("no flotilla.mcp.client.subscribed")
 		return -1
 	}
 	lags := func() (n uint64) {
 		t.Helper()
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "flotilla.mcp.client.lag" {
-					for _, dp := range h.DataPoints {
-						if v, _ := dp.Attributes.Value("type_url"); v.AsString() != vsType {
-							t.Errorf("lag recorded for %v", dp.Attributes)
-						}
-						n += dp.Count
-					}
-				}
+		h, _ := metric("flotilla.mcp.client.lag").(metricdata.Histogram[float64])
+		for _, dp := range h.DataPoints {
+			if v, _ := dp.Attributes.Value("type_url"); v.AsString() != vsType {
+				t.Errorf("lag recorded for %v", dp.Attributes)
 			}
+			n += dp.Count
 		}
 		return n
 	}

@@ -344,7 +344,13 @@ func hasArg(pod map[string]any, arg string) bool {
 // objects.
 func render(t *testing.T, helm, dir, ns string, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := helmRun(t, helm, append([]string{"template", "flotilla", dir, "-n", ns}, args...)...)
+	return renderRelease(t, helm, dir, "flotilla", ns, args...)
+}
+
+// renderRelease is render of a release of another name.
+func renderRelease(t *testing.T, helm, dir, release, ns string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := helmRun(t, helm, append([]string{"template", release, dir, "-n", ns}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

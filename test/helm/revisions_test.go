@@ -45,20 +45,8 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	renderRelease := func(release string, args ...string) []*unstructured.Unstructured {
-		t.Helper()
-		out, err := helmRun(t, helm, append([]string{"template", release, dir, "-n", ns}, args...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := decode(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return objs
-	}
-	stable := renderRelease("flotilla")
-	canary := renderRelease("flotilla-canary", "--set", "revision=canary", "--set", "galley.enabled=false", "--set", "ca.enabled=false")
+	stable := renderRelease(t, helm, dir, "flotilla", ns)
+	canary := renderRelease(t, helm, dir, "flotilla-canary", ns, "--set", "revision=canary", "--set", "galley.enabled=false", "--set", "ca.enabled=false")
 
 	// Side by side: no object is both releases'.
 	key := func(o *unstructured.Unstructured) string {
