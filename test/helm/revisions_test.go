@@ -153,14 +153,9 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 			t.Fatalf("the %s release's injector keeps the caBundle of %s", rev, got)
 		}
 		hook, admin := proc.FreeAddr(t), proc.FreeAddr(t)
-		// No --webhook-config: the revision's own is the default. Its
-		// leader (a Lease per revision) writes the caBundle.
-		injectors[rev] = proc.Start(t, "injector-"+rev, filepath.Join(binDir, "flotilla-injector"), "--revision", rev,
-			"--galley-address", mcpAddr, "--admin-address", admin, "--webhook-address", hook, "--system-namespace", ns,
-			"--webhook-tls-cert-file", cert, "--webhook-tls-key-file", keyFile, "--kubeconfig", kubeconfig, "--ca-bundle-file", bundle)
-		proc.WaitReady(t, "http://"+admin+"/readyz")
 		// The chart's configuration, its Service reference pointed at the
-		// process.
+		// process: before the process starts, whose leader then patches
+		// the caBundle (updating it at the same time would conflict).
 		c, err := hooks.Get(ctx, config, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -172,6 +167,12 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 		if _, err := hooks.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// No --webhook-config: the revision's own is the default. Its
+		// leader (a Lease per revision) writes the caBundle.
+		injectors[rev] = proc.Start(t, "injector-"+rev, filepath.Join(binDir, "flotilla-injector"), "--revision", rev,
+			"--galley-address", mcpAddr, "--admin-address", admin, "--webhook-address", hook, "--system-namespace", ns,
+			"--webhook-tls-cert-file", cert, "--webhook-tls-key-file", keyFile, "--kubeconfig", kubeconfig, "--ca-bundle-file", bundle)
+		proc.WaitReady(t, "http://"+admin+"/readyz")
 	}
 	for _, config := range []string{"flotilla-sidecar-injector", "flotilla-sidecar-injector-canary"} {
 		xdstest.Eventually(t, config+"'s caBundle from its revision's injector", func() bool {
