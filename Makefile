@@ -158,11 +158,20 @@ $(TOOLS)/prometheus: tools/prometheus/go.mod
 $(TOOLS)/golangci-lint: tools/lint/go.mod
 	cd tools/lint && GOWORK=off GOBIN=$(TOOLS) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
-kube-assets: $(TOOLS)/kube-apiserver $(TOOLS)/etcd ## build the test kube-apiserver and etcd (first build: minutes)
+KUBE_ASSETS := $(TOOLS)/kube-apiserver $(TOOLS)/etcd $(TOOLS)/kube-controller-manager $(TOOLS)/kube-scheduler $(TOOLS)/kwok $(TOOLS)/kwok.yaml
 
-$(TOOLS)/kube-apiserver $(TOOLS)/etcd &: tools/kube/go.mod tools/kube/cmd/etcd/main.go
-	@echo "building kube-apiserver and etcd for tests (the first build takes several minutes)"
-	cd tools/kube && GOWORK=off CGO_ENABLED=0 go build -o $(TOOLS)/ k8s.io/kubernetes/cmd/kube-apiserver ./cmd/etcd
+kube-assets: $(KUBE_ASSETS) ## build the tests' cluster: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok (first build: minutes)
+
+# kwok.yaml: kwok's own stages for its simulated nodes and pods (the "fast"
+# ones: nodes Ready and pods Running and Ready at once, deletions finished),
+# taken from the pinned module.
+$(KUBE_ASSETS) &: tools/kube/go.mod tools/kube/cmd/etcd/main.go
+	@echo "building kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok for tests (the first build takes several minutes)"
+	cd tools/kube && GOWORK=off CGO_ENABLED=0 go build -o $(TOOLS)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kwok/cmd/kwok ./cmd/etcd
+	cd tools/kube && kwok=$$(GOWORK=off go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
+		for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do \
+			echo "---"; cat $$kwok/kustomize/stage/$$f.yaml; done > $(TOOLS)/kwok.yaml
 
 clean: ## remove built binaries and tools
 	rm -rf $(BIN)

@@ -60,7 +60,9 @@ func (e *Env) CreateNamespace(ctx context.Context, prefix string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("create namespace %s-*: %w", prefix, err)
 	}
-	if err := e.CreateServiceAccount(ctx, ns.Name, "default"); err != nil {
+	// In a cluster the controller manager creates it too: whichever is
+	// first.
+	if err := e.CreateServiceAccount(ctx, ns.Name, "default"); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
 	return ns.Name, nil

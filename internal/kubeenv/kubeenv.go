@@ -5,6 +5,13 @@
 // apiserver lacks (no controller-manager runs): namespaces with their
 // default ServiceAccount, CRDs waited to Established, ServiceAccount tokens.
 //
+// With Options.Cluster it runs a whole cluster instead: kube-controller-manager,
+// kube-scheduler and kwok's simulated nodes as child processes too, so
+// Deployments become Ready pods with IPs and the real controllers publish
+// their EndpointSlices. RunInNetworkNamespace gives a test binary a network
+// namespace where the pods' addresses are local, so a process can serve at
+// a pod's IP and the apiserver reach it there.
+//
 // The apiserver is quiet unless Options.Verbose, FLOTILLA_KUBEENV_VERBOSE=1 or
 // the test flag -kubeenv.verbose (see RunTests) is set; its log is kept in the environment's directory and its tail is
 // included in start-up errors.
@@ -53,8 +60,12 @@ type Options struct {
 	BinDir string
 	// Verbose streams the servers' logs to stderr.
 	Verbose bool
-	// StartTimeout bounds the wait for the apiserver to become ready. Default 90s.
+	// StartTimeout bounds the wait for the apiserver (and the cluster's
+	// nodes) to become ready. Default 90s.
 	StartTimeout time.Duration
+	// Cluster, when set, runs the rest of a cluster too: the controller
+	// manager, the scheduler and kwok's simulated nodes.
+	Cluster *ClusterOptions
 }
 
 // Env is a running apiserver with its etcd.
@@ -66,9 +77,12 @@ type Env struct {
 	// CA is the authority that signed the apiserver's serving certificate.
 	CA *testpki.CA
 
-	dir       string
-	etcd      *process
-	apiserver *process
+	dir               string
+	etcd              *process
+	apiserver         *process
+	controllerManager *process
+	scheduler         *process
+	kwok              *process
 }
 
 // Start launches etcd and kube-apiserver on free loopback ports and waits
@@ -80,7 +94,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if os.Getenv(VerboseEnv) == "1" {
 		o.Verbose = true
 	}
-	bin, err := binDir(o.BinDir)
+	bin, err := binDir(o.BinDir, o.Cluster != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +135,12 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Cluster != nil {
+		// Webhooks and aggregated APIs reached at their Services'
+		// endpoints (the pods' IPs), not their cluster IPs: there is no
+		// kube-proxy to route those.
+		args = append(args, "--enable-aggregator-routing=true")
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -145,6 +165,11 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	}
 	if e.Client, err = kubernetes.NewForConfig(e.Config); err != nil {
 		return nil, fmt.Errorf("clientset: %w", err)
+	}
+	if o.Cluster != nil {
+		if err := e.startCluster(ctx, bin, o.Cluster, o.Verbose); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
@@ -223,9 +248,14 @@ func (e *Env) prepareAPIServer(etcdURL string) (args []string, token string, err
 	return args, token, nil
 }
 
-// Stop ends both servers and removes the scratch directory.
+// Stop ends every server it started and removes the scratch directory.
 func (e *Env) Stop() error {
 	var errs []error
+	for _, p := range []*process{e.kwok, e.scheduler, e.controllerManager} {
+		if p != nil {
+			errs = append(errs, p.stop())
+		}
+	}
 	if e.apiserver != nil {
 		errs = append(errs, e.apiserver.stop())
 	}
@@ -241,7 +271,7 @@ func (e *Env) Stop() error {
 // Dir is a scratch directory removed by Stop.
 func (e *Env) Dir() string { return e.dir }
 
-func binDir(dir string) (string, error) {
+func binDir(dir string, cluster bool) (string, error) {
 	if dir == "" {
 		dir = os.Getenv(AssetsEnv)
 	}
@@ -252,7 +282,11 @@ func binDir(dir string) (string, error) {
 		}
 		dir = filepath.Join(root, "bin", "tools")
 	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
+	need := []string{"kube-apiserver", "etcd"}
+	if cluster {
+		need = append(need, clusterBinaries...)
+	}
+	for _, b := range need {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return "", fmt.Errorf("%s not found in %s (run `make kube-assets`, or set %s): %w", b, dir, AssetsEnv, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,7 +30,9 @@ import (
 var env *Env
 
 func TestMain(m *testing.M) {
-	os.Exit(RunTests(m, &env, Options{}))
+	// In a network namespace of the tests' own, where the cluster's pod
+	// IPs are local (the cluster test serves a webhook at them).
+	os.Exit(RunInNetworkNamespace(func() int { return RunTests(m, &env, Options{}) }))
 }
 
 var vsGVR = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}
@@ -366,5 +369,16 @@ func TestStartFailsClearlyWithoutTheBinaries(t *testing.T) {
 	_, err := Start(context.Background(), Options{BinDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "make kube-assets") {
 		t.Fatalf("err = %v, want a pointer to make kube-assets", err)
+	}
+	// A cluster needs more: the first one missing is named.
+	dir := t.TempDir()
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if err := os.WriteFile(filepath.Join(dir, b), nil, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = Start(context.Background(), Options{BinDir: dir, Cluster: &ClusterOptions{}})
+	if err == nil || !strings.Contains(err.Error(), "kube-controller-manager not found") || !strings.Contains(err.Error(), "make kube-assets") {
+		t.Fatalf("err = %v, want kube-controller-manager named and a pointer to make kube-assets", err)
 	}
 }

@@ -24,11 +24,33 @@ import (
 // bundle.
 func ServeWebhook(tb testing.TB, h http.Handler, path string) admregv1.WebhookClientConfig {
 	tb.Helper()
+	addrs, caBundle := serveWebhook(tb, h, testpki.Request{CommonName: "webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}, "127.0.0.1:0")
+	url := "https://" + addrs[0] + path
+	return admregv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
+}
+
+// ServeServiceWebhook serves h as the webhook behind Service
+// namespace/name, as its pods would: at each of addrs (the pods'
+// IP:targetPort, local in RunInNetworkNamespace), with a certificate for
+// the Service's DNS name, until the test ends. It returns the CA bundle
+// for a webhook configuration that names the Service; the apiserver
+// (Options.Cluster) reaches one of its endpoints.
+func ServeServiceWebhook(tb testing.TB, h http.Handler, namespace, name string, addrs ...string) []byte {
+	tb.Helper()
+	host := name + "." + namespace + ".svc"
+	_, caBundle := serveWebhook(tb, h, testpki.Request{CommonName: host, DNSNames: []string{host, host + ".cluster.local"}}, addrs...)
+	return caBundle
+}
+
+// serveWebhook serves h with a certificate for req at every address and
+// returns the addresses listened on and the CA bundle.
+func serveWebhook(tb testing.TB, h http.Handler, req testpki.Request, addrs ...string) ([]string, []byte) {
+	tb.Helper()
 	ca, err := testpki.NewCA("webhook CA " + tb.Name())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	leaf, err := ca.Issue(testpki.Request{CommonName: "webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	leaf, err := ca.Issue(req)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -36,22 +58,25 @@ func ServeWebhook(tb testing.TB, h http.Handler, path string) admregv1.WebhookCl
 	if err != nil {
 		tb.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	go func() { done <- admission.Serve(ctx, slog.New(slog.DiscardHandler), lis, tlsCfg, h, 5*time.Second) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Error(err)
+	var bound []string
+	for _, addr := range addrs {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			tb.Fatal(err)
 		}
-	})
-	url := "https://" + lis.Addr().String() + path
-	return admregv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
+		bound = append(bound, lis.Addr().String())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- admission.Serve(ctx, slog.New(slog.DiscardHandler), lis, tlsCfg, h, 5*time.Second) }()
+		tb.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Error(err)
+			}
+		})
+	}
+	return bound, ca.CertPEM
 }
 
 // Webhook is an admission webhook to register with the apiserver, the way

@@ -1,8 +1,15 @@
 //go:build tools
 
-// Package kube pins the kube-apiserver that internal/kubeenv runs for tests.
-// It is its own module so the heavy k8s.io/kubernetes dependency stays out of
-// every service module.
+// Package kube pins the cluster that internal/kubeenv runs for tests:
+// kube-apiserver, kube-controller-manager and kube-scheduler, and kwok's
+// simulated nodes (built against the same Kubernetes modules, so they share
+// one build). It is its own module so the heavy k8s.io/kubernetes dependency
+// stays out of every service module.
 package kube
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "sigs.k8s.io/kwok/cmd/kwok"
+)
