@@ -174,11 +174,13 @@ func queueWait(r *http.Request) time.Duration {
 }
 
 // Serve serves h over TLS on lis until ctx ends, then drains in-flight
-// reviews for up to drain.
+// reviews for up to drain. It serves a copy of tlsConfig (net/http adds
+// its ALPN protocols to the server's config), so one config may serve
+// several listeners at once.
 func Serve(ctx context.Context, log *slog.Logger, lis net.Listener, tlsConfig *tls.Config, h http.Handler, drain time.Duration) error {
 	srv := &http.Server{
 		Handler:           h,
-		TLSConfig:         tlsConfig,
+		TLSConfig:         tlsConfig.Clone(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,

@@ -3,14 +3,18 @@ package admission
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
 	"go.opentelemetry.io/otel/metric/noop"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,5 +88,61 @@ func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
 	}
 	if n := observedBusy.Load(); n != 1 {
 		t.Errorf("the webhook's observer saw %d busy answers, want 1", n)
+	}
+}
+
+// TestOneTLSConfigServesSeveralListenersAtOnce: a webhook listening on
+// several addresses (a pod's IPs) with one certificate answers on each,
+// over HTTP/2 as the apiserver speaks it, and the config it was given is
+// left as it was (net/http adds its ALPN protocols to the copy it serves).
+func TestOneTLSConfigServesSeveralListenersAtOnce(t *testing.T) {
+	ca, err := testpki.NewCA("admission test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(testpki.Request{CommonName: "webhook", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := leaf.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.Proto) })
+	ctx, cancel := context.WithCancel(context.Background())
+	var addrs []string
+	done := make(chan error, 3)
+	for range 3 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, lis.Addr().String())
+		go func() { done <- Serve(ctx, slog.New(slog.DiscardHandler), lis, cfg, h, time.Second) }()
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true,
+	}}
+	for _, addr := range addrs {
+		resp, err := client.Get("https://" + addr + "/") //nolint:noctx // bounded by the client's timeout
+		if err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "HTTP/2.0" {
+			t.Errorf("%s answered over %q, want HTTP/2.0", addr, body)
+		}
+	}
+	client.CloseIdleConnections()
+	cancel()
+	for range addrs {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	if len(cfg.NextProtos) != 0 {
+		t.Errorf("the caller's config was changed: NextProtos %v", cfg.NextProtos)
 	}
 }
