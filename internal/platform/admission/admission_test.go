@@ -14,11 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
 	"go.opentelemetry.io/otel/metric/noop"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/flotilla-mesh/flotilla/internal/testpki"
 )
 
 var metaReview = metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}
