@@ -82,8 +82,8 @@ test: system-deps tools kube-assets check-generate lint check-modules ## everyth
 	go test $(RACE) -count=1 -timeout 20m work
 	@for m in $(STANDALONE); do (cd $$m && GOWORK=off go test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 
-SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables nft:nftables
-system-deps: ## Debian packages the tests need (iptables and nft in network namespaces); installed with apt-get when missing
+SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables nft:nftables unshare:util-linux mount:mount
+system-deps: ## Debian packages the tests need (iptables, nft, unshare and mount for network namespaces); installed with apt-get when missing
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
@@ -158,17 +158,17 @@ $(TOOLS)/prometheus: tools/prometheus/go.mod
 $(TOOLS)/golangci-lint: tools/lint/go.mod
 	cd tools/lint && GOWORK=off GOBIN=$(TOOLS) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
-KUBE_ASSETS := $(TOOLS)/kube-apiserver $(TOOLS)/etcd $(TOOLS)/kube-controller-manager $(TOOLS)/kube-scheduler $(TOOLS)/kwok $(TOOLS)/kwok.yaml
+KUBE_ASSETS := $(TOOLS)/kube-apiserver $(TOOLS)/etcd $(TOOLS)/kube-controller-manager $(TOOLS)/kube-scheduler $(TOOLS)/kube-proxy $(TOOLS)/kwok $(TOOLS)/kwok.yaml
 
-kube-assets: $(KUBE_ASSETS) ## build the tests' cluster: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok (first build: minutes)
+kube-assets: $(KUBE_ASSETS) ## build the tests' cluster: kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kube-proxy and kwok (first build: minutes)
 
 # kwok.yaml: kwok's own stages for its simulated nodes and pods (the "fast"
 # ones: nodes Ready and pods Running and Ready at once, deletions finished),
 # taken from the pinned module.
 $(KUBE_ASSETS) &: tools/kube/go.mod tools/kube/cmd/etcd/main.go
-	@echo "building kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok for tests (the first build takes several minutes)"
+	@echo "building kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kube-proxy and kwok for tests (the first build takes several minutes)"
 	cd tools/kube && GOWORK=off CGO_ENABLED=0 go build -o $(TOOLS)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-		k8s.io/kubernetes/cmd/kube-scheduler sigs.k8s.io/kwok/cmd/kwok ./cmd/etcd
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy sigs.k8s.io/kwok/cmd/kwok ./cmd/etcd
 	cd tools/kube && kwok=$$(GOWORK=off go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
 		for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do \
 			echo "---"; cat $$kwok/kustomize/stage/$$f.yaml; done > $(TOOLS)/kwok.yaml

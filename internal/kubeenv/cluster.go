@@ -21,7 +21,11 @@ import (
 // namespaces, service accounts, the kube-root-ca.crt ConfigMaps, garbage
 // collection), kube-scheduler, and kwok's simulated nodes, which accept
 // the pods scheduled on them, give them IPs and report them Running and
-// Ready, with no container behind them.
+// Ready, with no container behind them. In the namespaces
+// RunInNetworkNamespace makes (and only there: they program the network),
+// kube-proxy (nftables mode) translates cluster IPs to the pods' IPs, and
+// the Services' names (<name>.<namespace>.svc[.cluster.local]) are
+// written into that namespace's /etc/hosts, the cluster's DNS.
 type ClusterOptions struct {
 	// Nodes is how many simulated nodes kwok runs. Default 1.
 	Nodes int
@@ -37,6 +41,10 @@ type ClusterOptions struct {
 // they are local (see RunInNetworkNamespace).
 const (
 	PodNetwork = "10.244.0.0/16"
+	// ServiceNetwork is the Services' cluster IP range. In the namespace
+	// RunInNetworkNamespace makes it is local, and kube-proxy translates
+	// it to the pods' IPs.
+	ServiceNetwork = "10.96.0.0/16"
 	// NodeAnnotation marks the nodes kwok manages.
 	NodeAnnotation = "kwok.x-k8s.io/node"
 	// kwokNodeIP is the InternalIP kwok reports for every node.
@@ -46,7 +54,7 @@ const (
 // clusterBinaries are what ClusterOptions needs besides the apiserver and
 // etcd; kwok.yaml holds kwok's stages (its own fast node and pod stages,
 // copied from its module by `make kube-assets`).
-var clusterBinaries = []string{"kube-controller-manager", "kube-scheduler", "kwok", "kwok.yaml"}
+var clusterBinaries = []string{"kube-controller-manager", "kube-scheduler", "kube-proxy", "kwok", "kwok.yaml"}
 
 // NodeName is the name of simulated node i.
 func NodeName(i int) string { return "kwok-node-" + strconv.Itoa(i) }
@@ -122,7 +130,41 @@ func (e *Env) startCluster(ctx context.Context, bin string, o *ClusterOptions, v
 			return err
 		}
 	}
-	return e.waitNodesReady(ctx, o.Nodes)
+	if err := e.waitNodesReady(ctx, o.Nodes); err != nil {
+		return err
+	}
+	if !inNetworkNamespace() {
+		return nil
+	}
+	metricsPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	healthPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	e.proxy, err = startProcess(filepath.Join(bin, "kube-proxy"), filepath.Join(e.dir, "kube-proxy.log"), verbose,
+		"--kubeconfig", kubeconfig,
+		"--hostname-override", NodeName(0),
+		"--proxy-mode", "nftables",
+		// No --cluster-cidr: kube-proxy then leaves the source of
+		// connections to cluster IPs from outside the pod network (the
+		// tests, the apiserver) as it is; masqueraded to the loopback's
+		// address they would find no way back.
+		// The namespace's conntrack settings are left as they are.
+		"--conntrack-max-per-core", "0",
+		"--conntrack-tcp-timeout-established", "0",
+		"--conntrack-tcp-timeout-close-wait", "0",
+		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(metricsPort),
+		"--healthz-bind-address", "127.0.0.1:"+strconv.Itoa(healthPort),
+		"--v", "0",
+	)
+	if err != nil {
+		return err
+	}
+	e.dns = startHostsWriter(e.Client, os.Getenv(hostsEnv))
+	return nil
 }
 
 func (e *Env) createNode(ctx context.Context, i, maxPods int) error {
@@ -186,7 +228,10 @@ func (e *Env) waitNodesReady(ctx context.Context, n int) error {
 // clusterExited says which of the cluster's processes has exited, with its
 // log's tail, or nil while all run.
 func (e *Env) clusterExited() error {
-	for _, p := range []*process{e.controllerManager, e.scheduler, e.kwok} {
+	for _, p := range []*process{e.controllerManager, e.scheduler, e.kwok, e.proxy} {
+		if p == nil {
+			continue
+		}
 		select {
 		case <-p.exited:
 			return fmt.Errorf("%s exited (%w); log tail:\n%s", p.name, p.err, p.logTail())

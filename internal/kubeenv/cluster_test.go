@@ -1,8 +1,12 @@
 package kubeenv
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -29,8 +33,9 @@ import (
 // kwok nodes. A Deployment becomes Ready pods with IPs of their nodes' pod
 // ranges, spread over the nodes; the EndpointSlice controller publishes
 // them; the apiserver calls a webhook through its Service at those IPs
-// (local in the tests' network namespace); a scale-down and the
-// namespace's deletion are carried out by the controllers and kwok.
+// (local in the tests' network namespace), and a client by its name and
+// port through kube-proxy; a scale-down and the namespace's deletion are
+// carried out by the controllers and kwok.
 func TestAClusterRunsADeploymentOnKwokNodesAndServesItsWebhookAtThePodsIPs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -45,12 +50,13 @@ func TestAClusterRunsADeploymentOnKwokNodesAndServesItsWebhookAtThePodsIPs(t *te
 		}
 	}()
 	c := cl.Client
+	var lastErr error
 	t.Logf("the cluster started in %s", time.Since(start).Round(time.Millisecond))
 	poll := func(what string, cond func(context.Context) (bool, error)) {
 		t.Helper()
 		start := time.Now()
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, cond); err != nil {
-			t.Fatalf("%s: %v", what, err)
+			t.Fatalf("%s: %v (last error: %v)", what, err, lastErr)
 		}
 		t.Logf("%s: %s", what, time.Since(start).Round(time.Millisecond))
 	}
@@ -182,7 +188,6 @@ func TestAClusterRunsADeploymentOnKwokNodesAndServesItsWebhookAtThePodsIPs(t *te
 		_ = c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "deny-"+ns.Name, metav1.DeleteOptions{})
 	}()
 	denied := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "denied"}}
-	var lastErr error
 	poll("the webhook behind the Service", func(ctx context.Context) (bool, error) {
 		_, lastErr = c.CoreV1().ConfigMaps(ns.Name).Create(ctx, denied, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return lastErr != nil && strings.Contains(lastErr.Error(), "configmaps named denied are denied here"), nil
@@ -190,6 +195,28 @@ func TestAClusterRunsADeploymentOnKwokNodesAndServesItsWebhookAtThePodsIPs(t *te
 	if _, err := c.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "allowed"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("a ConfigMap the webhook allows: %v", err)
 	}
+
+	// A client in the cluster reaches the Service by its name and port:
+	// the name from the cluster's DNS, the cluster IP translated to a
+	// pod's IP and the target port by kube-proxy.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caBundle)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	host := "web." + ns.Name + ".svc"
+	review, _ := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &admissionv1.AdmissionRequest{UID: "1", Name: "denied"},
+	})
+	poll("a call to https://"+host+" (port 443) answered by a pod", func(ctx context.Context) (bool, error) {
+		resp, err := hc.Post("https://"+host+"/validate", "application/json", bytes.NewReader(review))
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && strings.Contains(string(body), "configmaps named denied are denied here (served at \\\"10.244."), nil
+	})
 
 	// Scaled down: the ReplicaSet deletes pods, kwok finishes deleting
 	// them, and the EndpointSlice follows.

@@ -83,6 +83,8 @@ type Env struct {
 	controllerManager *process
 	scheduler         *process
 	kwok              *process
+	proxy             *process
+	dns               *hostsWriter
 }
 
 // Start launches etcd and kube-apiserver on free loopback ports and waits
@@ -241,7 +243,7 @@ func (e *Env) prepareAPIServer(etcdURL string) (args []string, token string, err
 		"--service-account-signing-key-file", saKeyFile,
 		"--authorization-mode", "RBAC",
 		"--token-auth-file", tokenFile,
-		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--service-cluster-ip-range", ServiceNetwork,
 		"--allow-privileged=true",
 		"--v", "0",
 	}
@@ -251,7 +253,10 @@ func (e *Env) prepareAPIServer(etcdURL string) (args []string, token string, err
 // Stop ends every server it started and removes the scratch directory.
 func (e *Env) Stop() error {
 	var errs []error
-	for _, p := range []*process{e.kwok, e.scheduler, e.controllerManager} {
+	if e.dns != nil {
+		e.dns.stop()
+	}
+	for _, p := range []*process{e.proxy, e.kwok, e.scheduler, e.controllerManager} {
 		if p != nil {
 			errs = append(errs, p.stop())
 		}

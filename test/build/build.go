@@ -88,3 +88,33 @@ func Main(m *testing.M, dir *string, env **kubeenv.Env, names ...string) int {
 	}
 	return kubeenv.RunTests(m, env, kubeenv.Options{})
 }
+
+// binDirEnv hands the binaries' directory to the test binary re-executed
+// in its network namespace.
+const binDirEnv = "FLOTILLA_TEST_BIN_DIR"
+
+// MainInNetworkNamespace is the TestMain body of a package that tests
+// built binaries in a whole cluster (o.Cluster): the binaries are built
+// first, where the module proxy is reachable, then the tests run with a
+// kube-apiserver and the cluster in *env inside a network namespace of
+// their own (kubeenv.RunInNetworkNamespace), where nothing is.
+func MainInNetworkNamespace(m *testing.M, dir *string, env **kubeenv.Env, o kubeenv.Options, names ...string) int {
+	if os.Getenv(binDirEnv) == "" {
+		d, err := os.MkdirTemp("", "flotilla-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(d)
+		if err := Binaries(d, names...); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := os.Setenv(binDirEnv, d); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	*dir = os.Getenv(binDirEnv)
+	return kubeenv.RunInNetworkNamespace(func() int { return kubeenv.RunTests(m, env, o) })
+}

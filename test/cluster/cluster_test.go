@@ -1,0 +1,200 @@
+// Package cluster_test installs Flotilla with `helm install` into a whole
+// cluster — kube-apiserver, etcd, kube-controller-manager, kube-scheduler,
+// kwok's simulated nodes and kube-proxy (internal/kubeenv) — and runs the
+// pods the chart's Deployments become as processes of the binaries built
+// here (test/podproc), each as its pod's service account with its pod's
+// volumes and flags. Everything between them goes the way it goes in a
+// cluster: the apiserver calls the webhooks through their Services at the
+// pods' IPs, the services reach each other by their Services' names and
+// cluster IPs, and workloads' pods come from the ReplicaSet controller
+// through the injector.
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/test/build"
+	"github.com/flotilla-mesh/flotilla/test/podproc"
+)
+
+var (
+	env    *kubeenv.Env
+	binDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(build.MainInNetworkNamespace(m, &binDir, &env, kubeenv.Options{Cluster: &kubeenv.ClusterOptions{Nodes: 3}},
+		"flotilla-galley", "flotilla-discovery", "flotilla-ca", "flotilla-injector"))
+}
+
+// controlPlane is the chart installed and its pods running.
+type controlPlane struct {
+	namespace string
+	runner    *podproc.Runner
+	mu        sync.Mutex
+	procs     map[string]*podproc.Process // by pod name
+}
+
+// install runs `helm install --wait` of the chart into namespace with
+// values (--set), then starts every pod of the release as a process once
+// the apiserver has it Running with an IP. The processes are stopped at
+// the test's end.
+func install(t *testing.T, ctx context.Context, namespace string, values ...string) *controlPlane {
+	t.Helper()
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{
+		"install", "flotilla", filepath.Join(root, "deploy", "helm", "flotilla"),
+		"--kubeconfig", kubeconfig, "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "3m",
+	}
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "tools", "helm"), args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Millisecond))
+
+	cp := &controlPlane{
+		namespace: namespace,
+		runner: &podproc.Runner{
+			Client: env.Client, APIServer: env.Config.Host,
+			Bin: binDir, Dir: t.TempDir(),
+		},
+		procs: map[string]*podproc.Process{},
+	}
+	t.Cleanup(func() {
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		for name, p := range cp.procs {
+			if err := p.Stop(10 * time.Second); err != nil {
+				t.Errorf("pod %s: %v\n%s", name, err, tail(p.Log(), 30))
+			}
+		}
+	})
+	pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=flotilla"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each pod waits for what it mounts (galley, discovery and the
+	// injector for ca's root ConfigMap), as a kubelet would: all at once.
+	errs := make(chan error, len(pods.Items))
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		go func() {
+			p, err := cp.runner.Start(ctx, pod)
+			if err == nil {
+				cp.mu.Lock()
+				cp.procs[pod.Name] = p
+				cp.mu.Unlock()
+			}
+			errs <- err
+		}()
+	}
+	for range pods.Items {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d pods running as processes: %s", len(pods.Items), time.Since(start).Round(time.Millisecond))
+	return cp
+}
+
+// exited names the processes that have exited, with their logs' tails.
+func (cp *controlPlane) exited() string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var out []string
+	for name, p := range cp.procs {
+		select {
+		case <-p.Exited():
+			out = append(out, fmt.Sprintf("pod %s exited (%v):\n%s", name, p.Err(), tail(p.Log(), 30)))
+		default:
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+// logs is every process's log tail, for a failure's message.
+func (cp *controlPlane) logs() string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var out []string
+	for name, p := range cp.procs {
+		out = append(out, fmt.Sprintf("--- %s:\n%s", name, tail(p.Log(), 15)))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// eventually polls cond until it holds, failing the test with cond's last
+// error, any exited process and the logs after limit; it logs how long it
+// took.
+func (cp *controlPlane) eventually(t *testing.T, ctx context.Context, limit time.Duration, what string, cond func(context.Context) error) {
+	t.Helper()
+	start := time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
+		if ex := cp.exited(); ex != "" {
+			return false, fmt.Errorf("a control-plane process exited:\n%s", ex)
+		}
+		last = cond(ctx)
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v (last: %v)\n%s", what, err, last, cp.logs())
+	}
+	t.Logf("%s: %s", what, time.Since(start).Round(time.Millisecond))
+}
+
+// podsOf are the Ready pods of namespace matching selector.
+func podsOf(ctx context.Context, namespace, selector string) ([]corev1.Pod, error) {
+	list, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	var ready []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready = append(ready, p)
+			}
+		}
+	}
+	return ready, nil
+}
