@@ -15,39 +15,51 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 )
 
 const edsType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 
-// TestTheChartInstalledWithHelmRunsAsInACluster: `helm install --wait`
-// of the chart; its pods, run as processes, find each other through the
-// cluster (ca's roots ConfigMap, galley's and the injector's caBundles
-// from ca, discovery subscribed to galley by its Service's name); the
-// apiserver has galley refuse an invalid VirtualService and the injector
-// add the sidecar to every pod the ReplicaSet controller creates in a
-// labelled namespace; and a sidecar's ADS stream, through discovery's
-// Service and on each replica's pod IP, gets the EndpointSlice
-// controller's endpoints of the application's Service.
-func TestTheChartInstalledWithHelmRunsAsInACluster(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+// TestFlotillaInAWholeCluster: `helm install --wait` of the chart, its
+// pods run as processes, then the steps below in order, on that one
+// control plane.
+func TestFlotillaInAWholeCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	const ns = "istio-system"
-	cp := install(t, ctx, ns,
+	cp := install(t, ctx, systemNamespace,
 		"discovery.autoscaling.enabled=false", "discovery.replicaCount=2",
 		"ca.replicaCount=1", "ca.podDisruptionBudget.enabled=false",
 		"injector.replicaCount=1", "injector.podDisruptionBudget.enabled=false",
 	)
-	c := env.Client
+	for _, step := range []struct {
+		name string
+		run  func(*testing.T, context.Context, *controlPlane)
+	}{
+		{"the pods find each other through the cluster and the apiserver calls their webhooks", podsFindEachOther},
+		{"every pod of bookinfo is injected and its sidecar gets every service's endpoints", bookinfo},
+	} {
+		if !t.Run(step.name, func(t *testing.T) { step.run(t, ctx, cp) }) {
+			return
+		}
+	}
+}
 
-	// ca's leader publishes the roots into every namespace; galley's and
-	// the injector's leaders put them into their webhooks' caBundles.
+const (
+	systemNamespace = "istio-system"
+	appNamespace    = "bookinfo"
+)
+
+// podsFindEachOther: ca's leader publishes its roots (istio-ca-root-cert),
+// galley's and the injector's leaders put them into their webhooks'
+// caBundles, and the apiserver, calling galley through its Service at a
+// pod's IP, has it refuse an invalid VirtualService.
+func podsFindEachOther(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+	ns, c := systemNamespace, env.Client
+
 	var roots string
 	cp.eventually(t, ctx, time.Minute, "ca's roots in istio-ca-root-cert", func(ctx context.Context) error {
 		cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
@@ -81,8 +93,7 @@ func TestTheChartInstalledWithHelmRunsAsInACluster(t *testing.T) {
 		return nil
 	})
 
-	// The apiserver calls galley through its Service.
-	app := "bookinfo"
+	app := appNamespace
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: app, Labels: map[string]string{"istio-injection": "enabled"},
 	}}, metav1.CreateOptions{}); err != nil {
@@ -111,91 +122,6 @@ func TestTheChartInstalledWithHelmRunsAsInACluster(t *testing.T) {
 		t.Logf("refused: %v", err)
 		return nil
 	})
-
-	// A Deployment's pods, created by the ReplicaSet controller, pass
-	// through the injector.
-	const replicas = 3
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "reviews-v1", Labels: map[string]string{"app": "reviews", "version": "v1"}},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr(int32(replicas)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "reviews", "version": "v1"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "reviews", "version": "v1"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "reviews", Image: "docker.io/istio/examples-bookinfo-reviews-v1:1.20.2",
-					Ports: []corev1.ContainerPort{{ContainerPort: 9080}},
-				}}},
-			},
-		},
-	}
-	if _, err := c.AppsV1().Deployments(app).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().Services(app).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Labels: map[string]string{"app": "reviews"}},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": "reviews"},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 9080, TargetPort: intstr.FromInt32(9080)}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var pods []corev1.Pod
-	cp.eventually(t, ctx, 2*time.Minute, "the Deployment's pods injected and Ready", func(ctx context.Context) error {
-		pods, err = podsOf(ctx, app, "app=reviews")
-		if err != nil {
-			return err
-		}
-		if len(pods) != replicas {
-			rs, _ := c.AppsV1().ReplicaSets(app).List(ctx, metav1.ListOptions{})
-			var conds []string
-			for _, r := range rs.Items {
-				for _, c := range r.Status.Conditions {
-					conds = append(conds, c.Message)
-				}
-			}
-			return fmt.Errorf("%d Ready pods, want %d (ReplicaSets: %v)", len(pods), replicas, conds)
-		}
-		return nil
-	})
-	var ips []string
-	for _, p := range pods {
-		if !slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == "istio-proxy" }) {
-			t.Errorf("pod %s was not injected: containers %v", p.Name, p.Spec.Containers)
-		}
-		if p.Annotations["sidecar.istio.io/status"] == "" {
-			t.Errorf("pod %s has no sidecar.istio.io/status annotation", p.Name)
-		}
-		ips = append(ips, net.JoinHostPort(p.Status.PodIP, "9080"))
-	}
-	slices.Sort(ips)
-
-	// A sidecar of one of the pods asks discovery for the Service's
-	// endpoints: through the Service (DNS, then kube-proxy) and at each
-	// replica's own pod IP.
-	discoveries, err := podsOf(ctx, ns, "app.kubernetes.io/name=flotilla-discovery")
-	if err != nil || len(discoveries) != 2 {
-		t.Fatalf("discovery pods: %d, %v", len(discoveries), err)
-	}
-	addrs := []string{"flotilla-discovery." + ns + ".svc:15010"}
-	for _, d := range discoveries {
-		addrs = append(addrs, net.JoinHostPort(d.Status.PodIP, "15010"))
-	}
-	node := fmt.Sprintf("sidecar~%s~%s.%s~%s.svc.cluster.local", pods[0].Status.PodIP, pods[0].Name, app, app)
-	cluster := "outbound|9080||reviews." + app + ".svc.cluster.local"
-	for _, addr := range addrs {
-		cp.eventually(t, ctx, time.Minute, "the endpoints from "+addr, func(ctx context.Context) error {
-			got, err := endpoints(ctx, addr, node, cluster)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, ips) {
-				return fmt.Errorf("endpoints %v, want the pods' %v", got, ips)
-			}
-			return nil
-		})
-	}
 }
 
 // endpoints opens an ADS stream to addr as node, asks for cluster's

@@ -94,6 +94,13 @@ type SidecarClientOptions struct {
 	Log io.Writer
 	// Ramp starts client i at i/N of it (all at once when zero).
 	Ramp time.Duration
+	// Observe, when set, sees every response client i applied, on the
+	// client's goroutine before its ACK (state of the world only, not
+	// with Delta). A CDS or LDS response is the whole of its type; an
+	// EDS or RDS response may hold only the resources that changed, the
+	// client keeping the others (as Istio sends them, and as the xDS
+	// protocol allows for those types).
+	Observe func(i int, typeURL string, resources []*anypb.Any)
 }
 
 // ackRecord is one response a client acknowledged (or rejected).
@@ -181,6 +188,9 @@ func RunSidecarClients(ctx context.Context, o SidecarClientOptions) error {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if o.Observe != nil && o.Delta {
+		return errors.New("observing what clients hold needs state-of-the-world streams")
+	}
 	clients := make([]*sidecarClient, o.N)
 	for i := range clients {
 		b, _, err := bootstrap.Build(bootstrap.Options{Node: o.Workload(i), Delta: o.Delta})
@@ -252,7 +262,7 @@ func (c *sidecarClient) connect(ctx context.Context, o SidecarClientOptions, add
 	if o.Delta {
 		return c.delta(ctx, ads)
 	}
-	return c.sotw(ctx, ads)
+	return c.sotw(ctx, ads, o.Observe)
 }
 
 // errStreamEnded is a stream the server ended with an OK status
@@ -279,7 +289,7 @@ func (c *sidecarClient) fail(log io.Writer, err error) {
 }
 
 // sotw is one state-of-the-world stream.
-func (c *sidecarClient) sotw(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) error {
+func (c *sidecarClient) sotw(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient, observe func(int, string, []*anypb.Any)) error {
 	stream, err := ads.StreamAggregatedResources(ctx)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
@@ -352,6 +362,9 @@ func (c *sidecarClient) sotw(ctx context.Context, ads discoveryv3.AggregatedDisc
 		// response and not the ACK; the client resumes with its version).
 		c.record(t, len(resp.GetResources()), false)
 		c.markSynced(t)
+		if observe != nil {
+			observe(c.i, t, resp.GetResources())
+		}
 		if err := send(t, names[t], nil); err != nil {
 			return err
 		}
