@@ -51,7 +51,7 @@ type Config struct {
 
 	PodName        string `yaml:"podName" usage:"the pod's name (default $POD_NAME)"`
 	PodNamespace   string `yaml:"podNamespace" usage:"the pod's namespace (default $POD_NAMESPACE)"`
-	InstanceIP     string `yaml:"instanceIP" usage:"the pod's IP (default $INSTANCE_IP)"`
+	InstanceIP     string `yaml:"instanceIP" usage:"the pod's IP (default $INSTANCE_IP, else the first private address of the pod's interfaces, as Istio's agent)"`
 	ServiceAccount string `yaml:"serviceAccount" usage:"the pod's service account (default $SERVICE_ACCOUNT)"`
 	TrustDomain    string `yaml:"trustDomain" usage:"the mesh's trust domain (default $TRUST_DOMAIN, else cluster.local)"`
 	DomainSuffix   string `yaml:"domainSuffix" usage:"the cluster's DNS domain"`
@@ -134,7 +134,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s is not set", f[0]))
 		}
 	}
-	if net.ParseIP(c.InstanceIP) == nil {
+	if c.InstanceIP != "" && net.ParseIP(c.InstanceIP) == nil {
 		errs = append(errs, fmt.Errorf("instanceIP (INSTANCE_IP) %q is not an IP address", c.InstanceIP))
 	}
 	if _, _, err := net.SplitHostPort(c.DiscoveryAddress); err != nil {
@@ -190,6 +190,16 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		if pc, err = istio.ParseProxyConfig([]byte(cfg.ProxyConfig)); err != nil {
 			return fmt.Errorf("proxy config: %w", err)
 		}
+	}
+	if cfg.InstanceIP == "" {
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return fmt.Errorf("instanceIP (INSTANCE_IP) is not set and the interfaces' addresses cannot be read: %w", err)
+		}
+		if cfg.InstanceIP = privateIP(addrs); cfg.InstanceIP == "" {
+			return errors.New("instanceIP (INSTANCE_IP) is not set and the pod has no private address on its interfaces: set it to the pod's IP")
+		}
+		rt.Log.Info("pod IP taken from the interfaces (INSTANCE_IP is not set)", "ip", cfg.InstanceIP)
 	}
 	state := identity.New()
 	actors, err := identitySource(cfg, state, rt.Log)
@@ -456,4 +466,26 @@ func envoyLogLevel(level string) string {
 		return "error"
 	}
 	return "warning"
+}
+
+// privateIP is the pod's IP when the environment does not give it: the
+// first address of its interfaces that another host could reach (not
+// loopback, link-local or unspecified), IPv4 first, as Istio's agent falls
+// back to the interfaces' private addresses (network.GetPrivateIPs) without
+// INSTANCE_IP. Empty when there is none.
+func privateIP(addrs []net.Addr) string {
+	var v6 string
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok || n.IP.IsLoopback() || n.IP.IsLinkLocalUnicast() || n.IP.IsUnspecified() || !n.IP.IsGlobalUnicast() {
+			continue
+		}
+		if n.IP.To4() != nil {
+			return n.IP.String()
+		}
+		if v6 == "" {
+			v6 = n.IP.String()
+		}
+	}
+	return v6
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"log/slog"
+	"net"
 	"testing"
 )
 
@@ -28,6 +29,37 @@ func TestEnvoysLogLevelFollowsTheAgents(t *testing.T) {
 	for agent, envoy := range map[string]string{"debug": "debug", "info": "info", "warn": "warning", "error": "error", "": "warning"} {
 		if got := envoyLogLevel(agent); got != envoy {
 			t.Errorf("%q: %q, want %q", agent, got, envoy)
+		}
+	}
+}
+
+func TestWithoutInstanceIPThePodsIPIsItsFirstPrivateAddressIPv4First(t *testing.T) {
+	nets := func(cidrs ...string) []net.Addr {
+		var out []net.Addr
+		for _, c := range cidrs {
+			ip, n, err := net.ParseCIDR(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.IP = ip
+			out = append(out, n)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		addrs []net.Addr
+		want  string
+	}{
+		{"a compose container", nets("127.0.0.1/8", "::1/128", "172.18.0.5/16"), "172.18.0.5"},
+		{"IPv4 before IPv6 whatever the order", nets("fd00::5/64", "10.1.2.3/24"), "10.1.2.3"},
+		{"an IPv6-only pod", nets("::1/128", "fe80::1/64", "fd00::5/64"), "fd00::5"},
+		{"link-local is not the pod's address", nets("169.254.1.1/16", "fe80::1/64"), ""},
+		{"only loopback", nets("127.0.0.1/8"), ""},
+		{"not an IPNet", []net.Addr{&net.UnixAddr{Name: "x", Net: "unix"}}, ""},
+	} {
+		if got := privateIP(tc.addrs); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
