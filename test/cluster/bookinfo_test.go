@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -119,8 +120,7 @@ func bookinfo(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:th
 
 	// One sidecar per pod, through discovery's Service.
 	f := newFleet(len(pods))
-	clientsCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	clientsCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	statusAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 	done := make(chan error, 1)
 	go func() {
@@ -137,12 +137,14 @@ func bookinfo(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:th
 			Observe: f.observe,
 		})
 	}()
-	defer func() {
+	// They run on for the steps after this one.
+	cp.sidecars = f
+	cp.stopSidecars = func() {
 		stop()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
+	}
 	cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("%d sidecars hold every service's cluster and endpoints", len(pods)), func(context.Context) error {
 		return f.holds(wantEndpoints)
 	})
@@ -182,14 +184,33 @@ type fleet struct {
 	clusters  []map[string]bool
 	endpoints []map[string][]string
 	edsPushes []int
+	// updates and emptied count, per cluster, the EDS responses that
+	// held it, and those where it had no endpoint.
+	updates, emptied []map[string]int
 }
 
 func newFleet(n int) *fleet {
-	f := &fleet{clusters: make([]map[string]bool, n), endpoints: make([]map[string][]string, n), edsPushes: make([]int, n)}
+	f := &fleet{
+		clusters: make([]map[string]bool, n), endpoints: make([]map[string][]string, n), edsPushes: make([]int, n),
+		updates: make([]map[string]int, n), emptied: make([]map[string]int, n),
+	}
 	for i := range n {
 		f.clusters[i], f.endpoints[i] = map[string]bool{}, map[string][]string{}
+		f.updates[i], f.emptied[i] = map[string]int{}, map[string]int{}
 	}
 	return f
+}
+
+// counts is, per client, how many EDS responses held cluster and how
+// many of those had no endpoint.
+func (f *fleet) counts(cluster string) (updates, emptied []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.updates {
+		updates = append(updates, f.updates[i][cluster])
+		emptied = append(emptied, f.emptied[i][cluster])
+	}
+	return updates, emptied
 }
 
 // observe records client i's applied response.
@@ -210,6 +231,10 @@ func (f *fleet) observe(i int, typeURL string, resources []*anypb.Any) {
 			var eps []string
 			for _, l := range cla.GetEndpoints() {
 				for _, e := range l.GetLbEndpoints() {
+					// What Envoy would send requests to.
+					if h := e.GetHealthStatus(); h != corev3.HealthStatus_UNKNOWN && h != corev3.HealthStatus_HEALTHY {
+						continue
+					}
 					sa := e.GetEndpoint().GetAddress().GetSocketAddress()
 					eps = append(eps, net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue()))))
 				}
@@ -227,6 +252,12 @@ func (f *fleet) observe(i int, typeURL string, resources []*anypb.Any) {
 		// Only the clusters that changed may come: the others are kept.
 		maps.Copy(f.endpoints[i], endpoints)
 		f.edsPushes[i]++
+		for cluster, eps := range endpoints {
+			f.updates[i][cluster]++
+			if len(eps) == 0 {
+				f.emptied[i][cluster]++
+			}
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/podproc"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 var (
@@ -47,6 +48,33 @@ type controlPlane struct {
 	runner    *podproc.Runner
 	mu        sync.Mutex
 	procs     map[string]*podproc.Process // by pod name
+	// sidecars is what the simulated sidecars hold, once started;
+	// stopSidecars ends them.
+	sidecars     *fleet
+	stopSidecars func()
+}
+
+// usage is the CPU seconds used so far and the RSS now of the processes
+// of each service (app.kubernetes.io/name of their pods), summed.
+func (cp *controlPlane) usage(t *testing.T) map[string][2]float64 {
+	t.Helper()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := map[string][2]float64{}
+	for _, p := range cp.procs {
+		name := p.Pod.Labels["app.kubernetes.io/name"]
+		cpu, err := proc.CPUSeconds(p.Pid())
+		if err != nil {
+			t.Fatalf("CPU of %s: %v", p.Pod.Name, err)
+		}
+		rss, err := proc.RSSMiB(p.Pid())
+		if err != nil {
+			t.Fatalf("RSS of %s: %v", p.Pod.Name, err)
+		}
+		u := out[name]
+		out[name] = [2]float64{u[0] + cpu, u[1] + rss}
+	}
+	return out
 }
 
 // install runs `helm install --wait` of the chart into namespace with

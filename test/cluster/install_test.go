@@ -35,12 +35,18 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 		"ca.replicaCount=1", "ca.podDisruptionBudget.enabled=false",
 		"injector.replicaCount=1", "injector.podDisruptionBudget.enabled=false",
 	)
+	defer func() {
+		if cp.stopSidecars != nil {
+			cp.stopSidecars()
+		}
+	}()
 	for _, step := range []struct {
 		name string
 		run  func(*testing.T, context.Context, *controlPlane)
 	}{
 		{"the pods find each other through the cluster and the apiserver calls their webhooks", podsFindEachOther},
 		{"every pod of bookinfo is injected and its sidecar gets every service's endpoints", bookinfo},
+		{"a rolling update and scaling are followed by every sidecar, never empty, nothing stale", rollout},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, ctx, cp) }) {
 			return

@@ -546,6 +546,9 @@ func environ(env [][2]string) []string {
 	return out
 }
 
+// Pid is the process's ID (the binary's: unshare and sh exec it).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Exited is closed when the process has exited.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 
