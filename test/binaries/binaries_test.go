@@ -104,13 +104,21 @@ func TestEveryServiceTakesTheSharedFlagsAndEnvironment(t *testing.T) {
 }
 
 // TestTheAgentSaysWhatThePodMustGiveIt: the proxy command names each
-// piece of the pod's environment it lacks, and its argument.
+// piece of the pod's environment it lacks, and its argument. INSTANCE_IP
+// is not among them: without it the pod's IP comes from its interfaces,
+// as with Istio's agent; a value that is no IP is refused.
 func TestTheAgentSaysWhatThePodMustGiveIt(t *testing.T) {
 	r := run(t, nil, "flotilla-agent", "proxy", "sidecar", "--admin-address=127.0.0.1:0")
-	for _, want := range []string{"POD_NAME", "POD_NAMESPACE", "SERVICE_ACCOUNT", "INSTANCE_IP", "DISCOVERY_ADDRESS"} {
+	for _, want := range []string{"POD_NAME", "POD_NAMESPACE", "SERVICE_ACCOUNT", "DISCOVERY_ADDRESS"} {
 		if r.code != 2 || !strings.Contains(r.stderr, want) {
 			t.Errorf("exit %d, stderr %q; want 2 and %s named", r.code, r.stderr, want)
 		}
+	}
+	if strings.Contains(r.stderr, "INSTANCE_IP") {
+		t.Errorf("an unset INSTANCE_IP was refused: %q", r.stderr)
+	}
+	if r := run(t, nil, "flotilla-agent", "proxy", "sidecar", "--admin-address=127.0.0.1:0", "--instance-ip=pod-1"); r.code != 2 || !strings.Contains(r.stderr, `instanceIP (INSTANCE_IP) "pod-1" is not an IP address`) {
+		t.Errorf("INSTANCE_IP pod-1: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if r := run(t, nil, "flotilla-agent", "proxy", "waypoint"); r.code != 2 || !strings.Contains(r.stderr, "sidecar or router") {
 		t.Errorf("proxy waypoint: exit %d, stderr %q", r.code, r.stderr)
