@@ -48,6 +48,8 @@ type controlPlane struct {
 	runner    *podproc.Runner
 	mu        sync.Mutex
 	procs     map[string]*podproc.Process // by pod name
+	starting  map[string]bool             // pods whose process is starting
+	failures  []string                    // processes that could not start
 	// sidecars is what the simulated sidecars hold, once started;
 	// stopSidecars ends them.
 	sidecars     *fleet
@@ -112,9 +114,18 @@ func install(t *testing.T, ctx context.Context, namespace string, values ...stri
 			Client: env.Client, APIServer: env.Config.Host,
 			Bin: binDir, Dir: t.TempDir(),
 		},
-		procs: map[string]*podproc.Process{},
+		procs:    map[string]*podproc.Process{},
+		starting: map[string]bool{},
 	}
+	kubeletCtx, stopKubelet := context.WithCancel(context.WithoutCancel(ctx))
+	kubeletDone := make(chan struct{})
+	go func() {
+		defer close(kubeletDone)
+		cp.kubelet(kubeletCtx)
+	}()
 	t.Cleanup(func() {
+		stopKubelet()
+		<-kubeletDone
 		cp.mu.Lock()
 		defer cp.mu.Unlock()
 		for name, p := range cp.procs {
@@ -123,39 +134,96 @@ func install(t *testing.T, ctx context.Context, namespace string, values ...stri
 			}
 		}
 	})
-	pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=flotilla"})
+	pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: releasePods})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each pod waits for what it mounts (galley, discovery and the
-	// injector for ca's root ConfigMap), as a kubelet would: all at once.
-	errs := make(chan error, len(pods.Items))
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		go func() {
-			p, err := cp.runner.Start(ctx, pod)
-			if err == nil {
-				cp.mu.Lock()
-				cp.procs[pod.Name] = p
-				cp.mu.Unlock()
-			}
-			errs <- err
-		}()
-	}
-	for range pods.Items {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("the %d pods running as processes", len(pods.Items)), func(context.Context) error {
+		if n := cp.running(""); n != len(pods.Items) {
+			return fmt.Errorf("%d running", n)
+		}
+		return nil
+	})
+	t.Logf("from helm install to every pod's process started: %s", time.Since(start).Round(time.Millisecond))
+	return cp
+}
+
+// releasePods selects the release's pods.
+const releasePods = "app.kubernetes.io/instance=flotilla"
+
+// kubelet keeps a process for every pod of the release that is Running
+// with an IP and not terminating, as the nodes' kubelets would: it starts
+// one for a new pod (each waits for what it mounts, so all start at
+// once) and stops the process of a pod deleted or terminating.
+func (cp *controlPlane) kubelet(ctx context.Context) {
+	for {
+		if list, err := env.Client.CoreV1().Pods(cp.namespace).List(ctx, metav1.ListOptions{LabelSelector: releasePods}); err == nil {
+			cp.reconcile(ctx, list.Items)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	t.Logf("%d pods running as processes: %s", len(pods.Items), time.Since(start).Round(time.Millisecond))
-	return cp
+}
+
+func (cp *controlPlane) reconcile(ctx context.Context, pods []corev1.Pod) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	live := map[string]bool{}
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		live[pod.Name] = true
+		if cp.procs[pod.Name] != nil || cp.starting[pod.Name] {
+			continue
+		}
+		cp.starting[pod.Name] = true
+		go func() {
+			p, err := cp.runner.Start(ctx, pod)
+			cp.mu.Lock()
+			defer cp.mu.Unlock()
+			delete(cp.starting, pod.Name)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				cp.failures = append(cp.failures, err.Error())
+			case err == nil:
+				cp.procs[pod.Name] = p
+			}
+		}()
+	}
+	for name, p := range cp.procs {
+		if !live[name] {
+			delete(cp.procs, name)
+			// A terminating pod's container gets SIGTERM, then SIGKILL
+			// after its grace period.
+			go func() { _ = p.Stop(30 * time.Second) }()
+		}
+	}
+}
+
+// running counts the processes of the service (the pods'
+// app.kubernetes.io/name, "" for all).
+func (cp *controlPlane) running(service string) int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	n := 0
+	for _, p := range cp.procs {
+		if service == "" || p.Pod.Labels["app.kubernetes.io/name"] == service {
+			n++
+		}
+	}
+	return n
 }
 
 // exited names the processes that have exited, with their logs' tails.
 func (cp *controlPlane) exited() string {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	var out []string
+	out := slices.Clone(cp.failures)
 	for name, p := range cp.procs {
 		select {
 		case <-p.Exited():

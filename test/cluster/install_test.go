@@ -47,6 +47,7 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 		{"the pods find each other through the cluster and the apiserver calls their webhooks", podsFindEachOther},
 		{"every pod of bookinfo is injected and its sidecar gets every service's endpoints", bookinfo},
 		{"a rolling update and scaling are followed by every sidecar, never empty, nothing stale", rollout},
+		{"the apiserver's watches do not grow with discovery's replicas, unlike informers per replica", apiserverLoad},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, ctx, cp) }) {
 			return
