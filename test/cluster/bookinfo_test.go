@@ -185,14 +185,27 @@ type fleet struct {
 	endpoints []map[string][]string
 	edsPushes []int
 	// updates and emptied count, per cluster, the EDS responses that
-	// held it, and those where it had no endpoint.
+	// held it, and those where it had no endpoint; cds counts the CDS
+	// responses.
 	updates, emptied []map[string]int
+	cds              []int
+}
+
+// snapshot copies the EDS updates per cluster and the CDS responses of
+// every client.
+func (f *fleet) snapshot() (updates []map[string]int, cds []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.updates {
+		updates = append(updates, maps.Clone(f.updates[i]))
+	}
+	return updates, slices.Clone(f.cds)
 }
 
 func newFleet(n int) *fleet {
 	f := &fleet{
 		clusters: make([]map[string]bool, n), endpoints: make([]map[string][]string, n), edsPushes: make([]int, n),
-		updates: make([]map[string]int, n), emptied: make([]map[string]int, n),
+		updates: make([]map[string]int, n), emptied: make([]map[string]int, n), cds: make([]int, n),
 	}
 	for i := range n {
 		f.clusters[i], f.endpoints[i] = map[string]bool{}, map[string][]string{}
@@ -248,6 +261,7 @@ func (f *fleet) observe(i int, typeURL string, resources []*anypb.Any) {
 	switch typeURL {
 	case resourcev3.ClusterType:
 		f.clusters[i] = clusters
+		f.cds[i]++
 	case resourcev3.EndpointType:
 		// Only the clusters that changed may come: the others are kept.
 		maps.Copy(f.endpoints[i], endpoints)

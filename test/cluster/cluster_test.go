@@ -49,6 +49,7 @@ type controlPlane struct {
 	mu        sync.Mutex
 	procs     map[string]*podproc.Process // by pod name
 	starting  map[string]bool             // pods whose process is starting
+	crashed   map[string]bool             // pods whose process was killed: not restarted
 	failures  []string                    // processes that could not start
 	// sidecars is what the simulated sidecars hold, once started;
 	// stopSidecars ends them.
@@ -116,6 +117,7 @@ func install(t *testing.T, ctx context.Context, namespace string, values ...stri
 		},
 		procs:    map[string]*podproc.Process{},
 		starting: map[string]bool{},
+		crashed:  map[string]bool{},
 	}
 	kubeletCtx, stopKubelet := context.WithCancel(context.WithoutCancel(ctx))
 	kubeletDone := make(chan struct{})
@@ -178,7 +180,7 @@ func (cp *controlPlane) reconcile(ctx context.Context, pods []corev1.Pod) {
 			continue
 		}
 		live[pod.Name] = true
-		if cp.procs[pod.Name] != nil || cp.starting[pod.Name] {
+		if cp.procs[pod.Name] != nil || cp.starting[pod.Name] || cp.crashed[pod.Name] {
 			continue
 		}
 		cp.starting[pod.Name] = true
@@ -203,6 +205,21 @@ func (cp *controlPlane) reconcile(ctx context.Context, pods []corev1.Pod) {
 			go func() { _ = p.Stop(30 * time.Second) }()
 		}
 	}
+}
+
+// crash kills the process of pod at once (SIGKILL, as a node failure or
+// an OOM kill would) and keeps it from being started again.
+func (cp *controlPlane) crash(t *testing.T, pod string) {
+	t.Helper()
+	cp.mu.Lock()
+	p := cp.procs[pod]
+	delete(cp.procs, pod)
+	cp.crashed[pod] = true
+	cp.mu.Unlock()
+	if p == nil {
+		t.Fatalf("no process for pod %s", pod)
+	}
+	p.Kill()
 }
 
 // running counts the processes of the service (the pods'

@@ -48,6 +48,7 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 		{"every pod of bookinfo is injected and its sidecar gets every service's endpoints", bookinfo},
 		{"a rolling update and scaling are followed by every sidecar, never empty, nothing stale", rollout},
 		{"the apiserver's watches do not grow with discovery's replicas, unlike informers per replica", apiserverLoad},
+		{"galley's leader lost: its leases move, and the sidecars get nothing that did not change", galleyLeaderLost},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, ctx, cp) }) {
 			return
@@ -106,6 +107,14 @@ func podsFindEachOther(t *testing.T, ctx context.Context, cp *controlPlane) { //
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	galleyRefuses(t, ctx, cp)
+}
+
+// galleyRefuses: the apiserver, calling galley's webhook through its
+// Service at a pod's IP, has it refuse an invalid VirtualService.
+func galleyRefuses(t *testing.T, ctx context.Context, cp *controlPlane) {
+	t.Helper()
+	app := appNamespace
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

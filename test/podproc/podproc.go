@@ -9,9 +9,9 @@
 // service reaches the apiserver as the pod's service account, exactly as
 // it would in a cluster.
 //
-// Each process runs in a mount namespace of its own (`unshare --mount`)
-// with a tmpfs over /run (/var/run) where its volumes are bind-mounted,
-// so paths are the pod's. What differs from a kubelet, and why: pods
+// Each process runs in a mount and a UTS namespace of its own (`unshare
+// --mount --uts`): its hostname is the pod's name, and a tmpfs over /run
+// (/var/run) holds its volumes, bind-mounted, so paths are the pod's. What differs from a kubelet, and why: pods
 // share the network namespace of the tests (RunInNetworkNamespace), so a
 // listen address of the form ":port" is given the pod's IP (":15012"
 // becomes "10.244.1.7:15012") and two replicas do not collide; the
@@ -114,10 +114,12 @@ func (r *Runner) Start(ctx context.Context, pod *corev1.Pod) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod log: %w", err)
 	}
-	// sh sets up the mount namespace unshare made, then becomes the
-	// binary: $0 is the binary, "$@" its arguments.
-	script := mountScript(mounts) + `exec "$0" "$@"`
-	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-ec", script, bin}, argv...)...)
+	// sh sets up the mount and UTS namespaces unshare made (the pod's
+	// hostname is its name, which the services take as their identity in
+	// leader elections and to galley), then becomes the binary: $0 is the
+	// binary, "$@" its arguments.
+	script := "hostname " + shellQuote(pod.Name) + "\n" + mountScript(mounts) + `exec "$0" "$@"`
+	cmd := exec.Command("unshare", append([]string{"--mount", "--uts", "--propagation", "private", "--", "sh", "-ec", script, bin}, argv...)...)
 	cmd.Env = environ(env)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

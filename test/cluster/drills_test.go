@@ -1,0 +1,112 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// galleyLeaderLost: the galley replica holding the status writer's Lease
+// is killed (SIGKILL) and its pod deleted. The other replica takes the
+// status and caBundle Leases, the ReplicaSet controller's new pod gets a
+// process, the webhook keeps refusing through the Service, and the
+// sidecars get nothing that did not change: discovery, resubscribing to
+// the remaining galley, sends no CDS and no EDS of bookinfo's services;
+// only the clusters of galley's own Service (its endpoints did change)
+// may be pushed.
+func galleyLeaderLost(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+	c, f := env.Client, cp.sidecars
+	leases := c.CoordinationV1().Leases(systemNamespace)
+	holder := func(ctx context.Context, name string) (string, error) {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		if l.Spec.HolderIdentity == nil {
+			return "", nil
+		}
+		return *l.Spec.HolderIdentity, nil
+	}
+	galleys, err := podsOf(ctx, systemNamespace, "app.kubernetes.io/name=flotilla-galley")
+	if err != nil || len(galleys) != 2 {
+		t.Fatalf("galley pods: %d, %v", len(galleys), err)
+	}
+	var leader string
+	cp.eventually(t, ctx, time.Minute, "galley's status Lease held by a galley pod", func(ctx context.Context) error {
+		h, err := holder(ctx, "flotilla-galley-status")
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(galleys, func(p corev1.Pod) bool { return p.Name == h }) {
+			return fmt.Errorf("held by %q, not by a galley pod", h)
+		}
+		leader = h
+		return nil
+	})
+	updatesBefore, cdsBefore := f.snapshot()
+
+	start := time.Now()
+	cp.crash(t, leader)
+	zero := int64(0)
+	if err := c.CoreV1().Pods(systemNamespace).Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range []string{"flotilla-galley-status", "flotilla-galley-cabundle"} {
+		cp.eventually(t, ctx, time.Minute, lease+" moved off the lost leader", func(ctx context.Context) error {
+			h, err := holder(ctx, lease)
+			if err != nil {
+				return err
+			}
+			if h == "" || h == leader {
+				return fmt.Errorf("held by %q", h)
+			}
+			return nil
+		})
+	}
+	t.Logf("the leases moved %s after the kill", time.Since(start).Round(time.Millisecond))
+	cp.eventually(t, ctx, time.Minute, "the replacement galley pod running", func(ctx context.Context) error {
+		pods, err := podsOf(ctx, systemNamespace, "app.kubernetes.io/name=flotilla-galley")
+		if err != nil {
+			return err
+		}
+		if len(pods) != 2 || cp.running("flotilla-galley") != 2 {
+			return fmt.Errorf("%d Ready galley pods, %d processes", len(pods), cp.running("flotilla-galley"))
+		}
+		return cp.ready(ctx, "flotilla-galley", "15015")
+	})
+	galleyRefuses(t, ctx, cp)
+
+	// Discovery's debounce and the sidecars' acknowledgements: give any
+	// push the drill caused time to arrive.
+	time.Sleep(3 * time.Second)
+	updatesAfter, cdsAfter := f.snapshot()
+	pushed := map[string]int{}
+	var errs []error
+	for i := range cdsAfter {
+		if n := cdsAfter[i] - cdsBefore[i]; n != 0 {
+			errs = append(errs, fmt.Errorf("sidecar %d got %d CDS responses", i, n))
+		}
+		for cluster, n := range updatesAfter[i] {
+			if d := n - updatesBefore[i][cluster]; d > 0 {
+				pushed[cluster] += d
+			}
+		}
+	}
+	t.Logf("EDS pushed to the sidecars during the drill (cluster: responses, all sidecars): %v", pushed)
+	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
+		if !strings.Contains(cluster, "flotilla-galley.") {
+			errs = append(errs, fmt.Errorf("%s was pushed though only galley's endpoints changed", cluster))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Error(err)
+	}
+}
