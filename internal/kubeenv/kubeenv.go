@@ -85,6 +85,8 @@ type Env struct {
 	kwok              *process
 	proxy             *process
 	dns               *hostsWriter
+	verbose           bool
+	restarts          int
 }
 
 // Start launches etcd and kube-apiserver on free loopback ports and waits
@@ -104,7 +106,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeenv scratch dir: %w", err)
 	}
-	e := &Env{dir: dir}
+	e := &Env{dir: dir, verbose: o.Verbose}
 	defer func() {
 		if err != nil {
 			_ = e.Stop()
@@ -174,6 +176,28 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 		}
 	}
 	return e, nil
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling restart of
+// the control plane does) and starts it again with the same arguments and
+// port, then waits until it is ready. Clients see their connections and
+// watches end and must reconnect, relist or resume.
+func (e *Env) RestartAPIServer(ctx context.Context) error {
+	old := e.apiserver
+	if err := old.stop(); err != nil {
+		return fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	e.restarts++
+	p, err := startProcess(old.cmd.Path, filepath.Join(e.dir, fmt.Sprintf("kube-apiserver-%d.log", e.restarts)), e.verbose, old.cmd.Args[1:]...)
+	if err != nil {
+		return err
+	}
+	e.apiserver = p
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	if err := waitHTTP(ctx, hc, e.Config.Host+"/readyz", e.Config.BearerToken, p); err != nil {
+		return fmt.Errorf("kube-apiserver restarted: %w", err)
+	}
+	return nil
 }
 
 // prepareAPIServer writes certificates, keys and the admin token file and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // galleyLeaderLost: the galley replica holding the status writer's Lease
@@ -104,6 +106,101 @@ func galleyLeaderLost(t *testing.T, ctx context.Context, cp *controlPlane) { //n
 	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
 		if !strings.Contains(cluster, "flotilla-galley.") {
 			errs = append(errs, fmt.Errorf("%s was pushed though only galley's endpoints changed", cluster))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Error(err)
+	}
+}
+
+// apiserverRestarted: kube-apiserver restarted (SIGTERM, then the same
+// flags and port). Once every client's watches are back (the apiserver's
+// registered watches as many as before) and discovery's debounce has
+// passed, the sidecars have received nothing: galley's informers resumed
+// or relisted without withdrawing anything that still exists or
+// republishing what did not change (no CDS, no EDS, no service ever
+// empty). Then a change made after the restart (reviews-v1 scaled up and
+// back) reaches every sidecar: galley watches again.
+func apiserverRestarted(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+	c, f := env.Client, cp.sidecars
+	var watched []string
+	for _, app := range bookinfoApp {
+		watched = append(watched, outbound(app.service))
+	}
+	emptiedBefore := map[string][]int{}
+	for _, cluster := range watched {
+		_, emptiedBefore[cluster] = f.counts(cluster)
+	}
+	watchesBefore, _, _ := apiserverMetrics(t, ctx)
+	updatesBefore, cdsBefore := f.snapshot()
+
+	start := time.Now()
+	if err := env.RestartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver restarted and ready in %s", time.Since(start).Round(time.Millisecond))
+	cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("the clients' %.0f watches back", watchesBefore), func(ctx context.Context) error {
+		if w, _, _ := apiserverMetrics(t, ctx); w < watchesBefore {
+			return fmt.Errorf("%.0f watches", w)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	updatesAfter, cdsAfter := f.snapshot()
+	var errs []error
+	pushed := map[string]int{}
+	for i := range cdsAfter {
+		if n := cdsAfter[i] - cdsBefore[i]; n != 0 {
+			errs = append(errs, fmt.Errorf("sidecar %d got %d CDS responses", i, n))
+		}
+		for cluster, n := range updatesAfter[i] {
+			if d := n - updatesBefore[i][cluster]; d > 0 {
+				pushed[cluster] += d
+			}
+		}
+	}
+	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
+		errs = append(errs, fmt.Errorf("%s was pushed %d times (all sidecars) though nothing changed", cluster, pushed[cluster]))
+	}
+
+	// The watches carry changes again: reviews-v1 scaled to 3 pods, then
+	// back to 2 (reviews never without endpoints).
+	for _, replicas := range []int{bookinfoReplicas + 1, bookinfoReplicas} {
+		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("reviews-v1 scaled to %d after the restart", replicas), func(ctx context.Context) error {
+			_, err := c.AppsV1().Deployments(appNamespace).Patch(ctx, "reviews-v1", types.MergePatchType,
+				fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{})
+			return err
+		})
+		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("every sidecar holds reviews with reviews-v1 at %d", replicas), func(ctx context.Context) error {
+			all, err := c.CoreV1().Pods(appNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=reviews,version=v1"})
+			if err != nil {
+				return err
+			}
+			ready, err := podsOf(ctx, appNamespace, "app=reviews,version=v1")
+			if err != nil {
+				return err
+			}
+			if len(all.Items) != replicas || len(ready) != replicas {
+				return fmt.Errorf("%d reviews-v1 pods, %d Ready", len(all.Items), len(ready))
+			}
+			pods, err := podsOf(ctx, appNamespace, "app=reviews")
+			if err != nil {
+				return err
+			}
+			var want []string
+			for _, p := range pods {
+				want = append(want, net.JoinHostPort(p.Status.PodIP, "9080"))
+			}
+			slices.Sort(want)
+			return f.holds(map[string][]string{outbound("reviews"): want})
+		})
+	}
+	for _, cluster := range watched {
+		_, emptied := f.counts(cluster)
+		for i := range emptied {
+			if emptied[i] != emptiedBefore[cluster][i] {
+				errs = append(errs, fmt.Errorf("sidecar %d held %s with no endpoint", i, cluster))
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

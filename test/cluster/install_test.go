@@ -49,6 +49,7 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 		{"a rolling update and scaling are followed by every sidecar, never empty, nothing stale", rollout},
 		{"the apiserver's watches do not grow with discovery's replicas, unlike informers per replica", apiserverLoad},
 		{"galley's leader lost: its leases move, and the sidecars get nothing that did not change", galleyLeaderLost},
+		{"the apiserver restarted: galley withdraws nothing, and the sidecars get nothing that did not change", apiserverRestarted},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, ctx, cp) }) {
 			return

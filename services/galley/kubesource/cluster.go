@@ -33,8 +33,12 @@ func (s *Source) namespaceHandler() cache.ResourceEventHandler {
 		s.publish(registry.NamespaceTypeURL, m.Name, ns)
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    upsert,
-		UpdateFunc: func(_, obj any) { upsert(obj) },
+		AddFunc: upsert,
+		UpdateFunc: func(old, obj any) {
+			if !unchanged(old, obj) {
+				upsert(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			m, ok := unwrap(obj).(*metav1.PartialObjectMetadata)
 			if !ok {
@@ -72,8 +76,12 @@ func (s *Source) configMapHandler() cache.ResourceEventHandler {
 		s.publish(typeURL, name, msg)
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    upsert,
-		UpdateFunc: func(_, obj any) { upsert(obj) },
+		AddFunc: upsert,
+		UpdateFunc: func(old, obj any) {
+			if !unchanged(old, obj) {
+				upsert(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			cm, ok := unwrap(obj).(*corev1.ConfigMap)
 			if !ok {

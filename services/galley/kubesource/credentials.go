@@ -63,8 +63,12 @@ func (s *Source) secretHandler() cache.ResourceEventHandler {
 		s.syncCredential(key)
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    upsert,
-		UpdateFunc: func(_, obj any) { upsert(obj) },
+		AddFunc: upsert,
+		UpdateFunc: func(old, obj any) {
+			if !unchanged(old, obj) {
+				upsert(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			m, err := metaOf(unwrap(obj))
 			if err != nil {

@@ -305,8 +305,12 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    upsert,
-		UpdateFunc: func(_, obj any) { upsert(obj) },
+		AddFunc: upsert,
+		UpdateFunc: func(old, obj any) {
+			if !unchanged(old, obj) {
+				upsert(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			m, err := metaOf(unwrap(obj))
 			if err != nil {
@@ -331,6 +335,17 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// unchanged reports whether an update is the same version of the object
+// as before: what an informer delivers for every object when it relists
+// (after its watch could not resume, an apiserver restart say) or
+// resyncs. Nothing changed, so nothing is published again: republishing
+// would push every proxy the same endpoints.
+func unchanged(old, obj any) bool {
+	o, err1 := metaOf(old)
+	n, err2 := metaOf(obj)
+	return err1 == nil && err2 == nil && o.GetResourceVersion() != "" && o.GetResourceVersion() == n.GetResourceVersion()
 }
 
 func metaOf(obj any) (metav1.Object, error) {
@@ -388,8 +403,12 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    upsert,
-		UpdateFunc: func(_, obj any) { upsert(obj) },
+		AddFunc: upsert,
+		UpdateFunc: func(old, obj any) {
+			if !unchanged(old, obj) {
+				upsert(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			svc, ok := unwrap(obj).(*corev1.Service)
 			if !ok {
@@ -436,8 +455,12 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 		s.publishSlice(slice)
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    upsert,
-		UpdateFunc: func(_, obj any) { upsert(obj) },
+		AddFunc: upsert,
+		UpdateFunc: func(old, obj any) {
+			if !unchanged(old, obj) {
+				upsert(obj)
+			}
+		},
 		DeleteFunc: func(obj any) {
 			slice, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
 			if !ok {
@@ -527,8 +550,8 @@ func (s *Source) podHandler() cache.ResourceEventHandler {
 				changed(p, false)
 			}
 		},
-		UpdateFunc: func(_, obj any) {
-			if p, ok := obj.(*corev1.Pod); ok {
+		UpdateFunc: func(old, obj any) {
+			if p, ok := obj.(*corev1.Pod); ok && !unchanged(old, obj) {
 				changed(p, false)
 			}
 		},
