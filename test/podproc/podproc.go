@@ -11,9 +11,9 @@
 //
 // Each process runs in a mount and a UTS namespace of its own (`unshare
 // --mount --uts`): its hostname is the pod's name, and a tmpfs over /run
-// (/var/run) holds its volumes, bind-mounted, so paths are the pod's. What differs from a kubelet, and why: pods
-// share the network namespace of the tests (RunInNetworkNamespace), so a
-// listen address of the form ":port" is given the pod's IP (":15012"
+// (/var/run) holds its volumes, bind-mounted, so paths are the pod's.
+// What differs from a kubelet, and why: pods share the network namespace
+// of the tests (RunInNetworkNamespace), so a listen address of the form ":port" is given the pod's IP (":15012"
 // becomes "10.244.1.7:15012") and two replicas do not collide; the
 // apiserver is reached at its loopback address (KUBERNETES_SERVICE_HOST),
 // not through the kubernetes Service; ConfigMap and Secret volumes are
