@@ -72,17 +72,13 @@ func RepoRoot() (string, error) {
 // nil, see kubeenv.RunTests) and removes the directory. A failed build
 // fails the run with the reason, never skips it.
 func Main(m *testing.M, dir *string, env **kubeenv.Env, names ...string) int {
-	d, err := os.MkdirTemp("", "flotilla-test-")
+	d, err := buildTemp(names)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(d)
 	*dir = d
-	if err := Binaries(d, names...); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	if env == nil {
 		return m.Run()
 	}
@@ -100,16 +96,12 @@ const binDirEnv = "FLOTILLA_TEST_BIN_DIR"
 // their own (kubeenv.RunInNetworkNamespace), where nothing is.
 func MainInNetworkNamespace(m *testing.M, dir *string, env **kubeenv.Env, o kubeenv.Options, names ...string) int {
 	if os.Getenv(binDirEnv) == "" {
-		d, err := os.MkdirTemp("", "flotilla-test-")
+		d, err := buildTemp(names)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		defer os.RemoveAll(d)
-		if err := Binaries(d, names...); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 		if err := os.Setenv(binDirEnv, d); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -117,4 +109,18 @@ func MainInNetworkNamespace(m *testing.M, dir *string, env **kubeenv.Env, o kube
 	}
 	*dir = os.Getenv(binDirEnv)
 	return kubeenv.RunInNetworkNamespace(func() int { return kubeenv.RunTests(m, env, o) })
+}
+
+// buildTemp builds names into a new temporary directory; the caller
+// removes it. Nothing is left behind when the build fails.
+func buildTemp(names []string) (string, error) {
+	d, err := os.MkdirTemp("", "flotilla-test-")
+	if err != nil {
+		return "", err
+	}
+	if err := Binaries(d, names...); err != nil {
+		os.RemoveAll(d)
+		return "", err
+	}
+	return d, nil
 }

@@ -9,15 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
@@ -38,7 +35,6 @@ import (
 // and EndpointSlices multiplies. The table is logged (BENCHMARKS.md keeps
 // it); the watches are asserted, the counters only logged.
 func apiserverLoad(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
-	c := env.Client
 	type row struct {
 		n                          int
 		watchers, requests, events float64
@@ -51,23 +47,11 @@ func apiserverLoad(t *testing.T, ctx context.Context, cp *controlPlane) { //noli
 		time.Sleep(2 * time.Second)
 		w, r0, e0 := apiserverMetrics(t, ctx)
 		for _, replicas := range []int{10, 0} {
-			if _, err := c.AppsV1().Deployments(appNamespace).Patch(ctx, "web", types.MergePatchType,
-				fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{}); err != nil {
+			if err := scale(ctx, appNamespace, "web", replicas); err != nil {
 				t.Fatal(err)
 			}
 			cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("web at %d pods", replicas), func(ctx context.Context) error {
-				all, err := c.CoreV1().Pods(appNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-				if err != nil {
-					return err
-				}
-				ready, err := podsOf(ctx, appNamespace, "app=web")
-				if err != nil {
-					return err
-				}
-				if len(all.Items) != replicas || len(ready) != replicas {
-					return fmt.Errorf("%d pods, %d Ready", len(all.Items), len(ready))
-				}
-				return nil
+				return podsAt(ctx, appNamespace, "app=web", replicas)
 			})
 		}
 		time.Sleep(2 * time.Second)
@@ -77,8 +61,7 @@ func apiserverLoad(t *testing.T, ctx context.Context, cp *controlPlane) { //noli
 
 	var flotilla []row
 	for _, n := range []int{1, 3, 10} {
-		if _, err := c.AppsV1().Deployments(systemNamespace).Patch(ctx, "flotilla-discovery", types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n), metav1.PatchOptions{}); err != nil {
+		if err := scale(ctx, systemNamespace, "flotilla-discovery", n); err != nil {
 			t.Fatal(err)
 		}
 		cp.eventually(t, ctx, 3*time.Minute, fmt.Sprintf("%d discovery replicas running and ready", n), func(ctx context.Context) error {
@@ -89,15 +72,10 @@ func apiserverLoad(t *testing.T, ctx context.Context, cp *controlPlane) { //noli
 		})
 		// The sidecars of a replica scaled away connect to another.
 		cp.eventually(t, ctx, 2*time.Minute, "the sidecars hold reviews' endpoints", func(ctx context.Context) error {
-			pods, err := podsOf(ctx, appNamespace, "app=reviews")
+			want, err := endpointsOf(ctx, appNamespace, "app=reviews")
 			if err != nil {
 				return err
 			}
-			var want []string
-			for _, p := range pods {
-				want = append(want, net.JoinHostPort(p.Status.PodIP, "9080"))
-			}
-			slices.Sort(want)
 			return cp.sidecars.holds(map[string][]string{outbound("reviews"): want})
 		})
 		flotilla = append(flotilla, measure(n))

@@ -24,6 +24,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
 	"github.com/flotilla-mesh/flotilla/test/load"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // bookinfoApp is Istio's sample application's shape: four services, three
@@ -121,7 +122,7 @@ func bookinfo(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:th
 	// One sidecar per pod, through discovery's Service.
 	f := newFleet(len(pods))
 	clientsCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	statusAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	statusAddr := proc.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- load.RunSidecarClients(clientsCtx, load.SidecarClientOptions{
@@ -299,14 +300,4 @@ type tlog struct{ t *testing.T }
 func (l tlog) Write(b []byte) (int, error) {
 	l.t.Logf("%s", b)
 	return len(b), nil
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

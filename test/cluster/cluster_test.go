@@ -13,6 +13,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
@@ -310,4 +312,43 @@ func podsOf(ctx context.Context, namespace, selector string) ([]corev1.Pod, erro
 		}
 	}
 	return ready, nil
+}
+
+// scale sets a Deployment's replicas, as `kubectl scale` does.
+func scale(ctx context.Context, namespace, name string, replicas int) error {
+	_, err := env.Client.AppsV1().Deployments(namespace).Patch(ctx, name, types.MergePatchType,
+		fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{})
+	return err
+}
+
+// podsAt says how namespace's pods matching selector differ from n pods,
+// all Ready, none terminating left behind; nil when they do not.
+func podsAt(ctx context.Context, namespace, selector string, n int) error {
+	all, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err
+	}
+	ready, err := podsOf(ctx, namespace, selector)
+	if err != nil {
+		return err
+	}
+	if len(all.Items) != n || len(ready) != n {
+		return fmt.Errorf("%s: %d pods, %d Ready, want %d", selector, len(all.Items), len(ready), n)
+	}
+	return nil
+}
+
+// endpointsOf are the Ready pods of namespace matching selector at port
+// 9080 (bookinfo's), sorted: what a sidecar must hold for their Service.
+func endpointsOf(ctx context.Context, namespace, selector string) ([]string, error) {
+	pods, err := podsOf(ctx, namespace, selector)
+	if err != nil {
+		return nil, err
+	}
+	var eps []string
+	for _, p := range pods {
+		eps = append(eps, net.JoinHostPort(p.Status.PodIP, "9080"))
+	}
+	slices.Sort(eps)
+	return eps, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // galleyLeaderLost: the galley replica holding the status writer's Lease
@@ -122,7 +120,7 @@ func galleyLeaderLost(t *testing.T, ctx context.Context, cp *controlPlane) { //n
 // empty). Then a change made after the restart (reviews-v1 scaled up and
 // back) reaches every sidecar: galley watches again.
 func apiserverRestarted(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
-	c, f := env.Client, cp.sidecars
+	f := cp.sidecars
 	var watched []string
 	for _, app := range bookinfoApp {
 		watched = append(watched, outbound(app.service))
@@ -167,31 +165,16 @@ func apiserverRestarted(t *testing.T, ctx context.Context, cp *controlPlane) { /
 	// back to 2 (reviews never without endpoints).
 	for _, replicas := range []int{bookinfoReplicas + 1, bookinfoReplicas} {
 		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("reviews-v1 scaled to %d after the restart", replicas), func(ctx context.Context) error {
-			_, err := c.AppsV1().Deployments(appNamespace).Patch(ctx, "reviews-v1", types.MergePatchType,
-				fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{})
-			return err
+			return scale(ctx, appNamespace, "reviews-v1", replicas)
 		})
 		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("every sidecar holds reviews with reviews-v1 at %d", replicas), func(ctx context.Context) error {
-			all, err := c.CoreV1().Pods(appNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=reviews,version=v1"})
+			if err := podsAt(ctx, appNamespace, "app=reviews,version=v1", replicas); err != nil {
+				return err
+			}
+			want, err := endpointsOf(ctx, appNamespace, "app=reviews")
 			if err != nil {
 				return err
 			}
-			ready, err := podsOf(ctx, appNamespace, "app=reviews,version=v1")
-			if err != nil {
-				return err
-			}
-			if len(all.Items) != replicas || len(ready) != replicas {
-				return fmt.Errorf("%d reviews-v1 pods, %d Ready", len(all.Items), len(ready))
-			}
-			pods, err := podsOf(ctx, appNamespace, "app=reviews")
-			if err != nil {
-				return err
-			}
-			var want []string
-			for _, p := range pods {
-				want = append(want, net.JoinHostPort(p.Status.PodIP, "9080"))
-			}
-			slices.Sort(want)
 			return f.holds(map[string][]string{outbound("reviews"): want})
 		})
 	}

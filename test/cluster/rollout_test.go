@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -77,26 +76,10 @@ func rollout(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:the
 		if s.ObservedGeneration < d.Generation || int(s.UpdatedReplicas) != replicas || int(s.Replicas) != replicas || int(s.ReadyReplicas) != replicas {
 			return nil, fmt.Errorf("deployment: %d updated, %d in all, %d ready", s.UpdatedReplicas, s.Replicas, s.ReadyReplicas)
 		}
-		all, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
-		if err != nil {
+		if err := podsAt(ctx, ns, "app="+name, replicas); err != nil {
 			return nil, err
 		}
-		if len(all.Items) != replicas {
-			return nil, fmt.Errorf("%d pods (terminating ones not gone yet)", len(all.Items))
-		}
-		ready, err := podsOf(ctx, ns, "app="+name)
-		if err != nil {
-			return nil, err
-		}
-		if len(ready) != replicas {
-			return nil, fmt.Errorf("%d Ready pods", len(ready))
-		}
-		var eps []string
-		for _, p := range ready {
-			eps = append(eps, net.JoinHostPort(p.Status.PodIP, "9080"))
-		}
-		slices.Sort(eps)
-		return eps, nil
+		return endpointsOf(ctx, ns, "app="+name)
 	}
 	// settle waits for the Deployment at replicas, then for every
 	// sidecar to hold its endpoints; it returns the time in between
@@ -148,8 +131,7 @@ func rollout(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:the
 	// Scaled to nothing, back up, and to nothing again: at each end every
 	// sidecar holds exactly what is Ready.
 	for _, replicas := range []int{0, rolloutReplicas, 0} {
-		if _, err := c.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType,
-			fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{}); err != nil {
+		if err := scale(ctx, ns, name, replicas); err != nil {
 			t.Fatal(err)
 		}
 		lag := settle(fmt.Sprintf("scaled to %d", replicas), replicas)
