@@ -276,13 +276,17 @@ func TestAPushOfATracedChangeIsItsChildAndOthersAreNotFollowedToProxies(t *testi
 	if p.trace.TraceID() != change(1).TraceID() {
 		t.Fatalf("Push got span %v, want one in the first change's trace", p.trace)
 	}
-	var push tracetest.SpanStub
-	under := map[string]bool{}
-	for _, s := range spans.GetSpans() {
-		if s.SpanContext.Equal(p.trace) {
-			push = s
+	// The push span ends once Push has returned, so it is exported a moment
+	// after Push got it: wait for it (bounded) before reading its tree.
+	push, ok := tracetest.SpanStub{}, false
+	for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, s := range spans.GetSpans() {
+			if s.SpanContext.Equal(p.trace) {
+				push, ok = s, true
+			}
 		}
 	}
+	under := map[string]bool{}
 	for _, s := range spans.GetSpans() {
 		if s.Parent.Equal(p.trace) {
 			under[s.Name] = true
