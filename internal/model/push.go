@@ -530,15 +530,21 @@ func (pc *PushContext) AllowAny() bool {
 	return p == nil || p.GetMode() != meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY
 }
 
-// ServiceHasAddress reports whether any of ips is an endpoint of the
-// service "namespace/hostname".
-func (pc *PushContext) ServiceHasAddress(key string, ips []netip.Addr) bool {
+// EndpointsAt are the endpoints of the service "namespace/hostname" at
+// any of ips (a proxy's own addresses), in the push context's order; nil
+// for a nil push context.
+func (pc *PushContext) EndpointsAt(key string, ips []netip.Addr) []*registryv1.Endpoint {
+	if pc == nil {
+		return nil
+	}
+	var out []*registryv1.Endpoint
 	for _, ep := range pc.endpoints[key] {
 		for _, ip := range ips {
 			if ep.GetAddress() == ip.String() {
-				return true
+				out = append(out, ep)
+				break
 			}
 		}
 	}
-	return false
+	return out
 }

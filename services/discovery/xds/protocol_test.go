@@ -364,6 +364,56 @@ func TestAnEndpointChangeGoesOnlyToProxiesWatchingThatCluster(t *testing.T) {
 	sb.nothing(t, 200*time.Millisecond)
 }
 
+// TestAPeerOfAProxysServiceScaledIsAnEndpointsOnlyPushAndItsOwnEndpointAFullOne:
+// a sidecar that serves a (its address is one of a's endpoints) gets a
+// peer added to a as a's load assignment alone; its own endpoint going
+// changes its inbound, so that one is pushed fully (clusters first).
+func TestAPeerOfAProxysServiceScaledIsAnEndpointsOnlyPushAndItsOwnEndpointAFullOne(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("a", 80))
+	h.store.PutService(service("b", 80))
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1"))
+	h.store.PutEndpointSet(endpoints("b", "10.1.2.1"))
+	h.push()
+	const ca, cb = "outbound|80||a.default.svc.cluster.local", "outbound|80||b.default.svc.cluster.local"
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node("sidecar~10.1.1.1~a-1.default~default.svc.cluster.local", nil), TypeUrl: resourcev3.ClusterType})
+	clusters := s.next(t)
+	s.send(t, ack(clusters))
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{ca, cb}})
+	s.send(t, ack(s.next(t), ca, cb))
+	inbound := func(r *discoveryv3.DiscoveryResponse) int {
+		n := 0
+		for _, a := range r.GetResources() {
+			var c clusterv3.Cluster
+			if err := a.UnmarshalTo(&c); err == nil && strings.HasPrefix(c.GetName(), "inbound|") {
+				n++
+			}
+		}
+		return n
+	}
+	if inbound(clusters) == 0 {
+		t.Fatal("the proxy serving a has no inbound cluster")
+	}
+
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.1", "10.1.1.2"))
+	h.push()
+	r := s.next(t)
+	var la endpointv3.ClusterLoadAssignment
+	if r.GetTypeUrl() != resourcev3.EndpointType || len(r.GetResources()) != 1 || r.GetResources()[0].UnmarshalTo(&la) != nil || la.GetClusterName() != ca {
+		t.Fatalf("a peer added: got %d resources of %s (%q), want a's load assignment alone", len(r.GetResources()), r.GetTypeUrl(), la.GetClusterName())
+	}
+	s.send(t, ack(r, ca, cb))
+	s.nothing(t, 200*time.Millisecond)
+
+	h.store.PutEndpointSet(endpoints("a", "10.1.1.2"))
+	h.push()
+	r = s.next(t)
+	if r.GetTypeUrl() != resourcev3.ClusterType || inbound(r) != 0 {
+		t.Fatalf("its own endpoint gone: got %s with %d inbound clusters, want the clusters without its inbound", r.GetTypeUrl(), inbound(r))
+	}
+}
+
 // delta is a raw incremental stream.
 type delta struct {
 	st   discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient

@@ -9,7 +9,9 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
 )
@@ -125,11 +127,17 @@ func (c *conn) watchedHosts(gen *translate.Generator) map[string]bool {
 	return hosts
 }
 
-// inboundAffected: an endpoint change at the proxy's own address changes
-// its inbound clusters and listeners, not only endpoints.
+// inboundAffected: a change of the proxy's own endpoints (one at its
+// address added to, removed from or changed in a service) changes its
+// inbound clusters and listeners, not only endpoints. Other endpoints of
+// the services it serves coming and going do not: as in Istio, whose
+// sidecar inbound is built from the proxy's own service targets, a peer
+// scaled up or down reaches it as load assignments only.
 func (c *conn) inboundAffected(ev *pushEvent) bool {
 	for key := range ev.changes.Endpoints {
-		if ev.pc.ServiceHasAddress(key, c.proxy.IPs) || (ev.prev != nil && ev.prev.ServiceHasAddress(key, c.proxy.IPs)) {
+		if !slices.EqualFunc(ev.prev.EndpointsAt(key, c.proxy.IPs), ev.pc.EndpointsAt(key, c.proxy.IPs), func(a, b *registryv1.Endpoint) bool {
+			return proto.Equal(a, b)
+		}) {
 			return true
 		}
 	}
