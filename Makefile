@@ -97,7 +97,7 @@ check-modules: ## each service module builds on its own (GOWORK=off), as image b
 	echo "services/discovery links no k8s.io package"
 
 bench: kube-assets ## run every benchmark (results go in BENCHMARKS.md)
-	go test -run '^$$' -bench . -benchmem work
+	go test -run '^$$' -bench . -benchmem -timeout 60m work
 
 LOAD_CLIENTS ?= 100 1000 3000
 LOAD_SIDECARS ?= 1000 2000 5000

@@ -34,7 +34,7 @@ import (
 // and the watch events the apiserver sends, which every watcher of pods
 // and EndpointSlices multiplies. The table is logged (BENCHMARKS.md keeps
 // it); the watches are asserted, the counters only logged.
-func apiserverLoad(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+func apiserverLoad(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
 	type row struct {
 		n                          int
 		watchers, requests, events float64
@@ -125,7 +125,7 @@ func apiserverLoad(t *testing.T, ctx context.Context, cp *controlPlane) { //noli
 // apiserver_registered_watchers; apiserver_longrunning_requests of verb
 // WATCH where that is absent), the total of apiserver_request_total and
 // of apiserver_watch_events_total (the events it sent its watchers).
-func apiserverMetrics(t *testing.T, ctx context.Context) (watchers, requests, events float64) {
+func apiserverMetrics(t testing.TB, ctx context.Context) (watchers, requests, events float64) {
 	t.Helper()
 	raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {

@@ -50,7 +50,7 @@ const bookinfoReplicas = 2
 // pod's name, IP, labels and service account) gets from discovery,
 // through its Service, every service's cluster and the Ready pods'
 // endpoints.
-func bookinfo(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+func bookinfo(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
 	ns, c := appNamespace, env.Client
 	for _, app := range bookinfoApp {
 		if _, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -295,7 +295,7 @@ func (f *fleet) holds(want map[string][]string) error {
 }
 
 // tlog writes the sidecar clients' complaints to the test's log.
-type tlog struct{ t *testing.T }
+type tlog struct{ t testing.TB }
 
 func (l tlog) Write(b []byte) (int, error) {
 	l.t.Logf("%s", b)

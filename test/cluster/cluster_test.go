@@ -39,8 +39,11 @@ var (
 	binDir string
 )
 
+// TestMain: three kwok nodes of 250 pods each (their /24 pod CIDRs hold
+// 254), room for the benchmark's 500 pods besides bookinfo and the
+// control plane.
 func TestMain(m *testing.M) {
-	os.Exit(build.MainInNetworkNamespace(m, &binDir, &env, kubeenv.Options{Cluster: &kubeenv.ClusterOptions{Nodes: 3}},
+	os.Exit(build.MainInNetworkNamespace(m, &binDir, &env, kubeenv.Options{Cluster: &kubeenv.ClusterOptions{Nodes: 3, MaxPodsPerNode: 250}},
 		"flotilla-galley", "flotilla-discovery", "flotilla-ca", "flotilla-injector"))
 }
 
@@ -61,7 +64,7 @@ type controlPlane struct {
 
 // usage is the CPU seconds used so far and the RSS now of the processes
 // of each service (app.kubernetes.io/name of their pods), summed.
-func (cp *controlPlane) usage(t *testing.T) map[string][2]float64 {
+func (cp *controlPlane) usage(t testing.TB) map[string][2]float64 {
 	t.Helper()
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -86,7 +89,7 @@ func (cp *controlPlane) usage(t *testing.T) map[string][2]float64 {
 // values (--set), then starts every pod of the release as a process once
 // the apiserver has it Running with an IP. The processes are stopped at
 // the test's end.
-func install(t *testing.T, ctx context.Context, namespace string, values ...string) *controlPlane {
+func install(t testing.TB, ctx context.Context, namespace string, values ...string) *controlPlane {
 	t.Helper()
 	root, err := build.RepoRoot()
 	if err != nil {
@@ -211,7 +214,7 @@ func (cp *controlPlane) reconcile(ctx context.Context, pods []corev1.Pod) {
 
 // crash kills the process of pod at once (SIGKILL, as a node failure or
 // an OOM kill would) and keeps it from being started again.
-func (cp *controlPlane) crash(t *testing.T, pod string) {
+func (cp *controlPlane) crash(t testing.TB, pod string) {
 	t.Helper()
 	cp.mu.Lock()
 	p := cp.procs[pod]
@@ -277,7 +280,7 @@ func tail(s string, n int) string {
 // eventually polls cond until it holds, failing the test with cond's last
 // error, any exited process and the logs after limit; it logs how long it
 // took.
-func (cp *controlPlane) eventually(t *testing.T, ctx context.Context, limit time.Duration, what string, cond func(context.Context) error) {
+func (cp *controlPlane) eventually(t testing.TB, ctx context.Context, limit time.Duration, what string, cond func(context.Context) error) {
 	t.Helper()
 	start := time.Now()
 	var last error

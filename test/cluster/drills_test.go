@@ -22,7 +22,7 @@ import (
 // the remaining galley, sends no CDS and no EDS of bookinfo's services;
 // only the clusters of galley's own Service (its endpoints did change)
 // may be pushed.
-func galleyLeaderLost(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+func galleyLeaderLost(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
 	c, f := env.Client, cp.sidecars
 	leases := c.CoordinationV1().Leases(systemNamespace)
 	holder := func(ctx context.Context, name string) (string, error) {
@@ -119,7 +119,7 @@ func galleyLeaderLost(t *testing.T, ctx context.Context, cp *controlPlane) { //n
 // republishing what did not change (no CDS, no EDS, no service ever
 // empty). Then a change made after the restart (reviews-v1 scaled up and
 // back) reaches every sidecar: galley watches again.
-func apiserverRestarted(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
 	f := cp.sidecars
 	var watched []string
 	for _, app := range bookinfoApp {
@@ -162,7 +162,10 @@ func apiserverRestarted(t *testing.T, ctx context.Context, cp *controlPlane) { /
 	}
 
 	// The watches carry changes again: reviews-v1 scaled to 3 pods, then
-	// back to 2 (reviews never without endpoints).
+	// back to 2 (reviews never without endpoints). Only reviews' clusters
+	// are pushed: an endpoint change is pushed as the changed services'
+	// load assignments only, as Istio's incremental EDS does.
+	updatesBefore, cdsBefore = f.snapshot()
 	for _, replicas := range []int{bookinfoReplicas + 1, bookinfoReplicas} {
 		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("reviews-v1 scaled to %d after the restart", replicas), func(ctx context.Context) error {
 			return scale(ctx, appNamespace, "reviews-v1", replicas)
@@ -177,6 +180,24 @@ func apiserverRestarted(t *testing.T, ctx context.Context, cp *controlPlane) { /
 			}
 			return f.holds(map[string][]string{outbound("reviews"): want})
 		})
+	}
+	updatesAfter, cdsAfter = f.snapshot()
+	pushed = map[string]int{}
+	for i := range cdsAfter {
+		if n := cdsAfter[i] - cdsBefore[i]; n != 0 {
+			errs = append(errs, fmt.Errorf("sidecar %d got %d CDS responses when reviews-v1 scaled", i, n))
+		}
+		for cluster, n := range updatesAfter[i] {
+			if d := n - updatesBefore[i][cluster]; d > 0 {
+				pushed[cluster] += d
+			}
+		}
+	}
+	t.Logf("EDS pushed to the sidecars when reviews-v1 scaled (cluster: responses, all sidecars): %v", pushed)
+	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
+		if !strings.Contains(cluster, "|reviews.") {
+			errs = append(errs, fmt.Errorf("%s was pushed %d times (all sidecars) though only reviews' endpoints changed", cluster, pushed[cluster]))
+		}
 	}
 	for _, cluster := range watched {
 		_, emptied := f.counts(cluster)

@@ -30,11 +30,7 @@ const edsType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignm
 func TestFlotillaInAWholeCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cp := install(t, ctx, systemNamespace,
-		"discovery.autoscaling.enabled=false", "discovery.replicaCount=2",
-		"ca.replicaCount=1", "ca.podDisruptionBudget.enabled=false",
-		"injector.replicaCount=1", "injector.podDisruptionBudget.enabled=false",
-	)
+	cp := install(t, ctx, systemNamespace, chartValues...)
 	defer func() {
 		if cp.stopSidecars != nil {
 			cp.stopSidecars()
@@ -42,7 +38,7 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 	}()
 	for _, step := range []struct {
 		name string
-		run  func(*testing.T, context.Context, *controlPlane)
+		run  func(testing.TB, context.Context, *controlPlane)
 	}{
 		{"the pods find each other through the cluster and the apiserver calls their webhooks", podsFindEachOther},
 		{"every pod of bookinfo is injected and its sidecar gets every service's endpoints", bookinfo},
@@ -57,6 +53,15 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 	}
 }
 
+// chartValues are the chart's settings in these tests: two discovery
+// replicas (no autoscaler to change that), one ca and one injector (so
+// no PodDisruptionBudget).
+var chartValues = []string{
+	"discovery.autoscaling.enabled=false", "discovery.replicaCount=2",
+	"ca.replicaCount=1", "ca.podDisruptionBudget.enabled=false",
+	"injector.replicaCount=1", "injector.podDisruptionBudget.enabled=false",
+}
+
 const (
 	systemNamespace = "istio-system"
 	appNamespace    = "bookinfo"
@@ -66,7 +71,7 @@ const (
 // galley's and the injector's leaders put them into their webhooks'
 // caBundles, and the apiserver, calling galley through its Service at a
 // pod's IP, has it refuse an invalid VirtualService.
-func podsFindEachOther(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+func podsFindEachOther(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
 	ns, c := systemNamespace, env.Client
 
 	var roots string
@@ -113,7 +118,7 @@ func podsFindEachOther(t *testing.T, ctx context.Context, cp *controlPlane) { //
 
 // galleyRefuses: the apiserver, calling galley's webhook through its
 // Service at a pod's IP, has it refuse an invalid VirtualService.
-func galleyRefuses(t *testing.T, ctx context.Context, cp *controlPlane) {
+func galleyRefuses(t testing.TB, ctx context.Context, cp *controlPlane) {
 	t.Helper()
 	app := appNamespace
 	dyn, err := dynamic.NewForConfig(env.Config)

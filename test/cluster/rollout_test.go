@@ -14,20 +14,44 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// rolloutReplicas is the rolled Deployment's size in `make test`.
-const rolloutReplicas = 50
+// rolloutReplicas is the rolled Deployment's size in `make test`; the
+// benchmark (`make bench`) rolls rolloutReplicasAtScale and scales to
+// scaleToAtScale, the sizes of issue 20.
+const (
+	rolloutReplicas        = 50
+	rolloutReplicasAtScale = 200
+	scaleToAtScale         = 500
+)
 
-// rollout: a Deployment of rolloutReplicas pods behind a Service, seen by
-// every bookinfo sidecar; its image changed as `kubectl set image` does
+// rollout is the rolling update and scaling at `make test`'s size.
+func rollout(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+	rollOut(t, ctx, cp, rolloutReplicas, rolloutReplicas)
+}
+
+// rolloutFigures are what rollOut measured of the rolling update: its
+// duration, the time from its end to the last sidecar's EDS (lag), the
+// EDS responses per sidecar during it (sorted), and the CPU seconds used
+// during it and RSS after it of galley's and discovery's pods (usage's
+// keys), and the time from each scaling's end to the last sidecar's EDS.
+type rolloutFigures struct {
+	took, lag time.Duration
+	pushes    []int
+	cpu, rss  map[string]float64
+	scaled    []time.Duration
+}
+
+// rollOut: a Deployment of replicas pods behind a Service, seen by every
+// bookinfo sidecar; its image changed as `kubectl set image` does
 // (maxSurge and maxUnavailable 25 %, Kubernetes' defaults, written out),
-// then scaled to 0, back up and to 0 again. Every sidecar's EDS follows
+// then scaled to 0, up to scaleTo and to 0 again. Every sidecar's EDS follows
 // each step to the Ready pods exactly (nothing stale), and during the
 // rolling update, when Ready pods exist at every moment, no sidecar ever
 // holds the Service with no endpoint. It logs the time from the rollout's
 // end (every new pod Ready, every old one gone) to the last sidecar
 // holding the new endpoints, the EDS responses per sidecar during the
 // rollout (debounce at work), and galley's and discovery's CPU and RSS.
-func rollout(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:thelper // a step: the subtest of its own
+func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scaleTo int) rolloutFigures {
+	t.Helper()
 	ns, c, f := appNamespace, env.Client, cp.sidecars
 	if f == nil {
 		t.Fatal("no sidecars: the bookinfo step did not start them")
@@ -48,7 +72,7 @@ func rollout(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:the
 	if _, err := c.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr(int32(rolloutReplicas)),
+			Replicas: ptr(int32(replicas)),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Strategy: appsv1.DeploymentStrategy{
 				Type:          appsv1.RollingUpdateDeploymentStrategyType,
@@ -98,7 +122,7 @@ func rollout(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:the
 		})
 		return time.Since(settled)
 	}
-	settle("created", rolloutReplicas)
+	settle("created", replicas)
 
 	// The rolling update.
 	updatesBefore, emptiedBefore := f.counts(cluster)
@@ -108,33 +132,69 @@ func rollout(t *testing.T, ctx context.Context, cp *controlPlane) { //nolint:the
 		[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"web:2"}]}}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lag := settle("rolled to web:2", rolloutReplicas)
-	took := time.Since(start)
+	fig := rolloutFigures{cpu: map[string]float64{}, rss: map[string]float64{}}
+	fig.lag = settle("rolled to web:2", replicas)
+	fig.took = time.Since(start)
 	usageAfter := cp.usage(t)
 	updates, emptied := f.counts(cluster)
-	var pushes []int
 	for i := range updates {
-		pushes = append(pushes, updates[i]-updatesBefore[i])
+		fig.pushes = append(fig.pushes, updates[i]-updatesBefore[i])
 		if n := emptied[i] - emptiedBefore[i]; n > 0 {
 			t.Errorf("sidecar %d held %s with no endpoint %d times during the rolling update, while Ready pods existed", i, name, n)
 		}
 	}
-	slices.Sort(pushes)
+	slices.Sort(fig.pushes)
+	pushes := fig.pushes
 	t.Logf("rolling update of %d pods: %s in all; from the last pod Ready (and the old ones gone) to the last sidecar's EDS: %s; "+
-		"EDS responses per sidecar during it: min %d, median %d, max %d", rolloutReplicas, took.Round(time.Millisecond),
-		lag.Round(time.Millisecond), pushes[0], pushes[len(pushes)/2], pushes[len(pushes)-1])
+		"EDS responses per sidecar during it: min %d, median %d, max %d", replicas, fig.took.Round(time.Millisecond),
+		fig.lag.Round(time.Millisecond), pushes[0], pushes[len(pushes)/2], pushes[len(pushes)-1])
 	for _, svc := range []string{"flotilla-galley", "flotilla-discovery"} {
-		t.Logf("%s (all replicas): %.2f CPU seconds during the rollout, %.0f MiB RSS after it",
-			svc, usageAfter[svc][0]-usageBefore[svc][0], usageAfter[svc][1])
+		fig.cpu[svc], fig.rss[svc] = usageAfter[svc][0]-usageBefore[svc][0], usageAfter[svc][1]
+		t.Logf("%s (all replicas): %.2f CPU seconds during the rollout, %.0f MiB RSS after it", svc, fig.cpu[svc], fig.rss[svc])
 	}
 
 	// Scaled to nothing, back up, and to nothing again: at each end every
 	// sidecar holds exactly what is Ready.
-	for _, replicas := range []int{0, rolloutReplicas, 0} {
-		if err := scale(ctx, ns, name, replicas); err != nil {
+	for _, n := range []int{0, scaleTo, 0} {
+		if err := scale(ctx, ns, name, n); err != nil {
 			t.Fatal(err)
 		}
-		lag := settle(fmt.Sprintf("scaled to %d", replicas), replicas)
-		t.Logf("scaled to %d: the last sidecar's EDS %s after the Deployment settled", replicas, lag.Round(time.Millisecond))
+		lag := settle(fmt.Sprintf("scaled to %d", n), n)
+		fig.scaled = append(fig.scaled, lag)
+		t.Logf("scaled to %d: the last sidecar's EDS %s after the Deployment settled", n, lag.Round(time.Millisecond))
+	}
+	return fig
+}
+
+// BenchmarkRolloutAtScale (`make bench`): the rolling update and scaling
+// at issue 20's sizes, a Deployment of rolloutReplicasAtScale pods rolled
+// and then scaled 0 → scaleToAtScale → 0, on the chart installed as in
+// TestFlotillaInAWholeCluster with bookinfo's 12 sidecars watching. One
+// run of it takes minutes, so the benchmark runs once (b.N is 1) and
+// reports rollOut's figures; the assertions are the test's.
+func BenchmarkRolloutAtScale(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	cp := install(b, ctx, systemNamespace, chartValues...)
+	defer func() {
+		if cp.stopSidecars != nil {
+			cp.stopSidecars()
+		}
+	}()
+	podsFindEachOther(b, ctx, cp)
+	bookinfo(b, ctx, cp)
+	b.ResetTimer()
+	fig := rollOut(b, ctx, cp, rolloutReplicasAtScale, scaleToAtScale)
+	b.StopTimer()
+	b.ReportMetric(fig.took.Seconds(), "rollout-s")
+	b.ReportMetric(fig.lag.Seconds(), "last-eds-after-rollout-s")
+	b.ReportMetric(float64(fig.pushes[len(fig.pushes)/2]), "eds-per-sidecar-median")
+	b.ReportMetric(float64(fig.pushes[len(fig.pushes)-1]), "eds-per-sidecar-max")
+	for i, what := range []string{"after-scale-to-0", "after-scale-up", "after-scale-down"} {
+		b.ReportMetric(fig.scaled[i].Seconds(), "last-eds-"+what+"-s")
+	}
+	for svc, short := range map[string]string{"flotilla-galley": "galley", "flotilla-discovery": "discovery"} {
+		b.ReportMetric(fig.cpu[svc], short+"-cpu-s")
+		b.ReportMetric(fig.rss[svc], short+"-rss-MiB")
 	}
 }
