@@ -190,6 +190,23 @@ type fleet struct {
 	// responses.
 	updates, emptied []map[string]int
 	cds              []int
+	// changed is, per cluster, when the client applied the last EDS
+	// response that changed its endpoints (before acknowledging it).
+	changed []map[string]time.Time
+}
+
+// lastChange is when the last client to do so applied cluster's current
+// endpoints.
+func (f *fleet) lastChange(cluster string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var last time.Time
+	for i := range f.changed {
+		if at := f.changed[i][cluster]; at.After(last) {
+			last = at
+		}
+	}
+	return last
 }
 
 // snapshot copies the EDS updates per cluster and the CDS responses of
@@ -207,9 +224,10 @@ func newFleet(n int) *fleet {
 	f := &fleet{
 		clusters: make([]map[string]bool, n), endpoints: make([]map[string][]string, n), edsPushes: make([]int, n),
 		updates: make([]map[string]int, n), emptied: make([]map[string]int, n), cds: make([]int, n),
+		changed: make([]map[string]time.Time, n),
 	}
 	for i := range n {
-		f.clusters[i], f.endpoints[i] = map[string]bool{}, map[string][]string{}
+		f.clusters[i], f.endpoints[i], f.changed[i] = map[string]bool{}, map[string][]string{}, map[string]time.Time{}
 		f.updates[i], f.emptied[i] = map[string]int{}, map[string]int{}
 	}
 	return f
@@ -265,6 +283,12 @@ func (f *fleet) observe(i int, typeURL string, resources []*anypb.Any) {
 		f.cds[i]++
 	case resourcev3.EndpointType:
 		// Only the clusters that changed may come: the others are kept.
+		now := time.Now()
+		for cluster, eps := range endpoints {
+			if held, ok := f.endpoints[i][cluster]; !ok || !slices.Equal(held, eps) {
+				f.changed[i][cluster] = now
+			}
+		}
 		maps.Copy(f.endpoints[i], endpoints)
 		f.edsPushes[i]++
 		for cluster, eps := range endpoints {

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/test/build"
@@ -305,16 +306,74 @@ func podsOf(ctx context.Context, namespace, selector string) ([]corev1.Pod, erro
 	}
 	var ready []corev1.Pod
 	for _, p := range list.Items {
-		if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready = append(ready, p)
-			}
+		if isReady(&p) {
+			ready = append(ready, p)
 		}
 	}
 	return ready, nil
+}
+
+// isReady: the pod has an IP, is Ready and is not terminating (what the
+// EndpointSlice controller publishes as a ready endpoint).
+func isReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podClock is when the test's own watch last saw a pod of a selector
+// become Ready or stop being Ready (terminating, deleted): the last
+// moment the Service's Ready endpoints changed, as near as a client of
+// the apiserver can tell (conditions' timestamps have whole seconds).
+type podClock struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+// watchPods starts a podClock for namespace's pods matching selector,
+// stopped at the test's end.
+func watchPods(t testing.TB, ctx context.Context, namespace, selector string) *podClock {
+	t.Helper()
+	w, err := env.Client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	clock := &podClock{}
+	go func() {
+		ready := map[string]bool{}
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now := ev.Type != watch.Deleted && isReady(p)
+			if now != ready[p.Name] {
+				clock.mu.Lock()
+				clock.last = time.Now()
+				clock.mu.Unlock()
+			}
+			ready[p.Name] = now
+			if ev.Type == watch.Deleted {
+				delete(ready, p.Name)
+			}
+		}
+	}()
+	return clock
+}
+
+// lastChange is when the watch last saw a pod become Ready or stop being
+// Ready.
+func (c *podClock) lastChange() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
 }
 
 // scale sets a Deployment's replicas, as `kubectl scale` does.

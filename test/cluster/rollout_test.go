@@ -32,7 +32,7 @@ func rollout(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:the
 // duration, the time from its end to the last sidecar's EDS (lag), the
 // EDS responses per sidecar during it (sorted), and the CPU seconds used
 // during it and RSS after it of galley's and discovery's pods (usage's
-// keys), and the time from each scaling's end to the last sidecar's EDS.
+// keys), and the same lag after each scaling.
 type rolloutFigures struct {
 	took, lag time.Duration
 	pushes    []int
@@ -106,9 +106,10 @@ func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scal
 		return endpointsOf(ctx, ns, "app="+name)
 	}
 	// settle waits for the Deployment at replicas, then for every
-	// sidecar to hold its endpoints; it returns the time in between
-	// (zero when they already did: the Deployment's status is polled
-	// every 100 ms and comes after the EndpointSlices).
+	// sidecar to hold its endpoints; it returns the time from the last
+	// pod becoming Ready or going, as the test's watch saw it, to the
+	// last sidecar applying the endpoints that followed (before its ACK).
+	clock := watchPods(t, ctx, ns, "app="+name)
 	settle := func(what string, replicas int) time.Duration {
 		t.Helper()
 		var want []string
@@ -116,11 +117,10 @@ func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scal
 			want, err = readyEndpoints(ctx, replicas)
 			return err
 		})
-		settled := time.Now()
 		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("%s: %d sidecars hold its %d endpoints", what, len(f.clusters), len(want)), func(context.Context) error {
 			return f.holds(map[string][]string{cluster: want})
 		})
-		return time.Since(settled)
+		return f.lastChange(cluster).Sub(clock.lastChange())
 	}
 	settle("created", replicas)
 
@@ -161,7 +161,7 @@ func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scal
 		}
 		lag := settle(fmt.Sprintf("scaled to %d", n), n)
 		fig.scaled = append(fig.scaled, lag)
-		t.Logf("scaled to %d: the last sidecar's EDS %s after the Deployment settled", n, lag.Round(time.Millisecond))
+		t.Logf("scaled to %d: the last sidecar's EDS %s after the last pod Ready or gone", n, lag.Round(time.Millisecond))
 	}
 	return fig
 }
