@@ -125,11 +125,11 @@ func apiserverLoad(t testing.TB, ctx context.Context, cp *controlPlane) { //noli
 // apiserver_registered_watchers; apiserver_longrunning_requests of verb
 // WATCH where that is absent), the total of apiserver_request_total and
 // of apiserver_watch_events_total (the events it sent its watchers).
-func apiserverMetrics(t testing.TB, ctx context.Context) (watchers, requests, events float64) {
-	t.Helper()
+func apiserverMetrics(tb testing.TB, ctx context.Context) (watchers, requests, events float64) {
+	tb.Helper()
 	raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		t.Fatalf("the apiserver's /metrics: %v", err)
+		tb.Fatalf("the apiserver's /metrics: %v", err)
 	}
 	var registered, longrunning float64
 	seen := false

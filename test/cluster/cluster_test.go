@@ -65,8 +65,8 @@ type controlPlane struct {
 
 // usage is the CPU seconds used so far and the RSS now of the processes
 // of each service (app.kubernetes.io/name of their pods), summed.
-func (cp *controlPlane) usage(t testing.TB) map[string][2]float64 {
-	t.Helper()
+func (cp *controlPlane) usage(tb testing.TB) map[string][2]float64 {
+	tb.Helper()
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	out := map[string][2]float64{}
@@ -74,11 +74,11 @@ func (cp *controlPlane) usage(t testing.TB) map[string][2]float64 {
 		name := p.Pod.Labels["app.kubernetes.io/name"]
 		cpu, err := proc.CPUSeconds(p.Pid())
 		if err != nil {
-			t.Fatalf("CPU of %s: %v", p.Pod.Name, err)
+			tb.Fatalf("CPU of %s: %v", p.Pod.Name, err)
 		}
 		rss, err := proc.RSSMiB(p.Pid())
 		if err != nil {
-			t.Fatalf("RSS of %s: %v", p.Pod.Name, err)
+			tb.Fatalf("RSS of %s: %v", p.Pod.Name, err)
 		}
 		u := out[name]
 		out[name] = [2]float64{u[0] + cpu, u[1] + rss}
@@ -90,15 +90,15 @@ func (cp *controlPlane) usage(t testing.TB) map[string][2]float64 {
 // values (--set), then starts every pod of the release as a process once
 // the apiserver has it Running with an IP. The processes are stopped at
 // the test's end.
-func install(t testing.TB, ctx context.Context, namespace string, values ...string) *controlPlane {
-	t.Helper()
+func install(tb testing.TB, ctx context.Context, namespace string, values ...string) *controlPlane {
+	tb.Helper()
 	root, err := build.RepoRoot()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	kubeconfig := filepath.Join(tb.TempDir(), "kubeconfig")
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	args := []string{
 		"install", "flotilla", filepath.Join(root, "deploy", "helm", "flotilla"),
@@ -109,17 +109,17 @@ func install(t testing.TB, ctx context.Context, namespace string, values ...stri
 	}
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "tools", "helm"), args...)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+tb.TempDir(), "HELM_CONFIG_HOME="+tb.TempDir(), "HELM_DATA_HOME="+tb.TempDir())
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, out)
+		tb.Fatalf("helm install: %v\n%s", err, out)
 	}
-	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Millisecond))
+	tb.Logf("helm install --wait: %s", time.Since(start).Round(time.Millisecond))
 
 	cp := &controlPlane{
 		namespace: namespace,
 		runner: &podproc.Runner{
 			Client: env.Client, APIServer: env.Config.Host,
-			Bin: binDir, Dir: t.TempDir(),
+			Bin: binDir, Dir: tb.TempDir(),
 		},
 		procs:    map[string]*podproc.Process{},
 		starting: map[string]bool{},
@@ -131,28 +131,28 @@ func install(t testing.TB, ctx context.Context, namespace string, values ...stri
 		defer close(kubeletDone)
 		cp.kubelet(kubeletCtx)
 	}()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		stopKubelet()
 		<-kubeletDone
 		cp.mu.Lock()
 		defer cp.mu.Unlock()
 		for name, p := range cp.procs {
 			if err := p.Stop(10 * time.Second); err != nil {
-				t.Errorf("pod %s: %v\n%s", name, err, tail(p.Log(), 30))
+				tb.Errorf("pod %s: %v\n%s", name, err, tail(p.Log(), 30))
 			}
 		}
 	})
 	pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: releasePods})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("the %d pods running as processes", len(pods.Items)), func(context.Context) error {
+	cp.eventually(tb, ctx, 2*time.Minute, fmt.Sprintf("the %d pods running as processes", len(pods.Items)), func(context.Context) error {
 		if n := cp.running(""); n != len(pods.Items) {
 			return fmt.Errorf("%d running", n)
 		}
 		return nil
 	})
-	t.Logf("from helm install to every pod's process started: %s", time.Since(start).Round(time.Millisecond))
+	tb.Logf("from helm install to every pod's process started: %s", time.Since(start).Round(time.Millisecond))
 	return cp
 }
 
@@ -215,15 +215,15 @@ func (cp *controlPlane) reconcile(ctx context.Context, pods []corev1.Pod) {
 
 // crash kills the process of pod at once (SIGKILL, as a node failure or
 // an OOM kill would) and keeps it from being started again.
-func (cp *controlPlane) crash(t testing.TB, pod string) {
-	t.Helper()
+func (cp *controlPlane) crash(tb testing.TB, pod string) {
+	tb.Helper()
 	cp.mu.Lock()
 	p := cp.procs[pod]
 	delete(cp.procs, pod)
 	cp.crashed[pod] = true
 	cp.mu.Unlock()
 	if p == nil {
-		t.Fatalf("no process for pod %s", pod)
+		tb.Fatalf("no process for pod %s", pod)
 	}
 	p.Kill()
 }
@@ -281,8 +281,8 @@ func tail(s string, n int) string {
 // eventually polls cond until it holds, failing the test with cond's last
 // error, any exited process and the logs after limit; it logs how long it
 // took.
-func (cp *controlPlane) eventually(t testing.TB, ctx context.Context, limit time.Duration, what string, cond func(context.Context) error) {
-	t.Helper()
+func (cp *controlPlane) eventually(tb testing.TB, ctx context.Context, limit time.Duration, what string, cond func(context.Context) error) {
+	tb.Helper()
 	start := time.Now()
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
@@ -293,9 +293,9 @@ func (cp *controlPlane) eventually(t testing.TB, ctx context.Context, limit time
 		return last == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("%s: %v (last: %v)\n%s", what, err, last, cp.logs())
+		tb.Fatalf("%s: %v (last: %v)\n%s", what, err, last, cp.logs())
 	}
-	t.Logf("%s: %s", what, time.Since(start).Round(time.Millisecond))
+	tb.Logf("%s: %s", what, time.Since(start).Round(time.Millisecond))
 }
 
 // podsOf are the Ready pods of namespace matching selector.
@@ -338,13 +338,13 @@ type podClock struct {
 
 // watchPods starts a podClock for namespace's pods matching selector,
 // stopped at the test's end.
-func watchPods(t testing.TB, ctx context.Context, namespace, selector string) *podClock {
-	t.Helper()
+func watchPods(tb testing.TB, ctx context.Context, namespace, selector string) *podClock {
+	tb.Helper()
 	w, err := env.Client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
+	tb.Cleanup(w.Stop)
 	clock := &podClock{}
 	go func() {
 		ready := map[string]bool{}

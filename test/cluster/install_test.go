@@ -118,12 +118,12 @@ func podsFindEachOther(t testing.TB, ctx context.Context, cp *controlPlane) { //
 
 // galleyRefuses: the apiserver, calling galley's webhook through its
 // Service at a pod's IP, has it refuse an invalid VirtualService.
-func galleyRefuses(t testing.TB, ctx context.Context, cp *controlPlane) {
-	t.Helper()
+func galleyRefuses(tb testing.TB, ctx context.Context, cp *controlPlane) {
+	tb.Helper()
 	app := appNamespace
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	vs := dyn.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}).Namespace(app)
 	bad := &unstructured.Unstructured{Object: map[string]any{
@@ -133,7 +133,7 @@ func galleyRefuses(t testing.TB, ctx context.Context, cp *controlPlane) {
 			"route": []any{map[string]any{"destination": map[string]any{"host": "reviews"}, "weight": int64(-5)}},
 		}}},
 	}}
-	cp.eventually(t, ctx, time.Minute, "galley refuses an invalid VirtualService for the apiserver", func(ctx context.Context) error {
+	cp.eventually(tb, ctx, time.Minute, "galley refuses an invalid VirtualService for the apiserver", func(ctx context.Context) error {
 		_, err := vs.Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil {
 			return errors.New("the apiserver accepted it")
@@ -141,7 +141,7 @@ func galleyRefuses(t testing.TB, ctx context.Context, cp *controlPlane) {
 		if !strings.Contains(err.Error(), `admission webhook "validation.flotilla.io" denied the request`) {
 			return err
 		}
-		t.Logf("refused: %v", err)
+		tb.Logf("refused: %v", err)
 		return nil
 	})
 }

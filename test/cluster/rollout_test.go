@@ -50,11 +50,11 @@ type rolloutFigures struct {
 // end (every new pod Ready, every old one gone) to the last sidecar
 // holding the new endpoints, the EDS responses per sidecar during the
 // rollout (debounce at work), and galley's and discovery's CPU and RSS.
-func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scaleTo int) rolloutFigures {
-	t.Helper()
+func rollOut(tb testing.TB, ctx context.Context, cp *controlPlane, replicas, scaleTo int) rolloutFigures {
+	tb.Helper()
 	ns, c, f := appNamespace, env.Client, cp.sidecars
 	if f == nil {
-		t.Fatal("no sidecars: the bookinfo step did not start them")
+		tb.Fatal("no sidecars: the bookinfo step did not start them")
 	}
 	const name = "web"
 	cluster := outbound(name)
@@ -67,7 +67,7 @@ func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scal
 			Ports:    []corev1.ServicePort{{Name: "http", Port: 9080, TargetPort: intstr.FromInt32(9080)}},
 		},
 	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if _, err := c.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
@@ -86,7 +86,7 @@ func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scal
 			},
 		},
 	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 
 	// readyEndpoints are the Ready pods' endpoints once the Deployment is
@@ -109,15 +109,15 @@ func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scal
 	// sidecar to hold its endpoints; it returns the time from the last
 	// pod becoming Ready or going, as the test's watch saw it, to the
 	// last sidecar applying the endpoints that followed (before its ACK).
-	clock := watchPods(t, ctx, ns, "app="+name)
+	clock := watchPods(tb, ctx, ns, "app="+name)
 	settle := func(what string, replicas int) time.Duration {
-		t.Helper()
+		tb.Helper()
 		var want []string
-		cp.eventually(t, ctx, 3*time.Minute, what+": the Deployment settled", func(ctx context.Context) (err error) {
+		cp.eventually(tb, ctx, 3*time.Minute, what+": the Deployment settled", func(ctx context.Context) (err error) {
 			want, err = readyEndpoints(ctx, replicas)
 			return err
 		})
-		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("%s: %d sidecars hold its %d endpoints", what, len(f.clusters), len(want)), func(context.Context) error {
+		cp.eventually(tb, ctx, 2*time.Minute, fmt.Sprintf("%s: %d sidecars hold its %d endpoints", what, len(f.clusters), len(want)), func(context.Context) error {
 			return f.holds(map[string][]string{cluster: want})
 		})
 		return f.lastChange(cluster).Sub(clock.lastChange())
@@ -126,42 +126,42 @@ func rollOut(t testing.TB, ctx context.Context, cp *controlPlane, replicas, scal
 
 	// The rolling update.
 	updatesBefore, emptiedBefore := f.counts(cluster)
-	usageBefore := cp.usage(t)
+	usageBefore := cp.usage(tb)
 	start := time.Now()
 	if _, err := c.AppsV1().Deployments(ns).Patch(ctx, name, types.StrategicMergePatchType,
 		[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"web:2"}]}}}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	fig := rolloutFigures{cpu: map[string]float64{}, rss: map[string]float64{}}
 	fig.lag = settle("rolled to web:2", replicas)
 	fig.took = time.Since(start)
-	usageAfter := cp.usage(t)
+	usageAfter := cp.usage(tb)
 	updates, emptied := f.counts(cluster)
 	for i := range updates {
 		fig.pushes = append(fig.pushes, updates[i]-updatesBefore[i])
 		if n := emptied[i] - emptiedBefore[i]; n > 0 {
-			t.Errorf("sidecar %d held %s with no endpoint %d times during the rolling update, while Ready pods existed", i, name, n)
+			tb.Errorf("sidecar %d held %s with no endpoint %d times during the rolling update, while Ready pods existed", i, name, n)
 		}
 	}
 	slices.Sort(fig.pushes)
 	pushes := fig.pushes
-	t.Logf("rolling update of %d pods: %s in all; from the last pod Ready (and the old ones gone) to the last sidecar's EDS: %s; "+
+	tb.Logf("rolling update of %d pods: %s in all; from the last pod Ready (and the old ones gone) to the last sidecar's EDS: %s; "+
 		"EDS responses per sidecar during it: min %d, median %d, max %d", replicas, fig.took.Round(time.Millisecond),
 		fig.lag.Round(time.Millisecond), pushes[0], pushes[len(pushes)/2], pushes[len(pushes)-1])
 	for _, svc := range []string{"flotilla-galley", "flotilla-discovery"} {
 		fig.cpu[svc], fig.rss[svc] = usageAfter[svc][0]-usageBefore[svc][0], usageAfter[svc][1]
-		t.Logf("%s (all replicas): %.2f CPU seconds during the rollout, %.0f MiB RSS after it", svc, fig.cpu[svc], fig.rss[svc])
+		tb.Logf("%s (all replicas): %.2f CPU seconds during the rollout, %.0f MiB RSS after it", svc, fig.cpu[svc], fig.rss[svc])
 	}
 
 	// Scaled to nothing, back up, and to nothing again: at each end every
 	// sidecar holds exactly what is Ready.
 	for _, n := range []int{0, scaleTo, 0} {
 		if err := scale(ctx, ns, name, n); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		lag := settle(fmt.Sprintf("scaled to %d", n), n)
 		fig.scaled = append(fig.scaled, lag)
-		t.Logf("scaled to %d: the last sidecar's EDS %s after the last pod Ready or gone", n, lag.Round(time.Millisecond))
+		tb.Logf("scaled to %d: the last sidecar's EDS %s after the last pod Ready or gone", n, lag.Round(time.Millisecond))
 	}
 	return fig
 }
