@@ -82,8 +82,8 @@ test: system-deps tools kube-assets check-generate lint check-modules ## everyth
 	go test $(RACE) -count=1 -timeout 20m work
 	@for m in $(STANDALONE); do (cd $$m && GOWORK=off go test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 
-SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables nft:nftables unshare:util-linux mount:mount hostname:hostname
-system-deps: ## Debian packages the tests need (iptables, nft, unshare and mount for network namespaces); installed with apt-get when missing
+SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables nft:nftables unshare:util-linux mount:mount hostname:hostname docker-compose:docker-compose
+system-deps: ## Debian packages the tests need (iptables, nft, unshare and mount for network namespaces; docker-compose, Compose v1); installed with apt-get when missing
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
@@ -136,9 +136,9 @@ check-generate: generate ## fail if generated code differs from what is committe
 tidy: ## go work sync and go mod tidy in every module
 	go work sync
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
-	@for m in tools tools/buf tools/lint tools/kube tools/helm tools/prometheus tools/otelcol; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
+	@for m in tools tools/buf tools/lint tools/kube tools/helm tools/prometheus tools/otelcol tools/compose; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint $(TOOLS)/helm $(TOOLS)/prometheus ## install the pinned tools into bin/tools
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint $(TOOLS)/helm $(TOOLS)/prometheus $(COMPOSE_V2) ## install the pinned tools into bin/tools
 
 $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc &: tools/go.mod
 	cd tools && GOWORK=off GOBIN=$(TOOLS) go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
@@ -154,6 +154,15 @@ $(TOOLS)/helm: tools/helm/go.mod
 $(TOOLS)/prometheus: tools/prometheus/go.mod
 	@echo "building prometheus for the dashboards' test (the first build takes about 3 minutes)"
 	cd tools/prometheus && GOWORK=off CGO_ENABLED=0 go build -tags remove_all_sd -o $(TOOLS)/prometheus github.com/prometheus/prometheus/cmd/prometheus
+
+# Compose v2, the docker CLI plugin, for test/compose (`docker compose` with
+# DOCKER_CONFIG=$(TOOLS)/docker); Compose v1 (docker-compose) comes from
+# Debian (system-deps).
+COMPOSE_V2 := $(TOOLS)/docker/cli-plugins/docker-compose
+$(COMPOSE_V2): tools/compose/go.mod
+	@echo "building Compose v2 for test/compose (the first build takes about 3 minutes)"
+	cd tools/compose && v=$$(GOWORK=off go list -m -f '{{.Version}}' github.com/docker/compose/v2) && \
+		GOWORK=off CGO_ENABLED=0 go build -ldflags "-X github.com/docker/compose/v2/internal.Version=$$v" -o $@ github.com/docker/compose/v2/cmd
 
 $(TOOLS)/golangci-lint: tools/lint/go.mod
 	cd tools/lint && GOWORK=off GOBIN=$(TOOLS) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint

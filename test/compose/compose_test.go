@@ -1,11 +1,13 @@
 // Package compose_test runs docker-compose.yaml as users do — `make
-// images`, then docker compose up — and checks the demo's split, that the
+// images`, then Compose up — and checks the demo's split, that the
 // control plane talks mTLS with certificates from ca, that the split
 // follows an edit, that losing a discovery replica or galley loses no
-// call, and that every container drains and exits 0 on docker stop. It
-// needs a Docker engine and Compose; without them it says so and skips
-// (the process-level tests in test/binaries and test/faults cover the same
-// topology without Docker).
+// call, and that every container drains and exits 0 on docker stop; all
+// with Compose v2 (`docker compose`, the plugin `make tools` builds) on a
+// network moved off the default subnet, and the demo with its defaults
+// with Compose v1 (docker-compose). Without a Docker engine it says so and
+// skips (the process-level tests in test/binaries and test/faults cover
+// the same topology without Docker).
 package compose_test
 
 import (
@@ -16,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,21 +27,69 @@ import (
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
-// compose returns the Compose command: docker-compose, or docker compose.
-func compose(t *testing.T) []string {
+// composeV2 is Compose v2 as users run it, `docker compose`: the docker
+// CLI plugin `make tools` builds into bin/tools/docker/cli-plugins, found
+// through DOCKER_CONFIG. It returns the command and its environment.
+func composeV2(t *testing.T, root string) (cmd, env []string) {
+	t.Helper()
+	dockerEngine(t)
+	config := filepath.Join(root, "bin", "tools", "docker")
+	if _, err := os.Stat(filepath.Join(config, "cli-plugins", "docker-compose")); err != nil {
+		t.Fatalf("no Compose v2 plugin (make tools builds it): %v", err)
+	}
+	env = []string{"DOCKER_CONFIG=" + config}
+	c := exec.Command("docker", "compose", "version", "--short")
+	c.Env = append(os.Environ(), env...)
+	out, err := c.CombinedOutput()
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "2.") {
+		t.Fatalf("docker compose version: %v %s, want 2.x", err, out)
+	}
+	return []string{"docker", "compose"}, env
+}
+
+// composeV1 is Compose v1, docker-compose (Debian's: make test's
+// system-deps installs it).
+func composeV1(t *testing.T) []string {
+	t.Helper()
+	dockerEngine(t)
+	out, err := exec.Command("docker-compose", "version", "--short").CombinedOutput()
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(string(out)), "1.") {
+		t.Fatalf("docker-compose version: %v %s, want 1.x (make system-deps installs it)", err, out)
+	}
+	return []string{"docker-compose"}
+}
+
+// dockerEngine skips without a Docker engine: the process-level tests
+// (test/binaries, test/faults) cover the same topology without one.
+func dockerEngine(t *testing.T) {
 	t.Helper()
 	if err := exec.Command("docker", "info").Run(); err != nil {
 		t.Skipf("no Docker engine here (docker info: %v)", err)
 	}
-	if _, err := exec.LookPath("docker-compose"); err == nil {
-		return []string{"docker-compose"}
-	}
-	if err := exec.Command("docker", "compose", "version").Run(); err == nil {
-		return []string{"docker", "compose"}
-	}
-	t.Skip("no docker-compose and no docker compose plugin here")
-	return nil
 }
+
+// images builds the stack's images (`make images observability-image`),
+// once for the package's tests.
+func images(t *testing.T, root string) {
+	t.Helper()
+	imagesOnce.Do(func() {
+		start := time.Now()
+		out, err := exec.Command("make", "-C", root, "images", "observability-image").CombinedOutput()
+		if err != nil {
+			imagesErr = fmt.Errorf("make images observability-image: %w\n%s", err, out)
+			return
+		}
+		t.Logf("make images observability-image took %s", time.Since(start).Round(time.Second))
+	})
+	if imagesErr != nil {
+		t.Fatal(imagesErr)
+	}
+}
+
+var (
+	imagesOnce sync.Once
+	imagesErr  error
+)
 
 type stack struct {
 	t       *testing.T
@@ -94,29 +145,13 @@ func (s *stack) waitSplit(from, n int, ok func(line string) bool) (v1, v2 int) {
 	return 0, 0
 }
 
-func noErrors(l string) bool { return !strings.Contains(l, "error") && strings.Contains(l, "(") }
-
-func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
-	cmd := compose(t)
-	root, err := build.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if out, err := exec.Command("make", "-C", root, "images", "observability-image").CombinedOutput(); err != nil {
-		t.Fatalf("make images observability-image: %v\n%s", err, out)
-	}
-	t.Logf("make images observability-image took %s", time.Since(start).Round(time.Second))
-
-	examples := t.TempDir()
-	if err := os.CopyFS(examples, os.DirFS(filepath.Join(root, "deploy", "compose", "examples"))); err != nil {
-		t.Fatal(err)
-	}
-	s := &stack{t: t, root: root, cmd: cmd, project: fmt.Sprintf("flotillae2e%d", os.Getpid()), env: []string{
-		"FLOTILLA_EXAMPLES=" + examples,
-		// The observability profile, as its comment says to start it.
-		"COMPOSE_PROFILES=observability", "FLOTILLA_OTLP_ENDPOINT=otel-collector:4317",
-	}}
+// up runs `up -d` with the stack's down at the test's end, checks that
+// every service (and extra, of profiles) runs, discovery as two replicas,
+// then waits for 10 s of the demo's calls without an error: about 80 %
+// to v1, each version answering over mTLS as its own service account.
+func (s *stack) up(extra ...string) {
+	t := s.t
+	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := s.run("logs", "--no-color")
@@ -126,10 +161,10 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 			t.Errorf("compose down: %v\n%s", err, out)
 		}
 	})
-	start = time.Now()
+	start := time.Now()
 	s.must("up", "-d")
 	ps := s.must("ps")
-	for _, svc := range []string{"identity", "identity-demo", "galley", "ca", "discovery", "injector", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "intruder-agent", "otel-collector"} {
+	for _, svc := range append([]string{"identity", "identity-demo", "galley", "ca", "discovery", "injector", "greeter-v1-agent", "greeter-v2-agent", "client-agent", "intruder-agent"}, extra...) {
 		if !strings.Contains(ps, svc) {
 			t.Fatalf("compose ps lacks %s:\n%s", svc, ps)
 		}
@@ -143,12 +178,49 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	if share := v1 * 100 / (v1 + v2); share < 70 || share > 90 {
 		t.Fatalf("v1 got %d%%, want about 80%%", share)
 	}
-
-	// Each version answered over mTLS as its own service account.
 	splits := s.splits()
 	if ids := proc.DemoIdentities(splits[len(splits)-1]); ids["v1"] != "spiffe://cluster.local/ns/demo/sa/greeter-v1" || ids["v2"] != "spiffe://cluster.local/ns/demo/sa/greeter-v2" {
 		t.Fatalf("the client reached %v: want each version over mTLS as its own service account", ids)
 	}
+}
+
+func noErrors(l string) bool { return !strings.Contains(l, "error") && strings.Contains(l, "(") }
+
+// TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn: Compose v2
+// (`docker compose`), on a network moved off the default subnet.
+func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, composeEnv := composeV2(t, root)
+	images(t, root)
+
+	// The stack on a network of its own choosing, as a user whose
+	// machine has 10.89.57.0/24 taken does it: FLOTILLA_SUBNET_PREFIX,
+	// and a copy of the examples whose greeter endpoints follow it.
+	const prefix = "10.89.58"
+	examples := t.TempDir()
+	if err := os.CopyFS(examples, os.DirFS(filepath.Join(root, "deploy", "compose", "examples"))); err != nil {
+		t.Fatal(err)
+	}
+	greeter := filepath.Join(examples, "greeter.yaml")
+	text, err := os.ReadFile(greeter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(text, []byte("10.89.57.")) {
+		t.Fatal("greeter.yaml names no endpoint at compose's default addresses (10.89.57.*)")
+	}
+	if err := os.WriteFile(greeter, bytes.ReplaceAll(text, []byte("10.89.57."), []byte(prefix+".")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{t: t, root: root, cmd: cmd, project: fmt.Sprintf("flotillae2e%d", os.Getpid()), env: append(composeEnv,
+		"FLOTILLA_EXAMPLES="+examples, "FLOTILLA_SUBNET_PREFIX="+prefix,
+		// The observability profile, as its comment says to start it.
+		"COMPOSE_PROFILES=observability", "FLOTILLA_OTLP_ENDPOINT=otel-collector:4317",
+	)}
+	s.up("otel-collector")
 
 	// The intruder, the same client as a service account the greeter's
 	// AuthorizationPolicy does not allow, has its calls denied by the
@@ -214,7 +286,7 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 	}
 	setWeights(0, 100)
 	seen := len(s.splits())
-	start = time.Now()
+	start := time.Now()
 	s.waitSplit(seen, 2, share(0, 0))
 	t.Logf("an edit of greeter.yaml (0/100) reached the client within %s", time.Since(start).Round(time.Second))
 
@@ -316,6 +388,20 @@ func TestDockerComposeRunsTheDemoAndEachServiceFailsOnItsOwn(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDockerComposeV1RunsTheDemoWithItsDefaults: Compose v1
+// (docker-compose), as README's lines run it: the default network and
+// the examples in the repository; the demo's calls split over mTLS.
+func TestDockerComposeV1RunsTheDemoWithItsDefaults(t *testing.T) {
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := composeV1(t)
+	images(t, root)
+	s := &stack{t: t, root: root, cmd: cmd, project: fmt.Sprintf("flotillav1e2e%d", os.Getpid())}
+	s.up()
 }
 
 // editTrace reads the Collector's debug exporter log (verbosity detailed)
