@@ -138,6 +138,11 @@ tidy: ## go work sync and go mod tidy in every module
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 	@for m in tools tools/buf tools/lint tools/kube tools/helm tools/prometheus tools/otelcol tools/compose; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
+# Compose v2, the docker CLI plugin, for test/compose; Compose v1
+# (docker-compose) comes from Debian (system-deps). Defined before the
+# rules that name it: a rule's prerequisites are expanded as it is read.
+COMPOSE_V2 := $(TOOLS)/docker/cli-plugins/docker-compose
+
 tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/golangci-lint $(TOOLS)/helm $(TOOLS)/prometheus $(COMPOSE_V2) ## install the pinned tools into bin/tools
 
 $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc &: tools/go.mod
@@ -155,10 +160,8 @@ $(TOOLS)/prometheus: tools/prometheus/go.mod
 	@echo "building prometheus for the dashboards' test (the first build takes about 3 minutes)"
 	cd tools/prometheus && GOWORK=off CGO_ENABLED=0 go build -tags remove_all_sd -o $(TOOLS)/prometheus github.com/prometheus/prometheus/cmd/prometheus
 
-# Compose v2, the docker CLI plugin, for test/compose (`docker compose` with
-# DOCKER_CONFIG=$(TOOLS)/docker); Compose v1 (docker-compose) comes from
-# Debian (system-deps).
-COMPOSE_V2 := $(TOOLS)/docker/cli-plugins/docker-compose
+# Compose v2 ($(COMPOSE_V2), defined above `tools`): `docker compose` with
+# DOCKER_CONFIG=$(TOOLS)/docker.
 $(COMPOSE_V2): tools/compose/go.mod
 	@echo "building Compose v2 for test/compose (the first build takes about 3 minutes)"
 	cd tools/compose && v=$$(GOWORK=off go list -m -f '{{.Version}}' github.com/docker/compose/v2) && \
