@@ -209,15 +209,42 @@ func (f *fleet) lastChange(cluster string) time.Time {
 	return last
 }
 
-// snapshot copies the EDS updates per cluster and the CDS responses of
-// every client.
-func (f *fleet) snapshot() (updates []map[string]int, cds []int) {
+// fleetMark is what every client had received at a moment.
+type fleetMark struct {
+	updates []map[string]int
+	cds     []int
+}
+
+// mark copies the EDS updates per cluster and the CDS responses of every
+// client.
+func (f *fleet) mark() fleetMark {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var m fleetMark
 	for i := range f.updates {
-		updates = append(updates, maps.Clone(f.updates[i]))
+		m.updates = append(m.updates, maps.Clone(f.updates[i]))
 	}
-	return updates, slices.Clone(f.cds)
+	m.cds = slices.Clone(f.cds)
+	return m
+}
+
+// since is what the clients received after m: the EDS responses holding
+// each cluster, summed over every client, and an error for each client
+// that got a CDS response (during what).
+func (f *fleet) since(m fleetMark, what string) (pushed map[string]int, errs []error) {
+	now := f.mark()
+	pushed = map[string]int{}
+	for i := range now.cds {
+		if n := now.cds[i] - m.cds[i]; n != 0 {
+			errs = append(errs, fmt.Errorf("sidecar %d got %d CDS responses %s", i, n, what))
+		}
+		for cluster, n := range now.updates[i] {
+			if d := n - m.updates[i][cluster]; d > 0 {
+				pushed[cluster] += d
+			}
+		}
+	}
+	return pushed, errs
 }
 
 func newFleet(n int) *fleet {
@@ -284,14 +311,12 @@ func (f *fleet) observe(i int, typeURL string, resources []*anypb.Any) {
 	case resourcev3.EndpointType:
 		// Only the clusters that changed may come: the others are kept.
 		now := time.Now()
+		f.edsPushes[i]++
 		for cluster, eps := range endpoints {
 			if held, ok := f.endpoints[i][cluster]; !ok || !slices.Equal(held, eps) {
 				f.changed[i][cluster] = now
 			}
-		}
-		maps.Copy(f.endpoints[i], endpoints)
-		f.edsPushes[i]++
-		for cluster, eps := range endpoints {
+			f.endpoints[i][cluster] = eps
 			f.updates[i][cluster]++
 			if len(eps) == 0 {
 				f.emptied[i][cluster]++

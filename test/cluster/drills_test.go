@@ -51,7 +51,7 @@ func galleyLeaderLost(t testing.TB, ctx context.Context, cp *controlPlane) { //n
 		leader = h
 		return nil
 	})
-	updatesBefore, cdsBefore := f.snapshot()
+	before := f.mark()
 
 	start := time.Now()
 	cp.crash(t, leader)
@@ -87,19 +87,7 @@ func galleyLeaderLost(t testing.TB, ctx context.Context, cp *controlPlane) { //n
 	// Discovery's debounce and the sidecars' acknowledgements: give any
 	// push the drill caused time to arrive.
 	time.Sleep(3 * time.Second)
-	updatesAfter, cdsAfter := f.snapshot()
-	pushed := map[string]int{}
-	var errs []error
-	for i := range cdsAfter {
-		if n := cdsAfter[i] - cdsBefore[i]; n != 0 {
-			errs = append(errs, fmt.Errorf("sidecar %d got %d CDS responses", i, n))
-		}
-		for cluster, n := range updatesAfter[i] {
-			if d := n - updatesBefore[i][cluster]; d > 0 {
-				pushed[cluster] += d
-			}
-		}
-	}
+	pushed, errs := f.since(before, "during the drill")
 	t.Logf("EDS pushed to the sidecars during the drill (cluster: responses, all sidecars): %v", pushed)
 	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
 		if !strings.Contains(cluster, "flotilla-galley.") {
@@ -130,7 +118,7 @@ func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { /
 		_, emptiedBefore[cluster] = f.counts(cluster)
 	}
 	watchesBefore, _, _ := apiserverMetrics(t, ctx)
-	updatesBefore, cdsBefore := f.snapshot()
+	before := f.mark()
 
 	start := time.Now()
 	if err := env.RestartAPIServer(ctx); err != nil {
@@ -144,19 +132,7 @@ func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { /
 		return nil
 	})
 	time.Sleep(3 * time.Second)
-	updatesAfter, cdsAfter := f.snapshot()
-	var errs []error
-	pushed := map[string]int{}
-	for i := range cdsAfter {
-		if n := cdsAfter[i] - cdsBefore[i]; n != 0 {
-			errs = append(errs, fmt.Errorf("sidecar %d got %d CDS responses", i, n))
-		}
-		for cluster, n := range updatesAfter[i] {
-			if d := n - updatesBefore[i][cluster]; d > 0 {
-				pushed[cluster] += d
-			}
-		}
-	}
+	pushed, errs := f.since(before, "after the restart")
 	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
 		errs = append(errs, fmt.Errorf("%s was pushed %d times (all sidecars) though nothing changed", cluster, pushed[cluster]))
 	}
@@ -165,7 +141,7 @@ func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { /
 	// back to 2 (reviews never without endpoints). Only reviews' clusters
 	// are pushed: an endpoint change is pushed as the changed services'
 	// load assignments only, as Istio's incremental EDS does.
-	updatesBefore, cdsBefore = f.snapshot()
+	before = f.mark()
 	for _, replicas := range []int{bookinfoReplicas + 1, bookinfoReplicas} {
 		cp.eventually(t, ctx, 2*time.Minute, fmt.Sprintf("reviews-v1 scaled to %d after the restart", replicas), func(ctx context.Context) error {
 			return scale(ctx, appNamespace, "reviews-v1", replicas)
@@ -181,18 +157,8 @@ func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { /
 			return f.holds(map[string][]string{outbound("reviews"): want})
 		})
 	}
-	updatesAfter, cdsAfter = f.snapshot()
-	pushed = map[string]int{}
-	for i := range cdsAfter {
-		if n := cdsAfter[i] - cdsBefore[i]; n != 0 {
-			errs = append(errs, fmt.Errorf("sidecar %d got %d CDS responses when reviews-v1 scaled", i, n))
-		}
-		for cluster, n := range updatesAfter[i] {
-			if d := n - updatesBefore[i][cluster]; d > 0 {
-				pushed[cluster] += d
-			}
-		}
-	}
+	pushed, scaledErrs := f.since(before, "when reviews-v1 scaled")
+	errs = append(errs, scaledErrs...)
 	t.Logf("EDS pushed to the sidecars when reviews-v1 scaled (cluster: responses, all sidecars): %v", pushed)
 	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
 		if !strings.Contains(cluster, "|reviews.") {
