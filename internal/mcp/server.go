@@ -68,9 +68,13 @@ type Server struct {
 	collections map[string]*collection
 	// unknown are the collections asked for that the server does not
 	// publish, logged once each (at most maxUnknownLogged of them).
-	unknown   map[string]bool
-	streams   map[int64]*subscriber
-	nextWatch uint64
+	unknown map[string]bool
+	// streams are the open streams, each its own subscriber (never keyed
+	// by go-control-plane's stream numbers, which two streams may share);
+	// nextStream numbers them for the logs.
+	streams    map[*subscriber]struct{}
+	nextStream uint64
+	nextWatch  uint64
 	// restricted collections are served only to the identities their
 	// function allows (Restrict).
 	restricted map[string]func(identity string) bool
@@ -83,14 +87,17 @@ type Server struct {
 // SPIFFE ID of their client certificate; "plaintext" without one) allow
 // accepts: a request for it from anyone else ends the stream with
 // PermissionDenied (what galley does with credentials, for discovery
-// only). Call before serving.
+// only). Its aliases, made before or after, are restricted alike. Call
+// before serving.
 func (s *Server) Restrict(typeURL string, allow func(identity string) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.restricted == nil {
-		s.restricted = map[string]func(string) bool{}
-	}
 	s.restricted[typeURL] = allow
+	if c, ok := s.collections[typeURL]; ok {
+		for _, a := range c.aliases {
+			s.restricted[a.typeURL] = allow
+		}
+	}
 }
 
 // collection is one type URL: a LinearCache serves delta; the sotw fields
@@ -137,7 +144,8 @@ func (w sotwWatch) deliver(resp cache.Response) {
 
 // subscriber is one stream's subscriber, as its requests showed it.
 type subscriber struct {
-	id string // node ID
+	stream uint64 // galley's number for the stream, in logs
+	id     string // node ID
 	// version is what the subscriber's node metadata says it runs
 	// (VersionMetadata); connected when its stream opened.
 	version   string
@@ -220,8 +228,9 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 	s := &Server{
 		log:         log.With("component", "mcp-server"),
 		collections: map[string]*collection{},
-		streams:     map[int64]*subscriber{},
+		streams:     map[*subscriber]struct{}{},
 		unknown:     map[string]bool{},
+		restricted:  map[string]func(string) bool{},
 	}
 	var err error
 	m := &s.metrics
@@ -244,7 +253,10 @@ func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeUR
 	for _, t := range typeURLs {
 		s.collections[t] = newCollection(t)
 	}
-	s.xds = serverv3.NewServer(ctx, (*muxCache)(s), s.callbacks())
+	// No callbacks: go-control-plane numbers its state-of-the-world and
+	// delta streams apart, so two live streams may share a number; each
+	// stream's state is its own (ads wraps every stream).
+	s.xds = serverv3.NewServer(ctx, (*muxCache)(s), serverv3.CallbackFuncs{})
 	return s, nil
 }
 
@@ -258,7 +270,7 @@ func (s *Server) Subscribers() []debugapi.Subscriber {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]debugapi.Subscriber, 0, len(s.streams))
-	for _, sub := range s.streams {
+	for sub := range s.streams {
 		if sub.id == "" {
 			continue
 		}
@@ -305,21 +317,15 @@ func (a ads) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService
 	if first.GetTypeUrl() == debugapi.Subscribers {
 		return a.s.serveSubscribers(st, first)
 	}
-	return a.Server.StreamAggregatedResources(&peeked{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, first: first}) //nolint:wrapcheck // go-control-plane's status
+	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, s: a.s, sub: a.s.open(st.Context()), first: first}
+	defer a.s.close(w.sub)
+	return w.refused.or(a.Server.StreamAggregatedResources(w)) //nolint:wrapcheck // go-control-plane's status
 }
 
-// peeked is a stream whose first request was read already.
-type peeked struct {
-	discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer
-	first *discoveryv3.DiscoveryRequest
-}
-
-func (p *peeked) Recv() (*discoveryv3.DiscoveryRequest, error) {
-	if r := p.first; r != nil {
-		p.first = nil
-		return r, nil
-	}
-	return p.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv() //nolint:wrapcheck // the transport's status
+func (a ads) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	w := &deltaStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: st, s: a.s, sub: a.s.open(st.Context())}
+	defer a.s.close(w.sub)
+	return w.refused.or(a.Server.DeltaAggregatedResources(w)) //nolint:wrapcheck // go-control-plane's status
 }
 
 // serveSubscribers answers a debug client's Subscribers requests.
@@ -368,6 +374,9 @@ func (s *Server) Alias(alias, source string, raw bool) error {
 	c.raw = raw
 	src.aliases = append(src.aliases, c)
 	s.collections[alias] = c
+	if allow, ok := s.restricted[source]; ok {
+		s.restricted[alias] = allow
+	}
 	return nil
 }
 
@@ -611,139 +620,219 @@ func (m *muxCache) Fetch(context.Context, *cache.Request) (cache.Response, error
 	return nil, errors.New("mcp: fetch (REST) is not served")
 }
 
-func (s *Server) callbacks() serverv3.Callbacks {
-	opened := func(ctx context.Context, id int64, _ string) error {
-		label := "plaintext"
-		if sid, ok, err := spiffe.FromPeer(ctx); ok && err == nil {
-			label = sid.String()
-		}
-		s.mu.Lock()
-		s.streams[id] = newSubscriber(label)
-		s.mu.Unlock()
-		s.metrics.subscribers.Add(ctx, 1)
-		return nil
+// open starts the bookkeeping of a stream whose context is ctx: its own
+// subscriber, never shared with another stream. Its identity is the
+// SPIFFE ID of the stream's own client certificate ("plaintext" without
+// one), fixed for the stream's life as its TLS connection's peer is.
+func (s *Server) open(ctx context.Context) *subscriber {
+	label := "plaintext"
+	if sid, ok, err := spiffe.FromPeer(ctx); ok && err == nil {
+		label = sid.String()
 	}
-	closed := func(id int64, node *corev3.Node) {
-		s.metrics.subscribers.Add(context.Background(), -1)
-		s.mu.Lock()
-		delete(s.streams, id)
-		s.mu.Unlock()
-		s.log.Info("subscriber disconnected", "subscriber", node.GetId(), "stream", id)
+	sub := newSubscriber(label)
+	s.mu.Lock()
+	s.nextStream++
+	sub.stream = s.nextStream
+	s.streams[sub] = struct{}{}
+	s.mu.Unlock()
+	s.metrics.subscribers.Add(ctx, 1)
+	return sub
+}
+
+// close ends a stream's bookkeeping.
+func (s *Server) close(sub *subscriber) {
+	s.metrics.subscribers.Add(context.Background(), -1)
+	s.mu.Lock()
+	delete(s.streams, sub)
+	id := sub.id
+	s.mu.Unlock()
+	s.log.Info("subscriber disconnected", "subscriber", id, "stream", sub.stream)
+}
+
+// request records a request of sub's stream and decides whether it is
+// served: a restricted collection only to the identity of the stream that
+// asks. A NACK is logged and counted once per response (the reason cut
+// short); a request with the nonce of the one before (a NACK or ACK sent
+// again) waits its turn at the idle rate: a subscriber looping on one
+// costs itself time, and galley little.
+func (s *Server) request(ctx context.Context, sub *subscriber, node *corev3.Node, typeURL, nonce string, nack error, names int, replace bool) error {
+	s.mu.Lock()
+	if sub.id == "" && node.GetId() != "" {
+		sub.id = clip.String(node.GetId(), 256)
+		sub.version = clip.String(node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
+		s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
 	}
-	// request records a request. A NACK is logged and counted once per
-	// response (the reason cut short); a request with the nonce of the
-	// one before (a NACK or ACK sent again) waits its turn at the idle
-	// rate: a subscriber looping on one costs itself time, and galley
-	// little.
-	request := func(id int64, node *corev3.Node, typeURL, nonce string, nack error, names int, replace bool) error {
-		s.mu.Lock()
-		sub := s.streams[id]
-		if sub == nil { // opened always comes first; kept safe regardless
-			sub = newSubscriber("plaintext")
-			s.streams[id] = sub
+	if allow, ok := s.restricted[typeURL]; ok && !allow(sub.label) {
+		id := sub.id
+		s.mu.Unlock()
+		s.log.Warn("refusing a subscriber a restricted collection", "subscriber", id, "identity", sub.label, "type_url", typeURL)
+		return status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", typeURL, sub.label)
+	}
+	if err := sub.subscribed(typeURL, names, replace); err != nil {
+		id := sub.id
+		s.mu.Unlock()
+		s.log.Warn("refusing a subscriber", "subscriber", id, "identity", sub.label, "error", err)
+		return err
+	}
+	repeated := nonce != "" && sub.lastNonce[typeURL] == nonce
+	sub.lastNonce[typeURL] = nonce
+	if nonce != "" && nonce == sub.sent[typeURL] { // the answer to the latest response
+		if nack != nil {
+			sub.rejected[typeURL] = clip.String(nack.Error(), 256)
+		} else {
+			delete(sub.rejected, typeURL)
 		}
-		if sub.id == "" && node.GetId() != "" {
-			sub.id = clip.String(node.GetId(), 256)
-			sub.version = clip.String(node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
-			s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", id)
+	}
+	logNack := nack != nil && sub.nacked[typeURL] != nonce
+	if logNack {
+		sub.nacked[typeURL] = nonce
+	}
+	id := sub.id
+	s.mu.Unlock()
+	if logNack {
+		s.metrics.nacks.Add(ctx, 1, metric.WithAttributes(
+			attribute.String("subscriber", sub.label), attribute.String("type_url", typeURL)))
+		s.log.Warn("subscriber rejected a response", "subscriber", id, "type_url", typeURL, "reason", clip.String(nack.Error(), 512))
+	}
+	if repeated {
+		t := time.NewTimer(sub.idle.Reserve().Delay())
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
 		}
-		if allow, ok := s.restricted[typeURL]; ok && !allow(sub.label) {
-			s.mu.Unlock()
-			s.log.Warn("refusing a subscriber a restricted collection", "subscriber", sub.id, "identity", sub.label, "type_url", typeURL)
-			return status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", typeURL, sub.label)
+	}
+	return nil
+}
+
+// sent records a response sent on sub's stream.
+func (s *Server) sent(sub *subscriber, typeURL, nonce string, n int) {
+	s.mu.Lock()
+	sub.sent[typeURL], sub.sentAt[typeURL] = nonce, time.Now()
+	s.mu.Unlock()
+	attrs := metric.WithAttributes(attribute.String("subscriber", sub.label), attribute.String("type_url", typeURL))
+	s.metrics.responses.Add(context.Background(), 1, attrs)
+	s.metrics.resources.Add(context.Background(), int64(n), attrs)
+}
+
+// refusal is why galley ended a stream (a request refused), kept by the
+// stream's reader for the handler to return: go-control-plane ends a
+// stream whose Recv fails without an error of its own.
+type refusal struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (r *refusal) set(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+	return err
+}
+
+// or is the refusal, if any, else err.
+func (r *refusal) or(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	return err
+}
+
+// sotwStream is a state-of-the-world stream as go-control-plane's server
+// sees it: each request is decided by galley for this stream's own
+// subscriber before the server reads it, each response recorded for it.
+type sotwStream struct {
+	discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer
+	s       *Server
+	sub     *subscriber
+	first   *discoveryv3.DiscoveryRequest // read already, to tell a debug client
+	refused refusal
+}
+
+func (w *sotwStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
+	r := w.first
+	if r != nil {
+		w.first = nil
+	} else {
+		var err error
+		if r, err = w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv(); err != nil {
+			return nil, err //nolint:wrapcheck // the transport's status
 		}
-		if err := sub.subscribed(typeURL, names, replace); err != nil {
-			s.mu.Unlock()
-			s.log.Warn("refusing a subscriber", "subscriber", sub.id, "identity", sub.label, "error", err)
-			return err
+	}
+	err := w.s.request(w.Context(), w.sub, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(),
+		statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil), len(r.GetResourceNames()), true)
+	if err != nil {
+		return nil, w.refused.set(err)
+	}
+	return r, nil
+}
+
+func (w *sotwStream) Send(r *discoveryv3.DiscoveryResponse) error {
+	r.ControlPlane = w.s.controlPlane // the response is this watch's own (sotwResponse)
+	w.s.sent(w.sub, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources()))
+	return w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
+}
+
+// deltaStream is sotwStream's delta counterpart.
+type deltaStream struct {
+	discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	s       *Server
+	sub     *subscriber
+	refused refusal
+}
+
+func (w *deltaStream) Recv() (*discoveryv3.DeltaDiscoveryRequest, error) {
+	r, err := w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Recv()
+	if err != nil {
+		return nil, err //nolint:wrapcheck // the transport's status
+	}
+	err = w.s.request(w.Context(), w.sub, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(),
+		statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
+		len(r.GetResourceNamesSubscribe())-len(r.GetResourceNamesUnsubscribe()), false)
+	if err != nil {
+		return nil, w.refused.set(err)
+	}
+	return r, nil
+}
+
+func (w *deltaStream) Send(r *discoveryv3.DeltaDiscoveryResponse) error {
+	s := w.s
+	r.ControlPlane = s.controlPlane
+	// The LinearCache types each resource's Any with the collection;
+	// Istio's sinks expect Istio's MCP Resource, or for a raw alias the
+	// body's own type (the response is this stream's own, built for it).
+	// The collections are fixed once serving starts: read without the
+	// lock, which Update holds while it encodes.
+	typeURL := ResourceTypeURL
+	c := s.collections[r.GetTypeUrl()]
+	if c != nil && c.raw {
+		if t := c.rawType.Load(); t != nil {
+			typeURL = *t
 		}
-		repeated := nonce != "" && sub.lastNonce[typeURL] == nonce
-		sub.lastNonce[typeURL] = nonce
-		if nonce != "" && nonce == sub.sent[typeURL] { // the answer to the latest response
-			if nack != nil {
-				sub.rejected[typeURL] = clip.String(nack.Error(), 256)
-			} else {
-				delete(sub.rejected, typeURL)
+	}
+	for _, res := range r.GetResources() {
+		if a := res.GetResource(); a != nil {
+			a.TypeUrl = typeURL
+		}
+	}
+	// When each resource's content was published, for the subscriber's
+	// lag (under the collection's own lock: Update may hold the server's
+	// while it notifies watches).
+	if c != nil {
+		c.pubMu.RLock()
+		for _, res := range r.GetResources() {
+			if md, ok := c.published[res.GetName()]; ok {
+				res.Metadata = md
 			}
 		}
-		logNack := nack != nil && sub.nacked[typeURL] != nonce
-		if logNack {
-			sub.nacked[typeURL] = nonce
-		}
-		s.mu.Unlock()
-		if logNack {
-			s.metrics.nacks.Add(context.Background(), 1, metric.WithAttributes(
-				attribute.String("subscriber", sub.label), attribute.String("type_url", typeURL)))
-			s.log.Warn("subscriber rejected a response", "subscriber", sub.id, "type_url", typeURL, "reason", clip.String(nack.Error(), 512))
-		}
-		if repeated {
-			time.Sleep(sub.idle.Reserve().Delay())
-		}
-		return nil
+		c.pubMu.RUnlock()
 	}
-	sent := func(id int64, typeURL, nonce string, n int) {
-		s.mu.Lock()
-		sub := "plaintext"
-		if st := s.streams[id]; st != nil {
-			sub = st.label
-			st.sent[typeURL], st.sentAt[typeURL] = nonce, time.Now()
-		}
-		s.mu.Unlock()
-		attrs := metric.WithAttributes(attribute.String("subscriber", sub), attribute.String("type_url", typeURL))
-		s.metrics.responses.Add(context.Background(), 1, attrs)
-		s.metrics.resources.Add(context.Background(), int64(n), attrs)
-	}
-	return serverv3.CallbackFuncs{
-		StreamOpenFunc:        opened,
-		DeltaStreamOpenFunc:   opened,
-		StreamClosedFunc:      closed,
-		DeltaStreamClosedFunc: closed,
-		StreamRequestFunc: func(id int64, r *discoveryv3.DiscoveryRequest) error {
-			return request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
-				len(r.GetResourceNames()), true)
-		},
-		StreamDeltaRequestFunc: func(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-			return request(id, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(), statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
-				len(r.GetResourceNamesSubscribe())-len(r.GetResourceNamesUnsubscribe()), false)
-		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
-			r.ControlPlane = s.controlPlane // the response is this watch's own (sotwResponse)
-			sent(id, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources()))
-		},
-		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
-			r.ControlPlane = s.controlPlane
-			// The LinearCache types each resource's Any with the collection;
-			// Istio's sinks expect Istio's MCP Resource, or for a raw alias
-			// the body's own type (the response is this stream's own,
-			// built for it, and sent right after). The collections are
-			// fixed once serving starts: read without the lock, which
-			// Update holds while it encodes.
-			typeURL := ResourceTypeURL
-			if c := s.collections[r.GetTypeUrl()]; c != nil && c.raw {
-				if t := c.rawType.Load(); t != nil {
-					typeURL = *t
-				}
-			}
-			for _, res := range r.GetResources() {
-				if a := res.GetResource(); a != nil {
-					a.TypeUrl = typeURL
-				}
-			}
-			// When each resource's content was published, for the
-			// subscriber's lag (under the collection's own lock: Update
-			// may hold the server's while it notifies watches).
-			if c := s.collections[r.GetTypeUrl()]; c != nil {
-				c.pubMu.RLock()
-				for _, res := range r.GetResources() {
-					if md, ok := c.published[res.GetName()]; ok {
-						res.Metadata = md
-					}
-				}
-				c.pubMu.RUnlock()
-			}
-			sent(id, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
-		},
-	}
+	s.sent(w.sub, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
+	return w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
 }
 
 func statusErr(msg string, nack bool) error {

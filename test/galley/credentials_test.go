@@ -3,6 +3,7 @@ package galley_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -261,4 +262,145 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 		t.Fatalf("a canary discovery's identity asking for credentials: %v", err)
 	}
 	g.out.WaitFor(t, "refusing a subscriber a restricted collection")
+}
+
+// dialMTLS connects to addr over mTLS with the identity id.
+func dialMTLS(t *testing.T, ca *testpki.CA, addr string, id testpki.Files) *grpc.ClientConn {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(id.Cert, id.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// TestCredentialsNeverReachAStreamWhateverNumberItShares reproduces the
+// attack of a peer holding the identity of the system namespace's default
+// service account (the CLI's token, the chart's gateways): six
+// state-of-the-world streams held open to galley, discovery restarted so
+// that its new delta stream is numbered among theirs, then each of the six
+// asks for the credentials. Each is refused with PermissionDenied and none
+// ever receives a credential, while the restarted discovery is served the
+// gateway's key.
+func TestCredentialsNeverReachAStreamWhateverNumberItShares(t *testing.T) {
+	ctx := context.Background()
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	system, err := env.CreateNamespace(ctx, "flotilla")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge, err := env.CreateNamespace(ctx, "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := testpki.NewCA("flotilla-test-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	galleyID := ca.IssueFiles(t, "galley", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-galley")
+	discoveryID := ca.IssueFiles(t, "discovery", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-discovery")
+	attackerID := ca.IssueFiles(t, "default", "spiffe://cluster.local/ns/"+system+"/sa/default")
+	if _, err := env.Client.CoreV1().Secrets(edge).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: edge}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": []byte("edge-cert"), "tls.key": []byte("edge-private-key")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: edge}}
+	gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
+	gw.Spec.Servers = []*networkingapi.Server{{
+		Port: &networkingapi.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"shop.example.com"},
+		Tls: &networkingapi.ServerTLSSettings{Mode: networkingapi.ServerTLSSettings_SIMPLE, CredentialName: "shop-cert"},
+	}}
+	if _, err := ic.NetworkingV1().Gateways(edge).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	mcpAddr := freeAddr(t)
+	g := startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", system,
+		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", caFile)
+	secure := freeAddr(t)
+	startDiscovery := func() *proc.Process {
+		admin := freeAddr(t)
+		p := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+			"--galley-address", mcpAddr, "--xds-address", freeAddr(t), "--admin-address", admin, "--system-namespace", system,
+			"--galley-tls-cert-file", discoveryID.Cert, "--galley-tls-key-file", discoveryID.Key, "--galley-tls-ca-file", caFile,
+			"--secure-xds-address", secure,
+			"--xds-tls-cert-file", discoveryID.Cert, "--xds-tls-key-file", discoveryID.Key, "--xds-tls-ca-file", caFile)
+		proc.WaitReady(t, "http://"+admin+"/readyz")
+		return p
+	}
+	d := startDiscovery()
+
+	// Six streams of the attacker, each served an unrestricted collection.
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(dialMTLS(t, ca, mcpAddr, attackerID))
+	var streams []discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	for i := range 6 {
+		st, err := ads.StreamAggregatedResources(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: fmt.Sprintf("attacker-%d", i)}, TypeUrl: vsType()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	d.Kill(t)
+	startDiscovery()
+
+	// The restarted discovery holds the gateway's key: its SDS serves it.
+	names := []string{"kubernetes://shop-cert"}
+	sdsStream := dialSDS(t, ca, secure, ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress"),
+		"router~10.0.0.5~ingress-1."+edge+"~"+edge+".svc.cluster.local", names...)
+	var got map[string]string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if got = sdsStream.next(t, names...); got["kubernetes://shop-cert"] == "edge-cert" {
+			break
+		}
+	}
+	if got["kubernetes://shop-cert"] != "edge-cert" {
+		t.Fatalf("the gateway got %v from the restarted discovery", got)
+	}
+
+	for i, st := range streams {
+		if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: registry.CredentialTypeURL}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				if status.Code(err) != codes.PermissionDenied {
+					t.Fatalf("attacker stream %d ended with %v, want PermissionDenied", i, err)
+				}
+				break
+			}
+			if resp.GetTypeUrl() == registry.CredentialTypeURL {
+				t.Fatalf("attacker stream %d was served %d credentials", i, len(resp.GetResources()))
+			}
+		}
+	}
+	g.out.WaitForCount(t, "refusing a subscriber a restricted collection", len(streams))
 }
