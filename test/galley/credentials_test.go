@@ -37,18 +37,7 @@ type sds struct {
 
 func dialSDS(t *testing.T, ca *testpki.CA, addr string, id testpki.Files, node string, names ...string) *sds {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(id.Cert, id.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
-	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(t.Context())
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dialMTLS(t, ca, addr, id)).StreamAggregatedResources(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,58 +88,50 @@ func (s *sds) next(t *testing.T, names ...string) map[string]string {
 	return out
 }
 
-// TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS runs galley
-// on a real apiserver and discovery subscribed to it over mTLS. A
-// Secret a Gateway names reaches, over SDS on discovery's mTLS port, a
-// gateway proxy whose certificate is of the Secret's namespace, and its
-// rotation is pushed; a proxy of another namespace asking for it by
-// either name gets its own namespace's Secret of that name or nothing; a
-// subscriber with the injector's identity is refused the credentials by
-// galley.
-func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
+// gatewayMesh is galley on the real apiserver, serving MCP over mTLS with
+// certificates of a test CA, and what discovery needs to subscribe to it:
+// each namespace of the mesh has a TLS Secret shop-cert and a Gateway
+// "public" naming it.
+type gatewayMesh struct {
+	system     string
+	namespaces map[string]string // by the name asked for, the namespace made
+	ca         *testpki.CA
+	caFile     string
+	discovery  testpki.Files
+	mcpAddr    string
+	secure     string // discovery's mTLS xDS address, the same across restarts
+	galley     *process
+}
+
+// newGatewayMesh makes the namespaces, each with a shop-cert whose
+// certificate is certs[name], and starts galley.
+func newGatewayMesh(t *testing.T, certs map[string]string) *gatewayMesh {
+	t.Helper()
 	ctx := context.Background()
 	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
 		t.Fatal(err)
 	}
-	system, err := env.CreateNamespace(ctx, "flotilla")
-	if err != nil {
+	m := &gatewayMesh{namespaces: map[string]string{}}
+	var err error
+	if m.system, err = env.CreateNamespace(ctx, "flotilla"); err != nil {
 		t.Fatal(err)
-	}
-	edge, err := env.CreateNamespace(ctx, "edge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := env.CreateNamespace(ctx, "other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := testpki.NewCA("flotilla-test-root")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	galleyID := ca.IssueFiles(t, "galley", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-galley")
-	discoveryID := ca.IssueFiles(t, "discovery", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-discovery")
-	injectorID := ca.IssueFiles(t, "injector", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-injector")
-	gatewayID := ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress")
-	strangerID := ca.IssueFiles(t, "stranger", "spiffe://cluster.local/ns/"+other+"/sa/app")
-
-	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: edge}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("edge-v1"), "tls.key": []byte("k")}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: other}, Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": []byte("other"), "tls.key": []byte("k")}},
-	} {
-		if _, err := env.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	ic, err := istioclient.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{edge, other} {
+	for name, cert := range certs {
+		ns, err := env.CreateNamespace(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.namespaces[name] = ns
+		if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: ns}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": []byte(cert), "tls.key": []byte("k")},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: ns}}
 		gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
 		gw.Spec.Servers = []*networkingapi.Server{{
@@ -161,21 +142,56 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-
+	if m.ca, err = testpki.NewCA("flotilla-test-root"); err != nil {
+		t.Fatal(err)
+	}
+	m.caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(m.caFile, m.ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	galleyID := m.ca.IssueFiles(t, "galley", "spiffe://cluster.local/ns/"+m.system+"/sa/flotilla-galley")
+	m.discovery = m.ca.IssueFiles(t, "discovery", "spiffe://cluster.local/ns/"+m.system+"/sa/flotilla-discovery")
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	mcpAddr := freeAddr(t)
-	g := startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", system,
-		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", caFile)
-	secure, admin := freeAddr(t), freeAddr(t)
-	proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
-		"--galley-address", mcpAddr, "--xds-address", freeAddr(t), "--admin-address", admin, "--system-namespace", system,
-		"--galley-tls-cert-file", discoveryID.Cert, "--galley-tls-key-file", discoveryID.Key, "--galley-tls-ca-file", caFile,
-		"--secure-xds-address", secure,
-		"--xds-tls-cert-file", discoveryID.Cert, "--xds-tls-key-file", discoveryID.Key, "--xds-tls-ca-file", caFile)
+	m.mcpAddr, m.secure = freeAddr(t), freeAddr(t)
+	m.galley = startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", m.mcpAddr, "--system-namespace", m.system,
+		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", m.caFile)
+	return m
+}
+
+// startDiscovery starts discovery, subscribed to galley over mTLS and
+// serving xDS over mTLS on m.secure, and waits until it is ready.
+func (m *gatewayMesh) startDiscovery(t *testing.T) *proc.Process {
+	t.Helper()
+	admin := freeAddr(t)
+	p := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+		"--galley-address", m.mcpAddr, "--xds-address", freeAddr(t), "--admin-address", admin, "--system-namespace", m.system,
+		"--galley-tls-cert-file", m.discovery.Cert, "--galley-tls-key-file", m.discovery.Key, "--galley-tls-ca-file", m.caFile,
+		"--secure-xds-address", m.secure,
+		"--xds-tls-cert-file", m.discovery.Cert, "--xds-tls-key-file", m.discovery.Key, "--xds-tls-ca-file", m.caFile)
 	proc.WaitReady(t, "http://"+admin+"/readyz")
+	return p
+}
+
+// TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS runs galley
+// on a real apiserver and discovery subscribed to it over mTLS. A
+// Secret a Gateway names reaches, over SDS on discovery's mTLS port, a
+// gateway proxy whose certificate is of the Secret's namespace, and its
+// rotation is pushed; a proxy of another namespace asking for it by
+// either name gets its own namespace's Secret of that name or nothing; a
+// subscriber with the injector's identity is refused the credentials by
+// galley.
+func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
+	ctx := context.Background()
+	m := newGatewayMesh(t, map[string]string{"edge": "edge-v1", "other": "other"})
+	system, edge, other, ca, mcpAddr, g := m.system, m.namespaces["edge"], m.namespaces["other"], m.ca, m.mcpAddr, m.galley
+	injectorID := ca.IssueFiles(t, "injector", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-injector")
+	gatewayID := ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress")
+	strangerID := ca.IssueFiles(t, "stranger", "spiffe://cluster.local/ns/"+other+"/sa/app")
+	secure := m.secure
+	m.startDiscovery(t)
 
 	names := []string{"kubernetes://shop-cert", "kubernetes://" + edge + "/shop-cert"}
 	gw := dialSDS(t, ca, secure, gatewayID, "router~10.0.0.5~ingress-1."+edge+"~"+edge+".svc.cluster.local", names...)
@@ -229,18 +245,7 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 	// injector of any.
 	askCredentials := func(id testpki.Files) error {
 		t.Helper()
-		pair, err := tls.LoadX509KeyPair(id.Cert, id.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient(mcpAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-			RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
-		})))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		mst, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+		mst, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dialMTLS(t, ca, mcpAddr, id)).StreamAggregatedResources(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,67 +295,10 @@ func dialMTLS(t *testing.T, ca *testpki.CA, addr string, id testpki.Files) *grpc
 // ever receives a credential, while the restarted discovery is served the
 // gateway's key.
 func TestCredentialsNeverReachAStreamWhateverNumberItShares(t *testing.T) {
-	ctx := context.Background()
-	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
-		t.Fatal(err)
-	}
-	system, err := env.CreateNamespace(ctx, "flotilla")
-	if err != nil {
-		t.Fatal(err)
-	}
-	edge, err := env.CreateNamespace(ctx, "edge")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := testpki.NewCA("flotilla-test-root")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	galleyID := ca.IssueFiles(t, "galley", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-galley")
-	discoveryID := ca.IssueFiles(t, "discovery", "spiffe://cluster.local/ns/"+system+"/sa/flotilla-discovery")
+	m := newGatewayMesh(t, map[string]string{"edge": "edge-cert"})
+	system, edge, ca, mcpAddr, g, secure := m.system, m.namespaces["edge"], m.ca, m.mcpAddr, m.galley, m.secure
 	attackerID := ca.IssueFiles(t, "default", "spiffe://cluster.local/ns/"+system+"/sa/default")
-	if _, err := env.Client.CoreV1().Secrets(edge).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "shop-cert", Namespace: edge}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{"tls.crt": []byte("edge-cert"), "tls.key": []byte("edge-private-key")},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ic, err := istioclient.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: edge}}
-	gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
-	gw.Spec.Servers = []*networkingapi.Server{{
-		Port: &networkingapi.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"shop.example.com"},
-		Tls: &networkingapi.ServerTLSSettings{Mode: networkingapi.ServerTLSSettings_SIMPLE, CredentialName: "shop-cert"},
-	}}
-	if _, err := ic.NetworkingV1().Gateways(edge).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	mcpAddr := freeAddr(t)
-	g := startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", system,
-		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", caFile)
-	secure := freeAddr(t)
-	startDiscovery := func() *proc.Process {
-		admin := freeAddr(t)
-		p := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
-			"--galley-address", mcpAddr, "--xds-address", freeAddr(t), "--admin-address", admin, "--system-namespace", system,
-			"--galley-tls-cert-file", discoveryID.Cert, "--galley-tls-key-file", discoveryID.Key, "--galley-tls-ca-file", caFile,
-			"--secure-xds-address", secure,
-			"--xds-tls-cert-file", discoveryID.Cert, "--xds-tls-key-file", discoveryID.Key, "--xds-tls-ca-file", caFile)
-		proc.WaitReady(t, "http://"+admin+"/readyz")
-		return p
-	}
-	d := startDiscovery()
+	d := m.startDiscovery(t)
 
 	// Six streams of the attacker, each served an unrestricted collection.
 	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(dialMTLS(t, ca, mcpAddr, attackerID))
@@ -369,7 +317,7 @@ func TestCredentialsNeverReachAStreamWhateverNumberItShares(t *testing.T) {
 		streams = append(streams, st)
 	}
 	d.Kill(t)
-	startDiscovery()
+	m.startDiscovery(t)
 
 	// The restarted discovery holds the gateway's key: its SDS serves it.
 	names := []string{"kubernetes://shop-cert"}
