@@ -53,14 +53,7 @@ func newIdentityHarness(tb testing.TB) *identityHarness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	leaf, err := ca.Issue(testpki.Request{CommonName: "galley", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cert, err := leaf.TLSCertificate()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	cert := ca.IssueTLS(tb, testpki.Request{CommonName: "galley", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	srv, err := NewServer(ctx, quiet(), noop.NewMeterProvider().Meter("test"), []string{vsType, restrictedType})
@@ -93,14 +86,7 @@ func newIdentityHarness(tb testing.TB) *identityHarness {
 	for _, id := range meshIdentities() {
 		creds, addr := insecure.NewCredentials(), addrs[plain]
 		if id != "plaintext" {
-			l, err := ca.Issue(testpki.Request{CommonName: "subscriber", URIs: []string{id}})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			c, err := l.TLSCertificate()
-			if err != nil {
-				tb.Fatal(err)
-			}
+			c := ca.IssueTLS(tb, testpki.Request{CommonName: "subscriber", URIs: []string{id}})
 			creds = credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS13})
 			addr = addrs[mtls]
 		}

@@ -167,6 +167,21 @@ func (ca *CA) IssueFiles(tb testing.TB, name, spiffeID string) Files {
 	return Files{Cert: cert, Key: key}
 }
 
+// IssueTLS issues a leaf for r as a tls.Certificate, failing tb on error:
+// a server's or client's certificate in an in-process TLS test.
+func (ca *CA) IssueTLS(tb testing.TB, r Request) tls.Certificate {
+	tb.Helper()
+	leaf, err := ca.Issue(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cert, err := leaf.TLSCertificate()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cert
+}
+
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
