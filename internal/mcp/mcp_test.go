@@ -670,16 +670,88 @@ func TestASubscriberCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *te
 		}
 		return out
 	}
-	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "greedy"}, TypeUrl: vsType, ResourceNamesSubscribe: names(0, 60_000)}); err != nil {
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "greedy"}, TypeUrl: vsType, ResourceNamesSubscribe: names(0, 6_000)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: drType, ResourceNamesSubscribe: names(60_000, 40_001)}); err != nil {
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: drType, ResourceNamesSubscribe: names(6_000, 4_001)}); err != nil {
 		t.Fatal(err)
 	}
 	for {
 		if _, err := st.Recv(); err != nil {
-			if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "subscribes to 100001 names") {
-				t.Fatalf("the stream ended with %v, want InvalidArgument naming the count", err)
+			if grpcstatus.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than 10000 names") {
+				t.Fatalf("the stream ended with %v, want ResourceExhausted naming the limit", err)
+			}
+			return
+		}
+	}
+}
+
+// TestASubscriptionIsBoundedByBytesAndUnknownUnsubscribesBuyNothing: a
+// delta stream that subscribes names and unsubscribes as many it never
+// subscribed holds no more than the limit (the old count subtracted
+// them), and one that subscribes fewer names than the limit but of more
+// than a mebibyte together is refused.
+func TestASubscriptionIsBoundedByBytesAndUnknownUnsubscribesBuyNothing(t *testing.T) {
+	g := startGalley(t, "")
+	names := func(prefix string, from, n, size int) []string {
+		out := make([]string, n)
+		for i := range out {
+			name := fmt.Sprintf("%s-%06d", prefix, from+i)
+			out[i] = name + strings.Repeat("x", max(0, size-len(name)))
+		}
+		return out
+	}
+	refused := func(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient) error {
+		for {
+			if _, err := st.Recv(); err != nil {
+				return err
+			}
+		}
+	}
+	st := dialDelta(t, g.addr)
+	for i := range 6 {
+		req := &discoveryv3.DeltaDiscoveryRequest{
+			Node: &corev3.Node{Id: "credit"}, TypeUrl: vsType,
+			ResourceNamesSubscribe:   names("default/vs", i*2_000, 2_000, 0),
+			ResourceNamesUnsubscribe: names("default/unknown", i*2_000, 2_000, 0),
+		}
+		if err := st.Send(req); err != nil {
+			break // refused already
+		}
+	}
+	if err := refused(st); grpcstatus.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a stream subscribing 12000 names while unsubscribing 12000 unknown ones ended with %v, want ResourceExhausted", err)
+	}
+	st = dialDelta(t, g.addr)
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{
+		Node: &corev3.Node{Id: "long"}, TypeUrl: vsType, ResourceNamesSubscribe: names("default/vs", 0, 1_100, 1_000),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := refused(st); grpcstatus.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "bytes of names") {
+		t.Fatalf("a stream subscribing 1100 names of 1000 bytes ended with %v, want ResourceExhausted", err)
+	}
+	// A subscriber within the bounds is served.
+	c := dialSotw(t, g.addr)
+	c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "ok"}, TypeUrl: vsType, ResourceNames: names("default/vs", 0, 9_000, 0)})
+	c.recv()
+}
+
+// TestAStreamAsksForAtMostSixtyFourCollectionsNotPublished: each
+// collection asked for is state the stream holds; the type URLs are the
+// subscriber's to make up.
+func TestAStreamAsksForAtMostSixtyFourCollectionsNotPublished(t *testing.T) {
+	g := startGalley(t, "")
+	st := dialDelta(t, g.addr)
+	for i := range maxUnpublishedTypes + 1 {
+		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "typo"}, TypeUrl: fmt.Sprintf("made.up/Kind%d", i)}); err != nil {
+			break
+		}
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			if grpcstatus.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "collections not published") {
+				t.Fatalf("the stream ended with %v, want ResourceExhausted", err)
 			}
 			return
 		}

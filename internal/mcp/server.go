@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,53 +153,103 @@ type subscriber struct {
 	// port, "plaintext" otherwise. Node IDs are the subscriber's to choose,
 	// and one per connection would grow the series without end.
 	label string
-	// names counts the names subscribed per collection (delta: added
-	// less removed; state of the world: the last request's).
-	names map[string]int
-	// lastNonce is the nonce each type's last request answered; nacked
-	// the nonce of the last NACK logged.
-	lastNonce, nacked map[string]string
-	// sent is the nonce of each type's latest response, and sentAt when it
-	// was sent; rejected the reason of each type's latest response that
-	// was rejected (cut short).
-	sent, rejected map[string]string
-	sentAt         map[string]time.Time
-	// idle paces requests that carry nothing new (the same nonce again:
-	// a NACK or ACK repeated in a loop).
-	idle *rate.Limiter
+	// types is the stream's state per collection asked for: at most the
+	// published ones and maxUnpublishedTypes others (unpublished counts
+	// those).
+	types       map[string]*typeState
+	unpublished int
+	// names and bytes total the names subscribed over all collections.
+	names, bytes int
+	// paced holds back every request but the first answer to a response
+	// (a NACK or ACK repeated in a loop, a fresh nonce each time,
+	// subscriptions changed over and over): a subscriber looping costs
+	// itself time, and galley little.
+	paced *rate.Limiter
 }
 
-// A subscriber's requests that carry nothing new are served at this rate
-// (with this burst) at most; it may subscribe to this many names over all
-// collections.
+// typeState is one collection's state on one stream.
+type typeState struct {
+	// names are the names subscribed: for delta what was subscribed less
+	// what was unsubscribed of it (an unknown name unsubscribed buys
+	// nothing); for state of the world the last request's. bytes is the
+	// sum of their lengths.
+	names map[string]struct{}
+	bytes int
+	// sent is the nonce of the latest response, sentVersion its version
+	// and sentAt when it was sent; answered says the subscriber answered
+	// it (ACK or NACK); rejected is the reason of the latest response
+	// rejected (cut short), nackLogged the version whose NACK was logged.
+	sent, sentVersion string
+	sentAt            time.Time
+	answered          bool
+	rejected          string
+	nackLogged        string
+}
+
+// A subscriber's requests, but the first answer to each response, are
+// served at this rate (with this burst) at most. A stream may subscribe
+// to this many names, of these many bytes, over all collections, and ask
+// for this many collections the server does not publish.
 const (
-	idleRequestsPerSecond = 50
-	idleRequestsBurst     = 100
-	maxSubscribedNames    = 100_000
+	pacedRequestsPerSecond = 50
+	pacedRequestsBurst     = 100
+	maxSubscribedNames     = 10_000
+	maxSubscribedBytes     = 1 << 20
+	maxUnpublishedTypes    = 64
 )
 
 func newSubscriber(label string) *subscriber {
 	return &subscriber{
-		label: label, connected: time.Now(), names: map[string]int{}, lastNonce: map[string]string{}, nacked: map[string]string{},
-		sent: map[string]string{}, rejected: map[string]string{}, sentAt: map[string]time.Time{},
-		idle: rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
+		label: label, connected: time.Now(), types: map[string]*typeState{},
+		paced: rate.NewLimiter(pacedRequestsPerSecond, pacedRequestsBurst),
 	}
 }
 
-// subscribed records a request's subscriptions and refuses a subscriber
-// over maxSubscribedNames.
-func (sub *subscriber) subscribed(typeURL string, n int, replace bool) error {
-	if replace {
-		sub.names[typeURL] = n
-	} else {
-		sub.names[typeURL] = max(0, sub.names[typeURL]+n)
+// asked is one request as the server decides it.
+type asked struct {
+	node    *corev3.Node
+	typeURL string
+	nonce   string
+	// nack is the request's error detail, nil for an ACK or a subscription.
+	nack error
+	// subscribe and unsubscribe change the names subscribed (delta);
+	// replace says subscribe replaces them (state of the world).
+	subscribe, unsubscribe []string
+	replace                bool
+}
+
+// subscribe applies a request's names to ts and to the stream's totals,
+// at a cost that grows with the request, never with the set; it refuses
+// a stream over maxSubscribedNames or maxSubscribedBytes.
+func (sub *subscriber) subscribe(ts *typeState, r *asked) error {
+	if r.replace {
+		sub.names -= len(ts.names)
+		sub.bytes -= ts.bytes
+		ts.names, ts.bytes = nil, 0
 	}
-	total := 0
-	for _, v := range sub.names {
-		total += v
+	for _, n := range r.unsubscribe {
+		if _, ok := ts.names[n]; ok {
+			delete(ts.names, n)
+			ts.bytes -= len(n)
+			sub.names--
+			sub.bytes -= len(n)
+		}
 	}
-	if total > maxSubscribedNames {
-		return status.Errorf(codes.InvalidArgument, "the subscriber subscribes to %d names, more than %d", total, maxSubscribedNames)
+	for _, n := range r.subscribe {
+		if _, ok := ts.names[n]; ok {
+			continue
+		}
+		if sub.names >= maxSubscribedNames || sub.bytes+len(n) > maxSubscribedBytes {
+			return status.Errorf(codes.ResourceExhausted,
+				"the subscriber subscribes to more than %d names or %d bytes of names", maxSubscribedNames, maxSubscribedBytes)
+		}
+		if ts.names == nil {
+			ts.names = map[string]struct{}{}
+		}
+		ts.names[n] = struct{}{}
+		ts.bytes += len(n)
+		sub.names++
+		sub.bytes += len(n)
 	}
 	return nil
 }
@@ -275,16 +324,19 @@ func (s *Server) Subscribers() []debugapi.Subscriber {
 			continue
 		}
 		d := debugapi.Subscriber{ID: sub.id, Identity: sub.label, Version: sub.version, ConnectedAt: sub.connected}
-		for t, nonce := range sub.sent {
-			if sub.lastNonce[t] != nonce {
+		for t, ts := range sub.types {
+			if ts.sent != "" && !ts.answered {
 				if d.Unanswered == nil {
 					d.Unanswered = map[string]time.Time{}
 				}
-				d.Unanswered[t] = sub.sentAt[t]
+				d.Unanswered[t] = ts.sentAt
 			}
-		}
-		if len(sub.rejected) > 0 {
-			d.Rejected = maps.Clone(sub.rejected)
+			if ts.rejected != "" {
+				if d.Rejected == nil {
+					d.Rejected = map[string]string{}
+				}
+				d.Rejected[t] = ts.rejected
+			}
 		}
 		out = append(out, d)
 	}
@@ -347,7 +399,7 @@ func (s *Server) serveSubscribers(st discoveryv3.AggregatedDiscoveryService_Stre
 			return resp, nil
 		},
 		Nonce: func() string { return "debug-" + strconv.FormatUint(s.debugNonce.Add(1), 10) },
-		Idle:  rate.NewLimiter(idleRequestsPerSecond, idleRequestsBurst),
+		Idle:  rate.NewLimiter(pacedRequestsPerSecond, pacedRequestsBurst),
 	}
 	return a.Serve(st.Context(), first, st.Recv, st.Send) //nolint:wrapcheck // the transport's status
 }
@@ -651,51 +703,57 @@ func (s *Server) close(sub *subscriber) {
 
 // request records a request of sub's stream and decides whether it is
 // served: a restricted collection only to the identity of the stream that
-// asks. A NACK is logged and counted once per response (the reason cut
-// short); a request with the nonce of the one before (a NACK or ACK sent
-// again) waits its turn at the idle rate: a subscriber looping on one
-// costs itself time, and galley little.
-func (s *Server) request(ctx context.Context, sub *subscriber, node *corev3.Node, typeURL, nonce string, nack error, names int, replace bool) error {
+// asks; names within the stream's bounds; no more than
+// maxUnpublishedTypes collections not published. Only the first answer to
+// the latest response of its collection counts as one: a NACK of it is
+// logged once per collection and version, every NACK is counted, and
+// stale or made-up nonces change nothing. Every other request waits its
+// turn at the paced rate.
+func (s *Server) request(ctx context.Context, sub *subscriber, r *asked) error {
 	s.mu.Lock()
-	if sub.id == "" && node.GetId() != "" {
-		sub.id = clip.String(node.GetId(), 256)
-		sub.version = clip.String(node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
+	if sub.id == "" && r.node.GetId() != "" {
+		sub.id = clip.String(r.node.GetId(), 256)
+		sub.version = clip.String(r.node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
 		s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
 	}
-	if allow, ok := s.restricted[typeURL]; ok && !allow(sub.label) {
-		id := sub.id
+	id := sub.id
+	if allow, ok := s.restricted[r.typeURL]; ok && !allow(sub.label) {
 		s.mu.Unlock()
-		s.log.Warn("refusing a subscriber a restricted collection", "subscriber", id, "identity", sub.label, "type_url", typeURL)
-		return status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", typeURL, sub.label)
+		s.log.Warn("refusing a subscriber a restricted collection", "subscriber", id, "identity", sub.label, "type_url", r.typeURL)
+		return status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", r.typeURL, sub.label)
 	}
-	if err := sub.subscribed(typeURL, names, replace); err != nil {
-		id := sub.id
+	ts, err := s.typeState(sub, r.typeURL)
+	if err == nil {
+		err = sub.subscribe(ts, r)
+	}
+	if err != nil {
 		s.mu.Unlock()
 		s.log.Warn("refusing a subscriber", "subscriber", id, "identity", sub.label, "error", err)
 		return err
 	}
-	repeated := nonce != "" && sub.lastNonce[typeURL] == nonce
-	sub.lastNonce[typeURL] = nonce
-	if nonce != "" && nonce == sub.sent[typeURL] { // the answer to the latest response
-		if nack != nil {
-			sub.rejected[typeURL] = clip.String(nack.Error(), 256)
-		} else {
-			delete(sub.rejected, typeURL)
+	answersLatest := r.nonce != "" && r.nonce == ts.sent && !ts.answered
+	logNack := false
+	if answersLatest {
+		ts.answered = true
+		ts.rejected = ""
+		if r.nack != nil {
+			ts.rejected = clip.String(r.nack.Error(), 256)
+			logNack = ts.nackLogged != ts.sentVersion
+			ts.nackLogged = ts.sentVersion
 		}
 	}
-	logNack := nack != nil && sub.nacked[typeURL] != nonce
-	if logNack {
-		sub.nacked[typeURL] = nonce
-	}
-	id := sub.id
+	version := ts.sentVersion
 	s.mu.Unlock()
-	if logNack {
+	if r.nack != nil {
 		s.metrics.nacks.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("subscriber", sub.label), attribute.String("type_url", typeURL)))
-		s.log.Warn("subscriber rejected a response", "subscriber", id, "type_url", typeURL, "reason", clip.String(nack.Error(), 512))
+			attribute.String("subscriber", sub.label), attribute.String("type_url", s.typeLabel(r.typeURL))))
 	}
-	if repeated {
-		t := time.NewTimer(sub.idle.Reserve().Delay())
+	if logNack {
+		s.log.Warn("subscriber rejected a response", "subscriber", id, "identity", sub.label, "type_url", r.typeURL,
+			"version", version, "reason", clip.String(r.nack.Error(), 512))
+	}
+	if !answersLatest {
+		t := time.NewTimer(sub.paced.Reserve().Delay())
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -705,12 +763,44 @@ func (s *Server) request(ctx context.Context, sub *subscriber, node *corev3.Node
 	return nil
 }
 
+// typeState is sub's state for typeURL, made on its first request; a
+// stream may ask for at most maxUnpublishedTypes collections the server
+// does not publish. Called with s.mu held.
+func (s *Server) typeState(sub *subscriber, typeURL string) (*typeState, error) {
+	if ts, ok := sub.types[typeURL]; ok {
+		return ts, nil
+	}
+	if _, published := s.collections[typeURL]; !published {
+		if sub.unpublished >= maxUnpublishedTypes {
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"the subscriber asks for more than %d collections not published", maxUnpublishedTypes)
+		}
+		sub.unpublished++
+	}
+	ts := &typeState{}
+	sub.types[typeURL] = ts
+	return ts, nil
+}
+
+// typeLabel is typeURL as a metric attribute: every collection the server
+// does not publish shares one series, "other" (the type URL is the
+// subscriber's to choose). The collections are fixed once serving starts:
+// read without the lock.
+func (s *Server) typeLabel(typeURL string) string {
+	if _, ok := s.collections[typeURL]; ok {
+		return typeURL
+	}
+	return "other"
+}
+
 // sent records a response sent on sub's stream.
-func (s *Server) sent(sub *subscriber, typeURL, nonce string, n int) {
+func (s *Server) sent(sub *subscriber, typeURL, version, nonce string, n int) {
 	s.mu.Lock()
-	sub.sent[typeURL], sub.sentAt[typeURL] = nonce, time.Now()
+	if ts, ok := sub.types[typeURL]; ok { // it asked first
+		ts.sent, ts.sentVersion, ts.sentAt, ts.answered = nonce, version, time.Now(), false
+	}
 	s.mu.Unlock()
-	attrs := metric.WithAttributes(attribute.String("subscriber", sub.label), attribute.String("type_url", typeURL))
+	attrs := metric.WithAttributes(attribute.String("subscriber", sub.label), attribute.String("type_url", s.typeLabel(typeURL)))
 	s.metrics.responses.Add(context.Background(), 1, attrs)
 	s.metrics.resources.Add(context.Background(), int64(n), attrs)
 }
@@ -763,8 +853,11 @@ func (w *sotwStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
 			return nil, err //nolint:wrapcheck // the transport's status
 		}
 	}
-	err := w.s.request(w.Context(), w.sub, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(),
-		statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil), len(r.GetResourceNames()), true)
+	err := w.s.request(w.Context(), w.sub, &asked{
+		node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(),
+		nack:      statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
+		subscribe: r.GetResourceNames(), replace: true,
+	})
 	if err != nil {
 		return nil, w.refused.set(err)
 	}
@@ -773,7 +866,7 @@ func (w *sotwStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
 
 func (w *sotwStream) Send(r *discoveryv3.DiscoveryResponse) error {
 	r.ControlPlane = w.s.controlPlane // the response is this watch's own (sotwResponse)
-	w.s.sent(w.sub, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources()))
+	w.s.sent(w.sub, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), len(r.GetResources()))
 	return w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
 }
 
@@ -790,9 +883,11 @@ func (w *deltaStream) Recv() (*discoveryv3.DeltaDiscoveryRequest, error) {
 	if err != nil {
 		return nil, err //nolint:wrapcheck // the transport's status
 	}
-	err = w.s.request(w.Context(), w.sub, r.GetNode(), r.GetTypeUrl(), r.GetResponseNonce(),
-		statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
-		len(r.GetResourceNamesSubscribe())-len(r.GetResourceNamesUnsubscribe()), false)
+	err = w.s.request(w.Context(), w.sub, &asked{
+		node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(),
+		nack:      statusErr(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil),
+		subscribe: r.GetResourceNamesSubscribe(), unsubscribe: r.GetResourceNamesUnsubscribe(),
+	})
 	if err != nil {
 		return nil, w.refused.set(err)
 	}
@@ -831,7 +926,7 @@ func (w *deltaStream) Send(r *discoveryv3.DeltaDiscoveryResponse) error {
 		}
 		c.pubMu.RUnlock()
 	}
-	s.sent(w.sub, r.GetTypeUrl(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
+	s.sent(w.sub, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
 	return w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
 }
 
