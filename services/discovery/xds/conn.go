@@ -628,6 +628,13 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		return nil
 	}
 	w := c.watch(t)
+	if w.started && (len(req.GetResourceNamesSubscribe()) > 0 || len(req.GetResourceNamesUnsubscribe()) > 0) {
+		// A change of subscriptions costs a walk of the stream's names
+		// and may rebuild them: paced, so a stream changing them in a
+		// loop (or "changing" them by unsubscribing what it never had)
+		// costs itself time, and the server little.
+		c.nothingNew(ctx)
+	}
 	news := false
 	if nonce := req.GetResponseNonce(); nonce != "" && nonce != w.sentNonce {
 		c.s.metrics.staleNonce(t)
@@ -676,7 +683,9 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		w.wildcard = false
 	}
 	w.names = w.names.with(subscribe, unsubscribe)
-	w.held = c.s.held.intern(w.held.update(nil, forget))
+	if w.held.holdsAny(forget) {
+		w.held = c.s.held.intern(w.held.update(nil, forget))
+	}
 	c.mu.Unlock()
 	if err := c.checkSubscribed(); err != nil {
 		return err
@@ -690,17 +699,23 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 	return c.answer(t, w, first)
 }
 
-// checkSubscribed refuses a stream that has subscribed to more names, over
-// all its types and requests, than one request may name: a delta stream
-// could otherwise grow its subscriptions without bound, request by
-// request.
+// checkSubscribed refuses a stream that has subscribed to more names, or
+// to names of more bytes, over all its types and requests, than one
+// request may name: a delta stream could otherwise grow its subscriptions
+// without bound, request by request. Called with work held.
 func (c *conn) checkSubscribed() error {
-	n := 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, size := 0, 0
 	for _, w := range c.watches {
 		n += w.names.len()
+		size += w.names.bytes()
 	}
 	if n > maxResourceNames {
 		return status.Errorf(codes.InvalidArgument, "the stream subscribes to %d resource names, more than %d", n, maxResourceNames)
+	}
+	if size > maxSubscribedBytes {
+		return status.Errorf(codes.InvalidArgument, "the stream subscribes to %d bytes of resource names, more than %d", size, maxSubscribedBytes)
 	}
 	return nil
 }

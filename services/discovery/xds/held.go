@@ -108,9 +108,11 @@ func (s nameSet) sameAs(names []string) bool {
 	return p == ""
 }
 
-// with is the set with add added and remove removed, in that order.
+// with is the set with add added and remove removed, in that order. A
+// request that changes nothing (names held already subscribed, names not
+// held unsubscribed) costs a walk of the set and allocates no new one.
 func (s nameSet) with(add, remove []string) nameSet {
-	if len(add) == 0 && len(remove) == 0 {
+	if !s.changedBy(add, remove) {
 		return s
 	}
 	gone := make(map[string]bool, len(remove))
@@ -124,6 +126,58 @@ func (s nameSet) with(add, remove []string) nameSet {
 		}
 	}
 	return makeNameSet(out)
+}
+
+// changedBy reports whether adding add and then removing remove changes
+// the set ("*" names nothing): one walk of the set beside the requests'
+// names, sorted.
+func (s nameSet) changedBy(add, remove []string) bool {
+	add = slices.DeleteFunc(slices.Clone(add), func(n string) bool { return n == "*" })
+	if len(add) == 0 && len(remove) == 0 {
+		return false
+	}
+	removing := make(map[string]bool, len(remove))
+	for _, n := range remove {
+		removing[n] = true
+	}
+	for _, n := range add {
+		if !removing[n] { // added then removed: no change by itself
+			removing[n] = false
+		}
+	}
+	want := make([]string, 0, len(removing)) // names whose presence matters, in order
+	for n := range removing {
+		want = append(want, n)
+	}
+	slices.Sort(want)
+	var p string
+	if s.n > 0 {
+		p = s.packed.Value()
+	}
+	for _, n := range want {
+		held := false
+		for p != "" {
+			var have string
+			have, rest := next(p)
+			if have >= n {
+				held = have == n
+				break
+			}
+			p = rest
+		}
+		if held == removing[n] { // held and removed, or not held and added
+			return true
+		}
+	}
+	return false
+}
+
+// bytes is the size of the set's names as it holds them.
+func (s nameSet) bytes() int {
+	if s.n == 0 {
+		return 0
+	}
+	return len(s.packed.Value())
 }
 
 // nameVersion is a resource's name and version. Each encoded resource
@@ -166,7 +220,7 @@ func (h heldSet) version(name string) (string, bool) {
 // of a name twice in put, the last) and removed no longer held (a name in
 // both is held).
 func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
-	if len(put) == 0 && len(removed) == 0 {
+	if len(put) == 0 && !h.holdsAny(removed) {
 		return h
 	}
 	put = slices.Clone(put)
@@ -202,6 +256,17 @@ func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
 		}
 	}
 	return out
+}
+
+// holdsAny reports whether h holds any of names, at a cost that grows
+// with names, not with h.
+func (h heldSet) holdsAny(names []string) bool {
+	for _, n := range names {
+		if _, ok := h.version(n); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // heldSets interns heldSets: the proxies of one scope are sent the same

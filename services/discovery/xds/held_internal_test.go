@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
@@ -113,6 +114,89 @@ func FuzzNameSetListsWhatItWasMadeOf(f *testing.F) {
 			t.Fatalf("removing %q from %q: %q", removed, want, got)
 		}
 	})
+}
+
+// FuzzNameSetChangedByIsWhetherWithChangesIt: changedBy, which walks the
+// set without building one, agrees with building the set.
+func FuzzNameSetChangedByIsWhetherWithChangesIt(f *testing.F) {
+	f.Add("a\nb\nc", "b\nd", "d\na")
+	f.Add("a\nb", "a", "zz")
+	f.Add("", "*", "")
+	f.Fuzz(func(t *testing.T, joined, add, remove string) {
+		s := makeNameSet(strings.Split(joined, "\n"))
+		a, r := strings.Split(add, "\n"), strings.Split(remove, "\n")
+		gone := map[string]bool{}
+		for _, n := range r {
+			gone[n] = true
+		}
+		var rebuilt []string
+		for _, n := range append(s.list(), a...) {
+			if !gone[n] {
+				rebuilt = append(rebuilt, n)
+			}
+		}
+		want := makeNameSet(rebuilt) != s
+		if got := s.changedBy(a, r); got != want {
+			t.Fatalf("%q changedBy(%q, %q) = %v, want %v", s.list(), a, r, got, want)
+		}
+	})
+}
+
+// TestARequestThatChangesNothingCostsItsOwnSizeNotTheSets: unsubscribing
+// a name never subscribed, or subscribing one held, from a stream holding
+// 4,000 names of 1 KB allocates what the request's name does, not a copy
+// of the set (each such request once rebuilt the whole set); nor does
+// forgetting it from what the stream holds.
+func TestARequestThatChangesNothingCostsItsOwnSizeNotTheSets(t *testing.T) {
+	names := make([]string, 4_000)
+	for i := range names {
+		names[i] = fmt.Sprintf("outbound|80||svc-%06d.default.svc.cluster.local", i) + strings.Repeat("x", 950)
+	}
+	s := makeNameSet(names)
+	h := heldSet(nil).update(func() []*nameVersion {
+		out := make([]*nameVersion, len(names))
+		for i, n := range names {
+			out[i] = &nameVersion{name: n, version: "1"}
+		}
+		return out
+	}(), nil)
+	unknown, known := []string{"never-subscribed"}, []string{names[1234]}
+	allocated := func(f func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 100 {
+			f()
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / 100
+	}
+	for _, tc := range []struct {
+		name string
+		f    func()
+	}{
+		{"unsubscribe an unknown name", func() {
+			if s.with(nil, unknown) != s {
+				t.Fatal("the set changed")
+			}
+		}},
+		{"subscribe a name held", func() {
+			if s.with(known, nil) != s {
+				t.Fatal("the set changed")
+			}
+		}},
+		{"forget a name not held", func() {
+			if got := h.update(nil, unknown); len(got) != len(h) || &got[0] != &h[0] {
+				t.Fatal("the held set was copied")
+			}
+		}},
+	} {
+		if n := allocated(tc.f); n > 1<<10 {
+			t.Errorf("%s: %d bytes allocated per request on a set of %d KiB", tc.name, n, s.bytes()>>10)
+		}
+	}
+	if s.with(nil, known) == s {
+		t.Fatal("unsubscribing a name held did not change the set")
+	}
 }
 
 func boolInt(b bool) int {

@@ -714,7 +714,7 @@ func TestADeltaStreamCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *t
 	names := func(from int) []string {
 		out := make([]string, 50_000)
 		for i := range out {
-			out[i] = fmt.Sprintf("outbound|80||svc-%06d.default.svc.cluster.local", from+i)
+			out[i] = fmt.Sprintf("c%06d", from+i) // short: the count, not the bytes, is over
 		}
 		return out
 	}
@@ -727,6 +727,41 @@ func TestADeltaStreamCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *t
 		case err := <-d.err:
 			if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "subscribes to 100010 resource names") {
 				t.Fatalf("the stream ended with %v, want InvalidArgument naming the count", err)
+			}
+			return
+		case <-d.resp:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a stream over the limit was not ended")
+		}
+	}
+}
+
+// TestADeltaStreamCannotSubscribeToMoreThanFourMebibytesOfNames: names of
+// 1,000 bytes, 2,000 to a request, well under the count limit: the stream
+// is ended once they pass 4 MiB together (99,000 such names once took
+// discovery's memory from 80 to 691 MiB).
+func TestADeltaStreamCannotSubscribeToMoreThanFourMebibytesOfNames(t *testing.T) {
+	h := newHarness(t)
+	h.push()
+	d := h.delta(t)
+	names := func(from int) []string {
+		out := make([]string, 2_000)
+		for i := range out {
+			name := fmt.Sprintf("outbound|80||svc-%06d.default.svc.cluster.local", from+i)
+			out[i] = name + strings.Repeat("x", 1_000-len(name))
+		}
+		return out
+	}
+	n := node("sidecar~10.0.0.1~a.default~default.svc.cluster.local", nil)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: names(0)})
+	for i := 1; i < 3; i++ {
+		d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: names(i * 2_000)})
+	}
+	for {
+		select {
+		case err := <-d.err:
+			if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bytes of resource names, more than 4194304") {
+				t.Fatalf("the stream ended with %v, want InvalidArgument naming the bytes", err)
 			}
 			return
 		case <-d.resp:

@@ -42,10 +42,13 @@ import (
 // wildcardTypes are answered with every resource when the proxy names none.
 func wildcardType(t string) bool { return t == resourcev3.ClusterType || t == resourcev3.ListenerType }
 
-// Limits on what a proxy may ask.
+// Limits on what a proxy may ask: names per request and per stream, the
+// bytes of one name, and the bytes of the names a stream subscribes to
+// (as many as a request may carry: 4 MiB).
 const (
-	maxResourceNames = 100_000
-	maxNameBytes     = 1024
+	maxResourceNames   = 100_000
+	maxNameBytes       = 1024
+	maxSubscribedBytes = 4 << 20
 )
 
 // Options configures a Server.
