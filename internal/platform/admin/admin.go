@@ -1,6 +1,6 @@
 // Package admin serves a service's operational HTTP endpoints: /healthz
 // (the process is alive), /readyz (every registered component is ready),
-// /metrics (Prometheus) and /debug/pprof.
+// /metrics (Prometheus) and /debug/pprof (to loopback clients only).
 package admin
 
 import (
@@ -99,12 +99,27 @@ func Handler(ready *Readiness, metrics http.Handler, extra map[string]http.Handl
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/", loopbackOnly(pprof.Index))
+	mux.Handle("/debug/pprof/cmdline", loopbackOnly(pprof.Cmdline))
+	mux.Handle("/debug/pprof/profile", loopbackOnly(pprof.Profile))
+	mux.Handle("/debug/pprof/symbol", loopbackOnly(pprof.Symbol))
+	mux.Handle("/debug/pprof/trace", loopbackOnly(pprof.Trace))
 	return mux
+}
+
+// loopbackOnly serves h to clients on the loopback interface only, as
+// Istio's agent serves its debug endpoints: profiles and command lines
+// are not for every peer of the pod network, and a port-forward arrives
+// from loopback.
+func loopbackOnly(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "/debug/pprof is served on loopback only (kubectl port-forward reaches it)", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	})
 }
 
 // Serve serves h on lis until ctx ends, then shuts down, giving in-flight

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,32 @@ func TestMetricsAndProfilesAreServed(t *testing.T) {
 	}
 	if code, _ := get(t, base+"/nope"); code != http.StatusNotFound {
 		t.Fatalf("/nope = %d", code)
+	}
+}
+
+// TestProfilesAreServedToLoopbackClientsOnly: a client from the pod
+// network is refused /debug/pprof (a port-forward arrives from loopback);
+// /metrics and the health endpoints are everyone's.
+func TestProfilesAreServedToLoopbackClientsOnly(t *testing.T) {
+	h := Handler(NewReadiness(), nil, nil)
+	for _, tc := range []struct {
+		remote, path string
+		want         int
+	}{
+		{"10.244.1.7:51234", "/debug/pprof/", http.StatusForbidden},
+		{"10.244.1.7:51234", "/debug/pprof/cmdline", http.StatusForbidden},
+		{"[fd00::7]:51234", "/debug/pprof/goroutine?debug=1", http.StatusForbidden},
+		{"10.244.1.7:51234", "/healthz", http.StatusOK},
+		{"127.0.0.1:51234", "/debug/pprof/cmdline", http.StatusOK},
+		{"[::1]:51234", "/debug/pprof/", http.StatusOK},
+	} {
+		r := httptest.NewRequest(http.MethodGet, tc.path, nil)
+		r.RemoteAddr = tc.remote
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s from %s: %d, want %d", tc.path, tc.remote, w.Code, tc.want)
+		}
 	}
 }
 

@@ -266,9 +266,13 @@ func TestACallerSeesItsOwnNamespaceAndTheSystemNamespaceEverything(t *testing.T)
 	if _, err := fetch(t, admin, debugapi.ConfigDump, bankID); err != nil {
 		t.Fatalf("the system namespace dumping bank's proxy: %v", err)
 	}
-	const vs = "VirtualService/bank/vault"
-	if shopSees, adminSees := len(distribution(t, shop, vs).Proxies), len(distribution(t, admin, vs).Proxies); shopSees != 1 || adminSees != 2 {
+	if shopSees, adminSees := len(distribution(t, shop, "VirtualService/shop/cart").Proxies), len(distribution(t, admin, "VirtualService/bank/vault").Proxies); shopSees != 1 || adminSees != 2 {
 		t.Fatalf("distribution lists %d proxies to shop and %d to the system namespace: want 1 and 2", shopSees, adminSees)
+	}
+	// An object's history is its namespace's to see (and the system
+	// namespace's).
+	if _, err := fetch(t, shop, debugapi.Distribution, "VirtualService/bank/vault"); grpcstatus.Code(err) != codes.PermissionDenied {
+		t.Fatalf("shop asking the distribution of bank's object: %v, want PermissionDenied", err)
 	}
 }
 

@@ -8,6 +8,7 @@ package xds
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -94,6 +95,12 @@ func (s *Server) distribution(names []string, scope string) (*anypb.Any, error) 
 		return nil, status.Errorf(codes.InvalidArgument, "%s names one object (Kind/namespace/name), not %d", debugapi.Distribution, len(names))
 	}
 	key := names[0]
+	if parts := strings.SplitN(key, "/", 3); scope != "" && (len(parts) != 3 || parts[1] != scope) {
+		// An object's history tells when it changed and to what version:
+		// a caller scoped to its namespace sees its namespace's objects
+		// only, as it sees only its namespace's proxies.
+		return nil, status.Errorf(codes.PermissionDenied, "%s of an object outside namespace %s is not served to a caller of that namespace", debugapi.Distribution, scope)
+	}
 	d := debugapi.ObjectDistribution{Object: clip.String(key, 300), History: s.ledger.history(key)}
 	if pc, _ := s.current(); pc != nil {
 		d.Push = pc.Seq
