@@ -224,7 +224,10 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return err
 	}
-	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, TLSConfig: tlsCfg, DrainTimeout: grpcserver.DrainWithin(cfg.ShutdownTimeout)})
+	gs, err := grpcserver.New(grpcserver.Options{
+		Log: rt.Log, Telemetry: rt.Telemetry, TLSConfig: tlsCfg, DrainTimeout: grpcserver.DrainWithin(cfg.ShutdownTimeout),
+		MaxRecvMsgBytes: server.MaxRequestBytes,
+	})
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ type cached struct {
 // NewTokenReview returns the authenticator.
 func NewTokenReview(client kubernetes.Interface, audience string, meter metric.Meter, now func() time.Time) (*TokenReview, error) {
 	c, err := meter.Int64Counter("flotilla.ca.token_reviews",
-		metric.WithDescription("Token authentications, by result: cache_hit, reviewed or refused (hit rate = cache_hit / all)."))
+		metric.WithDescription("Token authentications, by result: cache_hit, reviewed, refused or throttled (not reviewed: the address failed too often) (hit rate = cache_hit / all)."))
 	if err != nil {
 		return nil, fmt.Errorf("metric: %w", err)
 	}
@@ -72,6 +72,10 @@ func (r *TokenReview) Authenticate(ctx context.Context) (authority.Identity, boo
 	if ok && now.Before(c.expires) {
 		r.count(ctx, "cache_hit")
 		return c.id, true, nil
+	}
+	if server.Throttled(ctx) {
+		r.count(ctx, "throttled")
+		return authority.Identity{}, true, server.ErrThrottled
 	}
 	review, err := r.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: tok, Audiences: []string{r.audience}},

@@ -147,7 +147,7 @@ func (s *Server) countFailure(ctx context.Context, err error) {
 	case errors.Is(err, ErrUnauthenticated), errors.Is(err, authority.ErrForbidden):
 		s.authFailures.Add(ctx, 1)
 		return
-	case errors.Is(err, ErrAuthUnavailable), errors.Is(err, errRateLimited), errors.Is(err, errDeadline):
+	case errors.Is(err, ErrAuthUnavailable), errors.Is(err, errRateLimited), errors.Is(err, ErrThrottled), errors.Is(err, errDeadline):
 		return
 	case errors.Is(err, errUnavailable):
 		code = "CA_NOT_READY"
@@ -176,20 +176,27 @@ func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 	addr := peerAddress(ctx)
 	failures := s.failures(addr)
 	if failures.Tokens() < 1 {
-		// This peer failed to authenticate too often: refused before any
-		// work, and not logged again.
-		s.failed.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", codes.ResourceExhausted.String())))
-		return nil, status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s; retry later", addr)
+		// This address failed to authenticate too often. Pods behind one
+		// node address share it, so its callers are not refused: each
+		// credential is still checked where that costs ca alone (a JWT, a
+		// client certificate, a token reviewed before), and only what
+		// would cost the apiserver a review is refused (ErrThrottled).
+		ctx = context.WithValue(ctx, throttledKey{}, true)
 	}
 	resp, kind, err := s.create(ctx, req)
 	if err != nil {
 		s.countFailure(ctx, err)
 		st := toStatus(err)
 		s.failed.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", st.Code().String())))
+		// Failed authentications spend the address's budget and are
+		// logged within it only: a flood of bad tokens logs a few lines.
+		logIt := !errors.Is(err, ErrThrottled)
 		if st.Code() == codes.Unauthenticated {
-			failures.Allow() // spends this peer's failure budget
+			logIt = failures.Allow()
 		}
-		s.o.Log.Info("certificate refused", "code", st.Code().String(), "peer", addr, "error", clip.String(err.Error(), 512))
+		if logIt {
+			s.o.Log.Info("certificate refused", "code", st.Code().String(), "peer", addr, "error", clip.String(err.Error(), 512))
+		}
 		return nil, st.Err()
 	}
 	s.issued.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
@@ -248,6 +255,28 @@ func (s *Server) authenticate(ctx context.Context) (authority.Identity, error) {
 		return id, nil
 	}
 	return authority.Identity{}, fmt.Errorf("%w: no credential (send a service account token as \"authorization: Bearer <token>\", or renew with a client certificate)", ErrUnauthenticated)
+}
+
+// MaxRequestBytes bounds one CreateCertificate request, enforced before
+// it is decoded: a CSR and its few fields take a few KiB (an RSA 4096
+// CSR under 2), so 64 KiB leaves room and no more.
+const MaxRequestBytes = 64 << 10
+
+// ErrThrottled refuses a credential that would have to be checked by
+// another service (a TokenReview of the apiserver) for a caller at an
+// address that has failed to authenticate too often; it maps to
+// ResourceExhausted, and the caller should retry later.
+var ErrThrottled = errors.New("too many failed authentications from this address; a credential not checked before must wait")
+
+type throttledKey struct{}
+
+// Throttled reports whether the caller of ctx is at an address over its
+// budget of failed authentications: an Authenticator whose check costs
+// another service refuses such a caller's credentials with ErrThrottled
+// unless it has checked them before; checks that cost ca alone go on.
+func Throttled(ctx context.Context) bool {
+	t, _ := ctx.Value(throttledKey{}).(bool)
+	return t
 }
 
 // Failed authentications a peer address may make: this many in a burst,
@@ -315,7 +344,7 @@ func toStatus(err error) *status.Status {
 		return status.New(codes.PermissionDenied, err.Error())
 	case errors.Is(err, authority.ErrInvalidRequest):
 		return status.New(codes.InvalidArgument, err.Error())
-	case errors.Is(err, errRateLimited):
+	case errors.Is(err, errRateLimited), errors.Is(err, ErrThrottled):
 		return status.New(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, errUnavailable):
 		return status.New(codes.Unavailable, err.Error())

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -390,18 +392,83 @@ func TestACredentialOfAnotherTrustDomainIsRefused(t *testing.T) {
 	}
 }
 
-func TestFailedAuthenticationsFromOnePeerAreCutShort(t *testing.T) {
-	f := newFixture(t, nil)
-	seen := map[codes.Code]int{}
+// TestFailedAuthenticationsFromOnePeerNeverShutOutAValidTokenFromIt: 300
+// bad tokens from one address, then a valid one from the same address (a
+// pod behind the same node address): the valid one gets its certificate,
+// and ca logged no more refusals than the address's failure budget.
+func TestFailedAuthenticationsFromOnePeerNeverShutOutAValidTokenFromIt(t *testing.T) {
+	var logs syncWriter
+	f := newFixture(t, func(o *Options) { o.Log = slog.New(slog.NewTextHandler(&logs, nil)) })
 	cc := f.dial(t, nil)
 	defer cc.Close()
-	for range failuresBurst + 5 {
-		_, err := ask(cc, "not.a.jwt", &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))})
-		seen[status.Code(err)]++
+	for range 300 {
+		if _, err := ask(cc, "not.a.jwt", &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("a bad token: %v, want Unauthenticated", err)
+		}
 	}
-	if seen[codes.Unauthenticated] < failuresBurst || seen[codes.ResourceExhausted] == 0 || seen[codes.Unauthenticated]+seen[codes.ResourceExhausted] != failuresBurst+5 {
-		t.Fatalf("codes %v: want %d Unauthenticated, then ResourceExhausted", seen, failuresBurst)
+	good := f.token(t, claims{sub: "system:serviceaccount:default:app"})
+	if _, err := ask(cc, good, &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))}); err != nil {
+		t.Fatalf("a valid token after 300 bad ones from its address: %v", err)
 	}
+	if n := strings.Count(logs.String(), "certificate refused"); n < failuresBurst || n > failuresBurst+2 {
+		t.Fatalf("%d refusals logged for 300 bad tokens, want the budget's %d", n, failuresBurst)
+	}
+}
+
+// syncWriter is a log destination tests read while the server writes.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p) //nolint:wrapcheck // strings.Builder never fails
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestAnAuthenticatorCostingAnotherServiceIsToldTheCallerIsThrottled:
+// past its address's failure budget a caller's credential still reaches
+// the authenticators, marked Throttled, and ErrThrottled is
+// ResourceExhausted.
+func TestAnAuthenticatorCostingAnotherServiceIsToldTheCallerIsThrottled(t *testing.T) {
+	seen := make(chan bool, 100)
+	f := newFixture(t, func(o *Options) {
+		o.Authenticators = []Authenticator{remote{seen: seen}}
+	})
+	cc := f.dial(t, nil)
+	defer cc.Close()
+	var last error
+	for range failuresBurst + 3 {
+		_, last = ask(cc, "bad", &securityv1alpha1.IstioCertificateRequest{Csr: csr(t, newKey(t))})
+	}
+	throttled := 0
+	for range failuresBurst + 3 {
+		if <-seen {
+			throttled++
+		}
+	}
+	if throttled == 0 || status.Code(last) != codes.ResourceExhausted {
+		t.Fatalf("%d calls marked throttled, the last refused with %v; want some, and ResourceExhausted", throttled, last)
+	}
+}
+
+// remote is an authenticator that costs another service: it refuses
+// every credential, and throttled callers without checking.
+type remote struct{ seen chan bool }
+
+func (r remote) Authenticate(ctx context.Context) (authority.Identity, bool, error) {
+	r.seen <- Throttled(ctx)
+	if Throttled(ctx) {
+		return authority.Identity{}, true, ErrThrottled
+	}
+	return authority.Identity{}, true, fmt.Errorf("%w: bad", ErrUnauthenticated)
 }
 
 // TestIstiosDashboardsReadTheIssuancesUnderIstiosNames makes a good
