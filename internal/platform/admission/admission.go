@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // MaxBodyBytes bounds an AdmissionReview: the apiserver's own request limit
@@ -35,17 +34,19 @@ type Decide func(ctx context.Context, req *admissionv1.AdmissionRequest) *admiss
 
 // Observe is told how each request ended, for a webhook's own metrics:
 // status is the HTTP status (200 when a review was answered, allowed or
-// not, or answered busy); req and resp are the review's (nil when the
-// request was refused at the edge); d is the time taken.
+// not; 429 when it waited for a slot in vain, unread); req and resp are
+// the review's (nil when the request was refused at the edge or busy); d
+// is the time taken.
 type Observe func(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, status int, d time.Duration)
 
 type handler struct {
 	log     *slog.Logger
 	decide  Decide
 	observe Observe
-	// slots bounds the reviews decided at once: the rest queue, each for
-	// at most half of the time the apiserver gives the webhook, and are
-	// then denied as busy, in time, rather than all slowed down together.
+	// slots bounds the reviews read and decided at once: the rest queue,
+	// unread, each for at most half of the time the apiserver gives the
+	// webhook, and are then answered busy (HTTP 429), in time, rather than
+	// all slowed down together.
 	slots    chan struct{}
 	reviews  metric.Int64Counter
 	duration metric.Float64Histogram
@@ -105,6 +106,26 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) outcome {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		return refuse(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
 	}
+	if r.ContentLength > MaxBodyBytes {
+		return refuse(w, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes), http.StatusBadRequest)
+	}
+	// The slot first, then the body: a review waiting for a slot holds
+	// nothing but its connection, however large its body.
+	wait := queueWait(r)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	case <-timer.C:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("the webhook is busy: %d reviews are being decided and this one waited %s; retry", cap(h.slots), wait),
+			http.StatusTooManyRequests)
+		return outcome{result: "busy", status: http.StatusTooManyRequests}
+	}
+	// The body must arrive within the wait too: a slow sender holds its
+	// slot no longer than a waiting review would wait.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(wait)) // unsupported only by test recorders
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -123,28 +144,9 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) outcome {
 	if review.Request == nil || review.Request.UID == "" {
 		return refuse(w, "AdmissionReview has no request (or no request uid)", http.StatusBadRequest)
 	}
-	wait := queueWait(r)
 	ctx, cancel := context.WithTimeout(r.Context(), 2*wait)
 	defer cancel()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	var resp *admissionv1.AdmissionResponse
-	select {
-	case h.slots <- struct{}{}:
-		resp = h.decide(ctx, review.Request)
-		<-h.slots
-	case <-timer.C:
-		resp = &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-			Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests,
-			Message: fmt.Sprintf("the webhook is busy: %d reviews are being decided and this one waited %s; retry", cap(h.slots), wait),
-		}}
-		w.Header().Set("Content-Type", "application/json")
-		resp.UID = review.Request.UID
-		if err := json.NewEncoder(w).Encode(&admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}); err != nil {
-			h.log.Warn("writing admission response", "error", err)
-		}
-		return outcome{result: "busy", status: http.StatusOK, req: review.Request, resp: resp}
-	}
+	resp := h.decide(ctx, review.Request)
 	resp.UID = review.Request.UID
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	w.Header().Set("Content-Type", "application/json")

@@ -41,12 +41,11 @@ func review(t *testing.T, url string) *admissionv1.AdmissionResponse {
 	return out.Response
 }
 
-// TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime: while every
-// slot holds a review that does not finish, the next one waits half of the
-// apiserver's timeout and is denied as busy (429), in time; once a slot is
-// free, reviews are decided again.
-func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
-	release := make(chan struct{})
+// holdingHandler is a webhook whose reviews without a name hold their
+// slot until release is closed (each says so on started); observedBusy
+// counts the busy answers its observer saw.
+func holdingHandler(t *testing.T, release chan struct{}) (http.Handler, chan struct{}, *atomic.Int32) {
+	t.Helper()
 	started := make(chan struct{}, 64)
 	var observedBusy atomic.Int32
 	h, err := Handler(slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t"), "test", "/validate",
@@ -58,13 +57,23 @@ func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
 			return &admissionv1.AdmissionResponse{Allowed: true}
 		},
 		func(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, status int, _ time.Duration) {
-			if req != nil && resp != nil && resp.Result != nil && resp.Result.Code == http.StatusTooManyRequests && status == http.StatusOK {
+			if req == nil && resp == nil && status == http.StatusTooManyRequests {
 				observedBusy.Add(1)
 			}
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, started, &observedBusy
+}
+
+// TestReviewsOverTheConcurrencyLimitAreAnsweredBusyInTime: while every
+// slot holds a review that does not finish, the next one waits half of the
+// apiserver's timeout and is answered busy (HTTP 429, Retry-After), in
+// time; once a slot is free, reviews are decided again.
+func TestReviewsOverTheConcurrencyLimitAreAnsweredBusyInTime(t *testing.T) {
+	release := make(chan struct{})
+	h, started, observedBusy := holdingHandler(t, release)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	done := make(chan *admissionv1.AdmissionResponse, MaxConcurrentReviews())
@@ -74,9 +83,14 @@ func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
 	for range MaxConcurrentReviews() {
 		<-started
 	}
-	busy := review(t, srv.URL+"/validate?timeout=1s")
-	if busy.Allowed || busy.Result == nil || busy.Result.Code != http.StatusTooManyRequests {
-		t.Fatalf("a review over the limit: %+v, want denied with 429", busy)
+	body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metaReview, Request: &admissionv1.AdmissionRequest{UID: types.UID("u2")}})
+	busy, err := http.Post(srv.URL+"/validate?timeout=1s", "application/json", bytes.NewReader(body)) //nolint:noctx // test-local
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy.Body.Close()
+	if busy.StatusCode != http.StatusTooManyRequests || busy.Header.Get("Retry-After") == "" {
+		t.Fatalf("a review over the limit: HTTP %d, Retry-After %q; want 429 and a Retry-After", busy.StatusCode, busy.Header.Get("Retry-After"))
 	}
 	close(release)
 	for range MaxConcurrentReviews() {
@@ -89,6 +103,84 @@ func TestReviewsOverTheConcurrencyLimitAreDeniedAsBusyInTime(t *testing.T) {
 	}
 	if n := observedBusy.Load(); n != 1 {
 		t.Errorf("the webhook's observer saw %d busy answers, want 1", n)
+	}
+}
+
+// countingBody is a request body of n bytes that counts what was taken
+// of it.
+type countingBody struct {
+	left  int
+	taken atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), b.left)
+	for i := range p[:n] {
+		p[i] = ' '
+	}
+	b.left -= n
+	b.taken.Add(int64(n))
+	return n, nil
+}
+
+// TestAReviewWaitingForASlotIsNotRead: over HTTP/2, as the apiserver
+// calls, a 6 MiB review that finds every slot taken is answered busy
+// having been sent no more than the connection's flow-control window:
+// the webhook did not read it (16 such reviews once added 340 MiB to
+// galley); one with a Content-Length over the cap is refused unread.
+func TestAReviewWaitingForASlotIsNotRead(t *testing.T) {
+	release := make(chan struct{})
+	h, started, _ := holdingHandler(t, release)
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the held reviews
+	client := srv.Client()
+	for range MaxConcurrentReviews() {
+		go func() {
+			body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metaReview, Request: &admissionv1.AdmissionRequest{UID: types.UID("u1")}})
+			if resp, err := client.Post(srv.URL+"/validate", "application/json", bytes.NewReader(body)); err == nil { //nolint:noctx // test-local
+				resp.Body.Close()
+			}
+		}()
+	}
+	for range MaxConcurrentReviews() {
+		<-started
+	}
+	b := &countingBody{left: MaxBodyBytes}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/validate?timeout=1s", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("HTTP/%d %d, want HTTP/2 429", resp.ProtoMajor, resp.StatusCode)
+	}
+	if n := b.taken.Load(); n > 2<<20 {
+		t.Fatalf("%d bytes of a waiting review were sent: it was read", n)
+	}
+	big, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/validate", &countingBody{left: MaxBodyBytes + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.ContentLength = MaxBodyBytes + 1
+	big.Header.Set("Content-Type", "application/json")
+	resp, err = client.Do(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a review declaring %d bytes: HTTP %d, want 400", MaxBodyBytes+1, resp.StatusCode)
 	}
 }
 
