@@ -54,10 +54,11 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 }
 
 // chartValues are the chart's settings in these tests: two discovery
-// replicas (no autoscaler to change that), one ca and one injector (so
-// no PodDisruptionBudget).
+// replicas (no autoscaler to change that) with plain-text xDS open (the
+// tests' raw ADS clients use it), one ca and one injector (so no
+// PodDisruptionBudget).
 var chartValues = []string{
-	"discovery.autoscaling.enabled=false", "discovery.replicaCount=2",
+	"discovery.autoscaling.enabled=false", "discovery.replicaCount=2", "discovery.plaintextXDS.enabled=true",
 	"ca.replicaCount=1", "ca.podDisruptionBudget.enabled=false",
 	"injector.replicaCount=1", "injector.podDisruptionBudget.enabled=false",
 }

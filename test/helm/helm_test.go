@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -825,4 +826,52 @@ func labelsMatch(sel, labels map[string]string) bool {
 		}
 	}
 	return len(sel) > 0
+}
+
+// TestDiscoverysPlainTextPortStaysInThePodUnlessAValueOpensIt: plain-text
+// xDS checks no identity, so by default discovery listens for it on the
+// pod's loopback and neither the pod nor the Service names port 15010;
+// discovery.plaintextXDS.enabled=true opens it as istiod's is.
+func TestDiscoverysPlainTextPortStaysInThePodUnlessAValueOpensIt(t *testing.T) {
+	helm, dir := chart(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		listen string
+		open   bool
+	}{
+		{"default", nil, "--xds-address=127.0.0.1:15010", false},
+		{"opened", []string{"--set", "discovery.plaintextXDS.enabled=true"}, "--xds-address=:15010", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var args, ports []string
+			for _, o := range render(t, helm, dir, namespace, tc.args...) {
+				if o.GetName() != "flotilla-discovery" {
+					continue
+				}
+				switch o.GetKind() {
+				case "Deployment":
+					cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+					c := cs[0].(map[string]any)
+					for _, a := range c["args"].([]any) {
+						args = append(args, fmt.Sprint(a))
+					}
+					for _, p := range c["ports"].([]any) {
+						ports = append(ports, fmt.Sprint(p.(map[string]any)["containerPort"]))
+					}
+				case "Service":
+					sp, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+					for _, p := range sp {
+						ports = append(ports, fmt.Sprint(p.(map[string]any)["port"]))
+					}
+				}
+			}
+			if !slices.Contains(args, tc.listen) {
+				t.Errorf("discovery's args %q, want %s", args, tc.listen)
+			}
+			if got := slices.Contains(ports, "15010"); got != tc.open {
+				t.Errorf("port 15010 among the pod's and Service's ports %q: %v, want %v", ports, got, tc.open)
+			}
+		})
+	}
 }

@@ -5,6 +5,7 @@
 package grpcserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -38,6 +39,16 @@ const (
 	DefaultDrainTimeout    = 10 * time.Second
 	DefaultKeepaliveTime   = 30 * time.Second
 	DefaultKeepaliveWait   = 10 * time.Second
+	// DefaultHandshakeTimeout bounds a new connection's TLS and HTTP/2
+	// handshakes: a connection that never completes them is closed.
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxConnectionIdle closes a connection that has had no RPC
+	// for that long (a GOAWAY: a client that wants it reconnects).
+	DefaultMaxConnectionIdle = 2 * time.Minute
+	// DefaultMaxConcurrentStreams bounds the streams one connection may
+	// have open; more wait for one to end (an xDS proxy or MCP
+	// subscriber needs one or a few).
+	DefaultMaxConcurrentStreams = 1000
 	// DefaultKeepaliveMinTime is how often clients may ping: Envoy and
 	// grpc-go clients ping at most every 30s unless configured otherwise;
 	// 15s leaves room without letting a client flood the server.
@@ -64,6 +75,11 @@ type Options struct {
 	// through their load balancer, so connections spread over replicas
 	// added since (Istio's pilot: 30 minutes, 10 seconds).
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// HandshakeTimeout, MaxConnectionIdle and MaxConcurrentStreams bound
+	// what one connection may hold (defaults: DefaultHandshakeTimeout,
+	// DefaultMaxConnectionIdle, DefaultMaxConcurrentStreams).
+	HandshakeTimeout, MaxConnectionIdle time.Duration
+	MaxConcurrentStreams                uint32
 	// DrainTimeout bounds how long Serve waits for open streams after its
 	// context ends before closing them.
 	DrainTimeout time.Duration
@@ -182,6 +198,9 @@ func New(o Options) (*Server, error) {
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
+	o.HandshakeTimeout = cmp.Or(o.HandshakeTimeout, DefaultHandshakeTimeout)
+	o.MaxConnectionIdle = cmp.Or(o.MaxConnectionIdle, DefaultMaxConnectionIdle)
+	o.MaxConcurrentStreams = cmp.Or(o.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(o.Telemetry.Tracer),
@@ -189,7 +208,10 @@ func New(o Options) (*Server, error) {
 			otelgrpc.WithPropagators(o.Telemetry.Propagator),
 		)),
 		grpc.MaxRecvMsgSize(o.MaxRecvMsgBytes),
+		grpc.ConnectionTimeout(o.HandshakeTimeout),
+		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     o.MaxConnectionIdle,
 			Time:                  DefaultKeepaliveTime,
 			Timeout:               DefaultKeepaliveWait,
 			MaxConnectionAge:      o.MaxConnectionAge, // zero: never (grpc-go's default)

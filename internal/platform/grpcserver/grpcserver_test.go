@@ -378,3 +378,76 @@ func TestAConnectionPastItsAgeEndsItsStreamsAndTheClientReconnects(t *testing.T)
 		}
 	}
 }
+
+// closedWithin reports whether the server closes conn (reads end) within d.
+func closedWithin(t *testing.T, conn net.Conn, d time.Duration) bool {
+	t.Helper()
+	if err := conn.SetReadDeadline(time.Now().Add(d)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			var ne net.Error
+			return !errors.As(err, &ne) || !ne.Timeout()
+		}
+	}
+}
+
+func TestAConnectionThatNeverHandshakesIsClosed(t *testing.T) {
+	r := start(t, newServer(t, Options{HandshakeTimeout: 200 * time.Millisecond}))
+	conn, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !closedWithin(t, conn, 10*time.Second) {
+		t.Fatal("a connection that sent nothing was still open after 10 s")
+	}
+}
+
+func TestAConnectionWithNoRPCIsClosedOnceIdle(t *testing.T) {
+	r := start(t, newServer(t, Options{MaxConnectionIdle: 200 * time.Millisecond}))
+	conn, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The HTTP/2 handshake done, no RPC.
+	if _, err := conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(t, conn, 10*time.Second) {
+		t.Fatal("an idle HTTP/2 connection was still open after 10 s")
+	}
+}
+
+func TestStreamsOverTheLimitOfAConnectionWaitForOneToEnd(t *testing.T) {
+	r := start(t, newServer(t, Options{MaxConcurrentStreams: 2}))
+	client := dial(t, r.addr, nil)
+	watch := func(ctx context.Context) error {
+		w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			_, err = w.Recv()
+		}
+		return err
+	}
+	first, endFirst := context.WithCancel(t.Context())
+	if err := watch(first); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer stop()
+	if err := watch(short); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a third stream on a connection allowed two: %v, want it to wait (DeadlineExceeded)", err)
+	}
+	endFirst()
+	later, stopLater := context.WithTimeout(t.Context(), 10*time.Second)
+	defer stopLater()
+	if err := watch(later); err != nil {
+		t.Fatalf("a third stream once the first ended: %v", err)
+	}
+}

@@ -1,0 +1,89 @@
+package ca_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
+)
+
+// TestACSROfManyMebibytesIsRefusedBeforeItIsRead: 24 unauthenticated
+// requests at once, each carrying a 15 MiB CSR (they once took ca from 53
+// to 469 MiB), are refused with ResourceExhausted by the size of the
+// message alone; a workload is served after them.
+func TestACSROfManyMebibytesIsRefusedBeforeItIsRead(t *testing.T) {
+	s := newSigner(t)
+	c := startCA(t, t.TempDir(), s)
+	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pemRoots)
+	cc, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	huge := &securityv1alpha1.IstioCertificateRequest{Csr: strings.Repeat("A", 15<<20)}
+	var wg sync.WaitGroup
+	errs := make(chan error, 24)
+	for range 24 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			_, err := securityv1alpha1.NewIstioCertificateServiceClient(cc).CreateCertificate(ctx, huge)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a 15 MiB CSR: %v, want ResourceExhausted", err)
+		}
+	}
+	c.certificate(t, s.token(t, "default", "app"))
+}
+
+// TestIdleConnectionsThatNeverHandshakeAreClosed: 100 TCP connections to
+// ca that never start TLS (once held for as long as the peer liked) are
+// closed by ca within its handshake timeout, and ca serves a workload.
+func TestIdleConnectionsThatNeverHandshakeAreClosed(t *testing.T) {
+	s := newSigner(t)
+	c := startCA(t, t.TempDir(), s)
+	conns := make([]net.Conn, 100)
+	for i := range conns {
+		conn, err := net.Dial("tcp", c.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conns[i] = conn
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i, conn := range conns {
+		if err := conn.SetReadDeadline(deadline); err != nil {
+			t.Fatal(err)
+		}
+		_, err := conn.Read(make([]byte, 1))
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("connection %d that never handshook was still open after 30 s", i)
+		}
+	}
+	c.certificate(t, s.token(t, "default", "app"))
+}
