@@ -49,6 +49,9 @@ const (
 	// have open; more wait for one to end (an xDS proxy or MCP
 	// subscriber needs one or a few).
 	DefaultMaxConcurrentStreams = 1000
+	// DefaultMaxConnsPerPeer bounds the connections one peer address may
+	// hold open at once (a proxy holds one or two).
+	DefaultMaxConnsPerPeer = 1000
 	// DefaultKeepaliveMinTime is how often clients may ping: Envoy and
 	// grpc-go clients ping at most every 30s unless configured otherwise;
 	// 15s leaves room without letting a client flood the server.
@@ -80,6 +83,10 @@ type Options struct {
 	// DefaultMaxConnectionIdle, DefaultMaxConcurrentStreams).
 	HandshakeTimeout, MaxConnectionIdle time.Duration
 	MaxConcurrentStreams                uint32
+	// MaxConnsPerPeer bounds the connections one peer address (IP) may
+	// hold open at once; more are closed as they are accepted (default
+	// DefaultMaxConnsPerPeer; negative: no bound).
+	MaxConnsPerPeer int
 	// DrainTimeout bounds how long Serve waits for open streams after its
 	// context ends before closing them.
 	DrainTimeout time.Duration
@@ -108,6 +115,8 @@ type Server struct {
 	drain  time.Duration
 	reload *tlsreload.Reloader // nil unless serving TLS from files
 	tls    bool
+	// perPeer bounds the connections of one peer address (<= 0: none).
+	perPeer int
 
 	streams streamSet
 }
@@ -201,6 +210,7 @@ func New(o Options) (*Server, error) {
 	o.HandshakeTimeout = cmp.Or(o.HandshakeTimeout, DefaultHandshakeTimeout)
 	o.MaxConnectionIdle = cmp.Or(o.MaxConnectionIdle, DefaultMaxConnectionIdle)
 	o.MaxConcurrentStreams = cmp.Or(o.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
+	o.MaxConnsPerPeer = cmp.Or(o.MaxConnsPerPeer, DefaultMaxConnsPerPeer)
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(o.Telemetry.Tracer),
@@ -236,11 +246,12 @@ func New(o Options) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLSConfig)))
 	}
 	s := &Server{
-		Health: health.NewServer(),
-		log:    o.Log,
-		tls:    o.TLS.Enabled() || o.TLSConfig != nil,
-		drain:  o.DrainTimeout,
-		reload: reload,
+		Health:  health.NewServer(),
+		log:     o.Log,
+		tls:     o.TLS.Enabled() || o.TLSConfig != nil,
+		drain:   o.DrainTimeout,
+		reload:  reload,
+		perPeer: o.MaxConnsPerPeer,
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(s.streams.interceptor))
 	opts = append(opts, o.Extra...)
@@ -261,6 +272,7 @@ func New(o Options) (*Server, error) {
 // error: a server that can no longer rotate would serve an expired
 // certificate later, so it is better restarted now.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	lis = limitPerPeer(lis, s.perPeer, s.log)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Server.Serve(lis) }()
 	s.log.Info("grpc server listening", "address", lis.Addr().String(), "tls", s.tls)

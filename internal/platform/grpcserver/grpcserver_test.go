@@ -451,3 +451,35 @@ func TestStreamsOverTheLimitOfAConnectionWaitForOneToEnd(t *testing.T) {
 		t.Fatalf("a third stream once the first ended: %v", err)
 	}
 }
+
+func TestConnectionsOverAPeersLimitAreClosedAndItsOthersKept(t *testing.T) {
+	r := start(t, newServer(t, Options{MaxConnsPerPeer: 3}))
+	var held []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	over, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	if !closedWithin(t, over, 10*time.Second) {
+		t.Fatal("a fourth connection from a peer allowed three was kept")
+	}
+	for i, c := range held {
+		if closedWithin(t, c, 200*time.Millisecond) { // it reads the server's HTTP/2 settings, then waits
+			t.Fatalf("connection %d within the limit was closed", i)
+		}
+	}
+	held[0].Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := dial(t, r.addr, nil).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("a connection once one of the three closed: %v", err)
+	}
+}

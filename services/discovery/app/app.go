@@ -63,6 +63,8 @@ type Config struct {
 	// XDSMaxConnectionAge ends proxies' connections after about that
 	// long, so they spread over replicas added since.
 	XDSMaxConnectionAge time.Duration `yaml:"xdsMaxConnectionAge" usage:"end each proxy stream after about this long (±10 %), at its first moment with no response in flight (waiting up to 10s), its connection told before to take no new streams (a GOAWAY), so proxies reconnect and spread over replicas added by a scale-out; 0 keeps connections for ever"`
+	// XDSMaxConnectionsPerPeer bounds the connections of one peer address.
+	XDSMaxConnectionsPerPeer int `yaml:"xdsMaxConnectionsPerPeer" usage:"connections one peer address (IP) may hold open to each xDS port at once; more are closed as they are accepted (a proxy holds one or two); 0: no bound"`
 	// DebounceQuiet and DebounceMax shape pushes.
 	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
@@ -103,9 +105,10 @@ func Defaults() Config {
 		SystemNamespace:  "istio-system",
 		Revision:         controlplane.DefaultRevision,
 
-		VerifyProxyIdentity: true,
-		XDSSendTimeout:      30 * time.Second,
-		XDSMaxConnectionAge: 30 * time.Minute, // Istio's MaxServerConnectionAge
+		VerifyProxyIdentity:      true,
+		XDSSendTimeout:           30 * time.Second,
+		XDSMaxConnectionAge:      30 * time.Minute, // Istio's MaxServerConnectionAge
+		XDSMaxConnectionsPerPeer: grpcserver.DefaultMaxConnsPerPeer,
 	}
 }
 
@@ -136,6 +139,9 @@ func (c Config) Validate() error {
 	}
 	if c.JWKSRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("jwksRefresh %s: must be positive", c.JWKSRefresh))
+	}
+	if c.XDSMaxConnectionsPerPeer < 0 {
+		errs = append(errs, fmt.Errorf("xdsMaxConnectionsPerPeer %d: must not be negative (0 turns it off)", c.XDSMaxConnectionsPerPeer))
 	}
 	if c.XDSMaxConnectionAge < 0 || c.XDSSendTimeout < 0 {
 		errs = append(errs, fmt.Errorf("xdsMaxConnectionAge %s and xdsSendTimeout %s: must not be negative (0 turns each off)", c.XDSMaxConnectionAge, c.XDSSendTimeout))
@@ -210,7 +216,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 	}
-	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg.ShutdownTimeout, cfg.XDSMaxConnectionAge)
+	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg)
 	if err != nil {
 		return err
 	}
@@ -221,7 +227,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		if certs != nil {
 			tlsCfg = certs.ServerConfig(certs.Roots())
 		}
-		secure, err := xdsServer(rt, cfg.XDSTLS, tlsCfg, srv, cfg.ShutdownTimeout, cfg.XDSMaxConnectionAge)
+		secure, err := xdsServer(rt, cfg.XDSTLS, tlsCfg, srv, cfg)
 		if err != nil {
 			return err
 		}
@@ -244,9 +250,15 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	return rt.Serve(ctx, actors...)
 }
 
-func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, shutdown, maxAge time.Duration) (*grpcserver.Server, error) {
+func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, cfg Config) (*grpcserver.Server, error) {
+	shutdown, maxAge := cfg.ShutdownTimeout, cfg.XDSMaxConnectionAge
+	perPeer := cfg.XDSMaxConnectionsPerPeer
+	if perPeer == 0 {
+		perPeer = -1 // no bound
+	}
 	gs, err := grpcserver.New(grpcserver.Options{
-		Log: rt.Log, Telemetry: rt.Telemetry, TLS: files, TLSConfig: tlsCfg,
+		MaxConnsPerPeer: perPeer,
+		Log:             rt.Log, Telemetry: rt.Telemetry, TLS: files, TLSConfig: tlsCfg,
 		MaxRecvMsgBytes: grpcserver.MaxSubscriberRequestBytes, ManyStreams: true, DrainTimeout: grpcserver.DrainWithin(shutdown),
 		// The GOAWAY comes at 72–88 % of the age (gRPC's own ±10 %), before
 		// the stream ends itself at 90–110 % and a quiet moment
