@@ -145,6 +145,16 @@ func RSSMiB(pid int) (float64, error) { return statusMiB(pid, "VmRSS") }
 // with every process running the same file).
 func AnonMiB(pid int) (float64, error) { return statusMiB(pid, "RssAnon") }
 
+// PeakRSSMiB reads the highest resident set size a process has had since
+// it started or since ResetPeakRSS (VmHWM).
+func PeakRSSMiB(pid int) (float64, error) { return statusMiB(pid, "VmHWM") }
+
+// ResetPeakRSS makes the process's current resident set its peak, so a
+// later PeakRSSMiB tells the peak of what came after (Linux clear_refs).
+func ResetPeakRSS(pid int) error {
+	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
+}
+
 func statusMiB(pid int, field string) (float64, error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
