@@ -1,6 +1,9 @@
 package model
 
-import "net/netip"
+import (
+	"net/netip"
+	"sync/atomic"
+)
 
 // ProxyType is what kind of proxy connects.
 type ProxyType string
@@ -35,10 +38,28 @@ type Proxy struct {
 	// Locality is where the proxy says it runs (the node's locality in
 	// its bootstrap); empty when it does not say.
 	Locality Locality
-	// VerifiedNamespace is the namespace of the SPIFFE identity of the
-	// proxy's verified client certificate: empty on a connection without
-	// one. Only such a proxy gets its namespace's credentials (SDS).
-	VerifiedNamespace string
+	// VerifiedNamespace and VerifiedServiceAccount are the SPIFFE
+	// identity of the proxy's verified client certificate: empty on a
+	// connection without one. Only such a proxy gets its namespace's
+	// credentials (SDS).
+	VerifiedNamespace, VerifiedServiceAccount string
+	// secretsRefused says why the proxy's service account may not read
+	// its namespace's Secrets (SetSecretsRefused).
+	secretsRefused atomic.Pointer[string]
+}
+
+// SetSecretsRefused records why the proxy's service account may not read
+// its namespace's Secrets, so it gets no credentials (Istio's pilot asks
+// with a SubjectAccessReview; discovery asks galley before it builds
+// them); "" when it may. Safe while a generator reads it.
+func (p *Proxy) SetSecretsRefused(reason string) { p.secretsRefused.Store(&reason) }
+
+// SecretsRefused is why the proxy may not have its credentials; "": it may.
+func (p *Proxy) SecretsRefused() string {
+	if r := p.secretsRefused.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 // Locality is a region/zone/subzone.

@@ -19,11 +19,18 @@ import (
 //
 // A proxy gets only the Secrets of the namespace of its verified client
 // certificate (Istio's lesson from CVE-2021-34824): none over a
-// connection without one, none of another namespace whatever it asks.
+// connection without one, none of another namespace whatever it asks;
+// and none when its service account may not read them
+// (model.Proxy.SecretsRefused; Istio's CredentialsController.Authorize),
+// which is a problem reported.
 func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	g := x.g
 	ns := g.p.VerifiedNamespace
-	if ns == "" {
+	if ns == "" || len(names) == 0 {
+		return nil
+	}
+	if why := g.p.SecretsRefused(); why != "" {
+		g.problem("credentials withheld: %s", why)
 		return nil
 	}
 	var out []*tlsv3.Secret

@@ -69,4 +69,16 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 	if got := NewGenerator(pc, &model.Proxy{Type: model.RouterProxy, Namespace: "edge", VerifiedNamespace: "edge", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}).Secrets(nil); len(got) != 0 {
 		t.Errorf("a wildcard request got %d secrets", len(got))
 	}
+	// A proxy whose account may not read its namespace's Secrets
+	// (Istio's SubjectAccessReview, discovery's SetSecretsRefused) gets
+	// none, and the reason is a problem reported.
+	refused := &model.Proxy{Type: model.RouterProxy, Namespace: "edge", VerifiedNamespace: "edge", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+	refused.SetSecretsRefused("edge/intruder may not list secrets")
+	gen := NewGenerator(pc, refused)
+	if got := gen.Secrets(names); len(got) != 0 {
+		t.Errorf("a proxy refused its Secrets got %d", len(got))
+	}
+	if p := gen.Problems(); len(p) != 1 || p[0] != "credentials withheld: edge/intruder may not list secrets" {
+		t.Errorf("problems %q, want the refusal", p)
+	}
 }

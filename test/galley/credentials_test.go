@@ -22,6 +22,7 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
@@ -132,6 +133,7 @@ func newGatewayMesh(t *testing.T, certs map[string]string) *gatewayMesh {
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		grantSecrets(t, ns, "ingress", "app") // the gateways' accounts, as the chart's Role does
 		gw := &networkingv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: ns}}
 		gw.Spec.Selector = map[string]string{"istio": "ingressgateway"}
 		gw.Spec.Servers = []*networkingapi.Server{{
@@ -159,6 +161,29 @@ func newGatewayMesh(t *testing.T, certs map[string]string) *gatewayMesh {
 	m.galley = startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", m.mcpAddr, "--system-namespace", m.system,
 		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", m.caFile)
 	return m
+}
+
+// grantSecrets lets the accounts read the Secrets of ns, as the chart's
+// Role lets its gateways.
+func grantSecrets(t *testing.T, ns string, accounts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := env.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "sds"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "watch", "list"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "sds"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "sds"},
+	}
+	for _, sa := range accounts {
+		binding.Subjects = append(binding.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: ns})
+	}
+	if _, err := env.Client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startDiscovery starts discovery, subscribed to galley over mTLS and
@@ -284,6 +309,40 @@ func dialMTLS(t *testing.T, ca *testpki.CA, addr string, id testpki.Files) *grpc
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
+}
+
+// TestAGatewayAccountThatMayNotReadItsSecretsGetsNoneAndDiscoverySaysWhy:
+// galley on the real apiserver with RBAC, discovery subscribed to it. A
+// proxy of the gateway's namespace whose account no Role lets read the
+// namespace's Secrets (one compromised workload beside the gateway) asks
+// for the gateway's credential over SDS: it gets none, and discovery logs
+// why, as galley's SubjectAccessReview said; the gateway's own account is
+// served.
+func TestAGatewayAccountThatMayNotReadItsSecretsGetsNoneAndDiscoverySaysWhy(t *testing.T) {
+	m := newGatewayMesh(t, map[string]string{"edge": "edge-cert"})
+	edge, ca := m.namespaces["edge"], m.ca
+	d := m.startDiscovery(t)
+	names := []string{"kubernetes://shop-cert"}
+	gw := dialSDS(t, ca, m.secure, ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress"),
+		"router~10.0.0.5~ingress-1."+edge+"~"+edge+".svc.cluster.local", names...)
+	var got map[string]string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if got = gw.next(t, names...); got["kubernetes://shop-cert"] == "edge-cert" {
+			break
+		}
+	}
+	if got["kubernetes://shop-cert"] != "edge-cert" {
+		t.Fatalf("the gateway's account got %v", got)
+	}
+	intruder := dialSDS(t, ca, m.secure, ca.IssueFiles(t, "intruder", "spiffe://cluster.local/ns/"+edge+"/sa/intruder"),
+		"sidecar~10.0.0.7~app-1."+edge+"~"+edge+".svc.cluster.local", names...)
+	if got := intruder.next(t, names...); len(got) != 0 {
+		t.Fatalf("an account no Role lets read the Secrets got %v", got)
+	}
+	d.Out.WaitFor(t, "withholding a proxy's credentials")
+	if want := "system:serviceaccount:" + edge + ":intruder may not list secrets in namespace " + edge; !strings.Contains(d.Out.String(), want) {
+		t.Fatalf("discovery's log does not say %q:\n%s", want, d.Out.String())
+	}
 }
 
 // TestCredentialsNeverReachAStreamWhateverNumberItShares reproduces the

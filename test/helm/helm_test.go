@@ -553,9 +553,18 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		{"flotilla-injector", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "another", "", false},
 		{"flotilla-injector", "list", "", "namespaces", "", "", "", false},
 		{"flotilla-injector", "get", "", "secrets", namespace, "istio-ca-secret", "", false},
-		// gateways: nothing (their certificates come from ca, their
-		// configuration from discovery).
-		{"istio-ingressgateway", "get", "", "secrets", namespace, "some-tls-cert", "", false},
+		// galley: whether a gateway's account may read its Secrets.
+		{"flotilla-galley", "create", "authorization.k8s.io", "subjectaccessreviews", "", "", "", true},
+		{"flotilla-galley", "watch", "rbac.authorization.k8s.io", "rolebindings", "", "", "", true},
+		{"flotilla-galley", "update", "rbac.authorization.k8s.io", "rolebindings", "app", "x", "", false},
+		// gateways: the Secrets of their namespace, which discovery checks
+		// (through galley) before it serves them a credentialName's key, as
+		// Istio's gateway chart grants; nothing else (their certificates
+		// come from ca, their configuration from discovery).
+		{"istio-ingressgateway", "list", "", "secrets", namespace, "", "", true},
+		{"istio-ingressgateway", "get", "", "secrets", namespace, "some-tls-cert", "", true},
+		{"istio-ingressgateway", "get", "", "secrets", "app", "some-tls-cert", "", false},
+		{"istio-ingressgateway", "update", "", "secrets", namespace, "some-tls-cert", "", false},
 		{"istio-ingressgateway", "list", "", "pods", "", "", "", false},
 		{"istio-egressgateway", "list", "", "services", "", "", "", false},
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
@@ -184,7 +185,17 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	}
 	replica := debugapi.NewReplica(controlplane.Discovery, cfg.ReplicaName, buildinfo.Get().Version)
 	replica.Revision = cfg.Revision
+	// galley answers whether a gateway's account may read its Secrets
+	// (set by newSource, before serving); reading a directory, every
+	// account may.
+	var secretAccess xds.SecretAccess
 	srv, err := xds.New(xds.Options{
+		SecretAccess: func(ctx context.Context, ns, sa string) (bool, string, error) {
+			if secretAccess == nil {
+				return true, "", nil
+			}
+			return secretAccess(ctx, ns, sa)
+		},
 		Log: rt.Log, Meter: meter, IstioMeter: istio, Tracer: rt.Telemetry.Tracer, VerifyIdentity: cfg.VerifyProxyIdentity, SendTimeout: cfg.XDSSendTimeout, ConnectionAge: cfg.XDSMaxConnectionAge,
 		SystemNamespace: cfg.SystemNamespace, PlaintextDebug: isLoopback(lis.Addr()),
 		Replica: replica,
@@ -208,7 +219,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if err != nil {
 		return err
 	}
-	source, err := newSource(cfg, rt, in, certs)
+	source, secretAccess, err := newSource(cfg, rt, in, certs)
 	if err != nil {
 		return err
 	}
@@ -295,14 +306,15 @@ func subscribed(cfg Config, certs *certclient.Client) []string {
 	return slices.DeleteFunc(all, func(t string) bool { return t == registry.CredentialTypeURL })
 }
 
-// newSource subscribes to galley, or reads --config-dir.
-func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client) (lifecycle.Actor, error) {
+// newSource subscribes to galley, or reads --config-dir. Subscribed to
+// galley, it also asks galley whether an account may read its Secrets.
+func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client) (lifecycle.Actor, xds.SecretAccess, error) {
 	if cfg.ConfigDir != "" {
 		files := ingest.NewFiles(ingest.FileOptions{
 			Dir: cfg.ConfigDir, MeshConfigFile: cfg.MeshConfigFile,
 			DefaultNamespace: cfg.DefaultNamespace, DomainSuffix: cfg.DomainSuffix, Log: rt.Log, Tracer: rt.Telemetry.Tracer,
 		}, in)
-		return lifecycle.Actor{Name: "files:" + cfg.ConfigDir, Run: files.Run}, nil
+		return lifecycle.Actor{Name: "files:" + cfg.ConfigDir, Run: files.Run}, nil, nil
 	}
 	creds := insecure.NewCredentials()
 	var reloader *tlsreload.Reloader
@@ -310,7 +322,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		host, _, _ := net.SplitHostPort(cfg.GalleyAddress)
 		var err error
 		if reloader, err = tlsreload.New(cfg.GalleyTLS, rt.Log); err != nil {
-			return lifecycle.Actor{}, fmt.Errorf("galley tls: %w", err)
+			return lifecycle.Actor{}, nil, fmt.Errorf("galley tls: %w", err)
 		}
 		creds = credentials.NewTLS(reloader.ClientConfig(host))
 	} else if certs != nil {
@@ -322,14 +334,14 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
 	)
 	if err != nil {
-		return lifecycle.Actor{}, fmt.Errorf("galley client: %w", err)
+		return lifecycle.Actor{}, nil, fmt.Errorf("galley client: %w", err)
 	}
 	client, err := mcp.NewClient(mcp.ClientOptions{
 		Conn: conn, NodeID: "discovery~" + cfg.ReplicaName, Version: buildinfo.Get().Version, TypeURLs: subscribed(cfg, certs), Handler: in, Log: rt.Log,
 		Meter: rt.Telemetry.Meter.Meter("flotilla/discovery"),
 	})
 	if err != nil {
-		return lifecycle.Actor{}, errors.Join(err, conn.Close())
+		return lifecycle.Actor{}, nil, errors.Join(err, conn.Close())
 	}
 	return lifecycle.Actor{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 		defer conn.Close()
@@ -340,5 +352,16 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 			return nil
 		}
 		return client.Run(ctx)
-	}}, nil
+	}}, askGalley(galleyv1.NewSecretAccessServiceClient(conn)), nil
+}
+
+// askGalley is galley's SecretAccessService as xds.SecretAccess.
+func askGalley(c galleyv1.SecretAccessServiceClient) xds.SecretAccess {
+	return func(ctx context.Context, ns, sa string) (bool, string, error) {
+		resp, err := c.Authorize(ctx, &galleyv1.AuthorizeRequest{Namespace: ns, ServiceAccount: sa})
+		if err != nil {
+			return false, "", fmt.Errorf("galley: %w", err)
+		}
+		return resp.GetAllowed(), resp.GetReason(), nil
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -35,7 +36,7 @@ func TestASidecarNodeIsParsedWithItsMetadata(t *testing.T) {
 		Labels: map[string]string{"app": "app", "version": "v1"}, IstioVersion: "1.30.3",
 		ClusterID: "Kubernetes", ServiceAccount: "app",
 	}
-	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmpopts.IgnoreUnexported(Proxy{})); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
 	}
 }

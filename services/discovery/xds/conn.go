@@ -9,6 +9,7 @@ package xds
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -304,6 +305,9 @@ func (w *watch) watchedNames() []string {
 // request must be answered).
 func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.Time, only []string, force bool) error {
 	start := time.Now()
+	if t == resourcev3.SecretType {
+		c.authorizeSecrets()
+	}
 	if c.delta {
 		return c.respondDelta(t, w, gen, seen, only, force, start)
 	}
@@ -551,6 +555,39 @@ func (c *conn) answer(t string, w *watch, force bool) error {
 	gen := translate.NewGenerator(c.pcSeen, c.proxy)
 	defer c.keepProblems(gen)
 	return c.respond(t, w, gen, time.Time{}, nil, force)
+}
+
+// secretAccessTimeout bounds asking galley whether a proxy may have its
+// credentials; past it the proxy gets none this time.
+const secretAccessTimeout = 5 * time.Second
+
+// authorizeSecrets asks, before the proxy's credentials are built,
+// whether its verified service account may read its namespace's Secrets
+// (Istio's pilot asks before it serves them; galley reviews and caches),
+// and records the refusal, if any, on the proxy, logged when it changes.
+// Without an answer the proxy gets no credentials: fail closed. Called
+// with work held.
+func (c *conn) authorizeSecrets() {
+	p := c.proxy
+	if c.s.secretAccess == nil || p.VerifiedNamespace == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), secretAccessTimeout)
+	defer cancel()
+	allowed, reason, err := c.s.secretAccess(ctx, p.VerifiedNamespace, p.VerifiedServiceAccount)
+	switch {
+	case err != nil:
+		reason = fmt.Sprintf("could not tell whether %s/%s may read its namespace's Secrets: %v", p.VerifiedNamespace, p.VerifiedServiceAccount, err)
+	case allowed:
+		reason = ""
+	case reason == "":
+		reason = p.VerifiedNamespace + "/" + p.VerifiedServiceAccount + " may not read its namespace's Secrets"
+	}
+	reason = clip.String(reason, 512)
+	if reason != p.SecretsRefused() && reason != "" {
+		c.s.log.Warn("withholding a proxy's credentials", "proxy", c.id, "reason", reason)
+	}
+	p.SetSecretsRefused(reason)
 }
 
 // acked records an ACK; it reports false for one already recorded.

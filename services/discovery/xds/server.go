@@ -51,6 +51,10 @@ const (
 	maxSubscribedBytes = 4 << 20
 )
 
+// SecretAccess tells whether the service account sa may read the Secrets
+// of namespace ns: allowed, or why not; an error when it cannot tell.
+type SecretAccess func(ctx context.Context, ns, sa string) (allowed bool, reason string, err error)
+
 // Options configures a Server.
 type Options struct {
 	Log *slog.Logger
@@ -87,6 +91,10 @@ type Options struct {
 	PlaintextDebug bool
 	// Replica names this replica in debug responses.
 	Replica debugapi.Replica
+	// SecretAccess tells whether a service account may read its
+	// namespace's Secrets (galley's answer), asked before a proxy's
+	// credentials are built; nil: every account may (no cluster).
+	SecretAccess SecretAccess
 	// ConnectionAge, when set, ends each proxy's stream after about that
 	// long (±10 %), at its first moment with nothing in flight and at
 	// the latest ConnectionAgeGrace later (age.go). The connection's own
@@ -104,6 +112,7 @@ type Server struct {
 	ageGrace        time.Duration
 	systemNamespace string
 	plaintextDebug  bool
+	secretAccess    SecretAccess
 	replica         debugapi.Replica
 	metrics         *metrics
 	tracer          trace.Tracer
@@ -134,6 +143,7 @@ func New(o Options) (*Server, error) {
 		ageGrace:        cmp.Or(o.ConnectionAgeGrace, DefaultConnectionAgeGrace),
 		systemNamespace: o.SystemNamespace,
 		plaintextDebug:  o.PlaintextDebug,
+		secretAccess:    o.SecretAccess,
 		replica:         o.Replica,
 		conns:           map[*conn]struct{}{},
 	}
@@ -364,7 +374,7 @@ func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
 	if p.ServiceAccount == "" {
 		p.ServiceAccount = id.ServiceAccount
 	}
-	p.VerifiedNamespace = id.Namespace
+	p.VerifiedNamespace, p.VerifiedServiceAccount = id.Namespace, id.ServiceAccount
 	return id.String(), nil
 }
 

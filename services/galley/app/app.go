@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -37,6 +38,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
+	"github.com/flotilla-mesh/flotilla/services/galley/secretaccess"
 	"github.com/flotilla-mesh/flotilla/services/galley/status"
 	"github.com/flotilla-mesh/flotilla/services/galley/webhook"
 )
@@ -143,14 +145,19 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	// Credentials (the Secrets credentialName names) go to discovery's
 	// identity only (of any revision): never to the injector, nor over
 	// plaintext.
-	srv.Restrict(registry.CredentialTypeURL, func(identity string) bool {
+	isDiscovery := func(identity string) bool {
 		id, err := spiffe.Parse(identity)
 		if err != nil || id.Namespace != cfg.SystemNamespace {
 			return false
 		}
 		service, _, ok := controlplane.Parse(id.ServiceAccount)
 		return ok && service == controlplane.Discovery
-	})
+	}
+	srv.Restrict(registry.CredentialTypeURL, isDiscovery)
+	// Whether a gateway's account may read its namespace's Secrets (its
+	// credentials' keys): asked by discovery alone, reviewed in the cluster
+	// (UseCluster, in newSource); without one every account may.
+	access := secretaccess.New(isDiscovery, rt.Log, time.Now)
 	// Istio's own pilot, pointed at galley as a config source, reads the
 	// mesh config under Istio's collection name.
 	if err := srv.Alias(registry.IstioMeshConfigTypeURL, registry.MeshConfigTypeURL, true); err != nil {
@@ -181,11 +188,12 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err
 	}
 	srv.Register(gs.Server)
+	access.Register(gs.Server)
 	lis, err := net.Listen("tcp", cfg.MCPAddress)
 	if err != nil {
 		return fmt.Errorf("mcp listen: %w", err)
 	}
-	sources, loaded, objects, err := newSource(cfg, rt, srv)
+	sources, loaded, objects, err := newSource(cfg, rt, srv, access)
 	if err != nil {
 		return err
 	}
@@ -231,7 +239,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 // newSource builds the file source (with --config-dir) or the Kubernetes
 // source with its status writer, and returns the channel closed when the
 // source has read everything once.
-func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Actor, <-chan struct{}, func() []*istio.Object, error) {
+func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secretaccess.Server) ([]lifecycle.Actor, <-chan struct{}, func() []*istio.Object, error) {
 	pub := publish.New(srv)
 	// client-go logs through klog, a process-wide logger: send it to ours.
 	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
@@ -284,9 +292,11 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server) ([]lifecycle.Ac
 		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected,
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",
 	})
+	access.UseCluster(kube.AuthorizationV1().SubjectAccessReviews())
 	return []lifecycle.Actor{
 		{Name: "kubernetes:" + rest.Host, Run: src.Run},
 		{Name: "status-writer", Run: writer.Run},
+		{Name: "rbac", Run: func(ctx context.Context) error { return access.WatchRBAC(ctx, kube) }},
 	}, src.Synced(), src.Objects, nil
 }
 
