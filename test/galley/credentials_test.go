@@ -343,6 +343,11 @@ func TestAGatewayAccountThatMayNotReadItsSecretsGetsNoneAndDiscoverySaysWhy(t *t
 	if want := "system:serviceaccount:" + edge + ":intruder may not list secrets in namespace " + edge; !strings.Contains(d.Out.String(), want) {
 		t.Fatalf("discovery's log does not say %q:\n%s", want, d.Out.String())
 	}
+	// galley knows discovery's mTLS subscription by its identity (it was
+	// once labelled plaintext).
+	if want := "identity=spiffe://cluster.local/ns/" + m.system + "/sa/flotilla-discovery"; !strings.Contains(m.galley.out.String(), want) {
+		t.Fatalf("galley's log does not name discovery's subscription %s:\n%s", want, m.galley.out.String())
+	}
 }
 
 // TestCredentialsNeverReachAStreamWhateverNumberItShares reproduces the

@@ -232,7 +232,11 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	ready := readiness{state: state}
 	if dir := cfg.outputCerts(); dir != "" {
-		ready.files = &identity.Writer{Dir: dir, State: state, Log: rt.Log}
+		// In a pod (Kubernetes sets KUBERNETES_SERVICE_HOST in every
+		// container) the files are for the application's containers, which
+		// run as users of their own: readable by all, as Istio's agent
+		// writes them there; elsewhere by this user alone.
+		ready.files = &identity.Writer{Dir: dir, State: state, Log: rt.Log, Shared: os.Getenv("KUBERNETES_SERVICE_HOST") != ""}
 		actors = append(actors, lifecycle.Actor{Name: "certificate-files", Run: ready.files.Run})
 	}
 	if cfg.GRPCBootstrap != "" {

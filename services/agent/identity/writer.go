@@ -25,13 +25,18 @@ const dataLink = "..data"
 // the proxyless bootstrap). Every change of the identity is written whole
 // into a new directory and swapped in with one rename, so a reader never
 // sees a new certificate with an old key in one directory listing. The
-// files are world-readable (0644, the default mode of Kubernetes Secret
-// volumes): the application's containers run as users of their own, and
-// the directory is the pod's own volume; it is where to keep them private.
+// files' mode is Istio's (security/pkg/nodeagent/util's
+// OutputKeyCertToDir): readable by their owner alone (0600), unless
+// Shared.
 type Writer struct {
 	Dir   string
 	State *State
 	Log   *slog.Logger
+	// Shared makes the files readable by every user (0644), as Istio
+	// writes them in Kubernetes: the application's containers run as
+	// users of their own, and the directory is a volume of the pod's own
+	// that only they and the agent mount.
+	Shared bool
 
 	written atomic.Bool
 }
@@ -73,6 +78,14 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 }
 
+// mode is the files' mode.
+func (w *Writer) mode() os.FileMode {
+	if w.Shared {
+		return 0o644
+	}
+	return 0o600
+}
+
 func (w *Writer) write(snap Snapshot) error {
 	version := ".." + strconv.FormatUint(snap.Version, 10) + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	dir := filepath.Join(w.Dir, version)
@@ -83,7 +96,7 @@ func (w *Writer) write(snap Snapshot) error {
 		name string
 		data []byte
 		mode os.FileMode
-	}{{ChainFile, snap.ChainPEM, 0o644}, {KeyFile, snap.KeyPEM, 0o644}, {RootsFile, snap.RootsPEM, 0o644}} {
+	}{{ChainFile, snap.ChainPEM, w.mode()}, {KeyFile, snap.KeyPEM, w.mode()}, {RootsFile, snap.RootsPEM, w.mode()}} {
 		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return errors.Join(err, os.RemoveAll(dir))
 		}

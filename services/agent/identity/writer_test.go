@@ -54,8 +54,8 @@ func TestTheWriterKeepsTheFilesEqualToTheHeldIdentity(t *testing.T) {
 			t.Fatalf("roots file: %v", err)
 		}
 		st, err := os.Stat(filepath.Join(dir, KeyFile))
-		if err != nil || st.Mode().Perm() != 0o644 {
-			t.Fatalf("key file mode %v (%v), want 0644", st.Mode().Perm(), err)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("key file mode %v (%v), want 0600", st.Mode().Perm(), err)
 		}
 	}
 	set := func(uri string) {
@@ -138,5 +138,26 @@ func TestTheWriterRetriesWhereItCannotWrite(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTheFilesAreTheirOwnersAloneUnlessShared: outside Kubernetes the
+// key, chain and roots are readable by the agent's user alone (0600), as
+// Istio's agent writes them there; Shared (in a pod, for the
+// application's containers, which run as users of their own) all may
+// read them (0644), as Istio's does in Kubernetes.
+func TestTheFilesAreTheirOwnersAloneUnlessShared(t *testing.T) {
+	for shared, want := range map[bool]os.FileMode{false: 0o600, true: 0o644} {
+		dir := t.TempDir()
+		w := &Writer{Dir: dir, Shared: shared, Log: slog.New(slog.DiscardHandler)}
+		if err := w.write(Snapshot{Version: 1, ChainPEM: []byte("chain"), KeyPEM: []byte("key"), RootsPEM: []byte("roots")}); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{ChainFile, KeyFile, RootsFile} {
+			st, err := os.Stat(filepath.Join(dir, f))
+			if err != nil || st.Mode().Perm() != want {
+				t.Errorf("shared %v: %s mode %v (%v), want %v", shared, f, st.Mode().Perm(), err, want)
+			}
+		}
 	}
 }
