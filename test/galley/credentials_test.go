@@ -48,6 +48,19 @@ func dialSDS(t *testing.T, ca *testpki.CA, addr string, id testpki.Files, node s
 	return &sds{st: st}
 }
 
+// until reads responses (30 s at most) until done holds of one, and
+// returns that one's secrets, or the last's.
+func (s *sds) until(t *testing.T, names []string, done func(got map[string]string) bool) map[string]string {
+	t.Helper()
+	var got map[string]string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if got = s.next(t, names...); done(got) {
+			break
+		}
+	}
+	return got
+}
+
 // next waits (30 s at most) for a response, ACKs it (asking for the same
 // names) and returns each secret's certificate chain or CA by name.
 func (s *sds) next(t *testing.T, names ...string) map[string]string {
@@ -220,12 +233,7 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 
 	names := []string{"kubernetes://shop-cert", "kubernetes://" + edge + "/shop-cert"}
 	gw := dialSDS(t, ca, secure, gatewayID, "router~10.0.0.5~ingress-1."+edge+"~"+edge+".svc.cluster.local", names...)
-	var got map[string]string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if got = gw.next(t, names...); got["kubernetes://shop-cert"] == "edge-v1" {
-			break
-		}
-	}
+	got := gw.until(t, names, func(got map[string]string) bool { return got["kubernetes://shop-cert"] == "edge-v1" })
 	if got["kubernetes://shop-cert"] != "edge-v1" || got["kubernetes://"+edge+"/shop-cert"] != "edge-v1" {
 		t.Fatalf("the gateway of %s got %v", edge, got)
 	}
@@ -239,11 +247,7 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 	if _, err := env.Client.CoreV1().Secrets(edge).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if got = gw.next(t, names...); got["kubernetes://shop-cert"] == "edge-v2" {
-			break
-		}
-	}
+	got = gw.until(t, names, func(got map[string]string) bool { return got["kubernetes://shop-cert"] == "edge-v2" })
 	if got["kubernetes://shop-cert"] != "edge-v2" {
 		t.Fatalf("after the rotation the gateway has %v", got)
 	}
@@ -251,11 +255,7 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 	// A proxy of another namespace: its own namespace's Secret by the
 	// short name, nothing by edge's qualified name.
 	stranger := dialSDS(t, ca, secure, strangerID, "router~10.0.0.6~ingress-1."+other+"~"+other+".svc.cluster.local", names...)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if got = stranger.next(t, names...); got["kubernetes://shop-cert"] != "" {
-			break
-		}
-	}
+	got = stranger.until(t, names, func(got map[string]string) bool { return got["kubernetes://shop-cert"] != "" })
 	if got["kubernetes://shop-cert"] != "other" || got["kubernetes://"+edge+"/shop-cert"] != "" {
 		t.Fatalf("a proxy of %s got %v", other, got)
 	}
@@ -325,12 +325,7 @@ func TestAGatewayAccountThatMayNotReadItsSecretsGetsNoneAndDiscoverySaysWhy(t *t
 	names := []string{"kubernetes://shop-cert"}
 	gw := dialSDS(t, ca, m.secure, ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress"),
 		"router~10.0.0.5~ingress-1."+edge+"~"+edge+".svc.cluster.local", names...)
-	var got map[string]string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if got = gw.next(t, names...); got["kubernetes://shop-cert"] == "edge-cert" {
-			break
-		}
-	}
+	got := gw.until(t, names, func(got map[string]string) bool { return got["kubernetes://shop-cert"] == "edge-cert" })
 	if got["kubernetes://shop-cert"] != "edge-cert" {
 		t.Fatalf("the gateway's account got %v", got)
 	}
@@ -387,12 +382,7 @@ func TestCredentialsNeverReachAStreamWhateverNumberItShares(t *testing.T) {
 	names := []string{"kubernetes://shop-cert"}
 	sdsStream := dialSDS(t, ca, secure, ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/ingress"),
 		"router~10.0.0.5~ingress-1."+edge+"~"+edge+".svc.cluster.local", names...)
-	var got map[string]string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if got = sdsStream.next(t, names...); got["kubernetes://shop-cert"] == "edge-cert" {
-			break
-		}
-	}
+	got := sdsStream.until(t, names, func(got map[string]string) bool { return got["kubernetes://shop-cert"] == "edge-cert" })
 	if got["kubernetes://shop-cert"] != "edge-cert" {
 		t.Fatalf("the gateway got %v from the restarted discovery", got)
 	}

@@ -19,91 +19,59 @@ import (
 )
 
 // TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown: an MCP
-// subscriber rejecting the same response again and again, with a 4,000
-// character reason, for 5 s: galley logs it once, serves it at a bounded
-// rate, and another subscriber still gets an edit.
+// subscriber rejects galley's response and goes on sending NACKs for 5 s,
+// with a 1,000 character reason, either of that response again and again
+// or each with a nonce of its own making (each was once a fresh log
+// line): galley logs one line, for the response it sent, serves the loop
+// at a bounded rate, and another subscriber still gets an edit.
 func TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown(t *testing.T) {
-	dir := t.TempDir()
-	routes := dir + "/routes.yaml"
-	writeFile(t, routes, greeterVS(80, 20))
-	mcpAddr := freeAddr(t)
-	g := startGalleyWith(t, freeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
-	healthy := subscribe(t, mcpAddr)
-	healthy.waitFor(t, "the routes", func() bool { return healthy.weights("default/greeter") == "80/20" })
+	for name, nonce := range map[string]func(sent string, i int) string{
+		"the same response": func(sent string, _ int) string { return sent },
+		"a made-up nonce each": func(sent string, i int) string {
+			if i == 0 {
+				return sent // the response galley sent, then nonces it never did
+			}
+			return fmt.Sprintf("made-up-%d", i)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			routes := dir + "/routes.yaml"
+			writeFile(t, routes, greeterVS(80, 20))
+			mcpAddr := freeAddr(t)
+			g := startGalleyWith(t, freeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
+			healthy := subscribe(t, mcpAddr)
+			healthy.waitFor(t, "the routes", func() bool { return healthy.weights("default/greeter") == "80/20" })
 
-	st := dialDelta(t, mcpAddr)
-	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "nacker"}, TypeUrl: vsType()}); err != nil {
-		t.Fatal(err)
+			st := dialDelta(t, mcpAddr)
+			if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "nacker"}, TypeUrl: vsType()}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			reason := strings.Repeat("not to my liking ", 60)
+			sent := 0
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); sent++ {
+				if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{
+					TypeUrl: vsType(), ResponseNonce: nonce(resp.GetNonce(), sent), ErrorDetail: &status.Status{Code: 3, Message: reason},
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			writeFile(t, routes, greeterVS(50, 50))
+			healthy.waitFor(t, "the edit during the NACK loop", func() bool { return healthy.weights("default/greeter") == "50/50" })
+			g.out.WaitFor(t, "subscriber rejected a response")
+			if n := g.out.Count("subscriber rejected a response"); n != 1 {
+				t.Fatalf("%d NACK log lines for %d NACKs, want 1", n, sent)
+			}
+			if n := len(g.out.String()); n > 64<<10 {
+				t.Fatalf("galley logged %d bytes during the NACK loop", n)
+			}
+			t.Logf("%d NACKs sent in 5 s", sent)
+		})
 	}
-	resp, err := st.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nack := &discoveryv3.DeltaDiscoveryRequest{
-		TypeUrl: vsType(), ResponseNonce: resp.GetNonce(),
-		ErrorDetail: &status.Status{Code: 3, Message: strings.Repeat("not to my liking ", 240)},
-	}
-	sent := 0
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); sent++ {
-		if err := st.Send(nack); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeFile(t, routes, greeterVS(50, 50))
-	healthy.waitFor(t, "the edit during the NACK loop", func() bool { return healthy.weights("default/greeter") == "50/50" })
-	g.out.WaitFor(t, "subscriber rejected a response")
-	if n := g.out.Count("subscriber rejected a response"); n != 1 {
-		t.Fatalf("%d NACK log lines for %d NACKs of one response, want 1", n, sent)
-	}
-	if n := len(g.out.String()); n > 64<<10 {
-		t.Fatalf("galley logged %d bytes during the NACK loop", n)
-	}
-	t.Logf("%d NACKs sent in 5 s", sent)
-}
-
-// TestASubscriberNackingWithAFreshNonceEachTimeIsNotLoggedEachTime: a
-// subscriber that rejects galley's response once, then sends NACKs with a
-// made-up nonce each time for 5 s (each was once a fresh log line): galley
-// logs one line, for the response it actually rejected, and another
-// subscriber still gets an edit.
-func TestASubscriberNackingWithAFreshNonceEachTimeIsNotLoggedEachTime(t *testing.T) {
-	dir := t.TempDir()
-	routes := dir + "/routes.yaml"
-	writeFile(t, routes, greeterVS(80, 20))
-	mcpAddr := freeAddr(t)
-	g := startGalleyWith(t, freeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
-	healthy := subscribe(t, mcpAddr)
-	healthy.waitFor(t, "the routes", func() bool { return healthy.weights("default/greeter") == "80/20" })
-
-	st := dialDelta(t, mcpAddr)
-	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "nacker"}, TypeUrl: vsType()}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := st.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reason := strings.Repeat("not to my liking ", 60)
-	nonce := resp.GetNonce()
-	sent := 0
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); sent++ {
-		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{
-			TypeUrl: vsType(), ResponseNonce: nonce, ErrorDetail: &status.Status{Code: 3, Message: reason},
-		}); err != nil {
-			t.Fatal(err)
-		}
-		nonce = fmt.Sprintf("made-up-%d", sent)
-	}
-	writeFile(t, routes, greeterVS(50, 50))
-	healthy.waitFor(t, "the edit during the NACK loop", func() bool { return healthy.weights("default/greeter") == "50/50" })
-	g.out.WaitFor(t, "subscriber rejected a response")
-	if n := g.out.Count("subscriber rejected a response"); n != 1 {
-		t.Fatalf("%d NACK log lines for %d NACKs, one of them of a response galley sent, want 1", n, sent)
-	}
-	if n := len(g.out.String()); n > 64<<10 {
-		t.Fatalf("galley logged %d bytes during the NACK loop", n)
-	}
-	t.Logf("%d NACKs sent in 5 s", sent)
 }
 
 // TestASubscriptionIsBoundedByNamesAndBytesAndUnknownUnsubscribesBuyNothing:
