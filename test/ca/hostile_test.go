@@ -18,6 +18,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // TestACSROfManyMebibytesIsRefusedBeforeItIsRead: 24 unauthenticated
@@ -86,4 +90,64 @@ func TestIdleConnectionsThatNeverHandshakeAreClosed(t *testing.T) {
 		}
 	}
 	c.certificate(t, s.token(t, "default", "app"))
+}
+
+// TestBadTokensFromOneAddressNeverShutOutAGenuineTokenFromIt: ca in
+// cluster mode against the real apiserver. 300 garbage tokens from
+// 127.0.0.1 (pods behind one node address would share it) put the address
+// over its budget of failures; a new token of a workload there, never
+// reviewed before, still gets its certificate, for the apiserver signed it;
+// a token signed with another key is not reviewed (ResourceExhausted).
+func TestBadTokensFromOneAddressNeverShutOutAGenuineTokenFromIt(t *testing.T) {
+	ctx := t.Context()
+	system, err := env.CreateNamespace(ctx, "flotilla-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	addr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
+	proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", addr, "--admin-address", admin,
+		"--kubeconfig", kubeconfig, "--system-namespace", system)
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+	app, err := env.CreateNamespace(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.CreateServiceAccount(ctx, app, "cart"); err != nil {
+		t.Fatal(err)
+	}
+	var roots string
+	xdstest.Eventually(t, "istio-ca-root-cert in the new namespace", func() bool {
+		cm, err := env.Client.CoreV1().ConfigMaps(app).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
+		roots = cm.Data["root-cert.pem"]
+		return err == nil && roots != ""
+	})
+	exhausted := 0
+	for range 300 {
+		_, err := request(t, addr, []byte(roots), "not.a.token")
+		switch status.Code(err) {
+		case codes.ResourceExhausted:
+			exhausted++
+		case codes.Unauthenticated:
+		default:
+			t.Fatalf("a garbage token: %v", err)
+		}
+	}
+	if exhausted == 0 {
+		t.Fatal("300 garbage tokens from one address were all reviewed")
+	}
+	tok, err := env.CreateToken(ctx, app, "cart", []string{"istio-ca"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := request(t, addr, []byte(roots), tok); err != nil {
+		t.Fatalf("a genuine token after 300 garbage ones from its address: %v", err)
+	}
+	s := newSigner(t) // a key the apiserver never signed with
+	if _, err := request(t, addr, []byte(roots), s.token(t, app, "cart")); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a token signed with another key, from that address: %v, want ResourceExhausted", err)
+	}
 }

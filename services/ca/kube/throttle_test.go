@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -24,10 +26,12 @@ import (
 
 // TestAnAddressThatFailedTooOftenIsRefusedOnlyWhatWouldCostTheAPIServer:
 // against the real apiserver, 300 garbage tokens from one node address
-// (each once a TokenReview) are refused, the later ones without a
-// review; a workload at that address whose token was reviewed before
-// still gets its certificate; a token never reviewed waits
-// (ResourceExhausted) there, and is served from another address.
+// (each once a TokenReview) are refused, the later ones without a review;
+// from that address a workload whose token was reviewed before still gets
+// its certificate, and so does one whose token is new — the apiserver
+// signed it, which ca checks against the apiserver's published keys —
+// while a token signed with any other key is not reviewed
+// (ResourceExhausted) there.
 func TestAnAddressThatFailedTooOftenIsRefusedOnlyWhatWouldCostTheAPIServer(t *testing.T) {
 	ctx := context.Background()
 	ns, err := env.CreateNamespace(ctx, "ca-throttle")
@@ -93,10 +97,37 @@ func TestAnAddressThatFailedTooOftenIsRefusedOnlyWhatWouldCostTheAPIServer(t *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ask("10.0.0.1", fresh); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("a token never reviewed, from the address that failed: %v, want ResourceExhausted", err)
+	if err := ask("10.0.0.1", fresh); err != nil {
+		t.Fatalf("a genuine token never reviewed, from the address that failed: %v", err)
 	}
-	if err := ask("10.0.0.2", fresh); err != nil {
-		t.Fatalf("the same token from another address: %v", err)
+	forged := forgedToken(t, ns, "app")
+	if err := ask("10.0.0.1", forged); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a token signed with another key, from the address that failed: %v, want ResourceExhausted (not reviewed)", err)
 	}
+	if err := ask("10.0.0.2", forged); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("the same forged token from another address: %v, want Unauthenticated (reviewed)", err)
+	}
+}
+
+// forgedToken looks like a token of ns/sa for istio-ca, signed with a key
+// of the test's own.
+func forgedToken(t *testing.T, ns, sa string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "forged"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := jwt.Signed(sig).Claims(jwt.Claims{
+		Issuer: "https://kubernetes.default.svc.cluster.local", Subject: "system:serviceaccount:" + ns + ":" + sa,
+		Audience: jwt.Audience{"istio-ca"}, IssuedAt: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(time.Hour)),
+	}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }

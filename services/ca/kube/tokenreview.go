@@ -35,6 +35,7 @@ const (
 // bounded in number and never past the token's own expiry.
 type TokenReview struct {
 	client   kubernetes.Interface
+	keys     *issuerKeys
 	audience string
 	now      func() time.Time
 	lookups  metric.Int64Counter
@@ -51,11 +52,14 @@ type cached struct {
 // NewTokenReview returns the authenticator.
 func NewTokenReview(client kubernetes.Interface, audience string, meter metric.Meter, now func() time.Time) (*TokenReview, error) {
 	c, err := meter.Int64Counter("flotilla.ca.token_reviews",
-		metric.WithDescription("Token authentications, by result: cache_hit, reviewed, refused or throttled (not reviewed: the address failed too often) (hit rate = cache_hit / all)."))
+		metric.WithDescription("Token authentications, by result: cache_hit, reviewed, refused or throttled (not reviewed: the address failed too often, and the apiserver's keys do not verify the token) (hit rate = cache_hit / all)."))
 	if err != nil {
 		return nil, fmt.Errorf("metric: %w", err)
 	}
-	return &TokenReview{client: client, audience: audience, now: now, lookups: c, cache: map[[32]byte]cached{}}, nil
+	return &TokenReview{
+		client: client, keys: &issuerKeys{client: client.Discovery().RESTClient()}, audience: audience, now: now, lookups: c,
+		cache: map[[32]byte]cached{},
+	}, nil
 }
 
 // Authenticate implements server.Authenticator.
@@ -73,7 +77,11 @@ func (r *TokenReview) Authenticate(ctx context.Context) (authority.Identity, boo
 		r.count(ctx, "cache_hit")
 		return c.id, true, nil
 	}
-	if server.Throttled(ctx) {
+	// From an address that has failed too often, only a token the
+	// apiserver signed (checked here, against its published keys) is
+	// reviewed: what is forged there costs the apiserver nothing, and a
+	// genuine token is never refused for its neighbours' failures.
+	if server.Throttled(ctx) && !r.keys.signed(ctx, tok, r.audience, now) {
 		r.count(ctx, "throttled")
 		return authority.Identity{}, true, server.ErrThrottled
 	}

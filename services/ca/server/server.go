@@ -179,8 +179,9 @@ func (s *Server) CreateCertificate(ctx context.Context, req *securityv1alpha1.Is
 		// This address failed to authenticate too often. Pods behind one
 		// node address share it, so its callers are not refused: each
 		// credential is still checked where that costs ca alone (a JWT, a
-		// client certificate, a token reviewed before), and only what
-		// would cost the apiserver a review is refused (ErrThrottled).
+		// client certificate, a token reviewed before, a token the
+		// apiserver's keys verify), and only what would cost the apiserver
+		// a review for nothing is refused (ErrThrottled).
 		ctx = context.WithValue(ctx, throttledKey{}, true)
 	}
 	resp, kind, err := s.create(ctx, req)
@@ -264,8 +265,10 @@ const MaxRequestBytes = 64 << 10
 
 // ErrThrottled refuses a credential that would have to be checked by
 // another service (a TokenReview of the apiserver) for a caller at an
-// address that has failed to authenticate too often; it maps to
-// ResourceExhausted, and the caller should retry later.
+// address that has failed to authenticate too often, unless it can be
+// told genuine without that service (a token the apiserver's published
+// keys verify); it maps to ResourceExhausted, and the caller should retry
+// later.
 var ErrThrottled = errors.New("too many failed authentications from this address; a credential not checked before must wait")
 
 type throttledKey struct{}
@@ -273,7 +276,8 @@ type throttledKey struct{}
 // Throttled reports whether the caller of ctx is at an address over its
 // budget of failed authentications: an Authenticator whose check costs
 // another service refuses such a caller's credentials with ErrThrottled
-// unless it has checked them before; checks that cost ca alone go on.
+// unless it has checked them before or can tell them genuine by itself;
+// checks that cost ca alone go on.
 func Throttled(ctx context.Context) bool {
 	t, _ := ctx.Value(throttledKey{}).(bool)
 	return t
