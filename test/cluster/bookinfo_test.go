@@ -115,8 +115,12 @@ func bookinfo(t testing.TB, ctx context.Context, cp *controlPlane) { //nolint:th
 		cluster := outbound(p.Labels["app"])
 		wantEndpoints[cluster] = append(wantEndpoints[cluster], net.JoinHostPort(p.Status.PodIP, "9080"))
 	}
-	for _, eps := range wantEndpoints {
+	// An address is one endpoint however many pods kwok gave it (it has
+	// been seen to give two pods of a node one IP, which a real cluster's
+	// IPAM never does).
+	for cluster, eps := range wantEndpoints {
 		slices.Sort(eps)
+		wantEndpoints[cluster] = slices.Compact(eps)
 	}
 
 	// One sidecar per pod, through discovery's Service.
