@@ -672,16 +672,22 @@ func (m *muxCache) Fetch(context.Context, *cache.Request) (cache.Response, error
 	return nil, errors.New("mcp: fetch (REST) is not served")
 }
 
-// open starts the bookkeeping of a stream whose context is ctx: its own
-// subscriber, never shared with another stream. Its identity is the
-// SPIFFE ID of the stream's own client certificate ("plaintext" without
-// one), fixed for the stream's life as its TLS connection's peer is.
-func (s *Server) open(ctx context.Context) *subscriber {
-	label := "plaintext"
+// PeerIdentity is the identity Restrict's functions are given: the SPIFFE
+// ID of the verified client certificate of the call in ctx, "plaintext"
+// without one. It is fixed for a stream's life, as its TLS connection's
+// peer is.
+func PeerIdentity(ctx context.Context) string {
 	if sid, ok, err := spiffe.FromPeer(ctx); ok && err == nil {
-		label = sid.String()
+		return sid.String()
 	}
-	sub := newSubscriber(label)
+	return "plaintext"
+}
+
+// open starts the bookkeeping of a stream whose context is ctx: its own
+// subscriber, never shared with another stream, named by the stream's own
+// PeerIdentity.
+func (s *Server) open(ctx context.Context) *subscriber {
+	sub := newSubscriber(PeerIdentity(ctx))
 	s.mu.Lock()
 	s.nextStream++
 	sub.stream = s.nextStream

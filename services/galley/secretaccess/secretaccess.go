@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
+	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
-	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 )
 
 // How long a decision is kept, as Istio's cacheTTL: a refusal a minute,
@@ -45,8 +45,8 @@ type Server struct {
 
 	// sar reviews access; nil: no cluster, every account may.
 	sar authorizationv1client.SubjectAccessReviewInterface
-	// caller says whether a caller's identity (its SPIFFE ID, "plaintext"
-	// without a client certificate) may ask.
+	// caller says whether a caller's identity (mcp.PeerIdentity, as the
+	// restricted collections are decided) may ask.
 	caller func(identity string) bool
 	now    func() time.Time
 	log    *slog.Logger
@@ -129,10 +129,7 @@ func (s *Server) Invalidate() {
 
 // Authorize answers one account.
 func (s *Server) Authorize(ctx context.Context, req *galleyv1.AuthorizeRequest) (*galleyv1.AuthorizeResponse, error) {
-	identity := "plaintext"
-	if id, ok, err := spiffe.FromPeer(ctx); ok && err == nil {
-		identity = id.String()
-	}
+	identity := mcp.PeerIdentity(ctx)
 	if !s.caller(identity) {
 		return nil, status.Errorf(codes.PermissionDenied, "secret access is answered to discovery only, not to %s", identity)
 	}
