@@ -14,10 +14,13 @@ import (
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
-// TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot runs two
-// ca processes in cluster mode against the real apiserver.
-func TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot(t *testing.T) {
-	ctx := context.Background()
+// clusterCAs starts n ca processes in cluster mode against the real
+// apiserver, in a system namespace of their own, and waits until all
+// serve and their root has reached a new namespace, app, which has a
+// service account cart. It returns their addresses, app and the root.
+func clusterCAs(t *testing.T, n int) (addrs []string, app, roots string) {
+	t.Helper()
+	ctx := t.Context()
 	system, err := env.CreateNamespace(ctx, "flotilla-system")
 	if err != nil {
 		t.Fatal(err)
@@ -26,20 +29,19 @@ func TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot(t *testing.
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	var addrs, admins []string
-	for range 2 {
+	var admins []string
+	for range n {
 		addr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
 		proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", addr, "--admin-address", admin,
 			"--kubeconfig", kubeconfig, "--system-namespace", system)
 		addrs, admins = append(addrs, addr), append(admins, admin)
 	}
-	// Both serve before either is asked (the first may publish the root
-	// before the second listens).
+	// All serve before any is asked (the first may publish the root
+	// before another listens).
 	for _, admin := range admins {
 		proc.WaitReady(t, "http://"+admin+"/readyz")
 	}
-	app, err := env.CreateNamespace(ctx, "shop")
-	if err != nil {
+	if app, err = env.CreateNamespace(ctx, "shop"); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.CreateServiceAccount(ctx, app, "cart"); err != nil {
@@ -47,7 +49,6 @@ func TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot(t *testing.
 	}
 	// The root reaches the new namespace; its trust bundle is what clients
 	// use to reach ca.
-	var roots string
 	xdstest.Eventually(t, "istio-ca-root-cert in the new namespace", func() bool {
 		cm, err := env.Client.CoreV1().ConfigMaps(app).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
 		if err != nil {
@@ -56,6 +57,14 @@ func TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot(t *testing.
 		roots = cm.Data["root-cert.pem"]
 		return roots != ""
 	})
+	return addrs, app, roots
+}
+
+// TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot runs two
+// ca processes in cluster mode against the real apiserver.
+func TestInAClusterTokensGetCertificatesAndEveryNamespaceGetsTheRoot(t *testing.T) {
+	ctx := context.Background()
+	addrs, app, roots := clusterCAs(t, 2)
 	tok, err := env.CreateToken(ctx, app, "cart", []string{"istio-ca"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -18,10 +18,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
-	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // TestACSROfManyMebibytesIsRefusedBeforeItIsRead: 24 unauthenticated
@@ -100,31 +96,8 @@ func TestIdleConnectionsThatNeverHandshakeAreClosed(t *testing.T) {
 // a token signed with another key is not reviewed (ResourceExhausted).
 func TestBadTokensFromOneAddressNeverShutOutAGenuineTokenFromIt(t *testing.T) {
 	ctx := t.Context()
-	system, err := env.CreateNamespace(ctx, "flotilla-system")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	addr, admin := proc.FreeAddr(t), proc.FreeAddr(t)
-	proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", addr, "--admin-address", admin,
-		"--kubeconfig", kubeconfig, "--system-namespace", system)
-	proc.WaitReady(t, "http://"+admin+"/readyz")
-	app, err := env.CreateNamespace(ctx, "shop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.CreateServiceAccount(ctx, app, "cart"); err != nil {
-		t.Fatal(err)
-	}
-	var roots string
-	xdstest.Eventually(t, "istio-ca-root-cert in the new namespace", func() bool {
-		cm, err := env.Client.CoreV1().ConfigMaps(app).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
-		roots = cm.Data["root-cert.pem"]
-		return err == nil && roots != ""
-	})
+	addrs, app, roots := clusterCAs(t, 1)
+	addr := addrs[0]
 	exhausted := 0
 	for range 300 {
 		_, err := request(t, addr, []byte(roots), "not.a.token")
