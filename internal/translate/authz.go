@@ -58,17 +58,14 @@ func (g *gen) workloadAuthz() *workloadAuthz {
 	}
 	policies := g.pc.WorkloadAuthorizationPolicies(g.p.Namespace, g.p.Labels)
 	var authns []*model.RequestAuthentication
-	if !g.grpc {
+	if g.client.envoyHTTP {
 		// grpc-go has no JWT filter: RequestAuthentication does not
 		// apply to proxyless servers (as in Istio), whose requestPrincipals
 		// then never match.
 		authns = g.pc.WorkloadRequestAuthentications(g.p.Namespace, g.p.Labels)
 	}
 	var key strings.Builder
-	key.WriteString("authz|")
-	if g.grpc {
-		key.WriteString("grpc|")
-	}
+	key.WriteString("authz|" + g.client.name + "|")
 	for _, ap := range policies {
 		key.WriteString(ap.Namespace + "/" + ap.Name + ",")
 	}
@@ -80,7 +77,7 @@ func (g *gen) workloadAuthz() *workloadAuthz {
 		b := g.isolated()
 		w := &workloadAuthz{}
 		switch {
-		case g.grpc && len(policies) > 0:
+		case g.client.grpcRBAC && len(policies) > 0:
 			w.grpc = b.authzGRPCFilters(policies)
 		case len(policies) > 0 || len(authns) > 0:
 			w.http = b.authzHTTPFilters(policies, b.jwtFilter(authns))

@@ -3,23 +3,17 @@ package translate
 import (
 	"cmp"
 	"math"
-	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	proxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -32,17 +26,12 @@ import (
 
 const (
 	defaultConnectTimeout = 10 * time.Second
-	// transportSocketMatch is the endpoint metadata filter Envoy reads to
-	// pick a transport socket (auto mTLS).
-	transportSocketMatch = "envoy.transport_socket_match"
-	tlsModeIstio         = "istio"
-	http2Options         = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	http2Options          = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 )
 
 // clusterCandidates names every cluster the proxy may have: outbound
 // clusters for every visible service port and DestinationRule subset, and
-// for sidecars the inbound clusters of their workload, the black hole and
-// the passthrough.
+// its flavour's own (clusterNames).
 func (g *gen) clusterCandidates() []string {
 	var names []string
 	for _, svc := range g.scope.Services() {
@@ -56,27 +45,7 @@ func (g *gen) clusterCandidates() []string {
 			}
 		}
 	}
-	switch {
-	case g.isGateway():
-		// Outbound only, as Istio's gateways, and the SNI-named clusters
-		// of AUTO_PASSTHROUGH servers.
-		names = append(names, BlackHoleCluster)
-		for _, gp := range g.gatewayPorts() {
-			for _, s := range gp.tls {
-				if s.srv.GetTls().GetMode() == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
-					for _, fc := range g.autoPassthroughChains(s) {
-						names = append(names, fc.GetName())
-					}
-				}
-			}
-		}
-	case !g.grpc:
-		for _, c := range g.inboundClusters() {
-			names = append(names, c.GetName())
-		}
-		names = append(names, BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster)
-	}
-	return names
+	return append(names, g.fl.clusterNames(g)...)
 }
 
 // cluster builds, validates and remembers one cluster: nil when the proxy
@@ -90,33 +59,14 @@ func (g *gen) cluster(name string) *builtCluster {
 	var b *builtCluster
 	if portNum, subset, host, ok := ParseClusterName(name); ok {
 		b = g.sharedOutbound(name, portNum, subset, host)
-	} else if portNum, subset, host, ok := parseSNIDNATClusterName(name); ok && g.isGateway() {
-		b = g.sniDNATCluster(name, portNum, subset, host)
 	} else {
-		b = g.localCluster(name)
+		b = g.fl.localCluster(g, name)
 	}
 	g.clusters[name] = b
 	return b
 }
 
 func (g *gen) clusterOK(name string) bool { return g.cluster(name) != nil }
-
-// shared is something built once per push context for many proxies, with
-// the problems found building it (replayed to each proxy's report).
-type shared struct {
-	value    any
-	problems []string
-}
-
-// isolated is a generator sharing g's inputs but none of its findings, to
-// build what goes into the push context's memo.
-func (g *gen) isolated() *gen {
-	return &gen{
-		pc: g.pc, p: g.p, scope: g.scope, grpc: g.grpc, locality: g.locality, localityStr: g.localityStr,
-		clusters: map[string]*builtCluster{}, las: map[string]*endpointv3.ClusterLoadAssignment{},
-		routesBy: map[string]*routev3.RouteConfiguration{}, empties: map[string]*anypb.Any{},
-	}
-}
 
 func drKey(dr *model.DestinationRule) string {
 	if dr == nil {
@@ -128,7 +78,7 @@ func drKey(dr *model.DestinationRule) string {
 // outboundKey names what an outbound cluster's content depends on besides
 // the push context: its name, flavour, service and DestinationRule.
 func (g *gen) outboundKey(kind, name string, svc *registryv1.Service, dr *model.DestinationRule) string {
-	return kind + "|" + strconv.FormatBool(g.grpc) + "|" + name + "|" + svc.GetNamespace() + "|" + drKey(dr)
+	return kind + "|" + g.client.name + "|" + name + "|" + svc.GetNamespace() + "|" + drKey(dr)
 }
 
 func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *builtCluster {
@@ -167,57 +117,10 @@ func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *
 	return b
 }
 
-// sniDNATCluster is an AUTO_PASSTHROUGH gateway's cluster for a service
-// port and subset: the outbound cluster under the SNI name, without the
-// TLS it would originate (the client's mTLS passes through), as Istio's
-// buildOutboundSniDnatClusters.
-func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *builtCluster {
-	base := g.cluster(ClusterName("outbound", port, subset, host))
-	if base == nil {
-		return nil
-	}
-	c := proto.Clone(base.c).(*clusterv3.Cluster)
-	c.Name = name
-	c.TransportSocket, c.TransportSocketMatches = nil, nil
-	if lb := c.GetLoadAssignment(); lb != nil {
-		lb.ClusterName = name
-	}
-	return &builtCluster{c: c, svc: base.svc, port: base.port, subset: base.subset, dr: base.dr}
-}
-
-// localCluster builds the clusters that are not a service's: the black
-// hole, and a sidecar's passthrough and inbound clusters. The black hole
-// and the passthroughs read nothing of the proxy but its address families:
-// they are built once per push for every proxy (sharedLocal), so proxies
-// of one scope hold the same clusters. Inbound clusters are the proxy's
-// own.
-func (g *gen) localCluster(name string) *builtCluster {
-	switch {
-	case g.grpc:
-		return nil
-	case name == BlackHoleCluster:
-		return g.sharedLocal(name, func(*gen) *clusterv3.Cluster { return blackHole() })
-	case g.isGateway():
-		return nil // a gateway has no inbound or passthrough clusters
-	case name == PassthroughCluster:
-		return g.sharedLocal(name, (*gen).passthrough)
-	case name == InboundPassthroughCluster:
-		v4, v6 := g.addressFamilies()
-		return g.sharedLocal(name+"|"+strconv.FormatBool(v4)+"|"+strconv.FormatBool(v6), (*gen).inboundPassthrough)
-	case strings.HasPrefix(name, "inbound|"):
-		before := g.packErrs
-		for _, c := range g.inboundClusters() {
-			if c.GetName() != name {
-				continue
-			}
-			if err := g.valid(c, before); err != nil {
-				g.problem("cluster %s dropped: %v", name, err)
-				return nil
-			}
-			return &builtCluster{c: c}
-		}
-	}
-	return nil
+// sharedBlackHole is the black hole, the same for every proxy of a push
+// (sharedLocal).
+func (g *gen) sharedBlackHole() *builtCluster {
+	return g.sharedLocal(BlackHoleCluster, func(*gen) *clusterv3.Cluster { return blackHole() })
 }
 
 // sharedLocal is a local cluster whose content follows from key alone
@@ -239,14 +142,6 @@ func (g *gen) sharedLocal(key string, build func(*gen) *clusterv3.Cluster) *buil
 	}
 	b, _ := v.value.(*builtCluster)
 	return b
-}
-
-// addressFamilies tells whether the proxy has IPv4 and IPv6 addresses.
-func (g *gen) addressFamilies() (v4, v6 bool) {
-	for _, ip := range g.p.IPs {
-		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
-	}
-	return v4, v6
 }
 
 // endpoints builds, validates and remembers the load assignment of an EDS
@@ -300,18 +195,16 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 	if ct := g.pc.Mesh.GetConnectTimeout(); ct != nil {
 		c.ConnectTimeout = ct
 	}
-	if g.grpc {
-		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
-	}
+	c.LbPolicy = g.client.defaultLB
 	switch svc.GetResolution() {
 	case registryv1.Resolution_RESOLUTION_DNS, registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN:
 		t := clusterv3.Cluster_STRICT_DNS
-		if g.grpc || svc.GetResolution() == registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN {
+		if !g.client.envoyClusters || svc.GetResolution() == registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN {
 			t = clusterv3.Cluster_LOGICAL_DNS
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: t}
 		c.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
-		if !g.grpc {
+		if g.client.envoyClusters {
 			// As Istio: the mesh's refresh rate (60 s by default), and the
 			// records' TTL respected.
 			c.DnsRefreshRate = dur(60 * time.Second) //nolint:staticcheck // deprecated in favour of a typed resolver config, still read
@@ -322,7 +215,7 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		}
 		c.LoadAssignment = g.dnsLoadAssignment(name, svc, port, ss, t == clusterv3.Cluster_LOGICAL_DNS)
 	case registryv1.Resolution_RESOLUTION_NONE:
-		if g.grpc {
+		if !g.client.envoyClusters {
 			g.problem("cluster %s: resolution NONE (passthrough) is not available to proxyless gRPC clients; left out", name)
 			return nil
 		}
@@ -334,12 +227,12 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 	}
 	if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
 		g.applyLB(c, pol.LoadBalancer)
-		if !g.grpc {
+		if g.client.envoyClusters {
 			slowStart(c, pol.LoadBalancer)
 		}
 	}
 	c.CircuitBreakers = circuitBreakers(pol.ConnectionPool, pol.RetryBudget)
-	if !g.grpc {
+	if g.client.envoyClusters {
 		g.tcpKeepalive(c, pol.ConnectionPool.GetTcp().GetTcpKeepalive())
 	}
 	if pool := pol.ConnectionPool; pool.GetTcp().GetConnectTimeout() != nil {
@@ -350,23 +243,24 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		// Istio sets the panic threshold whenever outlier detection is on:
 		// minHealthPercent, 0 unless set (Envoy's own default, 50 %, would
 		// send traffic to ejected hosts once half are ejected).
-		if mh := pol.OutlierDetection.GetMinHealthPercent(); mh >= 0 && !g.grpc {
+		if mh := pol.OutlierDetection.GetMinHealthPercent(); mh >= 0 && g.client.envoyClusters {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(mh)}}
 		}
 	}
-	if !g.grpc {
+	if g.client.envoyClusters {
 		localityLbConfig(c, g.localitySetting(pol.LoadBalancer))
 	}
-	if g.grpc {
-		if !g.grpcClusterTLS(c, svc, port, ss, pol.TLS) {
-			return nil
+	if g.client.envoyClusters {
+		if opts := httpOptions(port.GetProtocol(), pol.ConnectionPool); opts != nil {
+			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
 		}
+	}
+	if !g.client.upstreamTLS(g, c, svc, port, ss, dr, pol.TLS) {
+		return nil
+	}
+	if !g.client.envoyClusters {
 		return c
 	}
-	if opts := httpOptions(port.GetProtocol(), pol.ConnectionPool); opts != nil {
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
-	}
-	g.applyTLS(c, svc, port, ss, dr, pol.TLS)
 	if pp := pol.ProxyProtocol; pp != nil {
 		g.upstreamProxyProtocol(c, pp)
 	}
@@ -481,12 +375,12 @@ func (g *gen) applyLB(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings)
 			c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 		case networking.LoadBalancerSettings_RANDOM:
 			c.LbPolicy = clusterv3.Cluster_RANDOM
-			if g.grpc {
+			if !g.client.envoyClusters {
 				g.problem("cluster %s: RANDOM load balancing is not available to proxyless gRPC clients; ROUND_ROBIN used", c.GetName())
 				c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 			}
 		case networking.LoadBalancerSettings_PASSTHROUGH:
-			if g.grpc || c.GetType() != clusterv3.Cluster_EDS {
+			if !g.client.envoyClusters || c.GetType() != clusterv3.Cluster_EDS {
 				g.problem("cluster %s: PASSTHROUGH load balancing applies to sidecars' EDS clusters only; ignored", c.GetName())
 				return
 			}
@@ -496,7 +390,7 @@ func (g *gen) applyLB(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings)
 		}
 	case *networking.LoadBalancerSettings_ConsistentHash:
 		ch := s.ConsistentHash
-		if m := ch.GetMaglev(); m != nil && !g.grpc {
+		if m := ch.GetMaglev(); m != nil && g.client.envoyClusters {
 			c.LbPolicy = clusterv3.Cluster_MAGLEV
 			if m.GetTableSize() > 0 {
 				c.LbConfig = &clusterv3.Cluster_MaglevLbConfig_{MaglevLbConfig: &clusterv3.Cluster_MaglevLbConfig{TableSize: wrapperspb.UInt64(m.GetTableSize())}}
@@ -735,8 +629,6 @@ func (g *gen) autoSNI(c *clusterv3.Cluster, tls *networking.ClientTLSSettings) {
 	c.TypedExtensionProtocolOptions[http2Options] = g.pack(opts)
 }
 
-func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
-
 // istioMutual is mesh mTLS: the workload certificate and root from the
 // agent over SDS, and the server must present one of sans. HTTP/2
 // clusters also offer h2 (Istio's ALPNInMeshH2WithMxc).
@@ -844,66 +736,6 @@ func (g *gen) originatedTLS(cluster string, tls *networking.ClientTLSSettings, h
 	return g.tlsSocket(&tlsv3.UpstreamTlsContext{Sni: tls.GetSni(), CommonTlsContext: common})
 }
 
-// sanMatchers match a certificate's SANs against names exactly: a URI
-// SAN for "spiffe://…" and other URIs, an IP SAN for addresses, a DNS SAN
-// otherwise (Istio matches the name against any SAN).
-func sanMatchers(names []string) []*tlsv3.SubjectAltNameMatcher {
-	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(names))
-	for _, n := range names {
-		t := tlsv3.SubjectAltNameMatcher_DNS
-		if strings.Contains(n, "://") {
-			t = tlsv3.SubjectAltNameMatcher_URI
-		} else if _, err := netip.ParseAddr(n); err == nil {
-			t = tlsv3.SubjectAltNameMatcher_IP_ADDRESS
-		}
-		out = append(out, &tlsv3.SubjectAltNameMatcher{SanType: t, Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: n}}})
-	}
-	return out
-}
-
-// inboundClusters are inbound|<port>|| for each inbound port (see
-// inboundPorts): to the application, or for a Sidecar ingress port
-// without defaultEndpoint, to the original destination from 127.0.0.6 as
-// InboundPassthroughCluster.
-func (g *gen) inboundClusters() []*clusterv3.Cluster {
-	if g.inbound != nil {
-		return g.inbound
-	}
-	out := []*clusterv3.Cluster{}
-	for _, ip := range g.inboundPorts() {
-		name := ClusterName("inbound", ip.port, "", "")
-		var c *clusterv3.Cluster
-		if ip.endpoint == nil {
-			c = g.inboundPassthrough()
-			c.Name = name
-		} else {
-			c = &clusterv3.Cluster{
-				Name:                 name,
-				ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-				ConnectTimeout:       dur(defaultConnectTimeout),
-				LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-				CircuitBreakers:      circuitBreakers(nil, nil),
-				LoadAssignment: &endpointv3.ClusterLoadAssignment{
-					ClusterName: name,
-					Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{
-						lbEndpoint(ip.endpoint, 0, corev3.HealthStatus_UNKNOWN, nil),
-					}}},
-				},
-			}
-		}
-		// The application speaks the port's protocol: HTTP/2 to a gRPC
-		// or HTTP/2 port, the client's own on a sniffed one (Istio's
-		// setUpstreamProtocol on inbound clusters).
-		c.TypedExtensionProtocolOptions = nil
-		if opts := httpOptions(ip.proto, nil); opts != nil {
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
-		}
-		out = append(out, c)
-	}
-	g.inbound = out
-	return out
-}
-
 func blackHole() *clusterv3.Cluster {
 	return &clusterv3.Cluster{
 		Name:                 BlackHoleCluster,
@@ -912,40 +744,28 @@ func blackHole() *clusterv3.Cluster {
 	}
 }
 
-// inboundPassthrough is Istio's InboundPassthroughCluster: the
-// passthrough, with its connections made from 127.0.0.6 (and ::6 for a
-// workload with IPv6 addresses), which the capture rules let reach the
-// application rather than loop back into the sidecar.
-func (g *gen) inboundPassthrough() *clusterv3.Cluster {
-	c := g.passthrough()
-	c.Name = InboundPassthroughCluster
-	v4, v6 := g.addressFamilies()
-	src := InboundPassthroughBind
-	if !v4 && v6 {
-		src = inboundPassthroughBind6
+// unknownTarget is where traffic to destinations the mesh does not know
+// goes, per outboundTrafficPolicy: its original destination (ALLOW_ANY),
+// or the egressProxy's cluster when the Sidecar names one (Istio's
+// GetDestinationCluster of it: "outbound|<port>|<subset>|<host>"), or
+// nowhere (REGISTRY_ONLY).
+func (g *gen) unknownTarget() string {
+	if !g.scope.AllowAny() {
+		return BlackHoleCluster
 	}
-	bind := &corev3.BindConfig{SourceAddress: &corev3.SocketAddress{Address: src, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0}}}
-	if v4 && v6 {
-		bind.ExtraSourceAddresses = []*corev3.ExtraSourceAddress{{Address: &corev3.SocketAddress{Address: inboundPassthroughBind6, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0}}}}
+	sc := g.scope.Sidecar
+	if sc == nil {
+		return PassthroughCluster
 	}
-	c.UpstreamBindConfig = bind
-	return c
-}
-
-// passthrough sends to the original destination. HTTP keeps the
-// protocol the application spoke (h2c stays HTTP/2), as Istio's
-// PassthroughCluster does.
-func (g *gen) passthrough() *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 PassthroughCluster,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
-		ConnectTimeout:       dur(defaultConnectTimeout),
-		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
-		CircuitBreakers:      circuitBreakers(nil, nil),
-		TypedExtensionProtocolOptions: map[string]*anypb.Any{http2Options: g.pack(&httpv3.HttpProtocolOptions{
-			UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
-				HttpProtocolOptions: &corev3.Http1ProtocolOptions{}, Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
-			}},
-		})},
+	ep := sc.Spec.GetOutboundTrafficPolicy().GetEgressProxy()
+	if ep == nil {
+		return PassthroughCluster
 	}
+	host := model.ResolveHost(ep.GetHost(), sc.Namespace, g.pc.DomainSuffix)
+	name := ClusterName("outbound", ep.GetPort().GetNumber(), ep.GetSubset(), host)
+	if g.cluster(name) == nil {
+		g.problem("Sidecar %s/%s: outboundTrafficPolicy.egressProxy %s is not a cluster this proxy has; unknown destinations pass through directly", sc.Namespace, sc.Name, name)
+		return PassthroughCluster
+	}
+	return name
 }

@@ -11,7 +11,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -42,54 +41,6 @@ func (g *gen) checkListeners(in []*listenerv3.Listener, packErrsBefore int) []*l
 		out = append(out, l)
 	}
 	return out
-}
-
-// Validate runs a resource's generated validation, and that of every
-// message packed in its Any fields.
-func Validate(m proto.Message) error {
-	if v, ok := m.(interface{ Validate() error }); ok {
-		if err := v.Validate(); err != nil {
-			return err //nolint:wrapcheck // the generated message names the field
-		}
-	}
-	return walkAny(m.ProtoReflect())
-}
-
-func walkAny(m protoreflect.Message) error {
-	var err error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.IsList() && fd.Message() != nil:
-			l := v.List()
-			for i := 0; i < l.Len() && err == nil; i++ {
-				err = visit(l.Get(i).Message())
-			}
-		case fd.IsMap() && fd.MapValue().Message() != nil:
-			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-				err = visit(mv.Message())
-				return err == nil
-			})
-		case fd.Message() != nil && !fd.IsList() && !fd.IsMap():
-			err = visit(v.Message())
-		}
-		return err == nil
-	})
-	return err
-}
-
-func visit(m protoreflect.Message) error {
-	a, ok := m.Interface().(*anypb.Any)
-	if !ok {
-		return walkAny(m)
-	}
-	inner, err := a.UnmarshalNew()
-	if err != nil {
-		return fmt.Errorf("typed config %s: %w", a.GetTypeUrl(), err)
-	}
-	if err := Validate(inner); err != nil {
-		return fmt.Errorf("%s: %w", a.GetTypeUrl(), err)
-	}
-	return nil
 }
 
 // repairRoutes keeps a bad part from taking the rest down: a virtual
@@ -297,20 +248,12 @@ func (g *gen) checkConfig(cfg proto.Message) error {
 	return nil
 }
 
+// routeKnown reports whether a route configuration an HCM names is one
+// the proxy gets (its flavour decides).
+func (g *gen) routeKnown(name string) bool { return g.fl.routeKnown(g, name) }
+
 // checkHCM: the router filter is last, RDS names a generated route
 // configuration, and an inline one only names clusters the output has.
-// routeKnown reports whether a route configuration an HCM names exists:
-// built and checked (sidecars: a listener whose route was dropped goes
-// too), or for a gateway, one of its servers' route names (built when
-// asked for, as Istio's LDS does not build RDS).
-func (g *gen) routeKnown(name string) bool {
-	if g.isGateway() {
-		_, ok := g.gatewayMerge().routes[name]
-		return ok
-	}
-	return g.routeOK(name)
-}
-
 func (g *gen) checkHCM(hcm *hcmv3.HttpConnectionManager) error {
 	fs := hcm.GetHttpFilters()
 	if len(fs) == 0 || fs[len(fs)-1].GetName() != routerFilter {
@@ -329,4 +272,16 @@ func (g *gen) checkHCM(hcm *hcmv3.HttpConnectionManager) error {
 		}
 	}
 	return nil
+}
+
+// networkFilter packs a network filter. Its consistency check
+// (checkConfig) runs now, on the message at hand, so that checking the
+// listener later needs no unpacking.
+func (g *gen) networkFilter(name string, cfg proto.Message) *listenerv3.Filter {
+	a := g.pack(cfg)
+	if g.filterChecks == nil {
+		g.filterChecks = map[*anypb.Any]error{}
+	}
+	g.filterChecks[a] = g.checkConfig(cfg)
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: a}}
 }

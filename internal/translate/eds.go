@@ -15,15 +15,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
-func servicePort(svc *registryv1.Service, n uint32) *registryv1.ServicePort {
-	for _, p := range svc.GetPorts() {
-		if p.GetNumber() == n {
-			return p
-		}
-	}
-	return nil
-}
-
 // endpointPort is the port an endpoint serves a service port on.
 func endpointPort(ep *registryv1.Endpoint, port *registryv1.ServicePort) (uint32, bool) {
 	for _, ept := range ep.GetPorts() {
@@ -114,7 +105,7 @@ func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registr
 
 // endpointMetadata marks endpoints with a sidecar for auto mTLS.
 func (g *gen) endpointMetadata(ep *registryv1.Endpoint) *corev3.Metadata {
-	if g.grpc || ep.GetTlsMode() != registryv1.TLSMode_TLS_MODE_ISTIO {
+	if !g.client.envoyClusters || ep.GetTlsMode() != registryv1.TLSMode_TLS_MODE_ISTIO {
 		return nil
 	}
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{

@@ -29,8 +29,8 @@ type egressPort struct {
 // Unix socket binds are left out, reported: the agent does not set them
 // up.
 func (g *gen) egressPorts() []egressPort {
-	if g.egress != nil {
-		return g.egress
+	if g.sc.egress != nil {
+		return g.sc.egress
 	}
 	out := []egressPort{}
 	if sc := g.scope.Sidecar; sc != nil {
@@ -55,7 +55,7 @@ func (g *gen) egressPorts() []egressPort {
 			out = append(out, ep)
 		}
 	}
-	g.egress = out
+	g.sc.egress = out
 	return out
 }
 

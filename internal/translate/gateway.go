@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -31,11 +32,6 @@ import (
 // the Gateways selecting it merged into one listener per port, HTTP
 // servers routed by the VirtualServices bound to them, TLS servers told
 // apart by SNI, and the outbound clusters of what it sees (no inbound).
-
-// credentialCASuffix names, after a credential's SDS name
-// (registry.CredentialPrefix + name), the CA certificates of MUTUAL
-// servers, as Istio does.
-const credentialCASuffix = "-cacert"
 
 // gwServer is one server of a Gateway, as merged on a listener port.
 type gwServer struct {
@@ -68,7 +64,73 @@ type gwPort struct {
 	routes  map[string]bool
 }
 
-func (g *gen) isGateway() bool { return g.p.Type == model.RouterProxy }
+// router is the flavour of gateway proxies (node type "router").
+type router struct{}
+
+// gatewayState is what a gateway proxy's own builders remember.
+type gatewayState struct {
+	// merge is what configures the proxy (gatewayMerge).
+	merge *gatewayMerge
+	// tls are its TLS transport sockets by their settings.
+	tls map[string]*corev3.TransportSocket
+	// hcm is what its HTTP connection managers share (gatewayHCMFilter).
+	hcm *hcmTail
+	// vsRoutes are the routes of VirtualServices on it (gatewayVSRoutes).
+	vsRoutes map[gwVSKey][]*routev3.Route
+}
+
+// clusterNames: outbound only, as Istio's gateways (no inbound or
+// passthrough clusters), the black hole, and the SNI-named clusters of
+// AUTO_PASSTHROUGH servers.
+func (router) clusterNames(g *gen) []string {
+	names := []string{BlackHoleCluster}
+	for _, gp := range g.gatewayPorts() {
+		for _, s := range gp.tls {
+			if s.srv.GetTls().GetMode() == networking.ServerTLSSettings_AUTO_PASSTHROUGH {
+				for _, fc := range g.autoPassthroughChains(s) {
+					names = append(names, fc.GetName())
+				}
+			}
+		}
+	}
+	return names
+}
+
+func (router) localCluster(g *gen, name string) *builtCluster {
+	if name == BlackHoleCluster {
+		return g.sharedBlackHole()
+	}
+	if portNum, subset, host, ok := parseSNIDNATClusterName(name); ok {
+		return g.sniDNATCluster(name, portNum, subset, host)
+	}
+	return nil
+}
+
+// routeNames: its HTTP servers' route names.
+func (router) routeNames(g *gen) []string { return g.gatewayRouteNames() }
+
+func (router) buildRoute(g *gen, name string) *routev3.RouteConfiguration {
+	return g.gatewayRoute(name)
+}
+
+// sharedRouteKey: a gateway builds its own.
+func (router) sharedRouteKey(*gen, string) (string, bool) { return "", false }
+
+// routeKnown: one of its servers' route names (built when asked for, as
+// Istio's LDS does not build RDS).
+func (router) routeKnown(g *gen, name string) bool {
+	_, ok := g.gatewayMerge().routes[name]
+	return ok
+}
+
+// listeners: all of them, one per port, whatever the names.
+func (router) listeners(g *gen, _ []string) []*listenerv3.Listener {
+	if g.listeners == nil {
+		before := g.packErrs
+		g.listeners = g.checkListeners(g.gatewayListeners(), before)
+	}
+	return g.listeners
+}
 
 // gatewayMerge is what the Gateways selecting a gateway proxy configure
 // (mergeGateways): their servers by listener port, the HTTP servers by
@@ -90,8 +152,8 @@ type gatewayMerge struct {
 func (g *gen) gatewayPorts() []*gwPort { return g.gatewayMerge().ports }
 
 func (g *gen) gatewayMerge() *gatewayMerge {
-	if g.gwMerge != nil {
-		return g.gwMerge
+	if g.gw.merge != nil {
+		return g.gw.merge
 	}
 	gws := g.pc.ProxyGateways(g.p)
 	listen := map[uint32]uint32{}
@@ -123,7 +185,7 @@ func (g *gen) gatewayMerge() *gatewayMerge {
 	for _, p := range m.problems {
 		g.problem("%s", p)
 	}
-	g.gwMerge = m
+	g.gw.merge = m
 	return m
 }
 
@@ -378,10 +440,10 @@ type hcmTail struct {
 // it: byte for byte the encoding of the whole message
 // (TestGatewayHTTPConnectionManagersEncodeAsTheWholeMessage).
 func (g *gen) gatewayHCMFilter(statPrefix, route string) *listenerv3.Filter {
-	if g.gwHCM == nil {
-		g.gwHCM = g.gatewayHCMTail()
+	if g.gw.hcm == nil {
+		g.gw.hcm = g.gatewayHCMTail()
 	}
-	t := g.gwHCM
+	t := g.gw.hcm
 	rds := &hcmv3.Rds{ConfigSource: adsSource(), RouteConfigName: route}
 	if err := (&hcmv3.HttpConnectionManager{StatPrefix: statPrefix, RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: rds}}).Validate(); err != nil {
 		g.packErrs++
@@ -686,11 +748,11 @@ type gwVHost struct {
 // same hosts share them.
 func (g *gen) gatewayVSRoutes(gw string, vs *model.VirtualService, port uint32) []*routev3.Route {
 	free := gwVSKey{gw: gw, vs: vs}
-	if routes, ok := g.gwVSRoutes[free]; ok {
+	if routes, ok := g.gw.vsRoutes[free]; ok {
 		return routes // port-free, built for another port
 	}
 	key := gwVSKey{gw: gw, vs: vs, port: port}
-	if routes, ok := g.gwVSRoutes[key]; ok {
+	if routes, ok := g.gw.vsRoutes[key]; ok {
 		return routes
 	}
 	if g.portFree(vs) {
@@ -700,10 +762,10 @@ func (g *gen) gatewayVSRoutes(gw string, vs *model.VirtualService, port uint32) 
 		g.problem("VirtualService %s/%s: %s", vs.Namespace, vs.Name, p)
 	}
 	routes := g.vsRoutes(vs, nil, &registryv1.ServicePort{Number: port}, gw)
-	if g.gwVSRoutes == nil {
-		g.gwVSRoutes = map[gwVSKey][]*routev3.Route{}
+	if g.gw.vsRoutes == nil {
+		g.gw.vsRoutes = map[gwVSKey][]*routev3.Route{}
 	}
-	g.gwVSRoutes[key] = routes
+	g.gw.vsRoutes[key] = routes
 	return routes
 }
 
@@ -882,15 +944,15 @@ func (g *gen) gatewayDownstreamTLS(s gwServer) (*corev3.TransportSocket, error) 
 		return nil, fmt.Errorf("tls settings: %w", err)
 	}
 	key := s.srv.GetPort().GetProtocol() + "|" + string(raw)
-	if ts, ok := g.gwTLS[key]; ok {
+	if ts, ok := g.gw.tls[key]; ok {
 		return ts, nil
 	}
 	ts, err := g.buildGatewayTLS(s)
 	if err == nil {
-		if g.gwTLS == nil {
-			g.gwTLS = map[string]*corev3.TransportSocket{}
+		if g.gw.tls == nil {
+			g.gw.tls = map[string]*corev3.TransportSocket{}
 		}
-		g.gwTLS[key] = ts
+		g.gw.tls[key] = ts
 	}
 	return ts, err
 }
@@ -939,4 +1001,22 @@ func tlsVersion(v networking.ServerTLSSettings_TLSProtocol, def tlsv3.TlsParamet
 		return def
 	}
 	return tlsv3.TlsParameters_TlsProtocol(v)
+}
+
+// sniDNATCluster is an AUTO_PASSTHROUGH gateway's cluster for a service
+// port and subset: the outbound cluster under the SNI name, without the
+// TLS it would originate (the client's mTLS passes through), as Istio's
+// buildOutboundSniDnatClusters.
+func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *builtCluster {
+	base := g.cluster(ClusterName("outbound", port, subset, host))
+	if base == nil {
+		return nil
+	}
+	c := proto.Clone(base.c).(*clusterv3.Cluster)
+	c.Name = name
+	c.TransportSocket, c.TransportSocketMatches = nil, nil
+	if lb := c.GetLoadAssignment(); lb != nil {
+		lb.ClusterName = name
+	}
+	return &builtCluster{c: c, svc: base.svc, port: base.port, subset: base.subset, dr: base.dr}
 }

@@ -23,7 +23,7 @@ func TestGatewayHTTPConnectionManagersEncodeAsTheWholeMessage(t *testing.T) {
 	}
 	n := 0
 	for _, x := range generators(t, string(input)) {
-		if !x.g.isGateway() {
+		if _, ok := x.g.fl.(router); !ok {
 			continue
 		}
 		for _, l := range x.Listeners(nil) {

@@ -7,10 +7,16 @@ import (
 	"strconv"
 	"strings"
 
+	originaldstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -33,8 +39,8 @@ type inboundPort struct {
 // those and no others), else each port of the services its workload is
 // an endpoint of, to the application on 127.0.0.1.
 func (g *gen) inboundPorts() []inboundPort {
-	if g.inPorts != nil {
-		return g.inPorts
+	if g.sc.inPorts != nil {
+		return g.sc.inPorts
 	}
 	out := []inboundPort{}
 	if sc := g.scope.Sidecar; sc != nil && len(sc.Spec.GetIngress()) > 0 {
@@ -75,7 +81,7 @@ func (g *gen) inboundPorts() []inboundPort {
 		}
 	}
 	slices.SortFunc(out, func(a, b inboundPort) int { return int(a.port) - int(b.port) })
-	g.inPorts = out
+	g.sc.inPorts = out
 	return out
 }
 
@@ -119,4 +125,93 @@ func (g *gen) defaultEndpoint(s string) (*corev3.Address, bool) {
 		}
 	}
 	return socketAddress(host, uint32(port)), true
+}
+
+// virtualInbound receives everything sent to the pod: one filter chain per
+// port of the workload (mTLS, plaintext, or both as PeerAuthentication
+// says) to the application on localhost, and a catch-all passthrough.
+func (g *gen) virtualInbound() *listenerv3.Listener {
+	l := &listenerv3.Listener{
+		Name:             VirtualInbound,
+		Address:          socketAddress("0.0.0.0", InboundPort),
+		TrafficDirection: corev3.TrafficDirection_INBOUND,
+		ListenerFilters: []*listenerv3.ListenerFilter{
+			{Name: "envoy.filters.listener.original_dst", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&originaldstv3.OriginalDst{})}},
+			{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}},
+		},
+	}
+	var sniff []uint32
+	for _, ip := range g.inboundPorts() {
+		if ip.bind != "" {
+			continue // a listener of its own (boundInbound)
+		}
+		if sniffed(ip.proto) {
+			sniff = append(sniff, ip.port)
+		}
+		l.FilterChains = append(l.FilterChains, g.inboundChains(ip.port, ip.proto)...)
+	}
+	if len(sniff) > 0 {
+		slices.Sort(sniff)
+		// After the TLS inspector, and only on sniffed ports, as Istio's
+		// buildHTTPInspector: the HTTP inspector waits for the client's
+		// first bytes, which a server-first protocol (MySQL, SMTP) on a
+		// declared port never sends.
+		hi := g.httpInspector()
+		hi.FilterDisabled = &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: portsPredicate(sniff)}}
+		l.ListenerFilters = append(l.ListenerFilters, hi)
+	}
+	// As Istio (buildInboundPassthroughChains): first a black hole for
+	// connections to the listener's own port, which would loop; then
+	// connections to ports no service of the workload names go to their
+	// original destination from 127.0.0.6 (InboundPassthroughCluster),
+	// under the workload's mTLS mode: mTLS from mesh clients is
+	// terminated (PERMISSIVE, STRICT), plaintext and other TLS pass
+	// (PERMISSIVE, DISABLE).
+	l.FilterChains = append([]*listenerv3.FilterChain{{
+		Name:             "virtualInbound-blackhole",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(InboundPort)},
+		Filters:          []*listenerv3.Filter{g.tcpProxy(BlackHoleCluster, single(BlackHoleCluster))},
+	}}, l.FilterChains...)
+	pass := func() []*listenerv3.Filter { return g.inboundTCP(InboundPassthroughCluster) }
+	mtls := &listenerv3.FilterChain{
+		Name:             "virtualInbound-catchall-mtls",
+		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls", ApplicationProtocols: istioMTLSALPN()},
+		Filters:          pass(),
+		TransportSocket:  g.downstreamMTLS(registryv1.Protocol_PROTOCOL_TCP),
+	}
+	switch g.pc.InboundMTLS(g.p, 0) {
+	case model.Strict:
+		l.FilterChains = append(l.FilterChains, mtls)
+	case model.Disable:
+		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{Name: "virtualInbound-catchall", Filters: pass()})
+	default:
+		l.FilterChains = append(l.FilterChains, mtls,
+			&listenerv3.FilterChain{Name: "virtualInbound-catchall-tls", FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls"}, Filters: pass()},
+			&listenerv3.FilterChain{Name: "virtualInbound-catchall", FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer"}, Filters: pass()})
+	}
+	return l
+}
+
+// boundInbound are the listeners of Sidecar ingress ports with
+// captureMode NONE: bound to their address and port, since no capture
+// rule sends them anything (Istio's getBindToPort).
+func (g *gen) boundInbound() []*listenerv3.Listener {
+	var out []*listenerv3.Listener
+	for _, ip := range g.inboundPorts() {
+		if ip.bind == "" {
+			continue
+		}
+		l := &listenerv3.Listener{
+			Name:             ip.bind + "_" + itoa(ip.port),
+			Address:          socketAddress(ip.bind, ip.port),
+			TrafficDirection: corev3.TrafficDirection_INBOUND,
+			FilterChains:     g.inboundChains(ip.port, ip.proto),
+			ListenerFilters:  []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}},
+		}
+		if sniffed(ip.proto) {
+			l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
+		}
+		out = append(out, l)
+	}
+	return out
 }

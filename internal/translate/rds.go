@@ -25,48 +25,13 @@ import (
 )
 
 const (
-	faultFilter  = "envoy.filters.http.fault"
-	corsFilter   = "envoy.filters.http.cors"
-	routerFilter = "envoy.filters.http.router"
 	// defaultRetryOn is what Istio retries when a route says nothing.
 	defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 )
 
-// grpcRetryOn are the retry conditions gRPC clients understand.
-var grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
-
-// routeCandidates names every route configuration: one per outbound HTTP
-// port for sidecars ("80"), one per API listener for proxyless gRPC
-// clients ("host:port").
-func (g *gen) routeCandidates() []string {
-	if g.isGateway() {
-		return g.gatewayRouteNames()
-	}
-	var names []string
-	if !g.grpc {
-		for _, ep := range g.egressPorts() {
-			if isHTTP(ep.proto) || sniffed(ep.proto) {
-				names = append(names, itoa(ep.port))
-			}
-		}
-	}
-	for _, svc := range g.scope.Services() {
-		if g.grpc && !grpcReachable(svc) {
-			continue
-		}
-		for _, port := range svc.GetPorts() {
-			switch {
-			case g.grpc:
-				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
-			case g.onPortRoute(svc, port):
-				names = append(names, itoa(port.GetNumber()))
-			case sniffed(port.GetProtocol()):
-				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
-			}
-		}
-	}
-	return names
-}
+// routeCandidates names every route configuration the proxy has (its
+// flavour's routeNames).
+func (g *gen) routeCandidates() []string { return g.fl.routeNames(g) }
 
 // route builds, checks and remembers one route configuration; nil when
 // the proxy has none of that name or it failed validation (reported).
@@ -75,7 +40,7 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 		return rc
 	}
 	var rc *routev3.RouteConfiguration
-	if key, ok := g.sharedRouteKey(name); ok {
+	if key, ok := g.fl.sharedRouteKey(g, name); ok {
 		v := g.pc.Memo(key, func() any {
 			sub := g.isolated()
 			rc := sub.buildRoute(name)
@@ -93,22 +58,6 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 	}
 	g.routesBy[name] = rc
 	return rc
-}
-
-// sharedRouteKey names what a sidecar's route configuration depends on
-// besides the push context: its name and the proxy's scope (namespace and
-// Sidecar), and only when the configuration makes them matter the proxy's
-// labels (a VirtualService match on sourceLabels, a DestinationRule's
-// workload selector) and addresses (a passthrough service routed per
-// endpoint leaves out the proxy's own). Proxies of one scope then share
-// one built, checked and encoded route configuration per push, as
-// Istio's route cache shares them. Gateways and proxyless clients build
-// their own.
-func (g *gen) sharedRouteKey(name string) (string, bool) {
-	if g.grpc || g.isGateway() {
-		return "", false
-	}
-	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.readsAddresses(false)), true
 }
 
 // scopeKey is the push-context key of something a sidecar shares with the
@@ -148,18 +97,8 @@ func (g *gen) readsAddresses(headlessToo bool) bool {
 
 // buildRoute builds and checks one route configuration.
 func (g *gen) buildRoute(name string) *routev3.RouteConfiguration {
-	var rc *routev3.RouteConfiguration
 	before := g.packErrs
-	switch {
-	case g.isGateway():
-		rc = g.gatewayRoute(name)
-	case g.grpc:
-		rc = g.grpcRoute(name)
-	case strings.Contains(name, ":"):
-		rc = g.sniffedRoute(name)
-	default:
-		rc = g.portRoute(name)
-	}
+	rc := g.fl.buildRoute(g, name)
 	if rc != nil {
 		g.repairRoutes(rc, before)
 		// The virtual hosts were validated one by one; validate the rest.
@@ -176,79 +115,6 @@ func (g *gen) buildRoute(name string) *routev3.RouteConfiguration {
 }
 
 func (g *gen) routeOK(name string) bool { return g.route(name) != nil }
-
-// portRoute is a sidecar's route configuration for an outbound port: a
-// virtual host per HTTP service on the port, and the fallback.
-func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
-	n, err := strconv.ParseUint(name, 10, 32)
-	if err != nil {
-		return nil
-	}
-	var vhs []*routev3.VirtualHost
-	// A Sidecar egress listener on the port routes its own services that
-	// have the port (Istio's GetEgressListenerForRDS); otherwise the
-	// catch-all's HTTP services on it.
-	services, egress := g.catchAllServices(), false
-	if ep := g.egressPortFor(uint32(n)); ep != nil && (isHTTP(ep.proto) || sniffed(ep.proto)) {
-		services, egress = ep.services, true
-	}
-	for _, svc := range services {
-		if port := servicePort(svc, uint32(n)); port != nil && (egress || g.onPortRoute(svc, port)) {
-			vhs = append(vhs, g.virtualHost(svc, port))
-		}
-	}
-	if len(vhs) == 0 {
-		return nil
-	}
-	sortByName(vhs)
-	vhs = append(vhs, g.fallbackVirtualHost())
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
-}
-
-// sniffedRoute is the route configuration "<host>:<port>" of a sniffed
-// port of a service with an address: that service's virtual host for
-// every Host, and no fallback, since the listener is the service's own
-// (Istio's getVirtualHostsForSniffedServicePort).
-func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
-	svc, port := g.hostPort(name)
-	if svc == nil || !sniffed(port.GetProtocol()) || g.onPortRoute(svc, port) {
-		return nil
-	}
-	vh := g.virtualHost(svc, port)
-	vh.Domains = []string{"*"}
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
-}
-
-// grpcRoute is a proxyless client's route configuration for "host:port".
-func (g *gen) grpcRoute(name string) *routev3.RouteConfiguration {
-	svc, port := g.hostPort(name)
-	if svc == nil || !grpcReachable(svc) {
-		return nil
-	}
-	vh := &routev3.VirtualHost{
-		Name:    name,
-		Domains: []string{name, svc.GetHostname()},
-		Routes:  g.httpRoutes(svc, port),
-	}
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
-}
-
-// hostPort finds the service and port a "host:port" name is about.
-func (g *gen) hostPort(name string) (*registryv1.Service, *registryv1.ServicePort) {
-	host, n, ok := ParseListenerName(name)
-	if !ok {
-		return nil, nil
-	}
-	svc := g.scope.Service(host)
-	if svc == nil {
-		return nil, nil
-	}
-	port := servicePort(svc, n)
-	if port == nil {
-		return nil, nil
-	}
-	return svc, port
-}
 
 // virtualHost is "<host>:<port>", reached by every name of the service,
 // with and without the port.
@@ -451,15 +317,6 @@ func (g *gen) routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	return rm
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 func stringMatcher(sm *networking.StringMatch) *matcherv3.StringMatcher {
 	switch v := sm.GetMatchType().(type) {
 	case *networking.StringMatch_Exact:
@@ -526,7 +383,7 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 		r.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: g.pack(f)}
 	}
 	if c := hr.GetCorsPolicy(); c != nil {
-		if g.grpc {
+		if !g.client.envoyHTTP {
 			g.problem("route %s of VirtualService %s/%s: corsPolicy is not available to proxyless gRPC clients; ignored", r.GetName(), vs.Namespace, vs.Name)
 		} else {
 			if r.TypedPerFilterConfig == nil {
@@ -694,16 +551,6 @@ func (g *gen) sharedDefaultRetryPolicy(hashed bool) *routev3.RetryPolicy {
 	return g.defaultRetries[i]
 }
 
-// grpcDefaultRetryPolicy is defaultRetryPolicy with only the conditions
-// gRPC clients understand, made once per generator and never changed.
-func (g *gen) grpcDefaultRetryPolicy() *routev3.RetryPolicy {
-	if g.grpcDefaultRetries == nil {
-		on := slices.DeleteFunc(strings.Split(defaultRetryOn, ","), func(c string) bool { return !slices.Contains(grpcRetryOn, c) })
-		g.grpcDefaultRetries = &routev3.RetryPolicy{RetryOn: strings.Join(on, ","), NumRetries: wrapperspb.UInt32(2)}
-	}
-	return g.grpcDefaultRetries
-}
-
 func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 	return &routev3.RetryPolicy_RetryHostPredicate{
 		Name:       "envoy.retry_host_predicates.previous_hosts",
@@ -719,17 +566,7 @@ func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 // hashes to a host. gRPC clients get only the conditions they understand.
 func (g *gen) retryPolicy(r *networking.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 	if r == nil {
-		if g.grpc {
-			// Istio gives proxyless clients the default policy too
-			// (translateRoute: retry.ConvertPolicy of the mesh default);
-			// grpc-go reads its unavailable and cancelled and retries
-			// them twice. It also covers grpc-go's own window when a
-			// route gains a cluster: the config selector may pick it
-			// before the cluster manager has it ("unknown cluster
-			// selected for RPC", UNAVAILABLE), and the retry finds it.
-			return g.grpcDefaultRetryPolicy()
-		}
-		return g.sharedDefaultRetryPolicy(hashed)
+		return g.client.defaultRetry(g, hashed)
 	}
 	attempts := r.GetAttempts()
 	if attempts <= 0 {
@@ -769,8 +606,8 @@ func (g *gen) retryPolicy(r *networking.HTTPRetry, hashed bool) *routev3.RetryPo
 	if b := r.GetBackoff(); b != nil {
 		rp.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: b}
 	}
-	if g.grpc {
-		on = slices.DeleteFunc(on, func(c string) bool { return !slices.Contains(grpcRetryOn, c) })
+	if allowed := g.client.retryOn; allowed != nil {
+		on = slices.DeleteFunc(on, func(c string) bool { return !slices.Contains(allowed, c) })
 		if len(on) == 0 {
 			return nil
 		}

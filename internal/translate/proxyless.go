@@ -7,13 +7,11 @@ import (
 	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -58,6 +56,145 @@ func ParseGRPCInboundName(name string) (host string, port uint32, ok bool) {
 		return "", 0, false
 	}
 	return h, uint32(n), true
+}
+
+// grpcClient is grpc-go's xDS client (Istio's grpcgen serves it).
+func grpcClient() client {
+	return client{
+		name:        "grpc",
+		defaultLB:   clusterv3.Cluster_ROUND_ROBIN,
+		upstreamTLS: (*gen).grpcClusterTLS,
+		// The retry conditions gRPC clients understand.
+		retryOn:      []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"},
+		defaultRetry: (*gen).grpcDefaultRetryPolicy,
+		grpcRBAC:     true,
+	}
+}
+
+// proxyless is the flavour of proxyless gRPC clients and servers (node
+// metadata GENERATOR=grpc), as Istio's grpcgen: API listeners ("host:port")
+// with their route configurations, outbound clusters, and the listeners
+// of xDS-enabled gRPC servers (GRPCInboundPrefix).
+type proxyless struct{}
+
+// proxylessState is what a proxyless client's own builders remember.
+type proxylessState struct {
+	// defaultRetries is the default retry policy of its routes.
+	defaultRetries *routev3.RetryPolicy
+}
+
+// clusterNames: none but the outbound ones.
+func (proxyless) clusterNames(*gen) []string { return nil }
+
+func (proxyless) localCluster(*gen, string) *builtCluster { return nil }
+
+// routeNames: one per API listener, of every service port a gRPC client
+// can reach.
+func (proxyless) routeNames(g *gen) []string {
+	var names []string
+	for _, svc := range g.scope.Services() {
+		if !grpcReachable(svc) {
+			continue
+		}
+		for _, port := range svc.GetPorts() {
+			names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
+		}
+	}
+	return names
+}
+
+func (proxyless) buildRoute(g *gen, name string) *routev3.RouteConfiguration {
+	return g.grpcRoute(name)
+}
+
+// sharedRouteKey: a proxyless client builds its own.
+func (proxyless) sharedRouteKey(*gen, string) (string, bool) { return "", false }
+
+func (proxyless) routeKnown(g *gen, name string) bool { return g.routeOK(name) }
+
+// listeners: the API listeners named (all when names is nil), and the
+// server listeners asked for by name.
+func (proxyless) listeners(g *gen, names []string) []*listenerv3.Listener {
+	if names == nil {
+		for _, svc := range g.scope.Services() {
+			if !grpcReachable(svc) {
+				continue
+			}
+			for _, port := range svc.GetPorts() {
+				names = append(names, ListenerName(svc.GetHostname(), port.GetNumber()))
+			}
+		}
+	}
+	var out []*listenerv3.Listener
+	for _, name := range uniqueSorted(names) {
+		if strings.HasPrefix(name, GRPCInboundPrefix) {
+			if l := g.grpcServerListener(name); l != nil {
+				out = append(out, l)
+			}
+			continue
+		}
+		if svc, _ := g.hostPort(name); svc == nil || !grpcReachable(svc) {
+			continue
+		}
+		if !g.routeOK(name) {
+			g.problem("listener %s dropped: its route configuration was dropped", name)
+			continue
+		}
+		// The API listener depends on its name only: built and checked
+		// once per push context, shared by every client.
+		v := g.pc.Memo("lds|grpc|"+name, func() any {
+			sub := g.isolated()
+			before := sub.packErrs
+			l := &listenerv3.Listener{
+				Name:        name,
+				ApiListener: &listenerv3.ApiListener{ApiListener: sub.pack(sub.httpConnectionManager(name, name))},
+			}
+			if err := sub.valid(l, before); err != nil {
+				sub.problem("listener %s dropped: %v", name, err)
+				l = nil
+			} else {
+				g.pc.Share(l)
+			}
+			return &shared{value: l, problems: sub.problems}
+		}).(*shared)
+		for _, p := range v.problems {
+			g.problem("%s", p)
+		}
+		if l, _ := v.value.(*listenerv3.Listener); l != nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// grpcRoute is a proxyless client's route configuration for "host:port".
+func (g *gen) grpcRoute(name string) *routev3.RouteConfiguration {
+	svc, port := g.hostPort(name)
+	if svc == nil || !grpcReachable(svc) {
+		return nil
+	}
+	vh := &routev3.VirtualHost{
+		Name:    name,
+		Domains: []string{name, svc.GetHostname()},
+		Routes:  g.httpRoutes(svc, port),
+	}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
+}
+
+// grpcDefaultRetryPolicy is defaultRetryPolicy with only the conditions
+// gRPC clients understand, made once per generator and never changed.
+// Istio gives proxyless clients the default policy too (translateRoute:
+// retry.ConvertPolicy of the mesh default); grpc-go reads its unavailable
+// and cancelled and retries them twice. It also covers grpc-go's own
+// window when a route gains a cluster: the config selector may pick it
+// before the cluster manager has it ("unknown cluster selected for RPC",
+// UNAVAILABLE), and the retry finds it.
+func (g *gen) grpcDefaultRetryPolicy(bool) *routev3.RetryPolicy {
+	if g.px.defaultRetries == nil {
+		on := slices.DeleteFunc(strings.Split(defaultRetryOn, ","), func(c string) bool { return !slices.Contains(g.client.retryOn, c) })
+		g.px.defaultRetries = &routev3.RetryPolicy{RetryOn: strings.Join(on, ","), NumRetries: wrapperspb.UInt32(2)}
+	}
+	return g.px.defaultRetries
 }
 
 // grpcInbound is the listener of a proxyless gRPC server listening on
@@ -145,7 +282,7 @@ func (g *gen) servesPort(port uint32) bool {
 //     Flotilla goes as far as is safe: a STRICT port refuses plaintext,
 //     and a PERMISSIVE proxyless server serves plaintext only
 //     (grpcInbound), so mTLS anywhere else could fail.
-func (g *gen) grpcClusterTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, tls *networking.ClientTLSSettings) bool {
+func (g *gen) grpcClusterTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, _ *model.DestinationRule, tls *networking.ClientTLSSettings) bool {
 	switch {
 	case tls == nil:
 		if !g.pc.AutoMTLS() || svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL || !g.strictMeshEndpoints(svc, port, ss) {
@@ -203,12 +340,6 @@ func grpcCommonTLS(sans []string) *tlsv3.CommonTlsContext {
 		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertProvider, CertificateName: grpcCertName},
 		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: validation},
 	}
-}
-
-// tlsSocket is Envoy's TLS transport socket holding ctx (an upstream or
-// downstream TLS context).
-func (g *gen) tlsSocket(ctx proto.Message) *corev3.TransportSocket {
-	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: g.pack(ctx)}}
 }
 
 // grpcServerListener builds and checks a server listener (nil when the

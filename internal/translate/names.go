@@ -1,0 +1,97 @@
+package translate
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The names of resources, and their formats, that the proxies and the
+// rest of the mesh rely on.
+
+// Names of the clusters and listeners every sidecar gets.
+const (
+	BlackHoleCluster   = "BlackHoleCluster"
+	PassthroughCluster = "PassthroughCluster"
+	// InboundPassthroughCluster takes inbound connections no port of the
+	// workload's claims to their original destination, from 127.0.0.6,
+	// which the capture rules let through (InboundPassthroughBind).
+	InboundPassthroughCluster = "InboundPassthroughCluster" //nolint:gosec // a cluster's name, not a credential
+	InboundPassthroughBind    = "127.0.0.6"
+	inboundPassthroughBind6   = "::6"
+	VirtualOutbound           = "virtualOutbound"
+	VirtualInbound            = "virtualInbound"
+
+	// OutboundPort and InboundPort are where the init container's
+	// iptables rules send a pod's traffic.
+	OutboundPort = 15001
+	InboundPort  = 15006
+
+	// SDS secret names the agent serves.
+	SecretWorkload = "default"
+	SecretRoot     = "ROOTCA"
+	// sdsCluster is the cluster the bootstrap defines for the agent's SDS
+	// socket.
+	sdsCluster = "sds-grpc"
+)
+
+// ClusterName is Istio's cluster name: "outbound|80|v1|reviews.default.svc.cluster.local".
+func ClusterName(direction string, port uint32, subset, host string) string {
+	return direction + "|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
+}
+
+// ParseClusterName splits an outbound cluster name.
+func ParseClusterName(name string) (port uint32, subset, host string, ok bool) {
+	rest, ok := strings.CutPrefix(name, "outbound|")
+	if !ok {
+		return 0, "", "", false
+	}
+	num, rest, _ := strings.Cut(rest, "|")
+	subset, host, ok = strings.Cut(rest, "|")
+	if !ok || strings.Contains(host, "|") {
+		return 0, "", "", false
+	}
+	n, err := strconv.ParseUint(num, 10, 32)
+	if err != nil {
+		return 0, "", "", false
+	}
+	return uint32(n), subset, host, true
+}
+
+// ListenerName of a proxyless gRPC client's API listener: "host:port".
+func ListenerName(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// ParseListenerName splits a ListenerName (also the name of its route
+// configuration).
+func ParseListenerName(name string) (host string, port uint32, ok bool) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(name[i+1:], 10, 32)
+	if err != nil {
+		return "", 0, false
+	}
+	return name[:i], uint32(n), true
+}
+
+func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// credentialCASuffix names, after a credential's SDS name
+// (registry.CredentialPrefix + name), the CA certificates of MUTUAL
+// servers, as Istio does.
+const credentialCASuffix = "-cacert"
+
+// Envoy's names of the filters and metadata the builders use.
+const (
+	hcmFilter      = "envoy.filters.network.http_connection_manager"
+	tcpProxyFilter = "envoy.filters.network.tcp_proxy"
+	faultFilter    = "envoy.filters.http.fault"
+	corsFilter     = "envoy.filters.http.cors"
+	routerFilter   = "envoy.filters.http.router"
+	// transportSocketMatch is the endpoint metadata filter Envoy reads to
+	// pick a transport socket (auto mTLS).
+	transportSocketMatch = "envoy.transport_socket_match"
+	tlsModeIstio         = "istio"
+)
