@@ -25,6 +25,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/textdiff"
 	// Also registers the Envoy types a config dump holds, to print them.
 	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // Detail is one proxy's state on its replica and what it lacks.
@@ -151,8 +152,8 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 	fmt.Fprintln(tw, "TYPE\tSTATUS\tACKED\tSENT\tRESOURCES")
 	for _, c := range columns {
 		for _, t := range p.Types {
-			if t.TypeURL == c.typeURL {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", c.name, t.Status, cmp.Or(t.AckedVersion, "-"), cmp.Or(t.SentVersion, "-"), t.Resources)
+			if t.TypeURL == c.URL {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", c.Short, t.Status, cmp.Or(t.AckedVersion, "-"), cmp.Or(t.SentVersion, "-"), t.Resources)
 			}
 		}
 	}
@@ -163,7 +164,7 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 			if t.NackRepeats > 0 {
 				again = fmt.Sprintf(" (and %d times again since)", t.NackRepeats)
 			}
-			fmt.Fprintf(&b, "\n%s rejected version %s%s: %s\n", shortName(t.TypeURL), t.SentVersion, again, t.Nack)
+			fmt.Fprintf(&b, "\n%s rejected version %s%s: %s\n", xdstype.Short(t.TypeURL), t.SentVersion, again, t.Nack)
 		}
 	}
 	if len(p.Problems) > 0 {
@@ -199,15 +200,6 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err //nolint:wrapcheck // a write error of the output
-}
-
-func shortName(typeURL string) string {
-	for _, c := range columns {
-		if c.typeURL == typeURL {
-			return c.name
-		}
-	}
-	return typeURL
 }
 
 // section is one config dump section's resources by name, as indented
@@ -247,33 +239,33 @@ func sectionsOf(resp *discoveryv3.DiscoveryResponse) (map[string]section, map[st
 		var errs []error
 		switch d := m.(type) {
 		case *adminv3.ClustersConfigDump:
-			s.name, s.version = "Clusters", d.GetVersionInfo()
+			s.name, s.version = xdstype.Section(resourcev3.ClusterType), d.GetVersionInfo()
 			for _, c := range d.GetDynamicActiveClusters() {
 				errs = append(errs, add(nameOf(c.GetCluster()), c.GetCluster()))
 			}
 		case *adminv3.EndpointsConfigDump:
-			s.name = "Endpoints"
+			s.name = xdstype.Section(resourcev3.EndpointType)
 			for _, e := range d.GetDynamicEndpointConfigs() {
 				errs = append(errs, add(nameOf(e.GetEndpointConfig()), e.GetEndpointConfig()))
 			}
 		case *adminv3.ListenersConfigDump:
-			s.name, s.version = "Listeners", d.GetVersionInfo()
+			s.name, s.version = xdstype.Section(resourcev3.ListenerType), d.GetVersionInfo()
 			for _, l := range d.GetDynamicListeners() {
 				errs = append(errs, add(l.GetName(), l.GetActiveState().GetListener()))
 			}
 		case *adminv3.RoutesConfigDump:
-			s.name = "Routes"
+			s.name = xdstype.Section(resourcev3.RouteType)
 			for _, r := range d.GetDynamicRouteConfigs() {
 				errs = append(errs, add(nameOf(r.GetRouteConfig()), r.GetRouteConfig()))
 			}
 		case *adminv3.SecretsConfigDump:
-			s.name = "Secrets"
+			s.name = xdstype.Section(resourcev3.SecretType)
 			for _, r := range d.GetDynamicActiveSecrets() {
 				errs = append(errs, add(r.GetName(), r.GetSecret()))
 			}
 		case *structpb.Struct:
 			for k, v := range d.GetFields()[debugapi.MetadataUnknownTypes].GetStructValue().GetFields() {
-				unknown[sectionName(k)] = v.GetStringValue()
+				unknown[xdstype.Section(k)] = v.GetStringValue()
 			}
 			continue
 		default:
@@ -296,24 +288,6 @@ func nameOf(a *anypb.Any) string {
 	return cmp.Or(translate.ResourceName(m), a.GetTypeUrl())
 }
 
-// sections are a config dump's, in the order shown.
-var sections = []struct{ name, typeURL string }{
-	{"Clusters", resourcev3.ClusterType},
-	{"Endpoints", resourcev3.EndpointType},
-	{"Listeners", resourcev3.ListenerType},
-	{"Routes", resourcev3.RouteType},
-	{"Secrets", resourcev3.SecretType},
-}
-
-func sectionName(typeURL string) string {
-	for _, s := range sections {
-		if s.typeURL == typeURL {
-			return s.name
-		}
-	}
-	return typeURL
-}
-
 // diffDumps compares, section by section, what the proxy acknowledged
 // with what its replica would send now.
 func diffDumps(ackedResp, nowResp *discoveryv3.DiscoveryResponse) ([]SectionDiff, error) {
@@ -326,8 +300,8 @@ func diffDumps(ackedResp, nowResp *discoveryv3.DiscoveryResponse) ([]SectionDiff
 		return nil, err
 	}
 	var out []SectionDiff
-	for _, sec := range sections {
-		name := sec.name
+	for _, t := range xdstype.All() { // the sections in the order shown
+		name := t.Section
 		n := now[name]
 		a, inAcked := acked[name]
 		v, isUnknown := unknown[name]

@@ -24,6 +24,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // NewCommand returns the proxy-status command; conn is the root's
@@ -124,14 +125,8 @@ func list(ctx context.Context, cl *connect.Client) ([]Row, error) {
 // before revisions) is the default revision's.
 func revision(r debugapi.Replica) string { return cmp.Or(r.Revision, controlplane.DefaultRevision) }
 
-// columns are the types shown, in istioctl's order, then any other.
-var columns = []struct{ name, typeURL string }{
-	{"CDS", resourcev3.ClusterType},
-	{"LDS", resourcev3.ListenerType},
-	{"EDS", resourcev3.EndpointType},
-	{"RDS", resourcev3.RouteType},
-	{"SDS", resourcev3.SecretType},
-}
+// columns are the types shown, in istioctl's order.
+var columns = xdstype.InStatusOrder()
 
 func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 	switch output {
@@ -149,8 +144,8 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	header := []string{"NAME"}
 	for _, c := range columns {
-		if used[c.typeURL] || c.name != "SDS" {
-			header = append(header, c.name)
+		if used[c.URL] || c.URL != resourcev3.SecretType {
+			header = append(header, c.Short)
 		}
 	}
 	header = append(header, "REPLICA", "REVISION", "VERSION")
@@ -158,10 +153,10 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 	for _, r := range rows {
 		fields := []string{Name(r.Proxy.ID)}
 		for _, c := range columns {
-			if !used[c.typeURL] && c.name == "SDS" {
+			if !used[c.URL] && c.URL == resourcev3.SecretType {
 				continue
 			}
-			fields = append(fields, cell(r.Proxy, c.typeURL, now))
+			fields = append(fields, cell(r.Proxy, c.URL, now))
 		}
 		fields = append(fields, r.Replica, r.Revision, cmp.Or(r.Proxy.IstioVersion, "-"))
 		fmt.Fprintln(tw, strings.Join(fields, "\t"))

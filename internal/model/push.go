@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
@@ -64,14 +65,9 @@ type PushContext struct {
 	scopes  map[string]*Scope
 
 	memo sync.Map
-	// shared holds what Share marked, with its encoding once made
-	// (notEncoded until then).
+	// shared is the set of resources Share marked.
 	shared sync.Map
 }
-
-type notEncodedYet struct{}
-
-var notEncoded any = notEncodedYet{}
 
 // Memo returns the value kept under key in this push context, building it
 // on first use. Translation keeps what many proxies share here (a cluster
@@ -141,32 +137,21 @@ func matchesSourceLabels[M interface{ GetSourceLabels() map[string]string }](ms 
 	return slices.ContainsFunc(ms, func(m M) bool { return len(m.GetSourceLabels()) > 0 })
 }
 
-// Share marks v, built once in this push context for many proxies (a
-// Memo value, or part of one), as a value whose encoding Encoded keeps:
-// what every proxy gets the same is then encoded once per push, not once
-// per proxy. v must be a pointer and must not change after it is shared.
-func (pc *PushContext) Share(v any) {
-	pc.shared.LoadOrStore(v, notEncoded)
+// Share marks r, a resource built once in this push context for many
+// proxies (a Memo value, or part of one), as one that every proxy it is
+// built for gets the same: a server may then keep what it derives from r
+// (the xDS server keeps its encoding) once per push context, not once per
+// proxy (Shared). r must not change after it is shared.
+func (pc *PushContext) Share(r proto.Message) {
+	pc.shared.LoadOrStore(r, struct{}{})
 }
 
-// Encoded returns encode's result for v: kept in this push context, and
-// made once, when v was shared (Share); made anew each time otherwise
-// (values built for one proxy must not accumulate here). Two callers may
-// encode at once; one result wins and is kept.
-func (pc *PushContext) Encoded(v any, encode func() any) any {
-	e, ok := pc.shared.Load(v)
-	if !ok {
-		return encode()
-	}
-	if e != notEncoded {
-		return e
-	}
-	made := encode()
-	if pc.shared.CompareAndSwap(v, notEncoded, made) {
-		return made
-	}
-	e, _ = pc.shared.Load(v)
-	return e
+// Shared reports whether r was shared in this push context (Share). What
+// a server derives from a resource that was not (one built for one
+// proxy) it must not keep.
+func (pc *PushContext) Shared(r proto.Message) bool {
+	_, ok := pc.shared.Load(r)
+	return ok
 }
 
 // Instance is one endpoint of one service: how a proxy's own workload is

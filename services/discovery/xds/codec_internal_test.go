@@ -24,11 +24,11 @@ func testCodec() codec { return codec{base: encoding.GetCodecV2("proto")} }
 
 func cluster(tb testing.TB, name string) *named {
 	tb.Helper()
-	enc := encode(resourcev3.ClusterType, &clusterv3.Cluster{Name: name, ConnectTimeout: durationpb.New(1e9)})
-	if enc.err != nil {
-		tb.Fatal(enc.err)
+	r, err := encode(resourcev3.ClusterType, &clusterv3.Cluster{Name: name, ConnectTimeout: durationpb.New(1e9)})
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return enc.named
+	return r
 }
 
 // parse encodes v with the codec and decodes what it wrote, as m, with
@@ -57,7 +57,10 @@ func shares(data mem.BufferSlice, b mem.Buffer) bool {
 
 func TestTheCodecWritesResponsesProtobufReadsBackWithoutCopyingResources(t *testing.T) {
 	a, b := cluster(t, "a"), cluster(t, "b")
-	empty := encode(resourcev3.ClusterType, &clusterv3.Cluster{}).named // encodes to no bytes
+	empty, err := encode(resourcev3.ClusterType, &clusterv3.Cluster{}) // encodes to no bytes
+	if err != nil {
+		t.Fatal(err)
+	}
 	cp := &corev3.ControlPlane{Identifier: `{"Component":"discovery"}`}
 
 	for _, tt := range []struct {

@@ -1,10 +1,13 @@
 package xds
 
-// This file is the protocol of one proxy's stream: state-of-the-world and
-// delta requests, nonces, ACKs and NACKs, what was sent and acknowledged
-// per type, and how pushes are queued to a stream (latest wins, one
-// goroutine at a time). What a change means for the proxy is decided in
-// targeting.go; resources are built and encoded in generation.go.
+// This file is the core of one proxy's stream, which both protocols
+// share: what was sent and acknowledged per type, ACKs and NACKs (and
+// their traces), how pushes are queued to a stream (latest wins, one
+// goroutine at a time), and how a response is sent. The protocols are
+// apart, as go-control-plane's server splits them: sotw.go is the
+// state-of-the-world protocol, delta.go the incremental one. What a
+// change means for the proxy is decided in targeting.go; resources are
+// built and encoded in generation.go.
 
 import (
 	"cmp"
@@ -14,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -26,6 +28,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // pushEvent is a push waiting for a stream; later pushes merge into it.
@@ -228,10 +231,11 @@ func (c *conn) close() {
 	c.mu.Unlock()
 }
 
-// send writes one response. While the proxy takes more than a second to
-// make room for it, it counts as behind; past the server's send timeout
-// the stream is aborted.
-func (c *conn) send(f func() error) error {
+// send writes one response of type t, and tells how long the proxy took
+// it. While the proxy takes more than a second to make room for it, it
+// counts as behind; past the server's send timeout the stream is aborted.
+func (c *conn) send(t string, f func() error) (time.Duration, error) {
+	sending := time.Now()
 	behind := false
 	slow := time.AfterFunc(time.Second, func() {
 		c.mu.Lock()
@@ -258,7 +262,10 @@ func (c *conn) send(f func() error) error {
 		c.s.metrics.behind.Add(context.Background(), -1)
 	}
 	c.mu.Unlock()
-	return err
+	if err != nil {
+		c.s.metrics.sendFailed(t, err)
+	}
+	return time.Since(sending), err
 }
 
 // abort ends the stream with err (once), whatever it is doing.
@@ -300,9 +307,19 @@ func (w *watch) watchedNames() []string {
 	return w.names.list()
 }
 
-// respond sends a type's resources. only limits the response to some
-// names (an endpoint-only push); force sends even when nothing changed (a
-// request must be answered).
+// serves reports whether the server serves type t; a request for another
+// is ignored (logged at debug level).
+func (c *conn) serves(t string) bool {
+	if slices.Contains(translate.Types(), t) {
+		return true
+	}
+	c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", clip.String(t, 200))
+	return false
+}
+
+// respond sends a type's resources, by the stream's protocol. only limits
+// the response to some names (an endpoint-only push); force sends even
+// when nothing changed (a request must be answered).
 func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.Time, only []string, force bool) error {
 	start := time.Now()
 	if t == resourcev3.SecretType {
@@ -311,234 +328,19 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	if c.delta {
 		return c.respondDelta(t, w, gen, seen, only, force, start)
 	}
-	var res []*named
-	if only != nil {
-		c.s.offload(func() { res = c.generate(t, gen, only) })
-		if !force && sameAsHeld(res, only, w.held) {
-			return nil
-		}
-		if wildcardType(t) {
-			// Every response of a state-of-the-world cluster (listener)
-			// type holds all of them: one changed, all go.
-			res, only = nil, nil
-		}
-	}
-	if only == nil {
-		c.s.offload(func() { res = c.generate(t, gen, w.watchedNames()) })
-	}
-	// What the proxy holds after this response; its version is the
-	// response's (the sum of entrySum over what it holds). An
-	// endpoint-only push sends, of the types whose responses need not hold
-	// everything (load assignments), the changed resources only, as
-	// Istio's incremental EDS does; the version is updated by what
-	// changed.
-	var send []*named
-	var removed []string
-	sum := w.heldSum
-	if only != nil {
-		built := make(map[string]bool, len(res))
-		for _, r := range res {
-			built[r.name] = true
-			old, ok := w.held.version(r.name)
-			if ok && old == r.version {
-				continue
-			}
-			if ok {
-				sum -= entrySum(r.name, old)
-			}
-			sum += entrySum(r.name, r.version)
-			send = append(send, r)
-		}
-		for _, n := range only {
-			if v, ok := w.held.version(n); ok && !built[n] {
-				sum -= entrySum(n, v)
-				removed = append(removed, n)
-			}
-		}
-	} else {
-		send, sum = res, 0
-		for _, r := range res {
-			sum += entrySum(r.name, r.version)
-		}
-	}
-	version := formatSum(sum)
-	if !force && version == w.sentVersion {
-		if w.resumed {
-			// It holds this already (a resumed stream): it holds what
-			// was built.
-			c.mu.Lock()
-			w.held, w.heldSum, w.resumed = c.s.held.intern(heldOf(res)), sum, false
-			c.mu.Unlock()
-		}
-		return nil // the proxy has (or rejected) exactly this
-	}
-	nonce := c.s.nextNonce()
-	sending := time.Now()
-	if err := c.send(func() error {
-		return c.sendSotw(&sotwResponse{head: &discoveryv3.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Nonce: nonce}, resources: send})
-	}); err != nil {
-		c.s.metrics.sendFailed(t, err)
-		return err
-	}
-	sent := time.Since(sending)
-	c.mu.Lock()
-	w.resumed = false
-	if only == nil {
-		w.held = c.s.held.intern(heldOf(res))
-	} else {
-		w.held = c.s.held.intern(w.held.update(versions(send), removed))
-	}
-	w.heldSum = sum
-	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(w.held)
+	return c.respondSotw(t, w, gen, seen, only, force, start)
+}
+
+// sent records, with mu held, a response sent on w: its nonce and
+// version, that the proxy now holds held, and what its answer is timed
+// (seen: when the change behind it was) and traced by.
+func (c *conn) sent(w *watch, version, nonce string, held heldSet, seen time.Time) {
+	w.held = held
+	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(held)
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
 	}
 	w.pendingTrace = c.pushTrace // the push that sent the latest response (none: not a push's)
-	c.mu.Unlock()
-	c.s.metrics.sent(t, len(send), wireSize(send, false), time.Since(start), sent)
-	return nil
-}
-
-// sameAsHeld reports whether the resources built for names (nil: for
-// everything the proxy holds) are exactly what the proxy holds of them, at
-// the versions it holds.
-func sameAsHeld(res []*named, names []string, held heldSet) bool {
-	n := len(held)
-	if names != nil {
-		n = 0
-		for _, name := range names {
-			if _, ok := held.version(name); ok {
-				n++
-			}
-		}
-	}
-	if n != len(res) {
-		return false
-	}
-	for _, r := range res {
-		if v, ok := held.version(r.name); !ok || v != r.version {
-			return false
-		}
-	}
-	return true
-}
-
-func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen time.Time, only []string, force bool, start time.Time) error {
-	names := w.watchedNames()
-	if only != nil {
-		names = only
-	}
-	var res []*named
-	c.s.offload(func() { res = c.generate(t, gen, names) })
-	current := make(map[string]bool, len(res))
-	var out []*named
-	for _, r := range res {
-		current[r.name] = true
-		if v, ok := w.held.version(r.name); ok && v == r.version {
-			continue
-		}
-		out = append(out, r)
-	}
-	var removed []string
-	inScope := func(n string) bool { return only == nil || slices.Contains(only, n) }
-	for _, h := range w.held { // sorted by name: so is removed
-		if !current[h.name] && inScope(h.name) {
-			removed = append(removed, h.name)
-		}
-	}
-	if len(out) == 0 && len(removed) == 0 && !force {
-		return nil
-	}
-	nonce := c.s.nextNonce()
-	sending := time.Now()
-	if err := c.send(func() error {
-		return c.sendDelta(&deltaResponse{head: &discoveryv3.DeltaDiscoveryResponse{
-			TypeUrl: t, RemovedResources: removed, Nonce: nonce, SystemVersionInfo: c.pcSeen.Version,
-		}, resources: out})
-	}); err != nil {
-		c.s.metrics.sendFailed(t, err)
-		return err
-	}
-	sent := time.Since(sending)
-	c.mu.Lock()
-	w.held = c.s.held.intern(w.held.update(versions(out), removed))
-	w.sentNonce, w.sentAt, w.sentCount = nonce, time.Now(), len(w.held)
-	w.sentVersion = c.pcSeen.Version
-	if !seen.IsZero() && w.pendingSeen.IsZero() {
-		w.pendingSeen = seen
-	}
-	w.pendingTrace = c.pushTrace // the push that sent the latest response (none: not a push's)
-	c.mu.Unlock()
-	c.s.metrics.sent(t, len(out)+len(removed), wireSize(out, true), time.Since(start), sent)
-	return nil
-}
-
-// subscribed is what the stream is subscribed to of a type, for the
-// codec to recognise a request that names it again (sotwRequest).
-func (c *conn) subscribed(typeURL string) nameSet {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w := c.watches[typeURL]; w != nil {
-		return w.names
-	}
-	return nameSet{}
-}
-
-// onSotwRequest handles a state-of-the-world request: an ACK, a NACK, or
-// a (changed) subscription, which is answered.
-func (c *conn) onSotwRequest(ctx context.Context, req *sotwRequest) error {
-	if err := checkNames(req.GetResourceNames()); err != nil {
-		return err
-	}
-	t := req.GetTypeUrl()
-	if !slices.Contains(translate.Types(), t) {
-		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", clip.String(t, 200))
-		return nil
-	}
-	w := c.watch(t)
-	news := false
-	if nonce := req.GetResponseNonce(); nonce != "" {
-		if nonce != w.sentNonce {
-			c.s.metrics.staleNonce(t)
-			c.nothingNew(ctx)
-			return nil // stale: answered by a later response already
-		}
-		if req.GetErrorDetail() != nil {
-			if !c.nacked(t, w, req.GetVersionInfo(), nonce, req.GetErrorDetail().GetMessage()) {
-				c.nothingNew(ctx)
-			}
-			return nil
-		}
-		news = c.acked(t, w, req.GetVersionInfo(), nonce)
-	}
-	names := req.GetResourceNames()
-	wildcard := !req.asSubscribed && wildcardType(t) && (len(names) == 0 || slices.Contains(names, "*"))
-	set := w.names
-	if !req.asSubscribed && !set.sameAs(names) {
-		set = makeNameSet(names)
-	}
-	changed := !w.started || wildcard != w.wildcard || set != w.names
-	if !changed {
-		if !news {
-			c.nothingNew(ctx)
-		}
-		return nil
-	}
-	// A proxy's first request on a new stream that names the version it
-	// holds (Envoy's after a reconnect, to this replica or another: the
-	// versions are content hashes, the same on every replica) is answered
-	// only when what it would get differs from that.
-	resumed := !w.started && req.GetResponseNonce() == "" && req.GetVersionInfo() != ""
-	c.mu.Lock()
-	w.started, w.wildcard, w.names = true, wildcard, set
-	if resumed {
-		w.sentVersion, w.ackedVersion, w.ackedAt, w.resumed = req.GetVersionInfo(), req.GetVersionInfo(), time.Now(), true
-	}
-	c.mu.Unlock()
-	if err := c.checkSubscribed(); err != nil {
-		return err
-	}
-	return c.answer(t, w, !resumed)
 }
 
 // answer responds to a request with the current push context, if there is
@@ -618,7 +420,7 @@ func (c *conn) traceAnswer(push trace.SpanContext, t string, sentAt time.Time, v
 		return
 	}
 	_, span := c.s.tracer.Start(trace.ContextWithSpanContext(context.Background(), push), "proxy.ack", trace.WithTimestamp(sentAt),
-		trace.WithAttributes(attribute.String("proxy", c.id), attribute.String("type", shortType(t)), attribute.String("version", version)))
+		trace.WithAttributes(attribute.String("proxy", c.id), attribute.String("type", xdstype.Short(t)), attribute.String("version", version)))
 	if nack != "" {
 		span.SetStatus(otelcodes.Error, clip.String(nack, 512))
 	}
@@ -643,97 +445,8 @@ func (c *conn) nacked(t string, w *watch, version, nonce, msg string) bool {
 	c.mu.Unlock()
 	c.traceAnswer(traced, t, sentAt, rejected, cmp.Or(msg, "rejected"))
 	c.s.metrics.rejected(t)
-	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", shortType(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", clip.String(msg, 512))
+	c.s.log.Warn("proxy rejected a response", "proxy", c.id, "type", xdstype.Short(t), "rejected_version", w.sentVersion, "kept_version", version, "reason", clip.String(msg, 512))
 	return true
-}
-
-// onDeltaRequest handles an incremental request: subscription changes are
-// answered, ACKs and NACKs recorded.
-func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscoveryRequest) error {
-	if err := checkNames(req.GetResourceNamesSubscribe()); err != nil {
-		return err
-	}
-	if err := checkNames(req.GetResourceNamesUnsubscribe()); err != nil {
-		return err
-	}
-	if len(req.GetInitialResourceVersions()) > maxResourceNames {
-		return checkNames(make([]string, len(req.GetInitialResourceVersions())))
-	}
-	t := req.GetTypeUrl()
-	if !slices.Contains(translate.Types(), t) {
-		c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", clip.String(t, 200))
-		return nil
-	}
-	w := c.watch(t)
-	if w.started && (len(req.GetResourceNamesSubscribe()) > 0 || len(req.GetResourceNamesUnsubscribe()) > 0) {
-		// A change of subscriptions costs a walk of the stream's names
-		// and may rebuild them: paced, so a stream changing them in a
-		// loop (or "changing" them by unsubscribing what it never had)
-		// costs itself time, and the server little.
-		c.nothingNew(ctx)
-	}
-	news := false
-	if nonce := req.GetResponseNonce(); nonce != "" && nonce != w.sentNonce {
-		c.s.metrics.staleNonce(t)
-	} else if nonce != "" {
-		if req.GetErrorDetail() != nil {
-			news = c.nacked(t, w, "", nonce, req.GetErrorDetail().GetMessage())
-		} else {
-			news = c.acked(t, w, w.sentVersion, nonce)
-		}
-	}
-	first := !w.started
-	var initial []*nameVersion
-	if first {
-		for n, v := range req.GetInitialResourceVersions() {
-			if len(n) <= maxNameBytes {
-				initial = append(initial, &nameVersion{name: n, version: v})
-			}
-		}
-	}
-	var subscribe, unsubscribe []string
-	for _, n := range req.GetResourceNamesSubscribe() {
-		if n != "*" {
-			subscribe = append(subscribe, n)
-		}
-	}
-	for _, n := range req.GetResourceNamesUnsubscribe() {
-		if n != "*" {
-			unsubscribe = append(unsubscribe, n)
-		}
-	}
-	// Newly asked for (after the first request): sent even if unchanged.
-	forget := unsubscribe
-	if !first {
-		forget = append(slices.Clone(subscribe), unsubscribe...)
-	}
-	c.mu.Lock()
-	if first {
-		w.started = true
-		w.wildcard = wildcardType(t) && (len(req.GetResourceNamesSubscribe()) == 0 || slices.Contains(req.GetResourceNamesSubscribe(), "*"))
-		w.held = c.s.held.intern(w.held.update(initial, nil))
-	}
-	if slices.Contains(req.GetResourceNamesSubscribe(), "*") {
-		w.wildcard = true
-	}
-	if slices.Contains(req.GetResourceNamesUnsubscribe(), "*") {
-		w.wildcard = false
-	}
-	w.names = w.names.with(subscribe, unsubscribe)
-	if w.held.holdsAny(forget) {
-		w.held = c.s.held.intern(w.held.update(nil, forget))
-	}
-	c.mu.Unlock()
-	if err := c.checkSubscribed(); err != nil {
-		return err
-	}
-	if !first && len(req.GetResourceNamesSubscribe()) == 0 {
-		if !news && len(req.GetResourceNamesUnsubscribe()) == 0 {
-			c.nothingNew(ctx)
-		}
-		return nil
-	}
-	return c.answer(t, w, first)
 }
 
 // checkSubscribed refuses a stream that has subscribed to more names, or
@@ -768,20 +481,4 @@ func wireSize(resources []*named, delta bool) int {
 		}
 	}
 	return n
-}
-
-func shortType(t string) string {
-	switch t {
-	case resourcev3.ClusterType:
-		return "CDS"
-	case resourcev3.EndpointType:
-		return "EDS"
-	case resourcev3.ListenerType:
-		return "LDS"
-	case resourcev3.RouteType:
-		return "RDS"
-	case resourcev3.SecretType:
-		return "SDS"
-	}
-	return t
 }

@@ -9,9 +9,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -322,29 +320,6 @@ func (c *conn) ackedConfigDump() []proto.Message {
 	return append(out, st)
 }
 
-// A state-of-the-world version (what respond sends as version_info) is
-// the sum of a hash of each resource held, name and version: it does not
-// depend on order, and a response that changes a few resources updates it
-// by those few (entrySum), however many the proxy holds.
-func entrySum(name, version string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(name))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(version))
-	return h.Sum64()
-}
-
-func formatSum(sum uint64) string { return strconv.FormatUint(sum, 36) }
-
-// sotwVersion is the state-of-the-world version of holding res.
-func sotwVersion(res []*named) string {
-	var sum uint64
-	for _, r := range res {
-		sum += entrySum(r.name, r.version)
-	}
-	return formatSum(sum)
-}
-
 // dumpSection is one type's resources as the section of Envoy's admin
 // config dump for it; a secret's private key is redacted as Envoy's dump
 // redacts it.
@@ -383,7 +358,7 @@ func dumpSection(t, version string, res []*named, at *timestamppb.Timestamp) pro
 		}
 		return d
 	}
-	panic(fmt.Sprintf("xds: no config dump section for %s", t)) // translate.Types and this switch list the same types
+	panic(fmt.Sprintf("xds: no config dump section for %s", t)) // this switch has a case for every type served (translate.Types)
 }
 
 // redacted is a secret with its private key (and any other secret bytes)

@@ -1,13 +1,18 @@
 package xds
 
 import (
+	"fmt"
 	"hash/fnv"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"weak"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
 )
 
@@ -27,38 +32,78 @@ type named struct {
 }
 
 // generate builds the resources of one type for the names asked (all when
-// nil). A resource the push context shares among proxies is encoded once
-// per push context (model.PushContext.Encoded), the others once.
+// nil), encoded: what the push context shares among proxies once per push
+// context (encodings), the others each time.
 func (c *conn) generate(t string, gen *translate.Generator, names []string) []*named {
 	msgs := gen.Resources(t, names)
+	pc := gen.PushContext()
+	shared := c.s.encodings.of(pc)
 	out := make([]*named, 0, len(msgs))
 	for _, m := range msgs {
-		enc := gen.PushContext().Encoded(m, func() any { return encode(t, m) }).(encoded)
-		if enc.err != nil {
-			c.s.log.Error("encoding a resource", "proxy", c.id, "type_url", t, "error", enc.err)
+		r, err := shared.encoded(pc, t, m)
+		if err != nil {
+			c.s.log.Error("encoding a resource", "proxy", c.id, "type_url", t, "error", err)
 			continue
 		}
-		out = append(out, enc.named)
+		out = append(out, r)
 	}
 	return out
 }
 
-// encoded is a resource encoded, or why it could not be.
-type encoded struct {
-	named *named
-	err   error
-}
-
-func encode(t string, m proto.Message) encoded {
+// encode is m, a resource of type t, encoded.
+func encode(t string, m proto.Message) (*named, error) {
+	name := translate.ResourceName(m)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
-		return encoded{err: err}
+		return nil, fmt.Errorf("resource %q: %w", name, err)
 	}
 	h := fnv.New64a()
 	_, _ = h.Write(b)
-	nv := &nameVersion{name: translate.ResourceName(m), version: strconv.FormatUint(h.Sum64(), 36)}
+	nv := &nameVersion{name: name, version: strconv.FormatUint(h.Sum64(), 36)}
 	w, a := frame(t, nv.name, nv.version, b)
-	return encoded{named: &named{nameVersion: nv, any: a, wire: w}}
+	return &named{nameVersion: nv, any: a, wire: w}, nil
+}
+
+// encodings keeps the encodings of what push contexts share among
+// proxies (what translation marked with model.PushContext.Share), one
+// cache per push context, for as long as the push context lives: each such
+// resource is encoded once per push context, and every stream that sends
+// it sends the same bytes. The zero value is ready to use.
+type encodings struct {
+	byPC sync.Map // weak.Pointer[model.PushContext] → *sharedEncodings
+}
+
+// sharedEncodings are one push context's: shared resource
+// (proto.Message) → *named.
+type sharedEncodings struct{ m sync.Map }
+
+// of is pc's cache. It goes when pc is collected.
+func (e *encodings) of(pc *model.PushContext) *sharedEncodings {
+	key := weak.Make(pc)
+	if s, ok := e.byPC.Load(key); ok {
+		return s.(*sharedEncodings)
+	}
+	s, loaded := e.byPC.LoadOrStore(key, new(sharedEncodings))
+	if !loaded {
+		runtime.AddCleanup(pc, func(key weak.Pointer[model.PushContext]) { e.byPC.Delete(key) }, key)
+	}
+	return s.(*sharedEncodings)
+}
+
+// encoded is m, a resource of type t built from pc, encoded: kept, and
+// made once, when pc shares m; made anew otherwise (what is built for one
+// proxy must not accumulate). Two callers may encode at once; one result
+// wins and is kept. An encoding that failed is not kept.
+func (s *sharedEncodings) encoded(pc *model.PushContext, t string, m proto.Message) (*named, error) {
+	if r, ok := s.m.Load(m); ok {
+		return r.(*named), nil
+	}
+	r, err := encode(t, m)
+	if err != nil || !pc.Shared(m) {
+		return r, err
+	}
+	kept, _ := s.m.LoadOrStore(m, r)
+	return kept.(*named), nil
 }
 
 // keepProblems records what translation dropped or degraded for this

@@ -258,6 +258,30 @@ func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
 	return out
 }
 
+// sameAsHeld reports whether the resources built for names (nil: for
+// everything the proxy holds) are exactly what the proxy holds of them, at
+// the versions it holds.
+func sameAsHeld(res []*named, names []string, held heldSet) bool {
+	n := len(held)
+	if names != nil {
+		n = 0
+		for _, name := range names {
+			if _, ok := held.version(name); ok {
+				n++
+			}
+		}
+	}
+	if n != len(res) {
+		return false
+	}
+	for _, r := range res {
+		if v, ok := held.version(r.name); !ok || v != r.version {
+			return false
+		}
+	}
+	return true
+}
+
 // holdsAny reports whether h holds any of names, at a cost that grows
 // with names, not with h.
 func (h heldSet) holdsAny(names []string) bool {

@@ -15,6 +15,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // metrics are what discovery counts of its proxies and pushes, twice
@@ -219,8 +220,8 @@ func (b *boundedLabel) value(v string) string {
 // istioType is Istio's label for an xDS type (pkg/model GetMetricType):
 // cds, eds, lds, rds, sds; discovery serves no other.
 func istioType(t string) string {
-	if s := shortType(t); s != t {
-		return strings.ToLower(s)
+	if ty, ok := xdstype.Of(t); ok {
+		return strings.ToLower(ty.Short)
 	}
 	return "other"
 }
@@ -234,7 +235,7 @@ type typeLabels struct {
 
 func newTypeLabels(t string) typeLabels {
 	return typeLabels{
-		own:   metric.WithAttributes(attribute.String("type", shortType(t))),
+		own:   metric.WithAttributes(attribute.String("type", xdstype.Short(t))),
 		istio: metric.WithAttributes(attribute.String("type", istioType(t))),
 		url:   metric.WithAttributes(attribute.String("type", t)),
 	}

@@ -119,7 +119,8 @@ type Server struct {
 	sem             chan struct{}
 	nonce           atomic.Uint64
 	ledger          ledger
-	held            heldSets // what streams hold, shared among them
+	held            heldSets  // what streams hold, shared among them
+	encodings       encodings // what push contexts share, encoded
 
 	mu    sync.Mutex
 	pc    *model.PushContext
