@@ -8,15 +8,12 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // Types are the xDS types a Generator builds, in the order a push sends
-// them so that what a resource names exists before it (clusters before
-// their endpoints, listeners before their routes, as Envoy's ADS ordering
-// asks).
-func Types() []string {
-	return []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.SecretType}
-}
+// them (the table's, xdstype.URLs).
+func Types() []string { return xdstype.URLs() }
 
 // Resources returns the resources of one xDS type (a type URL of Types)
 // with the names asked, sorted; nil names means all of them. Any other

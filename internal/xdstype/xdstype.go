@@ -1,4 +1,4 @@
-// Package xdstype is the table of the xDS types Flotilla serves: each
+// Package xdstype is the All() of the xDS types Flotilla serves: each
 // type's URL, the names it goes by (its discovery service's initials, its
 // section of a config dump) and the orders it is listed in. Whatever
 // lists the types (translation, the server, its metrics and debug
@@ -26,25 +26,25 @@ type Type struct {
 	column int
 }
 
-// table holds every type served, in the order a push sends them, so that
+// All returns every type served, in the order a push sends them, so that
 // what a resource names exists before it (clusters before their
 // endpoints, listeners before their routes, as Envoy's ADS ordering
 // asks).
-var table = []Type{
-	{URL: resourcev3.ClusterType, Short: "CDS", Section: "Clusters", column: 0},
-	{URL: resourcev3.EndpointType, Short: "EDS", Section: "Endpoints", column: 2},
-	{URL: resourcev3.ListenerType, Short: "LDS", Section: "Listeners", column: 1},
-	{URL: resourcev3.RouteType, Short: "RDS", Section: "Routes", column: 3},
-	{URL: resourcev3.SecretType, Short: "SDS", Section: "Secrets", column: 4},
+func All() []Type {
+	return []Type{
+		{URL: resourcev3.ClusterType, Short: "CDS", Section: "Clusters", column: 0},
+		{URL: resourcev3.EndpointType, Short: "EDS", Section: "Endpoints", column: 2},
+		{URL: resourcev3.ListenerType, Short: "LDS", Section: "Listeners", column: 1},
+		{URL: resourcev3.RouteType, Short: "RDS", Section: "Routes", column: 3},
+		{URL: resourcev3.SecretType, Short: "SDS", Section: "Secrets", column: 4},
+	}
 }
-
-// All returns every type served, in the order a push sends them.
-func All() []Type { return slices.Clone(table) }
 
 // URLs returns every type's URL, in the order a push sends them.
 func URLs() []string {
-	out := make([]string, len(table))
-	for i, t := range table {
+	all := All()
+	out := make([]string, len(all))
+	for i, t := range all {
 		out[i] = t.URL
 	}
 	return out
@@ -53,16 +53,17 @@ func URLs() []string {
 // InStatusOrder returns every type served in the order of istioctl
 // proxy-status's columns (CDS, LDS, EDS, RDS, SDS).
 func InStatusOrder() []Type {
-	return slices.SortedFunc(slices.Values(table), func(a, b Type) int { return cmp.Compare(a.column, b.column) })
+	return slices.SortedFunc(slices.Values(All()), func(a, b Type) int { return cmp.Compare(a.column, b.column) })
 }
 
 // Of returns the type of a URL, and whether it is served.
 func Of(url string) (Type, bool) {
-	i := slices.IndexFunc(table, func(t Type) bool { return t.URL == url })
-	if i < 0 {
-		return Type{}, false
+	for _, t := range All() {
+		if t.URL == url {
+			return t, true
+		}
 	}
-	return table[i], true
+	return Type{}, false
 }
 
 // Short is the initials of a URL's type ("CDS"); the URL itself for a

@@ -6,16 +6,8 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
-	"github.com/flotilla-mesh/flotilla/internal/translate"
 	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
-
-// The types translation builds are the table's, in its order.
-func TestTranslationBuildsTheTypesOfTheTable(t *testing.T) {
-	if got, want := translate.Types(), xdstype.URLs(); !slices.Equal(got, want) {
-		t.Errorf("translate.Types() = %v, the table's are %v", got, want)
-	}
-}
 
 func TestTheTypesAreNamedAsIstioctlAndEnvoyNameThem(t *testing.T) {
 	var shorts, sections []string
