@@ -28,6 +28,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Names of the clusters and listeners every sidecar gets.
@@ -38,22 +39,22 @@ const (
 	// workload's claims to their original destination, from 127.0.0.6,
 	// which the capture rules let through (InboundPassthroughBind).
 	InboundPassthroughCluster = "InboundPassthroughCluster" //nolint:gosec // a cluster's name, not a credential
-	InboundPassthroughBind    = "127.0.0.6"
-	inboundPassthroughBind6   = "::6"
-	VirtualOutbound           = "virtualOutbound"
-	VirtualInbound            = "virtualInbound"
+	InboundPassthroughBind    = proxycontract.InboundPassthroughSource
+	inboundPassthroughBind6   = proxycontract.InboundPassthroughSource6
+	VirtualOutbound           = proxycontract.VirtualOutbound
+	VirtualInbound            = proxycontract.VirtualInbound
 
 	// OutboundPort and InboundPort are where the init container's
 	// iptables rules send a pod's traffic.
-	OutboundPort = 15001
-	InboundPort  = 15006
+	OutboundPort = proxycontract.OutboundCapturePort
+	InboundPort  = proxycontract.InboundCapturePort
 
 	// SDS secret names the agent serves.
-	SecretWorkload = "default"
-	SecretRoot     = "ROOTCA"
+	SecretWorkload = proxycontract.SecretWorkload
+	SecretRoot     = proxycontract.SecretRoot
 	// sdsCluster is the cluster the bootstrap defines for the agent's SDS
 	// socket.
-	sdsCluster = "sds-grpc"
+	sdsCluster = proxycontract.SDSCluster
 )
 
 // Output is everything generated for one proxy.
