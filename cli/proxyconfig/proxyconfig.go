@@ -40,6 +40,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	// The Envoy types a config dump holds, to decode them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
 )
@@ -108,8 +109,8 @@ context file, or at --agent-address.`,
 			if kind == "bootstrap" {
 				return showBootstrap(cmd.Context(), cmd.OutOrStdout(), conn, agent, args[1], output)
 			}
-			if f.Direction != "" && f.Direction != "inbound" && f.Direction != "outbound" {
-				return fmt.Errorf("--direction %q: want inbound or outbound", f.Direction)
+			if f.Direction != "" && f.Direction != proxycontract.Inbound && f.Direction != proxycontract.Outbound {
+				return fmt.Errorf("--direction %q: want %s or %s", f.Direction, proxycontract.Inbound, proxycontract.Outbound)
 			}
 			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
@@ -144,10 +145,7 @@ context file, or at --agent-address.`,
 func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, given, proxy, output string) error {
 	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
 	defer cancel()
-	name := proxy
-	if strings.Contains(proxy, "~") {
-		name = proxystatus.Name(proxy)
-	}
+	name := proxystatus.Name(proxy) // pod.namespace, of a node ID too
 	i := strings.LastIndex(name, ".")
 	if i <= 0 || i == len(name)-1 {
 		return fmt.Errorf("%q: want the proxy as pod.namespace (or its node ID)", proxy)
@@ -384,9 +382,8 @@ func writeFull(w io.Writer, show []string, full map[string][]proto.Message, outp
 // clusterName splits Istio's cluster names, direction|port|subset|host,
 // as istioctl does; another name is its own FQDN.
 func clusterName(name string) (direction, port, subset, fqdn string) {
-	parts := strings.Split(name, "|")
-	if len(parts) == 4 && (parts[0] == "inbound" || parts[0] == "outbound") {
-		return parts[0], parts[1], parts[2], parts[3]
+	if dir, n, subset, host, ok := proxycontract.ParseClusterName(name); ok {
+		return dir, strconv.FormatUint(uint64(n), 10), subset, host
 	}
 	return "", "", "", name
 }

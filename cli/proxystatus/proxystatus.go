@@ -24,6 +24,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
@@ -215,9 +216,8 @@ func ProxyNames(ctx context.Context, conn *connect.Options) []string {
 // ID (type~ip~pod.namespace~domain), as istioctl does; the ID itself
 // otherwise.
 func Name(id string) string {
-	parts := strings.Split(id, "~")
-	if len(parts) == 4 && parts[2] != "" {
-		return parts[2]
+	if n, ok := proxycontract.ParseNodeID(id); ok && n.ID != "" {
+		return n.ID
 	}
 	return id
 }

@@ -63,6 +63,8 @@ import (
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // The debug type URLs.
@@ -82,17 +84,19 @@ func IsDebugType(typeURL string) bool {
 }
 
 // Node metadata keys of a Syncz ClientConfig. The first three are
-// Istio's (istioctl reads them); the others Flotilla's.
+// Istio's node metadata keys, the proxy's own (istioctl reads them); the
+// others Flotilla's.
 const (
-	MetadataNamespace    = "NAMESPACE"
-	MetadataIstioVersion = "ISTIO_VERSION"
-	MetadataClusterID    = "CLUSTER_ID"
-	// MetadataProxyType is "sidecar" or "router".
+	MetadataNamespace    = proxycontract.MetadataNamespace
+	MetadataIstioVersion = proxycontract.MetadataIstioVersion
+	MetadataClusterID    = proxycontract.MetadataClusterID
+	// MetadataProxyType is proxycontract.Sidecar or Router.
 	MetadataProxyType = "FLOTILLA_PROXY_TYPE"
 	// MetadataIdentity is the SPIFFE ID of the proxy's verified client
 	// certificate (absent on the plain-text port).
 	MetadataIdentity = "FLOTILLA_IDENTITY"
-	// MetadataGenerator is "grpc" for proxyless gRPC clients.
+	// MetadataGenerator is proxycontract.GeneratorGRPC for proxyless gRPC
+	// clients.
 	MetadataGenerator = "FLOTILLA_GENERATOR"
 	// MetadataDelta is true for an incremental (delta) stream.
 	MetadataDelta = "FLOTILLA_DELTA"

@@ -3,6 +3,8 @@ package model
 import (
 	"net/netip"
 	"sync/atomic"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // ProxyType is what kind of proxy connects.
@@ -10,16 +12,16 @@ type ProxyType string
 
 // Proxy types, as in Istio's node IDs.
 const (
-	SidecarProxy ProxyType = "sidecar"
-	RouterProxy  ProxyType = "router" // gateways
+	SidecarProxy ProxyType = proxycontract.Sidecar
+	RouterProxy  ProxyType = proxycontract.Router // gateways
 )
 
 // GeneratorGRPC marks proxyless gRPC clients (GENERATOR=grpc), which get
 // the configuration flavour grpc-go accepts.
-const GeneratorGRPC = "grpc"
+const GeneratorGRPC = proxycontract.GeneratorGRPC
 
 // Proxy is a connected proxy's identity, as its node ID and metadata
-// describe it.
+// describe it (proxycontract.NodeID and the proxycontract.Metadata keys).
 type Proxy struct {
 	Type ProxyType
 	// IPs are the workload's addresses, the node ID's first.

@@ -398,7 +398,7 @@ func (g *gen) providerCluster(service string, port uint32) (host, cluster string
 	}
 	for _, svc := range g.pc.ServicesByHost(name) {
 		if !qualified || svc.GetNamespace() == ns {
-			return svc.GetHostname(), ClusterName("outbound", port, "", svc.GetHostname()), nil
+			return svc.GetHostname(), ClusterName(outbound, port, "", svc.GetHostname()), nil
 		}
 	}
 	return "", "", fmt.Errorf("service %q is not in the registry", service)

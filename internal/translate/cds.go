@@ -37,10 +37,10 @@ func (g *gen) clusterCandidates() []string {
 	for _, svc := range g.scope.Services() {
 		dr := g.scope.DestinationRule(g.p, svc)
 		for _, port := range svc.GetPorts() {
-			names = append(names, ClusterName("outbound", port.GetNumber(), "", svc.GetHostname()))
+			names = append(names, ClusterName(outbound, port.GetNumber(), "", svc.GetHostname()))
 			for _, ss := range drSpec(dr).GetSubsets() {
 				if ss.GetName() != "" {
-					names = append(names, ClusterName("outbound", port.GetNumber(), ss.GetName(), svc.GetHostname()))
+					names = append(names, ClusterName(outbound, port.GetNumber(), ss.GetName(), svc.GetHostname()))
 				}
 			}
 		}
@@ -185,7 +185,7 @@ func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
 // outboundCluster builds outbound|port|subset|host, and its load assignment
 // when it is an EDS cluster.
 func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServicePort, dr *model.DestinationRule, ss *networking.Subset) *clusterv3.Cluster {
-	name := ClusterName("outbound", port.GetNumber(), ss.GetName(), svc.GetHostname())
+	name := ClusterName(outbound, port.GetNumber(), ss.GetName(), svc.GetHostname())
 	pol := EffectivePolicy(drSpec(dr), ss.GetName(), port.GetNumber())
 	c := &clusterv3.Cluster{
 		Name:           name,
@@ -762,7 +762,7 @@ func (g *gen) unknownTarget() string {
 		return PassthroughCluster
 	}
 	host := model.ResolveHost(ep.GetHost(), sc.Namespace, g.pc.DomainSuffix)
-	name := ClusterName("outbound", ep.GetPort().GetNumber(), ep.GetSubset(), host)
+	name := ClusterName(outbound, ep.GetPort().GetNumber(), ep.GetSubset(), host)
 	if g.cluster(name) == nil {
 		g.problem("Sidecar %s/%s: outboundTrafficPolicy.egressProxy %s is not a cluster this proxy has; unknown destinations pass through directly", sc.Namespace, sc.Name, name)
 		return PassthroughCluster

@@ -140,8 +140,8 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 				name := addr + "_" + itoa(ep.port)
 				l := g.portListener(name, addr, ep.port, ep.bindToPort)
 				l.FilterChains = []*listenerv3.FilterChain{{
-					Name:    ClusterName("outbound", ep.port, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", ep.port, "", svc.GetHostname()), clusters)},
+					Name:    ClusterName(outbound, ep.port, "", svc.GetHostname()),
+					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters)},
 				}}
 				add(l)
 			}

@@ -1008,7 +1008,7 @@ func tlsVersion(v networking.ServerTLSSettings_TLSProtocol, def tlsv3.TlsParamet
 // TLS it would originate (the client's mTLS passes through), as Istio's
 // buildOutboundSniDnatClusters.
 func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *builtCluster {
-	base := g.cluster(ClusterName("outbound", port, subset, host))
+	base := g.cluster(ClusterName(outbound, port, subset, host))
 	if base == nil {
 		return nil
 	}

@@ -117,7 +117,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 	if sniffed(proto) {
 		return g.inboundSniffedChains(port)
 	}
-	cluster := ClusterName("inbound", port, "", "")
+	cluster := ClusterName(inbound, port, "", "")
 	filters := func() []*listenerv3.Filter {
 		if !isHTTP(proto) {
 			return g.inboundTCP(cluster)
@@ -160,7 +160,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 // HTTP) goes through the HTTP connection manager, everything else through
 // tcp_proxy, under the port's mTLS mode.
 func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
-	cluster := ClusterName("inbound", port, "", "")
+	cluster := ClusterName(inbound, port, "", "")
 	p := itoa(port)
 	chain := func(name, transport string, alpn []string, http bool, mtls registryv1.Protocol) *listenerv3.FilterChain {
 		fc := &listenerv3.FilterChain{
@@ -204,7 +204,7 @@ func (g *gen) inboundTCP(cluster string) []*listenerv3.Filter {
 // inboundHCM routes everything a port receives to the application, after
 // the workload's authorization.
 func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
-	cluster := ClusterName("inbound", port, "", "")
+	cluster := ClusterName(inbound, port, "", "")
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: cluster,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
@@ -320,7 +320,7 @@ func (g *gen) passthroughChain(listener string) *listenerv3.FilterChain {
 // tcpDestinations are the clusters a TCP service port forwards to: its
 // VirtualService's first TCP (or TLS) route that applies, else itself.
 func (g *gen) tcpDestinations(svc *registryv1.Service, port *registryv1.ServicePort) []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight {
-	self := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
+	self := ClusterName(outbound, port.GetNumber(), "", svc.GetHostname())
 	vs := g.scope.VirtualService(svc.GetHostname())
 	if vs == nil {
 		return single(self)

@@ -3,6 +3,8 @@ package translate
 import (
 	"strconv"
 	"strings"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // The names of resources, and their formats, that the proxies and the
@@ -16,32 +18,34 @@ const (
 	// workload's claims to their original destination, from 127.0.0.6,
 	// which the capture rules let through (InboundPassthroughBind).
 	InboundPassthroughCluster = "InboundPassthroughCluster" //nolint:gosec // a cluster's name, not a credential
-	InboundPassthroughBind    = "127.0.0.6"
-	inboundPassthroughBind6   = "::6"
-	VirtualOutbound           = "virtualOutbound"
-	VirtualInbound            = "virtualInbound"
+	InboundPassthroughBind    = proxycontract.InboundPassthroughSource
+	inboundPassthroughBind6   = proxycontract.InboundPassthroughSource6
+	VirtualOutbound           = proxycontract.VirtualOutbound
+	VirtualInbound            = proxycontract.VirtualInbound
 
 	// OutboundPort and InboundPort are where the init container's
 	// iptables rules send a pod's traffic.
-	OutboundPort = 15001
-	InboundPort  = 15006
+	OutboundPort = proxycontract.OutboundCapturePort
+	InboundPort  = proxycontract.InboundCapturePort
 
 	// SDS secret names the agent serves.
-	SecretWorkload = "default"
-	SecretRoot     = "ROOTCA"
+	SecretWorkload = proxycontract.SecretWorkload
+	SecretRoot     = proxycontract.SecretRoot
 	// sdsCluster is the cluster the bootstrap defines for the agent's SDS
 	// socket.
-	sdsCluster = "sds-grpc"
+	sdsCluster = proxycontract.SDSCluster
 )
 
 // ClusterName is Istio's cluster name: "outbound|80|v1|reviews.default.svc.cluster.local".
 func ClusterName(direction string, port uint32, subset, host string) string {
-	return direction + "|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
+	return proxycontract.ClusterName(direction, port, subset, host)
 }
 
-// ParseClusterName splits an outbound cluster name.
+// ParseClusterName splits an outbound cluster name (as
+// proxycontract.ParseClusterName, allocating nothing: it runs for every
+// cluster a proxy asks for).
 func ParseClusterName(name string) (port uint32, subset, host string, ok bool) {
-	rest, ok := strings.CutPrefix(name, "outbound|")
+	rest, ok := strings.CutPrefix(name, outbound+"|")
 	if !ok {
 		return 0, "", "", false
 	}
@@ -82,6 +86,12 @@ func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 // (registry.CredentialPrefix + name), the CA certificates of MUTUAL
 // servers, as Istio does.
 const credentialCASuffix = "-cacert"
+
+// The directions that start cluster names.
+const (
+	inbound  = proxycontract.Inbound
+	outbound = proxycontract.Outbound
+)
 
 // Envoy's names of the filters and metadata the builders use.
 const (

@@ -17,6 +17,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // This file holds what only proxyless gRPC clients and servers get: TLS
@@ -28,16 +29,16 @@ import (
 // server_listener_resource_name_template filled with the address it
 // listens on; the agent's bootstrap sets the template, as Istio's does, to
 // GRPCInboundPrefix+"%s", so the name ends in "host:port".
-const GRPCInboundPrefix = "xds.istio.io/grpc/lds/inbound/"
+const GRPCInboundPrefix = proxycontract.GRPCInboundListenerPrefix
 
 // Certificate provider names of the agent's gRPC bootstrap: one
 // file_watcher instance holding the workload certificate and the roots.
 // grpc-go hands the certificate name to the provider, which the
 // file_watcher plugin ignores; Istio's names are kept.
 const (
-	GRPCCertProvider = "default"
-	grpcCertName     = "default"
-	grpcRootName     = "ROOTCA"
+	GRPCCertProvider = proxycontract.GRPCCertProvider
+	grpcCertName     = proxycontract.SecretWorkload
+	grpcRootName     = proxycontract.SecretRoot
 )
 
 // ParseGRPCInboundName returns the host and port of a proxyless server's
@@ -224,7 +225,7 @@ func (g *gen) grpcInbound(name string) *listenerv3.Listener {
 			CommonTlsContext:         grpcCommonTLS(nil),
 		})
 	}
-	route := ClusterName("inbound", port, "", "")
+	route := ClusterName(inbound, port, "", "")
 	chain.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, &hcmv3.HttpConnectionManager{
 		StatPrefix: route,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{

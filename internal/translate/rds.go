@@ -196,7 +196,7 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 		g.problem("VirtualService %s/%s: %s", vs.Namespace, vs.Name, p)
 	}
 	if vs == nil || len(vs.Spec.GetHttp()) == 0 {
-		name := ClusterName("outbound", port.GetNumber(), "", svc.GetHostname())
+		name := ClusterName(outbound, port.GetNumber(), "", svc.GetHostname())
 		ra := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}, Timeout: dur(0)}
 		g.hashPolicy(ra, svc, name)
 		ra.RetryPolicy = g.retryPolicy(nil, len(ra.HashPolicy) > 0)
@@ -490,7 +490,7 @@ func (g *gen) destination(d *networking.Destination, vs *model.VirtualService, p
 			return "", nil, false
 		}
 	}
-	name := ClusterName("outbound", num, d.GetSubset(), host)
+	name := ClusterName(outbound, num, d.GetSubset(), host)
 	if !g.clusterOK(name) {
 		if d.GetSubset() != "" {
 			g.problem("VirtualService %s/%s: subset %q of %s is not defined by a DestinationRule this proxy sees", vs.Namespace, vs.Name, d.GetSubset(), host)

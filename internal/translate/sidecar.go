@@ -269,8 +269,8 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				}
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
-					Name:    ClusterName("outbound", num, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
+					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
+					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
 				}
 				if tls && svc.GetHostname() != "*" {
 					chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{svc.GetHostname()}, TransportProtocol: "tls"}
@@ -292,8 +292,8 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				names[name] = svc.GetHostname()
 				l := g.portListener(name, vip, num, false)
 				l.FilterChains = []*listenerv3.FilterChain{{
-					Name:    ClusterName("outbound", num, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName("outbound", num, "", svc.GetHostname()), clusters)},
+					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
+					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
 				}}
 				if sniffed(port.GetProtocol()) {
 					// A port of no declared protocol (Istio's "auto"): the
@@ -361,7 +361,7 @@ func (g *gen) inboundClusters() []*clusterv3.Cluster {
 	}
 	out := []*clusterv3.Cluster{}
 	for _, ip := range g.inboundPorts() {
-		name := ClusterName("inbound", ip.port, "", "")
+		name := ClusterName(inbound, ip.port, "", "")
 		var c *clusterv3.Cluster
 		if ip.endpoint == nil {
 			c = g.inboundPassthrough()

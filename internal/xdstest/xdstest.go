@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	grpcxds "google.golang.org/grpc/xds"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Target is the seed example's listener.
@@ -108,8 +110,8 @@ func ClientAt(tb testing.TB, nodeID, locality, target string, servers ...string)
 	loc := append(strings.SplitN(locality, "/", 3), "", "")
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": "%s:///discovery", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q, "metadata": {"GENERATOR": "grpc"}, "locality": {"region": %q, "zone": %q, "sub_zone": %q}}
-	}`, scheme, nodeID, loc[0], loc[1], loc[2])
+		"node": {"id": %q, "metadata": {%q: %q}, "locality": {"region": %q, "zone": %q, "sub_zone": %q}}
+	}`, scheme, nodeID, proxycontract.MetadataGenerator, proxycontract.GeneratorGRPC, loc[0], loc[1], loc[2])
 	xr, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		tb.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/services/agent/capture"
 )
 
@@ -132,8 +133,8 @@ func iptablesCommand() *cobra.Command {
 	f.StringVar(&netns, "netns", "", "named network namespace to install them in (/run/netns/<name>); default the current one")
 	f.Uint32Var(&uid, "proxy-uid", 1337, "user the proxy runs as: its traffic is not captured")
 	f.Uint32Var(&gid, "proxy-gid", 1337, "group the proxy runs as")
-	f.Uint16Var(&inPort, "inbound-capture-port", 15006, "port of the proxy's inbound listener")
-	f.Uint16Var(&outPort, "outbound-capture-port", 15001, "port of the proxy's outbound listener")
+	f.Uint16Var(&inPort, "inbound-capture-port", proxycontract.InboundCapturePort, "port of the proxy's inbound listener")
+	f.Uint16Var(&outPort, "outbound-capture-port", proxycontract.OutboundCapturePort, "port of the proxy's outbound listener")
 	f.UintSliceVar(&inPorts, "inbound-ports", nil, "inbound TCP ports to capture (default all)")
 	f.UintSliceVar(&exclIn, "exclude-inbound-ports", nil, "inbound TCP ports never captured")
 	f.StringSliceVar(&s.IncludeOutboundIPRanges, "include-outbound-ip-ranges", []string{"*"}, "outbound IPv4 ranges to capture: * for all, empty for none")

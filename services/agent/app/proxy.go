@@ -29,6 +29,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
 	"github.com/flotilla-mesh/flotilla/services/agent/envoy"
@@ -46,7 +47,7 @@ import (
 // defaults that flags and FLOTILLA_* variables override.
 type Config struct {
 	command.Common `yaml:",inline"`
-	// Type is "sidecar" or "router", the command's argument.
+	// Type is proxycontract.Sidecar or Router, the command's argument.
 	Type string `yaml:"-"`
 
 	PodName        string `yaml:"podName" usage:"the pod's name (default $POD_NAME)"`
@@ -173,8 +174,8 @@ func proxyCommand() *cobra.Command {
 			"and keeps the certificate files its certificate provider reads ($OUTPUT_CERTS); with $DISABLE_ENVOY=true it runs no Envoy and no SDS server.",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
-			if len(args) != 1 || (args[0] != "sidecar" && args[0] != "router") {
-				return fmt.Errorf("want one argument, sidecar or router; got %q", args)
+			if len(args) != 1 || (args[0] != proxycontract.Sidecar && args[0] != proxycontract.Router) {
+				return fmt.Errorf("want one argument, %s or %s; got %q", proxycontract.Sidecar, proxycontract.Router, args)
 			}
 			cfg.Type = args[0]
 			return nil

@@ -32,12 +32,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Defaults: Istio's ports and paths.
 const (
 	XDSCluster  = "xds-grpc"
-	SDSCluster  = "sds-grpc"
+	SDSCluster  = proxycontract.SDSCluster
 	AdminPort   = 15000
 	AgentPort   = 15020
 	HealthPort  = 15021
@@ -52,7 +54,7 @@ const (
 
 // Node is who the proxy is.
 type Node struct {
-	// Type is "sidecar" or "router" (a gateway).
+	// Type is proxycontract.Sidecar or proxycontract.Router (a gateway).
 	Type string
 	// IP is the pod's address; PodName and Namespace name it.
 	IP, PodName, Namespace string
@@ -62,20 +64,25 @@ type Node struct {
 	ServiceAccount, ClusterID, IstioVersion string
 	// Labels are the pod's labels.
 	Labels map[string]string
-	// Generator is the node's GENERATOR metadata: "grpc" for a proxyless
-	// gRPC application, empty for Envoy.
+	// Generator is the node's GENERATOR metadata:
+	// proxycontract.GeneratorGRPC for a proxyless gRPC application, empty
+	// for Envoy.
 	Generator string
 }
 
 // ID is the node id: type~IP~pod.namespace~namespace.svc.domain.
 func (n Node) ID() string {
-	return n.Type + "~" + n.IP + "~" + n.PodName + "." + n.Namespace + "~" + n.Namespace + ".svc." + n.DomainSuffix
+	return proxycontract.NodeID{
+		Type: n.Type, IP: n.IP,
+		ID:        proxycontract.PodID(n.PodName, n.Namespace),
+		DNSDomain: proxycontract.PodDNSDomain(n.Namespace, n.DomainSuffix),
+	}.String()
 }
 
 func (n Node) check() error {
 	var errs []error
-	if n.Type != "sidecar" && n.Type != "router" {
-		errs = append(errs, fmt.Errorf("proxy type %q: want sidecar or router", n.Type))
+	if n.Type != proxycontract.Sidecar && n.Type != proxycontract.Router {
+		errs = append(errs, fmt.Errorf("proxy type %q: want %s or %s", n.Type, proxycontract.Sidecar, proxycontract.Router))
 	}
 	if net.ParseIP(n.IP) == nil {
 		errs = append(errs, fmt.Errorf("pod IP %q is not an IP address (INSTANCE_IP)", n.IP))
@@ -260,26 +267,26 @@ func serviceCluster(n Node) string {
 	return n.PodName + "." + n.Namespace
 }
 
-// metadata is what discovery reads of the node (internal naming follows
-// Istio's node metadata).
+// metadata is what discovery reads of the node, under the keys of the
+// contract (Istio's node metadata).
 func metadata(n Node) (*structpb.Struct, error) {
 	labels := map[string]any{}
 	for k, v := range n.Labels {
 		labels[k] = v
 	}
 	fields := map[string]any{
-		"NAME":          n.PodName,
-		"NAMESPACE":     n.Namespace,
-		"INSTANCE_IPS":  n.IP,
-		"LABELS":        labels,
-		"CLUSTER_ID":    n.ClusterID,
-		"ISTIO_VERSION": n.IstioVersion,
+		proxycontract.MetadataName:         n.PodName,
+		proxycontract.MetadataNamespace:    n.Namespace,
+		proxycontract.MetadataInstanceIPs:  n.IP,
+		proxycontract.MetadataLabels:       labels,
+		proxycontract.MetadataClusterID:    n.ClusterID,
+		proxycontract.MetadataIstioVersion: n.IstioVersion,
 	}
 	if n.ServiceAccount != "" {
-		fields["SERVICE_ACCOUNT"] = n.ServiceAccount
+		fields[proxycontract.MetadataServiceAccount] = n.ServiceAccount
 	}
 	if n.Generator != "" {
-		fields["GENERATOR"] = n.Generator
+		fields[proxycontract.MetadataGenerator] = n.Generator
 	}
 	md, err := structpb.NewStruct(fields)
 	if err != nil {

@@ -10,8 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/flotilla-mesh/flotilla/internal/model"
-	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 )
 
@@ -77,7 +76,7 @@ type grpcFileProvider struct {
 // the file_watcher certificate provider over CertsDir, and the server
 // listener name template.
 func BuildGRPC(o GRPCOptions) ([]byte, error) {
-	o.Node.Generator = model.GeneratorGRPC
+	o.Node.Generator = proxycontract.GeneratorGRPC
 	if err := o.Node.check(); err != nil {
 		return nil, err
 	}
@@ -111,7 +110,7 @@ func BuildGRPC(o GRPCOptions) ([]byte, error) {
 			ServerFeatures: []string{"xds_v3"},
 		}},
 		Node: node,
-		CertificateProviders: map[string]grpcProvider{translate.GRPCCertProvider: {
+		CertificateProviders: map[string]grpcProvider{proxycontract.GRPCCertProvider: {
 			PluginName: "file_watcher",
 			Config: grpcFileProvider{
 				CertificateFile:   filepath.Join(o.CertsDir, identity.ChainFile),
@@ -120,7 +119,7 @@ func BuildGRPC(o GRPCOptions) ([]byte, error) {
 				RefreshInterval:   strconv.FormatFloat(o.CertRefresh.Seconds(), 'f', -1, 64) + "s",
 			},
 		}},
-		ServerListenerResourceNameTemplate: translate.GRPCInboundPrefix + "%s",
+		ServerListenerResourceNameTemplate: proxycontract.GRPCInboundListenerPrefix + "%s",
 	}
 	out, err := json.MarshalIndent(b, "", "  ")
 	if err != nil {

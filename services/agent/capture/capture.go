@@ -21,6 +21,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Ports the sidecar itself uses, never captured inbound.
@@ -37,7 +39,8 @@ type Settings struct {
 	// captured (default 1337).
 	ProxyUID, ProxyGID uint32
 	// InboundPort and OutboundPort are Envoy's virtualInbound and
-	// virtualOutbound listeners (defaults 15006, 15001).
+	// virtualOutbound listeners (defaults proxycontract.InboundCapturePort
+	// and OutboundCapturePort, where discovery puts them).
 	InboundPort, OutboundPort uint16
 	// InboundPorts to capture; empty means all TCP ports.
 	InboundPorts []uint16
@@ -61,10 +64,10 @@ func (s *Settings) defaults() {
 		s.ProxyGID = 1337
 	}
 	if s.InboundPort == 0 {
-		s.InboundPort = 15006
+		s.InboundPort = proxycontract.InboundCapturePort
 	}
 	if s.OutboundPort == 0 {
-		s.OutboundPort = 15001
+		s.OutboundPort = proxycontract.OutboundCapturePort
 	}
 }
 
@@ -208,12 +211,12 @@ func Build(s Settings) (Plan, error) {
 	add(Rule{Chain: ChainInRedirect, TCP: true, Target: Target{Action: RedirectTo, Port: s.InboundPort}})
 
 	// Outbound: traffic Envoy sends to itself through the inbound path
-	// (127.0.0.6) passes; the application calling itself over a non-
+	// (proxycontract.InboundPassthroughSource) passes; the application calling itself over a non-
 	// loopback address is captured inbound; everything else the proxy
 	// sends, loopback, excluded ports and ranges pass; the rest goes to
 	// Envoy's outbound listener.
 	loopback := netip.MustParsePrefix("127.0.0.1/32")
-	add(Rule{Chain: ChainOutbound, Src: netip.MustParsePrefix("127.0.0.6/32"), OutLoopback: true, Target: ret})
+	add(Rule{Chain: ChainOutbound, Src: netip.PrefixFrom(netip.MustParseAddr(proxycontract.InboundPassthroughSource), 32), OutLoopback: true, Target: ret})
 	for _, group := range []bool{false, true} {
 		id := s.ProxyUID
 		if group {

@@ -35,13 +35,15 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 )
 
-// The secrets served, and their type URL.
+// The secrets served (the names discovery's TLS contexts ask for), and
+// their type URL.
 const (
-	SecretWorkload = "default"
-	SecretRoot     = "ROOTCA"
+	SecretWorkload = proxycontract.SecretWorkload
+	SecretRoot     = proxycontract.SecretRoot
 	TypeURL        = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
 	// SocketPath is Istio's workload SDS socket.

@@ -1,8 +1,9 @@
 // Package proxy identifies the proxies that connect to discovery from what
 // they send first: an Istio-style node ID ("sidecar~10.1.1.1~app-7d9f.default~default.svc.cluster.local")
 // and node metadata (NAMESPACE, LABELS, ISTIO_VERSION, CLUSTER_ID,
-// SERVICE_ACCOUNT, GENERATOR, INSTANCE_IPS). Bad input is an error that says
-// what is wrong, for the stream to return, never a crash.
+// SERVICE_ACCOUNT, GENERATOR, INSTANCE_IPS), in the forms of
+// internal/proxycontract, which the agent writes them by. Bad input is an
+// error that says what is wrong, for the stream to return, never a crash.
 package proxy
 
 import (
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Proxy is the identity parsed from a node.
@@ -56,7 +58,7 @@ func FromNode(node *corev3.Node) (*Proxy, error) {
 		return nil, fmt.Errorf("node %q metadata: %w", node.GetId(), err)
 	}
 	if p.Namespace == "" {
-		return nil, fmt.Errorf("node %q: no namespace (set NAMESPACE metadata or use an id of the form pod.namespace)", node.GetId())
+		return nil, fmt.Errorf("node %q: no namespace (set %s metadata or use an id of the form pod.namespace)", node.GetId(), proxycontract.MetadataNamespace)
 	}
 	if err := applyLocality(p, node.GetLocality()); err != nil {
 		return nil, fmt.Errorf("node %q: %w", node.GetId(), err)
@@ -85,19 +87,19 @@ func ParseID(id string) (*Proxy, error) {
 	if len(id) > maxNodeID {
 		return nil, fmt.Errorf("node id is %d bytes, more than %d", len(id), maxNodeID)
 	}
-	parts := strings.Split(id, "~")
-	if len(parts) != 4 {
+	n, ok := proxycontract.ParseNodeID(id)
+	if !ok {
 		return nil, fmt.Errorf("node id %q: want type~ip~id~domain, e.g. sidecar~10.1.1.1~app-7d9f.default~default.svc.cluster.local", id)
 	}
-	p := &Proxy{Type: Type(parts[0]), ID: parts[2], DNSDomain: parts[3]}
+	p := &Proxy{Type: Type(n.Type), ID: n.ID, DNSDomain: n.DNSDomain}
 	switch p.Type {
 	case Sidecar, Router:
 	default:
-		return nil, fmt.Errorf("node id %q: unknown proxy type %q (want sidecar or router)", id, parts[0])
+		return nil, fmt.Errorf("node id %q: unknown proxy type %q (want %s or %s)", id, n.Type, Sidecar, Router)
 	}
-	ip, err := netip.ParseAddr(parts[1])
+	ip, err := netip.ParseAddr(n.IP)
 	if err != nil {
-		return nil, fmt.Errorf("node id %q: %q is not an IP address", id, parts[1])
+		return nil, fmt.Errorf("node id %q: %q is not an IP address", id, n.IP)
 	}
 	p.IPs = []netip.Addr{ip}
 	if p.ID == "" {
@@ -126,17 +128,17 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 		key string
 		dst *string
 	}{
-		{"ISTIO_VERSION", &p.IstioVersion},
-		{"CLUSTER_ID", &p.ClusterID},
-		{"SERVICE_ACCOUNT", &p.ServiceAccount},
-		{"GENERATOR", &p.Generator},
+		{proxycontract.MetadataIstioVersion, &p.IstioVersion},
+		{proxycontract.MetadataClusterID, &p.ClusterID},
+		{proxycontract.MetadataServiceAccount, &p.ServiceAccount},
+		{proxycontract.MetadataGenerator, &p.Generator},
 	}
 	for _, f := range fields {
 		if *f.dst, err = str(f.key); err != nil {
 			return err
 		}
 	}
-	ns, err := str("NAMESPACE")
+	ns, err := str(proxycontract.MetadataNamespace)
 	if err != nil {
 		return err
 	}
@@ -144,41 +146,41 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 		p.Namespace = ns
 	}
 	if p.Generator != "" && p.Generator != GeneratorGRPC {
-		return fmt.Errorf("GENERATOR %q is not supported (only %q)", p.Generator, GeneratorGRPC)
+		return fmt.Errorf("%s %q is not supported (only %q)", proxycontract.MetadataGenerator, p.Generator, GeneratorGRPC)
 	}
-	if v, ok := md["LABELS"]; ok {
+	if v, ok := md[proxycontract.MetadataLabels]; ok {
 		st := v.GetStructValue()
 		if st == nil {
-			return errors.New("LABELS must be a map of strings")
+			return fmt.Errorf("%s must be a map of strings", proxycontract.MetadataLabels)
 		}
 		if len(st.GetFields()) > maxLabels {
-			return fmt.Errorf("LABELS has %d entries, more than %d", len(st.GetFields()), maxLabels)
+			return fmt.Errorf("%s has %d entries, more than %d", proxycontract.MetadataLabels, len(st.GetFields()), maxLabels)
 		}
 		p.Labels = make(map[string]string, len(st.GetFields()))
 		for k, lv := range st.GetFields() {
 			s, ok := lv.GetKind().(*structpb.Value_StringValue)
 			if !ok {
-				return fmt.Errorf("LABELS[%s] must be a string", k)
+				return fmt.Errorf("%s[%s] must be a string", proxycontract.MetadataLabels, k)
 			}
 			if len(k)+len(s.StringValue) > maxLabelLn {
-				return fmt.Errorf("LABELS[%s] is longer than %d bytes", k, maxLabelLn)
+				return fmt.Errorf("%s[%s] is longer than %d bytes", proxycontract.MetadataLabels, k, maxLabelLn)
 			}
 			p.Labels[k] = s.StringValue
 		}
 	}
-	ips, err := str("INSTANCE_IPS")
+	ips, err := str(proxycontract.MetadataInstanceIPs)
 	if err != nil {
 		return err
 	}
 	if ips != "" {
 		list := strings.Split(ips, ",")
 		if len(list) > maxIPs {
-			return fmt.Errorf("INSTANCE_IPS has %d addresses, more than %d", len(list), maxIPs)
+			return fmt.Errorf("%s has %d addresses, more than %d", proxycontract.MetadataInstanceIPs, len(list), maxIPs)
 		}
 		for _, s := range list {
 			ip, err := netip.ParseAddr(strings.TrimSpace(s))
 			if err != nil {
-				return fmt.Errorf("INSTANCE_IPS: %q is not an IP address", s)
+				return fmt.Errorf("%s: %q is not an IP address", proxycontract.MetadataInstanceIPs, s)
 			}
 			if !slices.Contains(p.IPs, ip) {
 				p.IPs = append(p.IPs, ip)

@@ -1,0 +1,176 @@
+// Package proxycontract is the contract between the pod side — the agent,
+// the Envoy it starts and the proxyless gRPC applications it writes a
+// bootstrap for — and discovery: the values both sides write or read and
+// must agree on, held once so neither side can drift alone. Node IDs and
+// metadata keys (what a proxy says it is), the capture ports (where the
+// agent's rules send traffic and where discovery's listeners wait for it),
+// the SDS cluster and secret names (what discovery's resources ask the
+// agent for), the proxyless bootstrap's names, and the cluster and
+// listener names the CLI reads back out of a proxy's configuration.
+//
+// Each value is Istio's, named beside it, so Istio's proxies and tools
+// keep working against Flotilla. The package imports only the standard
+// library: the agent links it without discovery's model or translation.
+package proxycontract
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Proxy types: a node ID's first part (Istio: model.SidecarProxy and
+// model.Router).
+const (
+	Sidecar = "sidecar"
+	Router  = "router" // gateways
+)
+
+// NodeID is an Envoy node's id as Istio writes it,
+// type~ip~id~domain: "sidecar~10.1.1.1~app-7d9f.default~default.svc.cluster.local"
+// (Istio: model.ServiceNode, parsed by model.ParseServiceNodeWithMetadata).
+type NodeID struct {
+	// Type is Sidecar or Router.
+	Type string
+	// IP is the workload's address.
+	IP string
+	// ID is "pod.namespace" for a pod (PodID).
+	ID string
+	// DNSDomain is "namespace.svc.<cluster domain>" for a pod (PodDNSDomain).
+	DNSDomain string
+}
+
+// nodeIDSeparator separates a node ID's parts.
+const nodeIDSeparator = "~"
+
+// String is the node ID.
+func (n NodeID) String() string {
+	return n.Type + nodeIDSeparator + n.IP + nodeIDSeparator + n.ID + nodeIDSeparator + n.DNSDomain
+}
+
+// ParseNodeID splits a node ID into its four parts; ok is false unless
+// there are exactly four. The parts are not checked: that is the
+// reader's.
+func ParseNodeID(id string) (NodeID, bool) {
+	parts := strings.Split(id, nodeIDSeparator)
+	if len(parts) != 4 {
+		return NodeID{}, false
+	}
+	return NodeID{Type: parts[0], IP: parts[1], ID: parts[2], DNSDomain: parts[3]}, true
+}
+
+// PodID is a pod's node ID part: "pod.namespace".
+func PodID(pod, namespace string) string { return pod + "." + namespace }
+
+// PodDNSDomain is a pod's node ID domain: "namespace.svc.<domain suffix>".
+func PodDNSDomain(namespace, domainSuffix string) string {
+	return namespace + ".svc." + domainSuffix
+}
+
+// Node metadata keys the agent writes and discovery reads (Istio: the JSON
+// names of model.NodeMetadata's fields).
+const (
+	// MetadataName is the pod's name (Istio: InstanceName).
+	MetadataName = "NAME"
+	// MetadataNamespace is the workload's namespace.
+	MetadataNamespace = "NAMESPACE"
+	// MetadataInstanceIPs are the workload's addresses, comma-separated.
+	MetadataInstanceIPs = "INSTANCE_IPS"
+	// MetadataLabels are the workload's labels, a map of strings.
+	MetadataLabels = "LABELS"
+	// MetadataClusterID is the cluster the workload runs in.
+	MetadataClusterID = "CLUSTER_ID"
+	// MetadataIstioVersion is the proxy's version.
+	MetadataIstioVersion = "ISTIO_VERSION"
+	// MetadataServiceAccount is the workload's service account.
+	MetadataServiceAccount = "SERVICE_ACCOUNT"
+	// MetadataGenerator picks the configuration flavour: GeneratorGRPC,
+	// or absent for Envoy.
+	MetadataGenerator = "GENERATOR"
+)
+
+// GeneratorGRPC is MetadataGenerator's value for a proxyless gRPC
+// application, which gets the configuration flavour grpc-go accepts
+// (Istio: the "grpc" generator its grpc-agent template sets).
+const GeneratorGRPC = "grpc"
+
+// Traffic capture: where the agent's rules send a pod's traffic and where
+// discovery's sidecar listeners take it.
+const (
+	// OutboundCapturePort is the virtualOutbound listener's (Istio:
+	// ProxyConfig.proxyListenPort, istio-iptables' -p).
+	OutboundCapturePort = 15001
+	// InboundCapturePort is the virtualInbound listener's (Istio:
+	// ProxyConfig.proxyInboundListenPort, istio-iptables' -z).
+	InboundCapturePort = 15006
+	// InboundPassthroughSource is the address Envoy sends inbound
+	// passthrough connections from, which the capture rules let through
+	// uncaptured (Istio: InboundPassthroughBindIpv4);
+	// InboundPassthroughSource6 is its IPv6 twin
+	// (InboundPassthroughBindIpv6).
+	InboundPassthroughSource  = "127.0.0.6"
+	InboundPassthroughSource6 = "::6"
+)
+
+// The sidecar's listeners the capture ports belong to (Istio:
+// model.VirtualOutboundListenerName, model.VirtualInboundListenerName).
+const (
+	VirtualOutbound = "virtualOutbound"
+	VirtualInbound  = "virtualInbound"
+)
+
+// SDS: the cluster the agent's Envoy bootstrap defines for the agent's SDS
+// socket, which discovery's TLS contexts name as their secrets' source,
+// and the secrets the agent serves on it (Istio: SDSClusterName,
+// security.WorkloadKeyCertResourceName, security.RootCertReqResourceName).
+const (
+	SDSCluster     = "sds-grpc"
+	SecretWorkload = "default"
+	SecretRoot     = "ROOTCA"
+)
+
+// Proxyless gRPC: the names the agent's gRPC xDS bootstrap gives and
+// discovery's proxyless resources use.
+const (
+	// GRPCCertProvider is the bootstrap's one certificate provider
+	// instance (a file_watcher over the agent's certificate files), which
+	// discovery's TLS contexts name (Istio:
+	// grpcxds.FileWatcherCertProviderName).
+	GRPCCertProvider = "default"
+	// GRPCInboundListenerPrefix starts a proxyless server's listener name:
+	// the bootstrap's server_listener_resource_name_template is
+	// GRPCInboundListenerPrefix+"%s", which grpc-go fills with the address
+	// it listens on (Istio: grpcxds.ServerListenerNamePrefix).
+	GRPCInboundListenerPrefix = "xds.istio.io/grpc/lds/inbound/"
+)
+
+// Traffic directions, the first part of a cluster name (Istio:
+// model.TrafficDirectionInbound, model.TrafficDirectionOutbound).
+const (
+	Inbound  = "inbound"
+	Outbound = "outbound"
+)
+
+// clusterNameSeparator separates a cluster name's parts.
+const clusterNameSeparator = "|"
+
+// ClusterName is Istio's cluster name, direction|port|subset|host:
+// "outbound|80|v1|reviews.default.svc.cluster.local", "inbound|8080||"
+// (Istio: model.BuildSubsetKey).
+func ClusterName(direction string, port uint32, subset, host string) string {
+	return direction + clusterNameSeparator + strconv.FormatUint(uint64(port), 10) +
+		clusterNameSeparator + subset + clusterNameSeparator + host
+}
+
+// ParseClusterName splits a ClusterName; ok is false for any other name
+// (Istio: model.ParseSubsetKey).
+func ParseClusterName(name string) (direction string, port uint32, subset, host string, ok bool) {
+	parts := strings.Split(name, clusterNameSeparator)
+	if len(parts) != 4 || (parts[0] != Inbound && parts[0] != Outbound) {
+		return "", 0, "", "", false
+	}
+	n, err := strconv.ParseUint(parts[1], 10, 32)
+	if err != nil {
+		return "", 0, "", "", false
+	}
+	return parts[0], uint32(n), parts[2], parts[3], true
+}
