@@ -217,7 +217,7 @@ func readIstio(tb testing.TB, store *model.Store, docs []byte) {
 	local := mcp.NewLocal(mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
 		for _, r := range updated {
 			if err := store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
-				return err //nolint:wrapcheck // test
+				return err
 			}
 		}
 		for _, n := range removed {

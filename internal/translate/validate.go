@@ -17,7 +17,7 @@ import (
 func Validate(m proto.Message) error {
 	if v, ok := m.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
-			return err //nolint:wrapcheck // the generated message names the field
+			return err // unwrapped: the generated message names the field
 		}
 	}
 	return walkAny(m.ProtoReflect())
@@ -67,7 +67,7 @@ func (g *gen) valid(m proto.Message, packErrsBefore int) error {
 		return Validate(m)
 	}
 	if v, ok := m.(interface{ Validate() error }); ok {
-		return v.Validate() //nolint:wrapcheck // the generated message names the field
+		return v.Validate() // unwrapped: the generated message names the field
 	}
 	return nil
 }

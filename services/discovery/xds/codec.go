@@ -55,7 +55,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	case *discoveryv3.DiscoveryRequest:
 		return unmarshalRequest(data.Materialize(), r)
 	}
-	return c.base.Unmarshal(data, v) //nolint:wrapcheck // gRPC's own codec's error
+	return c.base.Unmarshal(data, v) // unwrapped: gRPC's own codec's error
 }
 
 // DiscoveryRequest's fields read before the rest is decoded.
@@ -164,7 +164,7 @@ func unmarshalRequest(raw []byte, req *discoveryv3.DiscoveryRequest) error {
 		}
 		return true
 	}) {
-		return proto.Unmarshal(raw, req) //nolint:wrapcheck // proto's error, as gRPC's codec returns it
+		return proto.Unmarshal(raw, req) // unwrapped: proto's error, as gRPC's codec returns it
 	}
 	msg := unsafe.String(unsafe.SliceData(raw), len(raw)) //nolint:gosec // raw is never written to (above)
 	names := make([]string, 0, count)
@@ -185,7 +185,7 @@ func unmarshalRequest(raw []byte, req *discoveryv3.DiscoveryRequest) error {
 		return errors.New("decoding a DiscoveryRequest: resource_names: string field contains invalid UTF-8")
 	}
 	if err := proto.Unmarshal(rest, req); err != nil {
-		return err //nolint:wrapcheck // as above
+		return err // unwrapped: as above
 	}
 	if count > 0 {
 		req.ResourceNames = names
@@ -266,7 +266,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return out, nil
 	}
-	return c.base.Marshal(v) //nolint:wrapcheck // gRPC's own codec's error
+	return c.base.Marshal(v) // unwrapped: gRPC's own codec's error
 }
 
 // wire is a resource as the codec sends it.

@@ -27,7 +27,7 @@ func fetch(t *testing.T, cc grpc.ClientConnInterface, typeURL string, names ...s
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return debugapi.Fetch(ctx, cc, typeURL, names...) //nolint:wrapcheck // the test reads the status
+	return debugapi.Fetch(ctx, cc, typeURL, names...)
 }
 
 func syncz(t *testing.T, cc grpc.ClientConnInterface, names ...string) []debugapi.ProxySync {

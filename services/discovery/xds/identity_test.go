@@ -94,7 +94,7 @@ func firstResponse(t *testing.T, cc *grpc.ClientConn, nodeID string, md map[stri
 		return err
 	}
 	_, err = stream.Recv()
-	return err //nolint:wrapcheck // the test reads the status
+	return err
 }
 
 func TestAProxyOnTheMTLSPortIsTheIdentityOfItsCertificate(t *testing.T) {

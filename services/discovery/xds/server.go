@@ -233,7 +233,7 @@ func (s *Server) StreamAggregatedResources(stream discoveryv3.AggregatedDiscover
 			req.subscribed = c.subscribed
 		}
 		if err := stream.RecvMsg(req); err != nil {
-			return nil, err //nolint:wrapcheck // gRPC's status, as Recv returns it
+			return nil, err // unwrapped: gRPC's status, as Recv returns it
 		}
 		return req, nil
 	}
@@ -321,7 +321,7 @@ func recvError(err error) error {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Canceled {
 		return nil
 	}
-	return err //nolint:wrapcheck // a gRPC status from the transport, returned as is
+	return err // unwrapped: a gRPC status from the transport, returned as is
 }
 
 // connect identifies the proxy from its first request; a node that does
