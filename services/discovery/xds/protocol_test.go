@@ -149,23 +149,30 @@ func node(id string, md map[string]any) *corev3.Node {
 	return &corev3.Node{Id: id, Metadata: st}
 }
 
-// sotw is a raw state-of-the-world stream whose responses arrive on a
-// channel, so a test can also show that nothing arrives.
-type sotw struct {
-	st   discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	resp chan *discoveryv3.DiscoveryResponse
+// stream is a raw ADS stream of either protocol whose responses arrive on
+// a channel, so a test can also show that nothing arrives.
+type stream[Req any, Resp interface{ GetTypeUrl() string }] struct {
+	st interface {
+		Send(Req) error
+		Recv() (Resp, error)
+	}
+	resp chan Resp
 	err  chan error
 }
 
-func (h *harness) sotw(t *testing.T) *sotw {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sotw{st: st, resp: make(chan *discoveryv3.DiscoveryResponse, 64), err: make(chan error, 1)}
+// sotw is a raw state-of-the-world stream, delta a raw incremental one.
+type (
+	sotw  = stream[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse]
+	delta = stream[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse]
+)
+
+// open starts reading a stream's responses.
+func open[Req any, Resp interface{ GetTypeUrl() string }](st interface {
+	Send(Req) error
+	Recv() (Resp, error)
+},
+) *stream[Req, Resp] {
+	s := &stream[Req, Resp]{st: st, resp: make(chan Resp, 64), err: make(chan error, 1)}
 	go func() {
 		for {
 			r, err := st.Recv()
@@ -179,14 +186,36 @@ func (h *harness) sotw(t *testing.T) *sotw {
 	return s
 }
 
-func (s *sotw) send(t *testing.T, req *discoveryv3.DiscoveryRequest) {
+func (h *harness) sotw(t *testing.T) *sotw {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return open(st)
+}
+
+func (h *harness) delta(t *testing.T) *delta {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return open(st)
+}
+
+func (s *stream[Req, Resp]) send(t *testing.T, req Req) {
 	t.Helper()
 	if err := s.st.Send(req); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (s *sotw) next(t *testing.T) *discoveryv3.DiscoveryResponse {
+func (s *stream[Req, Resp]) next(t *testing.T) Resp {
 	t.Helper()
 	select {
 	case r := <-s.resp:
@@ -196,20 +225,35 @@ func (s *sotw) next(t *testing.T) *discoveryv3.DiscoveryResponse {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no response within 10s")
 	}
-	return nil
+	var none Resp
+	return none
 }
 
-// nothing shows that no response arrives for a while.
 // nothing checks that the stream gets no response for d, and stays open.
-func (s *sotw) nothing(t *testing.T, d time.Duration) {
+func (s *stream[Req, Resp]) nothing(t *testing.T, d time.Duration) {
 	t.Helper()
 	select {
 	case r := <-s.resp:
-		t.Fatalf("unexpected %s response, version %s, %d resources", r.GetTypeUrl(), r.GetVersionInfo(), len(r.GetResources()))
+		t.Fatalf("unexpected %s response", r.GetTypeUrl())
 	case err := <-s.err:
 		t.Fatalf("the stream ended: %v", err)
 	case <-time.After(d):
 	}
+}
+
+// ended waits for the server to end the stream, and reports whether it
+// ended it with an OK status (a graceful end, not an error).
+func (s *stream[Req, Resp]) ended(t *testing.T) bool {
+	t.Helper()
+	select {
+	case r := <-s.resp:
+		t.Fatalf("unexpected %s response while waiting for the stream to end", r.GetTypeUrl())
+	case err := <-s.err:
+		return errors.Is(err, io.EOF)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end within 10s")
+	}
+	return false
 }
 
 func ack(r *discoveryv3.DiscoveryResponse, names ...string) *discoveryv3.DiscoveryRequest {
@@ -411,64 +455,6 @@ func TestAPeerOfAProxysServiceScaledIsAnEndpointsOnlyPushAndItsOwnEndpointAFullO
 	r = s.next(t)
 	if r.GetTypeUrl() != resourcev3.ClusterType || inbound(r) != 0 {
 		t.Fatalf("its own endpoint gone: got %s with %d inbound clusters, want the clusters without its inbound", r.GetTypeUrl(), inbound(r))
-	}
-}
-
-// delta is a raw incremental stream.
-type delta struct {
-	st   discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	resp chan *discoveryv3.DeltaDiscoveryResponse
-	err  chan error
-}
-
-func (h *harness) delta(t *testing.T) *delta {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &delta{st: st, resp: make(chan *discoveryv3.DeltaDiscoveryResponse, 64), err: make(chan error, 1)}
-	go func() {
-		for {
-			r, err := st.Recv()
-			if err != nil {
-				d.err <- err
-				return
-			}
-			d.resp <- r
-		}
-	}()
-	return d
-}
-
-func (d *delta) send(t *testing.T, req *discoveryv3.DeltaDiscoveryRequest) {
-	t.Helper()
-	if err := d.st.Send(req); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (d *delta) next(t *testing.T) *discoveryv3.DeltaDiscoveryResponse {
-	t.Helper()
-	select {
-	case r := <-d.resp:
-		return r
-	case err := <-d.err:
-		t.Fatalf("stream ended: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no response within 10s")
-	}
-	return nil
-}
-
-func (d *delta) nothing(t *testing.T, dur time.Duration) {
-	t.Helper()
-	select {
-	case r := <-d.resp:
-		t.Fatalf("unexpected response: %d resources, removed %v", len(r.GetResources()), r.GetRemovedResources())
-	case <-time.After(dur):
 	}
 }
 
@@ -982,20 +968,6 @@ func TestAStateOfTheWorldProxyReconnectingWithTheVersionItHoldsIsSentNothingNew(
 	}
 }
 
-// ended waits for the server to end the stream, and reports whether it
-// ended it with an OK status (a graceful end, not an error).
-func (s *sotw) ended(t *testing.T) bool {
-	t.Helper()
-	select {
-	case r := <-s.resp:
-		t.Fatalf("unexpected %s response while waiting for the stream to end", r.GetTypeUrl())
-	case err := <-s.err:
-		return errors.Is(err, io.EOF)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stream did not end within 10s")
-	}
-	return false
-}
 
 // TestAStreamPastItsConnectionAgeEndsOnceItsProxyHasAnsweredEverythingItWasSent:
 // a stream ends at its age only when nothing is in flight, so the proxy
