@@ -241,6 +241,24 @@ func (s *stream[Req, Resp]) nothing(t *testing.T, d time.Duration) {
 	}
 }
 
+// endsWith waits, reading past responses, for the server to end the
+// stream with code and a message containing msg.
+func (s *stream[Req, Resp]) endsWith(t *testing.T, code codes.Code, msg string) {
+	t.Helper()
+	for {
+		select {
+		case err := <-s.err:
+			if grpcstatus.Code(err) != code || !strings.Contains(err.Error(), msg) {
+				t.Fatalf("the stream ended with %v, want %s containing %q", err, code, msg)
+			}
+			return
+		case <-s.resp:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream was not ended")
+		}
+	}
+}
+
 // ended waits for the server to end the stream, and reports whether it
 // ended it with an OK status (a graceful end, not an error).
 func (s *stream[Req, Resp]) ended(t *testing.T) bool {
@@ -708,18 +726,7 @@ func TestADeltaStreamCannotSubscribeToMoreNamesThanTheLimitRequestByRequest(t *t
 	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: names(0)})
 	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: names(50_000)})
 	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: names(100_000)[:10]})
-	for {
-		select {
-		case err := <-d.err:
-			if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "subscribes to 100010 resource names") {
-				t.Fatalf("the stream ended with %v, want InvalidArgument naming the count", err)
-			}
-			return
-		case <-d.resp:
-		case <-time.After(10 * time.Second):
-			t.Fatal("a stream over the limit was not ended")
-		}
-	}
+	d.endsWith(t, codes.InvalidArgument, "subscribes to 100010 resource names")
 }
 
 // TestADeltaStreamCannotSubscribeToMoreThanFourMebibytesOfNames: names of
@@ -743,18 +750,7 @@ func TestADeltaStreamCannotSubscribeToMoreThanFourMebibytesOfNames(t *testing.T)
 	for i := 1; i < 3; i++ {
 		d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: names(i * 2_000)})
 	}
-	for {
-		select {
-		case err := <-d.err:
-			if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bytes of resource names, more than 4194304") {
-				t.Fatalf("the stream ended with %v, want InvalidArgument naming the bytes", err)
-			}
-			return
-		case <-d.resp:
-		case <-time.After(10 * time.Second):
-			t.Fatal("a stream over the limit was not ended")
-		}
-	}
+	d.endsWith(t, codes.InvalidArgument, "bytes of resource names, more than 4194304")
 }
 
 // FuzzStreamRequests sends what the fuzzer makes of a state-of-the-world
@@ -967,7 +963,6 @@ func TestAStateOfTheWorldProxyReconnectingWithTheVersionItHoldsIsSentNothingNew(
 			len(r.GetResources()), len(held.GetResources())+1)
 	}
 }
-
 
 // TestAStreamPastItsConnectionAgeEndsOnceItsProxyHasAnsweredEverythingItWasSent:
 // a stream ends at its age only when nothing is in flight, so the proxy
