@@ -166,12 +166,20 @@ type (
 	delta = stream[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse]
 )
 
-// open starts reading a stream's responses.
-func open[Req any, Resp interface{ GetTypeUrl() string }](st interface {
+// open starts a stream with start (a method of the ADS client) and its
+// reading of responses; the stream ends with the test.
+func open[Req any, Resp interface{ GetTypeUrl() string }, S interface {
 	Send(Req) error
 	Recv() (Resp, error)
-},
+}](t *testing.T, start func(context.Context, ...grpc.CallOption) (S, error),
 ) *stream[Req, Resp] {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := &stream[Req, Resp]{st: st, resp: make(chan Resp, 64), err: make(chan error, 1)}
 	go func() {
 		for {
@@ -188,24 +196,12 @@ func open[Req any, Resp interface{ GetTypeUrl() string }](st interface {
 
 func (h *harness) sotw(t *testing.T) *sotw {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return open(st)
+	return open[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse](t, discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources)
 }
 
 func (h *harness) delta(t *testing.T) *delta {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return open(st)
+	return open[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse](t, discoveryv3.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources)
 }
 
 func (s *stream[Req, Resp]) send(t *testing.T, req Req) {
