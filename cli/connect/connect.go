@@ -7,6 +7,8 @@
 // a client certificate, given as files or got from ca with a service
 // account token, as workloads get theirs. The commands that read the
 // configuration (analyze --live) reach galley's MCP port the same way.
+// The commands that take a proxy name it and find the replica serving it
+// here (proxy.go).
 package connect
 
 import (

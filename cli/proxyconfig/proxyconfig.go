@@ -38,7 +38,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
-	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	// The Envoy types a config dump holds, to decode them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
@@ -91,7 +90,7 @@ context file, or at --agent-address.`,
 			case 0:
 				return append(slices.Clone(kinds), "all", "bootstrap"), cobra.ShellCompDirectiveNoFileComp
 			case 1:
-				return proxystatus.ProxyNames(cmd.Context(), conn), cobra.ShellCompDirectiveNoFileComp
+				return conn.ProxyNames(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
 			}
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},
@@ -146,7 +145,7 @@ func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, give
 	defer cancel()
 	name := proxy
 	if strings.Contains(proxy, "~") {
-		name = proxystatus.Name(proxy)
+		name = connect.ProxyName(proxy)
 	}
 	i := strings.LastIndex(name, ".")
 	if i <= 0 || i == len(name)-1 {
@@ -199,7 +198,7 @@ const maxBootstrapBytes = 4 << 20
 
 // Dump is a proxy's configuration as its replica would send it now.
 type Dump struct {
-	Proxy     proxystatus.Row
+	Proxy     connect.Row
 	Clusters  []*clusterv3.Cluster
 	Endpoints []*endpointv3.ClusterLoadAssignment
 	Listeners []*listenerv3.Listener
@@ -209,7 +208,7 @@ type Dump struct {
 
 // Fetch finds the proxy and reads its config_dump from its replica.
 func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) {
-	row, err := proxystatus.Locate(ctx, cl, name)
+	row, err := cl.Locate(ctx, name)
 	if err != nil {
 		return nil, err //nolint:wrapcheck // says what was not found
 	}

@@ -7,12 +7,9 @@ package proxystatus
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,7 +19,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
-	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 )
 
@@ -58,7 +54,7 @@ what it acknowledged, type by type.`,
 			if len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			return ProxyNames(cmd.Context(), conn), cobra.ShellCompDirectiveNoFileComp
+			return conn.ProxyNames(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch output {
@@ -74,7 +70,7 @@ what it acknowledged, type by type.`,
 			if len(args) == 1 {
 				return showProxy(ctx, cmd.OutOrStdout(), cl, args[0], output)
 			}
-			rows, failed := list(ctx, cl)
+			rows, failed := cl.Proxies(ctx)
 			if err := printRows(cmd.OutOrStdout(), rows, output, time.Now()); err != nil {
 				return err
 			}
@@ -85,45 +81,6 @@ what it acknowledged, type by type.`,
 	return cmd
 }
 
-// Row is one proxy on one replica.
-type Row struct {
-	Replica string `json:"replica"`
-	// Revision is the control-plane revision of the replica serving the
-	// proxy (istio.io/rev): the revision the proxy is on.
-	Revision string             `json:"revision"`
-	Address  string             `json:"address"`
-	Proxy    debugapi.ProxySync `json:"proxy"`
-}
-
-// list asks every replica; a replica that does not answer is reported in
-// the error, the others' proxies are listed.
-func list(ctx context.Context, cl *connect.Client) ([]Row, error) {
-	var rows []Row
-	var errs []error
-	for _, a := range cl.FetchAll(ctx, debugapi.Syncz) {
-		if a.Err != nil {
-			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, a.Err))
-			continue
-		}
-		syncs, err := debugapi.Syncs(a.Resp)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, err))
-			continue
-		}
-		for _, p := range syncs {
-			rows = append(rows, Row{Replica: a.Replica.ID, Revision: revision(a.Replica), Address: a.Address, Proxy: p})
-		}
-	}
-	slices.SortFunc(rows, func(a, b Row) int {
-		return cmp.Or(strings.Compare(Name(a.Proxy.ID), Name(b.Proxy.ID)), strings.Compare(a.Proxy.ID, b.Proxy.ID), strings.Compare(a.Replica, b.Replica))
-	})
-	return rows, errors.Join(errs...)
-}
-
-// revision is a replica's revision; a replica that names none (one from
-// before revisions) is the default revision's.
-func revision(r debugapi.Replica) string { return cmp.Or(r.Revision, controlplane.DefaultRevision) }
-
 // columns are the types shown, in istioctl's order, then any other.
 var columns = []struct{ name, typeURL string }{
 	{"CDS", resourcev3.ClusterType},
@@ -133,7 +90,7 @@ var columns = []struct{ name, typeURL string }{
 	{"SDS", resourcev3.SecretType},
 }
 
-func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
+func printRows(w io.Writer, rows []connect.Row, output string, now time.Time) error {
 	switch output {
 	case "json":
 		return writeJSON(w, rows)
@@ -156,7 +113,7 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 	header = append(header, "REPLICA", "REVISION", "VERSION")
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fields := []string{Name(r.Proxy.ID)}
+		fields := []string{connect.ProxyName(r.Proxy.ID)}
 		for _, c := range columns {
 			if !used[c.typeURL] && c.name == "SDS" {
 				continue
@@ -196,39 +153,6 @@ func age(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
-
-// ProxyNames are the proxies every replica serves, as the table names
-// them, for shell completion (none when the control plane does not
-// answer: completion must not fail loudly).
-func ProxyNames(ctx context.Context, conn *connect.Options) []string {
-	ctx, cl, done, err := conn.Connect(ctx)
-	if err != nil {
-		return nil
-	}
-	defer done()
-	rows, _ := list(ctx, cl)
-	var names []string
-	for _, r := range rows {
-		if n := Name(r.Proxy.ID); !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	return names
-}
-
-// Name is how the table names a proxy: pod.namespace from an Istio node
-// ID (type~ip~pod.namespace~domain), as istioctl does; the ID itself
-// otherwise.
-func Name(id string) string {
-	parts := strings.Split(id, "~")
-	if len(parts) == 4 && parts[2] != "" {
-		return parts[2]
-	}
-	return id
-}
-
-// matches reports whether a proxy is the one the user named.
-func matches(id, name string) bool { return id == name || Name(id) == name }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

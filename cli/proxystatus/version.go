@@ -31,7 +31,7 @@ func PrintVersions(ctx context.Context, w io.Writer, conn *connect.Options) erro
 			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, a.Err))
 			continue
 		}
-		fmt.Fprintf(&b, "discovery version: %s (replica %s of revision %s at %s)\n", cmp.Or(a.Replica.Info.Version, "unknown"), cmp.Or(a.Replica.ID, "unnamed"), revision(a.Replica), a.Address)
+		fmt.Fprintf(&b, "discovery version: %s (replica %s of revision %s at %s)\n", cmp.Or(a.Replica.Info.Version, "unknown"), cmp.Or(a.Replica.ID, "unnamed"), connect.Revision(a.Replica), a.Address)
 		syncs, err := debugapi.Syncs(a.Resp)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, err))

@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
-	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
@@ -277,14 +276,14 @@ func (w *waiter) poll(ctx context.Context) (tally, error) {
 			t.waiting = append(t.waiting, behind{replica: replica, why: "it " + why})
 		}
 		for _, p := range d.Proxies {
-			if w.proxy != "" && p.ID != w.proxy && proxystatus.Name(p.ID) != w.proxy {
+			if w.proxy != "" && !connect.IsProxy(p.ID, w.proxy) {
 				continue
 			}
 			switch {
 			case ok && p.Push >= push:
 				t.done++
 			case ok:
-				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: fmt.Sprintf("holds push %d, the version came in push %d (flotilla proxy-status %s tells why)", p.Push, push, proxystatus.Name(p.ID))})
+				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: fmt.Sprintf("holds push %d, the version came in push %d (flotilla proxy-status %s tells why)", p.Push, push, connect.ProxyName(p.ID))})
 			default:
 				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: "its replica does not have the version"})
 			}
@@ -339,7 +338,7 @@ func (w *waiter) timedOut(t tally) error {
 		if x.proxy == "" {
 			fmt.Fprintf(&b, "\n  replica %s: %s", x.replica, x.why)
 		} else {
-			fmt.Fprintf(&b, "\n  %s (on %s): %s", proxystatus.Name(x.proxy), x.replica, x.why)
+			fmt.Fprintf(&b, "\n  %s (on %s): %s", connect.ProxyName(x.proxy), x.replica, x.why)
 		}
 	}
 	return errors.New(b.String())
