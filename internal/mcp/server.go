@@ -708,46 +708,20 @@ func (s *Server) close(sub *subscriber) {
 }
 
 // request records a request of sub's stream and decides whether it is
-// served: a restricted collection only to the identity of the stream that
-// asks; names within the stream's bounds; no more than
-// maxUnpublishedTypes collections not published. Only the first answer to
-// the latest response of its collection counts as one: a NACK of it is
-// logged once per collection and version, every NACK is counted, and
-// stale or made-up nonces change nothing. Every other request waits its
-// turn at the paced rate.
+// served: it names the subscriber (identify), refuses what the stream may
+// not ask for (admit), records whether it answers the latest response of
+// its collection (answer), and holds back every request but such an
+// answer (pace).
 func (s *Server) request(ctx context.Context, sub *subscriber, r *asked) error {
 	s.mu.Lock()
-	if sub.id == "" && r.node.GetId() != "" {
-		sub.id = clip.String(r.node.GetId(), 256)
-		sub.version = clip.String(r.node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
-		s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
-	}
+	s.identify(sub, r)
 	id := sub.id
-	if allow, ok := s.restricted[r.typeURL]; ok && !allow(sub.label) {
-		s.mu.Unlock()
-		s.log.Warn("refusing a subscriber a restricted collection", "subscriber", id, "identity", sub.label, "type_url", r.typeURL)
-		return status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", r.typeURL, sub.label)
-	}
-	ts, err := s.typeState(sub, r.typeURL)
-	if err == nil {
-		err = sub.subscribe(ts, r)
-	}
+	ts, err := s.admit(sub, r)
 	if err != nil {
 		s.mu.Unlock()
-		s.log.Warn("refusing a subscriber", "subscriber", id, "identity", sub.label, "error", err)
 		return err
 	}
-	answersLatest := r.nonce != "" && r.nonce == ts.sent && !ts.answered
-	logNack := false
-	if answersLatest {
-		ts.answered = true
-		ts.rejected = ""
-		if r.nack != nil {
-			ts.rejected = clip.String(r.nack.Error(), 256)
-			logNack = ts.nackLogged != ts.sentVersion
-			ts.nackLogged = ts.sentVersion
-		}
-	}
+	answersLatest, logNack := ts.answer(r)
 	version := ts.sentVersion
 	s.mu.Unlock()
 	if r.nack != nil {
@@ -759,14 +733,68 @@ func (s *Server) request(ctx context.Context, sub *subscriber, r *asked) error {
 			"version", version, "reason", clip.String(r.nack.Error(), 512))
 	}
 	if !answersLatest {
-		t := time.NewTimer(sub.paced.Reserve().Delay())
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
+		pace(ctx, sub.paced)
 	}
 	return nil
+}
+
+// identify names sub by the node of its first request that gives one.
+// Called with s.mu held.
+func (s *Server) identify(sub *subscriber, r *asked) {
+	if sub.id == "" && r.node.GetId() != "" {
+		sub.id = clip.String(r.node.GetId(), 256)
+		sub.version = clip.String(r.node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
+		s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
+	}
+}
+
+// admit is sub's state for the collection r asks for, when the stream may
+// ask for it: a restricted collection only by the identity of the stream
+// that asks; names within the stream's bounds; no more than
+// maxUnpublishedTypes collections not published. A refusal is logged.
+// Called with s.mu held.
+func (s *Server) admit(sub *subscriber, r *asked) (*typeState, error) {
+	if allow, ok := s.restricted[r.typeURL]; ok && !allow(sub.label) {
+		s.log.Warn("refusing a subscriber a restricted collection", "subscriber", sub.id, "identity", sub.label, "type_url", r.typeURL)
+		return nil, status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", r.typeURL, sub.label)
+	}
+	ts, err := s.typeState(sub, r.typeURL)
+	if err == nil {
+		err = sub.subscribe(ts, r)
+	}
+	if err != nil {
+		s.log.Warn("refusing a subscriber", "subscriber", sub.id, "identity", sub.label, "error", err)
+		return nil, err
+	}
+	return ts, nil
+}
+
+// answer records r if it is the first answer to the latest response of
+// its collection (the only request that counts as one: stale or made-up
+// nonces change nothing), and says whether its NACK is to be logged: once
+// per collection and version. Called with s.mu held.
+func (ts *typeState) answer(r *asked) (answersLatest, logNack bool) {
+	if r.nonce == "" || r.nonce != ts.sent || ts.answered {
+		return false, false
+	}
+	ts.answered = true
+	ts.rejected = ""
+	if r.nack != nil {
+		ts.rejected = clip.String(r.nack.Error(), 256)
+		logNack = ts.nackLogged != ts.sentVersion
+		ts.nackLogged = ts.sentVersion
+	}
+	return true, logNack
+}
+
+// pace waits for a request's turn at the paced rate, or for ctx to end.
+func pace(ctx context.Context, paced *rate.Limiter) {
+	t := time.NewTimer(paced.Reserve().Delay())
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // typeState is sub's state for typeURL, made on its first request; a
