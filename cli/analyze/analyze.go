@@ -252,7 +252,7 @@ func Print(w io.Writer, format string, msgs []validation.Message, files *Files) 
 		data = append(data, '\n')
 	}
 	_, err = w.Write(data)
-	return err //nolint:wrapcheck // the writer's own error
+	return err
 }
 
 func listCodes(w io.Writer) error {
@@ -261,5 +261,5 @@ func listCodes(w io.Writer) error {
 	for _, c := range validation.Codes() {
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Code, c.Name, c.Severity, cmp.Or(c.Istio, "-"), c.Meaning)
 	}
-	return tw.Flush() //nolint:wrapcheck // the writer's own error
+	return tw.Flush()
 }

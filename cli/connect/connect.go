@@ -278,7 +278,7 @@ func (o *Options) credentials(ctx context.Context, k KubeOptions, service string
 		}
 		token = func() (string, error) {
 			b, err := os.ReadFile(c.TokenFile)
-			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
+			return strings.TrimSpace(string(b)), err
 		}
 	}
 	creds, err := o.transport(ctx, c, roots, token, service)

@@ -112,7 +112,7 @@ context file, or at --agent-address.`,
 			}
 			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
-				return err //nolint:wrapcheck // says which flag
+				return err
 			}
 			defer done()
 			dump, err := Fetch(ctx, cl, args[1])
@@ -153,7 +153,7 @@ func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, give
 	}
 	addr, stop, err := conn.AgentAddress(ctx, given, name[:i], name[i+1:])
 	if err != nil {
-		return err //nolint:wrapcheck // says which flag
+		return err
 	}
 	defer stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+debugapi.AgentBootstrapPath, nil)
@@ -190,7 +190,7 @@ func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, give
 		out.WriteByte('\n')
 	}
 	_, err = w.Write(out.Bytes())
-	return err //nolint:wrapcheck // the output's
+	return err
 }
 
 // maxBootstrapBytes bounds what is read from an agent.
@@ -210,7 +210,7 @@ type Dump struct {
 func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) {
 	row, err := cl.Locate(ctx, name)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // says what was not found
+		return nil, err
 	}
 	a := cl.Fetch(ctx, row.Address, debugapi.ConfigDump, row.Proxy.ID)
 	if a.Err != nil {
@@ -323,14 +323,14 @@ func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now ti
 			fmt.Fprintln(tw, strings.Join(r, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
-			return err //nolint:wrapcheck // a buffer's
+			return err
 		}
 	}
 	if output != "short" {
 		return writeFull(w, show, full, output)
 	}
 	_, err := w.Write(b.Bytes())
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }
 
 // writeFull prints the resources in full: one list for one kind, an
@@ -377,7 +377,7 @@ func writeFull(w io.Writer, show []string, full map[string][]proto.Message, outp
 		b = append(b, '\n')
 	}
 	_, err = w.Write(b)
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }
 
 // clusterName splits Istio's cluster names, direction|port|subset|host,

@@ -152,7 +152,7 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 		}
 	}
 	_, err := io.WriteString(w, b.String())
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }
 
 func shortName(typeURL string) string {

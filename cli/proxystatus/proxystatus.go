@@ -64,7 +64,7 @@ what it acknowledged, type by type.`,
 			}
 			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
-				return err //nolint:wrapcheck // says which flag
+				return err
 			}
 			defer done()
 			if len(args) == 1 {
@@ -123,7 +123,7 @@ func printRows(w io.Writer, rows []connect.Row, output string, now time.Time) er
 		fields = append(fields, r.Replica, r.Revision, cmp.Or(r.Proxy.IstioVersion, "-"))
 		fmt.Fprintln(tw, strings.Join(fields, "\t"))
 	}
-	return tw.Flush() //nolint:wrapcheck // a write error of the output
+	return tw.Flush()
 }
 
 // cell is a type's state as the table prints it: SYNCED with how long
@@ -157,7 +157,7 @@ func age(d time.Duration) string {
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v) //nolint:wrapcheck // a write error of the output
+	return enc.Encode(v)
 }
 
 func writeYAML(w io.Writer, v any) error {
@@ -166,5 +166,5 @@ func writeYAML(w io.Writer, v any) error {
 		return fmt.Errorf("yaml: %w", err)
 	}
 	_, err = w.Write(b)
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }

@@ -20,7 +20,7 @@ import (
 func PrintVersions(ctx context.Context, w io.Writer, conn *connect.Options) error {
 	ctx, cl, done, err := conn.Connect(ctx)
 	if err != nil {
-		return err //nolint:wrapcheck // says which flag
+		return err
 	}
 	defer done()
 	var b strings.Builder
@@ -49,7 +49,7 @@ func PrintVersions(ctx context.Context, w io.Writer, conn *connect.Options) erro
 		}
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
-		return err //nolint:wrapcheck // a write error of the output
+		return err
 	}
 	return errors.Join(errs...)
 }

@@ -91,7 +91,7 @@ satisfies too, or the version galley gives an object read from files.`,
 			}
 			cl, err := conn.Dial(ctx)
 			if err != nil {
-				return err //nolint:wrapcheck // says which flag
+				return err
 			}
 			defer cl.Close()
 			w := &waiter{t: t, cl: cl, proxy: proxy, threshold: threshold, out: cmd.OutOrStdout(), timeout: conn.Timeout}
@@ -145,7 +145,7 @@ func galleyVersion(ctx context.Context, conn *connect.Options, t target) (string
 		}
 	})
 	if err != nil {
-		return "", err //nolint:wrapcheck // says what galley did not answer
+		return "", err
 	}
 	if !found {
 		return "", fmt.Errorf("galley has no %s %s/%s (to wait for its deletion: --for=delete)", t.kind.Kind, t.namespace, t.name)
@@ -207,11 +207,11 @@ func (w *waiter) run(ctx context.Context) error {
 		total := t.done + waiting
 		if t.replicas > 0 && (total == 0 || float64(t.done) >= w.threshold*float64(total)) && !replicaBehind(t) {
 			_, err := fmt.Fprintf(w.out, "%s: held by %d of %d proxies, on %d replicas\n", w.t, t.done, total, t.replicas)
-			return err //nolint:wrapcheck // the output's
+			return err
 		}
 		if t.done != lastDone || waiting != lastWaiting {
 			if _, err := fmt.Fprintf(w.out, "%s: held by %d of %d proxies, waiting for %d\n", w.t, t.done, total, waiting); err != nil {
-				return err //nolint:wrapcheck // the output's
+				return err
 			}
 			lastDone, lastWaiting = t.done, waiting
 		}

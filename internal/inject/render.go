@@ -344,7 +344,7 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	if l.b.Len()+len(p) > l.max {
 		return 0, fmt.Errorf("the template renders more than %d bytes", l.max)
 	}
-	return l.b.Write(p) //nolint:wrapcheck // bytes.Buffer does not fail
+	return l.b.Write(p)
 }
 
 // Status is the status annotation's content: what was injected.

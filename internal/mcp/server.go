@@ -364,20 +364,20 @@ type ads struct {
 func (a ads) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	first, err := st.Recv()
 	if err != nil {
-		return err //nolint:wrapcheck // the transport's status
+		return err // the transport's status
 	}
 	if first.GetTypeUrl() == debugapi.Subscribers {
 		return a.s.serveSubscribers(st, first)
 	}
 	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, s: a.s, sub: a.s.open(st.Context()), first: first}
 	defer a.s.close(w.sub)
-	return w.refused.or(a.Server.StreamAggregatedResources(w)) //nolint:wrapcheck // go-control-plane's status
+	return w.refused.or(a.Server.StreamAggregatedResources(w)) // go-control-plane's status
 }
 
 func (a ads) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	w := &deltaStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: st, s: a.s, sub: a.s.open(st.Context())}
 	defer a.s.close(w.sub)
-	return w.refused.or(a.Server.DeltaAggregatedResources(w)) //nolint:wrapcheck // go-control-plane's status
+	return w.refused.or(a.Server.DeltaAggregatedResources(w)) // go-control-plane's status
 }
 
 // serveSubscribers answers a debug client's Subscribers requests.
@@ -401,7 +401,7 @@ func (s *Server) serveSubscribers(st discoveryv3.AggregatedDiscoveryService_Stre
 		Nonce: func() string { return "debug-" + strconv.FormatUint(s.debugNonce.Add(1), 10) },
 		Idle:  rate.NewLimiter(pacedRequestsPerSecond, pacedRequestsBurst),
 	}
-	return a.Serve(st.Context(), first, st.Recv, st.Send) //nolint:wrapcheck // the transport's status
+	return a.Serve(st.Context(), first, st.Recv, st.Send) // the transport's status
 }
 
 // Alias publishes the collection source also under the type URL alias,
@@ -884,7 +884,7 @@ func (w *sotwStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
 	} else {
 		var err error
 		if r, err = w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv(); err != nil {
-			return nil, err //nolint:wrapcheck // the transport's status
+			return nil, err // the transport's status
 		}
 	}
 	err := w.s.request(w.Context(), w.sub, &asked{
@@ -901,7 +901,7 @@ func (w *sotwStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
 func (w *sotwStream) Send(r *discoveryv3.DiscoveryResponse) error {
 	r.ControlPlane = w.s.controlPlane // the response is this watch's own (sotwResponse)
 	w.s.sent(w.sub, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), len(r.GetResources()))
-	return w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
+	return w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Send(r) // the transport's status
 }
 
 // deltaStream is sotwStream's delta counterpart.
@@ -915,7 +915,7 @@ type deltaStream struct {
 func (w *deltaStream) Recv() (*discoveryv3.DeltaDiscoveryRequest, error) {
 	r, err := w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Recv()
 	if err != nil {
-		return nil, err //nolint:wrapcheck // the transport's status
+		return nil, err // the transport's status
 	}
 	err = w.s.request(w.Context(), w.sub, &asked{
 		node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(),
@@ -961,7 +961,7 @@ func (w *deltaStream) Send(r *discoveryv3.DeltaDiscoveryResponse) error {
 		c.pubMu.RUnlock()
 	}
 	s.sent(w.sub, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
-	return w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
+	return w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Send(r) // the transport's status
 }
 
 func statusErr(msg string, nack bool) error {

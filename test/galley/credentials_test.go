@@ -278,7 +278,7 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = mst.Recv()
-		return err //nolint:wrapcheck // the test reads its code
+		return err // the test reads its code
 	}
 	if err := askCredentials(injectorID); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("the injector's identity asking for credentials: %v, want PermissionDenied", err)

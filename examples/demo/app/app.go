@@ -106,11 +106,11 @@ func identityCommand(log *slog.Logger) *cobra.Command {
 			}
 			iss, err := devjwt.LoadOrCreate(issuer, keyFile)
 			if err != nil {
-				return err //nolint:wrapcheck // says which file and why
+				return err
 			}
 			d.Issuer = iss
 			if err := d.Write(time.Now()); err != nil {
-				return err //nolint:wrapcheck // as above
+				return err
 			}
 			log.Info("service account tokens written", "dir", d.Path, "accounts", d.Accounts, "issuer", issuer, "lifetime", d.Lifetime)
 			d.Refresh(cmd.Context(), log)
@@ -138,7 +138,7 @@ func checkIdentity(d *devjwt.Dir) error {
 	for _, f := range files {
 		st, err := os.Stat(f)
 		if err != nil {
-			return err //nolint:wrapcheck // names the file
+			return err
 		}
 		if st.Size() == 0 {
 			return fmt.Errorf("%s is empty", f)

@@ -424,7 +424,7 @@ type syncWriter struct {
 func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.buf.Write(p) //nolint:wrapcheck // strings.Builder never fails
+	return w.buf.Write(p)
 }
 
 func (w *syncWriter) String() string {

@@ -94,7 +94,7 @@ func configMapResource(cm *corev1.ConfigMap) (typeURL, name string, msg proto.Me
 			Revision: name, Template: cm.Data[inject.ConfigMapTemplateKey], Values: cm.Data[inject.ConfigMapValuesKey],
 		}
 		if _, err := inject.ParseConfig(name, ic.GetTemplate(), ic.GetValues()); err != nil {
-			return typeURL, name, nil, err //nolint:wrapcheck // says what is wrong with which part
+			return typeURL, name, nil, err
 		}
 		return typeURL, name, ic, nil
 	}
