@@ -130,7 +130,7 @@ func (o *Options) resolve() (Context, error) {
 		}
 	}
 	if c.SystemNamespace == "" {
-		c.SystemNamespace = "istio-system"
+		c.SystemNamespace = controlplane.DefaultNamespace
 	}
 	switch {
 	case c.Plaintext:
@@ -263,7 +263,7 @@ func (o *Options) credentials(ctx context.Context, k KubeOptions, service string
 	stop := func() {}
 	var err error
 	if k.Enabled() {
-		ns := cmp.Or(o.Context.SystemNamespace, "istio-system")
+		ns := cmp.Or(o.Context.SystemNamespace, controlplane.DefaultNamespace)
 		if c, roots, token, stop, err = k.kubeContext(ctx, ns); err != nil {
 			return c, nil, nil, err
 		}
@@ -417,7 +417,7 @@ func (o *Options) Roots(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return readRoots(ctx, client, cmp.Or(o.Context.SystemNamespace, "istio-system"))
+		return readRoots(ctx, client, cmp.Or(o.Context.SystemNamespace, controlplane.DefaultNamespace))
 	}
 	c, err := o.resolve()
 	if err != nil || c.CAFile == "" {
@@ -436,7 +436,7 @@ func (o *Options) SystemNamespace() string {
 	if c, err := o.resolve(); err == nil && !o.Kube.Enabled() {
 		return c.SystemNamespace
 	}
-	return cmp.Or(o.Context.SystemNamespace, "istio-system")
+	return cmp.Or(o.Context.SystemNamespace, controlplane.DefaultNamespace)
 }
 
 // serverName is the name a service's certificate is checked for: its

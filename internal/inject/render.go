@@ -90,7 +90,7 @@ func DefaultValues() Values {
 	return Values{
 		ProxyImage: "flotilla-proxy:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
 		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
-		TrustDomain: "cluster.local", ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
+		TrustDomain: controlplane.DefaultTrustDomain, ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
 		IncludeOutboundIPRanges: "*", RewriteAppProbers: true,
 	}
 }

@@ -121,7 +121,7 @@ func identityCommand(log *slog.Logger) *cobra.Command {
 	f.StringVar(&d.Path, "dir", "/var/lib/flotilla/identity", "directory for jwks.json and <account>.token")
 	f.StringVar(&keyFile, "key-file", "/var/lib/flotilla/identity-key/key.pem", "the issuer's signing key (created when missing)")
 	f.StringVar(&issuer, "issuer", "https://flotilla.local/compose", "the tokens' issuer, ca's --jwt-issuer")
-	f.StringVar(&d.Namespace, "namespace", "istio-system", "namespace of the service accounts")
+	f.StringVar(&d.Namespace, "namespace", controlplane.DefaultNamespace, "namespace of the service accounts")
 	f.StringVar(&d.Audience, "audience", "istio-ca", "audience of the tokens")
 	f.StringSliceVar(&d.Accounts, "accounts", append(controlplane.TokenAccounts(), controlplane.OperatorAccount), "service accounts to write tokens for (default: the control plane's, and the operator's the flotilla CLI shows ca)")
 	f.DurationVar(&d.Lifetime, "lifetime", time.Hour, "lifetime of each token")

@@ -18,7 +18,7 @@ func newIdentities(dir string) (*devjwt.Dir, error) {
 		return nil, err
 	}
 	ids := &devjwt.Dir{
-		Path: dir, Issuer: iss, Namespace: "istio-system", Audience: "istio-ca",
+		Path: dir, Issuer: iss, Namespace: controlplane.DefaultNamespace, Audience: "istio-ca",
 		Accounts: append(controlplane.TokenAccounts(), controlplane.OperatorAccount),
 		Lifetime: time.Hour,
 	}

@@ -22,6 +22,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
@@ -101,8 +102,8 @@ func proxyDefaults() Config {
 		PodNamespace:     os.Getenv("POD_NAMESPACE"),
 		InstanceIP:       os.Getenv("INSTANCE_IP"),
 		ServiceAccount:   os.Getenv("SERVICE_ACCOUNT"),
-		TrustDomain:      env("TRUST_DOMAIN", "cluster.local"),
-		DomainSuffix:     "cluster.local",
+		TrustDomain:      env("TRUST_DOMAIN", controlplane.DefaultTrustDomain),
+		DomainSuffix:     controlplane.DefaultDomainSuffix,
 		ClusterID:        env("CLUSTER_ID", "Kubernetes"),
 		DiscoveryAddress: os.Getenv("DISCOVERY_ADDRESS"),
 		CA: certclient.Config{ //nolint:gosec // paths of the projected token and root mounts, not credentials

@@ -103,7 +103,7 @@ func Defaults() Config {
 		JWKSRefresh:      jwks.DefaultRefresh,
 		DomainSuffix:     model.DefaultDomainSuffix,
 		DefaultNamespace: "default",
-		SystemNamespace:  "istio-system",
+		SystemNamespace:  controlplane.DefaultNamespace,
 		Revision:         controlplane.DefaultRevision,
 
 		VerifyProxyIdentity:      true,

@@ -89,9 +89,9 @@ func Defaults() Config {
 		MCPAddress:       ":15019",
 		Webhook:          admission.Config{Address: ":15017", Configuration: "flotilla-validator"},
 		DefaultNamespace: "default",
-		DomainSuffix:     "cluster.local",
+		DomainSuffix:     controlplane.DefaultDomainSuffix,
 		ClusterID:        "Kubernetes",
-		SystemNamespace:  "istio-system",
+		SystemNamespace:  controlplane.DefaultNamespace,
 	}
 }
 

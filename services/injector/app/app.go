@@ -80,9 +80,9 @@ func Defaults() Config {
 		Common:          command.CommonDefaults(":15022"),
 		Webhook:         admission.Config{Address: ":15016"},
 		GalleyAddress:   "127.0.0.1:15019",
-		SystemNamespace: "istio-system",
+		SystemNamespace: controlplane.DefaultNamespace,
 		Revision:        "default",
-		DomainSuffix:    "cluster.local",
+		DomainSuffix:    controlplane.DefaultDomainSuffix,
 	}
 }
 
