@@ -29,7 +29,7 @@ import (
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
 	dir := filepath.Join(os.TempDir(), "flotilla-test-ports")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		tb.Fatal(err)
 	}
 	for range 100 {
@@ -54,11 +54,11 @@ func FreeAddr(tb testing.TB) string {
 // if another holder (this process or another) has it. Closing the file
 // releases the reservation.
 func reservePort(path string) (*os.File, bool) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, false
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil { //nolint:gosec // a file descriptor fits an int
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		return nil, false
 	}
