@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
@@ -108,7 +109,7 @@ above --failure-threshold, 1 when the input cannot be read.`,
 	f.StringArrayVarP(&o.Files, "filename", "f", nil, "a file or directory to analyze (repeatable; - is standard input)")
 	f.BoolVarP(&o.Recursive, "recursive", "R", false, "read directories' subdirectories too")
 	f.StringVarP(&o.Namespace, "namespace", "n", "default", "namespace of objects that name none")
-	f.StringVar(&o.DomainSuffix, "domain-suffix", "cluster.local", "the cluster's DNS suffix, that short hosts are qualified with")
+	f.StringVar(&o.DomainSuffix, "domain-suffix", model.DefaultDomainSuffix, "the cluster's DNS suffix, that short hosts are qualified with")
 	f.StringVarP(&o.Output, "output", "o", "log", "output format: log, json or yaml")
 	f.StringVar(&o.FailureThreshold, "failure-threshold", "Error", "the least severe message that fails the command (exit code 79): Info, Warning or Error")
 	f.StringVar(&o.OutputThreshold, "output-threshold", "Info", "the least severe message printed: Info, Warning or Error")
@@ -252,7 +253,7 @@ func Print(w io.Writer, format string, msgs []validation.Message, files *Files) 
 		data = append(data, '\n')
 	}
 	_, err = w.Write(data)
-	return err //nolint:wrapcheck // the writer's own error
+	return err
 }
 
 func listCodes(w io.Writer) error {
@@ -261,5 +262,5 @@ func listCodes(w io.Writer) error {
 	for _, c := range validation.Codes() {
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Code, c.Name, c.Severity, cmp.Or(c.Istio, "-"), c.Meaning)
 	}
-	return tw.Flush() //nolint:wrapcheck // the writer's own error
+	return tw.Flush()
 }

@@ -88,7 +88,7 @@ func ReadFiles(paths []string, recursive bool, stdin io.Reader, namespace, domai
 func readBounded(path string) ([]byte, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // names the path
+		return nil, err
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(io.LimitReader(fh, istio.MaxFileBytes+1))
@@ -103,7 +103,7 @@ func readBounded(path string) ([]byte, error) {
 func expand(path string, recursive bool) ([]string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // names the path
+		return nil, err
 	}
 	if !st.IsDir() {
 		return []string{path}, nil

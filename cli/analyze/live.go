@@ -44,7 +44,7 @@ func FetchLive(ctx context.Context, conn *connect.Options) (*Live, error) {
 		}
 	})
 	if err != nil {
-		return nil, err //nolint:wrapcheck // says what galley did not answer
+		return nil, err
 	}
 	return live, nil
 }

@@ -7,6 +7,8 @@
 // a client certificate, given as files or got from ca with a service
 // account token, as workloads get theirs. The commands that read the
 // configuration (analyze --live) reach galley's MCP port the same way.
+// The commands that take a proxy name it and find the replica serving it
+// here (proxy.go).
 package connect
 
 import (
@@ -128,7 +130,7 @@ func (o *Options) resolve() (Context, error) {
 		}
 	}
 	if c.SystemNamespace == "" {
-		c.SystemNamespace = "istio-system"
+		c.SystemNamespace = controlplane.DefaultNamespace
 	}
 	switch {
 	case c.Plaintext:
@@ -261,7 +263,7 @@ func (o *Options) credentials(ctx context.Context, k KubeOptions, service string
 	stop := func() {}
 	var err error
 	if k.Enabled() {
-		ns := cmp.Or(o.Context.SystemNamespace, "istio-system")
+		ns := cmp.Or(o.Context.SystemNamespace, controlplane.DefaultNamespace)
 		if c, roots, token, stop, err = k.kubeContext(ctx, ns); err != nil {
 			return c, nil, nil, err
 		}
@@ -276,7 +278,7 @@ func (o *Options) credentials(ctx context.Context, k KubeOptions, service string
 		}
 		token = func() (string, error) {
 			b, err := os.ReadFile(c.TokenFile)
-			return strings.TrimSpace(string(b)), err //nolint:wrapcheck // certclient says it was the token
+			return strings.TrimSpace(string(b)), err
 		}
 	}
 	creds, err := o.transport(ctx, c, roots, token, service)
@@ -415,7 +417,7 @@ func (o *Options) Roots(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return readRoots(ctx, client, cmp.Or(o.Context.SystemNamespace, "istio-system"))
+		return readRoots(ctx, client, cmp.Or(o.Context.SystemNamespace, controlplane.DefaultNamespace))
 	}
 	c, err := o.resolve()
 	if err != nil || c.CAFile == "" {
@@ -434,7 +436,7 @@ func (o *Options) SystemNamespace() string {
 	if c, err := o.resolve(); err == nil && !o.Kube.Enabled() {
 		return c.SystemNamespace
 	}
-	return cmp.Or(o.Context.SystemNamespace, "istio-system")
+	return cmp.Or(o.Context.SystemNamespace, controlplane.DefaultNamespace)
 }
 
 // serverName is the name a service's certificate is checked for: its

@@ -86,11 +86,11 @@ func (o *Options) GalleySubscribers(ctx context.Context) (debugapi.Replica, []de
 	defer stop()
 	resp, err := debugapi.Fetch(ctx, cc, debugapi.Subscribers)
 	if err != nil {
-		return debugapi.Replica{}, nil, err //nolint:wrapcheck // the status of galley's answer
+		return debugapi.Replica{}, nil, err // the status of galley's answer
 	}
 	subs, err := debugapi.SubscribersOf(resp)
 	if err != nil {
-		return debugapi.Replica{}, nil, err //nolint:wrapcheck // says it was a subscriber
+		return debugapi.Replica{}, nil, err
 	}
 	return debugapi.ReplicaOf(resp.GetControlPlane()), subs, nil
 }

@@ -37,7 +37,7 @@ func handshake(t *testing.T, leaf *testpki.Leaf, cfg *tls.Config) error {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	return tls.Client(conn, cfg).Handshake() //nolint:wrapcheck // the test reads it
+	return tls.Client(conn, cfg).Handshake()
 }
 
 func TestAReplicaIsCheckedForItsServiceOfAnyRevisionAndTheMeshsRoots(t *testing.T) {

@@ -38,9 +38,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
-	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
+
 	// The Envoy types a config dump holds, to decode them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
 )
@@ -92,7 +92,7 @@ context file, or at --agent-address.`,
 			case 0:
 				return append(slices.Clone(kinds), "all", "bootstrap"), cobra.ShellCompDirectiveNoFileComp
 			case 1:
-				return proxystatus.ProxyNames(cmd.Context(), conn), cobra.ShellCompDirectiveNoFileComp
+				return conn.ProxyNames(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
 			}
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},
@@ -114,7 +114,7 @@ context file, or at --agent-address.`,
 			}
 			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
-				return err //nolint:wrapcheck // says which flag
+				return err
 			}
 			defer done()
 			dump, err := Fetch(ctx, cl, args[1])
@@ -145,14 +145,14 @@ context file, or at --agent-address.`,
 func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, given, proxy, output string) error {
 	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
 	defer cancel()
-	name := proxystatus.Name(proxy) // pod.namespace, of a node ID too
+	name := connect.ProxyName(proxy) // pod.namespace, of a node ID too
 	i := strings.LastIndex(name, ".")
 	if i <= 0 || i == len(name)-1 {
 		return fmt.Errorf("%q: want the proxy as pod.namespace (or its node ID)", proxy)
 	}
 	addr, stop, err := conn.AgentAddress(ctx, given, name[:i], name[i+1:])
 	if err != nil {
-		return err //nolint:wrapcheck // says which flag
+		return err
 	}
 	defer stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+debugapi.AgentBootstrapPath, nil)
@@ -189,7 +189,7 @@ func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, give
 		out.WriteByte('\n')
 	}
 	_, err = w.Write(out.Bytes())
-	return err //nolint:wrapcheck // the output's
+	return err
 }
 
 // maxBootstrapBytes bounds what is read from an agent.
@@ -197,7 +197,7 @@ const maxBootstrapBytes = 4 << 20
 
 // Dump is a proxy's configuration as its replica would send it now.
 type Dump struct {
-	Proxy     proxystatus.Row
+	Proxy     connect.Row
 	Clusters  []*clusterv3.Cluster
 	Endpoints []*endpointv3.ClusterLoadAssignment
 	Listeners []*listenerv3.Listener
@@ -207,9 +207,9 @@ type Dump struct {
 
 // Fetch finds the proxy and reads its config_dump from its replica.
 func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) {
-	row, err := proxystatus.Locate(ctx, cl, name)
+	row, err := cl.Locate(ctx, name)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // says what was not found
+		return nil, err
 	}
 	a := cl.Fetch(ctx, row.Address, debugapi.ConfigDump, row.Proxy.ID)
 	if a.Err != nil {
@@ -322,14 +322,14 @@ func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now ti
 			fmt.Fprintln(tw, strings.Join(r, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
-			return err //nolint:wrapcheck // a buffer's
+			return err
 		}
 	}
 	if output != "short" {
 		return writeFull(w, show, full, output)
 	}
 	_, err := w.Write(b.Bytes())
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }
 
 // writeFull prints the resources in full: one list for one kind, an
@@ -376,7 +376,7 @@ func writeFull(w io.Writer, show []string, full map[string][]proto.Message, outp
 		b = append(b, '\n')
 	}
 	_, err = w.Write(b)
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }
 
 // clusterName splits Istio's cluster names, direction|port|subset|host,

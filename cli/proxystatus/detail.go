@@ -23,6 +23,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/textdiff"
+
 	// Also registers the Envoy types a config dump holds, to print them.
 	"github.com/flotilla-mesh/flotilla/internal/translate"
 	"github.com/flotilla-mesh/flotilla/internal/xdstype"
@@ -30,7 +31,7 @@ import (
 
 // Detail is one proxy's state on its replica and what it lacks.
 type Detail struct {
-	Row
+	connect.Row
 	// Diff holds, per section (Clusters, Endpoints, Listeners, Routes,
 	// Secrets), what the replica would send now against what the proxy
 	// acknowledged.
@@ -58,45 +59,8 @@ func (d SectionDiff) Match() bool {
 	return d.Known && len(d.Added)+len(d.Removed)+len(d.Changed) == 0
 }
 
-// Locate finds the proxy a user named (its node ID, or pod.namespace)
-// on the replicas: the replica serving it, with its sync state.
-func Locate(ctx context.Context, cl *connect.Client, name string) (Row, error) {
-	rows, failed := list(ctx, cl)
-	rows = slices.DeleteFunc(rows, func(r Row) bool { return !matches(r.Proxy.ID, name) })
-	switch {
-	case len(rows) == 0 && failed != nil:
-		return Row{}, fmt.Errorf("no replica that answered serves a proxy %q: %w", name, failed)
-	case len(rows) == 0:
-		return Row{}, fmt.Errorf("no replica serves a proxy %q (flotilla proxy-status lists them)", name)
-	case len(rows) > 1 && !sameProxy(rows):
-		var ids []string
-		for _, r := range rows {
-			ids = append(ids, r.Proxy.ID+" on "+r.Replica)
-		}
-		return Row{}, fmt.Errorf("%q names %d proxies: %s; give the node ID", name, len(rows), strings.Join(ids, ", "))
-	}
-	// A proxy that moved replicas may show on both for a moment: the
-	// newest stream is the one it uses.
-	r := slices.MaxFunc(rows, func(a, b Row) int { return a.Proxy.ConnectedAt.Compare(b.Proxy.ConnectedAt) })
-	// Its detail (what translation dropped for it) comes when asked for
-	// by ID.
-	a := cl.Fetch(ctx, r.Address, debugapi.Syncz, r.Proxy.ID)
-	if a.Err != nil {
-		return Row{}, fmt.Errorf("syncz of %s on %s: %w", r.Proxy.ID, r.Address, a.Err)
-	}
-	syncs, err := debugapi.Syncs(a.Resp)
-	switch {
-	case err != nil:
-		return Row{}, fmt.Errorf("syncz of %s on %s: %w", r.Proxy.ID, r.Address, err)
-	case len(syncs) != 1:
-		return Row{}, fmt.Errorf("%s is no longer on %s (it left, or moved replicas meanwhile)", r.Proxy.ID, r.Address)
-	}
-	r.Proxy = syncs[0]
-	return r, nil
-}
-
 func showProxy(ctx context.Context, w io.Writer, cl *connect.Client, name, output string) error {
-	r, err := Locate(ctx, cl, name)
+	r, err := cl.Locate(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -121,15 +85,6 @@ func showProxy(ctx context.Context, w io.Writer, cl *connect.Client, name, outpu
 	return printDetail(w, d, time.Now())
 }
 
-func sameProxy(rows []Row) bool {
-	for _, r := range rows[1:] {
-		if r.Proxy.ID != rows[0].Proxy.ID {
-			return false
-		}
-	}
-	return true
-}
-
 func printDetail(w io.Writer, d Detail, now time.Time) error {
 	p := d.Proxy
 	var b strings.Builder
@@ -150,7 +105,7 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 	fmt.Fprintf(&b, "Kind:     %s, %s xDS, version %s, connected %s ago, push %s\n\n", kind, stream, cmp.Or(p.IstioVersion, "-"), age(now.Sub(p.ConnectedAt)), cmp.Or(p.PushVersion, "-"))
 	tw := tabwriter.NewWriter(&b, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tSTATUS\tACKED\tSENT\tRESOURCES")
-	for _, c := range columns {
+	for _, c := range xdstype.InStatusOrder() {
 		for _, t := range p.Types {
 			if t.TypeURL == c.URL {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", c.Short, t.Status, cmp.Or(t.AckedVersion, "-"), cmp.Or(t.SentVersion, "-"), t.Resources)
@@ -199,7 +154,7 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 		}
 	}
 	_, err := io.WriteString(w, b.String())
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }
 
 // section is one config dump section's resources by name, as indented

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 )
 
@@ -68,7 +69,7 @@ func TestTheDifferenceNamesWhatIsAddedRemovedAndChangedLineByLine(t *testing.T) 
 		t.Fatalf("listeners the replica cannot tell: %+v", ld)
 	}
 	var out strings.Builder
-	if err := printDetail(&out, Detail{Row: Row{Replica: "r1", Address: "a:1"}, Diff: diff}, time.Now()); err != nil {
+	if err := printDetail(&out, Detail{Row: connect.Row{Replica: "r1", Address: "a:1"}, Diff: diff}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"Clusters Don't Match", "  + c", "  - b", "  ~ a", "Listeners: cannot tell (the proxy acknowledged version v7"} {

@@ -7,12 +7,9 @@ package proxystatus
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,9 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
-	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
-	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
@@ -60,7 +55,7 @@ what it acknowledged, type by type.`,
 			if len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			return ProxyNames(cmd.Context(), conn), cobra.ShellCompDirectiveNoFileComp
+			return conn.ProxyNames(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch output {
@@ -70,13 +65,13 @@ what it acknowledged, type by type.`,
 			}
 			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
-				return err //nolint:wrapcheck // says which flag
+				return err
 			}
 			defer done()
 			if len(args) == 1 {
 				return showProxy(ctx, cmd.OutOrStdout(), cl, args[0], output)
 			}
-			rows, failed := list(ctx, cl)
+			rows, failed := cl.Proxies(ctx)
 			if err := printRows(cmd.OutOrStdout(), rows, output, time.Now()); err != nil {
 				return err
 			}
@@ -87,49 +82,7 @@ what it acknowledged, type by type.`,
 	return cmd
 }
 
-// Row is one proxy on one replica.
-type Row struct {
-	Replica string `json:"replica"`
-	// Revision is the control-plane revision of the replica serving the
-	// proxy (istio.io/rev): the revision the proxy is on.
-	Revision string             `json:"revision"`
-	Address  string             `json:"address"`
-	Proxy    debugapi.ProxySync `json:"proxy"`
-}
-
-// list asks every replica; a replica that does not answer is reported in
-// the error, the others' proxies are listed.
-func list(ctx context.Context, cl *connect.Client) ([]Row, error) {
-	var rows []Row
-	var errs []error
-	for _, a := range cl.FetchAll(ctx, debugapi.Syncz) {
-		if a.Err != nil {
-			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, a.Err))
-			continue
-		}
-		syncs, err := debugapi.Syncs(a.Resp)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, err))
-			continue
-		}
-		for _, p := range syncs {
-			rows = append(rows, Row{Replica: a.Replica.ID, Revision: revision(a.Replica), Address: a.Address, Proxy: p})
-		}
-	}
-	slices.SortFunc(rows, func(a, b Row) int {
-		return cmp.Or(strings.Compare(Name(a.Proxy.ID), Name(b.Proxy.ID)), strings.Compare(a.Proxy.ID, b.Proxy.ID), strings.Compare(a.Replica, b.Replica))
-	})
-	return rows, errors.Join(errs...)
-}
-
-// revision is a replica's revision; a replica that names none (one from
-// before revisions) is the default revision's.
-func revision(r debugapi.Replica) string { return cmp.Or(r.Revision, controlplane.DefaultRevision) }
-
-// columns are the types shown, in istioctl's order.
-var columns = xdstype.InStatusOrder()
-
-func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
+func printRows(w io.Writer, rows []connect.Row, output string, now time.Time) error {
 	switch output {
 	case "json":
 		return writeJSON(w, rows)
@@ -144,6 +97,7 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	header := []string{"NAME"}
+	columns := xdstype.InStatusOrder()
 	for _, c := range columns {
 		if used[c.URL] || c.URL != resourcev3.SecretType {
 			header = append(header, c.Short)
@@ -152,7 +106,7 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 	header = append(header, "REPLICA", "REVISION", "VERSION")
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fields := []string{Name(r.Proxy.ID)}
+		fields := []string{connect.ProxyName(r.Proxy.ID)}
 		for _, c := range columns {
 			if !used[c.URL] && c.URL == resourcev3.SecretType {
 				continue
@@ -162,7 +116,7 @@ func printRows(w io.Writer, rows []Row, output string, now time.Time) error {
 		fields = append(fields, r.Replica, r.Revision, cmp.Or(r.Proxy.IstioVersion, "-"))
 		fmt.Fprintln(tw, strings.Join(fields, "\t"))
 	}
-	return tw.Flush() //nolint:wrapcheck // a write error of the output
+	return tw.Flush()
 }
 
 // cell is a type's state as the table prints it: SYNCED with how long
@@ -193,42 +147,10 @@ func age(d time.Duration) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-// ProxyNames are the proxies every replica serves, as the table names
-// them, for shell completion (none when the control plane does not
-// answer: completion must not fail loudly).
-func ProxyNames(ctx context.Context, conn *connect.Options) []string {
-	ctx, cl, done, err := conn.Connect(ctx)
-	if err != nil {
-		return nil
-	}
-	defer done()
-	rows, _ := list(ctx, cl)
-	var names []string
-	for _, r := range rows {
-		if n := Name(r.Proxy.ID); !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	return names
-}
-
-// Name is how the table names a proxy: pod.namespace from an Istio node
-// ID (type~ip~pod.namespace~domain), as istioctl does; the ID itself
-// otherwise.
-func Name(id string) string {
-	if n, ok := proxycontract.ParseNodeID(id); ok && n.ID != "" {
-		return n.ID
-	}
-	return id
-}
-
-// matches reports whether a proxy is the one the user named.
-func matches(id, name string) bool { return id == name || Name(id) == name }
-
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v) //nolint:wrapcheck // a write error of the output
+	return enc.Encode(v)
 }
 
 func writeYAML(w io.Writer, v any) error {
@@ -237,5 +159,5 @@ func writeYAML(w io.Writer, v any) error {
 		return fmt.Errorf("yaml: %w", err)
 	}
 	_, err = w.Write(b)
-	return err //nolint:wrapcheck // a write error of the output
+	return err
 }

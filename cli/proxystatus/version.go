@@ -20,7 +20,7 @@ import (
 func PrintVersions(ctx context.Context, w io.Writer, conn *connect.Options) error {
 	ctx, cl, done, err := conn.Connect(ctx)
 	if err != nil {
-		return err //nolint:wrapcheck // says which flag
+		return err
 	}
 	defer done()
 	var b strings.Builder
@@ -31,7 +31,7 @@ func PrintVersions(ctx context.Context, w io.Writer, conn *connect.Options) erro
 			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, a.Err))
 			continue
 		}
-		fmt.Fprintf(&b, "discovery version: %s (replica %s of revision %s at %s)\n", cmp.Or(a.Replica.Info.Version, "unknown"), cmp.Or(a.Replica.ID, "unnamed"), revision(a.Replica), a.Address)
+		fmt.Fprintf(&b, "discovery version: %s (replica %s of revision %s at %s)\n", cmp.Or(a.Replica.Info.Version, "unknown"), cmp.Or(a.Replica.ID, "unnamed"), connect.Revision(a.Replica), a.Address)
 		syncs, err := debugapi.Syncs(a.Resp)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("discovery %s: %w", a.Address, err))
@@ -49,7 +49,7 @@ func PrintVersions(ctx context.Context, w io.Writer, conn *connect.Options) erro
 		}
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
-		return err //nolint:wrapcheck // a write error of the output
+		return err
 	}
 	return errors.Join(errs...)
 }

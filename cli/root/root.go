@@ -95,7 +95,7 @@ func printGalleyVersion(ctx context.Context, w io.Writer, conn *connect.Options)
 		}
 	}
 	_, err = io.WriteString(w, b.String())
-	return err //nolint:wrapcheck // the output's
+	return err
 }
 
 // Main runs the command line with args and returns the exit code (see

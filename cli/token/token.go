@@ -58,14 +58,14 @@ Keep the key file as private as ca's own key: whoever holds it can be any servic
 			}
 			iss, err := devjwt.LoadOrCreate(issuer, keyFile)
 			if err != nil {
-				return err //nolint:wrapcheck // devjwt says what failed
+				return err
 			}
 			tok, err := iss.Token(namespace, account, audience, time.Now(), duration)
 			if err != nil {
-				return err //nolint:wrapcheck // as above
+				return err
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), tok)
-			return err //nolint:wrapcheck // a write error of the output
+			return err
 		},
 	}
 	create.Flags().StringVarP(&namespace, "namespace", "n", "", "the service account's namespace (required)")
@@ -81,14 +81,14 @@ Keep the key file as private as ca's own key: whoever holds it can be any servic
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			iss, err := devjwt.LoadOrCreate(issuer, keyFile)
 			if err != nil {
-				return err //nolint:wrapcheck // devjwt says what failed
+				return err
 			}
 			b, err := iss.JWKS()
 			if err != nil {
-				return err //nolint:wrapcheck // as above
+				return err
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			return err //nolint:wrapcheck // a write error of the output
+			return err
 		},
 	}
 	cmd.AddCommand(create, jwks)

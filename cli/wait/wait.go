@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
-	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
@@ -92,7 +91,7 @@ satisfies too, or the version galley gives an object read from files.`,
 			}
 			cl, err := conn.Dial(ctx)
 			if err != nil {
-				return err //nolint:wrapcheck // says which flag
+				return err
 			}
 			defer cl.Close()
 			w := &waiter{t: t, cl: cl, proxy: proxy, threshold: threshold, out: cmd.OutOrStdout(), timeout: conn.Timeout}
@@ -146,7 +145,7 @@ func galleyVersion(ctx context.Context, conn *connect.Options, t target) (string
 		}
 	})
 	if err != nil {
-		return "", err //nolint:wrapcheck // says what galley did not answer
+		return "", err
 	}
 	if !found {
 		return "", fmt.Errorf("galley has no %s %s/%s (to wait for its deletion: --for=delete)", t.kind.Kind, t.namespace, t.name)
@@ -208,11 +207,11 @@ func (w *waiter) run(ctx context.Context) error {
 		total := t.done + waiting
 		if t.replicas > 0 && (total == 0 || float64(t.done) >= w.threshold*float64(total)) && !replicaBehind(t) {
 			_, err := fmt.Fprintf(w.out, "%s: held by %d of %d proxies, on %d replicas\n", w.t, t.done, total, t.replicas)
-			return err //nolint:wrapcheck // the output's
+			return err
 		}
 		if t.done != lastDone || waiting != lastWaiting {
 			if _, err := fmt.Fprintf(w.out, "%s: held by %d of %d proxies, waiting for %d\n", w.t, t.done, total, waiting); err != nil {
-				return err //nolint:wrapcheck // the output's
+				return err
 			}
 			lastDone, lastWaiting = t.done, waiting
 		}
@@ -277,14 +276,14 @@ func (w *waiter) poll(ctx context.Context) (tally, error) {
 			t.waiting = append(t.waiting, behind{replica: replica, why: "it " + why})
 		}
 		for _, p := range d.Proxies {
-			if w.proxy != "" && p.ID != w.proxy && proxystatus.Name(p.ID) != w.proxy {
+			if w.proxy != "" && !connect.IsProxy(p.ID, w.proxy) {
 				continue
 			}
 			switch {
 			case ok && p.Push >= push:
 				t.done++
 			case ok:
-				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: fmt.Sprintf("holds push %d, the version came in push %d (flotilla proxy-status %s tells why)", p.Push, push, proxystatus.Name(p.ID))})
+				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: fmt.Sprintf("holds push %d, the version came in push %d (flotilla proxy-status %s tells why)", p.Push, push, connect.ProxyName(p.ID))})
 			default:
 				t.waiting = append(t.waiting, behind{proxy: p.ID, replica: replica, why: "its replica does not have the version"})
 			}
@@ -339,7 +338,7 @@ func (w *waiter) timedOut(t tally) error {
 		if x.proxy == "" {
 			fmt.Fprintf(&b, "\n  replica %s: %s", x.replica, x.why)
 		} else {
-			fmt.Fprintf(&b, "\n  %s (on %s): %s", proxystatus.Name(x.proxy), x.replica, x.why)
+			fmt.Fprintf(&b, "\n  %s (on %s): %s", connect.ProxyName(x.proxy), x.replica, x.why)
 		}
 	}
 	return errors.New(b.String())

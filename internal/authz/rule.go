@@ -33,6 +33,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	security "istio.io/api/security/v1beta1"
+
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // Target is the RBAC engine a policy is built for.
@@ -735,7 +737,7 @@ func (t translator) withAliases(principals []string) []string {
 	var out []string
 	for _, p := range principals {
 		parts := strings.Split(p, "/")
-		ours := slices.Contains(t.o.TrustDomains, parts[0]) || parts[0] == "cluster.local"
+		ours := slices.Contains(t.o.TrustDomains, parts[0]) || parts[0] == model.DefaultTrustDomain
 		if len(parts) != 5 || parts[0] == "*" || !ours {
 			out = appendNew(out, p)
 			continue

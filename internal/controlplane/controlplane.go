@@ -27,6 +27,15 @@ const (
 	CA        = "flotilla-ca"
 )
 
+// The mesh's defaults, as Istio's: the system namespace the control plane
+// runs in, the trust domain of its SPIFFE identities, and the DNS suffix
+// of its Services' hostnames.
+const (
+	DefaultNamespace    = "istio-system"
+	DefaultTrustDomain  = "cluster.local"
+	DefaultDomainSuffix = "cluster.local"
+)
+
 // DefaultRevision is the revision of a service given none, as Istio names
 // it (istio.io/rev=default).
 const DefaultRevision = "default"

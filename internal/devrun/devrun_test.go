@@ -1,7 +1,6 @@
 package devrun
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flotilla-mesh/flotilla/internal/testenv"
 )
 
 const helperEnv = "DEVRUN_TEST_HELPER"
@@ -73,23 +74,6 @@ func TestMain(m *testing.M) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func proc(name, mode string) Process {
 	return Process{
 		Name: name, Path: os.Args[0], Args: []string{"-test.run=^$"},
@@ -108,7 +92,7 @@ func supervisor(out io.Writer) *Supervisor {
 }
 
 // waitFor polls out until it contains want.
-func waitFor(t *testing.T, out *syncBuffer, want string) {
+func waitFor(t *testing.T, out *testenv.SyncBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(out.String(), want) {
@@ -120,7 +104,7 @@ func waitFor(t *testing.T, out *syncBuffer, want string) {
 }
 
 func TestCancelStopsEveryProcessGracefullyWithPrefixedOutput(t *testing.T) {
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var res Result
@@ -159,7 +143,7 @@ func TestTheNextProcessStartsOnceTheReadyURLAnswers(t *testing.T) {
 	first := proc("first", "slowready")
 	first.Env = append(first.Env, "READY_ADDR="+addr)
 	first.ReadyURL = "http://" + addr + "/readyz"
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -187,7 +171,7 @@ func TestWhenNothingIsBuiltRunReturnsAtOnceWithTheList(t *testing.T) {
 }
 
 func TestACrashStopsTheOthersAndIsReported(t *testing.T) {
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	_, err := supervisor(out).Run(context.Background(), []Process{proc("discovery", "serve"), proc("ca", "crash")})
 	if err == nil || !strings.Contains(err.Error(), "ca failed: exit status 2") {
 		t.Fatalf("Run = %v, want the crash", err)
@@ -198,7 +182,7 @@ func TestACrashStopsTheOthersAndIsReported(t *testing.T) {
 }
 
 func TestAProcessIgnoringSIGTERMIsKilledAfterTheTimeout(t *testing.T) {
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	s := supervisor(out)

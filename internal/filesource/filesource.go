@@ -36,6 +36,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/boundedfile"
 	"github.com/flotilla-mesh/flotilla/internal/platform/fswatch"
@@ -104,7 +105,7 @@ func New(o Options, sink Sink) *Source {
 		o.Debounce = 25 * time.Millisecond
 	}
 	if o.DomainSuffix == "" {
-		o.DomainSuffix = "cluster.local"
+		o.DomainSuffix = controlplane.DefaultDomainSuffix
 	}
 	o.Log = o.Log.With("component", "filesource", "dir", o.Dir)
 	if o.Tracer == nil {

@@ -90,7 +90,7 @@ func DefaultValues() Values {
 	return Values{
 		ProxyImage: "flotilla-proxy:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
 		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
-		TrustDomain: "cluster.local", ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
+		TrustDomain: controlplane.DefaultTrustDomain, ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
 		IncludeOutboundIPRanges: "*", RewriteAppProbers: true,
 	}
 }
@@ -344,7 +344,7 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	if l.b.Len()+len(p) > l.max {
 		return 0, fmt.Errorf("the template renders more than %d bytes", l.max)
 	}
-	return l.b.Write(p) //nolint:wrapcheck // bytes.Buffer does not fail
+	return l.b.Write(p)
 }
 
 // Status is the status annotation's content: what was injected.

@@ -15,6 +15,7 @@ import (
 	security "istio.io/api/security/v1beta1"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/testenv"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
@@ -225,28 +226,10 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// syncBuffer is a log sink the resolver's goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestAnIssuerFailingTheSameWayIsLoggedOnce(t *testing.T) {
 	is := newIssuer(t)
 	is.fails.Store(true)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	r, _ := running(t, Options{Refresh: 20 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	r.Lookup([]string{is.URL + "/keys"})
 	xdstest.Eventually(t, "ten failed fetches", func() bool {

@@ -364,20 +364,20 @@ type ads struct {
 func (a ads) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	first, err := st.Recv()
 	if err != nil {
-		return err //nolint:wrapcheck // the transport's status
+		return err // the transport's status
 	}
 	if first.GetTypeUrl() == debugapi.Subscribers {
 		return a.s.serveSubscribers(st, first)
 	}
 	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, s: a.s, sub: a.s.open(st.Context()), first: first}
 	defer a.s.close(w.sub)
-	return w.refused.or(a.Server.StreamAggregatedResources(w)) //nolint:wrapcheck // go-control-plane's status
+	return w.refused.or(a.Server.StreamAggregatedResources(w)) // go-control-plane's status
 }
 
 func (a ads) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	w := &deltaStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: st, s: a.s, sub: a.s.open(st.Context())}
 	defer a.s.close(w.sub)
-	return w.refused.or(a.Server.DeltaAggregatedResources(w)) //nolint:wrapcheck // go-control-plane's status
+	return w.refused.or(a.Server.DeltaAggregatedResources(w)) // go-control-plane's status
 }
 
 // serveSubscribers answers a debug client's Subscribers requests.
@@ -401,7 +401,7 @@ func (s *Server) serveSubscribers(st discoveryv3.AggregatedDiscoveryService_Stre
 		Nonce: func() string { return "debug-" + strconv.FormatUint(s.debugNonce.Add(1), 10) },
 		Idle:  rate.NewLimiter(pacedRequestsPerSecond, pacedRequestsBurst),
 	}
-	return a.Serve(st.Context(), first, st.Recv, st.Send) //nolint:wrapcheck // the transport's status
+	return a.Serve(st.Context(), first, st.Recv, st.Send) // the transport's status
 }
 
 // Alias publishes the collection source also under the type URL alias,
@@ -708,46 +708,20 @@ func (s *Server) close(sub *subscriber) {
 }
 
 // request records a request of sub's stream and decides whether it is
-// served: a restricted collection only to the identity of the stream that
-// asks; names within the stream's bounds; no more than
-// maxUnpublishedTypes collections not published. Only the first answer to
-// the latest response of its collection counts as one: a NACK of it is
-// logged once per collection and version, every NACK is counted, and
-// stale or made-up nonces change nothing. Every other request waits its
-// turn at the paced rate.
+// served: it names the subscriber (identify), refuses what the stream may
+// not ask for (admit), records whether it answers the latest response of
+// its collection (answer), and holds back every request but such an
+// answer (pace).
 func (s *Server) request(ctx context.Context, sub *subscriber, r *asked) error {
 	s.mu.Lock()
-	if sub.id == "" && r.node.GetId() != "" {
-		sub.id = clip.String(r.node.GetId(), 256)
-		sub.version = clip.String(r.node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
-		s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
-	}
+	s.identify(sub, r)
 	id := sub.id
-	if allow, ok := s.restricted[r.typeURL]; ok && !allow(sub.label) {
-		s.mu.Unlock()
-		s.log.Warn("refusing a subscriber a restricted collection", "subscriber", id, "identity", sub.label, "type_url", r.typeURL)
-		return status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", r.typeURL, sub.label)
-	}
-	ts, err := s.typeState(sub, r.typeURL)
-	if err == nil {
-		err = sub.subscribe(ts, r)
-	}
+	ts, err := s.admit(sub, r)
 	if err != nil {
 		s.mu.Unlock()
-		s.log.Warn("refusing a subscriber", "subscriber", id, "identity", sub.label, "error", err)
 		return err
 	}
-	answersLatest := r.nonce != "" && r.nonce == ts.sent && !ts.answered
-	logNack := false
-	if answersLatest {
-		ts.answered = true
-		ts.rejected = ""
-		if r.nack != nil {
-			ts.rejected = clip.String(r.nack.Error(), 256)
-			logNack = ts.nackLogged != ts.sentVersion
-			ts.nackLogged = ts.sentVersion
-		}
-	}
+	answersLatest, logNack := ts.answer(r)
 	version := ts.sentVersion
 	s.mu.Unlock()
 	if r.nack != nil {
@@ -759,14 +733,68 @@ func (s *Server) request(ctx context.Context, sub *subscriber, r *asked) error {
 			"version", version, "reason", clip.String(r.nack.Error(), 512))
 	}
 	if !answersLatest {
-		t := time.NewTimer(sub.paced.Reserve().Delay())
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
+		pace(ctx, sub.paced)
 	}
 	return nil
+}
+
+// identify names sub by the node of its first request that gives one.
+// Called with s.mu held.
+func (s *Server) identify(sub *subscriber, r *asked) {
+	if sub.id == "" && r.node.GetId() != "" {
+		sub.id = clip.String(r.node.GetId(), 256)
+		sub.version = clip.String(r.node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
+		s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
+	}
+}
+
+// admit is sub's state for the collection r asks for, when the stream may
+// ask for it: a restricted collection only by the identity of the stream
+// that asks; names within the stream's bounds; no more than
+// maxUnpublishedTypes collections not published. A refusal is logged.
+// Called with s.mu held.
+func (s *Server) admit(sub *subscriber, r *asked) (*typeState, error) {
+	if allow, ok := s.restricted[r.typeURL]; ok && !allow(sub.label) {
+		s.log.Warn("refusing a subscriber a restricted collection", "subscriber", sub.id, "identity", sub.label, "type_url", r.typeURL)
+		return nil, status.Errorf(codes.PermissionDenied, "collection %s is not served to %s", r.typeURL, sub.label)
+	}
+	ts, err := s.typeState(sub, r.typeURL)
+	if err == nil {
+		err = sub.subscribe(ts, r)
+	}
+	if err != nil {
+		s.log.Warn("refusing a subscriber", "subscriber", sub.id, "identity", sub.label, "error", err)
+		return nil, err
+	}
+	return ts, nil
+}
+
+// answer records r if it is the first answer to the latest response of
+// its collection (the only request that counts as one: stale or made-up
+// nonces change nothing), and says whether its NACK is to be logged: once
+// per collection and version. Called with s.mu held.
+func (ts *typeState) answer(r *asked) (answersLatest, logNack bool) {
+	if r.nonce == "" || r.nonce != ts.sent || ts.answered {
+		return false, false
+	}
+	ts.answered = true
+	ts.rejected = ""
+	if r.nack != nil {
+		ts.rejected = clip.String(r.nack.Error(), 256)
+		logNack = ts.nackLogged != ts.sentVersion
+		ts.nackLogged = ts.sentVersion
+	}
+	return true, logNack
+}
+
+// pace waits for a request's turn at the paced rate, or for ctx to end.
+func pace(ctx context.Context, paced *rate.Limiter) {
+	t := time.NewTimer(paced.Reserve().Delay())
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // typeState is sub's state for typeURL, made on its first request; a
@@ -856,7 +884,7 @@ func (w *sotwStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
 	} else {
 		var err error
 		if r, err = w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv(); err != nil {
-			return nil, err //nolint:wrapcheck // the transport's status
+			return nil, err // the transport's status
 		}
 	}
 	err := w.s.request(w.Context(), w.sub, &asked{
@@ -873,7 +901,7 @@ func (w *sotwStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
 func (w *sotwStream) Send(r *discoveryv3.DiscoveryResponse) error {
 	r.ControlPlane = w.s.controlPlane // the response is this watch's own (sotwResponse)
 	w.s.sent(w.sub, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), len(r.GetResources()))
-	return w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
+	return w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Send(r) // the transport's status
 }
 
 // deltaStream is sotwStream's delta counterpart.
@@ -887,7 +915,7 @@ type deltaStream struct {
 func (w *deltaStream) Recv() (*discoveryv3.DeltaDiscoveryRequest, error) {
 	r, err := w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Recv()
 	if err != nil {
-		return nil, err //nolint:wrapcheck // the transport's status
+		return nil, err // the transport's status
 	}
 	err = w.s.request(w.Context(), w.sub, &asked{
 		node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(),
@@ -933,7 +961,7 @@ func (w *deltaStream) Send(r *discoveryv3.DeltaDiscoveryResponse) error {
 		c.pubMu.RUnlock()
 	}
 	s.sent(w.sub, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
-	return w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Send(r) //nolint:wrapcheck // the transport's status
+	return w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Send(r) // the transport's status
 }
 
 func statusErr(msg string, nack bool) error {

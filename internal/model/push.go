@@ -15,15 +15,16 @@ import (
 	security "istio.io/api/security/v1beta1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 // Defaults Istio uses when the mesh configuration leaves them out.
 const (
-	DefaultDomainSuffix  = "cluster.local"
-	DefaultRootNamespace = "istio-system"
-	DefaultTrustDomain   = "cluster.local"
+	DefaultDomainSuffix  = controlplane.DefaultDomainSuffix
+	DefaultRootNamespace = controlplane.DefaultNamespace
+	DefaultTrustDomain   = controlplane.DefaultTrustDomain
 	// MeshGateway names the sidecars in a VirtualService's gateways.
 	MeshGateway = "mesh"
 )

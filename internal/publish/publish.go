@@ -249,7 +249,7 @@ func annotations(in map[string]string) map[string]string {
 func MeshFile(up Updater, path string) error {
 	mesh, err := istio.ReadMeshConfig(path)
 	if err != nil {
-		return err //nolint:wrapcheck // names the file
+		return err
 	}
 	r, err := mcp.NewResource(registry.MeshConfigName, mesh, nil, nil)
 	if err != nil {

@@ -155,7 +155,7 @@ func (p *pod) clusters(tb testing.TB, ctx context.Context) (*discoveryv3.Discove
 	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local", Metadata: md}, TypeUrl: resourcev3.ClusterType}); err != nil {
 		tb.Fatal(err)
 	}
-	return ads.Recv() //nolint:wrapcheck // the test reads the status
+	return ads.Recv() // the test reads the status
 }
 
 // workloadSecret reads the "default" secret over the pod's SDS socket and

@@ -98,7 +98,7 @@ func call(ctx context.Context, c testgrpc.TestServiceClient) (version, caller, s
 	defer cancel()
 	resp, err := c.UnaryCall(cctx, &testgrpc.SimpleRequest{}, grpc.Peer(&pr), grpc.WaitForReady(true))
 	if err != nil {
-		return "", "", "", err //nolint:wrapcheck // the test reads it
+		return "", "", "", err
 	}
 	return resp.GetHostname(), resp.GetUsername(), peerID(&pr), nil
 }
@@ -118,11 +118,11 @@ func (p *proxylessPod) handshakeSerial(tb testing.TB, addr string) (string, erro
 	tb.Helper()
 	pair, err := tls.LoadX509KeyPair(filepath.Join(p.certs, "cert-chain.pem"), filepath.Join(p.certs, "key.pem"))
 	if err != nil {
-		return "", err //nolint:wrapcheck // the test reads it
+		return "", err
 	}
 	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, NextProtos: []string{"h2"}}) // only the serial is read
 	if err != nil {
-		return "", err //nolint:wrapcheck // as above
+		return "", err
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil

@@ -43,7 +43,7 @@ func jwks(t *testing.T) (path string, token func(ns, sa string) (string, error))
 		t.Fatal(err)
 	}
 	return d.JWKSFile(), func(ns, sa string) (string, error) {
-		return iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour) //nolint:wrapcheck // test helper
+		return iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour)
 	}
 }
 

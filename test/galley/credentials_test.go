@@ -170,8 +170,8 @@ func newGatewayMesh(t *testing.T, certs map[string]string) *gatewayMesh {
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	m.mcpAddr, m.secure = freeAddr(t), freeAddr(t)
-	m.galley = startGalleyWith(t, freeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", m.mcpAddr, "--system-namespace", m.system,
+	m.mcpAddr, m.secure = proc.FreeAddr(t), proc.FreeAddr(t)
+	m.galley = startGalleyWith(t, proc.FreeAddr(t), "--kubeconfig", kubeconfig, "--mcp-address", m.mcpAddr, "--system-namespace", m.system,
 		"--mcp-tls-cert-file", galleyID.Cert, "--mcp-tls-key-file", galleyID.Key, "--mcp-tls-ca-file", m.caFile)
 	return m
 }
@@ -203,9 +203,9 @@ func grantSecrets(t *testing.T, ns string, accounts ...string) {
 // serving xDS over mTLS on m.secure, and waits until it is ready.
 func (m *gatewayMesh) startDiscovery(t *testing.T) *proc.Process {
 	t.Helper()
-	admin := freeAddr(t)
+	admin := proc.FreeAddr(t)
 	p := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
-		"--galley-address", m.mcpAddr, "--xds-address", freeAddr(t), "--admin-address", admin, "--system-namespace", m.system,
+		"--galley-address", m.mcpAddr, "--xds-address", proc.FreeAddr(t), "--admin-address", admin, "--system-namespace", m.system,
 		"--galley-tls-cert-file", m.discovery.Cert, "--galley-tls-key-file", m.discovery.Key, "--galley-tls-ca-file", m.caFile,
 		"--secure-xds-address", m.secure,
 		"--xds-tls-cert-file", m.discovery.Cert, "--xds-tls-key-file", m.discovery.Key, "--xds-tls-ca-file", m.caFile)
@@ -278,7 +278,7 @@ func TestGatewaySecretsReachOnlyGatewaysOfTheirNamespaceOverSDS(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = mst.Recv()
-		return err //nolint:wrapcheck // the test reads its code
+		return err // the test reads its code
 	}
 	if err := askCredentials(injectorID); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("the injector's identity asking for credentials: %v, want PermissionDenied", err)

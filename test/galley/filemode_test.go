@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,16 +32,6 @@ var env *kubeenv.Env
 
 func TestMain(m *testing.M) {
 	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-discovery"))
-}
-
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // process is a running flotilla-galley.
@@ -266,7 +255,7 @@ func TestFileModeStreamsEditsKeepsTheLastValidStateAndSurvivesRestarts(t *testin
 	writeFile(t, filepath.Join(dir, "greeter-service.yaml"), serviceEntry)
 	routes := filepath.Join(dir, "routes.yaml")
 	writeFile(t, routes, greeterVS(80, 20))
-	mcpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	mcpAddr, adminAddr := proc.FreeAddr(t), proc.FreeAddr(t)
 	meshFile := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeFile(t, meshFile, "trustDomain: demo.example\ndefaultConfig: {discoveryAddress: 127.0.0.1:15010}\n")
 	g := startGalleyWith(t, adminAddr, "--config-dir", dir, "--mcp-address", mcpAddr, "--mesh-config-file", meshFile)

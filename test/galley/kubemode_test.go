@@ -13,6 +13,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 func TestKubernetesModeStreamsClusterConfigAndServicesToASubscriber(t *testing.T) {
@@ -28,7 +29,7 @@ func TestKubernetesModeStreamsClusterConfigAndServicesToASubscriber(t *testing.T
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	mcpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	mcpAddr, adminAddr := proc.FreeAddr(t), proc.FreeAddr(t)
 	g := startGalleyWith(t, adminAddr, "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", ns)
 	sub := subscribe(t, mcpAddr)
 

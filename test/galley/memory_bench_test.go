@@ -21,6 +21,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // parallel runs n jobs on 16 workers and fails on the first error.
@@ -134,7 +135,7 @@ func BenchmarkGalleyMemoryWith1000ServicesAnd10000Endpoints(b *testing.B) {
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		b.Fatal(err)
 	}
-	mcpAddr, adminAddr := freeAddr(b), freeAddr(b)
+	mcpAddr, adminAddr := proc.FreeAddr(b), proc.FreeAddr(b)
 	g := startGalleyWith(b, adminAddr, "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", ns, "--log-level", "warn")
 	sub := subscribe(b, mcpAddr)
 	start := time.Now()

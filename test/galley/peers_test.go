@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown: an MCP
@@ -38,8 +40,8 @@ func TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 			dir := t.TempDir()
 			routes := dir + "/routes.yaml"
 			writeFile(t, routes, greeterVS(80, 20))
-			mcpAddr := freeAddr(t)
-			g := startGalleyWith(t, freeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
+			mcpAddr := proc.FreeAddr(t)
+			g := startGalleyWith(t, proc.FreeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
 			healthy := subscribe(t, mcpAddr)
 			healthy.waitFor(t, "the routes", func() bool { return healthy.weights("default/greeter") == "80/20" })
 
@@ -82,8 +84,8 @@ func TestASubscriberNackingInALoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 func TestASubscriptionIsBoundedByNamesAndBytesAndUnknownUnsubscribesBuyNothing(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir+"/routes.yaml", greeterVS(80, 20))
-	mcpAddr := freeAddr(t)
-	startGalleyWith(t, freeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
+	mcpAddr := proc.FreeAddr(t)
+	startGalleyWith(t, proc.FreeAddr(t), "--config-dir", dir, "--mcp-address", mcpAddr)
 	names := func(prefix string, from, n, size int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -129,7 +131,7 @@ func TestASubscriptionIsBoundedByNamesAndBytesAndUnknownUnsubscribesBuyNothing(t
 // type URLs asked of galley over five streams (64 each at most) leave one
 // metric series for all of them, "other", not 300.
 func TestCollectionsNotPublishedShareOneMetricSeries(t *testing.T) {
-	mcpAddr, adminAddr := freeAddr(t), freeAddr(t)
+	mcpAddr, adminAddr := proc.FreeAddr(t), proc.FreeAddr(t)
 	startGalleyWith(t, adminAddr, "--config-dir", t.TempDir(), "--mcp-address", mcpAddr)
 	for s := range 5 {
 		st := dialDelta(t, mcpAddr)
@@ -167,8 +169,8 @@ func TestCollectionsNotPublishedShareOneMetricSeries(t *testing.T) {
 // xDS proxy may send 4 at most, and so may an MCP subscriber now: one
 // limit for both) ends the stream with ResourceExhausted.
 func TestASubscriberRequestOverTheLimitIsRefused(t *testing.T) {
-	mcpAddr := freeAddr(t)
-	startGalleyWith(t, freeAddr(t), "--config-dir", t.TempDir(), "--mcp-address", mcpAddr)
+	mcpAddr := proc.FreeAddr(t)
+	startGalleyWith(t, proc.FreeAddr(t), "--config-dir", t.TempDir(), "--mcp-address", mcpAddr)
 	st := dialDelta(t, mcpAddr, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
 	md, err := structpb.NewStruct(map[string]any{"padding": strings.Repeat("x", 5<<20)})
 	if err != nil {

@@ -261,9 +261,9 @@ func waitAcked(ctx context.Context, xdsAddr string, n int, since time.Time) (ack
 func syncz(ctx context.Context, cc *grpc.ClientConn) ([]debugapi.ProxySync, error) {
 	resp, err := debugapi.Fetch(ctx, cc, debugapi.Syncz)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // says what failed
+		return nil, err
 	}
-	return debugapi.Syncs(resp) //nolint:wrapcheck // as above
+	return debugapi.Syncs(resp)
 }
 
 func start(ctx context.Context, log io.Writer, env []string, path string, args ...string) (*exec.Cmd, error) {

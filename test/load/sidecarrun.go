@@ -421,7 +421,7 @@ func (s *statusClient) get(ctx context.Context, path string, v any) error {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		return fmt.Errorf("clients' status %s: %s: %s", path, resp.Status, b)
 	}
-	return json.NewDecoder(resp.Body).Decode(v) //nolint:wrapcheck // the caller says what it read
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // nack makes the first n clients reject every later response of type t

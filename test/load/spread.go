@@ -356,7 +356,7 @@ func scrape(ctx context.Context, admin string) (metrics, error) {
 			out = append(out, l)
 		}
 	}
-	return out, sc.Err() //nolint:wrapcheck // reading the body
+	return out, sc.Err()
 }
 
 // sum adds the values of the series of name whose labels contain label.

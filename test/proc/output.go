@@ -4,30 +4,16 @@
 package proc
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/flotilla-mesh/flotilla/internal/testenv"
 )
 
 // Output collects a process's stdout and stderr; safe for concurrent use.
 type Output struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *Output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-// String returns everything written so far.
-func (o *Output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
+	testenv.SyncBuffer
 }
 
 // Count returns how often sub has been written.

@@ -106,11 +106,11 @@ func identityCommand(log *slog.Logger) *cobra.Command {
 			}
 			iss, err := devjwt.LoadOrCreate(issuer, keyFile)
 			if err != nil {
-				return err //nolint:wrapcheck // says which file and why
+				return err
 			}
 			d.Issuer = iss
 			if err := d.Write(time.Now()); err != nil {
-				return err //nolint:wrapcheck // as above
+				return err
 			}
 			log.Info("service account tokens written", "dir", d.Path, "accounts", d.Accounts, "issuer", issuer, "lifetime", d.Lifetime)
 			d.Refresh(cmd.Context(), log)
@@ -121,7 +121,7 @@ func identityCommand(log *slog.Logger) *cobra.Command {
 	f.StringVar(&d.Path, "dir", "/var/lib/flotilla/identity", "directory for jwks.json and <account>.token")
 	f.StringVar(&keyFile, "key-file", "/var/lib/flotilla/identity-key/key.pem", "the issuer's signing key (created when missing)")
 	f.StringVar(&issuer, "issuer", "https://flotilla.local/compose", "the tokens' issuer, ca's --jwt-issuer")
-	f.StringVar(&d.Namespace, "namespace", "istio-system", "namespace of the service accounts")
+	f.StringVar(&d.Namespace, "namespace", controlplane.DefaultNamespace, "namespace of the service accounts")
 	f.StringVar(&d.Audience, "audience", "istio-ca", "audience of the tokens")
 	f.StringSliceVar(&d.Accounts, "accounts", append(controlplane.TokenAccounts(), controlplane.OperatorAccount), "service accounts to write tokens for (default: the control plane's, and the operator's the flotilla CLI shows ca)")
 	f.DurationVar(&d.Lifetime, "lifetime", time.Hour, "lifetime of each token")
@@ -138,7 +138,7 @@ func checkIdentity(d *devjwt.Dir) error {
 	for _, f := range files {
 		st, err := os.Stat(f)
 		if err != nil {
-			return err //nolint:wrapcheck // names the file
+			return err
 		}
 		if st.Size() == 0 {
 			return fmt.Errorf("%s is empty", f)

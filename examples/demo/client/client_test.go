@@ -5,12 +5,13 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/flotilla-mesh/flotilla/internal/testenv"
 )
 
 func TestSplit(t *testing.T) {
@@ -35,23 +36,6 @@ func TestRunNeedsABootstrap(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type greeter struct {
 	testgrpc.UnimplementedTestServiceServer
 }
@@ -72,7 +56,7 @@ func TestTheFirstSplitIsOfRoutedCalls(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close() // nothing listens there yet
-	var out lockedBuffer
+	var out testenv.SyncBuffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {

@@ -15,15 +15,15 @@ import (
 func newIdentities(dir string) (*devjwt.Dir, error) {
 	iss, err := devjwt.New("https://flotilla.local/devrun")
 	if err != nil {
-		return nil, err //nolint:wrapcheck // devjwt's errors say what failed
+		return nil, err
 	}
 	ids := &devjwt.Dir{
-		Path: dir, Issuer: iss, Namespace: "istio-system", Audience: "istio-ca",
+		Path: dir, Issuer: iss, Namespace: controlplane.DefaultNamespace, Audience: "istio-ca",
 		Accounts: append(controlplane.TokenAccounts(), controlplane.OperatorAccount),
 		Lifetime: time.Hour,
 	}
 	if err := ids.Write(time.Now()); err != nil {
-		return nil, err //nolint:wrapcheck // as above
+		return nil, err
 	}
 	return ids, nil
 }
@@ -37,7 +37,7 @@ func demoIdentities(ids *devjwt.Dir, dir string) (*devjwt.Dir, error) {
 		Lifetime: ids.Lifetime,
 	}
 	if err := demo.Write(time.Now()); err != nil {
-		return nil, err //nolint:wrapcheck // devjwt's errors say what failed
+		return nil, err
 	}
 	return demo, nil
 }

@@ -211,7 +211,7 @@ func writeContext(l local, requested map[string]bool, ids *devjwt.Dir) error {
 	if err := os.MkdirAll(l.stateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	return debugapi.WriteContext(filepath.Join(l.stateDir, debugapi.ContextFileName), c) //nolint:wrapcheck // says it was the context
+	return debugapi.WriteContext(filepath.Join(l.stateDir, debugapi.ContextFileName), c)
 }
 
 // defaultServices is what `make run` starts, in the order it starts them:

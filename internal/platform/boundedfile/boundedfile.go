@@ -14,7 +14,7 @@ import (
 func Read(path string, max int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // *PathError names the path
+		return nil, err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))

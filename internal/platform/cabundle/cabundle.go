@@ -69,7 +69,7 @@ func New(o Options) *Controller {
 
 // Run campaigns for the Lease and, while leading, keeps the bundle.
 func (c *Controller) Run(ctx context.Context) error {
-	return controller.Run(ctx, controller.Options{ //nolint:wrapcheck // says what failed
+	return controller.Run(ctx, controller.Options{
 		Client: c.o.Client, Log: c.o.Log, Lease: c.o.Lease,
 		Doing: "keeping the caBundle of " + c.o.Kind.String() + " " + c.o.Webhook,
 		Lead:  c.lead,
@@ -92,7 +92,7 @@ func (c *Controller) lead(enqueue func(string)) controller.Term {
 		reconcile = func(ctx context.Context) error {
 			cfg, err := lister.Get(c.o.Webhook)
 			if err != nil {
-				return err //nolint:wrapcheck // a lister error, checked for NotFound
+				return err // a lister error, checked for NotFound
 			}
 			fixed := cfg.DeepCopy()
 			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.ValidatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {
@@ -108,7 +108,7 @@ func (c *Controller) lead(enqueue func(string)) controller.Term {
 		reconcile = func(ctx context.Context) error {
 			cfg, err := lister.Get(c.o.Webhook)
 			if err != nil {
-				return err //nolint:wrapcheck // a lister error, checked for NotFound
+				return err // a lister error, checked for NotFound
 			}
 			fixed := cfg.DeepCopy()
 			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.MutatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {

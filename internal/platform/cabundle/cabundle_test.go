@@ -55,7 +55,7 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		c.w.n[c.agent]++
 		c.w.mu.Unlock()
 	}
-	return resp, err //nolint:wrapcheck // a transport passes errors on
+	return resp, err // a transport passes errors on
 }
 
 func clientAs(t *testing.T, agent string, w *writes) kubernetes.Interface {

@@ -36,7 +36,7 @@ func FromSetup(s Setup) (*Controller, error) {
 	}
 	rest, err := kubeconfig.Load(s.Kubeconfig, "--kubeconfig")
 	if err != nil {
-		return nil, err //nolint:wrapcheck // says what failed
+		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(rest)
 	if err != nil {

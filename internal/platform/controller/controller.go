@@ -58,7 +58,7 @@ func Run(ctx context.Context, o Options) error {
 		Client: o.Client, Log: o.Log, Namespace: o.Lease.Namespace, Name: o.Lease.Name, Identity: o.Lease.Identity,
 		LeaseDuration: o.Lease.Duration, RenewDeadline: o.Lease.RenewDeadline, RetryPeriod: o.Lease.RetryPeriod,
 	}
-	return leader.Run(ctx, election, func(ctx context.Context) { //nolint:wrapcheck // says what failed
+	return leader.Run(ctx, election, func(ctx context.Context) {
 		lead(ctx, o)
 	})
 }

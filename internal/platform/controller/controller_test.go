@@ -58,7 +58,7 @@ func TestTheLeaderReconcilesEnqueuedKeysRetriesFailuresAndReleasesTheLease(t *te
 				lister := f.Core().V1().Namespaces().Lister()
 				return Term{Informers: []informers.SharedInformerFactory{f}, Reconcile: func(_ context.Context, key string) error {
 					if _, err := lister.Get(key); err != nil {
-						return err //nolint:wrapcheck // the test reads it
+						return err
 					}
 					mu.Lock()
 					defer mu.Unlock()

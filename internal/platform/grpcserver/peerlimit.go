@@ -34,7 +34,7 @@ func (l *peerLimit) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err //nolint:wrapcheck // the listener's own error, as grpc-go expects it
+			return nil, err // the listener's own error, as grpc-go expects it
 		}
 		host := peerHost(c.RemoteAddr())
 		l.mu.Lock()
@@ -89,5 +89,5 @@ func (c *peerConn) Close() error {
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
-	return err //nolint:wrapcheck // the connection's own error
+	return err
 }

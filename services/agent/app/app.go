@@ -112,7 +112,7 @@ func iptablesCommand() *cobra.Command {
 			}
 			plan, err := capture.Build(s)
 			if err != nil {
-				return err //nolint:wrapcheck // says which setting
+				return err
 			}
 			switch {
 			case dryRun && mode == modeIPTables:
@@ -124,7 +124,7 @@ func iptablesCommand() *cobra.Command {
 			default:
 				err = capture.ApplyNFTables(plan, netns)
 			}
-			return err //nolint:wrapcheck // says what failed
+			return err
 		},
 	}
 	f := cmd.Flags()

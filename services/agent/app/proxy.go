@@ -22,6 +22,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
@@ -102,8 +103,8 @@ func proxyDefaults() Config {
 		PodNamespace:     os.Getenv("POD_NAMESPACE"),
 		InstanceIP:       os.Getenv("INSTANCE_IP"),
 		ServiceAccount:   os.Getenv("SERVICE_ACCOUNT"),
-		TrustDomain:      env("TRUST_DOMAIN", "cluster.local"),
-		DomainSuffix:     "cluster.local",
+		TrustDomain:      env("TRUST_DOMAIN", controlplane.DefaultTrustDomain),
+		DomainSuffix:     controlplane.DefaultDomainSuffix,
 		ClusterID:        env("CLUSTER_ID", "Kubernetes"),
 		DiscoveryAddress: os.Getenv("DISCOVERY_ADDRESS"),
 		CA: certclient.Config{ //nolint:gosec // paths of the projected token and root mounts, not credentials
@@ -216,7 +217,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Log: rt.Log})
 	if err != nil {
-		return err //nolint:wrapcheck // says what failed
+		return err
 	}
 	defer xproxy.Close()
 	xdsMode := uds.Private
@@ -229,7 +230,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	probers, err := probe.Parse(cfg.AppProbers)
 	if err != nil {
-		return err //nolint:wrapcheck // checked by Validate already
+		return err
 	}
 	ready := readiness{state: state}
 	if dir := cfg.outputCerts(); dir != "" {
@@ -243,7 +244,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if cfg.GRPCBootstrap != "" {
 		b, err := bootstrap.BuildGRPC(bootstrap.GRPCOptions{Node: node, XDSSocket: cfg.XDSSocket, CertsDir: cfg.outputCerts(), CertRefresh: cfg.GRPCCertRefresh})
 		if err != nil {
-			return err //nolint:wrapcheck // says what is wrong
+			return err
 		}
 		if err := atomicfile.Write(cfg.GRPCBootstrap, b, 0o644); err != nil {
 			return fmt.Errorf("gRPC bootstrap: %w", err)
@@ -263,7 +264,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		Node: node, ProxyConfig: pc, Delta: cfg.Delta, XDSSocket: cfg.XDSSocket, SDSSocket: cfg.SDSSocket, Admin: cfg.EnvoyAdmin,
 	})
 	if err != nil {
-		return err //nolint:wrapcheck // says what is wrong
+		return err
 	}
 	for _, p := range problems {
 		rt.Log.Warn("proxy config not honoured", "problem", p)
@@ -315,7 +316,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 			if errors.As(err, &ee) {
 				return &command.ExitCodeError{Code: ee.Code, Err: err}
 			}
-			return err //nolint:wrapcheck // says what failed
+			return err
 		}},
 	)
 	return rt.Serve(ctx, actors...)
@@ -379,7 +380,7 @@ func identitySource(cfg Config, state *identity.State, log *slog.Logger) ([]life
 func unixServer(rt *command.Runtime, path string, mode os.FileMode, register func(*grpc.Server), extra ...grpc.ServerOption) (func(context.Context) error, error) {
 	gs, err := grpcserver.New(grpcserver.Options{Log: rt.Log, Telemetry: rt.Telemetry, MaxRecvMsgBytes: xdsproxy.MaxMessageBytes, DrainTimeout: time.Second, Extra: extra})
 	if err != nil {
-		return nil, err //nolint:wrapcheck // says what failed
+		return nil, err
 	}
 	register(gs.Server)
 	lis, err := uds.Listen(path, mode)

@@ -139,11 +139,11 @@ func admin(ctx context.Context, method, addr, path string) (int, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
 	if err != nil {
-		return 0, err //nolint:wrapcheck // callers say which call
+		return 0, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err //nolint:wrapcheck // as above
+		return 0, err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))

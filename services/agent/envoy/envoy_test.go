@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/testenv"
 	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 )
 
@@ -32,21 +32,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // start runs the stand-in Envoy with env, returning its record file and
 // Run's result channel.
 func start(t *testing.T, ctx context.Context, env ...string) (admin, recordFile string, done <-chan error) {
 	t.Helper()
-	admin = freeAddr(t)
+	admin = testenv.FreeAddr(t)
 	recordFile = filepath.Join(t.TempDir(), "record")
 	bootstrap := filepath.Join(t.TempDir(), "envoy-rev.json")
 	if err := os.WriteFile(bootstrap, []byte("{}"), 0o600); err != nil {

@@ -74,7 +74,7 @@ func (s *State) ClientTLS(serverName string) *tls.Config {
 				return errors.New("no trust bundle yet")
 			}
 			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: serverName, Roots: roots, Intermediates: inter})
-			return err //nolint:wrapcheck // says why
+			return err
 		},
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			if c := s.Snapshot().Cert; c != nil {

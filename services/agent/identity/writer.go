@@ -90,7 +90,7 @@ func (w *Writer) write(snap Snapshot) error {
 	version := ".." + strconv.FormatUint(snap.Version, 10) + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	dir := filepath.Join(w.Dir, version)
 	if err := os.Mkdir(dir, 0o755); err != nil { //nolint:gosec // as above
-		return err //nolint:wrapcheck // names the path
+		return err
 	}
 	for _, f := range []struct {
 		name string
@@ -119,7 +119,7 @@ func (w *Writer) write(snap Snapshot) error {
 		}
 		_ = os.Remove(link)
 		if err := os.Symlink(filepath.Join(dataLink, name), link); err != nil {
-			return err //nolint:wrapcheck // names the path
+			return err
 		}
 	}
 	// Older versions go once the new one is in place.

@@ -166,7 +166,7 @@ func (h Handler) tcp(ctx context.Context, a *corev1.TCPSocketAction) error {
 	if err != nil {
 		return fmt.Errorf("TCP probe: %w", err)
 	}
-	return conn.Close() //nolint:wrapcheck // nothing to add
+	return conn.Close()
 }
 
 func (h Handler) grpc(ctx context.Context, a *corev1.GRPCAction) error {

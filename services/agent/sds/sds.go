@@ -180,58 +180,27 @@ func (s *Server) FetchSecrets(_ context.Context, req *discoveryv3.DiscoveryReque
 	return resp, nil
 }
 
-// StreamSecrets serves state-of-the-world SDS: each (changed) request is
-// answered with the named secrets held, and every change of them is
-// pushed; ACKs are recorded, a NACK is logged and nothing is resent until
-// the secrets change.
-func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecretsServer) error {
-	ctx := stream.Context()
-	reqs, errs := receive(ctx, stream.Recv)
-	var names []string
-	var lastNonce string
-	var sentVersion uint64
-	sent := false
-	warned := map[string]bool{}
-	respond := func(snap identity.Snapshot) error {
-		have := secrets(snap)
-		resp := &discoveryv3.DiscoveryResponse{VersionInfo: strconv.FormatUint(snap.Version, 10), TypeUrl: TypeURL, Nonce: s.nonce()}
-		for _, n := range names {
-			sec, ok := have[n]
-			switch {
-			case ok:
-				resp.Resources = append(resp.Resources, sec.any)
-			case !known(n) && !warned[n] && len(warned) < maxNames:
-				warned[n] = true
-				s.log.Warn("a proxy asked for a secret that does not exist here; it is left out", "name", n)
-			}
-		}
-		if err := stream.Send(resp); err != nil {
-			return err //nolint:wrapcheck // the stream's own error
-		}
-		lastNonce, sentVersion, sent = resp.GetNonce(), snap.Version, true
-		return nil
-	}
-	// ready says whether the named secrets that can exist are all held,
-	// so no half answer is sent while the first certificate is on its way.
-	ready := func(snap identity.Snapshot) bool {
-		for _, n := range names {
-			if (n == SecretWorkload && snap.Leaf == nil) || (n == SecretRoot && len(snap.RootsPEM) == 0) {
-				return false
-			}
-		}
-		return true
-	}
+// protocol is how one stream, state-of-the-world or delta, answers the
+// secrets' changes and its proxy's requests; an error of either ends the
+// stream.
+type protocol[Req any] interface {
+	changed(snap identity.Snapshot) error
+	request(req Req) error
+}
+
+// serve runs a stream until it ends: every change of the secrets held is
+// handed to p, and every request of the stream's proxy.
+func serve[Req any](ctx context.Context, state *identity.State, recv func() (Req, error), p protocol[Req]) error {
+	reqs, errs := receive(ctx, recv)
 	var seen uint64 // the state's version last looked at
 	for {
 		// The channel is taken before the state is read, so a change
 		// between the two is never missed.
-		changed := s.state.Changed()
-		if snap := s.state.Snapshot(); snap.Version != seen {
+		changed := state.Changed()
+		if snap := state.Snapshot(); snap.Version != seen {
 			seen = snap.Version
-			if len(names) > 0 && ready(snap) && (!sent || snap.Version != sentVersion) {
-				if err := respond(snap); err != nil {
-					return streamEnd(ctx, err)
-				}
+			if err := p.changed(snap); err != nil {
+				return streamEnd(ctx, err)
 			}
 			continue
 		}
@@ -241,37 +210,98 @@ func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecr
 		case err := <-errs:
 			return streamEnd(ctx, err)
 		case req := <-reqs:
-			if err := errors.Join(checkType(req.GetTypeUrl()), checkNames(req.GetResourceNames())); err != nil {
-				return err
-			}
-			if n := req.GetResponseNonce(); n != "" && n != lastNonce {
-				continue // answered by a later response already
-			}
-			if d := req.GetErrorDetail(); d != nil {
-				s.log.Warn("the proxy rejected its secrets", "version", sentVersion, "error", clip.String(d.GetMessage(), 1024))
-				continue
-			}
-			asked := slices.Clone(req.GetResourceNames())
-			slices.Sort(asked)
-			asked = slices.Compact(asked)
-			if sent && slices.Equal(asked, names) {
-				continue // an ACK
-			}
-			names = asked
-			if len(names) == 0 {
-				sent = false // unsubscribed: nothing to send until asked again
-				continue
-			}
-			if snap := s.state.Snapshot(); ready(snap) {
-				if err := respond(snap); err != nil {
-					return streamEnd(ctx, err)
-				}
-			} else {
-				sent = false // answered when the secrets arrive
+			if err := p.request(req); err != nil {
+				return streamEnd(ctx, err)
 			}
 		case <-changed: // read at the top of the loop
 		}
 	}
+}
+
+// StreamSecrets serves state-of-the-world SDS: each (changed) request is
+// answered with the named secrets held, and every change of them is
+// pushed; ACKs are recorded, a NACK is logged and nothing is resent until
+// the secrets change.
+func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecretsServer) error {
+	return serve(stream.Context(), s.state, stream.Recv, &sotw{s: s, stream: stream, warned: map[string]bool{}})
+}
+
+// sotw is a state-of-the-world stream's protocol.
+type sotw struct {
+	s           *Server
+	stream      secretv3.SecretDiscoveryService_StreamSecretsServer
+	names       []string
+	lastNonce   string
+	sentVersion uint64
+	sent        bool
+	warned      map[string]bool
+}
+
+func (p *sotw) changed(snap identity.Snapshot) error {
+	if len(p.names) > 0 && p.ready(snap) && (!p.sent || snap.Version != p.sentVersion) {
+		return p.respond(snap)
+	}
+	return nil
+}
+
+func (p *sotw) request(req *discoveryv3.DiscoveryRequest) error {
+	if err := errors.Join(checkType(req.GetTypeUrl()), checkNames(req.GetResourceNames())); err != nil {
+		return err
+	}
+	if n := req.GetResponseNonce(); n != "" && n != p.lastNonce {
+		return nil // answered by a later response already
+	}
+	if d := req.GetErrorDetail(); d != nil {
+		p.s.log.Warn("the proxy rejected its secrets", "version", p.sentVersion, "error", clip.String(d.GetMessage(), 1024))
+		return nil
+	}
+	asked := slices.Clone(req.GetResourceNames())
+	slices.Sort(asked)
+	asked = slices.Compact(asked)
+	if p.sent && slices.Equal(asked, p.names) {
+		return nil // an ACK
+	}
+	p.names = asked
+	if len(p.names) == 0 {
+		p.sent = false // unsubscribed: nothing to send until asked again
+		return nil
+	}
+	if snap := p.s.state.Snapshot(); p.ready(snap) {
+		return p.respond(snap)
+	}
+	p.sent = false // answered when the secrets arrive
+	return nil
+}
+
+func (p *sotw) respond(snap identity.Snapshot) error {
+	have := secrets(snap)
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: strconv.FormatUint(snap.Version, 10), TypeUrl: TypeURL, Nonce: p.s.nonce()}
+	for _, n := range p.names {
+		sec, ok := have[n]
+		switch {
+		case ok:
+			resp.Resources = append(resp.Resources, sec.any)
+		case !known(n) && !p.warned[n] && len(p.warned) < maxNames:
+			p.warned[n] = true
+			p.s.log.Warn("a proxy asked for a secret that does not exist here; it is left out", "name", n)
+		}
+	}
+	if err := p.stream.Send(resp); err != nil {
+		return err
+	}
+	p.lastNonce, p.sentVersion, p.sent = resp.GetNonce(), snap.Version, true
+	return nil
+}
+
+// ready says whether the named secrets that can exist are all held, so no
+// half answer is sent while the first certificate is on its way.
+func (p *sotw) ready(snap identity.Snapshot) bool {
+	for _, n := range p.names {
+		if (n == SecretWorkload && snap.Leaf == nil) || (n == SecretRoot && len(snap.RootsPEM) == 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // DeltaSecrets serves incremental SDS: subscribed secrets are sent when
@@ -279,78 +309,70 @@ func (s *Server) StreamSecrets(stream secretv3.SecretDiscoveryService_StreamSecr
 // count), a name that does not exist is answered as removed, and every
 // change of a subscribed secret is pushed alone.
 func (s *Server) DeltaSecrets(stream secretv3.SecretDiscoveryService_DeltaSecretsServer) error {
-	ctx := stream.Context()
-	reqs, errs := receive(ctx, stream.Recv)
-	subscribed := map[string]bool{}
-	held := map[string]string{} // name → version the proxy holds
-	var lastNonce string
-	push := func(snap identity.Snapshot) error {
-		have := secrets(snap)
-		resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: TypeURL, SystemVersionInfo: strconv.FormatUint(snap.Version, 10)}
-		for _, n := range slices.Sorted(maps.Keys(subscribed)) {
-			sec, ok := have[n]
-			switch {
-			case ok && held[n] != sec.version:
-				resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: sec.version, Resource: sec.any})
-				held[n] = sec.version
-			case !known(n) && held[n] != removed:
-				resp.RemovedResources = append(resp.RemovedResources, n)
-				held[n] = removed
-			}
-		}
-		if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
-			return nil
-		}
-		resp.Nonce = s.nonce()
-		lastNonce = resp.Nonce
-		return stream.Send(resp) //nolint:wrapcheck // the stream's own error
+	return serve(stream.Context(), s.state, stream.Recv, &delta{s: s, stream: stream, subscribed: map[string]bool{}, held: map[string]string{}})
+}
+
+// delta is an incremental stream's protocol.
+type delta struct {
+	s          *Server
+	stream     secretv3.SecretDiscoveryService_DeltaSecretsServer
+	subscribed map[string]bool
+	held       map[string]string // name → version the proxy holds
+	lastNonce  string
+}
+
+func (p *delta) changed(snap identity.Snapshot) error { return p.push(snap) }
+
+func (p *delta) request(req *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := errors.Join(checkType(req.GetTypeUrl()), checkNames(req.GetResourceNamesSubscribe()),
+		checkNames(req.GetResourceNamesUnsubscribe())); err != nil {
+		return err
 	}
-	var seen uint64 // the state's version last looked at
-	for {
-		changed := s.state.Changed() // before the state is read: no change is missed
-		if snap := s.state.Snapshot(); snap.Version != seen {
-			seen = snap.Version
-			if err := push(snap); err != nil {
-				return streamEnd(ctx, err)
-			}
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errs:
-			return streamEnd(ctx, err)
-		case req := <-reqs:
-			if err := errors.Join(checkType(req.GetTypeUrl()), checkNames(req.GetResourceNamesSubscribe()),
-				checkNames(req.GetResourceNamesUnsubscribe())); err != nil {
-				return err
-			}
-			if len(req.GetInitialResourceVersions()) > maxNames {
-				return status.Errorf(codes.InvalidArgument, "%d initial resource versions, more than %d", len(req.GetInitialResourceVersions()), maxNames)
-			}
-			if d := req.GetErrorDetail(); d != nil && req.GetResponseNonce() == lastNonce {
-				s.log.Warn("the proxy rejected its secrets", "error", clip.String(d.GetMessage(), 1024))
-			}
-			for n, v := range req.GetInitialResourceVersions() {
-				subscribed[n], held[n] = true, v
-			}
-			for _, n := range req.GetResourceNamesSubscribe() {
-				if !subscribed[n] {
-					subscribed[n] = true
-					delete(held, n) // newly asked for: sent even if unchanged
-				}
-			}
-			for _, n := range req.GetResourceNamesUnsubscribe() {
-				delete(subscribed, n)
-				delete(held, n)
-			}
-			if len(subscribed) > maxNames {
-				return status.Errorf(codes.InvalidArgument, "%d secrets subscribed, more than %d", len(subscribed), maxNames)
-			}
-			if err := push(s.state.Snapshot()); err != nil {
-				return streamEnd(ctx, err)
-			}
-		case <-changed: // read at the top of the loop
+	if len(req.GetInitialResourceVersions()) > maxNames {
+		return status.Errorf(codes.InvalidArgument, "%d initial resource versions, more than %d", len(req.GetInitialResourceVersions()), maxNames)
+	}
+	if d := req.GetErrorDetail(); d != nil && req.GetResponseNonce() == p.lastNonce {
+		p.s.log.Warn("the proxy rejected its secrets", "error", clip.String(d.GetMessage(), 1024))
+	}
+	for n, v := range req.GetInitialResourceVersions() {
+		p.subscribed[n], p.held[n] = true, v
+	}
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if !p.subscribed[n] {
+			p.subscribed[n] = true
+			delete(p.held, n) // newly asked for: sent even if unchanged
 		}
 	}
+	for _, n := range req.GetResourceNamesUnsubscribe() {
+		delete(p.subscribed, n)
+		delete(p.held, n)
+	}
+	if len(p.subscribed) > maxNames {
+		return status.Errorf(codes.InvalidArgument, "%d secrets subscribed, more than %d", len(p.subscribed), maxNames)
+	}
+	return p.push(p.s.state.Snapshot())
+}
+
+// push sends what the proxy does not hold of the subscribed secrets, if
+// anything.
+func (p *delta) push(snap identity.Snapshot) error {
+	have := secrets(snap)
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: TypeURL, SystemVersionInfo: strconv.FormatUint(snap.Version, 10)}
+	for _, n := range slices.Sorted(maps.Keys(p.subscribed)) {
+		sec, ok := have[n]
+		switch {
+		case ok && p.held[n] != sec.version:
+			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: sec.version, Resource: sec.any})
+			p.held[n] = sec.version
+		case !known(n) && p.held[n] != removed:
+			resp.RemovedResources = append(resp.RemovedResources, n)
+			p.held[n] = removed
+		}
+	}
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
+		return nil
+	}
+	resp.Nonce = p.s.nonce()
+	p.lastNonce = resp.Nonce
+	return p.stream.Send(resp)
 }

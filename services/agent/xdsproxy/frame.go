@@ -25,7 +25,7 @@ func (passThrough) Marshal(v any) ([]byte, error) {
 	case *frame:
 		return m.data, nil
 	case proto.Message:
-		return proto.Marshal(m) //nolint:wrapcheck // grpc reports it with the method
+		return proto.Marshal(m)
 	default:
 		return nil, fmt.Errorf("xds relay codec: cannot marshal %T", v)
 	}
@@ -37,7 +37,7 @@ func (passThrough) Unmarshal(data []byte, v any) error {
 		m.data = append(m.data[:0], data...) // grpc reuses data once this returns
 		return nil
 	case proto.Message:
-		return proto.Unmarshal(data, m) //nolint:wrapcheck // as above
+		return proto.Unmarshal(data, m)
 	default:
 		return fmt.Errorf("xds relay codec: cannot unmarshal into %T", v)
 	}
@@ -76,13 +76,13 @@ func (p *Proxy) relayFrames(down grpc.ServerStream, fullMethod string) error {
 	return relay(p, down.Context(),
 		func() (*frame, error) {
 			f := &frame{}
-			return f, down.RecvMsg(f) //nolint:wrapcheck // relay reads the status
+			return f, down.RecvMsg(f) // relay reads the status
 		},
-		func(f *frame) error { return down.SendMsg(f) }, //nolint:wrapcheck // as above
+		func(f *frame) error { return down.SendMsg(f) }, // relay reads the status
 		func(ctx context.Context) (stream[*frame, *frame], error) {
 			cs, err := p.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, fullMethod, grpc.ForceCodec(passThrough{}))
 			if err != nil {
-				return nil, err //nolint:wrapcheck // relay wraps it
+				return nil, err
 			}
 			return frameStream{cs}, nil
 		})
@@ -91,9 +91,9 @@ func (p *Proxy) relayFrames(down grpc.ServerStream, fullMethod string) error {
 // frameStream is an upstream client stream of frames.
 type frameStream struct{ cs grpc.ClientStream }
 
-func (s frameStream) Send(f *frame) error { return s.cs.SendMsg(f) } //nolint:wrapcheck // relay reads the status
+func (s frameStream) Send(f *frame) error { return s.cs.SendMsg(f) } // relay reads the status
 func (s frameStream) Recv() (*frame, error) {
 	f := &frame{}
-	return f, s.cs.RecvMsg(f) //nolint:wrapcheck // as above
+	return f, s.cs.RecvMsg(f) // relay reads the status
 }
-func (s frameStream) CloseSend() error { return s.cs.CloseSend() } //nolint:wrapcheck // as above
+func (s frameStream) CloseSend() error { return s.cs.CloseSend() } // relay reads the status

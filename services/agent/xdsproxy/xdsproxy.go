@@ -85,13 +85,13 @@ func New(o Options) (*Proxy, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // says what is wrong with the address
+		return nil, err
 	}
 	return &Proxy{o: o, conn: conn}, nil
 }
 
 // Close closes the connection to discovery.
-func (p *Proxy) Close() error { return p.conn.Close() } //nolint:wrapcheck // nothing to add
+func (p *Proxy) Close() error { return p.conn.Close() }
 
 // Register adds the ADS service to the pod's server, which must have
 // been built with ServerOptions.
@@ -192,7 +192,7 @@ func downstreamEnd(err error) error {
 	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 		return nil
 	}
-	return err //nolint:wrapcheck // the stream's status, passed on
+	return err // the stream's status, passed on
 }
 
 // upstreamEnd is discovery's end of the stream, passed on to Envoy with

@@ -335,7 +335,7 @@ func (id Identity) SPIFFEID() string {
 func ParseSPIFFEID(s string) (Identity, error) {
 	id, err := spiffe.Parse(s)
 	if err != nil {
-		return Identity{}, err //nolint:wrapcheck // says what is wrong
+		return Identity{}, err
 	}
 	return Identity{TrustDomain: id.TrustDomain, Namespace: id.Namespace, ServiceAccount: id.ServiceAccount}, nil
 }

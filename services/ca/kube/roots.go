@@ -54,7 +54,7 @@ func NewRootPublisher(o RootPublisherOptions) *RootPublisher {
 
 // Run campaigns for the Lease and publishes while leading, until ctx ends.
 func (p *RootPublisher) Run(ctx context.Context) error {
-	return controller.Run(ctx, controller.Options{ //nolint:wrapcheck // says what failed
+	return controller.Run(ctx, controller.Options{
 		Client: p.o.Client, Log: p.o.Log, Lease: p.o.Lease,
 		Doing: "publishing the root certificate",
 		Lead:  p.lead,

@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +33,7 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
+	"github.com/flotilla-mesh/flotilla/internal/testenv"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 )
 
@@ -397,7 +397,7 @@ func TestACredentialOfAnotherTrustDomainIsRefused(t *testing.T) {
 // pod behind the same node address): the valid one gets its certificate,
 // and ca logged no more refusals than the address's failure budget.
 func TestFailedAuthenticationsFromOnePeerNeverShutOutAValidTokenFromIt(t *testing.T) {
-	var logs syncWriter
+	var logs testenv.SyncBuffer
 	f := newFixture(t, func(o *Options) { o.Log = slog.New(slog.NewTextHandler(&logs, nil)) })
 	cc := f.dial(t, nil)
 	defer cc.Close()
@@ -413,24 +413,6 @@ func TestFailedAuthenticationsFromOnePeerNeverShutOutAValidTokenFromIt(t *testin
 	if n := strings.Count(logs.String(), "certificate refused"); n < failuresBurst || n > failuresBurst+2 {
 		t.Fatalf("%d refusals logged for 300 bad tokens, want the budget's %d", n, failuresBurst)
 	}
-}
-
-// syncWriter is a log destination tests read while the server writes.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p) //nolint:wrapcheck // strings.Builder never fails
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
 
 // TestAnAuthenticatorCostingAnotherServiceIsToldTheCallerIsThrottled:

@@ -103,7 +103,7 @@ func Defaults() Config {
 		JWKSRefresh:      jwks.DefaultRefresh,
 		DomainSuffix:     model.DefaultDomainSuffix,
 		DefaultNamespace: "default",
-		SystemNamespace:  "istio-system",
+		SystemNamespace:  controlplane.DefaultNamespace,
 		Revision:         controlplane.DefaultRevision,
 
 		VerifyProxyIdentity:      true,
@@ -207,7 +207,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	ready.SetNotReady("waiting for the first configuration")
 	certs, err := cfg.CA.ForService(controlplane.Name(controlplane.Discovery, cfg.Revision), cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
-		return err //nolint:wrapcheck // says what failed
+		return err
 	}
 	var in *ingest.Ingest
 	keys := jwks.New(jwks.Options{Log: rt.Log.With("component", "jwks"), Refresh: cfg.JWKSRefresh, OnChange: func() { in.KeysChanged() }})

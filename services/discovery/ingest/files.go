@@ -51,7 +51,7 @@ func NewFiles(o FileOptions, in mcp.Handler) *Files {
 func (f *Files) Run(ctx context.Context) error {
 	if f.mesh != "" {
 		if err := publish.MeshFile(f.local, f.mesh); err != nil {
-			return err //nolint:wrapcheck // names the file
+			return err
 		}
 	}
 	errs := make(chan error, 1)
@@ -62,7 +62,7 @@ func (f *Files) Run(ctx context.Context) error {
 			return fmt.Errorf("config dir: %w", err)
 		}
 	case err := <-errs:
-		return err //nolint:wrapcheck // the source names the directory
+		return err
 	}
 	return <-errs
 }

@@ -89,9 +89,9 @@ func Defaults() Config {
 		MCPAddress:       ":15019",
 		Webhook:          admission.Config{Address: ":15017", Configuration: "flotilla-validator"},
 		DefaultNamespace: "default",
-		DomainSuffix:     "cluster.local",
+		DomainSuffix:     controlplane.DefaultDomainSuffix,
 		ClusterID:        "Kubernetes",
-		SystemNamespace:  "istio-system",
+		SystemNamespace:  controlplane.DefaultNamespace,
 	}
 }
 
@@ -161,7 +161,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	// Istio's own pilot, pointed at galley as a config source, reads the
 	// mesh config under Istio's collection name.
 	if err := srv.Alias(registry.IstioMeshConfigTypeURL, registry.MeshConfigTypeURL, true); err != nil {
-		return err //nolint:wrapcheck // says what failed
+		return err
 	}
 	// A certificate from ca serves the webhook and, unless mcpTLS files are
 	// given, MCP over mTLS to the identities of the system namespace only:
@@ -172,7 +172,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	var mcpTLS *tls.Config
 	certs, err := cfg.CA.ForService(controlplane.Galley, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
-		return err //nolint:wrapcheck // says what failed
+		return err
 	}
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
@@ -340,7 +340,7 @@ func webhookActors(cfg Config, rt *command.Runtime, objects func() []*istio.Obje
 			Bundle: cabundle.FileBundle(bundle, rt.Log), LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-cabundle", Log: rt.Log,
 		})
 		if err != nil {
-			return nil, err //nolint:wrapcheck // says what failed
+			return nil, err
 		}
 		if c != nil {
 			actors = append(actors, lifecycle.Actor{Name: "cabundle", Run: c.Run})

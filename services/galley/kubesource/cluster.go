@@ -22,33 +22,17 @@ const MeshConfigMap = "istio"
 // namespaceHandler publishes namespaces (name and labels) from a
 // metadata-only informer.
 func (s *Source) namespaceHandler() cache.ResourceEventHandler {
-	upsert := func(obj any) {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok {
-			return
-		}
+	upsert := func(m *metav1.PartialObjectMetadata) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		ns := &registryv1.Namespace{Name: m.Name, Labels: maps.Clone(m.Labels)}
 		s.publish(registry.NamespaceTypeURL, m.Name, ns)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: upsert,
-		UpdateFunc: func(old, obj any) {
-			if !unchanged(old, obj) {
-				upsert(obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			m, ok := unwrap(obj).(*metav1.PartialObjectMetadata)
-			if !ok {
-				return
-			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.remove(registry.NamespaceTypeURL, m.Name)
-		},
-	}
+	return handler(upsert, func(m *metav1.PartialObjectMetadata) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.remove(registry.NamespaceTypeURL, m.Name)
+	})
 }
 
 // configMapHandler publishes the ConfigMaps of the system namespace that
@@ -58,11 +42,7 @@ func (s *Source) namespaceHandler() cache.ResourceEventHandler {
 // An invalid one is logged and the last valid one stays in force; a
 // deleted one is withdrawn (subscribers then use their defaults).
 func (s *Source) configMapHandler() cache.ResourceEventHandler {
-	upsert := func(obj any) {
-		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok {
-			return
-		}
+	upsert := func(cm *corev1.ConfigMap) {
 		typeURL, name, msg, err := configMapResource(cm)
 		if typeURL == "" {
 			return
@@ -75,27 +55,15 @@ func (s *Source) configMapHandler() cache.ResourceEventHandler {
 		defer s.mu.Unlock()
 		s.publish(typeURL, name, msg)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: upsert,
-		UpdateFunc: func(old, obj any) {
-			if !unchanged(old, obj) {
-				upsert(obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			cm, ok := unwrap(obj).(*corev1.ConfigMap)
-			if !ok {
-				return
-			}
-			typeURL, name := configMapCollection(cm.Name)
-			if typeURL == "" {
-				return
-			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.remove(typeURL, name)
-		},
-	}
+	return handler(upsert, func(cm *corev1.ConfigMap) {
+		typeURL, name := configMapCollection(cm.Name)
+		if typeURL == "" {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.remove(typeURL, name)
+	})
 }
 
 // configMapCollection says which collection and resource a system
@@ -126,7 +94,7 @@ func configMapResource(cm *corev1.ConfigMap) (typeURL, name string, msg proto.Me
 			Revision: name, Template: cm.Data[inject.ConfigMapTemplateKey], Values: cm.Data[inject.ConfigMapValuesKey],
 		}
 		if _, err := inject.ParseConfig(name, ic.GetTemplate(), ic.GetValues()); err != nil {
-			return typeURL, name, nil, err //nolint:wrapcheck // says what is wrong with which part
+			return typeURL, name, nil, err
 		}
 		return typeURL, name, ic, nil
 	}

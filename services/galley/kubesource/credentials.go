@@ -51,36 +51,20 @@ func trimSecret(obj any) (any, error) {
 // secretHandler keeps the Secrets the informer sees (trimmed), and
 // publishes the named ones.
 func (s *Source) secretHandler() cache.ResourceEventHandler {
-	upsert := func(obj any) {
-		sec, ok := obj.(*corev1.Secret)
-		if !ok {
-			return
-		}
+	upsert := func(sec *corev1.Secret) {
 		key := sec.Namespace + "/" + sec.Name
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.secrets[key] = sec
 		s.syncCredential(key)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: upsert,
-		UpdateFunc: func(old, obj any) {
-			if !unchanged(old, obj) {
-				upsert(obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			m, err := metaOf(unwrap(obj))
-			if err != nil {
-				return
-			}
-			key := m.GetNamespace() + "/" + m.GetName()
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			delete(s.secrets, key)
-			s.syncCredential(key)
-		},
-	}
+	return handler(upsert, func(sec *corev1.Secret) {
+		key := sec.Namespace + "/" + sec.Name
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.secrets, key)
+		s.syncCredential(key)
+	})
 }
 
 // refreshCredentialRefs records what a Gateway or DestinationRule names

@@ -249,9 +249,33 @@ func unwrap(obj any) any {
 	return obj
 }
 
+// handler is the frame of every informer's handler here: an object added,
+// or updated to a new version (see unchanged), is upserted; one deleted,
+// also as the tombstone of a deletion the informer missed, is removed. An
+// object that is not a T is ignored.
+func handler[T any](upsert, remove func(T)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				upsert(o)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if o, ok := obj.(T); ok && !unchanged(old, obj) {
+				upsert(o)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if o, ok := unwrap(obj).(T); ok {
+				remove(o)
+			}
+		},
+	}
+}
+
 func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
-	upsert := func(obj any) {
-		o, ok := toObject(kind, obj)
+	upsert := func(m metav1.Object) {
+		o, ok := toObject(kind, m)
 		if !ok {
 			return
 		}
@@ -304,37 +328,25 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			s.refreshCredentialRefs(o.ID(), o)
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: upsert,
-		UpdateFunc: func(old, obj any) {
-			if !unchanged(old, obj) {
-				upsert(obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			m, err := metaOf(unwrap(obj))
-			if err != nil {
-				return
-			}
-			id := istio.ID{Kind: kind.Kind, Name: m.GetNamespace() + "/" + m.GetName()}
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			ctx, span := s.tracer.Start(context.Background(), "kube.change", trace.WithAttributes(
-				attribute.String("kind", kind.Kind), attribute.String("object", id.Name), attribute.Bool("deleted", true)))
-			defer span.End()
-			delete(s.rejected, id)
-			delete(s.published, id)
-			if err := s.config.Apply(ctx, nil, []istio.ID{id}); err != nil {
-				s.o.Log.Error("publish deletion", "object", id, "error", err)
-			}
-			if kind.Kind == istio.WorkloadEntry {
-				s.refreshWorkloadEntries(m.GetNamespace())
-			}
-			if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
-				s.refreshCredentialRefs(id, nil)
-			}
-		},
-	}
+	return handler(upsert, func(m metav1.Object) {
+		id := istio.ID{Kind: kind.Kind, Name: m.GetNamespace() + "/" + m.GetName()}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ctx, span := s.tracer.Start(context.Background(), "kube.change", trace.WithAttributes(
+			attribute.String("kind", kind.Kind), attribute.String("object", id.Name), attribute.Bool("deleted", true)))
+		defer span.End()
+		delete(s.rejected, id)
+		delete(s.published, id)
+		if err := s.config.Apply(ctx, nil, []istio.ID{id}); err != nil {
+			s.o.Log.Error("publish deletion", "object", id, "error", err)
+		}
+		if kind.Kind == istio.WorkloadEntry {
+			s.refreshWorkloadEntries(m.GetNamespace())
+		}
+		if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
+			s.refreshCredentialRefs(id, nil)
+		}
+	})
 }
 
 // unchanged reports whether an update is the same version of the object
@@ -380,11 +392,7 @@ func (s *Source) Rejected() map[istio.ID]string {
 }
 
 func (s *Source) serviceHandler() cache.ResourceEventHandler {
-	upsert := func(obj any) {
-		svc, ok := obj.(*corev1.Service)
-		if !ok {
-			return
-		}
+	upsert := func(svc *corev1.Service) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		rs := kubenorm.Service(svc, s.o.DomainSuffix, s.o.ClusterID)
@@ -402,42 +410,26 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 			delete(s.externalName, key)
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: upsert,
-		UpdateFunc: func(old, obj any) {
-			if !unchanged(old, obj) {
-				upsert(obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			svc, ok := unwrap(obj).(*corev1.Service)
-			if !ok {
-				return
-			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			host := kubenorm.Hostname(svc.Name, svc.Namespace, s.o.DomainSuffix)
-			s.remove(registry.ServiceTypeURL, registry.ServiceName(svc.Namespace, host))
-			key := svc.Namespace + "/" + svc.Name
-			delete(s.services, key)
-			if s.weShards[key] {
-				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, kubenorm.WorkloadEntryShard))
-				delete(s.weShards, key)
-			}
-			if s.externalName[key] {
-				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, kubenorm.ExternalNameShard))
-				delete(s.externalName, key)
-			}
-		},
-	}
+	return handler(upsert, func(svc *corev1.Service) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		host := kubenorm.Hostname(svc.Name, svc.Namespace, s.o.DomainSuffix)
+		s.remove(registry.ServiceTypeURL, registry.ServiceName(svc.Namespace, host))
+		key := svc.Namespace + "/" + svc.Name
+		delete(s.services, key)
+		if s.weShards[key] {
+			s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, kubenorm.WorkloadEntryShard))
+			delete(s.weShards, key)
+		}
+		if s.externalName[key] {
+			s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, kubenorm.ExternalNameShard))
+			delete(s.externalName, key)
+		}
+	})
 }
 
 func (s *Source) sliceHandler() cache.ResourceEventHandler {
-	upsert := func(obj any) {
-		slice, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok {
-			return
-		}
+	upsert := func(slice *discoveryv1.EndpointSlice) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		key := slice.Namespace + "/" + slice.Name
@@ -454,29 +446,17 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 		}
 		s.publishSlice(slice)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: upsert,
-		UpdateFunc: func(old, obj any) {
-			if !unchanged(old, obj) {
-				upsert(obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			slice, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
-			if !ok {
-				return
-			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			key := slice.Namespace + "/" + slice.Name
-			s.unindex(key)
-			delete(s.slices, key)
-			if svc := slice.Labels[discoveryv1.LabelServiceName]; svc != "" {
-				host := kubenorm.Hostname(svc, slice.Namespace, s.o.DomainSuffix)
-				s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(slice.Namespace, host, slice.Name))
-			}
-		},
-	}
+	return handler(upsert, func(slice *discoveryv1.EndpointSlice) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		key := slice.Namespace + "/" + slice.Name
+		s.unindex(key)
+		delete(s.slices, key)
+		if svc := slice.Labels[discoveryv1.LabelServiceName]; svc != "" {
+			host := kubenorm.Hostname(svc, slice.Namespace, s.o.DomainSuffix)
+			s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(slice.Namespace, host, slice.Name))
+		}
+	})
 }
 
 // publishWorkloadEntries publishes (or withdraws) the endpoints a Service
@@ -544,23 +524,10 @@ func (s *Source) podHandler() cache.ResourceEventHandler {
 			}
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if p, ok := obj.(*corev1.Pod); ok {
-				changed(p, false)
-			}
-		},
-		UpdateFunc: func(old, obj any) {
-			if p, ok := obj.(*corev1.Pod); ok && !unchanged(old, obj) {
-				changed(p, false)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if p, ok := unwrap(obj).(*corev1.Pod); ok {
-				changed(p, true)
-			}
-		},
-	}
+	return handler(
+		func(p *corev1.Pod) { changed(p, false) },
+		func(p *corev1.Pod) { changed(p, true) },
+	)
 }
 
 // publishSlice normalises and publishes one slice. Must hold s.mu.

@@ -66,7 +66,7 @@ func New(o Options) *Writer {
 // returns when ctx ends, releasing the Lease so another replica takes over
 // at once.
 func (w *Writer) Run(ctx context.Context) error {
-	return leader.Run(ctx, leader.Options{ //nolint:wrapcheck // says what failed
+	return leader.Run(ctx, leader.Options{
 		Client: w.o.Kube, Log: w.o.Log, Namespace: w.o.LeaseNamespace, Name: w.o.LeaseName, Identity: w.o.Identity,
 		LeaseDuration: w.o.LeaseDuration, RenewDeadline: w.o.RenewDeadline, RetryPeriod: w.o.RetryPeriod,
 	}, w.lead)

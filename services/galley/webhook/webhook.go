@@ -180,5 +180,5 @@ func deny(resp *admissionv1.AdmissionResponse, msg string) *admissionv1.Admissio
 // Serve serves h over TLS on lis until ctx ends, then drains in-flight
 // reviews for up to drain.
 func Serve(ctx context.Context, log *slog.Logger, lis net.Listener, tlsConfig *tls.Config, h http.Handler, drain time.Duration) error {
-	return admission.Serve(ctx, log, lis, tlsConfig, h, drain) //nolint:wrapcheck // already says what failed
+	return admission.Serve(ctx, log, lis, tlsConfig, h, drain)
 }

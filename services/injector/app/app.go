@@ -80,9 +80,9 @@ func Defaults() Config {
 		Common:          command.CommonDefaults(":15022"),
 		Webhook:         admission.Config{Address: ":15016"},
 		GalleyAddress:   "127.0.0.1:15019",
-		SystemNamespace: "istio-system",
+		SystemNamespace: controlplane.DefaultNamespace,
 		Revision:        "default",
-		DomainSuffix:    "cluster.local",
+		DomainSuffix:    controlplane.DefaultDomainSuffix,
 	}
 }
 
@@ -132,7 +132,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	var devCert []byte
 	certs, err := cfg.CA.ForService(self, cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
 	if err != nil {
-		return err //nolint:wrapcheck // says what failed
+		return err
 	}
 	if certs != nil {
 		tlsCfg = certs.ServerConfig(nil)
@@ -170,7 +170,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	ready.SetNotReady("waiting for galley's namespaces and injection configuration")
 	actors := []lifecycle.Actor{
 		{Name: "webhook", Run: func(ctx context.Context) error {
-			return admission.Serve(ctx, rt.Log, lis, tlsCfg, h, cfg.ShutdownTimeout) //nolint:wrapcheck // says what failed
+			return admission.Serve(ctx, rt.Log, lis, tlsCfg, h, cfg.ShutdownTimeout)
 		}},
 		{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 			defer conn.Close()
@@ -219,7 +219,7 @@ func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabun
 		rt.Log.Warn("no caBundleFile: the caBundle controller is off")
 		return nil, nil
 	}
-	return cabundle.FromSetup(cabundle.Setup{ //nolint:wrapcheck // says what failed
+	return cabundle.FromSetup(cabundle.Setup{
 		Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Mutating, Webhook: cfg.Webhook.Configuration, Bundle: bundle,
 		LeaseNamespace: cfg.SystemNamespace, LeaseName: controlplane.Name(controlplane.Injector, cfg.Revision) + "-cabundle", Log: rt.Log,
 	})

@@ -1,4 +1,4 @@
-package proc
+package testenv
 
 import (
 	"path/filepath"
