@@ -13,6 +13,7 @@ import (
 	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -255,7 +256,9 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{http2Options: g.pack(opts)}
 		}
 	}
-	if !g.client.upstreamTLS(g, c, svc, port, ss, dr, pol.TLS) {
+	if !g.client.certProviderTLS {
+		g.applyTLS(c, svc, port, ss, dr, pol.TLS)
+	} else if !g.grpcClusterTLS(c, svc, port, ss, pol.TLS) {
 		return nil
 	}
 	if !g.client.envoyClusters {
@@ -768,4 +771,82 @@ func (g *gen) unknownTarget() string {
 		return PassthroughCluster
 	}
 	return name
+}
+
+// grpcClusterTLS sets a proxyless client's upstream TLS, and reports
+// false when the cluster must be left out. grpc-go's xDS credentials read
+// certificate provider instances only (gRFC A29), and no transport socket
+// matches, so TLS is decided for the whole cluster:
+//
+//   - ISTIO_MUTUAL: mesh mTLS with the agent's certificate provider, the
+//     server held to the service's SPIFFE identities (Istio's grpcgen does
+//     the same);
+//   - DISABLE: plaintext;
+//   - SIMPLE and MUTUAL name files or Secrets grpc-go cannot use: the
+//     cluster is left out (reported) rather than sent in plaintext;
+//   - no TLS setting, with auto mTLS on: mTLS when every endpoint of the
+//     cluster runs in the mesh (tlsMode istio) and accepts mTLS only on
+//     its port (STRICT), else plaintext. Istio's grpcgen leaves proxyless
+//     clients in plaintext unless a DestinationRule says ISTIO_MUTUAL;
+//     Flotilla goes as far as is safe: a STRICT port refuses plaintext,
+//     and a PERMISSIVE proxyless server serves plaintext only
+//     (grpcInbound), so mTLS anywhere else could fail.
+func (g *gen) grpcClusterTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, tls *networking.ClientTLSSettings) bool {
+	switch {
+	case tls == nil:
+		if !g.pc.AutoMTLS() || svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL || !g.strictMeshEndpoints(svc, port, ss) {
+			return true
+		}
+	case tls.GetMode() == networking.ClientTLSSettings_DISABLE:
+		return true
+	case tls.GetMode() != networking.ClientTLSSettings_ISTIO_MUTUAL:
+		g.problem("cluster %s: TLS mode %s is not available to proxyless gRPC clients (they read certificate providers only); left out", c.GetName(), tls.GetMode())
+		return false
+	}
+	c.TransportSocket = g.tlsSocket(&tlsv3.UpstreamTlsContext{CommonTlsContext: grpcCommonTLS(g.spiffeIDs(svc))})
+	return true
+}
+
+// strictMeshEndpoints reports whether the cluster of port (and subset)
+// has endpoints and all of them are mesh workloads whose port accepts
+// mTLS only, by the PeerAuthentication selecting each workload.
+func (g *gen) strictMeshEndpoints(svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset) bool {
+	n := 0
+	for _, ep := range g.pc.Endpoints(svc) {
+		if !model.LabelsMatch(ss.GetLabels(), ep.GetLabels()) {
+			continue
+		}
+		target, ok := endpointPort(ep, port)
+		if !ok {
+			continue
+		}
+		ns := ep.GetWorkloadNamespace()
+		if ns == "" {
+			ns = svc.GetNamespace()
+		}
+		if ep.GetTlsMode() != registryv1.TLSMode_TLS_MODE_ISTIO || g.pc.WorkloadMTLS(ns, ep.GetLabels(), target) != model.Strict {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// grpcCommonTLS names the agent's certificate provider for the workload
+// certificate and the roots, and holds the peer to one of sans (none on
+// the server side, where grpc-go refuses SAN matchers).
+func grpcCommonTLS(sans []string) *tlsv3.CommonTlsContext {
+	validation := &tlsv3.CertificateValidationContext{
+		CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertProvider, CertificateName: grpcRootName},
+	}
+	for _, id := range sans {
+		// grpc-go reads match_subject_alt_names, not the typed field
+		// Envoy prefers; it matches the string against the URI SANs.
+		validation.MatchSubjectAltNames = append(validation.MatchSubjectAltNames, //nolint:staticcheck // the field grpc-go reads
+			&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}})
+	}
+	return &tlsv3.CommonTlsContext{
+		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertProvider, CertificateName: grpcCertName},
+		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: validation},
+	}
 }

@@ -4,10 +4,6 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	networking "istio.io/api/networking/v1alpha3"
-
-	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
-	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // flavour is what only one kind of proxy gets. newGen chooses it once,
@@ -73,9 +69,10 @@ type client struct {
 	// metadata). grpc-go reads EDS and LOGICAL_DNS clusters,
 	// ROUND_ROBIN, RING_HASH, outlier detection and circuit breakers.
 	envoyClusters bool
-	// upstreamTLS sets a cluster's TLS from the DestinationRule's (and
-	// auto mTLS); false drops the cluster.
-	upstreamTLS func(g *gen, c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, dr *model.DestinationRule, tls *networking.ClientTLSSettings) bool
+	// certProviderTLS: the client's TLS comes from the agent's
+	// certificate provider (grpc-go, gRFC A29: grpcClusterTLS), not from
+	// SDS (Envoy: applyTLS).
+	certProviderTLS bool
 	// envoyHTTP: the client runs Envoy's HTTP connection manager with
 	// Istio's settings (sidecarHCM), the CORS filter and per-route CORS
 	// policies, and the JWT filter (RequestAuthentication). grpc-go runs
@@ -85,10 +82,8 @@ type client struct {
 	// subset of Envoy's that gRFC A41 reads), not Envoy's HTTP and TCP
 	// filters.
 	grpcRBAC bool
-	// retryOn are the retry conditions the client understands; nil for
-	// all of Envoy's.
-	retryOn []string
-	// defaultRetry is a route's retry policy when its VirtualService
-	// says nothing; hashed says the route hashes to a host.
-	defaultRetry func(g *gen, hashed bool) *routev3.RetryPolicy
+	// retries reports whether the client understands a retry condition;
+	// nil for all of Envoy's. A client that understands fewer gets them
+	// in a default policy of its own (grpcDefaultRetryPolicy).
+	retries func(condition string) bool
 }

@@ -35,7 +35,6 @@ type gen struct {
 	listeners []*listenerv3.Listener
 	sc        sidecarState
 	gw        gatewayState
-	px        proxylessState
 	// locality is where the proxy runs (proxyLocality), once known;
 	// localityStr its key form.
 	locality    *model.Locality
@@ -58,6 +57,9 @@ type gen struct {
 	// defaultRetries are the default retry policies, without and with a
 	// hash policy (sharedDefaultRetryPolicy).
 	defaultRetries [2]*routev3.RetryPolicy
+	// grpcDefaultRetries is the default retry policy with only the
+	// conditions gRPC clients understand (grpcDefaultRetryPolicy).
+	grpcDefaultRetries *routev3.RetryPolicy
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any

@@ -105,3 +105,13 @@ const (
 	transportSocketMatch = "envoy.transport_socket_match"
 	tlsModeIstio         = "istio"
 )
+
+// Certificate provider names of the agent's gRPC bootstrap: one
+// file_watcher instance holding the workload certificate and the roots.
+// grpc-go hands the certificate name to the provider, which the
+// file_watcher plugin ignores; Istio's names are kept.
+const (
+	GRPCCertProvider = proxycontract.GRPCCertProvider
+	grpcCertName     = proxycontract.SecretWorkload
+	grpcRootName     = proxycontract.SecretRoot
+)

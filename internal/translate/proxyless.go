@@ -11,11 +11,8 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	networking "istio.io/api/networking/v1alpha3"
 
-	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
@@ -30,16 +27,6 @@ import (
 // listens on; the agent's bootstrap sets the template, as Istio's does, to
 // GRPCInboundPrefix+"%s", so the name ends in "host:port".
 const GRPCInboundPrefix = proxycontract.GRPCInboundListenerPrefix
-
-// Certificate provider names of the agent's gRPC bootstrap: one
-// file_watcher instance holding the workload certificate and the roots.
-// grpc-go hands the certificate name to the provider, which the
-// file_watcher plugin ignores; Istio's names are kept.
-const (
-	GRPCCertProvider = proxycontract.GRPCCertProvider
-	grpcCertName     = proxycontract.SecretWorkload
-	grpcRootName     = proxycontract.SecretRoot
-)
 
 // ParseGRPCInboundName returns the host and port of a proxyless server's
 // listener name (GRPCInboundPrefix + "host:port", IPv6 hosts bracketed).
@@ -62,13 +49,22 @@ func ParseGRPCInboundName(name string) (host string, port uint32, ok bool) {
 // grpcClient is grpc-go's xDS client (Istio's grpcgen serves it).
 func grpcClient() client {
 	return client{
-		name:        "grpc",
-		defaultLB:   clusterv3.Cluster_ROUND_ROBIN,
-		upstreamTLS: (*gen).grpcClusterTLS,
-		// The retry conditions gRPC clients understand.
-		retryOn:      []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"},
-		defaultRetry: (*gen).grpcDefaultRetryPolicy,
-		grpcRBAC:     true,
+		name:            "grpc",
+		defaultLB:       clusterv3.Cluster_ROUND_ROBIN,
+		certProviderTLS: true,
+		retries:         grpcRetries,
+		grpcRBAC:        true,
+	}
+}
+
+// grpcRetries reports whether gRPC clients understand a retry condition
+// (gRFC A44: the status codes of retryOn).
+func grpcRetries(condition string) bool {
+	switch condition {
+	case "cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable":
+		return true
+	default:
+		return false
 	}
 }
 
@@ -77,12 +73,6 @@ func grpcClient() client {
 // with their route configurations, outbound clusters, and the listeners
 // of xDS-enabled gRPC servers (GRPCInboundPrefix).
 type proxyless struct{}
-
-// proxylessState is what a proxyless client's own builders remember.
-type proxylessState struct {
-	// defaultRetries is the default retry policy of its routes.
-	defaultRetries *routev3.RetryPolicy
-}
 
 // clusterNames: none but the outbound ones.
 func (proxyless) clusterNames(*gen) []string { return nil }
@@ -182,22 +172,6 @@ func (g *gen) grpcRoute(name string) *routev3.RouteConfiguration {
 	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
 }
 
-// grpcDefaultRetryPolicy is defaultRetryPolicy with only the conditions
-// gRPC clients understand, made once per generator and never changed.
-// Istio gives proxyless clients the default policy too (translateRoute:
-// retry.ConvertPolicy of the mesh default); grpc-go reads its unavailable
-// and cancelled and retries them twice. It also covers grpc-go's own
-// window when a route gains a cluster: the config selector may pick it
-// before the cluster manager has it ("unknown cluster selected for RPC",
-// UNAVAILABLE), and the retry finds it.
-func (g *gen) grpcDefaultRetryPolicy(bool) *routev3.RetryPolicy {
-	if g.px.defaultRetries == nil {
-		on := slices.DeleteFunc(strings.Split(defaultRetryOn, ","), func(c string) bool { return !slices.Contains(g.client.retryOn, c) })
-		g.px.defaultRetries = &routev3.RetryPolicy{RetryOn: strings.Join(on, ","), NumRetries: wrapperspb.UInt32(2)}
-	}
-	return g.px.defaultRetries
-}
-
 // grpcInbound is the listener of a proxyless gRPC server listening on
 // name's address, as grpc-go's xDS server reads it (gRFC A36): the
 // address it listens on, one filter chain whose HTTP connection manager
@@ -263,84 +237,6 @@ func (g *gen) servesPort(port uint32) bool {
 		}
 	}
 	return false
-}
-
-// grpcClusterTLS sets a proxyless client's upstream TLS, and reports
-// false when the cluster must be left out. grpc-go's xDS credentials read
-// certificate provider instances only (gRFC A29), and no transport socket
-// matches, so TLS is decided for the whole cluster:
-//
-//   - ISTIO_MUTUAL: mesh mTLS with the agent's certificate provider, the
-//     server held to the service's SPIFFE identities (Istio's grpcgen does
-//     the same);
-//   - DISABLE: plaintext;
-//   - SIMPLE and MUTUAL name files or Secrets grpc-go cannot use: the
-//     cluster is left out (reported) rather than sent in plaintext;
-//   - no TLS setting, with auto mTLS on: mTLS when every endpoint of the
-//     cluster runs in the mesh (tlsMode istio) and accepts mTLS only on
-//     its port (STRICT), else plaintext. Istio's grpcgen leaves proxyless
-//     clients in plaintext unless a DestinationRule says ISTIO_MUTUAL;
-//     Flotilla goes as far as is safe: a STRICT port refuses plaintext,
-//     and a PERMISSIVE proxyless server serves plaintext only
-//     (grpcInbound), so mTLS anywhere else could fail.
-func (g *gen) grpcClusterTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, _ *model.DestinationRule, tls *networking.ClientTLSSettings) bool {
-	switch {
-	case tls == nil:
-		if !g.pc.AutoMTLS() || svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL || !g.strictMeshEndpoints(svc, port, ss) {
-			return true
-		}
-	case tls.GetMode() == networking.ClientTLSSettings_DISABLE:
-		return true
-	case tls.GetMode() != networking.ClientTLSSettings_ISTIO_MUTUAL:
-		g.problem("cluster %s: TLS mode %s is not available to proxyless gRPC clients (they read certificate providers only); left out", c.GetName(), tls.GetMode())
-		return false
-	}
-	c.TransportSocket = g.tlsSocket(&tlsv3.UpstreamTlsContext{CommonTlsContext: grpcCommonTLS(g.spiffeIDs(svc))})
-	return true
-}
-
-// strictMeshEndpoints reports whether the cluster of port (and subset)
-// has endpoints and all of them are mesh workloads whose port accepts
-// mTLS only, by the PeerAuthentication selecting each workload.
-func (g *gen) strictMeshEndpoints(svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset) bool {
-	n := 0
-	for _, ep := range g.pc.Endpoints(svc) {
-		if !model.LabelsMatch(ss.GetLabels(), ep.GetLabels()) {
-			continue
-		}
-		target, ok := endpointPort(ep, port)
-		if !ok {
-			continue
-		}
-		ns := ep.GetWorkloadNamespace()
-		if ns == "" {
-			ns = svc.GetNamespace()
-		}
-		if ep.GetTlsMode() != registryv1.TLSMode_TLS_MODE_ISTIO || g.pc.WorkloadMTLS(ns, ep.GetLabels(), target) != model.Strict {
-			return false
-		}
-		n++
-	}
-	return n > 0
-}
-
-// grpcCommonTLS names the agent's certificate provider for the workload
-// certificate and the roots, and holds the peer to one of sans (none on
-// the server side, where grpc-go refuses SAN matchers).
-func grpcCommonTLS(sans []string) *tlsv3.CommonTlsContext {
-	validation := &tlsv3.CertificateValidationContext{
-		CaCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertProvider, CertificateName: grpcRootName},
-	}
-	for _, id := range sans {
-		// grpc-go reads match_subject_alt_names, not the typed field
-		// Envoy prefers; it matches the string against the URI SANs.
-		validation.MatchSubjectAltNames = append(validation.MatchSubjectAltNames, //nolint:staticcheck // the field grpc-go reads
-			&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}})
-	}
-	return &tlsv3.CommonTlsContext{
-		TlsCertificateProviderInstance: &tlsv3.CertificateProviderPluginInstance{InstanceName: GRPCCertProvider, CertificateName: grpcCertName},
-		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: validation},
-	}
 }
 
 // grpcServerListener builds and checks a server listener (nil when the

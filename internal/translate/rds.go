@@ -566,7 +566,10 @@ func (g *gen) previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
 // hashes to a host. gRPC clients get only the conditions they understand.
 func (g *gen) retryPolicy(r *networking.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 	if r == nil {
-		return g.client.defaultRetry(g, hashed)
+		if g.client.retries != nil {
+			return g.grpcDefaultRetryPolicy()
+		}
+		return g.sharedDefaultRetryPolicy(hashed)
 	}
 	attempts := r.GetAttempts()
 	if attempts <= 0 {
@@ -606,8 +609,8 @@ func (g *gen) retryPolicy(r *networking.HTTPRetry, hashed bool) *routev3.RetryPo
 	if b := r.GetBackoff(); b != nil {
 		rp.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: b}
 	}
-	if allowed := g.client.retryOn; allowed != nil {
-		on = slices.DeleteFunc(on, func(c string) bool { return !slices.Contains(allowed, c) })
+	if retries := g.client.retries; retries != nil {
+		on = slices.DeleteFunc(on, func(c string) bool { return !retries(c) })
 		if len(on) == 0 {
 			return nil
 		}
@@ -762,4 +765,20 @@ func (g *gen) hashPolicy(ra *routev3.RouteAction, svc *registryv1.Service, clust
 	if hp != nil {
 		ra.HashPolicy = append(ra.HashPolicy, hp)
 	}
+}
+
+// grpcDefaultRetryPolicy is defaultRetryPolicy with only the conditions
+// gRPC clients understand, made once per generator and never changed.
+// Istio gives proxyless clients the default policy too (translateRoute:
+// retry.ConvertPolicy of the mesh default); grpc-go reads its unavailable
+// and cancelled and retries them twice. It also covers grpc-go's own
+// window when a route gains a cluster: the config selector may pick it
+// before the cluster manager has it ("unknown cluster selected for RPC",
+// UNAVAILABLE), and the retry finds it.
+func (g *gen) grpcDefaultRetryPolicy() *routev3.RetryPolicy {
+	if g.grpcDefaultRetries == nil {
+		on := slices.DeleteFunc(strings.Split(defaultRetryOn, ","), func(c string) bool { return !g.client.retries(c) })
+		g.grpcDefaultRetries = &routev3.RetryPolicy{RetryOn: strings.Join(on, ","), NumRetries: wrapperspb.UInt32(2)}
+	}
+	return g.grpcDefaultRetries
 }
