@@ -47,7 +47,7 @@ build: ## build every binary into bin/ (static, version stamped)
 	@echo "  flotilla-demo"
 	@CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/flotilla-demo ./examples/demo/cmd/flotilla-demo
 	@echo "  devrun"
-	@CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/devrun ./internal/cmd/devrun
+	@CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/devrun ./internal/dev/cmd/devrun
 	@echo "built"
 
 # The image of binary $$b of bin/ (a shell variable where it is used).
@@ -124,8 +124,8 @@ GENERATED := api/gen deploy/helm/flotilla/crds deploy/helm/flotilla/dashboards
 
 generate: tools ## regenerate protobuf code (api/proto), the Istio CRDs (deploy/helm/flotilla/crds) and the Grafana dashboards (deploy/helm/flotilla/dashboards)
 	cd api && buf generate
-	go run ./internal/cmd/crdgen --out deploy/helm/flotilla/crds/istio.yaml
-	go run ./internal/cmd/dashboardgen --out deploy/helm/flotilla/dashboards
+	go run ./internal/dev/cmd/crdgen --out deploy/helm/flotilla/crds/istio.yaml
+	go run ./internal/dev/cmd/dashboardgen --out deploy/helm/flotilla/dashboards
 
 check-generate: generate ## fail if generated code differs from what is committed
 	@if ! git diff --quiet --exit-code -- $(GENERATED) || [ -n "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" ]; then \

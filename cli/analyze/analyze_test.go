@@ -12,7 +12,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
 	"github.com/flotilla-mesh/flotilla/cli/root"
-	"github.com/flotilla-mesh/flotilla/internal/golden"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 var now = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 // handshake runs a real TLS handshake between a server presenting leaf

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 )
 
 // DefaultIssuer is the tokens' issuer unless --issuer says otherwise.

@@ -15,8 +15,8 @@ import (
 	security "istio.io/api/security/v1beta1"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
-	"github.com/flotilla-mesh/flotilla/internal/testenv"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
 // rsaKey is a usable RSA public key (a 2048-bit modulus) with kid.

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 // restrictedType is a collection served to allowedIdentity alone, as

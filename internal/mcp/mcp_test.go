@@ -29,7 +29,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
 const (

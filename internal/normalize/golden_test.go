@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flotilla-mesh/flotilla/internal/golden"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

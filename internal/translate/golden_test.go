@@ -23,12 +23,12 @@ import (
 	sigyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
-	"github.com/flotilla-mesh/flotilla/internal/golden"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/normalize/kube"
 	"github.com/flotilla-mesh/flotilla/internal/publish"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 )
 
 // Version is stamped into test builds.
@@ -25,7 +25,7 @@ var Packages = map[string]string{
 	"flotilla-agent":     "github.com/flotilla-mesh/flotilla/services/agent/cmd/agent",
 	"flotilla":           "github.com/flotilla-mesh/flotilla/cli/cmd/flotilla",
 	"flotilla-demo":      "github.com/flotilla-mesh/flotilla/examples/demo/cmd/flotilla-demo",
-	"devrun":             "github.com/flotilla-mesh/flotilla/internal/cmd/devrun",
+	"devrun":             "github.com/flotilla-mesh/flotilla/internal/dev/cmd/devrun",
 	// fakeenvoy stands in for Envoy, which cannot be installed here.
 	"fakeenvoy": "github.com/flotilla-mesh/flotilla/services/agent/envoy/testdata/fakeenvoy",
 }

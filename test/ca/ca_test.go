@@ -25,9 +25,9 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

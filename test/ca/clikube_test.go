@@ -15,8 +15,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 // TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices runs

@@ -16,7 +16,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 

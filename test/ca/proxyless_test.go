@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/xds"
 
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 

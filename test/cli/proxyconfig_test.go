@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flotilla-mesh/flotilla/internal/golden"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden tables")

@@ -14,7 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
 // holdingClient is a sidecar's clusters stream that ACKs every response

@@ -1,6 +1,6 @@
 // Package cluster_test installs Flotilla with `helm install` into a whole
 // cluster — kube-apiserver, etcd, kube-controller-manager, kube-scheduler,
-// kwok's simulated nodes and kube-proxy (internal/kubeenv) — and runs the
+// kwok's simulated nodes and kube-proxy (internal/testsupport/kubeenv) — and runs the
 // pods the chart's Deployments become as processes of the binaries built
 // here (test/podproc), each as its pod's service account with its pod's
 // volumes and flags. Everything between them goes the way it goes in a
@@ -29,7 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/podproc"
 	"github.com/flotilla-mesh/flotilla/test/proc"

@@ -46,7 +46,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 	os.Exit(build.Main(m, &binDir, nil, "devrun", "flotilla-galley", "flotilla-discovery", "flotilla-ca", "flotilla-injector"))
 }
 
-// The control plane's ports as make run binds them (internal/cmd/devrun),
+// The control plane's ports as make run binds them (internal/dev/cmd/devrun),
 // before --port-offset.
 const (
 	caGRPC, caAdmin                       = 15013, 15018

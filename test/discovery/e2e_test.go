@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	_ "github.com/flotilla-mesh/flotilla/internal/translate" // the Envoy types a dump holds, to print it
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

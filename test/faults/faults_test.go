@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

@@ -19,9 +19,9 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

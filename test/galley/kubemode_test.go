@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

@@ -1,7 +1,7 @@
 // Package helm_test checks the chart (deploy/helm/flotilla) with the helm
 // CLI pinned in tools/helm — lint, and rendering with several value sets —
 // and installs what it renders into the real kube-apiserver from
-// internal/kubeenv: every object must be accepted, and the RBAC it grants
+// internal/testsupport/kubeenv: every object must be accepted, and the RBAC it grants
 // is what each service needs and no more (discovery: nothing at all).
 package helm_test
 
@@ -36,7 +36,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 	"github.com/flotilla-mesh/flotilla/test/build"
 )
 

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/testenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 )
 
 // Output collects a process's stdout and stderr; safe for concurrent use.

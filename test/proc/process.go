@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/testenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 )
 
 // Process is a service binary the test started.

@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package kube pins the cluster that internal/kubeenv runs for tests:
+// Package kube pins the cluster that internal/testsupport/kubeenv runs for tests:
 // kube-apiserver, kube-controller-manager, kube-scheduler and kube-proxy, and kwok's
 // simulated nodes (built against the same Kubernetes modules, so they share
 // one build). It is its own module so the heavy k8s.io/kubernetes dependency

@@ -16,7 +16,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/examples/demo/client"
 	"github.com/flotilla-mesh/flotilla/examples/demo/greeter"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
-	"github.com/flotilla-mesh/flotilla/internal/testenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 )
 
 func TestSplit(t *testing.T) {

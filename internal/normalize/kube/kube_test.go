@@ -12,7 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/flotilla-mesh/flotilla/internal/golden"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
 var env *kubeenv.Env

@@ -27,7 +27,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

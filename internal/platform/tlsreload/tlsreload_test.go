@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/atomicfile"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

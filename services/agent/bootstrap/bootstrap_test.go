@@ -11,8 +11,8 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
-	"github.com/flotilla-mesh/flotilla/internal/golden"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/grpc/xds"
 
-	"github.com/flotilla-mesh/flotilla/internal/golden"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 )
 
 // TestTheGRPCBootstrapIsWhatGRPCGoReads: the golden file, and grpc-go's

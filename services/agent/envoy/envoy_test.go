@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/testenv"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
 var fake string

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
 func issue(t *testing.T, ca *testpki.CA, uri string) *testpki.Leaf {

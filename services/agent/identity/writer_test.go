@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 func TestTheWriterKeepsTheFilesEqualToTheHeldIdentity(t *testing.T) {

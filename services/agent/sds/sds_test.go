@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 	"github.com/flotilla-mesh/flotilla/services/agent/uds"
 )

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 )
 

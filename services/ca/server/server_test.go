@@ -33,7 +33,7 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
-	"github.com/flotilla-mesh/flotilla/internal/testenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 )
 

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
 

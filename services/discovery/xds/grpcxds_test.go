@@ -14,7 +14,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/discovery/ingest"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )

@@ -16,7 +16,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
 

@@ -26,13 +26,13 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
 var env *kubeenv.Env

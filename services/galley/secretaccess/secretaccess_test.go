@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 )
 
 var env *kubeenv.Env

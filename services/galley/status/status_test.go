@@ -17,11 +17,11 @@ import (
 	"k8s.io/client-go/metadata"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
-	"github.com/flotilla-mesh/flotilla/internal/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 )
 

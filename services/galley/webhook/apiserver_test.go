@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/rest"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 )
 
 var env *kubeenv.Env

@@ -15,7 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 // BenchmarkWebhookLatencyAt200RPS sends admission reviews of a typical

@@ -18,7 +18,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 )
 
 var env *kubeenv.Env

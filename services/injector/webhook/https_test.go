@@ -24,9 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flotilla-mesh/flotilla/internal/inject"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 )
 
 func enabledNamespace(context.Context, string) (map[string]string, error) {

@@ -1,5 +1,5 @@
 // Command etcd runs a single-member etcd for tests: the store behind the
-// kube-apiserver that internal/kubeenv starts on loopback.
+// kube-apiserver that internal/testsupport/kubeenv starts on loopback.
 package main
 
 import (

@@ -27,7 +27,7 @@ import (
 // a test failure (exit 1) with the reason, never a skip. It adds the test
 // flag -kubeenv.verbose, which streams the servers' logs:
 //
-//	go test ./internal/kubeenv -args -kubeenv.verbose
+//	go test ./internal/testsupport/kubeenv -args -kubeenv.verbose
 func RunTests(m *testing.M, env **Env, o Options) int {
 	verbose := flag.Bool("kubeenv.verbose", false, "stream kube-apiserver and etcd logs to stderr")
 	flag.Parse()

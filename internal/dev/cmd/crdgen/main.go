@@ -1,5 +1,5 @@
 // Command crdgen writes the CustomResourceDefinitions of the Istio kinds
-// Flotilla serves (see internal/crdgen) as one multi-document YAML file.
+// Flotilla serves (see internal/dev/crdgen) as one multi-document YAML file.
 // `make generate` runs it; the result is committed.
 package main
 
@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/flotilla-mesh/flotilla/internal/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 )
 
 func main() {

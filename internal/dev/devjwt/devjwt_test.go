@@ -9,7 +9,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 )
 
 // A token verifies with the issuer's JWKS (as ca verifies it) and names

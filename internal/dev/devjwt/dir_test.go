@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 )
 
 // The key survives a restart: the issuer loaded again signs with it, so

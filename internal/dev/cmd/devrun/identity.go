@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 )
 
 // newIdentities stands in for what a cluster gives the control plane: a

@@ -1,5 +1,5 @@
 // Command dashboardgen writes Flotilla's Grafana dashboards (see
-// internal/dashboards), one <uid>.json file each, into a directory.
+// internal/dev/dashboards), one <uid>.json file each, into a directory.
 // `make generate` runs it; the result is committed.
 package main
 
@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/flotilla-mesh/flotilla/internal/dashboards"
+	"github.com/flotilla-mesh/flotilla/internal/dev/dashboards"
 )
 
 func main() {

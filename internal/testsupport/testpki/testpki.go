@@ -1,6 +1,6 @@
 // Package testpki makes throwaway certificate authorities and certificates
 // for tests and test harnesses: webhook servers on 127.0.0.1, mTLS between
-// test processes, the kube-apiserver in internal/kubeenv. It is not the
+// test processes, the kube-apiserver in internal/testsupport/kubeenv. It is not the
 // mesh's CA (that is services/ca) and its keys are never meant to leave a
 // test's temporary directory.
 package testpki

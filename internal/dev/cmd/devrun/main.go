@@ -18,8 +18,8 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
-	"github.com/flotilla-mesh/flotilla/internal/devjwt"
-	"github.com/flotilla-mesh/flotilla/internal/devrun"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
+	"github.com/flotilla-mesh/flotilla/internal/dev/devrun"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 )

@@ -18,7 +18,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
-	"github.com/flotilla-mesh/flotilla/internal/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 )
 
 var env *kubeenv.Env
@@ -32,7 +32,7 @@ func TestTheCommittedManifestIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("../../deploy/helm/flotilla/crds/istio.yaml")
+	got, err := os.ReadFile("../../../deploy/helm/flotilla/crds/istio.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestTheAPIServerAcceptsAndKeepsEveryFieldOfTheValidExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../validation/testdata/valid.yaml")
+	data, err := os.ReadFile("../../validation/testdata/valid.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/testenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 )
 
 const helperEnv = "DEVRUN_TEST_HELPER"

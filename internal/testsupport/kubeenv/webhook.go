@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
-	"github.com/flotilla-mesh/flotilla/internal/testpki"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 // ServeWebhook serves h as an admission webhook the apiserver can call:
