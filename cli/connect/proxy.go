@@ -8,10 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
-
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Row is one proxy on one replica.

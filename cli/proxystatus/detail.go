@@ -23,7 +23,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/textdiff"
-
 	// Also registers the Envoy types a config dump holds, to print them.
 	"github.com/flotilla-mesh/flotilla/internal/translate"
 	"github.com/flotilla-mesh/flotilla/internal/xdstype"

@@ -20,7 +20,7 @@ import (
 // and reports, shared by every builder.
 
 // gen carries what one proxy's translation needs, and what it built. Its
-// flavour and client are chosen once (flavourOf); sc, gw and px are the
+// flavour and client are chosen once (flavourOf); sc and gw are the
 // state of one flavour's own builders, left zero for the others.
 type gen struct {
 	pc     *model.PushContext
