@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -307,14 +308,38 @@ func (w *watch) watchedNames() []string {
 	return w.names.list()
 }
 
-// serves reports whether the server serves type t; a request for another
-// is ignored (logged at debug level).
-func (c *conn) serves(t string) bool {
-	if slices.Contains(translate.Types(), t) {
-		return true
+// serves reports whether the server serves type t.
+func (c *conn) serves(t string) bool { return slices.Contains(translate.Types(), t) }
+
+// answerNotServed answers a request for a type the server does not serve
+// (Istio's agent asks for NDS, PCDS and health information; Envoy for
+// ECDS): the first request, with no response nonce, gets an empty
+// response of that type, as istiod's fallback generator answers a type it
+// has nothing for (pilot/pkg/xds/xdsgen.go findGenerator, apigen), so a
+// client waiting on the type is not held up. Any later request of the
+// type (its acknowledgement) is let be. Nothing is kept per type: a peer
+// asking for many types costs a response each, paced as its other
+// requests that bring nothing new, and is counted as "other".
+func (c *conn) answerNotServed(ctx context.Context, t, responseNonce string) error {
+	c.s.log.Debug("a request for a type not served", "proxy", c.id, "type_url", clip.String(t, 200), "answered", responseNonce == "")
+	if responseNonce != "" {
+		return nil
 	}
-	c.s.log.Debug("ignoring a request for a type not served", "proxy", c.id, "type_url", clip.String(t, 200))
-	return false
+	c.nothingNew(ctx)
+	version := ""
+	c.mu.Lock()
+	if c.pcSeen != nil {
+		version = c.pcSeen.Version
+	}
+	c.mu.Unlock()
+	nonce := c.s.nextNonce()
+	_, err := c.send(t, func() error {
+		if c.delta {
+			return c.sendDelta(&deltaResponse{head: &discoveryv3.DeltaDiscoveryResponse{TypeUrl: t, Nonce: nonce, SystemVersionInfo: version}})
+		}
+		return c.sendSotw(&sotwResponse{head: &discoveryv3.DiscoveryResponse{TypeUrl: t, Nonce: nonce, VersionInfo: version}})
+	})
+	return err
 }
 
 // respond sends a type's resources, by the stream's protocol. only limits

@@ -31,7 +31,7 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 	}
 	t := req.GetTypeUrl()
 	if !c.serves(t) {
-		return nil
+		return c.answerNotServed(ctx, t, req.GetResponseNonce())
 	}
 	w := c.watch(t)
 	if w.started && (len(req.GetResourceNamesSubscribe()) > 0 || len(req.GetResourceNamesUnsubscribe()) > 0) {

@@ -1009,3 +1009,85 @@ func TestAStreamWithoutAConnectionAgeStaysOpen(t *testing.T) {
 	s.send(t, ack(s.next(t)))
 	s.nothing(t, time.Second)
 }
+
+// nameTableType is Istio's NDS, which Istio's agent asks for with DNS
+// capture on and discovery does not serve.
+const nameTableType = "type.googleapis.com/istio.networking.nds.v1.NameTable"
+
+// TestATypeNotServedIsAnsweredEmptyOnceAndItsAcknowledgementLetBe: Istio's
+// agent waits for an answer to each type it asks for (NDS before it is
+// ready); discovery answers a type it does not serve with an empty
+// response, as istiod does, on either protocol; the acknowledgement gets
+// nothing more, and the stream goes on serving what it does serve.
+func TestATypeNotServedIsAnsweredEmptyOnceAndItsAcknowledgementLetBe(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("reviews", 9080))
+	h.push()
+	n := node("sidecar~10.0.0.1~a.default~default.svc.cluster.local", nil)
+
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: n, TypeUrl: nameTableType})
+	r := s.next(t)
+	if r.GetTypeUrl() != nameTableType || len(r.GetResources()) != 0 || r.GetNonce() == "" {
+		t.Fatalf("state of the world: got %s with %d resources, nonce %q; want an empty %s", r.GetTypeUrl(), len(r.GetResources()), r.GetNonce(), nameTableType)
+	}
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: nameTableType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
+	s.nothing(t, 300*time.Millisecond)
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType})
+	if r := s.next(t); r.GetTypeUrl() != resourcev3.ClusterType || len(r.GetResources()) == 0 {
+		t.Fatalf("after it, clusters: got %s with %d resources", r.GetTypeUrl(), len(r.GetResources()))
+	}
+
+	d := h.delta(t)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: nameTableType})
+	dr := d.next(t)
+	if dr.GetTypeUrl() != nameTableType || len(dr.GetResources()) != 0 || len(dr.GetRemovedResources()) != 0 || dr.GetNonce() == "" {
+		t.Fatalf("delta: got %s with %d resources, %d removed, nonce %q; want an empty %s", dr.GetTypeUrl(), len(dr.GetResources()), len(dr.GetRemovedResources()), dr.GetNonce(), nameTableType)
+	}
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: nameTableType, ResponseNonce: dr.GetNonce()})
+	d.nothing(t, 300*time.Millisecond)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType})
+	if r := d.next(t); r.GetTypeUrl() != resourcev3.ClusterType || len(r.GetResources()) == 0 {
+		t.Fatalf("after it, clusters: got %s with %d resources", r.GetTypeUrl(), len(r.GetResources()))
+	}
+}
+
+// TestAPeerAskingForManyTypesNotServedGetsEachAnsweredAndNamesNoMetric:
+// each type URL the peer makes up costs one empty answer (past the burst
+// of requests that bring nothing new, paced) and no metric series of its
+// own.
+func TestAPeerAskingForManyTypesNotServedGetsEachAnsweredAndNamesNoMetric(t *testing.T) {
+	h := newHarness(t)
+	h.push()
+	s := h.sotw(t)
+	n := node("sidecar~10.0.0.1~a.default~default.svc.cluster.local", nil)
+	const asked = 150 // past the burst (100) of requests that bring nothing new
+	for i := range asked {
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: fmt.Sprintf("type.googleapis.com/made.up.T%d", i)}
+		if i == 0 {
+			req.Node = n
+		}
+		s.send(t, req)
+	}
+	for i := range asked {
+		if r := s.next(t); r.GetTypeUrl() != fmt.Sprintf("type.googleapis.com/made.up.T%d", i) || len(r.GetResources()) != 0 {
+			t.Fatalf("answer %d: %s with %d resources", i, r.GetTypeUrl(), len(r.GetResources()))
+		}
+	}
+	rm := metricdata.ResourceMetrics{}
+	if err := h.reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	series := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			series++
+			if strings.Contains(fmt.Sprint(m.Data), "made.up") {
+				t.Errorf("metric %s has a series named by a type the peer made up", m.Name)
+			}
+		}
+	}
+	if series == 0 {
+		t.Error("no metrics were read")
+	}
+}

@@ -27,7 +27,7 @@ func (c *conn) onSotwRequest(ctx context.Context, req *sotwRequest) error {
 	}
 	t := req.GetTypeUrl()
 	if !c.serves(t) {
-		return nil
+		return c.answerNotServed(ctx, t, req.GetResponseNonce())
 	}
 	w := c.watch(t)
 	news := false
