@@ -4,7 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
+	"go/types"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -35,28 +37,29 @@ var layers = [][]string{
 	{"resources.go"},
 }
 
-// TestEachFileUsesOnlyWhatTheLayersBelowItDeclare reads the package's
-// files and finds, for every use of a package-level function, constant or
-// variable and of a method of gen, the file that declares it. A use that
-// reaches up (or sideways, within a layer) fails: the flavour files build
-// on the shared per-type builders, which build on the helpers, never the
-// other way round.
+// TestEachFileUsesOnlyWhatTheLayersBelowItDeclare type-checks the
+// package's files and finds, for every use of a package-level function,
+// constant or variable and of a method, the file that declares it. A use
+// that reaches up (or sideways, within a layer) fails: the flavour files
+// build on the shared per-type builders, which build on the helpers,
+// never the other way round. Imported packages are stand-ins (what the
+// files use of them is not checked here; the build does that), so the
+// check needs nothing but the package's own source.
 func TestEachFileUsesOnlyWhatTheLayersBelowItDeclare(t *testing.T) {
-	fset := token.NewFileSet()
-	entries, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	layer := map[string]int{}
 	for i, l := range layers {
 		for _, f := range l {
 			layer[f] = i
 		}
 	}
-	files := map[string]*ast.File{}
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+	fset := token.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
 		if _, ok := layer[name]; !ok {
@@ -67,116 +70,42 @@ func TestEachFileUsesOnlyWhatTheLayersBelowItDeclare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[name] = f
+		files = append(files, f)
 	}
-	// Where each package-level name and each method of gen is declared.
-	funcs, methods := map[string]string{}, map[string]string{}
-	for name, f := range files {
-		for _, d := range f.Decls {
-			switch d := d.(type) {
-			case *ast.FuncDecl:
-				if d.Recv == nil {
-					funcs[d.Name.Name] = name
-				} else if star, ok := d.Recv.List[0].Type.(*ast.StarExpr); ok && ident(star.X) == "gen" {
-					methods[d.Name.Name] = name
-				}
-			case *ast.GenDecl:
-				if d.Tok == token.CONST || d.Tok == token.VAR {
-					for _, s := range d.Specs {
-						for _, n := range s.(*ast.ValueSpec).Names {
-							funcs[n.Name] = name
-						}
-					}
-				}
-			}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: stubImporter{}, Error: func(error) {}} // errors: only what the stand-ins lack
+	pkg, _ := conf.Check("translate", fset, files, info)
+	reported := map[[2]string]bool{}
+	for id, obj := range info.Uses {
+		if obj == nil || obj.Pkg() != pkg {
+			continue
 		}
-	}
-	for name, f := range files {
-		local := map[string]bool{}
-		ast.Inspect(f, func(n ast.Node) bool {
-			// Names the file binds itself shadow the package's.
-			switch n := n.(type) {
-			case *ast.AssignStmt:
-				if n.Tok == token.DEFINE {
-					for _, l := range n.Lhs {
-						local[ident(l)] = true
-					}
-				}
-			case *ast.Field:
-				for _, id := range n.Names {
-					local[id.Name] = true
-				}
-			case *ast.ValueSpec:
-				for _, id := range n.Names {
-					local[id.Name] = true
-				}
+		switch o := obj.(type) {
+		case *types.Func: // functions and methods
+		case *types.Const:
+		case *types.Var:
+			if o.Parent() != pkg.Scope() {
+				continue // locals, parameters, fields
 			}
-			return true
-		})
-		seen := map[string]bool{}
-		use := func(kind, id, declared string) {
-			if declared == "" || declared == name || seen[id] {
-				return
-			}
-			seen[id] = true
-			if layer[declared] >= layer[name] {
-				t.Errorf("%s uses %s %s of %s, which is not below it", name, kind, id, declared)
-			}
+		default:
+			continue // types, labels
 		}
-		var visit func(n ast.Node) bool
-		visit = func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.FuncDecl:
-				// Its name is declared here, not used.
-				for _, part := range []ast.Node{n.Recv, n.Type, n.Body} {
-					if part != nil && !reflectNil(part) {
-						ast.Inspect(part, visit)
-					}
-				}
-				return false
-			case *ast.SelectorExpr:
-				switch x := n.X.(type) {
-				case *ast.Ident:
-					if x.Name == "g" || x.Name == "sub" || x.Name == "b" {
-						use("method", n.Sel.Name, methods[n.Sel.Name])
-					}
-					return false
-				case *ast.ParenExpr: // a method expression, (*gen).m
-					if star, ok := x.X.(*ast.StarExpr); ok && ident(star.X) == "gen" {
-						use("method", n.Sel.Name, methods[n.Sel.Name])
-						return false
-					}
-				}
-				ast.Inspect(n.X, visit)
-				return false
-			case *ast.Ident:
-				if !local[n.Name] {
-					use("name", n.Name, funcs[n.Name])
-				}
-			}
-			return true
+		from := filepath.Base(fset.Position(id.Pos()).Filename)
+		to := filepath.Base(fset.Position(obj.Pos()).Filename)
+		if from == to || layer[to] < layer[from] || reported[[2]string{from, obj.Name()}] {
+			continue
 		}
-		ast.Inspect(f, visit)
+		reported[[2]string{from, obj.Name()}] = true
+		t.Errorf("%s uses %s of %s, which is not below it", from, obj.Name(), to)
 	}
 }
 
-func ident(e ast.Expr) string {
-	if id, ok := e.(*ast.Ident); ok {
-		return id.Name
-	}
-	return ""
-}
+// stubImporter gives each import an empty, complete package of its name,
+// so the package's own declarations resolve without its dependencies.
+type stubImporter struct{}
 
-// reflectNil reports whether a node is a typed nil (an absent receiver
-// or body).
-func reflectNil(n ast.Node) bool {
-	switch n := n.(type) {
-	case *ast.FieldList:
-		return n == nil
-	case *ast.BlockStmt:
-		return n == nil
-	case *ast.FuncType:
-		return n == nil
-	}
-	return false
+func (stubImporter) Import(p string) (*types.Package, error) {
+	pkg := types.NewPackage(p, path.Base(p))
+	pkg.MarkComplete()
+	return pkg, nil
 }
