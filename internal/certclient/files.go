@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 )
 
 // Config is how a control-plane service (galley, discovery, injector)
@@ -46,8 +48,10 @@ func (c Config) Validate() error {
 
 // ForService returns a client for a control-plane service running in a
 // pod: ca's roots from RootsFile, the token from TokenFile (a projected
-// token with audience istio-ca, re-read for each request), and the Service
-// names <service>.<namespace>.svc and <service>.<namespace>.svc.<domainSuffix>.
+// token with audience istio-ca, re-read for each request), and for each
+// of the service's Service names (controlplane.ServiceNames: discovery's
+// include Istio's istiod) <name>.<namespace>.svc and
+// <name>.<namespace>.svc.<domainSuffix>.
 // It returns nil, nil when the configuration is not Enabled.
 func (c Config) ForService(service, namespace, domainSuffix string, log *slog.Logger) (*Client, error) {
 	if !c.Enabled() {
@@ -65,10 +69,18 @@ func (c Config) ForService(service, namespace, domainSuffix string, log *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("ca address %q: %w", c.Address, err)
 	}
-	base := service + "." + namespace + ".svc"
+	names, ok := controlplane.ServiceNames(service)
+	if !ok {
+		names = []string{service}
+	}
+	var dns []string
+	for _, n := range names {
+		base := n + "." + namespace + ".svc"
+		dns = append(dns, base, base+"."+domainSuffix)
+	}
 	return New(Options{
 		Address: c.Address, ServerName: host, Roots: StaticRoots(roots),
-		Token: TokenFile(c.TokenFile), DNSNames: []string{base, base + "." + domainSuffix}, Log: log,
+		Token: TokenFile(c.TokenFile), DNSNames: dns, Log: log,
 	}), nil
 }
 

@@ -83,6 +83,36 @@ func Name(service, revision string) string {
 	return service + "-" + revision
 }
 
+// Istiod is the name Istio gives the Service of revision's istiod
+// (istiod, or istiod-<revision>: Istio's chart, istiod's Service), the
+// name Istio's agent dials by default (pilot-agent's discoveryAddress,
+// istiod.istio-system.svc:15012) and checks the server's certificate
+// against. discovery plays istiod's part, so its certificate carries this
+// name too, and the chart can serve discovery under it: pods injected by
+// Istio reach discovery unchanged.
+func Istiod(revision string) string {
+	if revision == "" || revision == DefaultRevision {
+		return "istiod"
+	}
+	return "istiod-" + revision
+}
+
+// ServiceNames are the names of the Services a control-plane account's
+// service is reached by, and so the DNS names its certificate carries:
+// its own (Name), and for discovery Istio's name for the same part
+// (Istiod). ok is false for an account that is not the control plane's.
+func ServiceNames(account string) (names []string, ok bool) {
+	service, revision, ok := Parse(account)
+	if !ok {
+		return nil, false
+	}
+	names = []string{account}
+	if service == Discovery {
+		names = append(names, Istiod(revision))
+	}
+	return names, true
+}
+
 // Parse reports which service and revision an account (or Service) name is
 // of, and whether it is one of the control plane's at all.
 func Parse(name string) (service, revision string, ok bool) {

@@ -91,3 +91,26 @@ func TestConfigurationWithoutARevisionIsEveryRevisions(t *testing.T) {
 		}
 	}
 }
+
+func TestDiscoveryIsAlsoReachedByIstiodsNameAndNoOtherServiceIs(t *testing.T) {
+	for _, c := range []struct {
+		account string
+		want    []string
+	}{
+		{"flotilla-discovery", []string{"flotilla-discovery", "istiod"}},
+		{"flotilla-discovery-canary", []string{"flotilla-discovery-canary", "istiod-canary"}},
+		{"flotilla-ca", []string{"flotilla-ca"}},
+		{"flotilla-galley", []string{"flotilla-galley"}},
+		{"flotilla-injector-canary", []string{"flotilla-injector-canary"}},
+	} {
+		got, ok := ServiceNames(c.account)
+		if !ok || !slices.Equal(got, c.want) {
+			t.Errorf("ServiceNames(%s) = %v, %v; want %v", c.account, got, ok, c.want)
+		}
+	}
+	for _, account := range []string{"istiod", "default", "flotilla-discovery-default", "greeter"} {
+		if got, ok := ServiceNames(account); ok {
+			t.Errorf("ServiceNames(%s) = %v: an account not the control plane's has no Service names", account, got)
+		}
+	}
+}

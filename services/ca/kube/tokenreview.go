@@ -6,11 +6,8 @@ package kube
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -111,7 +108,7 @@ func (r *TokenReview) Authenticate(ctx context.Context) (authority.Identity, boo
 	}
 	id := authority.Identity{Namespace: ns, ServiceAccount: sa}
 	r.count(ctx, "reviewed")
-	if exp, ok := expiry(tok); ok {
+	if exp, ok := server.TokenExpiry(tok); ok {
 		if limit := now.Add(maxAge); limit.Before(exp) {
 			exp = limit
 		}
@@ -138,25 +135,4 @@ func (r *TokenReview) remember(key [32]byte, id authority.Identity, expires, now
 		}
 	}
 	r.cache[key] = cached{id: id, expires: expires}
-}
-
-// expiry reads a JWT's exp claim without verifying it: only to bound how
-// long a review the apiserver made is reused. A token without one is not
-// cached.
-func expiry(tok string) (time.Time, bool) {
-	parts := strings.Split(tok, ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp *int64 `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
-		return time.Time{}, false
-	}
-	return time.Unix(*claims.Exp, 0), true
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -181,4 +182,25 @@ func slicesOrNil(c []*x509.Certificate) []*x509.Certificate {
 		return nil
 	}
 	return c
+}
+
+// TokenExpiry reads a JWT's exp claim without verifying it: only to
+// bound how long a review of the token (the apiserver's, or ca's for
+// discovery) is reused. A token without one is not to be cached.
+func TokenExpiry(tok string) (time.Time, bool) {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp *int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
+		return time.Time{}, false
+	}
+	return time.Unix(*claims.Exp, 0), true
 }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	cav1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/ca/v1"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
@@ -35,11 +36,14 @@ import (
 // ControlPlaneAccounts is the ControlPlane option of a ca whose control
 // plane runs in systemNamespace: its services' accounts there, discovery's
 // and the injector's of every revision (flotilla-discovery-canary), each
-// named as its Service.
-func ControlPlaneAccounts(systemNamespace string) func(namespace, serviceAccount string) (string, bool) {
-	return func(namespace, account string) (string, bool) {
-		_, _, ok := controlplane.Parse(account)
-		return account, ok && namespace == systemNamespace
+// reached by its Service names (controlplane.ServiceNames: discovery's
+// own and Istio's istiod).
+func ControlPlaneAccounts(systemNamespace string) func(namespace, serviceAccount string) ([]string, bool) {
+	return func(namespace, account string) ([]string, bool) {
+		if namespace != systemNamespace {
+			return nil, false
+		}
+		return controlplane.ServiceNames(account)
 	}
 }
 
@@ -58,8 +62,8 @@ type Options struct {
 	TrustDomain    string
 	DomainSuffix   string
 	// ControlPlane says whether a service account is the control plane's
-	// and, if so, the Service whose DNS names its certificate also carries.
-	ControlPlane func(namespace, serviceAccount string) (service string, ok bool)
+	// and, if so, the Services whose DNS names its certificate also carries.
+	ControlPlane func(namespace, serviceAccount string) (services []string, ok bool)
 	// RatePerIdentity and Burst limit requests per caller identity
 	// (default 10/s, burst 20).
 	RatePerIdentity float64
@@ -88,6 +92,8 @@ type Server struct {
 	// callers that did not authenticate (or claimed an identity not
 	// theirs), signing errors by Istio's error code, and issuances.
 	csrs, authFailures, signErrors, successes metric.Float64Counter
+
+	reviewer *reviewer // TokenReviewService
 }
 
 // New returns a Server.
@@ -133,6 +139,9 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("metric %s: %w", c.name, err)
 		}
 	}
+	if s.reviewer, err = newReviewer(s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -159,9 +168,11 @@ func (s *Server) countFailure(ctx context.Context, err error) {
 	s.signErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("error", code)))
 }
 
-// Register adds the service to a gRPC server.
+// Register adds the services to a gRPC server: Istio's certificate
+// service, and the token reviews discovery asks for.
 func (s *Server) Register(gs *grpc.Server) {
 	securityv1alpha1.RegisterIstioCertificateServiceServer(gs, s)
+	cav1.RegisterTokenReviewServiceServer(gs, s.reviewer)
 }
 
 // CreateCertificate signs the CSR for the authenticated caller.
@@ -221,10 +232,12 @@ func (s *Server) create(ctx context.Context, req *securityv1alpha1.IstioCertific
 	id.TrustDomain = s.o.TrustDomain
 	kind := "workload"
 	if s.o.ControlPlane != nil {
-		if svc, ok := s.o.ControlPlane(id.Namespace, id.ServiceAccount); ok {
+		if services, ok := s.o.ControlPlane(id.Namespace, id.ServiceAccount); ok {
 			kind = "control-plane"
-			base := svc + "." + id.Namespace + ".svc"
-			id.DNSNames = []string{base, base + "." + s.o.DomainSuffix}
+			for _, svc := range services {
+				base := svc + "." + id.Namespace + ".svc"
+				id.DNSNames = append(id.DNSNames, base, base+"."+s.o.DomainSuffix)
+			}
 		}
 	}
 	if !s.limiter(id.SPIFFEID()).Allow() {

@@ -289,13 +289,24 @@ func TestControlPlaneServiceAccountsGetTheirServiceNames(t *testing.T) {
 	if err := ask("istio-system:flotilla-discovery-canary", "flotilla-discovery-canary.istio-system.svc"); err != nil {
 		t.Fatalf("revision canary's discovery: %v", err)
 	}
-	for account, name := range map[string]string{
-		"istio-system:flotilla-discovery-canary":  "flotilla-discovery.istio-system.svc", // another revision's
-		"app:flotilla-discovery-canary":           "flotilla-discovery-canary.app.svc",
-		"istio-system:flotilla-discovery-default": "flotilla-discovery-default.istio-system.svc",
+	// discovery plays istiod's part: it may also be istiod's Service (the
+	// name Istio's agent checks), its own revision's only.
+	if err := ask("istio-system:flotilla-discovery-canary", "istiod-canary.istio-system.svc.cluster.local"); err != nil {
+		t.Fatalf("revision canary's discovery as istiod-canary: %v", err)
+	}
+	if err := ask("istio-system:flotilla-discovery", "istiod.istio-system.svc"); err != nil {
+		t.Fatalf("the default revision's discovery as istiod: %v", err)
+	}
+	for _, c := range []struct{ account, name string }{
+		{"istio-system:flotilla-discovery-canary", "flotilla-discovery.istio-system.svc"}, // another revision's
+		{"istio-system:flotilla-discovery-canary", "istiod.istio-system.svc"},             // another revision's istiod
+		{"istio-system:flotilla-injector", "istiod.istio-system.svc"},                     // not discovery
+		{"istio-system:istiod", "istiod.istio-system.svc"},                                // not an account of Flotilla's
+		{"app:flotilla-discovery-canary", "flotilla-discovery-canary.app.svc"},
+		{"istio-system:flotilla-discovery-default", "flotilla-discovery-default.istio-system.svc"},
 	} {
-		if err := ask(account, name); status.Code(err) != codes.PermissionDenied {
-			t.Errorf("%s asking for %s: %v", account, name, err)
+		if err := ask(c.account, c.name); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s asking for %s: %v", c.account, c.name, err)
 		}
 	}
 }
