@@ -177,6 +177,15 @@ func (c *Client) ClientConfig(account string) *tls.Config {
 	}
 }
 
+// VerifyOnlyConfig verifies a server as ClientConfig does and presents no
+// certificate: for calls on behalf of another party, whose own credential
+// (a token) is the one the server must authenticate.
+func (c *Client) VerifyOnlyConfig(account string) *tls.Config {
+	cfg := c.ClientConfig(account)
+	cfg.GetClientCertificate = nil
+	return cfg
+}
+
 func spiffePath(account string) string {
 	ns, sa, _ := strings.Cut(account, "/")
 	return "/ns/" + ns + "/sa/" + sa

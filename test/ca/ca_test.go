@@ -111,11 +111,18 @@ func (c *ca) certificate(tb testing.TB, token string) []*x509.Certificate {
 // request asks the ca at addr for a certificate with a token.
 func request(tb testing.TB, addr string, pemRoots []byte, token string) ([]*x509.Certificate, error) {
 	tb.Helper()
+	return requestAs(tb, addr, "127.0.0.1", pemRoots, token)
+}
+
+// requestAs asks the certificate service at addr, whose certificate must
+// name serverName, for a certificate with a token.
+func requestAs(tb testing.TB, addr, serverName string, pemRoots []byte, token string) ([]*x509.Certificate, error) {
+	tb.Helper()
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(pemRoots) {
 		tb.Fatal("no roots")
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12})))
 	if err != nil {
 		tb.Fatal(err)
 	}

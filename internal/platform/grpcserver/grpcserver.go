@@ -236,14 +236,22 @@ func New(o Options) (*Server, error) {
 		opts = append(opts, grpc.ReadBufferSize(8<<10), grpc.WriteBufferSize(8<<10))
 	}
 	var reload *tlsreload.Reloader
+	var creds credentials.TransportCredentials
 	if o.TLS.Enabled() {
 		var err error
 		if reload, err = tlsreload.New(o.TLS, o.Log); err != nil {
 			return nil, fmt.Errorf("grpc server tls: %w", err)
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(reload.ServerConfig())))
+		creds = credentials.NewTLS(reload.ServerConfig())
 	} else if o.TLSConfig != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLSConfig)))
+		creds = credentials.NewTLS(o.TLSConfig)
+	}
+	if creds != nil {
+		counted, err := countHandshakes(creds, o.Telemetry.Meter.Meter("flotilla/grpcserver"), o.Log)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(counted))
 	}
 	s := &Server{
 		Health:  health.NewServer(),

@@ -27,6 +27,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/telemetry"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
@@ -220,6 +221,50 @@ func TestMutualTLSRequiresAClientCertificateFromTheCA(t *testing.T) {
 		if !tc.ok && status.Code(err) != codes.Unavailable {
 			t.Errorf("%s: code %v, want Unavailable", name, status.Code(err))
 		}
+	}
+}
+
+func TestRefusedHandshakesAreCountedAndLoggedButAClosedProbeIsNot(t *testing.T) {
+	p := newPKI(t)
+	prov, _ := providers(t)
+	var logs testenv.SyncBuffer
+	r := start(t, newServer(t, Options{TLS: p.files, Telemetry: prov, Log: slog.New(slog.NewTextHandler(&logs, nil))}))
+	refused := func() string {
+		rec := httptest.NewRecorder()
+		prov.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		for _, l := range strings.Split(rec.Body.String(), "\n") {
+			if strings.HasPrefix(l, "flotilla_grpc_server_handshakes_refused_total") {
+				return l[strings.LastIndex(l, " ")+1:]
+			}
+		}
+		return "0"
+	}
+	// A TCP probe: connects and closes without a word.
+	probe, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = probe.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(p.clientCreds(t, nil, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	_ = conn.Close() // before its reconnection (a second later) could try again
+	if err == nil {
+		t.Fatal("no client certificate was accepted")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for refused() != "1" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := refused(); got != "1" {
+		t.Fatalf("handshakes refused: %s, want 1 (the client without a certificate; not the probe)", got)
+	}
+	if l := logs.String(); strings.Count(l, "TLS handshake refused") != 1 || !strings.Contains(l, "peer=127.0.0.1") {
+		t.Fatalf("log:\n%s\nwant one line for the refused handshake, with its peer", l)
 	}
 }
 

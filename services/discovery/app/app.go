@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
+	cav1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/ca/v1"
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
@@ -32,7 +34,9 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/lifecycle"
 	"github.com/flotilla-mesh/flotilla/internal/platform/tlsreload"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/services/discovery/carelay"
 	"github.com/flotilla-mesh/flotilla/services/discovery/ingest"
+	"github.com/flotilla-mesh/flotilla/services/discovery/tokens"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
 
@@ -52,12 +56,12 @@ type Config struct {
 	// XDSAddress serves plaintext ADS (loopback and development).
 	XDSAddress string `yaml:"xdsAddress" usage:"listen address of the plaintext xDS server (with --config-dir, an address without a host means 127.0.0.1)"`
 	// SecureXDSAddress serves ADS over mTLS; only when XDSTLS is set.
-	SecureXDSAddress string `yaml:"secureXDSAddress" usage:"listen address of the mTLS xDS server (served with xdsTLS, or with a certificate from ca)"`
+	SecureXDSAddress string `yaml:"secureXDSAddress" usage:"listen address of the secure xDS server (served with xdsTLS, or with a certificate from ca: proxies then authenticate with a certificate from ca or, as Istio's agent does, with their service account token, which ca checks; Istio's certificate service is relayed to ca there too)"`
 	// XDSTLS is the certificate of the secure xDS server.
 	XDSTLS tlsreload.Files `yaml:"xdsTLS"`
 	// VerifyProxyIdentity refuses, on the mTLS port, a proxy whose node
 	// claims another namespace or service account than its certificate.
-	VerifyProxyIdentity bool `yaml:"verifyProxyIdentity" usage:"on the mTLS xDS port, refuse a proxy whose node metadata claims another namespace or service account than its certificate's SPIFFE ID"`
+	VerifyProxyIdentity bool `yaml:"verifyProxyIdentity" usage:"on the secure xDS port, refuse a proxy whose node metadata claims another namespace or service account than its certificate's SPIFFE ID or its token's service account"`
 	// XDSSendTimeout closes the stream of a proxy that takes no response
 	// for that long.
 	XDSSendTimeout time.Duration `yaml:"xdsSendTimeout" usage:"close the stream of a proxy that takes no response for this long (it reads too slowly or not at all); 0 waits for ever"`
@@ -189,7 +193,17 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	// (set by newSource, before serving); reading a directory, every
 	// account may.
 	var secretAccess xds.SecretAccess
+	certs, err := cfg.CA.ForService(controlplane.Name(controlplane.Discovery, cfg.Revision), cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
+	if err != nil {
+		return err
+	}
+	ca, err := dialCA(cfg, certs)
+	if err != nil {
+		return err
+	}
+	defer ca.close()
 	srv, err := xds.New(xds.Options{
+		Tokens: ca.tokens,
 		SecretAccess: func(ctx context.Context, ns, sa string) (bool, string, error) {
 			if secretAccess == nil {
 				return true, "", nil
@@ -205,10 +219,6 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	}
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("waiting for the first configuration")
-	certs, err := cfg.CA.ForService(controlplane.Name(controlplane.Discovery, cfg.Revision), cfg.SystemNamespace, cfg.DomainSuffix, rt.Log)
-	if err != nil {
-		return err
-	}
 	var in *ingest.Ingest
 	keys := jwks.New(jwks.Options{Log: rt.Log.With("component", "jwks"), Refresh: cfg.JWKSRefresh, OnChange: func() { in.KeysChanged() }})
 	in, err = ingest.New(ingest.Options{
@@ -227,18 +237,20 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 	}
-	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, cfg)
+	plain, err := xdsServer(rt, tlsreload.Files{}, nil, srv, nil, cfg)
 	if err != nil {
 		return err
 	}
 	actors = append(actors, lifecycle.Actor{Name: "xds", Run: func(ctx context.Context) error { return plain.Serve(ctx, lis) }})
 	if cfg.XDSTLS.Enabled() || certs != nil {
-		// Proxies present their workload certificates from ca.
+		// Proxies present their workload certificates from ca or, as
+		// Istio's agent does, their tokens (which ca checks).
 		var tlsCfg *tls.Config
 		if certs != nil {
 			tlsCfg = certs.ServerConfig(certs.Roots())
+			tlsCfg.ClientAuth = tls.VerifyClientCertIfGiven
 		}
-		secure, err := xdsServer(rt, cfg.XDSTLS, tlsCfg, srv, cfg)
+		secure, err := xdsServer(rt, cfg.XDSTLS, tlsCfg, srv, ca.relay, cfg)
 		if err != nil {
 			return err
 		}
@@ -261,7 +273,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	return rt.Serve(ctx, actors...)
 }
 
-func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, cfg Config) (*grpcserver.Server, error) {
+func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, srv *xds.Server, relay *carelay.Relay, cfg Config) (*grpcserver.Server, error) {
 	shutdown, maxAge := cfg.ShutdownTimeout, cfg.XDSMaxConnectionAge
 	perPeer := cfg.XDSMaxConnectionsPerPeer
 	if perPeer == 0 {
@@ -283,7 +295,47 @@ func xdsServer(rt *command.Runtime, files tlsreload.Files, tlsCfg *tls.Config, s
 		return nil, err
 	}
 	srv.Register(gs.Server)
+	if relay != nil {
+		securityv1alpha1.RegisterIstioCertificateServiceServer(gs.Server, relay)
+	}
 	return gs, nil
+}
+
+// caClients are what discovery asks ca for proxies, when it gets its own
+// certificate from ca: who a proxy's token is (over a connection with
+// discovery's certificate, which ca requires for that), and certificates
+// for Istio's agents that send their requests to discovery's address (over
+// a connection with no certificate, so that ca authenticates the proxy's
+// token and never discovery).
+type caClients struct {
+	tokens xds.TokenAuthenticator
+	relay  *carelay.Relay
+	conns  []*grpc.ClientConn
+}
+
+func (c caClients) close() {
+	for _, cc := range c.conns {
+		_ = cc.Close()
+	}
+}
+
+func dialCA(cfg Config, certs *certclient.Client) (caClients, error) {
+	if certs == nil {
+		return caClients{}, nil
+	}
+	account := cfg.SystemNamespace + "/" + controlplane.CA
+	var out caClients
+	for _, tlsCfg := range []*tls.Config{certs.ClientConfig(account), certs.VerifyOnlyConfig(account)} {
+		cc, err := grpc.NewClient(cfg.CA.Address, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)), grpcclient.ReconnectQuickly())
+		if err != nil {
+			out.close()
+			return caClients{}, fmt.Errorf("ca client: %w", err)
+		}
+		out.conns = append(out.conns, cc)
+	}
+	out.tokens = tokens.New(tokens.Options{Client: cav1.NewTokenReviewServiceClient(out.conns[0])})
+	out.relay = carelay.New(securityv1alpha1.NewIstioCertificateServiceClient(out.conns[1]))
+	return out, nil
 }
 
 // isLoopback reports whether a listener takes connections from this

@@ -38,6 +38,7 @@ type metrics struct {
 	convergence   metric.Float64Histogram
 	nacks         metric.Int64Counter
 	rejectedNodes metric.Int64Counter
+	authns        metric.Int64Counter
 	proxyPushes   metric.Int64Counter
 	behind        metric.Int64UpDownCounter
 	sendTimeouts  metric.Int64Counter
@@ -85,6 +86,10 @@ func newMetrics(m, istio metric.Meter, version string) (*metrics, error) {
 	if out.rejectedNodes, err = m.Int64Counter("flotilla.discovery.rejected_nodes",
 		metric.WithDescription("Streams refused because the node ID or metadata did not parse.")); err != nil {
 		return nil, wrap("rejected_nodes", err)
+	}
+	if out.authns, err = m.Int64Counter("flotilla.discovery.proxy_authentications",
+		metric.WithDescription("Streams whose proxy was authenticated, by method (certificate, or token: Istio's agent as Istio injects it) and result (accepted, cached: a token ca vouched for before, refused, or unavailable: ca could not be asked).")); err != nil {
+		return nil, wrap("proxy_authentications", err)
 	}
 	if out.proxyPushes, err = m.Int64Counter("flotilla.discovery.proxy_pushes",
 		metric.WithDescription("Pushes handled per proxy, by decision: full (translated again), eds (endpoints only) or skipped (the change does not concern it).")); err != nil {
@@ -291,6 +296,10 @@ func (m *metrics) rejected(t string) {
 
 // timedOut counts a stream closed because its proxy took no response
 // within the send timeout.
+func (m *metrics) authenticated(method, result string) {
+	m.authns.Add(context.Background(), 1, metric.WithAttributes(attribute.String("method", method), attribute.String("result", result)))
+}
+
 func (m *metrics) timedOut() {
 	m.sendTimeouts.Add(context.Background(), 1)
 	m.istio.writeTimeout.Add(context.Background(), 1)

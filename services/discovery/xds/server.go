@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +31,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
@@ -37,6 +43,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/services/discovery/proxy"
+	"github.com/flotilla-mesh/flotilla/services/discovery/tokens"
 )
 
 // wildcardTypes are answered with every resource when the proxy names none.
@@ -82,6 +89,14 @@ type Options struct {
 	// configuration. A proxy without a certificate (the plain-text port)
 	// is not checked.
 	VerifyIdentity bool
+	// Tokens, when set, authenticates a proxy that connects over TLS with
+	// no client certificate by the service-account token it sends
+	// ("authorization: Bearer", as Istio's agent does), and refuses it
+	// without a valid one: that identity is then checked against the node
+	// exactly as a certificate's. Without Tokens such a proxy has no
+	// identity (a TLS port that asks for no client certificate, as the
+	// plain-text port).
+	Tokens TokenAuthenticator
 	// SystemNamespace is the control plane's: a debug client with a
 	// certificate of it sees every proxy (internal/debugapi).
 	SystemNamespace string
@@ -103,9 +118,18 @@ type Options struct {
 	ConnectionAge, ConnectionAgeGrace time.Duration
 }
 
+// TokenAuthenticator tells who a proxy is from its token, for a proxy at
+// peerAddress; errors wrap tokens.ErrRefused or tokens.ErrUnavailable
+// (services/discovery/tokens.Reviewer asks ca).
+type TokenAuthenticator interface {
+	Authenticate(ctx context.Context, token, peerAddress string) (id spiffe.ID, cached bool, err error)
+}
+
 // Server is the ADS server.
 type Server struct {
 	log             *slog.Logger
+	tokens          TokenAuthenticator
+	refusals        *rate.Limiter // log lines for refused proxies: peers choose how many they cause
 	verifyIdentity  bool
 	sendTimeout     time.Duration
 	connectionAge   time.Duration
@@ -138,6 +162,8 @@ func New(o Options) (*Server, error) {
 		log: o.Log.With("component", "xds"),
 		sem: make(chan struct{}, o.Concurrency),
 
+		tokens:          o.Tokens,
+		refusals:        rate.NewLimiter(refusalLogsPerSecond, refusalLogBurst),
 		verifyIdentity:  o.VerifyIdentity,
 		sendTimeout:     o.SendTimeout,
 		connectionAge:   o.ConnectionAge,
@@ -336,7 +362,9 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 	id, err := s.identify(ctx, p)
 	if err != nil {
 		s.metrics.rejectedNodes.Add(ctx, 1)
-		s.log.Warn("refusing a proxy", "node", clip.String(node.GetId(), 200), "error", err)
+		if s.refusals.Allow() {
+			s.log.Warn("refusing a proxy (such lines are rate-limited)", "node", clip.String(node.GetId(), 200), "peer", peerHost(ctx), "error", clip.String(err.Error(), 512))
+		}
 		return nil, err
 	}
 	c := newConn(s, p, node.GetId(), delta)
@@ -353,24 +381,36 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 	return c, nil
 }
 
-// identify reads the SPIFFE ID of the proxy's verified client
-// certificate (none on the plain-text port) and, with VerifyIdentity,
-// refuses a node whose namespace or service account is not the
-// certificate's. A node that names no service account takes the
-// certificate's.
+// identify reads the proxy's verified identity: its client certificate's
+// SPIFFE ID or, over TLS without a certificate, its token's (Tokens); the
+// plain-text port has none. With VerifyIdentity it refuses a node whose
+// namespace or service account is not the identity's, as istiod's
+// checkConnectionIdentity does (pilot/pkg/xds/ads.go). A node that names
+// no service account takes the identity's.
 func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
+	method := "certificate"
 	id, ok, err := spiffe.FromPeer(ctx)
+	if !ok && s.tokens != nil && overTLS(ctx) {
+		method = "token"
+		id, err = s.tokenIdentity(ctx)
+		if err != nil {
+			return "", err
+		}
+		ok = true
+	}
 	switch {
 	case !ok:
 		return "", nil
 	case err != nil && s.verifyIdentity:
+		s.metrics.authenticated(method, "refused")
 		return "", status.Error(codes.PermissionDenied, "client certificate: "+err.Error())
 	case err != nil:
 		return "", nil // not checked: no identity to show
 	}
 	if s.verifyIdentity && (p.Namespace != id.Namespace || (p.ServiceAccount != "" && p.ServiceAccount != id.ServiceAccount)) {
-		return "", status.Errorf(codes.PermissionDenied, "node claims namespace %q and service account %q; its certificate is %s",
-			p.Namespace, p.ServiceAccount, id)
+		s.metrics.authenticated(method, "refused")
+		return "", status.Errorf(codes.PermissionDenied, "node claims namespace %q and service account %q; its %s is %s",
+			p.Namespace, p.ServiceAccount, method, id)
 	}
 	if p.ServiceAccount == "" {
 		p.ServiceAccount = id.ServiceAccount
@@ -378,6 +418,77 @@ func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
 	p.VerifiedNamespace, p.VerifiedServiceAccount = id.Namespace, id.ServiceAccount
 	return id.String(), nil
 }
+
+// tokenIdentity authenticates a proxy that came over TLS with no client
+// certificate by its bearer token, as istiod authenticates Istio's agent
+// (once per stream, at its first request).
+func (s *Server) tokenIdentity(ctx context.Context) (spiffe.ID, error) {
+	token, err := bearer(ctx)
+	if err != nil {
+		s.metrics.authenticated("token", "refused")
+		return spiffe.ID{}, status.Error(codes.Unauthenticated, err.Error())
+	}
+	id, cached, err := s.tokens.Authenticate(ctx, token, peerHost(ctx))
+	switch {
+	case errors.Is(err, tokens.ErrRefused):
+		s.metrics.authenticated("token", "refused")
+		return spiffe.ID{}, status.Error(codes.Unauthenticated, err.Error())
+	case err != nil:
+		s.metrics.authenticated("token", "unavailable")
+		return spiffe.ID{}, status.Error(codes.Unavailable, err.Error())
+	case cached:
+		s.metrics.authenticated("token", "cached")
+	default:
+		s.metrics.authenticated("token", "accepted")
+	}
+	return id, nil
+}
+
+// bearer is the token of the stream's one "authorization: Bearer" header.
+func bearer(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	switch {
+	case len(vals) == 0:
+		return "", errors.New("no client certificate and no token: send the pod's service account token (audience istio-ca) as \"authorization: Bearer <token>\", or present a certificate from ca")
+	case len(vals) > 1:
+		return "", errors.New("more than one authorization header")
+	}
+	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	if !ok || tok == "" {
+		return "", errors.New("authorization is not a bearer token")
+	}
+	return tok, nil
+}
+
+// overTLS reports whether the stream came over TLS (the secure port).
+func overTLS(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	_, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	return isTLS
+}
+
+// peerHost is the stream's peer IP address ("" when unknown).
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
+}
+
+// Log lines for refused proxies: a few a second at most, whatever peers
+// send.
+const (
+	refusalLogsPerSecond = 1
+	refusalLogBurst      = 20
+)
 
 func (s *Server) disconnect(c *conn) {
 	c.close()
