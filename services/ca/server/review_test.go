@@ -3,11 +3,16 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"net"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	cav1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/ca/v1"
@@ -108,4 +113,32 @@ func TestABadProxyTokenIsRefusedAndCostsOnlyItsAddress(t *testing.T) {
 			t.Errorf("a genuine token from %s: %v", addr, err)
 		}
 	}
+}
+
+func FuzzReviewAnswersAnIdentityOrRefusesWithAStatus(f *testing.F) {
+	fx := newFixture(f, nil)
+	f.Add(fx.token(f, claims{sub: "system:serviceaccount:demo:greeter"}), "10.0.0.1")
+	f.Add("", "")
+	f.Add("a.b.c", "::1")
+	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.", "not an address")
+	caller := fx.clientCert(f, "istio-system", "flotilla-discovery")
+	leaf, err := x509.ParseCertificate(caller.Certificate[0])
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx := peer.NewContext(context.Background(), &peer.Peer{
+		Addr:     &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1},
+		AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}},
+	})
+	f.Fuzz(func(t *testing.T, token, addr string) {
+		resp, err := fx.srv.reviewer.Review(ctx, &cav1.ReviewRequest{Token: token, PeerAddress: addr})
+		switch code := status.Code(err); {
+		case err == nil && (resp.GetNamespace() == "" || resp.GetServiceAccount() == ""):
+			t.Fatalf("%q: an incomplete identity %v", token, resp)
+		case err != nil && code != codes.Unauthenticated && code != codes.ResourceExhausted:
+			t.Fatalf("%q: %v, want Unauthenticated (or ResourceExhausted past the address's budget)", token, err)
+		case err != nil && !utf8.ValidString(status.Convert(err).Message()):
+			t.Fatalf("the refusal of %q is not valid UTF-8", token)
+		}
+	})
 }
