@@ -43,6 +43,13 @@ func meshWithDiscovery(tb testing.TB, c *ca, s *signer) (secureXDS, admin string
 // admin addresses.
 func meshServing(tb testing.TB, c *ca, s *signer, dir string) (secureXDS, admin string) {
 	tb.Helper()
+	secureXDS, admin, _ = meshProcesses(tb, c, s, dir)
+	return secureXDS, admin
+}
+
+// meshProcesses is meshServing, with discovery's process.
+func meshProcesses(tb testing.TB, c *ca, s *signer, dir string) (secureXDS, admin string, discovery *proc.Process) {
+	tb.Helper()
 	rootsFile := filepath.Join(c.state, "roots.pem")
 	token := func(sa string) string {
 		path := filepath.Join(tb.TempDir(), sa)
@@ -57,11 +64,11 @@ func meshServing(tb testing.TB, c *ca, s *signer, dir string) (secureXDS, admin 
 		"--ca-address", c.addr, "--ca-roots-file", rootsFile, "--token-file", token("flotilla-galley"))
 	proc.WaitReady(tb, "http://"+galleyAdmin+"/readyz")
 	secureXDS, admin = proc.FreeAddr(tb), proc.FreeAddr(tb)
-	proc.Start(tb, "discovery", filepath.Join(binDir, "flotilla-discovery"), "--galley-address", mcpAddr,
+	discovery = proc.Start(tb, "discovery", filepath.Join(binDir, "flotilla-discovery"), "--galley-address", mcpAddr,
 		"--xds-address", proc.FreeAddr(tb), "--secure-xds-address", secureXDS, "--admin-address", admin,
 		"--ca-address", c.addr, "--ca-roots-file", rootsFile, "--token-file", token("flotilla-discovery"))
 	proc.WaitReady(tb, "http://"+admin+"/readyz")
-	return secureXDS, admin
+	return secureXDS, admin, discovery
 }
 
 // pod is an agent process with a stand-in Envoy, as the injected proxy

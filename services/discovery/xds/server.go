@@ -388,13 +388,16 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 // checkConnectionIdentity does (pilot/pkg/xds/ads.go). A node that names
 // no service account takes the identity's.
 func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
-	method := "certificate"
+	method, accepted := "certificate", "accepted"
 	id, ok, err := spiffe.FromPeer(ctx)
 	if !ok && s.tokens != nil && overTLS(ctx) {
+		var cached bool
 		method = "token"
-		id, err = s.tokenIdentity(ctx)
-		if err != nil {
+		if id, cached, err = s.tokenIdentity(ctx); err != nil {
 			return "", err
+		}
+		if cached {
+			accepted = "cached"
 		}
 		ok = true
 	}
@@ -412,6 +415,7 @@ func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
 		return "", status.Errorf(codes.PermissionDenied, "node claims namespace %q and service account %q; its %s is %s",
 			p.Namespace, p.ServiceAccount, method, id)
 	}
+	s.metrics.authenticated(method, accepted)
 	if p.ServiceAccount == "" {
 		p.ServiceAccount = id.ServiceAccount
 	}
@@ -422,26 +426,22 @@ func (s *Server) identify(ctx context.Context, p *model.Proxy) (string, error) {
 // tokenIdentity authenticates a proxy that came over TLS with no client
 // certificate by its bearer token, as istiod authenticates Istio's agent
 // (once per stream, at its first request).
-func (s *Server) tokenIdentity(ctx context.Context) (spiffe.ID, error) {
+func (s *Server) tokenIdentity(ctx context.Context) (id spiffe.ID, cached bool, err error) {
 	token, err := bearer(ctx)
 	if err != nil {
 		s.metrics.authenticated("token", "refused")
-		return spiffe.ID{}, status.Error(codes.Unauthenticated, err.Error())
+		return spiffe.ID{}, false, status.Error(codes.Unauthenticated, err.Error())
 	}
-	id, cached, err := s.tokens.Authenticate(ctx, token, peerHost(ctx))
+	id, cached, err = s.tokens.Authenticate(ctx, token, peerHost(ctx))
 	switch {
 	case errors.Is(err, tokens.ErrRefused):
 		s.metrics.authenticated("token", "refused")
-		return spiffe.ID{}, status.Error(codes.Unauthenticated, err.Error())
+		return spiffe.ID{}, false, status.Error(codes.Unauthenticated, err.Error())
 	case err != nil:
 		s.metrics.authenticated("token", "unavailable")
-		return spiffe.ID{}, status.Error(codes.Unavailable, err.Error())
-	case cached:
-		s.metrics.authenticated("token", "cached")
-	default:
-		s.metrics.authenticated("token", "accepted")
+		return spiffe.ID{}, false, status.Error(codes.Unavailable, err.Error())
 	}
-	return id, nil
+	return id, cached, nil
 }
 
 // bearer is the token of the stream's one "authorization: Bearer" header.
