@@ -22,6 +22,7 @@
 package podproc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +61,20 @@ type Runner struct {
 	Bin string
 	// Dir is where each pod's volumes and log are kept (Dir/<pod>).
 	Dir string
+	// Images describe what an image holds besides its binary, by image
+	// repository ("proxyv2"): its working directory and files. An image
+	// not named here is a binary on its own (Flotilla's, FROM scratch).
+	Images map[string]Image
+}
+
+// Image is what a container's image holds besides its entrypoint.
+type Image struct {
+	// WorkDir is the image's working directory (Docker's WORKDIR): the
+	// process starts there, and paths it takes as relative are the pod's.
+	WorkDir string
+	// Files are files the image holds: path in the image to the file on
+	// this machine that stands for it.
+	Files map[string]string
 }
 
 // Process is a pod's container running as a process.
@@ -79,24 +95,46 @@ type Process struct {
 // ConfigMap or Secret it needs that does not exist yet is waited for
 // until ctx ends, as a kubelet leaves such a pod ContainerCreating.
 func (r *Runner) Start(ctx context.Context, pod *corev1.Pod) (*Process, error) {
-	if pod.Status.PodIP == "" {
-		return nil, fmt.Errorf("pod %s/%s has no IP yet", pod.Namespace, pod.Name)
-	}
 	if len(pod.Spec.Containers) == 0 {
 		return nil, fmt.Errorf("pod %s/%s has no container", pod.Namespace, pod.Name)
 	}
-	c := pod.Spec.Containers[0]
+	return r.StartContainer(ctx, pod, pod.Spec.Containers[0].Name)
+}
+
+// StartContainer runs the pod's container of that name, as Start does
+// its first (an injected sidecar, istio-proxy, beside an application
+// that is not run here).
+func (r *Runner) StartContainer(ctx context.Context, pod *corev1.Pod, name string) (*Process, error) {
+	if pod.Status.PodIP == "" {
+		return nil, fmt.Errorf("pod %s/%s has no IP yet", pod.Namespace, pod.Name)
+	}
+	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("pod %s/%s has no container %s", pod.Namespace, pod.Name, name)
+	}
+	c := pod.Spec.Containers[i]
+	image := r.Images[imageRepository(c.Image)]
 	bin := filepath.Join(r.Bin, imageRepository(c.Image))
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: no binary for image %s: %w", pod.Namespace, pod.Name, c.Image, err)
 	}
-	dir := filepath.Join(r.Dir, pod.Namespace+"_"+pod.Name)
+	dir := filepath.Join(r.Dir, pod.Namespace+"_"+pod.Name+"_"+c.Name)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("pod dir: %w", err)
 	}
 	mounts, err := r.volumes(ctx, pod, c, dir)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	for target, source := range image.Files {
+		mounts = append(mounts, mount{source, target})
+	}
+	script, err := mountScript(mounts, hostMounts())
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if workDir := cmp.Or(c.WorkingDir, image.WorkDir); workDir != "" {
+		script += "cd " + shellQuote(workDir) + "\n"
 	}
 	env, err := r.environment(ctx, pod, c)
 	if err != nil {
@@ -118,7 +156,7 @@ func (r *Runner) Start(ctx context.Context, pod *corev1.Pod) (*Process, error) {
 	// hostname is its name, which the services take as their identity in
 	// leader elections and to galley), then becomes the binary: $0 is the
 	// binary, "$@" its arguments.
-	script := "hostname " + shellQuote(pod.Name) + "\n" + mountScript(mounts) + `exec "$0" "$@"`
+	script = "hostname " + shellQuote(pod.Name) + "\n" + script + `exec "$0" "$@"`
 	cmd := exec.Command("unshare", append([]string{"--mount", "--uts", "--propagation", "private", "--", "sh", "-ec", script, bin}, argv...)...)
 	cmd.Env = environ(env)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -168,20 +206,98 @@ func PodAddress(arg, podIP string) string {
 type mount struct{ source, target string }
 
 // mountScript makes the pod's paths in the process's mount namespace: a
-// tmpfs over /run (where a kubelet's mounts go), then each mount.
-func mountScript(mounts []mount) string {
+// tmpfs over /run (where a kubelet's mounts go), then each mount. A mount
+// point outside /run that this machine does not have (an image's own
+// directory: /etc/istio, /var/lib/istio) is made in an overlay of its
+// nearest directory that exists, whose upper layer is in the tmpfs, so
+// nothing is written to this machine; the mounts already under that
+// directory (hostMounts: /etc/hosts, the tests' cluster DNS) are put back
+// over the overlay.
+func mountScript(mounts []mount, host []string) (string, error) {
 	var b strings.Builder
 	b.WriteString("mount -t tmpfs -o mode=0755 tmpfs /run\n")
+	overlaid := map[string]bool{}
 	for _, m := range mounts {
-		if !strings.HasPrefix(m.target, "/run/") && !strings.HasPrefix(m.target, "/var/run/") {
-			// Outside /run the mount point must exist on the host.
-			fmt.Fprintf(&b, "test -e %s\n", shellQuote(m.target))
-		} else if fi, err := os.Stat(m.source); err == nil && !fi.IsDir() {
-			fmt.Fprintf(&b, "mkdir -p %s && : > %s\n", shellQuote(path.Dir(m.target)), shellQuote(m.target))
+		if strings.HasPrefix(m.target, "/run/") || strings.HasPrefix(m.target, "/var/run/") {
+			continue
+		}
+		if _, err := os.Stat(m.target); err == nil {
+			continue
+		}
+		base := path.Dir(m.target)
+		for ; base != "/"; base = path.Dir(base) {
+			if _, err := os.Stat(base); err == nil {
+				break
+			}
+		}
+		if base == "/" || overlaid[base] {
+			if base == "/" {
+				return "", fmt.Errorf("mount point %s: no directory above it but / to lay an overlay on", m.target)
+			}
+			continue
+		}
+		overlaid[base] = true
+		layer := "/run/.image/" + strconv.Itoa(len(overlaid))
+		fmt.Fprintf(&b, "mkdir -p %s/upper %s/work %s/keep\n", layer, layer, layer)
+		var kept []string
+		for _, h := range host {
+			if strings.HasPrefix(h, base+"/") {
+				keep := fmt.Sprintf("%s/keep/%d", layer, len(kept))
+				fmt.Fprintf(&b, "if [ -d %[1]s ]; then mkdir %[2]s; else : > %[2]s; fi; mount --bind %[1]s %[2]s\n", shellQuote(h), keep)
+				kept = append(kept, keep)
+			}
+		}
+		fmt.Fprintf(&b, "mount -t overlay overlay -o lowerdir=%[1]s,upperdir=%[2]s/upper,workdir=%[2]s/work %[1]s\n", base, layer)
+		n := 0
+		for _, h := range host {
+			if strings.HasPrefix(h, base+"/") {
+				fmt.Fprintf(&b, "mount --bind %s/keep/%d %s\n", layer, n, shellQuote(h))
+				n++
+			}
+		}
+	}
+	for _, m := range mounts {
+		if fi, err := os.Stat(m.source); err == nil && !fi.IsDir() {
+			fmt.Fprintf(&b, "mkdir -p %s && { [ -e %s ] || : > %s; }\n", shellQuote(path.Dir(m.target)), shellQuote(m.target), shellQuote(m.target))
 		} else {
 			fmt.Fprintf(&b, "mkdir -p %s\n", shellQuote(m.target))
 		}
 		fmt.Fprintf(&b, "mount --bind %s %s\n", shellQuote(m.source), shellQuote(m.target))
+	}
+	return b.String(), nil
+}
+
+// hostMounts are the mount points of this process's mount namespace
+// (/proc/self/mountinfo), which a pod's process starts with.
+func hostMounts() []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 {
+			out = append(out, unescapeMountinfo(f[4]))
+		}
+	}
+	return out
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

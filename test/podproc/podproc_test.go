@@ -1,6 +1,10 @@
 package podproc
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,5 +102,35 @@ func TestTheDownwardAPIFieldsAndResources(t *testing.T) {
 	}
 	if _, err := resourceValue(c, &corev1.ResourceFieldSelector{Resource: "requests.memory"}); err == nil {
 		t.Error("an unset resource gave no error")
+	}
+}
+
+func TestAnImagesDirectoryThisMachineLacksIsMadeInAnOverlayAndTheHostsMountsStay(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("pod"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join("/etc", "flotilla-podproc-"+strconv.Itoa(os.Getpid()), "proxy")
+	script, err := mountScript([]mount{{src, target}}, hostMounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-ec",
+		script+"cat "+shellQuote(target+"/f")+"; echo; cat /etc/hosts").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s\nscript:\n%s", err, out, script)
+	}
+	if want := "pod\n" + string(hosts); string(out) != want {
+		t.Fatalf("inside the pod's namespace:\n%s\nwant the volume's file, then this machine's /etc/hosts:\n%s", out, want)
+	}
+	if _, err := os.Stat(filepath.Dir(target)); err == nil {
+		t.Fatalf("%s was made on this machine", filepath.Dir(target))
+	}
+	if _, err := mountScript([]mount{{src, "/flotilla-podproc-nowhere/x"}}, nil); err == nil {
+		t.Fatal("an overlay on / was planned")
 	}
 }
