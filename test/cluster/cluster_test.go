@@ -51,6 +51,7 @@ func TestMain(m *testing.M) {
 // controlPlane is the chart installed and its pods running.
 type controlPlane struct {
 	namespace string
+	release   string // the Helm release: its pods are app.kubernetes.io/instance=<release>
 	runner    *podproc.Runner
 	mu        sync.Mutex
 	procs     map[string]*podproc.Process // by pod name
@@ -92,6 +93,13 @@ func (cp *controlPlane) usage(tb testing.TB) map[string][2]float64 {
 // the test's end.
 func install(tb testing.TB, ctx context.Context, namespace string, values ...string) *controlPlane {
 	tb.Helper()
+	return installRelease(tb, ctx, namespace, "flotilla", values...)
+}
+
+// installRelease is install of a release of that name (a second
+// revision's).
+func installRelease(tb testing.TB, ctx context.Context, namespace, release string, values ...string) *controlPlane {
+	tb.Helper()
 	root, err := build.RepoRoot()
 	if err != nil {
 		tb.Fatal(err)
@@ -101,7 +109,7 @@ func install(tb testing.TB, ctx context.Context, namespace string, values ...str
 		tb.Fatal(err)
 	}
 	args := []string{
-		"install", "flotilla", filepath.Join(root, "deploy", "helm", "flotilla"),
+		"install", release, filepath.Join(root, "deploy", "helm", "flotilla"),
 		"--kubeconfig", kubeconfig, "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "3m",
 	}
 	for _, v := range values {
@@ -116,7 +124,7 @@ func install(tb testing.TB, ctx context.Context, namespace string, values ...str
 	tb.Logf("helm install --wait: %s", time.Since(start).Round(time.Millisecond))
 
 	cp := &controlPlane{
-		namespace: namespace,
+		namespace: namespace, release: release,
 		runner: &podproc.Runner{
 			Client: env.Client, APIServer: env.Config.Host,
 			Bin: binDir, Dir: tb.TempDir(),
@@ -142,7 +150,7 @@ func install(tb testing.TB, ctx context.Context, namespace string, values ...str
 			}
 		}
 	})
-	pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: releasePods})
+	pods, err := env.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: cp.pods()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -156,8 +164,8 @@ func install(tb testing.TB, ctx context.Context, namespace string, values ...str
 	return cp
 }
 
-// releasePods selects the release's pods.
-const releasePods = "app.kubernetes.io/instance=flotilla"
+// pods selects the release's pods.
+func (cp *controlPlane) pods() string { return "app.kubernetes.io/instance=" + cp.release }
 
 // kubelet keeps a process for every pod of the release that is Running
 // with an IP and not terminating, as the nodes' kubelets would: it starts
@@ -165,7 +173,7 @@ const releasePods = "app.kubernetes.io/instance=flotilla"
 // once) and stops the process of a pod deleted or terminating.
 func (cp *controlPlane) kubelet(ctx context.Context) {
 	for {
-		if list, err := env.Client.CoreV1().Pods(cp.namespace).List(ctx, metav1.ListOptions{LabelSelector: releasePods}); err == nil {
+		if list, err := env.Client.CoreV1().Pods(cp.namespace).List(ctx, metav1.ListOptions{LabelSelector: cp.pods()}); err == nil {
 			cp.reconcile(ctx, list.Items)
 		}
 		select {

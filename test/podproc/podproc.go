@@ -591,6 +591,10 @@ func fieldValue(pod *corev1.Pod, field string) (string, error) {
 		return pod.Status.PodIP, nil
 	case "status.hostIP":
 		return pod.Status.HostIP, nil
+	case "metadata.labels":
+		return mapFile(pod.Labels), nil
+	case "metadata.annotations":
+		return mapFile(pod.Annotations), nil
 	}
 	if m := labelRef.FindStringSubmatch(field); m != nil {
 		if m[1] == "labels" {
@@ -599,6 +603,25 @@ func fieldValue(pod *corev1.Pod, field string) (string, error) {
 		return pod.Annotations[m[2]], nil
 	}
 	return "", fmt.Errorf("field %q is not run here", field)
+}
+
+// mapFile is labels or annotations as a kubelet writes them into a
+// downward API file: key="value" lines in key order, the value quoted as
+// Go quotes it (pkg/fieldpath's FormatMap).
+func mapFile(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(k + "=" + strconv.Quote(m[k]))
+	}
+	return b.String()
 }
 
 // resourceValue is a container's request or limit in the reference's
