@@ -30,7 +30,7 @@ IMAGE_TAG ?= $(VERSION)
 APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/flotilla/Chart.yaml)
 IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo flotilla
 
-.PHONY: images observability-image proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets clean check-modules help
+.PHONY: images observability-image proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets istio-agent clean check-modules help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -78,7 +78,7 @@ proxy-image: build ## the sidecar image flotilla-proxy (deploy/images/Dockerfile
 run: build ## run the control plane locally (no cluster); Ctrl-C stops it; RUN_FLAGS=--port-offset=1000 moves its ports (./bin/devrun --help)
 	@$(BIN)/devrun --bin $(BIN) $(RUN_FLAGS)
 
-test: system-deps tools kube-assets check-generate lint check-modules ## everything CI checks: generated code, lint, module builds, all tests
+test: system-deps tools kube-assets istio-agent check-generate lint check-modules ## everything CI checks: generated code, lint, module builds, all tests
 	go test $(RACE) -count=1 -timeout 20m work
 	@for m in $(STANDALONE); do (cd $$m && GOWORK=off go test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 
@@ -136,7 +136,7 @@ check-generate: generate ## fail if generated code differs from what is committe
 tidy: ## go work sync and go mod tidy in every module
 	go work sync
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
-	@for m in tools tools/buf tools/lint tools/kube tools/helm tools/prometheus tools/otelcol tools/compose; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
+	@for m in tools tools/buf tools/lint tools/kube tools/istio tools/helm tools/prometheus tools/otelcol tools/compose; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
 # Compose v2, the docker CLI plugin, for test/compose; Compose v1
 # (docker-compose) comes from Debian (system-deps). Defined before the
@@ -184,6 +184,21 @@ $(KUBE_ASSETS) &: tools/kube/go.mod tools/kube/cmd/etcd/main.go
 	cd tools/kube && kwok=$$(GOWORK=off go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
 		for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do \
 			echo "---"; cat $$kwok/kustomize/stage/$$f.yaml; done > $(TOOLS)/kwok.yaml
+
+istio-agent: $(TOOLS)/pilot-agent ## build Istio's own agent, pilot-agent, which test/istioagent runs against the control plane (first build: minutes)
+
+# Istio's pilot-agent (the agent of Istio's proxyv2 image) from the module
+# tools/istio pins, stamped as Istio's own Makefile stamps a build of that
+# tree (the VERSION file's number and "-dev") with the commit the
+# pseudo-version names, so the agent reports its version as an injected
+# proxy does.
+$(TOOLS)/pilot-agent: tools/istio/go.mod
+	@echo "building Istio's pilot-agent for test/istioagent (the first build takes about 4 minutes)"
+	@mkdir -p $(TOOLS)
+	cd tools/istio && GOWORK=off go mod download istio.io/istio && dir=$$(GOWORK=off go list -m -f '{{.Dir}}' istio.io/istio) && v=$$(GOWORK=off go list -m -f '{{.Version}}' istio.io/istio) && \
+		GOWORK=off CGO_ENABLED=0 go build -trimpath \
+		-ldflags "-X istio.io/istio/pkg/version.buildVersion=$$(cat $$dir/VERSION)-dev -X istio.io/istio/pkg/version.buildGitRevision=$${v##*-}" \
+		-o $@ istio.io/istio/pilot/cmd/pilot-agent
 
 clean: ## remove built binaries and tools
 	rm -rf $(BIN)
