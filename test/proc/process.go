@@ -40,6 +40,22 @@ func StartCommand(tb testing.TB, name, path string, args ...string) *Process {
 	cmd := exec.Command(path, args...)
 	// Under -race a child lingers a second at exit by default.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	return start(tb, name, cmd)
+}
+
+// StartIn runs path with args in dir with env as its whole environment
+// (nothing of the test's own), as a container's process sees only what
+// its pod spec gives it: for programs that are not Flotilla's (Istio's
+// pilot-agent), whose paths are relative to their working directory.
+func StartIn(tb testing.TB, name, dir string, env []string, path string, args ...string) *Process {
+	tb.Helper()
+	cmd := exec.Command(path, args...)
+	cmd.Dir, cmd.Env = dir, append([]string{}, env...) // never nil: nil is the test's own
+	return start(tb, name, cmd)
+}
+
+func start(tb testing.TB, name string, cmd *exec.Cmd) *Process {
+	tb.Helper()
 	p := &Process{Name: name, Out: &Output{}, cmd: cmd, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.Out, p.Out
 	// A child of the process that outlives it (holding the output pipe)

@@ -1,0 +1,274 @@
+// Package istioagent_test runs Istio's own agent, pilot-agent (the agent of
+// Istio's proxyv2 sidecar image; make builds it into bin/tools from the
+// Istio module tools/istio pins), against Flotilla's control plane, all as
+// processes on loopback. Each pilot-agent runs in a directory of its own
+// that stands for its pod's filesystem (pilot-agent's paths are relative
+// to its working directory: the token, the root certificate, its sockets)
+// and with only the environment Istio's injection templates give an
+// injected pod, its addresses pointed at loopback.
+package istioagent_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
+	"github.com/flotilla-mesh/flotilla/test/build"
+	"github.com/flotilla-mesh/flotilla/test/proc"
+)
+
+var (
+	binDir string
+	// pilotAgent is bin/tools/pilot-agent, built by make (istio-agent).
+	pilotAgent string
+)
+
+func TestMain(m *testing.M) {
+	root, err := build.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// Missing, the tests fail rather than skip: make test builds it first.
+	pilotAgent = filepath.Join(root, "bin", "tools", "pilot-agent")
+	if _, err := os.Stat(pilotAgent); err != nil {
+		fmt.Fprintf(os.Stderr, "Istio's pilot-agent: %v (make istio-agent builds it)\n", err)
+		os.Exit(1)
+	}
+	os.Exit(build.Main(m, &binDir, nil, "flotilla-ca", "flotilla-discovery", "flotilla-demo", "flotilla"))
+}
+
+// signer issues the service account tokens ca checks against its JWKS
+// (no-cluster mode), as the kubelet projects them into a pod.
+type signer struct {
+	iss  *devjwt.Issuer
+	jwks string
+}
+
+func newSigner(tb testing.TB) *signer {
+	tb.Helper()
+	iss, err := devjwt.New("https://flotilla.test")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d := &devjwt.Dir{Path: tb.TempDir(), Issuer: iss} // the JWKS only: tokens are minted per pod
+	if err := d.Write(time.Now()); err != nil {
+		tb.Fatal(err)
+	}
+	return &signer{iss: iss, jwks: d.JWKSFile()}
+}
+
+// token is a service account token of namespace/account with Istio's CA
+// audience, as the istio-token projected volume holds.
+func (s *signer) token(tb testing.TB, namespace, account string) string {
+	tb.Helper()
+	tok, err := s.iss.Token(namespace, account, "istio-ca", time.Now(), time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+// mesh is ca and one discovery replica serving the Istio YAML of a
+// directory, discovery with its certificate from ca.
+type mesh struct {
+	s *signer
+	// roots is ca's roots.pem: what Istio's istio-ca-root-cert ConfigMap
+	// holds for a pod.
+	roots string
+	// secureXDS is discovery's TLS xDS port, the one pilot-agent talks to
+	// (istiod's 15012); admin its admin port.
+	secureXDS, admin string
+	// config is discovery's --config-dir.
+	config string
+	// ca is ca's address (the flotilla CLI gets its certificate there).
+	ca string
+}
+
+// startMesh runs ca and discovery serving config.
+func startMesh(tb testing.TB, config string) *mesh {
+	tb.Helper()
+	s := newSigner(tb)
+	state := tb.TempDir()
+	caAddr, caAdmin := proc.FreeAddr(tb), proc.FreeAddr(tb)
+	proc.Start(tb, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", caAddr, "--admin-address", caAdmin,
+		"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test")
+	proc.WaitReady(tb, "http://"+caAdmin+"/readyz")
+	m := &mesh{s: s, roots: filepath.Join(state, "roots.pem"), secureXDS: proc.FreeAddr(tb), admin: proc.FreeAddr(tb), config: config, ca: caAddr}
+	token := filepath.Join(tb.TempDir(), "token")
+	if err := os.WriteFile(token, []byte(s.token(tb, "istio-system", "flotilla-discovery")), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	proc.Start(tb, "discovery", filepath.Join(binDir, "flotilla-discovery"), "--config-dir", config,
+		"--xds-address", proc.FreeAddr(tb), "--secure-xds-address", m.secureXDS, "--admin-address", m.admin, "--debounce-quiet", "20ms",
+		"--ca-address", caAddr, "--ca-roots-file", m.roots, "--token-file", token)
+	proc.WaitReady(tb, "http://"+m.admin+"/readyz")
+	return m
+}
+
+// podSpec is what an injected pod's pilot-agent is told about its pod.
+type podSpec struct {
+	name, namespace, account string
+	// workload is the pod's Deployment (the template's
+	// ISTIO_META_WORKLOAD_NAME and ISTIO_META_OWNER).
+	workload string
+	labels   map[string]string
+	// proxyless injects with Istio's grpc-agent template (proxyless gRPC)
+	// rather than the sidecar template.
+	proxyless bool
+	// certTTL is the workload certificates' lifetime (SECRET_TTL).
+	certTTL time.Duration
+}
+
+// pod is a pilot-agent running in its pod's directory.
+type pod struct {
+	spec  podSpec
+	dir   string
+	agent *proc.Process
+	// status is pilot-agent's status port (15020 in a pod).
+	status string
+}
+
+// path is a path of the pod's filesystem: Istio's absolute paths are
+// under the pod's directory here.
+func (p *pod) path(elem ...string) string { return filepath.Join(append([]string{p.dir}, elem...)...) }
+
+// startPod writes what the kubelet mounts into an injected pod (the
+// projected token, the istiod-ca-cert ConfigMap's root certificate, the
+// downward API's labels and annotations) into a directory of its own and
+// runs pilot-agent there as the injected istio-proxy container runs it:
+// Istio's arguments and only the environment the injection template
+// renders.
+func startPod(tb testing.TB, m *mesh, spec podSpec) *pod {
+	tb.Helper()
+	// Short: the pod's Unix sockets live under it.
+	dir, err := os.MkdirTemp("", "pod")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	p := &pod{spec: spec, dir: dir, status: proc.FreeAddr(tb)}
+	roots, err := os.ReadFile(m.roots)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		"var/run/secrets/tokens/istio-token":  m.s.token(tb, spec.namespace, spec.account),
+		"var/run/secrets/istio/root-cert.pem": string(roots),
+		"etc/istio/pod/labels":                downwardAPI(spec.labels),
+		"etc/istio/pod/annotations":           downwardAPI(map[string]string{"istio.io/rev": "default"}),
+	} {
+		writeFile(tb, p.path(name), content)
+	}
+	// The templates' emptyDir volumes, which exist before the container
+	// starts.
+	for _, volume := range []string{"etc/istio/proxy", "var/lib/istio/data", "var/run/secrets/workload-spiffe-uds", "var/run/secrets/workload-spiffe-credentials"} {
+		if err := os.MkdirAll(p.path(volume), 0o700); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	args := []string{
+		"proxy", "sidecar", "--domain", spec.namespace + ".svc.cluster.local",
+		"--proxyLogLevel=warning", "--proxyComponentLogLevel=misc:error", "--log_output_level=default:info",
+	}
+	p.agent = proc.StartIn(tb, "pilot-agent-"+spec.name, dir, p.env(tb, m), pilotAgent, args...)
+	return p
+}
+
+// env is the istio-proxy container's environment as Istio's injection
+// templates (grpc-agent.yaml for proxyless, injection-template.yaml for a
+// sidecar) render it, with the pod's fields filled in as the kubelet
+// would, and the addresses pointed at loopback.
+func (p *pod) env(tb testing.TB, m *mesh) []string {
+	tb.Helper()
+	_, statusPort, _ := strings.Cut(p.status, ":")
+	port, err := strconv.Atoi(statusPort)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// istiod.istio-system.svc:15012 in a cluster. "localhost": pilot-agent
+	// then checks discovery's certificate for istiod.istio-system.svc (as
+	// pilot/pkg/grpc/tls.go's getTLSDialOption does for a port-forward).
+	discovery := "localhost:" + m.secureXDS[strings.LastIndex(m.secureXDS, ":")+1:]
+	// The mesh's proxyMetadata, rendered by both templates as variables
+	// of their own as well: no metadata server to probe for a cloud
+	// platform (only loopback here), and the certificates' lifetime.
+	metadata := map[string]string{"CLOUD_PLATFORM": "none", "SECRET_TTL": p.spec.certTTL.String()}
+	// The injected ProxyConfig (the template's protoToJSON .ProxyConfig):
+	// the status port each pod's own (they share one host here), and the
+	// configuration directory the pod's: pilot-agent names its xDS socket
+	// in the gRPC bootstrap by that path.
+	proxyConfig, err := json.Marshal(map[string]any{
+		"discoveryAddress": discovery,
+		"configPath":       p.path("etc/istio/proxy"),
+		"statusPort":       port,
+		"proxyMetadata":    metadata,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	env := map[string]string{
+		"PILOT_CERT_PROVIDER": "istiod",
+		// Both templates set CA_ADDR to istiod's address, the discovery
+		// address: certificates come from discovery's port too.
+		"CA_ADDR":                   discovery,
+		"POD_NAME":                  p.spec.name,
+		"POD_NAMESPACE":             p.spec.namespace,
+		"INSTANCE_IP":               "127.0.0.1",
+		"SERVICE_ACCOUNT":           p.spec.account,
+		"HOST_IP":                   "127.0.0.1",
+		"PROXY_CONFIG":              string(proxyConfig),
+		"ISTIO_META_APP_CONTAINERS": "app",
+		"ISTIO_META_CLUSTER_ID":     "Kubernetes",
+		"ISTIO_META_NODE_NAME":      "node-1",
+		"ISTIO_META_WORKLOAD_NAME":  p.spec.workload,
+		"ISTIO_META_OWNER":          "kubernetes://apis/apps/v1/namespaces/" + p.spec.namespace + "/deployments/" + p.spec.workload,
+		"ISTIO_META_MESH_ID":        "cluster.local",
+		"TRUST_DOMAIN":              "cluster.local",
+	}
+	maps.Copy(env, metadata)
+	if p.spec.proxyless {
+		env["ISTIO_META_GENERATOR"] = "grpc"
+		env["OUTPUT_CERTS"] = p.path("var/lib/istio/data")
+		env["ISTIO_META_DNS_CAPTURE"] = "false"
+		env["DISABLE_ENVOY"] = "true"
+	} else {
+		env["ISTIO_META_INTERCEPTION_MODE"] = "REDIRECT"
+		// Not the template's: the test plays Envoy, so pilot-agent must
+		// not start one.
+		env["DISABLE_ENVOY"] = "true"
+	}
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// downwardAPI is the downward API's file format of a map (key="value"
+// lines), as the istio-podinfo volume holds a pod's labels.
+func downwardAPI(m map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s=%q\n", k, m[k])
+	}
+	return b.String()
+}
+
+func writeFile(tb testing.TB, path, content string) {
+	tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+}
