@@ -185,20 +185,25 @@ $(KUBE_ASSETS) &: tools/kube/go.mod tools/kube/cmd/etcd/main.go
 		for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do \
 			echo "---"; cat $$kwok/kustomize/stage/$$f.yaml; done > $(TOOLS)/kwok.yaml
 
-istio-agent: $(TOOLS)/pilot-agent ## build Istio's own agent, pilot-agent, which test/istioagent runs against the control plane (first build: minutes)
+ISTIO_AGENT := $(TOOLS)/pilot-agent $(TOOLS)/envoy_bootstrap_tmpl.json
+
+istio-agent: $(ISTIO_AGENT) ## build Istio's own agent, pilot-agent, which test/istioagent runs against the control plane (first build: minutes)
 
 # Istio's pilot-agent (the agent of Istio's proxyv2 image) from the module
 # tools/istio pins, stamped as Istio's own Makefile stamps a build of that
 # tree (the VERSION file's number and "-dev") with the commit the
 # pseudo-version names, so the agent reports its version as an injected
-# proxy does.
-$(TOOLS)/pilot-agent: tools/istio/go.mod
+# proxy does; and the Envoy bootstrap template the image holds beside it
+# (/var/lib/istio/envoy/envoy_bootstrap_tmpl.json), which pilot-agent
+# fills in for Envoy.
+$(ISTIO_AGENT) &: tools/istio/go.mod
 	@echo "building Istio's pilot-agent for test/istioagent (the first build takes about 4 minutes)"
 	@mkdir -p $(TOOLS)
 	cd tools/istio && GOWORK=off go mod download istio.io/istio && dir=$$(GOWORK=off go list -m -f '{{.Dir}}' istio.io/istio) && v=$$(GOWORK=off go list -m -f '{{.Version}}' istio.io/istio) && \
 		GOWORK=off CGO_ENABLED=0 go build -trimpath \
 		-ldflags "-X istio.io/istio/pkg/version.buildVersion=$$(cat $$dir/VERSION)-dev -X istio.io/istio/pkg/version.buildGitRevision=$${v##*-}" \
-		-o $@ istio.io/istio/pilot/cmd/pilot-agent
+		-o $(TOOLS)/pilot-agent istio.io/istio/pilot/cmd/pilot-agent && \
+		install -m 0644 $$dir/tools/packaging/common/envoy_bootstrap.json $(TOOLS)/envoy_bootstrap_tmpl.json
 
 clean: ## remove built binaries and tools
 	rm -rf $(BIN)

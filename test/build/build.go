@@ -28,6 +28,8 @@ var Packages = map[string]string{
 	"devrun":             "github.com/flotilla-mesh/flotilla/internal/dev/cmd/devrun",
 	// fakeenvoy stands in for Envoy, which cannot be installed here.
 	"fakeenvoy": "github.com/flotilla-mesh/flotilla/services/agent/envoy/testdata/fakeenvoy",
+	// standinenvoy stands in for the Envoy Istio's pilot-agent starts.
+	"standinenvoy": "github.com/flotilla-mesh/flotilla/test/istioagent/testdata/standinenvoy",
 }
 
 // Binaries builds the named binaries into dir.

@@ -27,8 +27,10 @@ import (
 
 var (
 	binDir string
-	// pilotAgent is bin/tools/pilot-agent, built by make (istio-agent).
-	pilotAgent string
+	// pilotAgent is bin/tools/pilot-agent, built by make (istio-agent);
+	// envoyTemplate the Envoy bootstrap template Istio's proxyv2 image
+	// holds for it, copied there beside it.
+	pilotAgent, envoyTemplate string
 )
 
 func TestMain(m *testing.M) {
@@ -39,11 +41,14 @@ func TestMain(m *testing.M) {
 	}
 	// Missing, the tests fail rather than skip: make test builds it first.
 	pilotAgent = filepath.Join(root, "bin", "tools", "pilot-agent")
-	if _, err := os.Stat(pilotAgent); err != nil {
-		fmt.Fprintf(os.Stderr, "Istio's pilot-agent: %v (make istio-agent builds it)\n", err)
-		os.Exit(1)
+	envoyTemplate = filepath.Join(root, "bin", "tools", "envoy_bootstrap_tmpl.json")
+	for _, f := range []string{pilotAgent, envoyTemplate} {
+		if _, err := os.Stat(f); err != nil {
+			fmt.Fprintf(os.Stderr, "Istio's pilot-agent: %v (make istio-agent builds it)\n", err)
+			os.Exit(1)
+		}
 	}
-	os.Exit(build.Main(m, &binDir, nil, "flotilla-ca", "flotilla-discovery", "flotilla-demo", "flotilla"))
+	os.Exit(build.Main(m, &binDir, nil, "flotilla-ca", "flotilla-discovery", "flotilla-demo", "flotilla", "standinenvoy"))
 }
 
 // signer issues the service account tokens ca checks against its JWKS
@@ -133,8 +138,20 @@ type pod struct {
 	spec  podSpec
 	dir   string
 	agent *proc.Process
-	// status is pilot-agent's status port (15020 in a pod).
-	status string
+	// status is pilot-agent's status port (15020 in a pod); envoyAdmin
+	// Envoy's admin port (15000), a sidecar's only.
+	status, envoyAdmin string
+}
+
+// envoyAdminPort reserves the port of Envoy's admin.
+func (p *pod) envoyAdminPort(tb testing.TB) int {
+	tb.Helper()
+	p.envoyAdmin = proc.FreeAddr(tb)
+	n, err := strconv.Atoi(port(p.envoyAdmin))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
 
 // path is a path of the pod's filesystem: Istio's absolute paths are
@@ -160,11 +177,17 @@ func startPod(tb testing.TB, m *mesh, spec podSpec) *pod {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	template, err := os.ReadFile(envoyTemplate)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	for name, content := range map[string]string{
 		"var/run/secrets/tokens/istio-token":  m.s.token(tb, spec.namespace, spec.account),
 		"var/run/secrets/istio/root-cert.pem": string(roots),
 		"etc/istio/pod/labels":                downwardAPI(spec.labels),
 		"etc/istio/pod/annotations":           downwardAPI(map[string]string{"istio.io/rev": "default"}),
+		// The proxyv2 image's.
+		"var/lib/istio/envoy/envoy_bootstrap_tmpl.json": string(template),
 	} {
 		writeFile(tb, p.path(name), content)
 	}
@@ -189,29 +212,37 @@ func startPod(tb testing.TB, m *mesh, spec podSpec) *pod {
 // would, and the addresses pointed at loopback.
 func (p *pod) env(tb testing.TB, m *mesh) []string {
 	tb.Helper()
-	_, statusPort, _ := strings.Cut(p.status, ":")
-	port, err := strconv.Atoi(statusPort)
+	status, err := strconv.Atoi(port(p.status))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	// istiod.istio-system.svc:15012 in a cluster. "localhost": pilot-agent
 	// then checks discovery's certificate for istiod.istio-system.svc (as
 	// pilot/pkg/grpc/tls.go's getTLSDialOption does for a port-forward).
-	discovery := "localhost:" + m.secureXDS[strings.LastIndex(m.secureXDS, ":")+1:]
+	discovery := "localhost:" + port(m.secureXDS)
 	// The mesh's proxyMetadata, rendered by both templates as variables
 	// of their own as well: no metadata server to probe for a cloud
 	// platform (only loopback here), and the certificates' lifetime.
 	metadata := map[string]string{"CLOUD_PLATFORM": "none", "SECRET_TTL": p.spec.certTTL.String()}
-	// The injected ProxyConfig (the template's protoToJSON .ProxyConfig):
-	// the status port each pod's own (they share one host here), and the
+	// The injected ProxyConfig (the template's protoToJSON .ProxyConfig,
+	// the mesh's defaults with the pod's proxy.istio.io/config): the
+	// status port each pod's own (they share one host here), and the
 	// configuration directory the pod's: pilot-agent names its xDS socket
-	// in the gRPC bootstrap by that path.
-	proxyConfig, err := json.Marshal(map[string]any{
+	// in the bootstraps by that path.
+	config := map[string]any{
 		"discoveryAddress": discovery,
 		"configPath":       p.path("etc/istio/proxy"),
-		"statusPort":       port,
+		"statusPort":       status,
 		"proxyMetadata":    metadata,
-	})
+	}
+	if !p.spec.proxyless {
+		// Envoy: the stand-in, its admin port the pod's own, and a short
+		// drain.
+		config["binaryPath"] = filepath.Join(binDir, "standinenvoy")
+		config["proxyAdminPort"] = p.envoyAdminPort(tb)
+		config["terminationDrainDuration"] = "1s"
+	}
+	proxyConfig, err := json.Marshal(config)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -242,9 +273,6 @@ func (p *pod) env(tb testing.TB, m *mesh) []string {
 		env["DISABLE_ENVOY"] = "true"
 	} else {
 		env["ISTIO_META_INTERCEPTION_MODE"] = "REDIRECT"
-		// Not the template's: the test plays Envoy, so pilot-agent must
-		// not start one.
-		env["DISABLE_ENVOY"] = "true"
 	}
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
@@ -262,6 +290,9 @@ func downwardAPI(m map[string]string) string {
 	}
 	return b.String()
 }
+
+// port is the port of a host:port address.
+func port(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 
 func writeFile(tb testing.TB, path, content string) {
 	tb.Helper()

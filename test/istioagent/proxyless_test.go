@@ -53,8 +53,6 @@ func greeterConfig(tb testing.TB, v1, v2 string) string {
 	return dir
 }
 
-func port(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
-
 // proxylessPod runs pilot-agent injected with Istio's grpc-agent template
 // for demo/name as service account account, and waits for what it writes
 // for the application: the gRPC xDS bootstrap and the certificate files.

@@ -3,16 +3,20 @@ package istioagent_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,60 +27,107 @@ import (
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
-// envoyNode is the node the pod's Envoy would present: the ID and metadata
-// pilot-agent generated for the pod. pilot-agent writes them into Envoy's
-// bootstrap (envoy-rev.json), which it writes only when it starts Envoy;
-// it writes the same node into the gRPC bootstrap it always writes beside
-// it, with the gRPC generator added (generateGRPCBootstrap), which is
-// taken out again here.
-func (p *pod) envoyNode(tb testing.TB) *corev3.Node {
+// envoyBootstrap is what the test, playing the pod's Envoy, reads of the
+// bootstrap pilot-agent wrote for Envoy (envoy-rev.json in its
+// configuration directory): its node and the Unix sockets of its xds-grpc
+// and sds-grpc clusters (pilot-agent's xDS proxy and SDS server).
+type envoyBootstrap struct {
+	node     *corev3.Node
+	xds, sds string
+}
+
+func (p *pod) envoyBootstrap(tb testing.TB) envoyBootstrap {
 	tb.Helper()
-	var bootstrap struct {
+	var b struct {
 		Node struct {
 			ID       string         `json:"id"`
+			Cluster  string         `json:"cluster"`
 			Metadata map[string]any `json:"metadata"`
 		} `json:"node"`
+		StaticResources struct {
+			Clusters []struct {
+				Name           string `json:"name"`
+				LoadAssignment struct {
+					Endpoints []struct {
+						LBEndpoints []struct {
+							Endpoint struct {
+								Address struct {
+									Pipe struct {
+										Path string `json:"path"`
+									} `json:"pipe"`
+								} `json:"address"`
+							} `json:"endpoint"`
+						} `json:"lb_endpoints"`
+					} `json:"endpoints"`
+				} `json:"load_assignment"`
+			} `json:"clusters"`
+		} `json:"static_resources"`
 	}
-	xdstest.Eventually(tb, "pilot-agent's bootstrap", func() bool {
-		data, err := os.ReadFile(p.bootstrap())
-		return err == nil && json.Unmarshal(data, &bootstrap) == nil
+	xdstest.Eventually(tb, "pilot-agent's Envoy bootstrap", func() bool {
+		data, err := os.ReadFile(p.path("etc/istio/proxy/envoy-rev.json"))
+		return err == nil && json.Unmarshal(data, &b) == nil
 	})
-	delete(bootstrap.Node.Metadata, "GENERATOR")
-	md, err := structpb.NewStruct(bootstrap.Node.Metadata)
+	md, err := structpb.NewStruct(b.Node.Metadata)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &corev3.Node{Id: bootstrap.Node.ID, Metadata: md, UserAgentName: "envoy"}
+	out := envoyBootstrap{node: &corev3.Node{Id: b.Node.ID, Cluster: b.Node.Cluster, Metadata: md, UserAgentName: "envoy"}}
+	for _, c := range b.StaticResources.Clusters {
+		for _, e := range c.LoadAssignment.Endpoints {
+			for _, lb := range e.LBEndpoints {
+				// Relative paths are the pod's (Envoy's working directory).
+				path := lb.Endpoint.Address.Pipe.Path
+				if !filepath.IsAbs(path) {
+					path = p.path(path)
+				}
+				switch c.Name {
+				case "xds-grpc":
+					out.xds = path
+				case "sds-grpc":
+					out.sds = path
+				}
+			}
+		}
+	}
+	if out.xds == "" || out.sds == "" {
+		tb.Fatalf("Envoy's bootstrap names no xds-grpc or sds-grpc socket: %+v", out)
+	}
+	return out
 }
 
-// envoy is the test playing the pod's Envoy on pilot-agent's xDS socket:
-// a delta ADS stream, as Istio's Envoy bootstrap configures it.
-type envoy struct {
-	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	node   *corev3.Node
-}
-
-func startEnvoy(tb testing.TB, ctx context.Context, p *pod) *envoy {
+// unixConn is a gRPC connection to a Unix socket, once it exists.
+func unixConn(tb testing.TB, socket string) *grpc.ClientConn {
 	tb.Helper()
-	socket := p.path("etc/istio/proxy/XDS")
-	xdstest.Eventually(tb, "pilot-agent's xDS socket", func() bool { _, err := os.Stat(socket); return err == nil })
+	xdstest.Eventually(tb, socket, func() bool { _, err := os.Stat(socket); return err == nil })
 	cc, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = cc.Close() })
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	return cc
+}
+
+// ads is the test playing Envoy's ADS on pilot-agent's xDS socket: a
+// delta stream, as Istio's Envoy bootstrap configures it.
+type ads struct {
+	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	node   *corev3.Node
+}
+
+func startADS(tb testing.TB, ctx context.Context, b envoyBootstrap) *ads {
+	tb.Helper()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(unixConn(tb, b.xds)).DeltaAggregatedResources(ctx)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &envoy{stream: stream, node: p.envoyNode(tb)}
+	return &ads{stream: stream, node: b.node}
 }
 
 // subscribe asks for every resource of typeURL (a wildcard, as Envoy asks
 // for clusters and listeners), waits for the answer, acknowledges it and
 // returns the resources' names. Envoy sends its node on the first request
 // of the stream only.
-func (e *envoy) subscribe(tb testing.TB, typeURL string) []string {
+func (e *ads) subscribe(tb testing.TB, typeURL string) []string {
 	tb.Helper()
 	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, Node: e.node}
 	e.node = nil
@@ -101,6 +152,34 @@ func (e *envoy) subscribe(tb testing.TB, typeURL string) []string {
 		}
 		return names
 	}
+}
+
+// secret asks pilot-agent's SDS server for one secret, on a stream of
+// its own as Envoy's SDS subscriptions are, and returns it.
+func secret(tb testing.TB, ctx context.Context, b envoyBootstrap, name string) *tlsv3.Secret {
+	tb.Helper()
+	stream, err := secretv3.NewSecretDiscoveryServiceClient(unixConn(tb, b.sds)).StreamSecrets(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: b.node, TypeUrl: resourcev3.SecretType, ResourceNames: []string{name}}); err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		tb.Fatalf("secret %s from pilot-agent: %v", name, err)
+	}
+	for _, r := range resp.GetResources() {
+		s := &tlsv3.Secret{}
+		if err := r.UnmarshalTo(s); err != nil {
+			tb.Fatal(err)
+		}
+		if s.GetName() == name {
+			return s
+		}
+	}
+	tb.Fatalf("no secret %s in %d resources", name, len(resp.GetResources()))
+	return nil
 }
 
 // proxyStatus runs `flotilla proxy-status -o json` against discovery's
@@ -137,22 +216,17 @@ func synced(p debugapi.ProxySync) bool {
 	return len(p.Types) > 0 && !slices.ContainsFunc(p.Types, func(t debugapi.TypeSync) bool { return t.Status != debugapi.Synced })
 }
 
-// TestIstiosAgentRelaysItsSidecarsXDSAndStopsOnSIGTERM runs ca, discovery
+// TestIstiosAgentServesItsSidecarAndDrainsItOnSIGTERM runs ca, discovery
 // (the demo's mesh) and Istio's pilot-agent injected with Istio's sidecar
-// template for the demo client's pod, as processes, the test playing the
-// pod's Envoy: pilot-agent runs with DISABLE_ENVOY, so as not to start an
-// Envoy of its own, and the test speaks delta ADS on pilot-agent's xDS
-// socket with the node pilot-agent generated. pilot-agent relays it to
-// discovery's port, authenticated with the pod's token: clusters and
-// listeners come back; flotilla proxy-status shows the proxy synced, as
-// its service account, at Istio's version; on SIGTERM pilot-agent ends the
-// stream and exits cleanly.
-//
-// With DISABLE_ENVOY pilot-agent serves no SDS (initSdsServer keeps the
-// certificates for proxyless files), so Envoy's secrets are not part of
-// this test; nor is Envoy's drain, which pilot-agent asks of Envoy's admin
-// port only when it runs Envoy.
-func TestIstiosAgentRelaysItsSidecarsXDSAndStopsOnSIGTERM(t *testing.T) {
+// template for the demo client's pod, as processes. pilot-agent starts a
+// stand-in for Envoy (its binaryPath), the test playing Envoy's streams
+// from the bootstrap pilot-agent wrote for it: over SDS, the pod's
+// certificate (got from discovery's port with the pod's token) and the
+// mesh's root; over delta ADS, clusters and listeners relayed from
+// discovery. flotilla proxy-status shows the proxy synced, as its service
+// account, at Istio's version. On SIGTERM pilot-agent drains Envoy's
+// inbound listeners, stops it after the drain and exits cleanly.
+func TestIstiosAgentServesItsSidecarAndDrainsItOnSIGTERM(t *testing.T) {
 	m := startMesh(t, greeterConfig(t, proc.FreeAddr(t), proc.FreeAddr(t)))
 	p := startPod(t, m, podSpec{
 		name: "greeter-client-1", namespace: "demo", account: "greeter-client", workload: "greeter-client",
@@ -160,8 +234,26 @@ func TestIstiosAgentRelaysItsSidecarsXDSAndStopsOnSIGTERM(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	b := p.envoyBootstrap(t)
 
-	e := startEnvoy(t, ctx, p)
+	// The certificates Envoy's listeners and clusters name.
+	tc := secret(t, ctx, b, "default").GetTlsCertificate()
+	pair, err := tls.X509KeyPair(tc.GetCertificateChain().GetInlineBytes(), tc.GetPrivateKey().GetInlineBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pair.Leaf.URIs) != 1 || pair.Leaf.URIs[0].String() != "spiffe://cluster.local/ns/demo/sa/greeter-client" {
+		t.Fatalf("the pod's certificate is for %v", pair.Leaf.URIs)
+	}
+	roots, err := os.ReadFile(m.roots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := secret(t, ctx, b, "ROOTCA").GetValidationContext().GetTrustedCa().GetInlineBytes(); !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(roots)) {
+		t.Fatalf("ROOTCA is\n%s\nwant ca's roots\n%s", got, roots)
+	}
+
+	e := startADS(t, ctx, b)
 	if clusters := e.subscribe(t, resourcev3.ClusterType); !slices.Contains(clusters, "outbound|50051||greeter.demo.svc.cluster.local") {
 		t.Fatalf("clusters through pilot-agent: %q", clusters)
 	}
@@ -172,23 +264,27 @@ func TestIstiosAgentRelaysItsSidecarsXDSAndStopsOnSIGTERM(t *testing.T) {
 	var proxy debugapi.ProxySync
 	xdstest.Eventually(t, "the proxy synced in flotilla proxy-status", func() bool {
 		proxies := proxyStatus(t, m)
-		i := slices.IndexFunc(proxies, func(p debugapi.ProxySync) bool {
-			return p.ID == "sidecar~127.0.0.1~greeter-client-1.demo~demo.svc.cluster.local"
-		})
+		i := slices.IndexFunc(proxies, func(p debugapi.ProxySync) bool { return p.ID == b.node.GetId() })
 		if i < 0 {
 			return false
 		}
 		proxy = proxies[i]
 		return synced(proxy)
 	})
-	if proxy.Identity != "spiffe://cluster.local/ns/demo/sa/greeter-client" || proxy.IstioVersion != "1.31-dev" || !proxy.Delta {
+	if proxy.ID != "sidecar~127.0.0.1~greeter-client-1.demo~demo.svc.cluster.local" || proxy.Identity != "spiffe://cluster.local/ns/demo/sa/greeter-client" ||
+		proxy.IstioVersion != "1.31-dev" || !proxy.Delta {
 		t.Fatalf("discovery sees %s as %q at version %q (delta %v)", proxy.ID, proxy.Identity, proxy.IstioVersion, proxy.Delta)
 	}
 
+	// SIGTERM: Envoy's inbound listeners drain gracefully, pilot-agent
+	// waits the termination drain duration, stops Envoy and exits.
 	if err := p.agent.Stop(t, 30*time.Second); err != nil {
 		t.Fatalf("pilot-agent's exit after SIGTERM: %v", err)
 	}
+	if rec, _ := os.ReadFile(p.path("envoy-record")); !strings.Contains(string(rec), "drain inboundonly&graceful") {
+		t.Fatalf("Envoy saw:\n%s", rec)
+	}
 	if _, err := e.stream.Recv(); err == nil {
-		t.Fatal("the stand-in Envoy's stream still open after pilot-agent exited")
+		t.Fatal("Envoy's xDS stream still open after pilot-agent exited")
 	}
 }
