@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,6 +28,10 @@ import (
 
 var (
 	binDir string
+	// istioVersion is the version pilot-agent reports (in its node's
+	// ISTIO_VERSION): what make stamps it with, as Istio's Makefile stamps
+	// a build of its tree (its VERSION file and "-dev").
+	istioVersion string
 	// pilotAgent is bin/tools/pilot-agent, built by make (istio-agent);
 	// envoyTemplate the Envoy bootstrap template Istio's proxyv2 image
 	// holds for it, copied there beside it.
@@ -47,6 +52,19 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "Istio's pilot-agent: %v (make istio-agent builds it)\n", err)
 			os.Exit(1)
 		}
+	}
+	out, err := exec.Command(pilotAgent, "version", "-o", "json").Output()
+	var v struct {
+		ClientVersion struct {
+			Version string `json:"version"`
+		} `json:"clientVersion"`
+	}
+	if err == nil {
+		err = json.Unmarshal(out, &v)
+	}
+	if istioVersion = v.ClientVersion.Version; err != nil || istioVersion == "" {
+		fmt.Fprintf(os.Stderr, "pilot-agent version: %v\n%s", err, out)
+		os.Exit(1)
 	}
 	os.Exit(build.Main(m, &binDir, nil, "flotilla-ca", "flotilla-discovery", "flotilla-demo", "flotilla", "standinenvoy"))
 }

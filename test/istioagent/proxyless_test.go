@@ -130,12 +130,14 @@ func (p *pod) xdsClient(tb testing.TB, target string) testgrpc.TestServiceClient
 }
 
 // failing is transport credentials that refuse every handshake.
-type failing struct {
-	credentials.TransportCredentials
-}
+type failing struct{}
 
 func (failing) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return nil, nil, errors.New("no mTLS from discovery for this connection")
+}
+
+func (failing) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("a client's credentials")
 }
 
 func (failing) Info() credentials.ProtocolInfo {
@@ -143,6 +145,8 @@ func (failing) Info() credentials.ProtocolInfo {
 }
 
 func (f failing) Clone() credentials.TransportCredentials { return f }
+
+func (failing) OverrideServerName(string) error { return nil }
 
 // answer is what one call tells: the version that answered, the caller's
 // identity as the greeter read it from the connection and the greeter's
@@ -195,7 +199,7 @@ func TestIstiosAgentServesItsPodProxylessEndToEnd(t *testing.T) {
 	// client as its own.
 	c := client.xdsClient(t, "xds:///greeter.demo.svc.cluster.local:50051")
 	counts := map[string]int{}
-	for i := range 200 {
+	for i := range 400 {
 		a, err := call(ctx, c)
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
@@ -208,13 +212,31 @@ func TestIstiosAgentServesItsPodProxylessEndToEnd(t *testing.T) {
 	if share := counts["v1"] * 100 / (counts["v1"] + counts["v2"]); share < 70 || share > 90 {
 		t.Fatalf("v1 got %d%% of the calls (%v), want about 80%%", share, counts)
 	}
-	t.Logf("split over 200 calls: %v", counts)
+	t.Logf("split over 400 calls: %v", counts)
 
 	// The intruder has a certificate of its own account: mTLS succeeds,
 	// and the greeters' RBAC refuses it.
 	if _, err := call(ctx, intruder.xdsClient(t, "xds:///greeter.demo.svc.cluster.local:50051")); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("the intruder's call: %v, want PermissionDenied", err)
 	}
+
+	// discovery knows the four as proxyless gRPC (the generator
+	// pilot-agent puts in the bootstrap), as their service accounts, at
+	// Istio's version, each having taken what it was sent.
+	accounts := map[string]string{}
+	for _, p := range []*pod{v1, v2, client, intruder} {
+		accounts["sidecar~127.0.0.1~"+p.spec.name+".demo~demo.svc.cluster.local"] = p.spec.account
+	}
+	xdstest.Eventually(t, "the four pods synced in flotilla proxy-status", func() bool {
+		n := 0
+		for _, p := range proxyStatus(t, m) {
+			account, ok := accounts[p.ID]
+			if ok && p.Generator == "grpc" && p.IstioVersion == istioVersion && p.Identity == "spiffe://cluster.local/ns/demo/sa/"+account && synced(p) {
+				n++
+			}
+		}
+		return n == len(accounts)
+	})
 
 	// pilot-agent renews each certificate into its files before it
 	// expires; calls go on meanwhile. grpc-go reads the files again only

@@ -272,7 +272,7 @@ func TestIstiosAgentServesItsSidecarAndDrainsItOnSIGTERM(t *testing.T) {
 		return synced(proxy)
 	})
 	if proxy.ID != "sidecar~127.0.0.1~greeter-client-1.demo~demo.svc.cluster.local" || proxy.Identity != "spiffe://cluster.local/ns/demo/sa/greeter-client" ||
-		proxy.IstioVersion != "1.31-dev" || !proxy.Delta {
+		proxy.IstioVersion != istioVersion || !proxy.Delta {
 		t.Fatalf("discovery sees %s as %q at version %q (delta %v)", proxy.ID, proxy.Identity, proxy.IstioVersion, proxy.Delta)
 	}
 
