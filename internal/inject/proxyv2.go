@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -160,9 +161,13 @@ func istioData(pod *corev1.Pod, w Workload, v Values) (istioTemplateData, error)
 
 	pc := &meshv1alpha1.ProxyConfig{DiscoveryAddress: v.DiscoveryAddress}
 	if v.ProxyConfig != "" {
-		if err := protojson.Unmarshal([]byte(v.ProxyConfig), pc); err != nil {
+		// Merged over the discovery address, as Istio lays the annotation
+		// over the mesh's default proxy configuration.
+		own := &meshv1alpha1.ProxyConfig{}
+		if err := protojson.Unmarshal([]byte(v.ProxyConfig), own); err != nil {
 			return d, fmt.Errorf("%s: %w", AnnotationProxyConfig, err)
 		}
+		proto.Merge(pc, own)
 	}
 	d.ProxyMetadata = pc.GetProxyMetadata()
 	js, err := protojson.Marshal(pc)
