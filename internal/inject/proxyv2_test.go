@@ -220,9 +220,9 @@ func TestTheSidecarValueChoosesTheTemplateAndTheDefaultsOnce(t *testing.T) {
 		t.Errorf("values laid over the proxyv2 defaults: %v", env)
 	}
 	for values, want := range map[string]string{
-		"sidecar: envoy\n":             `sidecar "envoy": want flotilla or proxyv2`,
-		"sidecar: [proxyv2]\n":         "injection values",
-		"sidecar: proxyv2\nproxyImg: x": "unknown field",
+		"sidecar: envoy\n":                                `sidecar "envoy": want flotilla or proxyv2`,
+		"sidecar: [proxyv2]\n":                            "injection values",
+		"sidecar: proxyv2\nproxyImg: x":                   "unknown field",
 		"sidecar: proxyv2\ncomponentLogLevel: \"misc\"\n": "component:level pairs",
 	} {
 		if _, err := ParseConfig("default", "", values); err == nil || !strings.Contains(err.Error(), want) {
@@ -353,7 +353,9 @@ func TestThePatchTurnsThePodIntoTheProxyV2InjectedOne(t *testing.T) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "m"}}
 			p.Annotations = map[string]string{"kubectl.kubernetes.io/default-container": "greeter"}
 		}),
-		"held":       probedPod(func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationProxyConfig: "holdApplicationUntilProxyStarts: true"} }),
+		"held": probedPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationProxyConfig: "holdApplicationUntilProxyStarts: true"}
+		}),
 		"grpc-agent": probedPod(func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationTemplates: TemplateGRPCAgent} }),
 		"no labels":  pod(func(p *corev1.Pod) { p.Labels = nil }),
 	} {

@@ -28,12 +28,12 @@ import (
 
 // Per-pod annotations that override values.
 const (
-	AnnotationProxyImage        = "sidecar.istio.io/proxyImage"
-	AnnotationProxyCPU          = "sidecar.istio.io/proxyCPU"
-	AnnotationProxyMemory       = "sidecar.istio.io/proxyMemory"
-	AnnotationProxyCPULimit     = "sidecar.istio.io/proxyCPULimit"
-	AnnotationProxyMemoryLimit  = "sidecar.istio.io/proxyMemoryLimit"
-	AnnotationLogLevel          = "sidecar.istio.io/logLevel"
+	AnnotationProxyImage       = "sidecar.istio.io/proxyImage"
+	AnnotationProxyCPU         = "sidecar.istio.io/proxyCPU"
+	AnnotationProxyMemory      = "sidecar.istio.io/proxyMemory"
+	AnnotationProxyCPULimit    = "sidecar.istio.io/proxyCPULimit"
+	AnnotationProxyMemoryLimit = "sidecar.istio.io/proxyMemoryLimit"
+	AnnotationLogLevel         = "sidecar.istio.io/logLevel"
 	// AnnotationComponentLogLevel and AnnotationAgentLogLevel are read
 	// by the proxyv2 template only: pilot-agent's
 	// --proxyComponentLogLevel (Envoy's per-component levels) and
