@@ -6,6 +6,7 @@ package kubeinject
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,10 @@ func NewCommand() *cobra.Command {
   flotilla kube-inject -f deployment.yaml | kubectl apply -f -
 
   # from standard input, with a sidecar template and values of your own
-  kubectl get deployment reviews -o yaml | flotilla kube-inject -f - --template-file template.yaml --values-file values.yaml`,
+  kubectl get deployment reviews -o yaml | flotilla kube-inject -f - --template-file template.yaml --values-file values.yaml
+
+  # Istio's proxyv2 sidecar instead of Flotilla's (values.yaml: "sidecar: proxyv2")
+  flotilla kube-inject -f deployment.yaml --values-file values.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := inject.ConfigFromFiles(revision, templateFile, valuesFile)
@@ -74,7 +78,7 @@ func NewCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "YAML to inject, or - for standard input")
 	cmd.Flags().StringVar(&templateFile, "template-file", "", "sidecar template; empty uses the built-in")
-	cmd.Flags().StringVar(&valuesFile, "values-file", "", "template values (YAML) laid over the built-in ones; empty uses the built-in")
+	cmd.Flags().StringVar(&valuesFile, "values-file", "", "template values (YAML) laid over the built-in ones; empty uses the built-in (sidecar: proxyv2 chooses Istio's proxyv2 sidecar and its template)")
 	cmd.Flags().StringVar(&revision, "revision", controlplane.DefaultRevision, "revision recorded on injected pods")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
@@ -113,47 +117,55 @@ func splitDocs(data []byte) [][]byte {
 // injectDoc injects one object; kinds without pods come back as they were
 // (re-encoded).
 func injectDoc(doc []byte, tmpl *inject.Template, values inject.Values) ([]byte, error) {
-	var head metav1.TypeMeta
+	var head struct {
+		metav1.TypeMeta `json:",inline"`
+		Metadata        metav1.ObjectMeta `json:"metadata"`
+	}
 	if err := sigsyaml.Unmarshal(doc, &head); err != nil {
 		return nil, fmt.Errorf("not YAML: %w", err)
 	}
 	if head.Kind == "" {
 		return nil, errors.New("no kind")
 	}
+	// The pod template's workload is the object itself, as Istio's
+	// kube-inject (pkg/kube/inject's IntoObject) gives its template the
+	// object's name and type: what Istio's proxyv2 sidecar reports as
+	// ISTIO_META_WORKLOAD_NAME and ISTIO_META_OWNER.
+	owner := &inject.Workload{Name: head.Metadata.Name, Namespace: head.Metadata.Namespace, Kind: head.Kind, APIVersion: head.APIVersion}
 	switch head.APIVersion + " " + head.Kind {
 	case "v1 Pod":
 		var p corev1.Pod
-		return podOf(doc, &p, func() (*metav1.ObjectMeta, *corev1.PodSpec) { return &p.ObjectMeta, &p.Spec }, tmpl, values)
+		return podOf(doc, &p, func() (*metav1.ObjectMeta, *corev1.PodSpec) { return &p.ObjectMeta, &p.Spec }, nil, tmpl, values)
 	case "apps/v1 Deployment":
 		var d appsv1.Deployment
 		return podOf(doc, &d, func() (*metav1.ObjectMeta, *corev1.PodSpec) {
 			return &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec
-		}, tmpl, values)
+		}, owner, tmpl, values)
 	case "apps/v1 StatefulSet":
 		var s appsv1.StatefulSet
 		return podOf(doc, &s, func() (*metav1.ObjectMeta, *corev1.PodSpec) {
 			return &s.Spec.Template.ObjectMeta, &s.Spec.Template.Spec
-		}, tmpl, values)
+		}, owner, tmpl, values)
 	case "apps/v1 DaemonSet":
 		var d appsv1.DaemonSet
 		return podOf(doc, &d, func() (*metav1.ObjectMeta, *corev1.PodSpec) {
 			return &d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec
-		}, tmpl, values)
+		}, owner, tmpl, values)
 	case "apps/v1 ReplicaSet":
 		var r appsv1.ReplicaSet
 		return podOf(doc, &r, func() (*metav1.ObjectMeta, *corev1.PodSpec) {
 			return &r.Spec.Template.ObjectMeta, &r.Spec.Template.Spec
-		}, tmpl, values)
+		}, owner, tmpl, values)
 	case "batch/v1 Job":
 		var j batchv1.Job
 		return podOf(doc, &j, func() (*metav1.ObjectMeta, *corev1.PodSpec) {
 			return &j.Spec.Template.ObjectMeta, &j.Spec.Template.Spec
-		}, tmpl, values)
+		}, owner, tmpl, values)
 	case "batch/v1 CronJob":
 		var c batchv1.CronJob
 		return podOf(doc, &c, func() (*metav1.ObjectMeta, *corev1.PodSpec) {
 			return &c.Spec.JobTemplate.Spec.Template.ObjectMeta, &c.Spec.JobTemplate.Spec.Template.Spec
-		}, tmpl, values)
+		}, owner, tmpl, values)
 	}
 	var any map[string]any
 	if err := sigsyaml.Unmarshal(doc, &any); err != nil {
@@ -167,8 +179,8 @@ func injectDoc(doc []byte, tmpl *inject.Template, values inject.Values) ([]byte,
 }
 
 // podOf decodes obj strictly, injects the pod its template (or itself)
-// describes, and encodes it again.
-func podOf(doc []byte, obj any, pod func() (*metav1.ObjectMeta, *corev1.PodSpec), tmpl *inject.Template, values inject.Values) ([]byte, error) {
+// describes as owner's (nil: the pod's own), and encodes it again.
+func podOf(doc []byte, obj any, pod func() (*metav1.ObjectMeta, *corev1.PodSpec), owner *inject.Workload, tmpl *inject.Template, values inject.Values) ([]byte, error) {
 	if err := sigsyaml.UnmarshalStrict(doc, obj); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
@@ -182,7 +194,13 @@ func podOf(doc []byte, obj any, pod func() (*metav1.ObjectMeta, *corev1.PodSpec)
 	// only the pod's own opt-out, host networking or an earlier injection
 	// keep it as it is.
 	if ok, _ := inject.Decide(p, ns, map[string]string{inject.NamespaceLabel: "enabled"}, inject.Policy{}); ok {
-		injected, err := tmpl.Inject(p, values)
+		w := inject.WorkloadOf(p)
+		w.Namespace = ns
+		if owner != nil {
+			w = *owner
+			w.Namespace = cmp.Or(w.Namespace, "default")
+		}
+		injected, err := tmpl.InjectAs(p, w, values)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package kubeinject
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 
@@ -113,5 +114,49 @@ func TestKubeInjectRefusesWhatItCannotRead(t *testing.T) {
 	}
 	if _, err := run(t, []string{"-f", "/no/such/file"}, ""); err == nil {
 		t.Error("a missing file was accepted")
+	}
+}
+
+func TestKubeInjectAddsIstiosProxyV2SidecarWhenTheValuesChooseIt(t *testing.T) {
+	values := t.TempDir() + "/values.yaml"
+	if err := os.WriteFile(values, []byte("sidecar: proxyv2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, []string{"-f", "-", "--values-file", values}, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := docs(out)
+	var dep appsv1.Deployment
+	if err := sigsyaml.UnmarshalStrict([]byte(d[0]), &dep); err != nil {
+		t.Fatal(err)
+	}
+	spec := dep.Spec.Template.Spec
+	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != inject.ProxyV2InitContainer || spec.Containers[1].Image != inject.ProxyV2Image {
+		t.Fatalf("not Istio's proxyv2: init %+v, containers %+v", spec.InitContainers, spec.Containers)
+	}
+	// The workload is the object kube-inject was given, as Istio's
+	// kube-inject reports it.
+	owner := func(c corev1.Container) string {
+		for _, e := range c.Env {
+			if e.Name == "ISTIO_META_OWNER" {
+				return e.Value
+			}
+		}
+		return ""
+	}
+	if got := owner(spec.Containers[1]); got != "kubernetes://apis/apps/v1/namespaces/shop/deployments/cart" {
+		t.Errorf("the Deployment's ISTIO_META_OWNER %q", got)
+	}
+	var cj batchv1.CronJob
+	if err := sigsyaml.UnmarshalStrict([]byte(d[3]), &cj); err != nil {
+		t.Fatal(err)
+	}
+	if got := owner(cj.Spec.JobTemplate.Spec.Template.Spec.Containers[1]); got != "kubernetes://apis/batch/v1/namespaces/default/cronjobs/nightly" {
+		t.Errorf("the CronJob's ISTIO_META_OWNER %q", got)
+	}
+	again, err := run(t, []string{"-f", "-", "--values-file", values}, out)
+	if err != nil || again != out {
+		t.Fatalf("a second kube-inject changed the output (%v)", err)
 	}
 }

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -69,8 +70,9 @@ func DefaultConfig(revision string) Config {
 }
 
 // ParseConfig parses an injection configuration: the template (empty: the
-// built-in one) and values as YAML laid over the built-in values (empty:
-// the built-in values). The revision is the values' unless they name
+// built-in one of the sidecar the values choose) and values as YAML laid
+// over that sidecar's built-in values (empty: the built-in values of
+// Flotilla's sidecar). The revision is the values' unless they name
 // another. To refuse a configuration that parses but cannot inject, it
 // renders a probe pod, which must come out with the istio-proxy container
 // (what marks a pod as injected).
@@ -78,14 +80,30 @@ func ParseConfig(revision, template, values string) (Config, error) {
 	if n := len(template) + len(values); n > MaxConfigBytes {
 		return Config{}, fmt.Errorf("injection configuration is %d bytes, more than the %d allowed", n, MaxConfigBytes)
 	}
+	// The sidecar is chosen first: it decides the defaults the values are
+	// laid over, and the built-in template.
+	var choice struct {
+		Sidecar string `json:"sidecar"`
+	}
+	if strings.TrimSpace(values) != "" {
+		if err := sigsyaml.Unmarshal([]byte(values), &choice); err != nil {
+			return Config{}, fmt.Errorf("injection values: %w", err)
+		}
+	}
+	sidecar := cmp.Or(choice.Sidecar, SidecarFlotilla)
+	v, err := defaultValuesFor(sidecar, revision)
+	if err != nil {
+		return Config{}, fmt.Errorf("injection values: %w", err)
+	}
 	if template == "" {
-		template = DefaultTemplate
+		if template, err = BuiltinTemplate(sidecar); err != nil {
+			return Config{}, err
+		}
 	}
 	t, err := ParseTemplate(template)
 	if err != nil {
 		return Config{}, err
 	}
-	v := DefaultValues()
 	v.Revision = ""
 	if strings.TrimSpace(values) != "" {
 		if err := sigsyaml.UnmarshalStrict([]byte(values), &v); err != nil {

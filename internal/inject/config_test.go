@@ -111,6 +111,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add("containers: [{name: istio-proxy, image: {{ quote .Values.ProxyImage }}}]", "")
 	f.Add("{{ range .Pod.Spec.Containers }}{{ end }}", "logLevel: nope")
 	f.Add(DefaultTemplate, "excludeInboundPorts: \"1,2,x\"\n")
+	f.Add("", "sidecar: proxyv2\nexcludeInboundPorts: \"15020,9090\"\n")
+	f.Add(ProxyV2Template, "sidecar: proxyv2\nagentLogLevel: \"ads:debug\"\n")
 	f.Fuzz(func(t *testing.T, template, values string) {
 		c, err := ParseConfig("default", template, values)
 		if err != nil {

@@ -1,8 +1,11 @@
 // Package inject decides whether a pod gets a sidecar and renders what is
-// added (the flotilla-init container that installs traffic capture, the
+// added (the init container that installs traffic capture, the
 // istio-proxy container, their volumes and the status annotation) from a
 // text/template and values, with Istio's per-pod annotations as
-// overrides; and it computes the JSONPatch the webhook returns. It does no
+// overrides; and it computes the JSONPatch the webhook returns. The
+// values choose the sidecar: Flotilla's own (flotilla-init and
+// flotilla-agent) or Istio's proxyv2 (istio-init and pilot-agent, laid
+// out as Istio's injection templates do). It does no
 // I/O beyond reading configuration files it is named: the webhook, galley
 // (which validates the injection ConfigMap) and kube-inject share it.
 package inject
@@ -26,7 +29,9 @@ const (
 	RevisionLabel    = controlplane.RevisionLabel
 	TLSModeLabel     = "security.istio.io/tlsMode"
 	ProxyContainer   = "istio-proxy"
-	InitContainer    = "flotilla-init"
+	// InitContainer is Flotilla's sidecar's capture container (the
+	// proxyv2 sidecar's is ProxyV2InitContainer).
+	InitContainer = "flotilla-init"
 )
 
 // Policy says which pods are injected.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,12 +28,18 @@ import (
 
 // Per-pod annotations that override values.
 const (
-	AnnotationProxyImage        = "sidecar.istio.io/proxyImage"
-	AnnotationProxyCPU          = "sidecar.istio.io/proxyCPU"
-	AnnotationProxyMemory       = "sidecar.istio.io/proxyMemory"
-	AnnotationProxyCPULimit     = "sidecar.istio.io/proxyCPULimit"
-	AnnotationProxyMemoryLimit  = "sidecar.istio.io/proxyMemoryLimit"
-	AnnotationLogLevel          = "sidecar.istio.io/logLevel"
+	AnnotationProxyImage       = "sidecar.istio.io/proxyImage"
+	AnnotationProxyCPU         = "sidecar.istio.io/proxyCPU"
+	AnnotationProxyMemory      = "sidecar.istio.io/proxyMemory"
+	AnnotationProxyCPULimit    = "sidecar.istio.io/proxyCPULimit"
+	AnnotationProxyMemoryLimit = "sidecar.istio.io/proxyMemoryLimit"
+	AnnotationLogLevel         = "sidecar.istio.io/logLevel"
+	// AnnotationComponentLogLevel and AnnotationAgentLogLevel are read
+	// by the proxyv2 template only: pilot-agent's
+	// --proxyComponentLogLevel (Envoy's per-component levels) and
+	// --log_output_level (the agent's own scopes).
+	AnnotationComponentLogLevel = "sidecar.istio.io/componentLogLevel"
+	AnnotationAgentLogLevel     = "sidecar.istio.io/agentLogLevel"
 	AnnotationIncludeOutbound   = "traffic.sidecar.istio.io/includeOutboundIPRanges"
 	AnnotationExcludeOutbound   = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
 	AnnotationExcludeInbound    = "traffic.sidecar.istio.io/excludeInboundPorts"
@@ -54,8 +61,23 @@ const (
 	TemplateGRPCAgent = "grpc-agent"
 )
 
+// The sidecars an injector can add, chosen once by Values.Sidecar: each
+// has its own built-in template and defaults.
+const (
+	// SidecarFlotilla is flotilla-proxy: Envoy and flotilla-agent, with
+	// Flotilla's template (sidecar.yaml.tmpl).
+	SidecarFlotilla = "flotilla"
+	// SidecarProxyV2 is Istio's proxyv2 image (pilot-agent and Envoy) with
+	// Istio's injection template semantics (proxyv2.yaml.tmpl), so a pod
+	// written for Istio runs against Flotilla as it is.
+	SidecarProxyV2 = "proxyv2"
+)
+
 // Values fill the template.
 type Values struct {
+	// Sidecar chooses the built-in template and the built-in values the
+	// rest are laid over: SidecarFlotilla or SidecarProxyV2.
+	Sidecar          string `json:"sidecar"`
 	ProxyImage       string `json:"proxyImage"`
 	CPURequest       string `json:"cpuRequest"`
 	MemoryRequest    string `json:"memoryRequest"`
@@ -67,6 +89,17 @@ type Values struct {
 	ClusterID        string `json:"clusterID"`
 	LogLevel         string `json:"logLevel"`
 	Revision         string `json:"revision"`
+	// DomainSuffix is the cluster's DNS domain (pilot-agent's --domain
+	// is $(POD_NAMESPACE).svc.<suffix>).
+	DomainSuffix string `json:"domainSuffix"`
+	// MeshID is Istio's global.meshID (ISTIO_META_MESH_ID); empty: the
+	// trust domain, as Istio's template falls back to.
+	MeshID string `json:"meshID"`
+	// ComponentLogLevel and AgentLogLevel are the proxyv2 template's
+	// Envoy component levels and pilot-agent's scopes (Istio's
+	// global.proxy.componentLogLevel and global.logging.level).
+	ComponentLogLevel string `json:"componentLogLevel"`
+	AgentLogLevel     string `json:"agentLogLevel"`
 	// Traffic capture, as the annotations of the same names.
 	IncludeOutboundIPRanges string `json:"includeOutboundIPRanges"`
 	ExcludeOutboundIPRanges string `json:"excludeOutboundIPRanges"`
@@ -85,9 +118,11 @@ type Values struct {
 	ProxyConfig string `json:"-"`
 }
 
-// DefaultValues are the built-in values.
+// DefaultValues are the built-in values of Flotilla's own sidecar.
 func DefaultValues() Values {
 	return Values{
+		Sidecar: SidecarFlotilla, DomainSuffix: controlplane.DefaultDomainSuffix,
+		ComponentLogLevel: "misc:error", AgentLogLevel: "default:info",
 		ProxyImage: "flotilla-proxy:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
 		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
 		TrustDomain: controlplane.DefaultTrustDomain, ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
@@ -95,10 +130,26 @@ func DefaultValues() Values {
 	}
 }
 
-// DefaultTemplate is the built-in sidecar template.
+// DefaultTemplate is the built-in template of Flotilla's own sidecar.
 //
 //go:embed sidecar.yaml.tmpl
 var DefaultTemplate string
+
+// ProxyV2Template is the built-in template of Istio's proxyv2 sidecar.
+//
+//go:embed proxyv2.yaml.tmpl
+var ProxyV2Template string
+
+// BuiltinTemplate is the built-in template of a sidecar.
+func BuiltinTemplate(sidecar string) (string, error) {
+	switch sidecar {
+	case SidecarFlotilla:
+		return DefaultTemplate, nil
+	case SidecarProxyV2:
+		return ProxyV2Template, nil
+	}
+	return "", fmt.Errorf("sidecar %q: want %s or %s", sidecar, SidecarFlotilla, SidecarProxyV2)
+}
 
 // Template is a parsed sidecar template. Safe for concurrent use.
 type Template struct {
@@ -139,6 +190,18 @@ type Sidecar struct {
 	// proxyless template's bootstrap variable and mounts); what a
 	// container already has of the same name or path is kept.
 	Application *Application `json:"application,omitempty"`
+	// Labels and Annotations are set on the pod, replacing the pod's own
+	// of the same keys, as Istio's templates' metadata overlays the pod.
+	// An annotation sidecar.istio.io/rewriteAppHTTPProbers set here
+	// decides the probe rewriting, as it does in Istio (its grpc-agent
+	// template turns the rewriting off so).
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// InitContainersLast puts the template's init containers after the
+	// pod's own, as Istio's reorderPod places istio-init: the pod's init
+	// containers run before traffic is redirected to a proxy that is not
+	// running yet. Otherwise they go first.
+	InitContainersLast bool `json:"initContainersLast,omitempty"`
 }
 
 // Application is what the pod's own containers get.
@@ -185,6 +248,14 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	default:
 		return v, fmt.Errorf("%s %q: want trace, debug, info, warning, error, critical or off", AnnotationLogLevel, v.LogLevel)
 	}
+	set(&v.ComponentLogLevel, AnnotationComponentLogLevel)
+	set(&v.AgentLogLevel, AnnotationAgentLogLevel)
+	if v.ComponentLogLevel != "" && !componentLevels.MatchString(v.ComponentLogLevel) {
+		return v, fmt.Errorf("%s %q: want component:level pairs separated by commas, as misc:error,upstream:debug", AnnotationComponentLogLevel, v.ComponentLogLevel)
+	}
+	if v.AgentLogLevel != "" && !agentLevels.MatchString(v.AgentLogLevel) {
+		return v, fmt.Errorf("%s %q: want a level, or scope:level pairs separated by commas, as default:info,ads:debug", AnnotationAgentLogLevel, v.AgentLogLevel)
+	}
 	if cfg, ok := a[AnnotationProxyConfig]; ok {
 		pc, err := istio.ParseProxyConfig([]byte(cfg))
 		if err != nil {
@@ -215,6 +286,14 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	}
 	return v, nil
 }
+
+// The shapes of Envoy's --component-log-level and of Istio's
+// --log_output_level (pkg/log's scope:level list, a bare level meaning
+// every scope's).
+var (
+	componentLevels = regexp.MustCompile(`^[a-z0-9_]+:[a-z]+(,[a-z0-9_]+:[a-z]+)*$`)
+	agentLevels     = regexp.MustCompile(`^([a-z0-9_.-]+:)?[a-z]+(,[a-z0-9_.-]+:[a-z]+)*$`)
+)
 
 // checkRanges accepts a list of IPv4 CIDRs or addresses (and "*" when
 // star): what the agent's capture rules take.
@@ -249,8 +328,14 @@ func splitList(s string) []string {
 }
 
 // Render renders the sidecar for a pod: values overridden by the pod's
-// annotations, then the template.
+// annotations, then the template. The pod's workload is WorkloadOf(pod).
 func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, error) {
+	return t.RenderAs(pod, WorkloadOf(pod), values)
+}
+
+// RenderAs is Render for a pod of workload w (kube-inject knows the
+// object whose pod template it injects).
+func (t *Template) RenderAs(pod *corev1.Pod, w Workload, values Values) (*Sidecar, Values, error) {
 	v, err := effective(values, pod)
 	if err != nil {
 		return nil, v, err
@@ -263,10 +348,15 @@ func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, err
 		return nil, v, fmt.Errorf("%s %q: want %s or %s", AnnotationTemplates, tmpl, TemplateSidecar, TemplateGRPCAgent)
 	}
 	buf := limitedBuffer{max: MaxRenderedBytes}
+	istio, err := istioData(pod, w, v)
+	if err != nil {
+		return nil, v, err
+	}
 	data := map[string]any{
 		"Values": v, "Pod": pod, "Proxyless": tmpl == TemplateGRPCAgent,
 		"ExcludeInboundPorts": splitList(v.ExcludeInboundPorts), "ExcludeOutboundPorts": splitList(v.ExcludeOutboundPorts),
 		"IncludeOutboundIPRanges": splitList(v.IncludeOutboundIPRanges), "ExcludeOutboundIPRanges": splitList(v.ExcludeOutboundIPRanges),
+		"Istio": istio,
 	}
 	if err := t.t.Execute(&buf, data); err != nil {
 		return nil, v, fmt.Errorf("sidecar template: %w", err)
@@ -309,6 +399,8 @@ func (s *Sidecar) deepCopy() *Sidecar {
 	if s.Volumes != nil {
 		out.Volumes = make([]corev1.Volume, len(s.Volumes))
 	}
+	out.Labels, out.Annotations = maps.Clone(s.Labels), maps.Clone(s.Annotations)
+	out.InitContainersLast = s.InitContainersLast
 	if s.Application != nil {
 		out.Application = &Application{}
 		for _, e := range s.Application.Env {
@@ -355,9 +447,15 @@ type Status struct {
 	Revision       string   `json:"revision"`
 }
 
-// Inject returns a copy of pod with the sidecar added.
+// Inject returns a copy of pod with the sidecar added. The pod's workload
+// is WorkloadOf(pod).
 func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
-	sc, v, err := t.Render(pod, values)
+	return t.InjectAs(pod, WorkloadOf(pod), values)
+}
+
+// InjectAs is Inject for a pod of workload w.
+func (t *Template) InjectAs(pod *corev1.Pod, w Workload, values Values) (*corev1.Pod, error) {
+	sc, v, err := t.RenderAs(pod, w, values)
 	if err != nil {
 		return nil, err
 	}
@@ -375,8 +473,12 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 		}
 		st.Volumes = append(st.Volumes, vol.Name)
 	}
-	// Capture first, before any other init container opens connections.
-	out.Spec.InitContainers = append(slices.Clone(sc.InitContainers), out.Spec.InitContainers...)
+	if sc.InitContainersLast {
+		out.Spec.InitContainers = append(out.Spec.InitContainers, sc.InitContainers...)
+	} else {
+		// Capture first, before any other init container opens connections.
+		out.Spec.InitContainers = append(slices.Clone(sc.InitContainers), out.Spec.InitContainers...)
+	}
 	if v.HoldApplicationUntilProxyStarts {
 		out.Spec.Containers = append(slices.Clone(sc.Containers), out.Spec.Containers...)
 	} else {
@@ -401,6 +503,18 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 			}
 		}
 	}
+	out.Annotations = maps.Clone(out.Annotations)
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	maps.Copy(out.Annotations, sc.Annotations)
+	if s, ok := sc.Annotations[AnnotationRewriteProbes]; ok {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("the template's %s %q: want true or false", AnnotationRewriteProbes, s)
+		}
+		v.RewriteAppProbers = b
+	}
 	if v.RewriteAppProbers {
 		if err := rewriteProbes(out, st.Containers); err != nil {
 			return nil, err
@@ -410,10 +524,6 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	out.Annotations = maps.Clone(out.Annotations)
-	if out.Annotations == nil {
-		out.Annotations = map[string]string{}
-	}
 	out.Annotations[StatusAnnotation] = string(status)
 	// The revision that injected it, as Istio's template records it.
 	out.Annotations[RevisionLabel] = cmp.Or(v.Revision, controlplane.DefaultRevision)
@@ -421,6 +531,7 @@ func (t *Template) Inject(pod *corev1.Pod, values Values) (*corev1.Pod, error) {
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
+	maps.Copy(out.Labels, sc.Labels)
 	out.Labels[TLSModeLabel] = "istio"
 	return out, nil
 }

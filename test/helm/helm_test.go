@@ -106,7 +106,9 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 			"--set", "gateways.ingress.enabled=true", "--set", "gateways.egress.enabled=true",
 			"--set", "gateways.ingress.autoscaling.enabled=false", "--set", "gateways.ingress.service.type=NodePort",
 		},
-		"validation failing open": {"--set", "galley.validationWebhook.failurePolicy=Ignore"},
+		"validation failing open":             {"--set", "galley.validationWebhook.failurePolicy=Ignore"},
+		"Istio's proxyv2 sidecar, a revision": {"--set", "injector.sidecar=proxyv2", "--set", "revision=canary"},
+		"the istiod Service":                  {"--set", "discovery.istiodService.enabled=true"},
 		"scheduling": {
 			"--set", "discovery.nodeSelector.pool=mesh", "--set-json", `discovery.tolerations=[{"key":"mesh","operator":"Exists"}]`,
 			"--set-json", `discovery.affinity={"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"podAffinityTerm":{"topologyKey":"kubernetes.io/hostname","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"flotilla-discovery"}}}}]}}`,

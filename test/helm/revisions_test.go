@@ -2,6 +2,7 @@ package helm_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -34,6 +35,10 @@ import (
 // labelled istio-injection=enabled get the default revision's sidecar,
 // those of one labelled istio.io/rev=canary the canary's, each pointed at
 // its revision's discovery; relabelling a namespace moves its new pods.
+// The canary injects Istio's proxyv2 sidecar (injector.sidecar=proxyv2),
+// the default revision Flotilla's: a move between sidecars is a move
+// between revisions, and the canary's proxies dial discovery by Istio's
+// name, istiod-canary.
 func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -46,7 +51,7 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 		t.Fatal(err)
 	}
 	stable := renderRelease(t, helm, dir, "flotilla", ns)
-	canary := renderRelease(t, helm, dir, "flotilla-canary", ns, "--set", "revision=canary", "--set", "galley.enabled=false", "--set", "ca.enabled=false")
+	canary := renderRelease(t, helm, dir, "flotilla-canary", ns, "--set", "revision=canary", "--set", "galley.enabled=false", "--set", "ca.enabled=false", "--set", "injector.sidecar=proxyv2")
 
 	// Side by side: no object is both releases'.
 	key := func(o *unstructured.Unstructured) string {
@@ -197,7 +202,7 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 		if rev == "default" {
 			return "flotilla-discovery." + ns + ".svc:15012"
 		}
-		return "flotilla-discovery-" + rev + "." + ns + ".svc:15012"
+		return "istiod-" + rev + "." + ns + ".svc:15012"
 	}
 	// injected creates a pod (dry run: nothing runs here) and says which
 	// revision injected it and which discovery its proxy dials: "" when
@@ -215,9 +220,17 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 			if c.Name != "istio-proxy" {
 				continue
 			}
+			// Flotilla's agent reads DISCOVERY_ADDRESS, pilot-agent the
+			// proxy configuration's discoveryAddress.
 			for _, e := range c.Env {
-				if e.Name == "DISCOVERY_ADDRESS" {
+				var pc struct {
+					DiscoveryAddress string `json:"discoveryAddress"`
+				}
+				switch {
+				case e.Name == "DISCOVERY_ADDRESS":
 					dials = e.Value
+				case e.Name == "PROXY_CONFIG" && json.Unmarshal([]byte(e.Value), &pc) == nil && pc.DiscoveryAddress != "":
+					dials = pc.DiscoveryAddress
 				}
 			}
 		}

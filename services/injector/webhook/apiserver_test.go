@@ -25,11 +25,11 @@ var env *kubeenv.Env
 
 func TestMain(m *testing.M) { os.Exit(kubeenv.RunTests(m, &env, kubeenv.Options{})) }
 
-// serve runs the webhook on 127.0.0.1 and registers it for pods in the
-// test's namespaces (those with the test label).
-func serve(t *testing.T, ctx context.Context, label string) {
+// serve runs the webhook with an injection configuration on 127.0.0.1
+// and registers it for pods in the test's namespaces (those with the test
+// label).
+func serve(t *testing.T, ctx context.Context, label string, def inject.Config) {
 	t.Helper()
-	def := inject.DefaultConfig(controlplane.DefaultRevision)
 	h, err := Handler(Options{
 		Log: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider().Meter("t"),
 		Config: func() inject.Config { return def },
@@ -104,8 +104,8 @@ func containerNames(p *corev1.Pod) []string {
 func TestTheAPIServerInjectsThePodsThePolicySelects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	const label = "inject" // one apiserver per test binary: no other test registers pods
-	serve(t, ctx, label)
+	const label = "inject" // one apiserver per test binary: each test registers for its own label
+	serve(t, ctx, label, inject.DefaultConfig(controlplane.DefaultRevision))
 	enabled := namespace(t, ctx, "inj-on", label, map[string]string{inject.NamespaceLabel: "enabled"})
 	plain := namespace(t, ctx, "inj-off", label, nil)
 
@@ -188,5 +188,73 @@ func TestTheAPIServerInjectsThePodsThePolicySelects(t *testing.T) {
 	got := create(again)
 	if len(got.Spec.Containers) != 2 || len(got.Spec.InitContainers) != 1 {
 		t.Fatalf("an injected pod was injected again: %v, %d init", containerNames(got), len(got.Spec.InitContainers))
+	}
+}
+
+// TestTheAPIServerAcceptsPodsInjectedWithIstiosProxyV2 has the apiserver
+// validate and store what the proxyv2 templates add (Istio's sidecar and
+// its grpc-agent flavour): every field must be one Kubernetes accepts.
+func TestTheAPIServerAcceptsPodsInjectedWithIstiosProxyV2(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const label = "proxyv2"
+	cfg, err := inject.ParseConfig(controlplane.DefaultRevision, "", "sidecar: proxyv2\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, ctx, label, cfg)
+	ns := namespace(t, ctx, "inj-proxyv2", label, map[string]string{inject.NamespaceLabel: "enabled"})
+	for i := 0; ; i++ {
+		probe, err := env.Client.CoreV1().Pods(ns).Create(ctx, podIn(ns, "probe", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil && slices.Contains(containerNames(probe), inject.ProxyContainer) {
+			break
+		}
+		if i > 200 {
+			t.Fatalf("the webhook never took effect: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	got, err := env.Client.CoreV1().Pods(ns).Create(ctx, podIn(ns, "app", func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "m:1"}}
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+		p.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intstr.FromString("http")},
+		}}
+		p.Annotations = map[string]string{inject.AnnotationExcludeInbound: "9090", inject.AnnotationProxyConfig: "holdApplicationUntilProxyStarts: true"}
+	}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the apiserver refused the injected pod: %v", err)
+	}
+	if !slices.Equal(containerNames(got), []string{inject.ProxyContainer, "app"}) || len(got.Spec.InitContainers) != 2 || got.Spec.InitContainers[1].Name != inject.ProxyV2InitContainer {
+		t.Fatalf("containers %v, init containers %+v", containerNames(got), got.Spec.InitContainers)
+	}
+	if args := strings.Join(got.Spec.InitContainers[1].Args, " "); !strings.Contains(args, "-d 15090,15021,9090,15020") {
+		t.Errorf("istio-init args %s", args)
+	}
+	proxy := got.Spec.Containers[0]
+	if proxy.Image != inject.ProxyV2Image || proxy.Lifecycle == nil || proxy.Lifecycle.PostStart == nil {
+		t.Errorf("istio-proxy %s, lifecycle %+v", proxy.Image, proxy.Lifecycle)
+	}
+	if !slices.ContainsFunc(proxy.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "ISTIO_KUBE_APP_PROBERS" && strings.Contains(e.Value, `"path":"/live"`) && strings.Contains(e.Value, `"port":8080`)
+	}) {
+		t.Errorf("istio-proxy's environment lacks the original probe: %v", proxy.Env)
+	}
+	if get := got.Spec.Containers[1].LivenessProbe.HTTPGet; get.Path != "/app-health/app/livez" || get.Port.IntValue() != 15020 {
+		t.Errorf("the stored liveness probe %+v", get)
+	}
+
+	proxyless, err := env.Client.CoreV1().Pods(ns).Create(ctx, podIn(ns, "greeter", func(p *corev1.Pod) {
+		p.Annotations = map[string]string{inject.AnnotationTemplates: inject.TemplateGRPCAgent}
+	}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the apiserver refused the injected proxyless pod: %v", err)
+	}
+	if len(proxyless.Spec.InitContainers) != 0 || !slices.Equal(containerNames(proxyless), []string{"app", inject.ProxyContainer}) {
+		t.Fatalf("proxyless: containers %v, init %d", containerNames(proxyless), len(proxyless.Spec.InitContainers))
+	}
+	if !slices.ContainsFunc(proxyless.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == "GRPC_XDS_BOOTSTRAP" }) {
+		t.Errorf("the application's environment %v", proxyless.Spec.Containers[0].Env)
 	}
 }

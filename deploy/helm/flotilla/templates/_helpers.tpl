@@ -362,3 +362,19 @@ flotilla-sidecar-injector{{ if ne $rev "default" }}-{{ $rev }}{{ end -}}
 {{- define "flotilla.validatorName" -}}
 flotilla-validator-{{ .Release.Namespace }}
 {{- end }}
+
+{{/* Istio's name for the revision's discovery Service (istiod, or
+     istiod-<revision>: Istio's chart), which Istio's proxyv2 sidecars
+     and pilot-agent's defaults connect to
+     (internal/inject.IstiodAddress). */}}
+{{- define "flotilla.istiodName" -}}
+{{- $rev := include "flotilla.revision" . -}}
+istiod{{ if ne $rev "default" }}-{{ $rev }}{{ end }}
+{{- end }}
+
+{{/* Whether the istiod Service is rendered: always when the injector
+     adds Istio's proxyv2 sidecar (its pods connect to nothing else),
+     else when discovery.istiodService.enabled asks for it. */}}
+{{- define "flotilla.istiodService" -}}
+{{- if or (eq .Values.injector.sidecar "proxyv2") .Values.discovery.istiodService.enabled }}true{{ end -}}
+{{- end }}
