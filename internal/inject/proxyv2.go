@@ -47,14 +47,11 @@ func defaultValuesFor(sidecar, revision string) (Values, error) {
 
 // IstiodAddress is where Istio's sidecars of revision find discovery:
 // the Service Istio's chart names istiod (istiod-<revision> for a
-// revision other than the default) in the system namespace, port 15012
-// (Istio's injection-template.yaml writes the same for CA_ADDR).
+// revision other than the default, controlplane.Istiod) in the system
+// namespace, port 15012 (Istio's injection-template.yaml writes the same
+// for CA_ADDR).
 func IstiodAddress(namespace, revision string) string {
-	name := "istiod"
-	if revision != "" && revision != controlplane.DefaultRevision {
-		name += "-" + revision
-	}
-	return name + "." + namespace + ".svc:15012"
+	return controlplane.Istiod(revision) + "." + namespace + ".svc:15012"
 }
 
 // Workload is what Istio's template calls the pod's DeploymentMeta and
