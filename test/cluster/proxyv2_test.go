@@ -46,7 +46,7 @@ func istioSidecarRevision(t testing.TB, ctx context.Context, _ *controlPlane) { 
 	const rev, ns, sa = "istio", "legacy", "legacy-client"
 	rcp := installRelease(t, ctx, systemNamespace, "flotilla-"+rev,
 		"revision="+rev, "galley.enabled=false", "ca.enabled=false", "injector.sidecar=proxyv2",
-		"discovery.autoscaling.enabled=false", "discovery.replicaCount=1",
+		"discovery.autoscaling.enabled=false", "discovery.replicaCount=1", "discovery.podDisruptionBudget.enabled=false",
 		"injector.replicaCount=1", "injector.podDisruptionBudget.enabled=false")
 	c := env.Client
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
@@ -57,25 +57,31 @@ func istioSidecarRevision(t testing.TB, ctx context.Context, _ *controlPlane) { 
 	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	created, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "client", Labels: map[string]string{"app": "client"},
-			Annotations: map[string]string{"inject.istio.io/templates": "grpc-agent"},
-		},
-		Spec: corev1.PodSpec{
-			ServiceAccountName: sa,
-			Containers:         []corev1.Container{{Name: "app", Image: "example.test/grpc-client:1"}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The revision's injector serves once it has its certificate from ca
+	// and its configuration from galley: until then the apiserver cannot
+	// call it, and the pod is created again.
+	var created *corev1.Pod
+	rcp.eventually(t, ctx, time.Minute, "the pod created through the revision's injector", func(ctx context.Context) error {
+		var err error
+		created, err = c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: "client", Labels: map[string]string{"app": "client"},
+				Annotations: map[string]string{"inject.istio.io/templates": "grpc-agent"},
+			},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: sa,
+				Containers:         []corev1.Container{{Name: "app", Image: "example.test/grpc-client:1"}},
+			},
+		}, metav1.CreateOptions{})
+		return err
+	})
 	i := slices.IndexFunc(created.Spec.Containers, func(c corev1.Container) bool { return c.Name == "istio-proxy" })
 	if i < 0 || !strings.Contains(created.Spec.Containers[i].Image, "/proxyv2:") {
 		t.Fatalf("the pod was not injected with Istio's proxyv2: %v", created.Spec.Containers)
 	}
 	var pod *corev1.Pod
 	rcp.eventually(t, ctx, time.Minute, "the pod running with an IP", func(ctx context.Context) error {
+		var err error
 		if pod, err = c.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{}); err != nil {
 			return err
 		}
@@ -93,8 +99,15 @@ func istioSidecarRevision(t testing.TB, ctx context.Context, _ *controlPlane) { 
 	if err := os.Symlink(filepath.Join(root, "bin", "tools", "pilot-agent"), filepath.Join(bin, "proxyv2")); err != nil {
 		t.Fatal(err)
 	}
+	// A short directory: the pod's xDS socket lies in it, and a unix
+	// socket's path is at most 107 bytes.
+	podDir, err := os.MkdirTemp("", "pv2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(podDir) })
 	runner := &podproc.Runner{
-		Client: c, APIServer: env.Config.Host, Bin: bin, Dir: t.TempDir(),
+		Client: c, APIServer: env.Config.Host, Bin: bin, Dir: podDir,
 		Images: map[string]podproc.Image{"proxyv2": {WorkDir: "/"}}, // Istio's proxyv2 Dockerfile: WORKDIR /
 	}
 	agent, err := runner.StartContainer(ctx, pod, "istio-proxy")
