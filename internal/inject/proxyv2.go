@@ -29,7 +29,8 @@ const ProxyV2InitContainer = "istio-init"
 // defaultValuesFor are the built-in values of a sidecar for a revision.
 // Istio's sidecar finds the control plane by Istio's names: discovery at
 // istiod[-<revision>].<namespace>.svc:15012 (the chart's Service of that
-// name), and, with no CA address, pilot-agent sends its CSRs there too.
+// name), and, with no CA address, its CSRs go there too (CA_ADDR is the
+// discovery address, as Istio's template writes it).
 func defaultValuesFor(sidecar, revision string) (Values, error) {
 	v := DefaultValues()
 	switch sidecar {

@@ -136,9 +136,10 @@ func TestTheProxyV2SidecarIsPilotAgentAndEnvoyAsIstioInjectsThem(t *testing.T) {
 		}
 	}
 	// pilot-agent sends its CSRs to the discovery address unless a CA
-	// address is configured.
-	if v, ok := env["CA_ADDR"]; ok {
-		t.Errorf("CA_ADDR %q set with no CA address configured", v)
+	// address is configured: CA_ADDR is istiod's, as Istio's template
+	// writes it.
+	if v := env["CA_ADDR"]; v != "istiod.istio-system.svc:15012" {
+		t.Errorf("CA_ADDR %q with no CA address configured, want the discovery address", v)
 	}
 	if p := proxy.ReadinessProbe.HTTPGet; p.Path != "/healthz/ready" || p.Port.IntValue() != 15021 {
 		t.Errorf("readiness %+v", p)
