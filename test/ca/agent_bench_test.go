@@ -22,7 +22,7 @@ import (
 // (grpc-go's client) open. Run it with -benchtime=1x.
 func BenchmarkAgentMemory(b *testing.B) {
 	for range b.N {
-		s := newSigner(b)
+		s := proc.NewSigner(b)
 		c := startCA(b, b.TempDir(), s)
 		secureXDS, greeterAddr, _ := greeterMesh(b, c, s)
 

@@ -31,7 +31,7 @@ import (
 // meshWithDiscovery runs galley (a directory with a backend) and
 // discovery with its certificate from c, and returns discovery's mTLS xDS
 // and admin addresses.
-func meshWithDiscovery(tb testing.TB, c *ca, s *signer) (secureXDS, admin string) {
+func meshWithDiscovery(tb testing.TB, c *ca, s *proc.Signer) (secureXDS, admin string) {
 	tb.Helper()
 	dir := tb.TempDir()
 	xdstest.WriteFile(tb, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(tb, "v1"), "v1")))
@@ -41,19 +41,19 @@ func meshWithDiscovery(tb testing.TB, c *ca, s *signer) (secureXDS, admin string
 // meshServing runs galley serving the Istio YAML in dir, and discovery,
 // both with certificates from c; it returns discovery's mTLS xDS and
 // admin addresses.
-func meshServing(tb testing.TB, c *ca, s *signer, dir string) (secureXDS, admin string) {
+func meshServing(tb testing.TB, c *ca, s *proc.Signer, dir string) (secureXDS, admin string) {
 	tb.Helper()
 	secureXDS, admin, _ = meshProcesses(tb, c, s, dir)
 	return secureXDS, admin
 }
 
 // meshProcesses is meshServing, with discovery's process.
-func meshProcesses(tb testing.TB, c *ca, s *signer, dir string) (secureXDS, admin string, discovery *proc.Process) {
+func meshProcesses(tb testing.TB, c *ca, s *proc.Signer, dir string) (secureXDS, admin string, discovery *proc.Process) {
 	tb.Helper()
 	rootsFile := filepath.Join(c.state, "roots.pem")
 	token := func(sa string) string {
 		path := filepath.Join(tb.TempDir(), sa)
-		if err := os.WriteFile(path, []byte(s.token(tb, "istio-system", sa)), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(s.Token(tb, "istio-system", sa)), 0o600); err != nil {
 			tb.Fatal(err)
 		}
 		return path
@@ -81,7 +81,7 @@ type pod struct {
 
 // podDir is a pod's directory (short: Unix socket paths are) holding the
 // projected token of namespace/account, and the token file's path.
-func podDir(tb testing.TB, s *signer, namespace, account string) (dir, tokenFile string) {
+func podDir(tb testing.TB, s *proc.Signer, namespace, account string) (dir, tokenFile string) {
 	tb.Helper()
 	dir, err := os.MkdirTemp("", "pod")
 	if err != nil {
@@ -89,7 +89,7 @@ func podDir(tb testing.TB, s *signer, namespace, account string) (dir, tokenFile
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	tokenFile = filepath.Join(dir, "istio-token")
-	if err := os.WriteFile(tokenFile, []byte(s.token(tb, namespace, account)), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(s.Token(tb, namespace, account)), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	return dir, tokenFile
@@ -97,7 +97,7 @@ func podDir(tb testing.TB, s *signer, namespace, account string) (dir, tokenFile
 
 // startAgent runs `flotilla-agent proxy sidecar` for shop/cart-1 with the
 // pod environment the injector sets and a token of tokenAccount.
-func startAgent(tb testing.TB, c *ca, s *signer, secureXDS, tokenAccount string, extra ...string) *pod {
+func startAgent(tb testing.TB, c *ca, s *proc.Signer, secureXDS, tokenAccount string, extra ...string) *pod {
 	tb.Helper()
 	dir, tokenFile := podDir(tb, s, "shop", tokenAccount)
 	p := &pod{
@@ -210,7 +210,7 @@ func httpGet(tb testing.TB, url string) (int, string) {
 // that identity; the agent is ready, merges the metrics, and drains Envoy
 // on SIGTERM.
 func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	secureXDS, _ := meshWithDiscovery(t, c, s)
 	p := startAgent(t, c, s, secureXDS, "cart", "--cert-ttl", "6s")
@@ -248,7 +248,7 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	// The CLI the same way: a token shown to ca for a certificate, then
 	// discovery's mTLS port.
 	token := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(token, []byte(s.token(t, "istio-system", "flotilla-cli")), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte(s.Token(t, "istio-system", "flotilla-cli")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	empty := filepath.Join(t.TempDir(), "context.yaml") // the flags say it all
@@ -294,7 +294,7 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 // identity from the token, not from the pod's environment, and discovery
 // then refuses the proxy's claim to be the environment's account.
 func TestATokenOfAnotherAccountGetsThatAccountsIdentity(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	secureXDS, _ := meshWithDiscovery(t, c, s)
 	p := startAgent(t, c, s, secureXDS, "intruder")
@@ -312,7 +312,7 @@ func TestATokenOfAnotherAccountGetsThatAccountsIdentity(t *testing.T) {
 // stops; the pod keeps serving the certificate it holds; ca comes back
 // (same address and state) and the renewal reaches the open SDS stream.
 func TestTheHeldCertificateIsServedWhileCAIsAwayAndRenewedWhenItReturns(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	secureXDS, _ := meshWithDiscovery(t, c, s)
 	p := startAgent(t, c, s, secureXDS, "cart", "--cert-ttl", "20s")
@@ -338,7 +338,7 @@ func TestTheHeldCertificateIsServedWhileCAIsAwayAndRenewedWhenItReturns(t *testi
 // the certs directory, the agent serves them, and a replaced set is
 // pushed.
 func TestMountedCertificatesAreServedInsteadOfCAsAndReloaded(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	mesh, err := testpki.NewCA("mounted")
 	if err != nil {

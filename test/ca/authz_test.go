@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // greeterPolicies lets demo-client call the greeter when it says it is
@@ -70,7 +71,7 @@ func rpc(ctx context.Context, c testgrpc.TestServiceClient, method, tenant strin
 // allowed caller too, and once it is removed the method is served
 // (Unimplemented by the greeter, so the call got past RBAC).
 func TestProxylessGRPCServersEnforceAuthorizationPolicyEndToEnd(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	secureXDS, greeterAddr, config := greeterMesh(t, c, s)
 	xdstest.WriteFile(t, config, "authz.yaml", greeterPolicies(true))

@@ -25,7 +25,6 @@ import (
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
-	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/build"
@@ -41,54 +40,25 @@ func TestMain(m *testing.M) {
 	os.Exit(build.Main(m, &binDir, &env, "flotilla-ca", "flotilla-injector", "flotilla-galley", "flotilla-discovery", "flotilla-agent", "fakeenvoy", "flotilla-demo", "flotilla"))
 }
 
-// signer issues the service account tokens ca checks against its JWKS
-// (no-cluster mode).
-type signer struct {
-	iss  *devjwt.Issuer
-	jwks string
-}
-
-func newSigner(tb testing.TB) *signer {
-	tb.Helper()
-	iss, err := devjwt.New("https://flotilla.test")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	d := &devjwt.Dir{Path: tb.TempDir(), Issuer: iss} // the JWKS only: tokens are minted per test
-	if err := d.Write(time.Now()); err != nil {
-		tb.Fatal(err)
-	}
-	return &signer{iss: iss, jwks: d.JWKSFile()}
-}
-
-func (s *signer) token(tb testing.TB, ns, sa string) string {
-	tb.Helper()
-	tok, err := s.iss.Token(ns, sa, "istio-ca", time.Now(), time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
-}
-
 type ca struct {
 	p     *proc.Process
 	addr  string
 	state string
 }
 
-func startCA(tb testing.TB, state string, s *signer, extra ...string) *ca {
+func startCA(tb testing.TB, state string, s *proc.Signer, extra ...string) *ca {
 	tb.Helper()
 	return startCAAt(tb, proc.FreeAddr(tb), state, s, extra...)
 }
 
 // startCAAt starts ca on addr (a restart keeps its address and state).
-func startCAAt(tb testing.TB, addr, state string, s *signer, extra ...string) *ca {
+func startCAAt(tb testing.TB, addr, state string, s *proc.Signer, extra ...string) *ca {
 	tb.Helper()
 	c := &ca{addr: addr, state: state}
 	admin := proc.FreeAddr(tb)
 	c.p = proc.Start(tb, "ca", filepath.Join(binDir, "flotilla-ca"), append([]string{
 		"--address", c.addr, "--admin-address", admin,
-		"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test",
+		"--state-dir", state, "--jwks-file", s.JWKS, "--jwt-issuer", proc.SignerIssuer,
 	}, extra...)...)
 	proc.WaitReady(tb, "http://"+admin+"/readyz")
 	return c
@@ -160,7 +130,7 @@ func requestAs(tb testing.TB, addr, serverName string, pemRoots []byte, token st
 }
 
 func TestTwoCAsStartedTogetherEndWithOneRootAndIssueUnderIt(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	state := t.TempDir()
 	// Both start before either is ready.
 	a := &ca{addr: proc.FreeAddr(t), state: state}
@@ -171,11 +141,11 @@ func TestTwoCAsStartedTogetherEndWithOneRootAndIssueUnderIt(t *testing.T) {
 		admin string
 	}{{a, adminA}, {b, adminB}} {
 		x.c.p = proc.Start(t, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", x.c.addr, "--admin-address", x.admin,
-			"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test")
+			"--state-dir", state, "--jwks-file", s.JWKS, "--jwt-issuer", proc.SignerIssuer)
 	}
 	proc.WaitReady(t, "http://"+adminA+"/readyz")
 	proc.WaitReady(t, "http://"+adminB+"/readyz")
-	tok := s.token(t, "default", "app")
+	tok := s.Token(t, "default", "app")
 	ca, cb := a.certificate(t, tok), b.certificate(t, tok)
 	if !ca[len(ca)-1].Equal(cb[len(cb)-1]) {
 		t.Fatal("the two replicas issue under different roots")
@@ -189,7 +159,7 @@ func TestTwoCAsStartedTogetherEndWithOneRootAndIssueUnderIt(t *testing.T) {
 }
 
 func TestAPluggedInIntermediateIsUsedAndReloaded(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	state := t.TempDir()
 	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -230,7 +200,7 @@ func TestAPluggedInIntermediateIsUsedAndReloaded(t *testing.T) {
 	}
 	plug("intermediate-1")
 	c := startCA(t, state, s)
-	tok := s.token(t, "shop", "cart")
+	tok := s.Token(t, "shop", "cart")
 	chain := c.certificate(t, tok)
 	if len(chain) != 3 || chain[1].Subject.CommonName != "intermediate-1" || !chain[2].Equal(root) {
 		t.Fatalf("chain %d long, intermediate %q", len(chain), chain[1].Subject.CommonName)
@@ -258,7 +228,7 @@ func serial() *big.Int {
 // internal/certclient as galley will: its Service names, served over TLS,
 // renewed before it expires.
 func TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	state := t.TempDir()
 	c := startCA(t, state, s)
 	pemRoots, err := os.ReadFile(filepath.Join(state, "roots.pem"))
@@ -269,7 +239,7 @@ func TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt(t *testing.
 	roots.AppendCertsFromPEM(pemRoots)
 	cl := certclient.New(certclient.Options{
 		Address: c.addr, ServerName: "127.0.0.1", Roots: certclient.StaticRoots(roots),
-		Token:    func() (string, error) { return s.token(t, "istio-system", "flotilla-galley"), nil },
+		Token:    func() (string, error) { return s.Token(t, "istio-system", "flotilla-galley"), nil },
 		DNSNames: []string{"flotilla-galley.istio-system.svc", "flotilla-galley.istio-system.svc.cluster.local"},
 		TTL:      4 * time.Second, Log: slog.New(slog.DiscardHandler), MinBackoff: 100 * time.Millisecond,
 	})
@@ -291,7 +261,7 @@ func TestAControlPlaneServiceServesWithACertificateFromCAAndRenewsIt(t *testing.
 // and new roots are trusted together; adding trust-bundle.pem to the state
 // directory updates roots.pem without a restart.
 func TestAnExtraTrustedRootReachesTheBundle(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	state := t.TempDir()
 	startCA(t, state, s)
 	count := func() int {
@@ -327,11 +297,11 @@ func TestAnExtraTrustedRootReachesTheBundle(t *testing.T) {
 // TestTheInjectorServesItsWebhookWithACertificateFromCA: the injector
 // gets its serving certificate from ca for its Service names.
 func TestTheInjectorServesItsWebhookWithACertificateFromCA(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	state := t.TempDir()
 	c := startCA(t, state, s)
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(s.token(t, "istio-system", "flotilla-injector")), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(s.Token(t, "istio-system", "flotilla-injector")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	hook, admin := proc.FreeAddr(t), proc.FreeAddr(t)

@@ -22,7 +22,7 @@ import (
 // debugSyncz asks discovery's mTLS xDS port for its sync state as a
 // debug client with a certificate from ca for ns/sa (what flotilla
 // proxy-status does in a cluster).
-func debugSyncz(t *testing.T, c *ca, s *signer, secureXDS, ns, sa string) []debugapi.ProxySync {
+func debugSyncz(t *testing.T, c *ca, s *proc.Signer, secureXDS, ns, sa string) []debugapi.ProxySync {
 	t.Helper()
 	pem, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
 	if err != nil {
@@ -30,7 +30,7 @@ func debugSyncz(t *testing.T, c *ca, s *signer, secureXDS, ns, sa string) []debu
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pem)
-	tok := s.token(t, ns, sa)
+	tok := s.Token(t, ns, sa)
 	certs := certclient.New(certclient.Options{
 		Address: c.addr, ServerName: "flotilla-ca.istio-system.svc", Roots: certclient.StaticRoots(roots),
 		Token: func() (string, error) { return tok, nil }, Log: slog.New(slog.DiscardHandler),
@@ -68,17 +68,17 @@ func TestATokenFromTheCLIGetsItsServiceAccountsCertificateFromCA(t *testing.T) {
 		}
 		return out
 	}
-	if err := os.WriteFile(jwks, cli("token", "jwks", "--key-file", key, "--issuer", "https://flotilla.test"), 0o600); err != nil {
+	if err := os.WriteFile(jwks, cli("token", "jwks", "--key-file", key, "--issuer", proc.SignerIssuer), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := startCA(t, t.TempDir(), &signer{jwks: jwks})
-	tok := strings.TrimSpace(string(cli("token", "create", "--key-file", key, "--issuer", "https://flotilla.test", "-n", "vm", "--service-account", "legacy-app")))
+	c := startCA(t, t.TempDir(), &proc.Signer{JWKS: jwks})
+	tok := strings.TrimSpace(string(cli("token", "create", "--key-file", key, "--issuer", proc.SignerIssuer, "-n", "vm", "--service-account", "legacy-app")))
 	chain := c.certificate(t, tok)
 	if len(chain[0].URIs) != 1 || chain[0].URIs[0].String() != "spiffe://cluster.local/ns/vm/sa/legacy-app" {
 		t.Fatalf("certificate for %v", chain[0].URIs)
 	}
 	// Another key's token is refused.
-	other := strings.TrimSpace(string(cli("token", "create", "--key-file", filepath.Join(dir, "other.key"), "--issuer", "https://flotilla.test", "-n", "vm", "--service-account", "legacy-app")))
+	other := strings.TrimSpace(string(cli("token", "create", "--key-file", filepath.Join(dir, "other.key"), "--issuer", proc.SignerIssuer, "-n", "vm", "--service-account", "legacy-app")))
 	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
 	if err != nil {
 		t.Fatal(err)

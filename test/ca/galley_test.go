@@ -46,11 +46,11 @@ func TestGalleyServesItsWebhookWithACertificateFromCAAndKeepsItsCABundle(t *test
 		t.Fatal(err)
 	}
 
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	state := t.TempDir()
 	c := startCA(t, state, s, "--system-namespace", system)
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(s.token(t, system, "flotilla-galley")), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(s.Token(t, system, "flotilla-galley")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // TestACSROfManyMebibytesIsRefusedBeforeItIsRead: 24 unauthenticated
@@ -25,7 +27,7 @@ import (
 // to 469 MiB), are refused with ResourceExhausted by the size of the
 // message alone; a workload is served after them.
 func TestACSROfManyMebibytesIsRefusedBeforeItIsRead(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	pemRoots, err := os.ReadFile(filepath.Join(c.state, "roots.pem"))
 	if err != nil {
@@ -56,14 +58,14 @@ func TestACSROfManyMebibytesIsRefusedBeforeItIsRead(t *testing.T) {
 			t.Fatalf("a 15 MiB CSR: %v, want ResourceExhausted", err)
 		}
 	}
-	c.certificate(t, s.token(t, "default", "app"))
+	c.certificate(t, s.Token(t, "default", "app"))
 }
 
 // TestIdleConnectionsThatNeverHandshakeAreClosed: 100 TCP connections to
 // ca that never start TLS (once held for as long as the peer liked) are
 // closed by ca within its handshake timeout, and ca serves a workload.
 func TestIdleConnectionsThatNeverHandshakeAreClosed(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	conns := make([]net.Conn, 100)
 	for i := range conns {
@@ -85,7 +87,7 @@ func TestIdleConnectionsThatNeverHandshakeAreClosed(t *testing.T) {
 			t.Fatalf("connection %d that never handshook was still open after 30 s", i)
 		}
 	}
-	c.certificate(t, s.token(t, "default", "app"))
+	c.certificate(t, s.Token(t, "default", "app"))
 }
 
 // TestBadTokensFromOneAddressNeverShutOutAGenuineTokenFromIt: ca in
@@ -116,7 +118,7 @@ func TestBadTokensFromOneAddressNeverShutOutAGenuineTokenFromIt(t *testing.T) {
 	// below comes right after garbage has emptied it again, and is tried
 	// anew (a few times at most) if the forged token, asked last, finds the
 	// budget refilled in between — then the address was not over it.
-	s := newSigner(t) // a key the apiserver never signed with
+	s := proc.NewSigner(t) // a key the apiserver never signed with
 	overBudget := func() {
 		t.Helper()
 		for range 100 {
@@ -135,7 +137,7 @@ func TestBadTokensFromOneAddressNeverShutOutAGenuineTokenFromIt(t *testing.T) {
 		if _, err := request(t, addr, []byte(roots), tok); err != nil {
 			t.Fatalf("a genuine token never reviewed, from an address over its budget: %v", err)
 		}
-		_, err = request(t, addr, []byte(roots), s.token(t, app, "cart"))
+		_, err = request(t, addr, []byte(roots), s.Token(t, app, "cart"))
 		if status.Code(err) == codes.ResourceExhausted {
 			return
 		}

@@ -26,13 +26,13 @@ import (
 // service accounts only; discovery serves ADS over mTLS to workloads with
 // ca certificates.
 func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	state := t.TempDir()
 	c := startCA(t, state, s)
 	rootsFile := filepath.Join(state, "roots.pem")
 	tokenFile := func(sa string) string {
 		path := filepath.Join(t.TempDir(), sa)
-		if err := os.WriteFile(path, []byte(s.token(t, "istio-system", sa)), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(s.Token(t, "istio-system", sa)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return path
@@ -74,7 +74,7 @@ func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
 	roots.AppendCertsFromPEM(pemRoots)
 	app := certclient.New(certclient.Options{
 		Address: c.addr, ServerName: "127.0.0.1", Roots: certclient.StaticRoots(roots), Log: slog.New(slog.DiscardHandler),
-		Token: func() (string, error) { return s.token(t, "default", "app"), nil },
+		Token: func() (string, error) { return s.Token(t, "default", "app"), nil },
 	})
 	proc.Certificate(t, app)
 	workload := app.Certificate()
@@ -119,7 +119,7 @@ func TestTheControlPlaneTalksMTLSWithCertificatesFromCA(t *testing.T) {
 	// (flotilla analyze --live), is served.
 	operator := certclient.New(certclient.Options{
 		Address: c.addr, ServerName: "127.0.0.1", Roots: certclient.StaticRoots(roots), Log: slog.New(slog.DiscardHandler),
-		Token: func() (string, error) { return s.token(t, "istio-system", "default"), nil },
+		Token: func() (string, error) { return s.Token(t, "istio-system", "default"), nil },
 	})
 	proc.Certificate(t, operator)
 	asOperator := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: galleyName, Certificates: []tls.Certificate{*operator.Certificate()}})

@@ -35,7 +35,7 @@ type proxylessPod struct {
 // DISABLE_ENVOY for demo/<name> with service account sa and labels, its
 // certificates from c with a short lifetime, the files read again every
 // second.
-func startProxylessAgent(tb testing.TB, c *ca, s *signer, secureXDS, name, sa, labels string) *proxylessPod {
+func startProxylessAgent(tb testing.TB, c *ca, s *proc.Signer, secureXDS, name, sa, labels string) *proxylessPod {
 	tb.Helper()
 	dir, tokenFile := podDir(tb, s, "demo", sa)
 	p := &proxylessPod{admin: proc.FreeAddr(tb), bootstrap: filepath.Join(dir, "grpc-bootstrap.json"), certs: filepath.Join(dir, "certs")}
@@ -158,7 +158,7 @@ spec:
 // greeter's ServiceEntry, its endpoint on a free port, under STRICT; it
 // returns discovery's mTLS address, the greeter's address and the
 // configuration directory.
-func greeterMesh(tb testing.TB, c *ca, s *signer) (secureXDS, greeterAddr, config string) {
+func greeterMesh(tb testing.TB, c *ca, s *proc.Signer) (secureXDS, greeterAddr, config string) {
 	tb.Helper()
 	greeterAddr = proc.FreeAddr(tb)
 	_, port, _ := strings.Cut(greeterAddr, ":")
@@ -187,7 +187,7 @@ func startGreeter(tb testing.TB, pod *proxylessPod, addr string) *proc.Process {
 // during a stream of calls lose none; under PERMISSIVE the server serves
 // plaintext, and the client follows.
 func TestProxylessGRPCTalksMTLSWithSPIFFEIdentitiesEndToEnd(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	secureXDS, greeterAddr, config := greeterMesh(t, c, s)
 	_, port, _ := strings.Cut(greeterAddr, ":")

@@ -30,7 +30,7 @@ import (
 func BenchmarkDiscoveryCPUPerConnection(b *testing.B) {
 	const conns = 300
 	for range b.N {
-		s := newSigner(b)
+		s := proc.NewSigner(b)
 		c := startCA(b, b.TempDir(), s)
 		dir := b.TempDir()
 		xdstest.WriteFile(b, dir, "backend.yaml", xdstest.Backend(xdstest.Endpoint(xdstest.StartBackend(b, "v1"), "v1")))
@@ -41,7 +41,7 @@ func BenchmarkDiscoveryCPUPerConnection(b *testing.B) {
 		}
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(pem)
-		tok := s.token(b, "demo", "greeter")
+		tok := s.Token(b, "demo", "greeter")
 		certs := certclient.New(certclient.Options{
 			Address: c.addr, ServerName: "flotilla-ca.istio-system.svc", Roots: certclient.StaticRoots(roots),
 			Token: func() (string, error) { return tok, nil }, Log: slog.New(slog.DiscardHandler),
@@ -75,7 +75,7 @@ func BenchmarkDiscoveryCPUPerConnection(b *testing.B) {
 		}
 		certMS := perConn(withCert, func(int) string { return "" })
 		fresh := func(i int) string {
-			t, err := s.iss.Token("demo", "greeter", "istio-ca", time.Now(), time.Hour+time.Duration(i+1)*time.Second) // a token of its own each
+			t, err := s.Issuer.Token("demo", "greeter", "istio-ca", time.Now(), time.Hour+time.Duration(i+1)*time.Second) // a token of its own each
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // istioAgentConn dials discovery's secure port as Istio's agent does:
@@ -70,13 +72,13 @@ func clustersWithToken(tb testing.TB, cc *grpc.ClientConn, token, ns, sa string)
 }
 
 func TestIstiosAgentAuthenticatesToDiscoveryWithItsTokenAndGetsCertificatesThroughIt(t *testing.T) {
-	s := newSigner(t)
+	s := proc.NewSigner(t)
 	c := startCA(t, t.TempDir(), s)
 	secureXDS, _ := meshWithDiscovery(t, c, s)
 	cc := istioAgentConn(t, c, secureXDS)
 
 	// The token is the identity: its proxy is served.
-	resp, err := clustersWithToken(t, cc, s.token(t, "demo", "greeter"), "demo", "greeter")
+	resp, err := clustersWithToken(t, cc, s.Token(t, "demo", "greeter"), "demo", "greeter")
 	if err != nil {
 		t.Fatalf("a proxy with its token and no certificate: %v", err)
 	}
@@ -91,10 +93,10 @@ func TestIstiosAgentAuthenticatesToDiscoveryWithItsTokenAndGetsCertificatesThrou
 		code          codes.Code
 		says          string
 	}{
-		"another namespace's token":       {s.token(t, "other", "greeter"), "demo", "greeter", codes.PermissionDenied, "its token is spiffe://cluster.local/ns/other/sa/greeter"},
-		"another service account's token": {s.token(t, "demo", "intruder"), "demo", "greeter", codes.PermissionDenied, "service account \"greeter\""},
+		"another namespace's token":       {s.Token(t, "other", "greeter"), "demo", "greeter", codes.PermissionDenied, "its token is spiffe://cluster.local/ns/other/sa/greeter"},
+		"another service account's token": {s.Token(t, "demo", "intruder"), "demo", "greeter", codes.PermissionDenied, "service account \"greeter\""},
 		"no token":                        {"", "demo", "greeter", codes.Unauthenticated, "no client certificate and no token"},
-		"a forged token":                  {s.token(t, "demo", "greeter")[:40] + "x.y.z", "demo", "greeter", codes.Unauthenticated, "token refused"},
+		"a forged token":                  {s.Token(t, "demo", "greeter")[:40] + "x.y.z", "demo", "greeter", codes.Unauthenticated, "token refused"},
 		"an oversized token":              {strings.Repeat("a", 20<<10), "demo", "greeter", codes.Unauthenticated, "more than"},
 	} {
 		_, err := clustersWithToken(t, cc, c.token, c.ns, c.sa)
@@ -110,7 +112,7 @@ func TestIstiosAgentAuthenticatesToDiscoveryWithItsTokenAndGetsCertificatesThrou
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain, err := requestAs(t, secureXDS, "istiod.istio-system.svc", pem, s.token(t, "demo", "greeter"))
+	chain, err := requestAs(t, secureXDS, "istiod.istio-system.svc", pem, s.Token(t, "demo", "greeter"))
 	if err != nil {
 		t.Fatalf("a certificate through discovery: %v", err)
 	}

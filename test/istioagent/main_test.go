@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flotilla-mesh/flotilla/internal/dev/devjwt"
 	"github.com/flotilla-mesh/flotilla/test/build"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -69,41 +68,10 @@ func TestMain(m *testing.M) {
 	os.Exit(build.Main(m, &binDir, nil, "flotilla-ca", "flotilla-discovery", "flotilla-demo", "flotilla", "standinenvoy"))
 }
 
-// signer issues the service account tokens ca checks against its JWKS
-// (no-cluster mode), as the kubelet projects them into a pod.
-type signer struct {
-	iss  *devjwt.Issuer
-	jwks string
-}
-
-func newSigner(tb testing.TB) *signer {
-	tb.Helper()
-	iss, err := devjwt.New("https://flotilla.test")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	d := &devjwt.Dir{Path: tb.TempDir(), Issuer: iss} // the JWKS only: tokens are minted per pod
-	if err := d.Write(time.Now()); err != nil {
-		tb.Fatal(err)
-	}
-	return &signer{iss: iss, jwks: d.JWKSFile()}
-}
-
-// token is a service account token of namespace/account with Istio's CA
-// audience, as the istio-token projected volume holds.
-func (s *signer) token(tb testing.TB, namespace, account string) string {
-	tb.Helper()
-	tok, err := s.iss.Token(namespace, account, "istio-ca", time.Now(), time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
-}
-
 // mesh is ca and one discovery replica serving the Istio YAML of a
 // directory, discovery with its certificate from ca.
 type mesh struct {
-	s *signer
+	s *proc.Signer
 	// roots is ca's roots.pem: what Istio's istio-ca-root-cert ConfigMap
 	// holds for a pod.
 	roots string
@@ -119,15 +87,15 @@ type mesh struct {
 // startMesh runs ca and discovery serving config.
 func startMesh(tb testing.TB, config string) *mesh {
 	tb.Helper()
-	s := newSigner(tb)
+	s := proc.NewSigner(tb)
 	state := tb.TempDir()
 	caAddr, caAdmin := proc.FreeAddr(tb), proc.FreeAddr(tb)
 	proc.Start(tb, "ca", filepath.Join(binDir, "flotilla-ca"), "--address", caAddr, "--admin-address", caAdmin,
-		"--state-dir", state, "--jwks-file", s.jwks, "--jwt-issuer", "https://flotilla.test")
+		"--state-dir", state, "--jwks-file", s.JWKS, "--jwt-issuer", proc.SignerIssuer)
 	proc.WaitReady(tb, "http://"+caAdmin+"/readyz")
 	m := &mesh{s: s, roots: filepath.Join(state, "roots.pem"), secureXDS: proc.FreeAddr(tb), admin: proc.FreeAddr(tb), config: config, ca: caAddr}
 	token := filepath.Join(tb.TempDir(), "token")
-	if err := os.WriteFile(token, []byte(s.token(tb, "istio-system", "flotilla-discovery")), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte(s.Token(tb, "istio-system", "flotilla-discovery")), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	proc.Start(tb, "discovery", filepath.Join(binDir, "flotilla-discovery"), "--config-dir", config,
@@ -200,7 +168,7 @@ func startPod(tb testing.TB, m *mesh, spec podSpec) *pod {
 		tb.Fatal(err)
 	}
 	for name, content := range map[string]string{
-		"var/run/secrets/tokens/istio-token":  m.s.token(tb, spec.namespace, spec.account),
+		"var/run/secrets/tokens/istio-token":  m.s.Token(tb, spec.namespace, spec.account),
 		"var/run/secrets/istio/root-cert.pem": string(roots),
 		"etc/istio/pod/labels":                downwardAPI(spec.labels),
 		"etc/istio/pod/annotations":           downwardAPI(map[string]string{"istio.io/rev": "default"}),

@@ -189,7 +189,7 @@ func proxyStatus(tb testing.TB, m *mesh) []debugapi.ProxySync {
 	tb.Helper()
 	dir := tb.TempDir()
 	token, empty := filepath.Join(dir, "token"), filepath.Join(dir, "context.yaml") // the flags say it all
-	writeFile(tb, token, m.s.token(tb, "istio-system", "flotilla-cli"))
+	writeFile(tb, token, m.s.Token(tb, "istio-system", "flotilla-cli"))
 	writeFile(tb, empty, "")
 	cmd := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-status", "-o", "json", "--context-file", empty,
 		"--discovery-address", m.secureXDS, "--ca-address", m.ca, "--token-file", token, "--cacert", m.roots)

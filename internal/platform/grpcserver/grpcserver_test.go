@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -526,5 +527,23 @@ func TestConnectionsOverAPeersLimitAreClosedAndItsOthersKept(t *testing.T) {
 	defer cancel()
 	if _, err := dial(t, r.addr, nil).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
 		t.Fatalf("a connection once one of the three closed: %v", err)
+	}
+}
+
+func TestPeerIPIsTheCallersAddressWithoutItsPort(t *testing.T) {
+	for _, c := range []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4321}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.ParseIP("fd00::7"), Port: 1}, "fd00::7"},
+		{&net.UnixAddr{Name: "/run/x.sock", Net: "unix"}, "/run/x.sock"},
+	} {
+		if got := PeerIP(peer.NewContext(context.Background(), &peer.Peer{Addr: c.addr})); got != c.want {
+			t.Errorf("PeerIP(%v) = %q, want %q", c.addr, got, c.want)
+		}
+	}
+	if got := PeerIP(context.Background()); got != "" {
+		t.Errorf("no peer: %q", got)
 	}
 }

@@ -1,11 +1,14 @@
 package grpcserver
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/peer"
 )
 
 // peerLimit is a listener that holds at most max connections from one
@@ -90,4 +93,15 @@ func (c *peerConn) Close() error {
 		return nil
 	}
 	return err
+}
+
+// PeerIP is the IP address of a call's peer ("" when the call has none:
+// a unix socket, a test calling a handler directly), as the per-peer
+// limits key it.
+func PeerIP(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	return peerHost(p.Addr)
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -41,6 +40,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
+	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/services/discovery/proxy"
 	"github.com/flotilla-mesh/flotilla/services/discovery/tokens"
@@ -363,7 +363,7 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 	if err != nil {
 		s.metrics.rejectedNodes.Add(ctx, 1)
 		if s.refusals.Allow() {
-			s.log.Warn("refusing a proxy (such lines are rate-limited)", "node", clip.String(node.GetId(), 200), "peer", peerHost(ctx), "error", clip.String(err.Error(), 512))
+			s.log.Warn("refusing a proxy (such lines are rate-limited)", "node", clip.String(node.GetId(), 200), "peer", grpcserver.PeerIP(ctx), "error", clip.String(err.Error(), 512))
 		}
 		return nil, err
 	}
@@ -432,7 +432,7 @@ func (s *Server) tokenIdentity(ctx context.Context) (id spiffe.ID, cached bool, 
 		s.metrics.authenticated("token", "refused")
 		return spiffe.ID{}, false, status.Error(codes.Unauthenticated, err.Error())
 	}
-	id, cached, err = s.tokens.Authenticate(ctx, token, peerHost(ctx))
+	id, cached, err = s.tokens.Authenticate(ctx, token, grpcserver.PeerIP(ctx))
 	switch {
 	case errors.Is(err, tokens.ErrRefused):
 		s.metrics.authenticated("token", "refused")
@@ -469,18 +469,6 @@ func overTLS(ctx context.Context) bool {
 	}
 	_, isTLS := p.AuthInfo.(credentials.TLSInfo)
 	return isTLS
-}
-
-// peerHost is the stream's peer IP address ("" when unknown).
-func peerHost(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-		return host
-	}
-	return p.Addr.String()
 }
 
 // Log lines for refused proxies: a few a second at most, whatever peers
