@@ -3,6 +3,7 @@ module github.com/flotilla-mesh/flotilla/services/ca
 go 1.26.0
 
 require (
+	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000
 	github.com/flotilla-mesh/flotilla/internal v0.0.0-00010101000000-000000000000
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/spf13/cobra v1.10.2
