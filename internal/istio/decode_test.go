@@ -224,8 +224,8 @@ func TestKindsAreConsistent(t *testing.T) {
 			t.Errorf("%s has no spec type", k)
 		}
 	}
-	if len(seen) != 9 {
-		t.Errorf("%d kinds, want 9", len(seen))
+	if len(seen) != 10 {
+		t.Errorf("%d kinds, want 10", len(seen))
 	}
 }
 

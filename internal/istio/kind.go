@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1alpha1"
 )
 
 // The kinds' names, for code that treats one kind apart (the table in
@@ -27,6 +28,7 @@ const (
 	AuthorizationPolicy   = "AuthorizationPolicy"
 	PeerAuthentication    = "PeerAuthentication"
 	RequestAuthentication = "RequestAuthentication"
+	Telemetry             = "Telemetry"
 )
 
 // Kind is one Istio configuration kind.
@@ -112,6 +114,12 @@ func Kinds() []Kind {
 		{
 			Group: "security.istio.io", Kind: RequestAuthentication, Plural: "requestauthentications", Versions: secVersions, ShortNames: []string{"ra"},
 			newSpec: func() proto.Message { return &security.RequestAuthentication{} },
+		},
+		{
+			// v1 and v1alpha1 share the v1alpha1 message (istio.io/api's
+			// telemetry/v1 aliases it).
+			Group: "telemetry.istio.io", Kind: Telemetry, Plural: "telemetries", Versions: []string{"v1", "v1alpha1"}, ShortNames: []string{"telemetry"},
+			newSpec: func() proto.Message { return &telemetry.Telemetry{} },
 		},
 	}
 	return ks

@@ -123,6 +123,8 @@ func checkFor(kind string) func(*validator) {
 		return (*validator).requestAuthentication
 	case istio.AuthorizationPolicy:
 		return (*validator).authorizationPolicy
+	case istio.Telemetry:
+		return (*validator).telemetry
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,18 @@ func (w *warnings) take() []string {
 	return out
 }
 
+// istioGroups are the API groups of the kinds galley serves, as the
+// chart's webhook names them.
+func istioGroups() []string {
+	var out []string
+	for _, k := range istio.Kinds() {
+		if !slices.Contains(out, k.Group) {
+			out = append(out, k.Group)
+		}
+	}
+	return out
+}
+
 // served is galley's webhook on 127.0.0.1, registered with the apiserver
 // for every Istio kind in one namespace.
 func serveRegistered(t *testing.T, ctx context.Context, ns string) {
@@ -65,7 +78,7 @@ func serveRegistered(t *testing.T, ctx context.Context, ns string) {
 		Rules: []admregv1.RuleWithOperations{{
 			Operations: []admregv1.OperationType{admregv1.Create, admregv1.Update},
 			Rule: admregv1.Rule{
-				APIGroups: []string{"networking.istio.io", "security.istio.io"}, APIVersions: []string{"*"}, Resources: []string{"*"},
+				APIGroups: istioGroups(), APIVersions: []string{"*"}, Resources: []string{"*"},
 			},
 		}},
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
