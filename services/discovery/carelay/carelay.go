@@ -27,14 +27,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
+
+	"github.com/flotilla-mesh/flotilla/services/discovery/tokens"
 )
 
 // MaxRequestBytes bounds a request passed on: ca's own bound.
 const MaxRequestBytes = 64 << 10
 
-// maxTokenBytes bounds the authorization header passed on (ca's bound on
-// a token, and "Bearer ").
-const maxTokenBytes = 16<<10 + len("Bearer ")
+// maxTokenBytes bounds the authorization header passed on: the bound on
+// a token discovery passes to ca (ca's own), and "Bearer ".
+const maxTokenBytes = tokens.MaxTokenBytes + len("Bearer ")
 
 // Relay is IstioCertificateService, answered by ca.
 type Relay struct {
