@@ -26,6 +26,9 @@ const (
 	ExtAuthzShadowPrefix = "istio_ext_authz_"
 	// ShadowEffectivePolicyID is the suffix of that metadata key.
 	ShadowEffectivePolicyID = "shadow_effective_policy_id"
+	// ShadowEngineResult is the suffix of the metadata key of a shadow
+	// engine's decision ("allowed" or "denied").
+	ShadowEngineResult = "shadow_engine_result"
 	// DryRunAllowPrefix and DryRunDenyPrefix are the shadow stat prefixes
 	// of dry-run ALLOW and DENY policies.
 	DryRunAllowPrefix = "istio_dry_run_allow_"

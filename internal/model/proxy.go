@@ -35,6 +35,12 @@ type Proxy struct {
 	IstioVersion   string
 	ClusterID      string
 	ServiceAccount string
+	// MeshID is the mesh the proxy says it is in (MESH_ID); empty when
+	// it does not say.
+	MeshID string
+	// ServiceCluster is the node's cluster field: the name its spans
+	// give the workload (Istio's service cluster, "app.namespace").
+	ServiceCluster string
 	// Generator is "grpc" for proxyless gRPC clients, else empty.
 	Generator string
 	// Locality is where the proxy says it runs (the node's locality in

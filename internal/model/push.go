@@ -13,6 +13,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1alpha1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
@@ -109,11 +110,12 @@ func (pc *PushContext) RoutesReadLabels() bool {
 
 // ListenersReadLabels reports whether a proxy's labels can change its
 // outbound listeners: they can whenever its routes can (RoutesReadLabels:
-// a DestinationRule's workload selector decides which clusters exist), and
-// when a VirtualService has a TCP or TLS match on sourceLabels.
+// a DestinationRule's workload selector decides which clusters exist),
+// when a VirtualService has a TCP or TLS match on sourceLabels, and when
+// a Telemetry selects workloads (their access logs).
 func (pc *PushContext) ListenersReadLabels() bool {
 	return pc.Memo("model|listeners-read-labels", func() any {
-		if pc.RoutesReadLabels() {
+		if pc.RoutesReadLabels() || pc.TelemetryReadsLabels() {
 			return true
 		}
 		for _, vs := range pc.cfg.virtualServices {
@@ -216,6 +218,7 @@ type configIndex struct {
 	peerAuth         map[string][]*PeerAuthentication  // namespace → precedence order
 	authz            map[string][]*AuthorizationPolicy // namespace → precedence order
 	authn            map[string][]*RequestAuthentication
+	telemetries      map[string][]*Telemetry      // namespace → creation order
 	gateways         []*Gateway                   // precedence order
 	vsByGateway      map[string][]*VirtualService // "namespace/name" (not "mesh") → precedence order
 	namespaces       map[string]*registryv1.Namespace
@@ -245,7 +248,7 @@ func (s *Store) Build(o BuildOptions, prev *PushContext, version uint64) (*PushC
 	}
 	pc.Mesh = s.mesh
 	if pc.Mesh == nil {
-		pc.Mesh = &meshv1alpha1.MeshConfig{}
+		pc.Mesh = istio.DefaultMeshConfig()
 	}
 	pc.RootNamespace = cmp.Or(pc.Mesh.GetRootNamespace(), DefaultRootNamespace)
 	pc.TrustDomain = cmp.Or(pc.Mesh.GetTrustDomain(), DefaultTrustDomain)
@@ -321,6 +324,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		byHost: map[string][]*registryv1.Service{}, sidecars: map[string][]*SidecarConfig{},
 		drsByNamespace: map[string]*drIndex{}, peerAuth: map[string][]*PeerAuthentication{}, namespaces: s.namespaces,
 		authz: map[string][]*AuthorizationPolicy{}, authn: map[string][]*RequestAuthentication{},
+		telemetries: map[string][]*Telemetry{},
 	}
 	for _, svc := range s.services {
 		ci.services = append(ci.services, svc)
@@ -408,6 +412,11 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 			ci.authz[o.Meta.Namespace] = append(ci.authz[o.Meta.Namespace], &AuthorizationPolicy{
 				Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec, DryRun: dryRun(o.Meta.Annotations),
 			})
+		}
+	}
+	for _, o := range sortedObjects(s.configs[istio.Telemetry]) {
+		if spec, ok := o.Spec.(*telemetry.Telemetry); ok {
+			ci.telemetries[o.Meta.Namespace] = append(ci.telemetries[o.Meta.Namespace], &Telemetry{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
 		}
 	}
 	return ci

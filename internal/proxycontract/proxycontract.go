@@ -79,6 +79,8 @@ const (
 	MetadataLabels = "LABELS"
 	// MetadataClusterID is the cluster the workload runs in.
 	MetadataClusterID = "CLUSTER_ID"
+	// MetadataMeshID is the mesh the workload is in.
+	MetadataMeshID = "MESH_ID"
 	// MetadataIstioVersion is the proxy's version.
 	MetadataIstioVersion = "ISTIO_VERSION"
 	// MetadataServiceAccount is the workload's service account.

@@ -7,6 +7,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -141,7 +142,7 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 				l := g.portListener(name, addr, ep.port, ep.bindToPort)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, ep.port, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters)},
+					Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters)},
 				}}
 				add(l)
 			}

@@ -8,9 +8,10 @@ import (
 // API that Istio uses.
 func envoyClient() client {
 	return client{
-		name:          "envoy",
-		defaultLB:     clusterv3.Cluster_LEAST_REQUEST,
-		envoyClusters: true,
-		envoyHTTP:     true,
+		name:           "envoy",
+		defaultLB:      clusterv3.Cluster_LEAST_REQUEST,
+		envoyClusters:  true,
+		envoyHTTP:      true,
+		envoyTelemetry: true,
 	}
 }

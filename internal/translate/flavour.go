@@ -82,6 +82,9 @@ type client struct {
 	// subset of Envoy's that gRFC A41 reads), not Envoy's HTTP and TCP
 	// filters.
 	grpcRBAC bool
+	// envoyTelemetry: the client runs Envoy's access loggers; grpc-go
+	// reads no access log of a listener.
+	envoyTelemetry bool
 	// retries reports whether the client understands a retry condition;
 	// nil for all of Envoy's. A client that understands fewer gets them
 	// in a default policy of its own (grpcDefaultRetryPolicy).

@@ -340,7 +340,10 @@ func (g *gen) gatewayListeners() []*listenerv3.Listener {
 	var out []*listenerv3.Listener
 	for _, gp := range g.gatewayPorts() {
 		name := "0.0.0.0_" + itoa(gp.port)
-		l := &listenerv3.Listener{Name: name, Address: socketAddress("0.0.0.0", gp.port), TrafficDirection: corev3.TrafficDirection_OUTBOUND}
+		l := &listenerv3.Listener{
+			Name: name, Address: socketAddress("0.0.0.0", gp.port), TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+			AccessLog: g.accessLogs(model.ClientMode, listenerLog),
+		}
 		if len(gp.plain) > 0 {
 			s := gp.plain[0]
 			if s.route != "" {
@@ -510,7 +513,7 @@ func (g *gen) gatewayTCP(s gwServer) []*listenerv3.Filter {
 			if len(clusters) == 0 {
 				continue
 			}
-			return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy("outbound_0.0.0.0_"+itoa(port), clusters))
+			return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters))
 		}
 	}
 	g.problem("Gateway %s port %d (%s): no VirtualService tcp route for it; server left out", s.key, port, s.srv.GetPort().GetProtocol())
@@ -552,7 +555,7 @@ func (g *gen) passthroughChains(s gwServer) []*listenerv3.FilterChain {
 				out = append(out, &listenerv3.FilterChain{
 					Name:             "passthrough." + itoa(port) + "." + strings.Join(hosts, ","),
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: serverNames(hosts)},
-					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy("outbound_0.0.0.0_"+itoa(port), clusters)),
+					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)),
 				})
 			}
 		}
@@ -585,7 +588,7 @@ func (g *gen) autoPassthroughChains(s gwServer) []*listenerv3.FilterChain {
 				out = append(out, &listenerv3.FilterChain{
 					Name:             name,
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{name}, ApplicationProtocols: istioMTLSALPN()},
-					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(name, single(name))),
+					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ClientMode, name, single(name))),
 				})
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -63,6 +64,16 @@ type gen struct {
 	// packErrs counts messages that failed validation when packed.
 	packErrs int
 	empties  map[string]*anypb.Any
+	// tel is the proxy's telemetry, as far as built (access logs).
+	tel telemetryState
+}
+
+// telemetryState is what a generator built of the proxy's telemetry.
+type telemetryState struct {
+	applied   *model.AppliedTelemetry
+	logs      map[[2]int][]*accesslogv3.AccessLog
+	providers map[string]*accesslogv3.AccessLog
+	tracing   map[model.WorkloadMode]builtTracing
 }
 
 type builtCluster struct {

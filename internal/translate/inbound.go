@@ -134,6 +134,7 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 		Name:             VirtualInbound,
 		Address:          socketAddress("0.0.0.0", InboundPort),
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
+		AccessLog:        g.accessLogs(model.ServerMode, listenerLog),
 		ListenerFilters: []*listenerv3.ListenerFilter{
 			{Name: "envoy.filters.listener.original_dst", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&originaldstv3.OriginalDst{})}},
 			{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}},
@@ -169,7 +170,7 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 	l.FilterChains = append([]*listenerv3.FilterChain{{
 		Name:             "virtualInbound-blackhole",
 		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(InboundPort)},
-		Filters:          []*listenerv3.Filter{g.tcpProxy(BlackHoleCluster, single(BlackHoleCluster))},
+		Filters:          []*listenerv3.Filter{g.tcpProxy(model.ServerMode, BlackHoleCluster, single(BlackHoleCluster))},
 	}}, l.FilterChains...)
 	pass := func() []*listenerv3.Filter { return g.inboundTCP(InboundPassthroughCluster) }
 	mtls := &listenerv3.FilterChain{
@@ -205,6 +206,7 @@ func (g *gen) boundInbound() []*listenerv3.Listener {
 			Address:          socketAddress(ip.bind, ip.port),
 			TrafficDirection: corev3.TrafficDirection_INBOUND,
 			FilterChains:     g.inboundChains(ip.port, ip.proto),
+			AccessLog:        g.accessLogs(model.ServerMode, listenerLog),
 			ListenerFilters:  []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}},
 		}
 		if sniffed(ip.proto) {

@@ -27,6 +27,8 @@ var layers = [][]string{
 	{"check.go"},
 	{"authn.go"},
 	{"authz.go"},
+	{"accesslog.go"},
+	{"tracing.go"},
 	{"sds.go"},
 	{"rds.go"},
 	{"lds.go"},

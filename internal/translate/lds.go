@@ -42,10 +42,12 @@ func (g *gen) httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpCon
 			RouteConfigName: routeName,
 		}},
 		HttpFilters: g.httpFilters(),
+		AccessLog:   g.accessLogs(model.ClientMode, filterLog),
 	}
 	if g.client.envoyHTTP {
 		g.sidecarHCM(hcm)
 	}
+	g.setTracing(hcm, model.ClientMode)
 	return hcm
 }
 
@@ -77,8 +79,11 @@ func (g *gen) sidecarHCM(hcm *hcmv3.HttpConnectionManager) {
 	hcm.Proxy_100Continue = true
 }
 
-func (g *gen) tcpProxy(statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) *listenerv3.Filter {
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix}
+// tcpProxy forwards a connection to clusters; side is whether the
+// proxy is its client (outbound, gateways) or its server (inbound), for
+// its access logs.
+func (g *gen) tcpProxy(side model.WorkloadMode, statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) *listenerv3.Filter {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix, AccessLog: g.accessLogs(side, filterLog)}
 	if len(clusters) == 1 {
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: clusters[0].GetName()}
 	} else {
@@ -97,17 +102,18 @@ func (g *gen) virtualOutbound() *listenerv3.Listener {
 		Address:          socketAddress("0.0.0.0", OutboundPort),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		AccessLog:        g.accessLogs(model.ClientMode, listenerLog),
 		FilterChains: []*listenerv3.FilterChain{
 			{
 				// A connection to the listener's own port would loop (Istio's
 				// virtualOutbound-blackhole).
 				Name:             "virtualOutbound-blackhole",
 				FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(OutboundPort)},
-				Filters:          []*listenerv3.Filter{g.tcpProxy(BlackHoleCluster, single(BlackHoleCluster))},
+				Filters:          []*listenerv3.Filter{g.tcpProxy(model.ClientMode, BlackHoleCluster, single(BlackHoleCluster))},
 			},
 			{
 				Name:    "virtualOutbound-catchall-tcp",
-				Filters: []*listenerv3.Filter{g.tcpProxy(catchAll, single(catchAll))},
+				Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, catchAll, single(catchAll))},
 			},
 		},
 	}
@@ -198,7 +204,7 @@ func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
 // inboundTCP are the filters of an inbound TCP chain: the workload's
 // authorization, then tcp_proxy to cluster.
 func (g *gen) inboundTCP(cluster string) []*listenerv3.Filter {
-	return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(cluster, single(cluster)))
+	return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ServerMode, cluster, single(cluster)))
 }
 
 // inboundHCM routes everything a port receives to the application, after
@@ -222,8 +228,10 @@ func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
 		}},
 		HttpFilters:              append(slices.Clip(g.workloadAuthz().http), g.httpFilters()...),
 		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
+		AccessLog:                g.accessLogs(model.ServerMode, filterLog),
 	}
 	g.sidecarHCM(hcm)
+	g.setTracing(hcm, model.ServerMode)
 	return hcm
 }
 
@@ -314,7 +322,7 @@ func (g *gen) httpInspector() *listenerv3.ListenerFilter {
 // unknownTarget.
 func (g *gen) passthroughChain(listener string) *listenerv3.FilterChain {
 	target := g.unknownTarget()
-	return &listenerv3.FilterChain{Name: listener + "-" + target, Filters: []*listenerv3.Filter{g.tcpProxy(target, single(target))}}
+	return &listenerv3.FilterChain{Name: listener + "-" + target, Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, target, single(target))}}
 }
 
 // tcpDestinations are the clusters a TCP service port forwards to: its

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // This file is what only a sidecar gets, as Istio's sidecar builders
@@ -195,10 +196,11 @@ func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
 // VirtualService matches TCP or TLS on sourceLabels or a DestinationRule
 // selects workloads, and its addresses only when a service is listened
 // for per endpoint (its own left out): only then is the proxy part of the
-// key. Istio builds them per proxy; inbound listeners stay per proxy here
-// too.
+// key; and what of the proxy's node its spans' tags name (traceIdentity)
+// always is. Istio builds them per proxy; inbound listeners stay per
+// proxy here too.
 func (g *gen) outboundSet() []*listenerv3.Listener {
-	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true))
+	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true)) + "|trace|" + g.traceIdentity()
 	v := g.pc.Memo(key, func() any {
 		sub := g.isolated()
 		before := sub.packErrs
@@ -270,7 +272,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
+					Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
 				}
 				if tls && svc.GetHostname() != "*" {
 					chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{svc.GetHostname()}, TransportProtocol: "tls"}
@@ -293,7 +295,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				l := g.portListener(name, vip, num, false)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
+					Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
 				}}
 				if sniffed(port.GetProtocol()) {
 					// A port of no declared protocol (Istio's "auto"): the

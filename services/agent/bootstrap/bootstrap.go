@@ -4,7 +4,7 @@
 // xDS socket, SDS through its workload socket, admin on 127.0.0.1:15000,
 // Prometheus stats on :15090 (/stats/prometheus) and readiness on :15021
 // (/healthz/ready, answered by the agent), and what the pod's
-// proxy.istio.io/config sets (the zipkin collector's cluster, extra stat
+// proxy.istio.io/config sets (the zipkin tracer and its cluster, extra stat
 // tags; concurrency and drain duration become Envoy's command line,
 // EnvoyArgs). Build is pure
 // and checks the result with go-control-plane's generated Validate.
@@ -24,6 +24,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
@@ -203,14 +205,26 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("proxy config tracing.zipkin.address %q: bad port", t.GetZipkin().GetAddress())
 			}
-			// As in Istio's bootstrap: the collector's cluster. Spans are
-			// sent by the listeners' HTTP connection managers, whose
-			// tracing provider discovery sets (Envoy's bootstrap-level
-			// tracing is deprecated).
+			// As in Istio's bootstrap: the collector's cluster, and the
+			// tracer of the HTTP connection managers whose tracing names
+			// none (discovery sends sampling and tags only when no
+			// Telemetry names a tracing provider and the mesh's
+			// enableTracing is on).
 			zcl := staticCluster(zipkinClust, host, uint32(n))
 			zcl.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
 			zcl.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
 			sr.Clusters = append(sr.Clusters, zcl)
+			zc, err := anypb.New(&tracev3.ZipkinConfig{
+				CollectorCluster:         zipkinClust,
+				CollectorEndpoint:        "/api/v2/spans", //nolint:staticcheck // what Istio's bootstrap writes, read by every Envoy it runs
+				CollectorEndpointVersion: tracev3.ZipkinConfig_HTTP_JSON,
+				TraceId_128Bit:           true,
+				SharedSpanContext:        wrapperspb.Bool(false),
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("bootstrap tracing: %w", err)
+			}
+			b.Tracing = &tracev3.Tracing{Http: &tracev3.Tracing_Http{Name: "envoy.tracers.zipkin", ConfigType: &tracev3.Tracing_Http_TypedConfig{TypedConfig: zc}}}
 		default:
 			problems = append(problems, "proxy config tracing: only zipkin is written into the bootstrap; the tracer given is left out")
 		}

@@ -63,6 +63,12 @@ func FromNode(node *corev3.Node) (*Proxy, error) {
 	if err := applyLocality(p, node.GetLocality()); err != nil {
 		return nil, fmt.Errorf("node %q: %w", node.GetId(), err)
 	}
+	p.ServiceCluster = node.GetCluster()
+	for _, f := range []struct{ name, v string }{{"cluster", p.ServiceCluster}, {proxycontract.MetadataMeshID, p.MeshID}, {proxycontract.MetadataClusterID, p.ClusterID}} {
+		if len(f.v) > maxLabelLn {
+			return nil, fmt.Errorf("node %q: %s is %d bytes, more than %d", node.GetId(), f.name, len(f.v), maxLabelLn)
+		}
+	}
 	return p, nil
 }
 
@@ -130,6 +136,7 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 	}{
 		{proxycontract.MetadataIstioVersion, &p.IstioVersion},
 		{proxycontract.MetadataClusterID, &p.ClusterID},
+		{proxycontract.MetadataMeshID, &p.MeshID},
 		{proxycontract.MetadataServiceAccount, &p.ServiceAccount},
 		{proxycontract.MetadataGenerator, &p.Generator},
 	}
