@@ -101,7 +101,11 @@ func printDetail(w io.Writer, d Detail, now time.Time) error {
 	if p.Delta {
 		stream = "delta"
 	}
-	fmt.Fprintf(&b, "Kind:     %s, %s xDS, version %s, connected %s ago, push %s\n\n", kind, stream, cmp.Or(p.IstioVersion, "-"), age(now.Sub(p.ConnectedAt)), cmp.Or(p.PushVersion, "-"))
+	fmt.Fprintf(&b, "Kind:     %s, %s xDS, version %s, connected %s ago, push %s\n", kind, stream, cmp.Or(p.IstioVersion, "-"), age(now.Sub(p.ConnectedAt)), cmp.Or(p.PushVersion, "-"))
+	if p.Telemetry != "" {
+		fmt.Fprintf(&b, "Telemetry: %s\n", p.Telemetry)
+	}
+	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tSTATUS\tACKED\tSENT\tRESOURCES")
 	for _, c := range xdstype.InStatusOrder() {

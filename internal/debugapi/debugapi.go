@@ -98,6 +98,8 @@ const (
 	// MetadataGenerator is proxycontract.GeneratorGRPC for proxyless gRPC
 	// clients.
 	MetadataGenerator = "FLOTILLA_GENERATOR"
+	// MetadataTelemetry is ProxySync.Telemetry.
+	MetadataTelemetry = "FLOTILLA_TELEMETRY"
 	// MetadataDelta is true for an incremental (delta) stream.
 	MetadataDelta = "FLOTILLA_DELTA"
 	// MetadataConnectedAt is when the stream opened (RFC 3339).
@@ -149,16 +151,19 @@ type TypeSync struct {
 
 // ProxySync is one connected proxy's sync state on one replica.
 type ProxySync struct {
-	ID           string    `json:"id"`
-	Namespace    string    `json:"namespace"`
-	ProxyType    string    `json:"proxyType,omitempty"`
-	IstioVersion string    `json:"proxyVersion,omitempty"`
-	ClusterID    string    `json:"clusterId,omitempty"`
-	Identity     string    `json:"identity,omitempty"`
-	Generator    string    `json:"generator,omitempty"`
-	Delta        bool      `json:"delta,omitempty"`
-	ConnectedAt  time.Time `json:"connectedAt,omitzero"`
-	PushVersion  string    `json:"pushVersion,omitempty"`
+	ID           string `json:"id"`
+	Namespace    string `json:"namespace"`
+	ProxyType    string `json:"proxyType,omitempty"`
+	IstioVersion string `json:"proxyVersion,omitempty"`
+	ClusterID    string `json:"clusterId,omitempty"`
+	Identity     string `json:"identity,omitempty"`
+	Generator    string `json:"generator,omitempty"`
+	// Telemetry says what mesh telemetry the proxy's configuration
+	// carries (Istio's metrics only for Istio's build of Envoy).
+	Telemetry   string    `json:"telemetry,omitempty"`
+	Delta       bool      `json:"delta,omitempty"`
+	ConnectedAt time.Time `json:"connectedAt,omitzero"`
+	PushVersion string    `json:"pushVersion,omitempty"`
 	// PushSeenAt is when the replica first saw (from galley) the change
 	// behind the last push to the proxy: SentAt minus it is the
 	// replica's own time for that change.
@@ -180,6 +185,7 @@ func (p ProxySync) ClientConfig() *statusv3.ClientConfig {
 	set(MetadataProxyType, p.ProxyType)
 	set(MetadataIdentity, p.Identity)
 	set(MetadataGenerator, p.Generator)
+	set(MetadataTelemetry, p.Telemetry)
 	set(MetadataPushVersion, p.PushVersion)
 	if p.Delta {
 		md[MetadataDelta] = true
@@ -268,7 +274,7 @@ func FromClientConfig(cc *statusv3.ClientConfig) ProxySync {
 	p := ProxySync{
 		ID: cc.GetNode().GetId(), Namespace: str(MetadataNamespace), IstioVersion: str(MetadataIstioVersion),
 		ClusterID: str(MetadataClusterID), ProxyType: str(MetadataProxyType), Identity: str(MetadataIdentity),
-		Generator: str(MetadataGenerator), Delta: md[MetadataDelta].GetBoolValue(), PushVersion: str(MetadataPushVersion),
+		Generator: str(MetadataGenerator), Telemetry: str(MetadataTelemetry), Delta: md[MetadataDelta].GetBoolValue(), PushVersion: str(MetadataPushVersion),
 	}
 	if t, err := time.Parse(time.RFC3339Nano, str(MetadataConnectedAt)); err == nil {
 		p.ConnectedAt = t

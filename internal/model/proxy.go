@@ -35,6 +35,10 @@ type Proxy struct {
 	IstioVersion   string
 	ClusterID      string
 	ServiceAccount string
+	// IstioTelemetry: the proxy's Envoy has Istio's stats and
+	// peer-metadata filters (its node lists their extensions,
+	// proxycontract.IstioTelemetryTypeURLs).
+	IstioTelemetry bool
 	// MeshID is the mesh the proxy says it is in (MESH_ID); empty when
 	// it does not say.
 	MeshID string

@@ -90,6 +90,16 @@ const (
 	MetadataGenerator = "GENERATOR"
 )
 
+// IstioTelemetryTypeURLs are the configuration types of Istio's stats
+// and peer-metadata filters, which only Istio's build of Envoy has: a
+// proxy whose node lists all of them among its extensions gets Istio's
+// standard metrics (Envoy reports its extensions in its node).
+var IstioTelemetryTypeURLs = []string{
+	"stats.PluginConfig",
+	"io.istio.http.peer_metadata.Config",
+	"envoy.tcp.metadataexchange.config.MetadataExchange",
+}
+
 // GeneratorGRPC is MetadataGenerator's value for a proxyless gRPC
 // application, which gets the configuration flavour grpc-go accepts
 // (Istio: the "grpc" generator its grpc-agent template sets).

@@ -384,11 +384,3 @@ func grpcCommon(svc *corev3.GrpcService, name, defaultName string, state []strin
 	}
 	return &grpcalv3.CommonGrpcAccessLogConfig{LogName: name, GrpcService: svc, TransportApiVersion: corev3.ApiVersion_V3, FilterStateObjectsToLog: state}
 }
-
-// appliedTelemetry is the Telemetries that apply to the proxy.
-func (g *gen) appliedTelemetry() *model.AppliedTelemetry {
-	if g.tel.applied == nil {
-		g.tel.applied = g.pc.ProxyTelemetry(g.p.Namespace, g.p.Labels)
-	}
-	return g.tel.applied
-}

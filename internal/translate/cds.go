@@ -102,6 +102,7 @@ func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *
 		sub := g.isolated()
 		var b *builtCluster
 		if c := sub.outboundCluster(svc, port, dr, ss); c != nil {
+			sub.applyMetadataExchange(c)
 			if err := sub.valid(c, 0); err != nil {
 				sub.problem("cluster %s dropped: %v", name, err)
 			} else {

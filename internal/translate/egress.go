@@ -142,7 +142,7 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 				l := g.portListener(name, addr, ep.port, ep.bindToPort)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, ep.port, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters)},
+					Filters: g.tcpForward(model.ClientMode, ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters),
 				}}
 				add(l)
 			}

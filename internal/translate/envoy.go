@@ -5,13 +5,18 @@ import (
 )
 
 // envoyClient is Envoy, the client of sidecars and gateways: all of its
-// API that Istio uses.
-func envoyClient() client {
-	return client{
+// API that Istio uses. istio is Istio's build of Envoy (its node lists
+// Istio's stats and peer-metadata filters), which also gets them.
+func envoyClient(istio bool) client {
+	c := client{
 		name:           "envoy",
 		defaultLB:      clusterv3.Cluster_LEAST_REQUEST,
 		envoyClusters:  true,
 		envoyHTTP:      true,
 		envoyTelemetry: true,
 	}
+	if istio {
+		c.name, c.istioTelemetry = "istio-envoy", true
+	}
+	return c
 }

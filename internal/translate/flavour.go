@@ -82,9 +82,13 @@ type client struct {
 	// subset of Envoy's that gRFC A41 reads), not Envoy's HTTP and TCP
 	// filters.
 	grpcRBAC bool
-	// envoyTelemetry: the client runs Envoy's access loggers; grpc-go
-	// reads no access log of a listener.
+	// envoyTelemetry: the client runs Envoy's access loggers and tracers;
+	// grpc-go reads neither.
 	envoyTelemetry bool
+	// istioTelemetry: the client is Istio's build of Envoy, with Istio's
+	// stats filter (istio_requests_total and the other standard metrics)
+	// and the peer-metadata exchange that labels them.
+	istioTelemetry bool
 	// retries reports whether the client understands a retry condition;
 	// nil for all of Envoy's. A client that understands fewer gets them
 	// in a default policy of its own (grpcDefaultRetryPolicy).

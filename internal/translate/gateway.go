@@ -413,7 +413,10 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 // the router.
 func (g *gen) gatewayHCM(statPrefix, route string) *hcmv3.HttpConnectionManager {
 	hcm := g.httpConnectionManager(statPrefix, route)
-	hcm.HttpFilters = append(slices.Clip(g.workloadAuthz().http), hcm.GetHttpFilters()...)
+	// The peer metadata exchange first, then the workload's
+	// authorization (Istio's appendMxFilter before the authz filters).
+	mx := len(g.peerMetadataHTTPFilter(model.ClientMode))
+	hcm.HttpFilters = slices.Concat(hcm.GetHttpFilters()[:mx], g.workloadAuthz().http, hcm.GetHttpFilters()[mx:])
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
 	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_SANITIZE_SET
 	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
@@ -513,7 +516,7 @@ func (g *gen) gatewayTCP(s gwServer) []*listenerv3.Filter {
 			if len(clusters) == 0 {
 				continue
 			}
-			return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters))
+			return append(slices.Clip(g.workloadAuthz().tcp), g.tcpForward(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)...)
 		}
 	}
 	g.problem("Gateway %s port %d (%s): no VirtualService tcp route for it; server left out", s.key, port, s.srv.GetPort().GetProtocol())
@@ -555,7 +558,7 @@ func (g *gen) passthroughChains(s gwServer) []*listenerv3.FilterChain {
 				out = append(out, &listenerv3.FilterChain{
 					Name:             "passthrough." + itoa(port) + "." + strings.Join(hosts, ","),
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: serverNames(hosts)},
-					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)),
+					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpForward(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)...),
 				})
 			}
 		}
@@ -588,7 +591,7 @@ func (g *gen) autoPassthroughChains(s gwServer) []*listenerv3.FilterChain {
 				out = append(out, &listenerv3.FilterChain{
 					Name:             name,
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{name}, ApplicationProtocols: istioMTLSALPN()},
-					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ClientMode, name, single(name))),
+					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpForward(model.ClientMode, name, single(name))...),
 				})
 			}
 		}

@@ -74,6 +74,7 @@ type telemetryState struct {
 	logs      map[[2]int][]*accesslogv3.AccessLog
 	providers map[string]*accesslogv3.AccessLog
 	tracing   map[model.WorkloadMode]builtTracing
+	stats     map[model.WorkloadMode][]*anypb.Any
 }
 
 type builtCluster struct {
@@ -138,4 +139,12 @@ func (g *gen) isolated() *gen {
 		clusters: map[string]*builtCluster{}, las: map[string]*endpointv3.ClusterLoadAssignment{},
 		routesBy: map[string]*routev3.RouteConfiguration{}, empties: map[string]*anypb.Any{},
 	}
+}
+
+// appliedTelemetry is the Telemetries that apply to the proxy.
+func (g *gen) appliedTelemetry() *model.AppliedTelemetry {
+	if g.tel.applied == nil {
+		g.tel.applied = g.pc.ProxyTelemetry(g.p.Namespace, g.p.Labels)
+	}
+	return g.tel.applied
 }

@@ -52,6 +52,9 @@ type testProxy struct {
 		Listeners      []string          `json:"listeners"`
 		// Locality is the node's, "region/zone/subzone".
 		Locality string `json:"locality"`
+		// IstioTelemetry: the node lists Istio's stats and
+		// peer-metadata extensions (Istio's build of Envoy).
+		IstioTelemetry bool `json:"istioTelemetry"`
 	} `json:"spec"`
 }
 
@@ -245,8 +248,8 @@ func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
 	return &model.Proxy{
 		Type: model.ProxyType(parts[0]), IPs: []netip.Addr{netip.MustParseAddr(parts[1])}, ID: parts[2],
 		DNSDomain: parts[3], Namespace: ns, Labels: tp.Spec.Labels, Generator: tp.Spec.Generator,
-		ServiceAccount: tp.Spec.ServiceAccount,
-		Locality:       model.Locality{Region: loc[0], Zone: loc[1], Subzone: loc[2]},
+		ServiceAccount: tp.Spec.ServiceAccount, IstioTelemetry: tp.Spec.IstioTelemetry,
+		Locality: model.Locality{Region: loc[0], Zone: loc[1], Subzone: loc[2]},
 	}
 }
 

@@ -23,6 +23,7 @@ var layers = [][]string{
 	{"policy.go"},
 	{"locality.go"},
 	{"eds.go"},
+	{"metrics.go"},
 	{"cds.go"},
 	{"check.go"},
 	{"authn.go"},

@@ -23,14 +23,16 @@ import (
 )
 
 // httpFilters are the HTTP filters whose per-route settings routes may
-// carry, then the router: fault, then CORS for sidecars (Istio's order;
-// grpc-go would reject a listener naming the CORS filter, so proxyless
-// clients get fault and router only).
-func (g *gen) httpFilters() []*hcmv3.HttpFilter {
+// carry, Istio's stats, then the router: fault, then CORS for sidecars
+// (Istio's order; grpc-go would reject a listener naming the CORS filter,
+// so proxyless clients get fault and router only), then the side's
+// stats filters.
+func (g *gen) httpFilters(side model.WorkloadMode) []*hcmv3.HttpFilter {
 	fs := []*hcmv3.HttpFilter{{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&faultv3.HTTPFault{})}}}
 	if g.client.envoyHTTP {
 		fs = append(fs, &hcmv3.HttpFilter{Name: corsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&corsv3.Cors{})}})
 	}
+	fs = append(fs, g.statsHTTPFilters(side)...)
 	return append(fs, &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&routerv3.Router{})}})
 }
 
@@ -41,7 +43,7 @@ func (g *gen) httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpCon
 			ConfigSource:    adsSource(),
 			RouteConfigName: routeName,
 		}},
-		HttpFilters: g.httpFilters(),
+		HttpFilters: append(g.peerMetadataHTTPFilter(model.ClientMode), g.httpFilters(model.ClientMode)...),
 		AccessLog:   g.accessLogs(model.ClientMode, filterLog),
 	}
 	if g.client.envoyHTTP {
@@ -92,6 +94,12 @@ func (g *gen) tcpProxy(side model.WorkloadMode, statPrefix string, clusters []*t
 	return g.networkFilter(tcpProxyFilter, tp)
 }
 
+// tcpForward is a TCP proxy to clusters after the side's stats filters
+// (Istio's buildMetricsNetworkFilters before the tcp_proxy).
+func (g *gen) tcpForward(side model.WorkloadMode, statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) []*listenerv3.Filter {
+	return append(slices.Clip(g.statsNetworkFilters(side)), g.tcpProxy(side, statPrefix, clusters))
+}
+
 // virtualOutbound receives everything the pod sends (iptables) and hands
 // each connection to the listener of its original destination; what no
 // listener claims is passed through or dropped per outboundTrafficPolicy.
@@ -113,7 +121,7 @@ func (g *gen) virtualOutbound() *listenerv3.Listener {
 			},
 			{
 				Name:    "virtualOutbound-catchall-tcp",
-				Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, catchAll, single(catchAll))},
+				Filters: g.tcpForward(model.ClientMode, catchAll, single(catchAll)),
 			},
 		},
 	}
@@ -201,10 +209,11 @@ func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
 	}
 }
 
-// inboundTCP are the filters of an inbound TCP chain: the workload's
-// authorization, then tcp_proxy to cluster.
+// inboundTCP are the filters of an inbound TCP chain: the peer metadata
+// exchange, the workload's authorization, then stats and tcp_proxy to
+// cluster (Istio's buildInboundNetworkFilters).
 func (g *gen) inboundTCP(cluster string) []*listenerv3.Filter {
-	return append(slices.Clip(g.workloadAuthz().tcp), g.tcpProxy(model.ServerMode, cluster, single(cluster)))
+	return slices.Concat(g.peerMetadataNetworkFilters(), g.workloadAuthz().tcp, g.tcpForward(model.ServerMode, cluster, single(cluster)))
 }
 
 // inboundHCM routes everything a port receives to the application, after
@@ -226,7 +235,7 @@ func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
 			}},
 			ValidateClusters: wrapperspb.Bool(false),
 		}},
-		HttpFilters:              append(slices.Clip(g.workloadAuthz().http), g.httpFilters()...),
+		HttpFilters:              slices.Concat(g.peerMetadataHTTPFilter(model.ServerMode), g.workloadAuthz().http, g.httpFilters(model.ServerMode)),
 		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
 		AccessLog:                g.accessLogs(model.ServerMode, filterLog),
 	}
@@ -322,7 +331,7 @@ func (g *gen) httpInspector() *listenerv3.ListenerFilter {
 // unknownTarget.
 func (g *gen) passthroughChain(listener string) *listenerv3.FilterChain {
 	target := g.unknownTarget()
-	return &listenerv3.FilterChain{Name: listener + "-" + target, Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, target, single(target))}}
+	return &listenerv3.FilterChain{Name: listener + "-" + target, Filters: g.tcpForward(model.ClientMode, target, single(target))}
 }
 
 // tcpDestinations are the clusters a TCP service port forwards to: its

@@ -200,7 +200,7 @@ func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
 // always is. Istio builds them per proxy; inbound listeners stay per
 // proxy here too.
 func (g *gen) outboundSet() []*listenerv3.Listener {
-	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true)) + "|trace|" + g.traceIdentity()
+	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true)) + "|" + g.client.name + "|trace|" + g.traceIdentity()
 	v := g.pc.Memo(key, func() any {
 		sub := g.isolated()
 		before := sub.packErrs
@@ -272,7 +272,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
+					Filters: g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters),
 				}
 				if tls && svc.GetHostname() != "*" {
 					chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{svc.GetHostname()}, TransportProtocol: "tls"}
@@ -295,7 +295,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				l := g.portListener(name, vip, num, false)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: []*listenerv3.Filter{g.tcpProxy(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)},
+					Filters: g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters),
 				}}
 				if sniffed(port.GetProtocol()) {
 					// A port of no declared protocol (Istio's "auto"): the

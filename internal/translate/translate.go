@@ -141,8 +141,21 @@ func flavourOf(p *model.Proxy) (flavour, client) {
 	case p.ProxylessGRPC():
 		return proxyless{}, grpcClient()
 	case p.Type == model.RouterProxy:
-		return router{}, envoyClient()
+		return router{}, envoyClient(p.IstioTelemetry)
 	default:
-		return sidecar{}, envoyClient()
+		return sidecar{}, envoyClient(p.IstioTelemetry)
 	}
+}
+
+// TelemetryOf says what mesh telemetry a proxy's configuration carries,
+// as proxy-status shows it: the client it runs decides (flavourOf).
+func TelemetryOf(p *model.Proxy) string {
+	_, c := flavourOf(p)
+	switch {
+	case c.istioTelemetry:
+		return "Istio's metrics, access logs, tracing"
+	case c.envoyTelemetry:
+		return "access logs, tracing; no Istio metrics (its Envoy lacks Istio's stats filters)"
+	}
+	return "none (grpc-go runs no Envoy telemetry)"
 }

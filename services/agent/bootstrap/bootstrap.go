@@ -216,7 +216,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 			sr.Clusters = append(sr.Clusters, zcl)
 			zc, err := anypb.New(&tracev3.ZipkinConfig{
 				CollectorCluster:         zipkinClust,
-				CollectorEndpoint:        "/api/v2/spans", //nolint:staticcheck // what Istio's bootstrap writes, read by every Envoy it runs
+				CollectorEndpoint:        "/api/v2/spans",
 				CollectorEndpointVersion: tracev3.ZipkinConfig_HTTP_JSON,
 				TraceId_128Bit:           true,
 				SharedSpanContext:        wrapperspb.Bool(false),
@@ -224,7 +224,10 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("bootstrap tracing: %w", err)
 			}
-			b.Tracing = &tracev3.Tracing{Http: &tracev3.Tracing_Http{Name: "envoy.tracers.zipkin", ConfigType: &tracev3.Tracing_Http_TypedConfig{TypedConfig: zc}}}
+			// Deprecated in Envoy's API, still read, and what Istio's
+			// bootstrap writes: the pod's own proxy config names the
+			// tracer, which discovery does not see.
+			b.Tracing = &tracev3.Tracing{Http: &tracev3.Tracing_Http{Name: "envoy.tracers.zipkin", ConfigType: &tracev3.Tracing_Http_TypedConfig{TypedConfig: zc}}} //nolint:staticcheck // see above
 		default:
 			problems = append(problems, "proxy config tracing: only zipkin is written into the bootstrap; the tracer given is left out")
 		}

@@ -64,6 +64,7 @@ func FromNode(node *corev3.Node) (*Proxy, error) {
 		return nil, fmt.Errorf("node %q: %w", node.GetId(), err)
 	}
 	p.ServiceCluster = node.GetCluster()
+	p.IstioTelemetry = hasExtensions(node, proxycontract.IstioTelemetryTypeURLs)
 	for _, f := range []struct{ name, v string }{{"cluster", p.ServiceCluster}, {proxycontract.MetadataMeshID, p.MeshID}, {proxycontract.MetadataClusterID, p.ClusterID}} {
 		if len(f.v) > maxLabelLn {
 			return nil, fmt.Errorf("node %q: %s is %d bytes, more than %d", node.GetId(), f.name, len(f.v), maxLabelLn)
@@ -195,4 +196,23 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 		}
 	}
 	return nil
+}
+
+// hasExtensions reports whether a node lists, among its extensions, one
+// configured by each of the type URLs (with or without
+// "type.googleapis.com/").
+func hasExtensions(node *corev3.Node, typeURLs []string) bool {
+	found := map[string]bool{}
+	for _, e := range node.GetExtensions() {
+		if e.GetDisabled() {
+			continue
+		}
+		for _, u := range e.GetTypeUrls() {
+			u = strings.TrimPrefix(u, "type.googleapis.com/")
+			if slices.Contains(typeURLs, u) {
+				found[u] = true
+			}
+		}
+	}
+	return len(found) == len(typeURLs)
 }

@@ -112,3 +112,48 @@ func FuzzParseID(f *testing.F) {
 		}
 	})
 }
+
+// Istio's build of Envoy lists its stats and peer-metadata filters among
+// the extensions in its node; upstream Envoy does not.
+func TestAProxyGetsIstiosTelemetryOnlyWhenItsEnvoyListsItsExtensions(t *testing.T) {
+	ext := func(urls ...string) *corev3.Extension { return &corev3.Extension{Name: "x", TypeUrls: urls} }
+	istio := []*corev3.Extension{
+		ext("stats.PluginConfig"), ext("type.googleapis.com/io.istio.http.peer_metadata.Config"),
+		ext("envoy.tcp.metadataexchange.config.MetadataExchange"), ext("envoy.extensions.filters.http.router.v3.Router"),
+	}
+	for _, tt := range []struct {
+		name string
+		exts []*corev3.Extension
+		want bool
+	}{
+		{"Istio's Envoy", istio, true},
+		{"upstream Envoy", istio[3:], false},
+		{"one of them missing", istio[1:], false},
+		{"one of them disabled", append([]*corev3.Extension{{TypeUrls: []string{"stats.PluginConfig"}, Disabled: true}}, istio[1:]...), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := node(t, "sidecar~10.1.1.1~app-1.default~default.svc.cluster.local", nil)
+			n.Extensions = tt.exts
+			p, err := FromNode(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.IstioTelemetry != tt.want {
+				t.Fatalf("IstioTelemetry = %v, want %v", p.IstioTelemetry, tt.want)
+			}
+		})
+	}
+}
+
+func TestANodesClusterAndMeshIDAreBounded(t *testing.T) {
+	n := node(t, "sidecar~10.1.1.1~app-1.default~default.svc.cluster.local", map[string]any{"MESH_ID": strings.Repeat("m", 513)})
+	if _, err := FromNode(n); err == nil || !strings.Contains(err.Error(), "MESH_ID") {
+		t.Fatalf("err = %v, want MESH_ID too long", err)
+	}
+	n = node(t, "sidecar~10.1.1.1~app-1.default~default.svc.cluster.local", map[string]any{"MESH_ID": "mesh1"})
+	n.Cluster = "app.default"
+	p, err := FromNode(n)
+	if err != nil || p.MeshID != "mesh1" || p.ServiceCluster != "app.default" {
+		t.Fatalf("got %+v, %v", p, err)
+	}
+}

@@ -42,6 +42,7 @@ func (c *conn) syncState() debugapi.ProxySync {
 		ID: c.id, Namespace: c.proxy.Namespace, ProxyType: string(c.proxy.Type), IstioVersion: c.proxy.IstioVersion,
 		ClusterID: c.proxy.ClusterID, Identity: c.identity, Generator: c.proxy.Generator, Delta: c.delta,
 		ConnectedAt: c.connectedAt, Problems: slices.Clone(c.problems), PushSeenAt: c.pushSeen,
+		Telemetry: translate.TelemetryOf(c.proxy),
 	}
 	if c.pcSeen != nil {
 		ps.PushVersion = c.pcSeen.Version
