@@ -7,8 +7,10 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1alpha1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -317,4 +319,63 @@ func kindsByName() map[string]istio.Kind {
 		kinds[k.Kind] = k
 	}
 	return kinds
+}
+
+// BenchmarkSidecarTelemetry is one sidecar's listeners and clusters in
+// the 1,000-service mesh, first of its push (cold), with the mesh's
+// telemetry off (enableTracing false), at Istio's defaults (tracing
+// sampling and tags on every connection manager), and configured by
+// the Telemetry API for a proxy on Istio's Envoy (a file access log, an
+// OpenTelemetry tracer, Istio's metrics with an override, and the peer
+// metadata exchange). listener-bytes is the encoded size of its
+// listeners.
+func BenchmarkSidecarTelemetry(b *testing.B) {
+	const providers = "extensionProviders:\n" +
+		"- name: otel\n  opentelemetry: {service: svc-1.ns-1.svc.cluster.local, port: 9090}\n" +
+		"defaultProviders: {metrics: [prometheus], accessLogging: [envoy], tracing: [otel]}\n"
+	for _, tc := range []struct {
+		name, mesh string
+		telemetry  bool
+	}{
+		{"off", "enableTracing: false\n", false},
+		{"defaults", "", false},
+		{"telemetry-api", providers, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := benchMesh(b, 1000)
+			mesh, err := istio.ParseMeshConfig([]byte(tc.mesh))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.PutMesh(mesh)
+			if tc.telemetry {
+				spec := &telemetry.Telemetry{Metrics: []*telemetry.Metrics{{Overrides: []*telemetry.MetricsOverrides{{
+					Match:        &telemetry.MetricSelector{MetricMatch: &telemetry.MetricSelector_Metric{Metric: telemetry.MetricSelector_REQUEST_COUNT}},
+					TagOverrides: map[string]*telemetry.MetricsOverrides_TagOverride{"request_protocol": {Operation: telemetry.MetricsOverrides_TagOverride_REMOVE}},
+				}}}}, Tracing: []*telemetry.Tracing{{RandomSamplingPercentage: wrapperspb.Double(10)}}}
+				s.PutObject(&istio.Object{Kind: kindsByName()[istio.Telemetry], Meta: istio.Meta{Name: "mesh", Namespace: "istio-system"}, Spec: spec})
+			}
+			p := benchProxy("")
+			p.IstioTelemetry = tc.telemetry
+			b.ReportAllocs()
+			var v uint64
+			size := 0
+			for b.Loop() {
+				b.StopTimer()
+				v++
+				s.PutService(&registryv1.Service{Hostname: "extra.ns-0.svc.cluster.local", Namespace: "ns-0"})
+				pc, _ := s.Build(model.BuildOptions{}, nil, v)
+				pc.Scope(p)
+				b.StartTimer()
+				g := NewGenerator(pc, p)
+				ls := g.Listeners(nil)
+				_ = g.Clusters(nil)
+				size = 0
+				for _, l := range ls {
+					size += proto.Size(l)
+				}
+			}
+			b.ReportMetric(float64(size), "listener-bytes")
+		})
+	}
 }

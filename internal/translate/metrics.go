@@ -152,8 +152,11 @@ func (g *gen) peerMetadataHTTPFilter(side model.WorkloadMode) []*hcmv3.HttpFilte
 // metadataExchangeConfig is the TCP metadata exchange (Istio's
 // TCPListenerMx and TCPClusterMx): over the istio-peer-exchange ALPN,
 // with workload discovery.
+// It is the same for every proxy: built once per push context.
 func (g *gen) metadataExchangeConfig() *anypb.Any {
-	return g.typedStruct(metadataExchangeTCPTypeURL, map[string]any{"protocol": istioPeerExchangeALPNProtocol, "enable_discovery": true})
+	return g.pc.Memo("translate|tcp-metadata-exchange", func() any {
+		return g.typedStruct(metadataExchangeTCPTypeURL, map[string]any{"protocol": istioPeerExchangeALPNProtocol, "enable_discovery": true})
+	}).(*anypb.Any)
 }
 
 // peerMetadataNetworkFilters is an inbound TCP chain's metadata exchange.

@@ -300,7 +300,7 @@ func (g *gen) tracer(p *meshv1alpha1.MeshConfig_ExtensionProvider) (t *hcmv3.Htt
 			SharedSpanContext:        wrapperspb.Bool(false),
 			CollectorService: &corev3.HttpService{
 				HttpUri:             &corev3.HttpUri{Uri: "http://" + host + path, HttpUpstreamType: &corev3.HttpUri_Cluster{Cluster: cluster}, Timeout: timeout},
-				RequestHeadersToAdd: httpHeaders(z.GetHeaders()),
+				RequestHeadersToAdd: g.httpHeaders(z.GetHeaders()),
 			},
 		}
 		if z.GetTraceContextOption() == meshv1alpha1.MeshConfig_ExtensionProvider_ZipkinTracingProvider_USE_B3_WITH_W3C_PROPAGATION {
@@ -357,7 +357,7 @@ func (g *gen) otelTracer(o *meshv1alpha1.MeshConfig_ExtensionProvider_OpenTeleme
 		}
 		oc.HttpService = &corev3.HttpService{
 			HttpUri:             &corev3.HttpUri{Uri: uri, HttpUpstreamType: &corev3.HttpUri_Cluster{Cluster: cluster}, Timeout: h.GetTimeout()},
-			RequestHeadersToAdd: httpHeaders(h.GetHeaders()),
+			RequestHeadersToAdd: g.httpHeaders(h.GetHeaders()),
 		}
 	} else {
 		gs := envoyGRPC(cluster, host)
@@ -394,7 +394,7 @@ func (g *gen) otelTracer(o *meshv1alpha1.MeshConfig_ExtensionProvider_OpenTeleme
 			}
 			dsc.HttpService = &corev3.HttpService{
 				HttpUri:             &corev3.HttpUri{Uri: uri, HttpUpstreamType: &corev3.HttpUri_Cluster{Cluster: dtCluster}, Timeout: api.GetHttp().GetTimeout()},
-				RequestHeadersToAdd: httpHeaders(api.GetHttp().GetHeaders()),
+				RequestHeadersToAdd: g.httpHeaders(api.GetHttp().GetHeaders()),
 			}
 		} else {
 			h := o.GetHttp()
@@ -407,7 +407,7 @@ func (g *gen) otelTracer(o *meshv1alpha1.MeshConfig_ExtensionProvider_OpenTeleme
 			}
 			dsc.HttpService = &corev3.HttpService{
 				HttpUri:             &corev3.HttpUri{Uri: uri, HttpUpstreamType: &corev3.HttpUri_Cluster{Cluster: cluster}, Timeout: h.GetTimeout()},
-				RequestHeadersToAdd: httpHeaders(h.GetHeaders()),
+				RequestHeadersToAdd: g.httpHeaders(h.GetHeaders()),
 			}
 		}
 		oc.Sampler = &corev3.TypedExtensionConfig{Name: "envoy.tracers.opentelemetry.samplers.dynatrace", TypedConfig: g.pack(dsc)}
@@ -437,12 +437,13 @@ func envoyGRPC(cluster, authority string) *corev3.GrpcService {
 
 // httpHeaders are a provider's headers to add, each replacing one of its
 // name. A header whose value Istio takes from istiod's environment
-// (envName) is left out: discovery hands none of its environment to
-// proxies (validation warns of it).
-func httpHeaders(hs []*meshv1alpha1.MeshConfig_ExtensionProvider_HttpHeader) []*corev3.HeaderValueOption {
+// (envName) is left out and reported: discovery hands none of its
+// environment to proxies.
+func (g *gen) httpHeaders(hs []*meshv1alpha1.MeshConfig_ExtensionProvider_HttpHeader) []*corev3.HeaderValueOption {
 	var out []*corev3.HeaderValueOption
 	for _, h := range hs {
 		if h.GetEnvName() != "" {
+			g.problem("tracing provider header %q: a value from the control plane's environment (envName) is not supported; header left out", h.GetName())
 			continue
 		}
 		out = append(out, &corev3.HeaderValueOption{
