@@ -112,6 +112,10 @@ func TestTheDefaultSidecar(t *testing.T) {
 	if names(out.Spec.InitContainers)[0] != InitContainer || !slices.Equal(names(out.Spec.Containers), []string{"app", ProxyContainer}) {
 		t.Fatalf("init %v, containers %v", names(out.Spec.InitContainers), names(out.Spec.Containers))
 	}
+	// Istio's canonical service labels, from the app label.
+	if out.Labels["service.istio.io/canonical-name"] != "cart" || out.Labels["service.istio.io/canonical-revision"] != "latest" || out.Labels["app"] != "cart" {
+		t.Fatalf("labels %v", out.Labels)
+	}
 	init := out.Spec.InitContainers[0]
 	if caps := init.SecurityContext.Capabilities.Add; !slices.Contains(caps, "NET_ADMIN") || !slices.Contains(caps, "NET_RAW") {
 		t.Fatalf("init capabilities %v", caps)
