@@ -1,10 +1,13 @@
 package translate
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -339,5 +342,64 @@ spec: {id: sidecar~fd00::9~v6-1.default~default.svc.cluster.local}
 	v4, v6 := clusterNamed(gs[0], InboundPassthroughCluster), clusterNamed(gs[3], InboundPassthroughCluster)
 	if proto.Equal(v4, v6) {
 		t.Error("the IPv6 sidecar's inbound passthrough binds as the IPv4 one's (127.0.0.6)")
+	}
+}
+
+// What a proxy's own node or labels put into its outbound listeners keeps
+// it from sharing them with a proxy whose differ: a Telemetry selecting
+// one of two sidecars of a namespace (access logs), their canonical
+// service (the spans' tags), and whether their Envoy is Istio's build
+// (stats filters).
+func TestOutboundListenersAreSharedOnlyByProxiesWhoseTelemetryIsTheSame(t *testing.T) {
+	const selected = shareMesh + `
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: canary-logs, namespace: default}
+spec:
+  selector: {matchLabels: {app: canary}}
+  accessLogging: [{providers: [{name: envoy}]}]
+`
+	accessLogs := func(l *listenerv3.Listener) int {
+		var hcm hcmv3.HttpConnectionManager
+		if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+			t.Fatal(err)
+		}
+		return len(hcm.GetAccessLog())
+	}
+	for _, order := range [][]int{{0, 1}, {1, 0}} {
+		gs := generators(t, selected)
+		var ls [2]*listenerv3.Listener
+		for _, i := range order {
+			ls[i] = listenerNamed(t, gs[i], "0.0.0.0_9080")
+		}
+		if accessLogs(ls[0]) != 1 || accessLogs(ls[1]) != 0 {
+			t.Fatalf("order %v: the canary's listener has %d access logs, the stable one's %d; want 1 and 0", order, accessLogs(ls[0]), accessLogs(ls[1]))
+		}
+	}
+
+	path := filepath.Join(t.TempDir(), "input.yaml")
+	if err := os.WriteFile(path, []byte(shareMesh), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store, proxies, opts := loadCase(t, path)
+	pc, _ := store.Build(opts, nil, 1)
+	outbound := func(p *model.Proxy) *listenerv3.Listener {
+		return listenerNamed(t, NewGenerator(pc, p), "0.0.0.0_9080")
+	}
+	base := *proxies[1].Proxy
+	twin := base
+	twin.ID = "stable-2.default"
+	if outbound(&base) != outbound(&twin) {
+		t.Fatal("two sidecars alike in all that their outbound listeners read do not share them")
+	}
+	canonical := base
+	canonical.Labels = map[string]string{"app": "stable", "service.istio.io/canonical-name": "other"}
+	istioEnvoy := base
+	istioEnvoy.IstioTelemetry = true
+	for name, p := range map[string]*model.Proxy{"another canonical service": &canonical, "Istio's Envoy": &istioEnvoy} {
+		if outbound(p) == outbound(&base) {
+			t.Errorf("%s: shares the outbound listeners of a sidecar it differs from", name)
+		}
 	}
 }
