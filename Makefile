@@ -69,8 +69,13 @@ $(BIN)/flotilla-otelcol: tools/otelcol/go.mod tools/otelcol/main.go
 	@echo "building flotilla-otelcol, the OpenTelemetry Collector of compose's observability profile (the first build takes about 3 minutes)"
 	cd tools/otelcol && GOWORK=off CGO_ENABLED=0 go build -trimpath -o $(BIN)/flotilla-otelcol .
 
-proxy-image: build ## the sidecar image flotilla-proxy (deploy/images/Dockerfile.proxy): Envoy from ENVOY_IMAGE=<an upstream Envoy image> plus flotilla-agent; not built in CI (Envoy cannot be pulled there)
-	@test -n "$(ENVOY_IMAGE)" || { echo "ENVOY_IMAGE must name an upstream Envoy image, e.g. make proxy-image ENVOY_IMAGE=envoyproxy/envoy:distroless-v1.36.2"; exit 2; }
+# The image flotilla-proxy takes its Envoy from: Istio's proxy image, whose
+# Envoy has Istio's stats and peer-metadata filters (Istio's metrics); an
+# upstream Envoy image works too, without them. The same tag as the
+# chart's injector.proxyv2.image.
+ENVOY_IMAGE ?= docker.io/istio/proxyv2:1.32.0
+
+proxy-image: build ## the sidecar image flotilla-proxy (deploy/images/Dockerfile.proxy): Envoy from ENVOY_IMAGE (default Istio's proxyv2; or an upstream Envoy image, without Istio's metrics) plus flotilla-agent; not built in CI (images cannot be pulled there)
 	@ctx=$(BIN)/images/flotilla-proxy; rm -rf $$ctx; mkdir -p $$ctx; cp $(BIN)/flotilla-agent $$ctx/; \
 	  docker build -q --build-arg ENVOY_IMAGE=$(ENVOY_IMAGE) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(COMMIT) \
 	    -f deploy/images/Dockerfile.proxy -t flotilla-proxy:$(IMAGE_TAG) -t flotilla-proxy:$(APP_VERSION) -t flotilla-proxy:latest $$ctx && echo flotilla-proxy:$(IMAGE_TAG)
