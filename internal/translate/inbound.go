@@ -170,7 +170,7 @@ func (g *gen) virtualInbound() *listenerv3.Listener {
 	l.FilterChains = append([]*listenerv3.FilterChain{{
 		Name:             "virtualInbound-blackhole",
 		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(InboundPort)},
-		Filters:          []*listenerv3.Filter{g.tcpProxy(model.ServerMode, BlackHoleCluster, single(BlackHoleCluster))},
+		Filters:          g.blackHoleFilters(model.ServerMode),
 	}}, l.FilterChains...)
 	pass := func() []*listenerv3.Filter { return g.inboundTCP(InboundPassthroughCluster) }
 	mtls := &listenerv3.FilterChain{

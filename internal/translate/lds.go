@@ -23,10 +23,9 @@ import (
 )
 
 // httpFilters are the HTTP filters whose per-route settings routes may
-// carry, Istio's stats, then the router: fault, then CORS for sidecars
-// (Istio's order; grpc-go would reject a listener naming the CORS filter,
-// so proxyless clients get fault and router only), then the side's
-// stats filters.
+// carry, the side's stats filters, then the router: fault, then CORS for
+// sidecars (Istio's order; grpc-go would reject a listener naming the
+// CORS filter, so proxyless clients get fault and router only).
 func (g *gen) httpFilters(side model.WorkloadMode) []*hcmv3.HttpFilter {
 	fs := []*hcmv3.HttpFilter{{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&faultv3.HTTPFault{})}}}
 	if g.client.envoyHTTP {
@@ -100,6 +99,18 @@ func (g *gen) tcpForward(side model.WorkloadMode, statPrefix string, clusters []
 	return append(slices.Clip(g.statsNetworkFilters(side)), g.tcpProxy(side, statPrefix, clusters))
 }
 
+// blackHoleFilters drop a connection to a capture listener's own port,
+// which would loop: no access log, as Istio's blackhole chains; the
+// outbound one counts it in the stats (Istio's blackholeFilterChain), the
+// inbound one does not.
+func (g *gen) blackHoleFilters(side model.WorkloadMode) []*listenerv3.Filter {
+	tp := g.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{StatPrefix: BlackHoleCluster, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: BlackHoleCluster}})
+	if side == model.ServerMode {
+		return []*listenerv3.Filter{tp}
+	}
+	return append(slices.Clip(g.statsNetworkFilters(side)), tp)
+}
+
 // virtualOutbound receives everything the pod sends (iptables) and hands
 // each connection to the listener of its original destination; what no
 // listener claims is passed through or dropped per outboundTrafficPolicy.
@@ -117,7 +128,7 @@ func (g *gen) virtualOutbound() *listenerv3.Listener {
 				// virtualOutbound-blackhole).
 				Name:             "virtualOutbound-blackhole",
 				FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(OutboundPort)},
-				Filters:          []*listenerv3.Filter{g.tcpProxy(model.ClientMode, BlackHoleCluster, single(BlackHoleCluster))},
+				Filters:          g.blackHoleFilters(model.ClientMode),
 			},
 			{
 				Name:    "virtualOutbound-catchall-tcp",
