@@ -387,18 +387,24 @@ spec:
 	outbound := func(p *model.Proxy) *listenerv3.Listener {
 		return listenerNamed(t, NewGenerator(pc, p), "0.0.0.0_9080")
 	}
-	base := *proxies[1].Proxy
-	twin := base
-	twin.ID = "stable-2.default"
-	if outbound(&base) != outbound(&twin) {
+	src := proxies[1].Proxy
+	like := func(mut func(*model.Proxy)) *model.Proxy {
+		p := &model.Proxy{Type: src.Type, IPs: src.IPs, ID: src.ID, DNSDomain: src.DNSDomain, Namespace: src.Namespace, Labels: src.Labels}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	base := like(nil)
+	if outbound(base) != outbound(like(func(p *model.Proxy) { p.ID = "stable-2.default" })) {
 		t.Fatal("two sidecars alike in all that their outbound listeners read do not share them")
 	}
-	canonical := base
-	canonical.Labels = map[string]string{"app": "stable", "service.istio.io/canonical-name": "other"}
-	istioEnvoy := base
-	istioEnvoy.IstioTelemetry = true
-	for name, p := range map[string]*model.Proxy{"another canonical service": &canonical, "Istio's Envoy": &istioEnvoy} {
-		if outbound(p) == outbound(&base) {
+	canonical := like(func(p *model.Proxy) {
+		p.Labels = map[string]string{"app": "stable", "service.istio.io/canonical-name": "other"}
+	})
+	istioEnvoy := like(func(p *model.Proxy) { p.IstioTelemetry = true })
+	for name, p := range map[string]*model.Proxy{"another canonical service": canonical, "Istio's Envoy": istioEnvoy} {
+		if outbound(p) == outbound(base) {
 			t.Errorf("%s: shares the outbound listeners of a sidecar it differs from", name)
 		}
 	}
