@@ -27,9 +27,6 @@ type AppliedTelemetry struct {
 	// level by level.
 	Logging [][]*telemetry.AccessLogging
 	Tracing []*telemetry.Tracing
-	// Applied names the Telemetries that applied, "namespace/name", in
-	// order.
-	Applied []string
 }
 
 // ProxyTelemetry returns the Telemetries that apply to a proxy in
@@ -49,7 +46,6 @@ func (pc *PushContext) ProxyTelemetry(namespace string, labels map[string]string
 			out.Logging = append(out.Logging, t.Spec.GetAccessLogging())
 		}
 		out.Tracing = append(out.Tracing, t.Spec.GetTracing()...)
-		out.Applied = append(out.Applied, t.Namespace+"/"+t.Name)
 	}
 	if t := pc.namespaceWideTelemetry(pc.RootNamespace); t != nil {
 		add(t)
@@ -502,7 +498,7 @@ func (at *AppliedTelemetry) AccessLogging(pc *PushContext, mode WorkloadMode) []
 	out := []LoggingConfig{}
 	for _, name := range slices.Sorted(maps.Keys(merged)) {
 		p := pc.ExtensionProvider(name)
-		if !WritesAccessLogs(p) {
+		if !writesAccessLogs(p) {
 			continue
 		}
 		out = append(out, LoggingConfig{Provider: p, Disabled: merged[name].Disabled, Filter: merged[name].Filter})
@@ -511,9 +507,9 @@ func (at *AppliedTelemetry) AccessLogging(pc *PushContext, mode WorkloadMode) []
 	return out
 }
 
-// WritesAccessLogs reports whether an extension provider is an access
+// writesAccessLogs reports whether an extension provider is an access
 // log (Istio's telemetryAccessLog builds one for it).
-func WritesAccessLogs(p *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
+func writesAccessLogs(p *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
 	switch p.GetProvider().(type) {
 	case *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyFileAccessLog,
 		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyHttpAls,

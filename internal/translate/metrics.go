@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"maps"
 	"slices"
 
 	xdstypev3 "github.com/cncf/xds/go/xds/type/v3"
@@ -59,13 +60,8 @@ func (g *gen) statsConfigs(side model.WorkloadMode) []*anypb.Any {
 		return cfgs
 	}
 	merged := g.appliedTelemetry().MergeMetrics(g.pc.Mesh)
-	var names []string
-	for name := range merged {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 	var out []*anypb.Any
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(merged)) {
 		p := g.pc.ExtensionProvider(name)
 		if p == nil {
 			continue
