@@ -125,11 +125,12 @@ lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf 
 	done
 	cd api && buf lint
 
-GENERATED := api/gen deploy/helm/flotilla/crds deploy/helm/flotilla/dashboards
+GENERATED := api/gen deploy/helm/flotilla/crds deploy/helm/flotilla/dashboards internal/envoytypes/envoytypes.gen.go
 
-generate: tools ## regenerate protobuf code (api/proto), the Istio CRDs (deploy/helm/flotilla/crds) and the Grafana dashboards (deploy/helm/flotilla/dashboards)
+generate: tools ## regenerate protobuf code (api/proto), the Istio CRDs (deploy/helm/flotilla/crds), the Grafana dashboards (deploy/helm/flotilla/dashboards) and the Envoy type registry (internal/envoytypes)
 	cd api && buf generate
 	go run ./internal/dev/cmd/crdgen --out deploy/helm/flotilla/crds/istio.yaml
+	go run ./internal/dev/cmd/envoytypesgen --out internal/envoytypes/envoytypes.gen.go
 	go run ./internal/dev/cmd/dashboardgen --out deploy/helm/flotilla/dashboards
 
 check-generate: generate ## fail if generated code differs from what is committed

@@ -20,6 +20,7 @@ import (
 // Kinds holds everything else about them).
 const (
 	DestinationRule       = "DestinationRule"
+	EnvoyFilter           = "EnvoyFilter"
 	Gateway               = "Gateway"
 	ServiceEntry          = "ServiceEntry"
 	Sidecar               = "Sidecar"
@@ -82,6 +83,11 @@ func Kinds() []Kind {
 		{
 			Group: "networking.istio.io", Kind: DestinationRule, Plural: "destinationrules", Versions: netVersions, ShortNames: []string{"dr"},
 			newSpec: func() proto.Message { return &networking.DestinationRule{} },
+		},
+		{
+			// Istio serves EnvoyFilter as v1alpha3 only.
+			Group: "networking.istio.io", Kind: EnvoyFilter, Plural: "envoyfilters", Versions: []string{"v1alpha3"},
+			newSpec: func() proto.Message { return &networking.EnvoyFilter{} },
 		},
 		{
 			Group: "networking.istio.io", Kind: Gateway, Plural: "gateways", Versions: netVersions, ShortNames: []string{"gw"},

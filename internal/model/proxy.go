@@ -45,6 +45,10 @@ type Proxy struct {
 	// ServiceCluster is the node's cluster field: the name its spans
 	// give the workload (Istio's service cluster, "app.namespace").
 	ServiceCluster string
+	// Metadata holds the node metadata's string fields (Istio's
+	// Metadata.Raw, which EnvoyFilter proxy matches read), as far as the
+	// node's limits keep them.
+	Metadata map[string]string
 	// Generator is "grpc" for proxyless gRPC clients, else empty.
 	Generator string
 	// Locality is where the proxy says it runs (the node's locality in

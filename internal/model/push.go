@@ -219,6 +219,7 @@ type configIndex struct {
 	authz            map[string][]*AuthorizationPolicy // namespace → precedence order
 	authn            map[string][]*RequestAuthentication
 	telemetries      map[string][]*Telemetry      // namespace → creation order
+	envoyFilters     map[string][]*EnvoyFilter    // namespace → creation order
 	gateways         []*Gateway                   // precedence order
 	vsByGateway      map[string][]*VirtualService // "namespace/name" (not "mesh") → precedence order
 	namespaces       map[string]*registryv1.Namespace
@@ -324,7 +325,8 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		byHost: map[string][]*registryv1.Service{}, sidecars: map[string][]*SidecarConfig{},
 		drsByNamespace: map[string]*drIndex{}, peerAuth: map[string][]*PeerAuthentication{}, namespaces: s.namespaces,
 		authz: map[string][]*AuthorizationPolicy{}, authn: map[string][]*RequestAuthentication{},
-		telemetries: map[string][]*Telemetry{},
+		telemetries:  map[string][]*Telemetry{},
+		envoyFilters: map[string][]*EnvoyFilter{},
 	}
 	for _, svc := range s.services {
 		ci.services = append(ci.services, svc)
@@ -417,6 +419,11 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	for _, o := range sortedObjects(s.configs[istio.Telemetry]) {
 		if spec, ok := o.Spec.(*telemetry.Telemetry); ok {
 			ci.telemetries[o.Meta.Namespace] = append(ci.telemetries[o.Meta.Namespace], &Telemetry{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec})
+		}
+	}
+	for _, o := range sortedObjects(s.configs[istio.EnvoyFilter]) {
+		if spec, ok := o.Spec.(*networking.EnvoyFilter); ok {
+			ci.envoyFilters[o.Meta.Namespace] = append(ci.envoyFilters[o.Meta.Namespace], newEnvoyFilter(o.Meta.Name, o.Meta.Namespace, o.Meta.CreationTime, spec))
 		}
 	}
 	return ci

@@ -4,6 +4,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	networking "istio.io/api/networking/v1alpha3"
 )
 
 // flavour is what only one kind of proxy gets. newGen chooses it once,
@@ -45,6 +46,9 @@ type flavour interface {
 	// listeners returns the named listeners (all when names is nil),
 	// checked and sorted by name.
 	listeners(g *gen, names []string) []*listenerv3.Listener
+	// patchContexts are the EnvoyFilter contexts of the proxy's outbound
+	// and inbound resources; false when EnvoyFilters do not apply to it.
+	patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool)
 }
 
 // client is what the proxy's xDS client implements, where Envoy and

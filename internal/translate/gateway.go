@@ -1026,3 +1026,8 @@ func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *bui
 	}
 	return &builtCluster{c: c, svc: base.svc, port: base.port, subset: base.subset, dr: base.dr}
 }
+
+// patchContexts: GATEWAY for everything a gateway has.
+func (router) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
+	return networking.EnvoyFilter_GATEWAY, networking.EnvoyFilter_GATEWAY, true
+}

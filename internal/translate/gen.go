@@ -66,6 +66,8 @@ type gen struct {
 	empties  map[string]*anypb.Any
 	// tel is the proxy's telemetry, as far as built (access logs).
 	tel telemetryState
+	// ef is the proxy's EnvoyFilter patches (envoyfilter.go).
+	ef efState
 }
 
 // telemetryState is what a generator built of the proxy's telemetry.

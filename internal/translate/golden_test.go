@@ -55,6 +55,10 @@ type testProxy struct {
 		// IstioTelemetry: the node lists Istio's stats and
 		// peer-metadata extensions (Istio's build of Envoy).
 		IstioTelemetry bool `json:"istioTelemetry"`
+		// IstioVersion and Metadata are the node's ISTIO_VERSION and
+		// string metadata (what EnvoyFilter proxy matches read).
+		IstioVersion string            `json:"istioVersion"`
+		Metadata     map[string]string `json:"metadata"`
 	} `json:"spec"`
 }
 
@@ -249,6 +253,7 @@ func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
 		Type: model.ProxyType(parts[0]), IPs: []netip.Addr{netip.MustParseAddr(parts[1])}, ID: parts[2],
 		DNSDomain: parts[3], Namespace: ns, Labels: tp.Spec.Labels, Generator: tp.Spec.Generator,
 		ServiceAccount: tp.Spec.ServiceAccount, IstioTelemetry: tp.Spec.IstioTelemetry,
+		IstioVersion: tp.Spec.IstioVersion, Metadata: tp.Spec.Metadata,
 		Locality: model.Locality{Region: loc[0], Zone: loc[1], Subzone: loc[2]},
 	}
 }
@@ -264,6 +269,9 @@ func proxyKey(p *model.Proxy) string {
 type goldenFiles struct {
 	clusters, endpoints, listeners, routes golden.Named
 	problems                               map[string][]string
+	// patchedBy is each proxy's Output.PatchedBy (envoyfilters.golden.json,
+	// only when an EnvoyFilter changed something).
+	patchedBy map[string]map[string][]string
 }
 
 func (f *goldenFiles) add(tb testing.TB, p *model.Proxy, out *Output) {
@@ -275,6 +283,9 @@ func (f *goldenFiles) add(tb testing.TB, p *model.Proxy, out *Output) {
 	golden.Add(tb, f.routes, key, out.Routes, func(m *routev3.RouteConfiguration) string { return ResourceName(m) })
 	if len(out.Problems) > 0 {
 		f.problems[key] = out.Problems
+	}
+	if len(out.PatchedBy) > 0 {
+		f.patchedBy[key] = out.PatchedBy
 	}
 }
 
@@ -297,7 +308,7 @@ func TestGolden(t *testing.T) {
 			pc, _ := store.Build(opts, nil, 1)
 			files := goldenFiles{
 				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{},
-				problems: map[string][]string{},
+				problems: map[string][]string{}, patchedBy: map[string]map[string][]string{},
 			}
 			for _, cp := range proxies {
 				p := cp.Proxy
@@ -311,7 +322,8 @@ func TestGolden(t *testing.T) {
 			golden.CheckNamed(t, filepath.Join(dir, "endpoints.golden.json"), files.endpoints, *update)
 			golden.CheckNamed(t, filepath.Join(dir, "listeners.golden.json"), files.listeners, *update)
 			golden.CheckNamed(t, filepath.Join(dir, "routes.golden.json"), files.routes, *update)
-			checkProblems(t, filepath.Join(dir, "problems.golden.json"), files.problems)
+			checkOptional(t, filepath.Join(dir, "problems.golden.json"), files.problems, len(files.problems) > 0)
+			checkOptional(t, filepath.Join(dir, "envoyfilters.golden.json"), files.patchedBy, len(files.patchedBy) > 0)
 		})
 	}
 }
@@ -345,12 +357,12 @@ func deterministic(tb testing.TB, a, b *Output) bool {
 	return bytes.Equal(render(a), render(b)) && slices.Equal(a.Problems, b.Problems)
 }
 
-// checkProblems compares the problems with path, which exists only when
-// there are some.
-func checkProblems(tb testing.TB, path string, problems map[string][]string) {
+// checkOptional compares v with path, which exists only when there is
+// something (problems, EnvoyFilters' patches).
+func checkOptional(tb testing.TB, path string, v any, some bool) {
 	tb.Helper()
-	if len(problems) > 0 {
-		golden.Check(tb, path, golden.Indent(tb, problems), *update)
+	if some {
+		golden.Check(tb, path, golden.Indent(tb, v), *update)
 		return
 	}
 	if *update {
@@ -359,6 +371,6 @@ func checkProblems(tb testing.TB, path string, problems map[string][]string) {
 		}
 	}
 	if data, err := os.ReadFile(path); err == nil {
-		tb.Errorf("%s expects problems, and translation reported none (run go test -update if that is intended):\n%s", path, data)
+		tb.Errorf("%s expects something, and translation gave nothing (run go test -update if that is intended):\n%s", path, data)
 	}
 }

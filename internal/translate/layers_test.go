@@ -36,6 +36,7 @@ var layers = [][]string{
 	{"envoy.go"},
 	{"inbound.go", "egress.go"},
 	{"sidecar.go", "gateway.go", "proxyless.go"},
+	{"envoyfilter.go"},
 	{"translate.go"},
 	{"resources.go"},
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
+	networking "istio.io/api/networking/v1alpha3"
 )
 
 // This file holds what only proxyless gRPC clients and servers get: TLS
@@ -252,4 +253,9 @@ func (g *gen) grpcServerListener(name string) *listenerv3.Listener {
 		return nil
 	}
 	return l
+}
+
+// patchContexts: none; Istio's gRPC generator applies no EnvoyFilter.
+func (proxyless) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
+	return 0, 0, false
 }

@@ -17,6 +17,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	networking "istio.io/api/networking/v1alpha3"
 )
 
 // This file is what only a sidecar gets, as Istio's sidecar builders
@@ -440,4 +441,9 @@ func (g *gen) addressFamilies() (v4, v6 bool) {
 		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
 	}
 	return v4, v6
+}
+
+// patchContexts: Istio's SIDECAR_OUTBOUND and SIDECAR_INBOUND.
+func (sidecar) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
+	return networking.EnvoyFilter_SIDECAR_OUTBOUND, networking.EnvoyFilter_SIDECAR_INBOUND, true
 }

@@ -8,6 +8,7 @@
 package translate
 
 import (
+	"maps"
 	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -15,6 +16,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
@@ -28,6 +30,9 @@ type Output struct {
 	// Problems lists what was dropped or degraded, and why. Translation
 	// goes on without the bad part.
 	Problems []string
+	// PatchedBy names the EnvoyFilters that changed or added each
+	// resource, by "kind/name" (Generator.PatchedBy).
+	PatchedBy map[string][]string
 }
 
 // Generate translates the whole mesh for one proxy: every resource it
@@ -41,6 +46,7 @@ func Generate(pc *model.PushContext, p *model.Proxy) *Output {
 		Listeners: g.Listeners(nil),
 	}
 	out.Problems = g.Problems()
+	out.PatchedBy = g.PatchedBy()
 	return out
 }
 
@@ -61,10 +67,22 @@ func (x *Generator) Clusters(names []string) []*clusterv3.Cluster {
 		names = x.g.clusterCandidates()
 	}
 	var out []*clusterv3.Cluster
+	ps := x.g.envoyFilters()
+	patch := ps != nil && len(ps.set.ByApplyTo[networking.EnvoyFilter_CLUSTER]) > 0
 	for _, n := range uniqueSorted(names) {
-		if c := x.g.cluster(n); c != nil {
+		c := x.g.cluster(n)
+		switch {
+		case c == nil:
+		case patch:
+			if pc := x.g.patchOne("cluster", c.c, ps, x.g.patchCluster); pc != nil {
+				out = append(out, pc.(*clusterv3.Cluster))
+			}
+		default:
 			out = append(out, c.c)
 		}
+	}
+	if patch {
+		out = withAdded(x.g, out, x.g.addedClusters(), names, "cluster")
 	}
 	return out
 }
@@ -92,8 +110,16 @@ func (x *Generator) Routes(names []string) []*routev3.RouteConfiguration {
 		names = x.g.routeCandidates()
 	}
 	var out []*routev3.RouteConfiguration
+	ps := x.g.envoyFilters()
+	patch := ps != nil && (len(ps.set.ByApplyTo[networking.EnvoyFilter_ROUTE_CONFIGURATION]) > 0 ||
+		len(ps.set.ByApplyTo[networking.EnvoyFilter_VIRTUAL_HOST]) > 0 || len(ps.set.ByApplyTo[networking.EnvoyFilter_HTTP_ROUTE]) > 0)
 	for _, n := range uniqueSorted(names) {
-		if rc := x.g.route(n); rc != nil {
+		rc := x.g.route(n)
+		switch {
+		case rc == nil:
+		case patch:
+			out = append(out, x.g.patchOne("route configuration", rc, ps, x.g.patchRoute).(*routev3.RouteConfiguration))
+		default:
 			out = append(out, rc)
 		}
 	}
@@ -103,7 +129,7 @@ func (x *Generator) Routes(names []string) []*routev3.RouteConfiguration {
 // Listeners returns the named listeners that exist, sorted; nil names
 // means all of them.
 func (x *Generator) Listeners(names []string) []*listenerv3.Listener {
-	all := x.g.fl.listeners(x.g, names)
+	all := x.g.patchListeners(x.g.fl.listeners(x.g, names))
 	if names == nil {
 		return all
 	}
@@ -122,6 +148,10 @@ func (x *Generator) Listeners(names []string) []*listenerv3.Listener {
 
 // PushContext is the push context the generator translates.
 func (x *Generator) PushContext() *model.PushContext { return x.g.pc }
+
+// PatchedBy names the EnvoyFilters that changed or added each resource
+// built so far, by "kind/name" ("cluster/outbound|80||a.b.svc.cluster.local").
+func (x *Generator) PatchedBy() map[string][]string { return maps.Clone(x.g.ef.by) }
 
 // Problems lists what was dropped or degraded so far, and why.
 func (x *Generator) Problems() []string { return slices.Clone(x.g.problems) }

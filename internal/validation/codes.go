@@ -53,6 +53,7 @@ const (
 	CodeSchemaWarning  Code = "FLT0102"
 	CodeDeprecated     Code = "FLT0103"
 	CodeSubsetNotFound Code = "FLT0104"
+	CodeEnvoyFilter    Code = "FLT0105"
 
 	CodeHostNotFound             Code = "FLT0201"
 	CodeGatewayNotFound          Code = "FLT0202"
@@ -103,6 +104,10 @@ func Codes() []CodeInfo {
 		{
 			CodeSubsetNotFound, "ReferencedSubsetNotFound", SeverityError, "IST0101",
 			"A VirtualService routes to a subset no DestinationRule for that host defines: those requests fail (503).",
+		},
+		{
+			CodeEnvoyFilter, "EnvoyFilterUsage", SeverityWarning, "IST0151",
+			"Every EnvoyFilter: it patches Envoy's configuration directly, which may change with any release (a patch that breaks a resource is reported and not sent).",
 		},
 		{
 			CodeHostNotFound, "ReferencedHostNotFound", SeverityError, "IST0101",

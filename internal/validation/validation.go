@@ -125,6 +125,8 @@ func checkFor(kind string) func(*validator) {
 		return (*validator).authorizationPolicy
 	case istio.Telemetry:
 		return (*validator).telemetry
+	case istio.EnvoyFilter:
+		return (*validator).envoyFilter
 	}
 	return nil
 }

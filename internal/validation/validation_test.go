@@ -3,6 +3,7 @@ package validation
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,7 +60,12 @@ func TestEveryValidExampleIsAcceptedWithoutWarnings(t *testing.T) {
 	for _, d := range load(t, "testdata/valid.yaml") {
 		t.Run(d.Object.Kind.Kind+"/"+d.Object.Meta.Name, func(t *testing.T) {
 			res := Validate(d.Object, nil)
-			if !res.OK() || len(res.Warnings) > 0 {
+			// Istio warns of every EnvoyFilter (IST0151); that warning
+			// alone is allowed.
+			ws := slices.DeleteFunc(slices.Clone(res.Warnings), func(w Issue) bool {
+				return d.Object.Kind.Kind == istio.EnvoyFilter && w.Code == CodeEnvoyFilter
+			})
+			if !res.OK() || len(ws) > 0 {
 				t.Fatalf("errors %v, warnings %v", res.Errors, res.Warnings)
 			}
 		})

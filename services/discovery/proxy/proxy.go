@@ -9,6 +9,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -176,6 +177,7 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 			p.Labels[k] = s.StringValue
 		}
 	}
+	p.Metadata = stringFields(md)
 	ips, err := str(proxycontract.MetadataInstanceIPs)
 	if err != nil {
 		return err
@@ -196,6 +198,28 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 		}
 	}
 	return nil
+}
+
+// stringFields keeps the metadata's string fields for EnvoyFilter proxy
+// matches: at most maxLabels of them (by key order), each key and value
+// together at most maxLabelLn bytes; longer ones (Istio's agent sends
+// some long JSON strings) are left out, so a match on them fails.
+func stringFields(md map[string]*structpb.Value) map[string]string {
+	var out map[string]string
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		s, ok := md[k].GetKind().(*structpb.Value_StringValue)
+		if !ok || len(k)+len(s.StringValue) > maxLabelLn {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = s.StringValue
+		if len(out) == maxLabels {
+			break
+		}
+	}
+	return out
 }
 
 // hasExtensions reports whether a node lists, among its extensions, one

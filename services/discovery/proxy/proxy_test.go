@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -35,6 +36,10 @@ func TestASidecarNodeIsParsedWithItsMetadata(t *testing.T) {
 		ID: "app-7d9f.default", DNSDomain: "default.svc.cluster.local", Namespace: "default",
 		Labels: map[string]string{"app": "app", "version": "v1"}, IstioVersion: "1.30.3",
 		ClusterID: "Kubernetes", ServiceAccount: "app",
+		Metadata: map[string]string{
+			"CLUSTER_ID": "Kubernetes", "INSTANCE_IPS": "10.1.1.1,fd00::1", "ISTIO_VERSION": "1.30.3",
+			"NAMESPACE": "default", "SERVICE_ACCOUNT": "app",
+		},
 	}
 	if d := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmpopts.IgnoreUnexported(Proxy{})); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
@@ -155,5 +160,27 @@ func TestANodesClusterAndMeshIDAreBounded(t *testing.T) {
 	p, err := FromNode(n)
 	if err != nil || p.MeshID != "mesh1" || p.ServiceCluster != "app.default" {
 		t.Fatalf("got %+v, %v", p, err)
+	}
+}
+
+func TestOnlyBoundedStringMetadataIsKeptForEnvoyFilterMatches(t *testing.T) {
+	md := map[string]any{"NAMESPACE": "default", "POD_PORTS": strings.Repeat("x", maxLabelLn), "ANNOTATIONS": map[string]any{"a": "b"}, "N": 3.0}
+	for i := range 2 * maxLabels {
+		md[fmt.Sprintf("K%04d", i)] = "v"
+	}
+	got, err := FromNode(node(t, "sidecar~10.1.1.1~app.default~default.svc.cluster.local", md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Metadata) != maxLabels {
+		t.Errorf("%d metadata fields kept, want at most %d", len(got.Metadata), maxLabels)
+	}
+	for _, k := range []string{"POD_PORTS", "ANNOTATIONS", "N"} {
+		if _, ok := got.Metadata[k]; ok {
+			t.Errorf("%s kept: only string fields within %d bytes are", k, maxLabelLn)
+		}
+	}
+	if got.Metadata["K0000"] != "v" {
+		t.Errorf("K0000 = %q, want v (keys are kept in order)", got.Metadata["K0000"])
 	}
 }
