@@ -38,7 +38,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0 // indirect
@@ -96,6 +95,7 @@ require (
 )
 
 require (
+	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/cel-go v0.29.2
