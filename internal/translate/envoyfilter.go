@@ -247,6 +247,15 @@ func addsIn(ctx efContext, p *efPatch) bool {
 	return p.Match.GetContext() == ctx
 }
 
+// adds reports whether p adds a whole cluster or listener to the proxy:
+// on its outbound side or, on a sidecar, its inbound side (addsIn).
+func (ps *patchSet) adds(p *efPatch) bool {
+	if p.Operation != networking.EnvoyFilter_Patch_ADD {
+		return false
+	}
+	return addsIn(ps.outbound, p) || (ps.inbound != ps.outbound && addsIn(ps.inbound, p))
+}
+
 // tracker records the patches that changed something: the
 // EnvoyFilters, and how many patches.
 type tracker struct {
@@ -538,7 +547,7 @@ func (g *gen) addedClusters() []*clusterv3.Cluster {
 	}
 	var out []*clusterv3.Cluster
 	for _, p := range ps.set.ByApplyTo[networking.EnvoyFilter_CLUSTER] {
-		if p.Operation != networking.EnvoyFilter_Patch_ADD || !(addsIn(ps.outbound, p) || (ps.inbound != ps.outbound && addsIn(ps.inbound, p))) {
+		if !ps.adds(p) {
 			continue
 		}
 		c := p.Value.(*clusterv3.Cluster)
@@ -1037,7 +1046,7 @@ func (g *gen) addedListeners() []*listenerv3.Listener {
 	}
 	var out []*listenerv3.Listener
 	for _, p := range ps.set.ByApplyTo[networking.EnvoyFilter_LISTENER] {
-		if p.Operation != networking.EnvoyFilter_Patch_ADD || !(addsIn(ps.outbound, p) || (ps.inbound != ps.outbound && addsIn(ps.inbound, p))) {
+		if !ps.adds(p) {
 			continue
 		}
 		l := p.Value.(*listenerv3.Listener)
