@@ -145,7 +145,8 @@ type EnvoyFilterPatches struct {
 	// ByApplyTo holds the patches by what they apply to, each list in
 	// order.
 	ByApplyTo map[networking.EnvoyFilter_ApplyTo][]*EnvoyFilterPatch
-	// Key names the set: proxies with the same key get the same patches.
+	// Key names the set: proxies with the same key get the same patches,
+	// and the same set (PushContext.EnvoyFilters).
 	Key string
 }
 
@@ -210,8 +211,10 @@ func (pc *PushContext) EnvoyFilters(p *Proxy) *EnvoyFilterPatches {
 	if key.Len() == 0 {
 		return nil
 	}
+	// Proxies with the same patches share one set: its address keys what
+	// is built from it.
 	out.Key = key.String()
-	return out
+	return pc.Memo("model|envoyfilters|"+out.Key, func() any { return out }).(*EnvoyFilterPatches)
 }
 
 // AllEnvoyFilters returns every EnvoyFilter, by namespace then creation

@@ -7,6 +7,7 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
@@ -376,6 +377,85 @@ func BenchmarkSidecarTelemetry(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(size), "listener-bytes")
+		})
+	}
+}
+
+// BenchmarkEnvoyFilters is one push to 20 and to 100 sidecars of one
+// namespace (the 200-service mesh of benchMesh: every resource a sidecar
+// gets) with 0, 10 and 100 EnvoyFilters in the root namespace selecting every sidecar,
+// each one patch in turn: a Lua filter before the router of one outbound
+// port, a merge into one service's clusters, a merge into its virtual
+// host. The patched resources are built once per push for all the
+// sidecars.
+func BenchmarkEnvoyFilters(b *testing.B) {
+	lua, err := structpb.NewStruct(map[string]any{"name": "lua", "typed_config": map[string]any{
+		"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua", "default_source_code": map[string]any{"inline_string": "-- x"},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	buffer, _ := structpb.NewStruct(map[string]any{"per_connection_buffer_limit_bytes": 1024.0})
+	attempts, _ := structpb.NewStruct(map[string]any{"include_request_attempt_count": true})
+	for _, tc := range [][2]int{{0, 20}, {10, 20}, {100, 20}, {0, 100}, {100, 100}} {
+		n, sidecars := tc[0], tc[1]
+		b.Run(fmt.Sprintf("envoyfilters-%d/sidecars-%d", n, sidecars), func(b *testing.B) {
+			s := benchMesh(b, 200)
+			for i := range n {
+				var cp *networking.EnvoyFilter_EnvoyConfigObjectPatch
+				svc := fmt.Sprintf("svc-%d.ns-%d.svc.cluster.local", i, i%10)
+				switch i % 3 {
+				case 0:
+					cp = &networking.EnvoyFilter_EnvoyConfigObjectPatch{
+						ApplyTo: networking.EnvoyFilter_HTTP_FILTER,
+						Match: &networking.EnvoyFilter_EnvoyConfigObjectMatch{Context: networking.EnvoyFilter_SIDECAR_OUTBOUND, ObjectTypes: &networking.EnvoyFilter_EnvoyConfigObjectMatch_Listener{
+							Listener: &networking.EnvoyFilter_ListenerMatch{PortNumber: uint32(80 + i%2*9010), FilterChain: &networking.EnvoyFilter_ListenerMatch_FilterChainMatch{
+								Filter: &networking.EnvoyFilter_ListenerMatch_FilterMatch{Name: hcmFilter, SubFilter: &networking.EnvoyFilter_ListenerMatch_SubFilterMatch{Name: "envoy.filters.http.router"}},
+							}},
+						}},
+						Patch: &networking.EnvoyFilter_Patch{Operation: networking.EnvoyFilter_Patch_INSERT_BEFORE, Value: lua},
+					}
+				case 1:
+					cp = &networking.EnvoyFilter_EnvoyConfigObjectPatch{
+						ApplyTo: networking.EnvoyFilter_CLUSTER,
+						Match: &networking.EnvoyFilter_EnvoyConfigObjectMatch{ObjectTypes: &networking.EnvoyFilter_EnvoyConfigObjectMatch_Cluster{
+							Cluster: &networking.EnvoyFilter_ClusterMatch{Service: svc},
+						}},
+						Patch: &networking.EnvoyFilter_Patch{Operation: networking.EnvoyFilter_Patch_MERGE, Value: buffer},
+					}
+				default:
+					cp = &networking.EnvoyFilter_EnvoyConfigObjectPatch{
+						ApplyTo: networking.EnvoyFilter_VIRTUAL_HOST,
+						Match: &networking.EnvoyFilter_EnvoyConfigObjectMatch{ObjectTypes: &networking.EnvoyFilter_EnvoyConfigObjectMatch_RouteConfiguration{
+							RouteConfiguration: &networking.EnvoyFilter_RouteConfigurationMatch{Vhost: &networking.EnvoyFilter_RouteConfigurationMatch_VirtualHostMatch{Name: svc + ":80"}},
+						}},
+						Patch: &networking.EnvoyFilter_Patch{Operation: networking.EnvoyFilter_Patch_MERGE, Value: attempts},
+					}
+				}
+				s.PutObject(&istio.Object{Kind: kindsByName()[istio.EnvoyFilter], Meta: istio.Meta{Name: fmt.Sprintf("ef-%d", i), Namespace: "istio-system"},
+					Spec: &networking.EnvoyFilter{ConfigPatches: []*networking.EnvoyFilter_EnvoyConfigObjectPatch{cp}}})
+			}
+			proxies := make([]*model.Proxy, sidecars)
+			for i := range proxies {
+				proxies[i] = benchProxy("")
+				proxies[i].ID = fmt.Sprintf("app-%d.ns-0", i)
+				proxies[i].IPs = []netip.Addr{netip.AddrFrom4([4]byte{10, 9, 0, byte(i + 1)})}
+			}
+			b.ReportAllocs()
+			var v uint64
+			for b.Loop() {
+				b.StopTimer()
+				v++
+				s.PutService(&registryv1.Service{Hostname: "extra.ns-0.svc.cluster.local", Namespace: "ns-0"})
+				pc, _ := s.Build(model.BuildOptions{}, nil, v)
+				b.StartTimer()
+				for _, p := range proxies {
+					g := NewGenerator(pc, p)
+					_ = g.Listeners(nil)
+					_ = g.Clusters(nil)
+					_ = g.Routes(nil)
+				}
+			}
 		})
 	}
 }

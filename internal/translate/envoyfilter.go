@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -41,13 +42,24 @@ type patchSet struct {
 	// outbound and inbound are the contexts of the proxy's outbound and
 	// inbound resources (GATEWAY for both on a gateway).
 	outbound, inbound efContext
+	// clusters indexes the cluster patches (clusterPatchIndex).
+	clusters *clusterIndex
+	// patched holds the resources patched for the set in this push
+	// context, by the resource as generated (patchOne).
+	patched *sync.Map
+}
+
+// memoIn is PushContext.Memo in a map of its own, keyed by a resource.
+func memoIn(m *sync.Map, key any, build func() any) any {
+	if v, ok := m.Load(key); ok {
+		return v
+	}
+	v, _ := m.LoadOrStore(key, build())
+	return v
 }
 
 // patched is a resource after its patches: nil when a patch removed it.
 type patched struct {
-	// src is the resource as generated: kept so that its address, the
-	// memo's key, is not reused while the push context lives.
-	src proto.Message
 	res proto.Message
 	// by are the EnvoyFilters whose patches changed it.
 	by       []string
@@ -111,9 +123,14 @@ func (g *gen) patchedBy(kind, name string, by []string) {
 // A clone a patch made invalid is dropped for the resource as generated,
 // and the first patch that broke it is reported.
 func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(m proto.Message, ps *patchSet, only func(*efPatch) bool) (removed bool, by []string)) proto.Message {
-	key := fmt.Sprintf("ef|%s|%s|%p|%s", kind, g.client.name, res, ps.set.Key)
-	v := g.pc.Memo(key, func() any {
-		out := &patched{src: res}
+	if !g.mayPatch(res, ps) {
+		return res
+	}
+	if ps.patched == nil {
+		ps.patched = g.pc.Memo(fmt.Sprintf("ef-patched|%s|%p", g.client.name, ps.set), func() any { return &sync.Map{} }).(*sync.Map)
+	}
+	v := memoIn(ps.patched, res, func() any {
+		out := &patched{}
 		c := proto.Clone(res)
 		removed, by := apply(c, ps, nil)
 		if removed {
@@ -163,6 +180,112 @@ func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(
 	g.patchedBy(kind, resourceName(res), v.by)
 	return v.res
 }
+
+// mayPatch reports whether a patch can apply to res: every patch of a
+// cluster, a route configuration or a listener (and of what they hold)
+// must first match the resource itself, which is cheap to check; only
+// then is it cloned and patched.
+func (g *gen) mayPatch(res proto.Message, ps *patchSet) bool {
+	switch r := res.(type) {
+	case *clusterv3.Cluster:
+		ctx, hosts := ps.outbound, []string(nil)
+		if strings.HasPrefix(r.GetName(), inbound+"|") || r.GetName() == InboundPassthroughCluster {
+			ctx = ps.inbound
+			hosts = g.inboundHosts(r.GetName())
+		}
+		idx := g.clusterPatchIndex(ps)
+		_, _, _, host := splitClusterName(r.GetName())
+		for _, cands := range [][]*efPatch{idx.rest, idx.byName[r.GetName()], idx.byService[host]} {
+			for _, p := range cands {
+				if contextMatch(ctx, p) && clusterMatch(r, p, hosts) {
+					return true
+				}
+			}
+		}
+		for _, h := range hosts {
+			for _, p := range idx.byService[h] {
+				if contextMatch(ctx, p) && clusterMatch(r, p, hosts) {
+					return true
+				}
+			}
+		}
+		return false
+	case *routev3.RouteConfiguration:
+		for _, a := range routeApplyTos {
+			if slices.ContainsFunc(ps.set.ByApplyTo[a], func(p *efPatch) bool {
+				return contextMatch(ps.outbound, p) && routeConfigurationMatch(ps.outbound, r, p)
+			}) {
+				return true
+			}
+		}
+		return false
+	case *listenerv3.Listener:
+		ctx := ps.outbound
+		if r.GetTrafficDirection() == corev3.TrafficDirection_INBOUND {
+			ctx = ps.inbound
+		}
+		for _, a := range listenerApplyTos {
+			if slices.ContainsFunc(ps.set.ByApplyTo[a], func(p *efPatch) bool { return contextMatch(ctx, p) && listenerMatch(r, p) }) {
+				return true
+			}
+		}
+		// The route patches of an inbound connection manager's own
+		// routes.
+		if ctx == networking.EnvoyFilter_SIDECAR_INBOUND {
+			for _, a := range routeApplyTos {
+				if slices.ContainsFunc(ps.set.ByApplyTo[a], func(p *efPatch) bool { return contextMatch(ctx, p) }) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// clusterIndex is a patch set's cluster patches by what their match
+// names first: the cluster's name, else its service; rest are the
+// others. Only a cluster's own candidates need matching (mayPatch).
+type clusterIndex struct {
+	byName, byService map[string][]*efPatch
+	rest              []*efPatch
+}
+
+// clusterPatchIndex builds the index once per push for every proxy of
+// the set.
+func (g *gen) clusterPatchIndex(ps *patchSet) *clusterIndex {
+	if ps.clusters != nil {
+		return ps.clusters
+	}
+	ps.clusters = g.pc.Memo(fmt.Sprintf("ef-cluster-index|%p", ps.set), func() any {
+		idx := &clusterIndex{byName: map[string][]*efPatch{}, byService: map[string][]*efPatch{}}
+		for _, p := range ps.set.ByApplyTo[networking.EnvoyFilter_CLUSTER] {
+			m := p.Match.GetCluster()
+			switch {
+			case m.GetName() != "":
+				idx.byName[m.GetName()] = append(idx.byName[m.GetName()], p)
+			case m.GetService() != "":
+				idx.byService[m.GetService()] = append(idx.byService[m.GetService()], p)
+			default:
+				idx.rest = append(idx.rest, p)
+			}
+		}
+		return idx
+	}).(*clusterIndex)
+	return ps.clusters
+}
+
+// The applyTos of what a route configuration holds, and of what a
+// listener holds.
+var (
+	routeApplyTos = []networking.EnvoyFilter_ApplyTo{
+		networking.EnvoyFilter_ROUTE_CONFIGURATION, networking.EnvoyFilter_VIRTUAL_HOST, networking.EnvoyFilter_HTTP_ROUTE,
+	}
+	listenerApplyTos = []networking.EnvoyFilter_ApplyTo{
+		networking.EnvoyFilter_LISTENER, networking.EnvoyFilter_LISTENER_FILTER, networking.EnvoyFilter_FILTER_CHAIN,
+		networking.EnvoyFilter_NETWORK_FILTER, networking.EnvoyFilter_HTTP_FILTER,
+	}
+)
 
 // checkPatched is what Envoy refuses that generated validation does not
 // catch: an HTTP connection manager whose last filter is not the router
@@ -513,12 +636,20 @@ func clusterMatch(c *clusterv3.Cluster, p *efPatch, hosts []string) bool {
 // splitClusterName splits "direction|port|subset|host" (Istio's
 // ParseSubsetKey); zero values for other names.
 func splitClusterName(name string) (direction string, port uint32, subset, host string) {
-	parts := strings.SplitN(name, "|", 4)
-	if len(parts) != 4 {
+	direction, rest, ok := strings.Cut(name, "|")
+	if !ok {
 		return "", 0, "", ""
 	}
-	n, _ := strconv.ParseUint(parts[1], 10, 32)
-	return parts[0], uint32(n), parts[2], parts[3]
+	num, rest, ok := strings.Cut(rest, "|")
+	if !ok {
+		return "", 0, "", ""
+	}
+	subset, host, ok = strings.Cut(rest, "|")
+	if !ok {
+		return "", 0, "", ""
+	}
+	n, _ := strconv.ParseUint(num, 10, 32)
+	return direction, uint32(n), subset, host
 }
 
 // inboundHosts are the hostnames of the services the proxy serves on an
