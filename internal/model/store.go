@@ -44,8 +44,15 @@ type ChangeSet struct {
 	// Without it, a full change concerns only Hosts: the hosts (or
 	// wildcards) of the VirtualServices and DestinationRules that changed,
 	// before and after the change.
-	All   bool
-	Hosts map[string]bool
+	All bool
+	// Hosts are the hosts a full change without All concerns (when
+	// HostScoped: some VirtualService or DestinationRule changed).
+	Hosts      map[string]bool
+	HostScoped bool
+	// Selections are the workloads a full change without All concerns
+	// besides Hosts: the proxies an EnvoyFilter that changed selects,
+	// before and after the change.
+	Selections []Selection
 	// Kinds are the kinds of the configuration objects behind a full
 	// change without All ("VirtualService", "DestinationRule"), from which
 	// translate tells the types it can change (ConcernedTypes).
@@ -83,11 +90,20 @@ type Meta struct {
 
 // Concerns reports whether a full change can concern a proxy that watches
 // only hosts (all when hosts is nil).
-func (c ChangeSet) Concerns(hosts map[string]bool) bool {
+func (c ChangeSet) Concerns(hosts map[string]bool, p *Proxy, rootNamespace string) bool {
 	if !c.Full {
 		return false
 	}
-	if c.All || hosts == nil {
+	if c.All {
+		return true
+	}
+	if slices.ContainsFunc(c.Selections, func(s Selection) bool { return s.Selects(p, rootNamespace) }) {
+		return true
+	}
+	if !c.HostScoped {
+		return false
+	}
+	if hosts == nil {
 		return true
 	}
 	for changed := range c.Hosts {
@@ -108,6 +124,8 @@ func (c ChangeSet) Empty() bool { return !c.Full && len(c.Endpoints) == 0 && len
 func (c *ChangeSet) Merge(other ChangeSet) {
 	c.Full = c.Full || other.Full
 	c.All = c.All || other.All
+	c.HostScoped = c.HostScoped || other.HostScoped
+	c.Selections = append(c.Selections, other.Selections...)
 	for k := range other.Kinds {
 		c.addKind(k)
 	}
@@ -129,6 +147,21 @@ func (c *ChangeSet) Merge(other ChangeSet) {
 		}
 		c.Objects[k] = o
 	}
+}
+
+// Selection is the proxies of a namespace whose labels match (nil
+// Labels: all of them); the root namespace's are every proxy's.
+type Selection struct {
+	Namespace string
+	Labels    map[string]string
+}
+
+// Selects reports whether the selection takes in p.
+func (s Selection) Selects(p *Proxy, rootNamespace string) bool {
+	if s.Namespace != rootNamespace && s.Namespace != p.Namespace {
+		return false
+	}
+	return LabelsMatch(s.Labels, p.Labels)
 }
 
 func (c *ChangeSet) addKind(k string) {
@@ -169,8 +202,16 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 			continue
 		}
 		switch spec := o.Spec.(type) {
-		case *networking.VirtualService:
+		case *networking.EnvoyFilter:
+			// Only the proxies it selects (Istio's EnvoyFilters): its
+			// targetRefs select no proxy Flotilla serves.
 			s.pending.Full = true
+			s.pending.addKind(istio.EnvoyFilter)
+			if len(spec.GetTargetRefs()) == 0 {
+				s.pending.Selections = append(s.pending.Selections, Selection{Namespace: o.Meta.Namespace, Labels: spec.GetWorkloadSelector().GetLabels()})
+			}
+		case *networking.VirtualService:
+			s.pending.Full, s.pending.HostScoped = true, true
 			s.pending.addKind(istio.VirtualService)
 			if len(spec.GetHosts()) == 0 {
 				// A delegate: any root may name it.
@@ -180,7 +221,7 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 				s.hostRefs = append(s.hostRefs, hostRef{h, o.Meta.Namespace})
 			}
 		case *networking.DestinationRule:
-			s.pending.Full = true
+			s.pending.Full, s.pending.HostScoped = true, true
 			s.pending.addKind(istio.DestinationRule)
 			s.hostRefs = append(s.hostRefs, hostRef{spec.GetHost(), o.Meta.Namespace})
 		case *networking.ServiceEntry, *networking.WorkloadEntry:

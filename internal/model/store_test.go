@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
+	typev1beta1 "istio.io/api/type/v1beta1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
@@ -174,4 +175,54 @@ func TestABuildSaysWhichObjectsChangedAndWhatTheyAreNow(t *testing.T) {
 	if !maps.Equal(cs.Objects, want) {
 		t.Fatalf("second build: %v, want %v", cs.Objects, want)
 	}
+}
+
+func TestAnEnvoyFilterChangeConcernsOnlyTheProxiesItSelectedOrSelects(t *testing.T) {
+	s := NewStore()
+	const efType = "networking.istio.io/v1alpha3/EnvoyFilter"
+	const vsType = "networking.istio.io/v1/VirtualService"
+	put := func(typ, name string, m proto.Message) {
+		t.Helper()
+		if err := s.Put(typ, name, Meta{Version: "1"}, pack(t, m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy := func(ns string, labels map[string]string) *Proxy { return &Proxy{Namespace: ns, Labels: labels} }
+	reviews, ratings, other := proxy("shop", map[string]string{"app": "reviews"}), proxy("shop", map[string]string{"app": "ratings"}), proxy("web", map[string]string{"app": "reviews"})
+	pc, _ := s.Build(BuildOptions{}, nil, 1)
+	selector := func(app string) *networking.EnvoyFilter {
+		return &networking.EnvoyFilter{WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": app}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func()
+		want   map[*Proxy]bool
+	}{
+		{"a new EnvoyFilter selecting reviews", func() { put(efType, "shop/ef", selector("reviews")) }, map[*Proxy]bool{reviews: true}},
+		{"the same EnvoyFilter now selecting ratings (it selected reviews)", func() { put(efType, "shop/ef", selector("ratings")) }, map[*Proxy]bool{reviews: true, ratings: true}},
+		{"an EnvoyFilter without a selector", func() { put(efType, "shop/all", &networking.EnvoyFilter{}) }, map[*Proxy]bool{reviews: true, ratings: true}},
+		{"an EnvoyFilter of the root namespace", func() { put(efType, DefaultRootNamespace+"/mesh", &networking.EnvoyFilter{}) }, map[*Proxy]bool{reviews: true, ratings: true, other: true}},
+		{"an EnvoyFilter with Gateway API targets", func() {
+			put(efType, "shop/gw", &networking.EnvoyFilter{TargetRefs: selectorRefs()})
+		}, map[*Proxy]bool{}},
+		{"a deleted EnvoyFilter (it selected ratings)", func() { s.Delete(efType, "shop/ef") }, map[*Proxy]bool{ratings: true}},
+		{"an EnvoyFilter and a VirtualService", func() {
+			put(efType, "shop/ef2", selector("ratings"))
+			put(vsType, "web/vs", &networking.VirtualService{Hosts: []string{"x"}})
+		}, map[*Proxy]bool{reviews: true, ratings: true, other: true}},
+	} {
+		tc.change()
+		var cs ChangeSet
+		pc, cs = s.Build(BuildOptions{}, pc, pc.Seq+1)
+		for _, p := range []*Proxy{reviews, ratings, other} {
+			// Sidecars watch everything (nil hosts).
+			if got := cs.Concerns(nil, p, pc.RootNamespace); got != tc.want[p] {
+				t.Errorf("%s: concerns %s %v = %v, want %v", tc.name, p.Namespace, p.Labels, got, tc.want[p])
+			}
+		}
+	}
+}
+
+func selectorRefs() []*typev1beta1.PolicyTargetReference {
+	return []*typev1beta1.PolicyTargetReference{{Group: "gateway.networking.k8s.io", Kind: "Gateway", Name: "ingress"}}
 }

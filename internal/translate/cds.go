@@ -156,7 +156,12 @@ func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
 	var la *endpointv3.ClusterLoadAssignment
 	if b := g.cluster(name); b != nil && b.port != nil && b.c.GetType() == clusterv3.Cluster_EDS {
 		key := g.outboundKey("eds", name, b.svc, b.dr)
-		loc := g.localitySetting(EffectivePolicy(drSpec(b.dr), b.subset.GetName(), b.port.GetNumber()).LoadBalancer)
+		pol := EffectivePolicy(drSpec(b.dr), b.subset.GetName(), b.port.GetNumber())
+		loc := g.localitySetting(pol.LoadBalancer)
+		// Istio sends unhealthy endpoints (PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS,
+		// on by default) unless outlier detection's minHealthPercent would
+		// let Envoy's panic mode use them (supportsUnhealthyEndpoints).
+		unhealthy := pol.OutlierDetection.GetMinHealthPercent() <= 0
 		if !localityApplies(loc, b.c) {
 			loc = nil
 		} else {
@@ -166,7 +171,7 @@ func (g *gen) endpoints(name string) *endpointv3.ClusterLoadAssignment {
 		}
 		v := g.pc.Memo(key, func() any {
 			sub := g.isolated()
-			la := sub.loadAssignment(name, b.svc, b.port, b.subset, loc, b.c.GetOutlierDetection() != nil)
+			la := sub.loadAssignment(name, b.svc, b.port, b.subset, loc, b.c.GetOutlierDetection() != nil, unhealthy)
 			if err := sub.valid(la, 0); err != nil {
 				sub.problem("load assignment %s dropped: %v", name, err)
 				la = nil
@@ -248,6 +253,13 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		if mh := pol.OutlierDetection.GetMinHealthPercent(); mh >= 0 && g.client.envoyClusters {
 			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(mh)}}
 		}
+	}
+	if g.client.envoyClusters && c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED && c.GetCommonLbConfig().GetHealthyPanicThreshold() == nil {
+		// Without outlier detection, Istio turns Envoy's panic mode off:
+		// it sends unhealthy endpoints (PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS,
+		// on by default), which panic mode would route to (Istio's
+		// applyLoadBalancer, Service.SupportsUnhealthyEndpoints).
+		c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}}
 	}
 	if g.client.envoyClusters {
 		localityLbConfig(c, g.localitySetting(pol.LoadBalancer))

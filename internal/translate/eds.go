@@ -39,9 +39,10 @@ type localityGroup struct {
 // Duplicate addresses are sent once (gRPC clients reject them), endpoints
 // that are not IP addresses are left out (EDS takes addresses only). A
 // locality setting (nil for none) then shapes it for the proxy's
-// locality (applyLocality); failover says whether failover is in force.
+// locality (applyLocality); failover says whether failover is in force;
+// unhealthy whether unhealthy endpoints go too (marked so).
 func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset,
-	loc *networking.LocalityLoadBalancerSetting, failover bool,
+	loc *networking.LocalityLoadBalancerSetting, failover, unhealthy bool,
 ) *endpointv3.ClusterLoadAssignment {
 	var prioLabels []string
 	if failover && len(loc.GetDistribute()) == 0 {
@@ -51,6 +52,9 @@ func (g *gen) loadAssignment(name string, svc *registryv1.Service, port *registr
 	seen := map[netip.AddrPort]bool{}
 	for _, ep := range g.pc.Endpoints(svc) {
 		if !model.LabelsMatch(ss.GetLabels(), ep.GetLabels()) {
+			continue
+		}
+		if !unhealthy && ep.GetHealth() == registryv1.HealthStatus_HEALTH_STATUS_UNHEALTHY {
 			continue
 		}
 		num, ok := endpointPort(ep, port)

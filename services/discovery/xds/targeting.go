@@ -27,7 +27,7 @@ func (c *conn) push(ev *pushEvent) error {
 	start := time.Now()
 	gen := translate.NewGenerator(ev.pc, c.proxy)
 	first, own := c.pcSeen == nil, c.inboundAffected(ev)
-	full := first || own || ev.changes.Concerns(c.watchedHosts(gen))
+	full := first || own || ev.changes.Concerns(c.watchedHosts(gen), c.proxy, ev.pc.RootNamespace)
 	c.setPushContext(ev.pc, ev.seen)
 	defer c.keepProblems(gen)
 	if full {
