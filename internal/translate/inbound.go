@@ -36,7 +36,8 @@ type inboundPort struct {
 // inboundPorts are the ports the sidecar serves inbound, by port: its
 // Sidecar's ingress listeners when it has any (Istio then configures
 // those and no others), else each port of the services its workload is
-// an endpoint of, to the application on 127.0.0.1.
+// an endpoint of, to the original destination (the pod's address on the
+// target port, as Istio 1.10 and later).
 func (g *gen) inboundPorts() []inboundPort {
 	if g.sc.inPorts != nil {
 		return g.sc.inPorts
@@ -75,7 +76,9 @@ func (g *gen) inboundPorts() []inboundPort {
 				if !ok || slices.ContainsFunc(out, func(ip inboundPort) bool { return ip.port == target }) {
 					continue
 				}
-				out = append(out, inboundPort{port: target, proto: port.GetProtocol(), endpoint: socketAddress("127.0.0.1", target)})
+				// To the original destination, the pod's own address
+				// (Istio's buildInboundCluster: ORIGINAL_DST).
+				out = append(out, inboundPort{port: target, proto: port.GetProtocol()})
 			}
 		}
 	}

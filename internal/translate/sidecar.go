@@ -13,6 +13,7 @@ import (
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -354,10 +355,14 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 	return out
 }
 
+// maxDurationSeconds is the longest duration protobuf allows (Istio's
+// maxSecondsValue).
+const maxDurationSeconds = 315576000000
+
 // inboundClusters are inbound|<port>|| for each inbound port (see
-// inboundPorts): to the application, or for a Sidecar ingress port
-// without defaultEndpoint, to the original destination from 127.0.0.6 as
-// InboundPassthroughCluster.
+// inboundPorts): to a Sidecar ingress port's defaultEndpoint, else, as
+// Istio's buildInboundCluster, to the original destination (the pod's
+// address) from 127.0.0.6 as InboundPassthroughCluster.
 func (g *gen) inboundClusters() []*clusterv3.Cluster {
 	if g.sc.inbound != nil {
 		return g.sc.inbound
@@ -369,6 +374,9 @@ func (g *gen) inboundClusters() []*clusterv3.Cluster {
 		if ip.endpoint == nil {
 			c = g.inboundPassthrough()
 			c.Name = name
+			// As Istio's buildInboundCluster: an inbound ORIGINAL_DST
+			// cluster keeps its hosts (the pod's own addresses) for good.
+			c.CleanupInterval = &durationpb.Duration{Seconds: maxDurationSeconds}
 		} else {
 			c = &clusterv3.Cluster{
 				Name:                 name,
