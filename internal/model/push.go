@@ -190,6 +190,65 @@ type DestinationRule struct {
 	Name, Namespace string
 	Spec            *networking.DestinationRule
 	Host            string
+	// MergedFrom names ("namespace/name") the younger DestinationRules of
+	// the same host and namespace merged into this one
+	// (mergeDestinationRule); Spec is then the merged rule.
+	MergedFrom []string
+}
+
+// mergeDestinationRule adds dr, the youngest so far, to the rules of its
+// namespace (in creation order) as Istio's mergeDestinationRule
+// (ENABLE_ENHANCED_DESTINATIONRULE_MERGE on, its default): into every
+// older rule of the same host with the same exportTo, unless both have
+// workload selectors that differ, dr's subsets not yet there are added,
+// and its traffic policy when the older has none; dr stays a rule of its
+// own unless it merged into one whose selector it shares (both none, or
+// the same labels). The older rules' specs are copied, never changed.
+func mergeDestinationRule(rules []*DestinationRule, dr *DestinationRule) []*DestinationRule {
+	apart := true
+	for i, old := range rules {
+		if old.Host != dr.Host || !sameStrings(old.Spec.GetExportTo(), dr.Spec.GetExportTo()) {
+			continue
+		}
+		oldSel, sel := old.Spec.GetWorkloadSelector(), dr.Spec.GetWorkloadSelector()
+		if oldSel != nil && sel != nil && !maps.Equal(oldSel.GetMatchLabels(), sel.GetMatchLabels()) {
+			continue
+		}
+		if (oldSel == nil) == (sel == nil) {
+			apart = false
+		}
+		spec := proto.CloneOf(old.Spec)
+		for _, ss := range dr.Spec.GetSubsets() {
+			if !slices.ContainsFunc(spec.GetSubsets(), func(o *networking.Subset) bool { return o.GetName() == ss.GetName() }) {
+				spec.Subsets = append(spec.Subsets, ss)
+			}
+		}
+		if spec.TrafficPolicy == nil {
+			spec.TrafficPolicy = dr.Spec.GetTrafficPolicy()
+		}
+		merged := *old
+		merged.Spec = spec
+		merged.MergedFrom = append(slices.Clip(old.MergedFrom), dr.Namespace+"/"+dr.Name)
+		rules[i] = &merged
+	}
+	if apart {
+		rules = append(rules, dr)
+	}
+	return rules
+}
+
+// sameStrings reports whether two lists hold the same strings, in any
+// order.
+func sameStrings(a, b []string) bool {
+	return maps.Equal(setOf(a), setOf(b))
+}
+
+func setOf(ss []string) map[string]bool {
+	m := make(map[string]bool, len(ss))
+	for _, s := range ss {
+		m[s] = true
+	}
+	return m
 }
 
 // SidecarConfig is a Sidecar resource.
@@ -382,9 +441,9 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 			ci.drsByNamespace[dr.Namespace] = idx
 		}
 		if strings.HasPrefix(dr.Host, "*") {
-			idx.wildcard = append(idx.wildcard, dr)
+			idx.wildcard = mergeDestinationRule(idx.wildcard, dr)
 		} else {
-			idx.exact[dr.Host] = append(idx.exact[dr.Host], dr)
+			idx.exact[dr.Host] = mergeDestinationRule(idx.exact[dr.Host], dr)
 		}
 	}
 	for _, o := range sortedObjects(s.configs[istio.Sidecar]) {

@@ -343,7 +343,7 @@ func (a *analysis) destinationRules() {
 		if len(dr.GetWorkloadSelector().GetMatchLabels()) == 0 {
 			k := hostKey{o.Meta.Namespace, fq}
 			if prev := first[k]; prev != nil {
-				a.report(CodeConflictingDestRules, ref, "spec.host", "DestinationRule %s is older and also applies to host %s in namespace %s: it alone is used (Istio would merge the subsets of both)", prev.Key(), fq, o.Meta.Namespace)
+				a.report(CodeConflictingDestRules, ref, "spec.host", "DestinationRule %s is older and also applies to host %s in namespace %s: the two are merged as Istio merges them (this one's subsets the older lacks are added; its traffic policy is used only if the older has none)", prev.Key(), fq, o.Meta.Namespace)
 			} else {
 				first[k] = o
 			}

@@ -123,7 +123,7 @@ func Codes() []CodeInfo {
 		},
 		{
 			CodeConflictingDestRules, "ConflictingDestinationRules", SeverityWarning, "",
-			"Two DestinationRules without workload selectors apply to one host from one namespace: only the oldest is used.",
+			"Two DestinationRules without workload selectors apply to one host from one namespace: they are merged as Istio merges them (the younger's new subsets added, its traffic policy used only if the older has none).",
 		},
 		{
 			CodeSidecarEgressNothing, "SidecarEgressImportsNothing", SeverityWarning, "",
