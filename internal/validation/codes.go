@@ -54,6 +54,7 @@ const (
 	CodeDeprecated     Code = "FLT0103"
 	CodeSubsetNotFound Code = "FLT0104"
 	CodeEnvoyFilter    Code = "FLT0105"
+	CodeNotImplemented Code = "FLT0106"
 
 	CodeHostNotFound             Code = "FLT0201"
 	CodeGatewayNotFound          Code = "FLT0202"
@@ -108,6 +109,10 @@ func Codes() []CodeInfo {
 		{
 			CodeEnvoyFilter, "EnvoyFilterUsage", SeverityWarning, "IST0151",
 			"Every EnvoyFilter: it patches Envoy's configuration directly, which may change with any release (a patch that breaks a resource is reported and not sent).",
+		},
+		{
+			CodeNotImplemented, "NotImplementedByFlotilla", SeverityWarning, "",
+			"Istio accepts it and acts on it; Flotilla does not (an Istio kind it does not serve, a setting it does not implement): the message says what happens instead.",
 		},
 		{
 			CodeHostNotFound, "ReferencedHostNotFound", SeverityError, "IST0101",

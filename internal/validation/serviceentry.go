@@ -66,6 +66,8 @@ func (v *validator) serviceEntry() {
 		if wildcard && len(se.GetEndpoints()) == 0 {
 			v.r.errorf("spec.hosts", "a wildcard host cannot be resolved by DNS: add endpoints or use resolution NONE")
 		}
+	case networking.ServiceEntry_DYNAMIC_DNS:
+		v.dynamicDNS(se)
 	default:
 	}
 	for i, ep := range se.GetEndpoints() {
@@ -136,4 +138,37 @@ func (v *validator) workloadEntrySpec(path string, we *networking.WorkloadEntry,
 	if n := we.GetNetwork(); n != "" && strings.ContainsAny(n, " /") {
 		v.r.errorf(field(path, "network"), "%q must not contain spaces or '/'", n)
 	}
+}
+
+// dynamicDNS checks a DYNAMIC_DNS ServiceEntry as Istio's
+// ValidateServiceEntry does (wildcard hosts only, no addresses or
+// endpoints, HTTP, HTTP2, gRPC or TLS ports, an explicit location), and
+// says that Flotilla does not build Envoy's dynamic forward proxy for it:
+// its traffic goes to the original destination, as with resolution NONE.
+func (v *validator) dynamicDNS(se *networking.ServiceEntry) {
+	if len(se.GetHosts()) == 0 {
+		v.r.errorf("spec.hosts", "at least one wildcard host must be provided for resolution type DYNAMIC_DNS")
+	}
+	for i, h := range se.GetHosts() {
+		if !strings.HasPrefix(h, "*") {
+			v.r.errorf(at("spec.hosts", i), "host must be wildcarded for resolution mode DYNAMIC_DNS")
+		}
+	}
+	if len(se.GetAddresses()) > 0 {
+		v.r.errorf("spec.addresses", "addresses cannot be set for resolution type DYNAMIC_DNS. HTTP route domains will only be generated from the hosts field values")
+	}
+	if len(se.GetEndpoints()) > 0 {
+		v.r.errorf("spec.endpoints", "endpoints cannot be set for resolution type DYNAMIC_DNS. Destination IP address determined from hosts field values")
+	}
+	for i, p := range se.GetPorts() {
+		switch strings.ToUpper(p.GetProtocol()) {
+		case "HTTP", "HTTP2", "GRPC", "TLS":
+		default:
+			v.r.errorf(field(at("spec.ports", i), "protocol"), "only HTTP, TLS, GRPC, and HTTP2 protocols are supported for resolution type DYNAMIC_DNS")
+		}
+	}
+	if se.GetLocation() != networking.ServiceEntry_MESH_EXTERNAL && se.GetLocation() != networking.ServiceEntry_MESH_INTERNAL {
+		v.r.errorf("spec.location", "location must be MESH_EXTERNAL or MESH_INTERNAL for resolution type DYNAMIC_DNS")
+	}
+	v.r.warnc(CodeNotImplemented, "spec.resolution", "Flotilla does not build Envoy's dynamic forward proxy for DYNAMIC_DNS (Istio does): traffic to these hosts goes to the address the client resolved, as with resolution NONE")
 }
