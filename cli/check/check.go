@@ -46,7 +46,8 @@ func NewCommand(conn *connect.Options) *cobra.Command {
                 expiring within 90 days; each replica's serving certificate; ca issued this client
                 its certificate (with --ca-address)
   cluster       with --kubeconfig: the Deployments ready, the Istio CRDs serving the versions
-                Flotilla reads, each webhook configuration's caBundle holding the mesh's roots
+                Flotilla reads, no object of an Istio kind Flotilla does not serve (each such one
+                is named), each webhook configuration's caBundle holding the mesh's roots
   versions      the services on one version; proxies on a version the control plane runs
 
 It exits 1 when a check failed (warnings do not fail it). Where the control plane is comes from

@@ -55,6 +55,9 @@ type DecodeError struct {
 	Line   int
 	Object string // "Kind namespace/name", when known
 	Reason string
+	// NotServed is set for an object of an Istio kind Flotilla does not
+	// serve (NotServedError): not wrong, only ignored.
+	NotServed bool
 }
 
 func (e *DecodeError) Error() string {
@@ -211,13 +214,17 @@ func decodeOne(file string, c chunk, defaultNamespace string, o DecodeOptions) (
 			return fail("", "metadata.%s", jsonReason(err))
 		}
 	}
-	kind, err := ByAPIVersion(env.APIVersion, env.Kind)
-	if err != nil {
-		return fail("", "%v", err)
-	}
 	ns := meta.Namespace
 	if ns == "" {
 		ns = defaultNamespace
+	}
+	kind, err := ByAPIVersion(env.APIVersion, env.Kind)
+	if nse := (*NotServedError)(nil); errors.As(err, &nse) {
+		doc.Err = &DecodeError{File: file, Line: doc.Line, Object: env.Kind + " " + ns + "/" + meta.Name, Reason: err.Error(), NotServed: true}
+		return doc, true
+	}
+	if err != nil {
+		return fail("", "%v", err)
 	}
 	name := kind.Kind + " " + ns + "/" + meta.Name
 	if meta.Name == "" {

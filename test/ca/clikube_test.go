@@ -14,8 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
@@ -126,7 +130,25 @@ func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+	// The cluster has the CRDs of Istio's kinds Flotilla does not serve
+	// too (Istio ran in it), and a WasmPlugin.
+	crds := crdgen.All()
+	for _, k := range istio.NotServed() {
+		crds = append(crds, crdgen.For(k))
+	}
+	if err := env.InstallCRDs(ctx, crds...); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+		"metadata": map[string]any{"name": "basic-auth", "namespace": ns},
+		"spec":     map[string]any{"url": "oci://ghcr.io/istio-ecosystem/wasm-extensions/basic_auth:1.12.0"},
+	}}
+	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "extensions.istio.io", Version: "v1alpha1", Resource: "wasmplugins"}).Namespace(ns).Create(ctx, wasm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
@@ -191,6 +213,7 @@ func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T
 	for _, want := range []string{
 		"× Deployment flotilla-galley: 0 of 1 replicas ready, 0 updated\n    fix: kubectl -n " + ns + " describe deployment flotilla-galley",
 		"√ the Istio CRDs serve every kind Flotilla reads",
+		"× 1 objects of Istio kinds Flotilla does not serve (WasmPlugin): WasmPlugin " + ns + "/basic-auth",
 		"√ MutatingWebhookConfiguration flotilla-sidecar-injector-" + ns + ", webhook namespace.injection.flotilla.io: its caBundle holds the mesh's roots",
 		"× ValidatingWebhookConfiguration flotilla-validator-" + ns + ", webhook validation.flotilla.io: its caBundle lacks the mesh's root",
 		"    fix: flotilla-galley writes the caBundle",

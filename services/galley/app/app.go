@@ -289,7 +289,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 		return nil, nil, nil, fmt.Errorf("status writer identity: %w", err)
 	}
 	writer := status.New(status.Options{
-		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected,
+		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, NotServed: src.NotServed,
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",
 	})
 	access.UseCluster(kube.AuthorizationV1().SubjectAccessReviews())

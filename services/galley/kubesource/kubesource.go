@@ -85,6 +85,7 @@ type Source struct {
 	services     map[string]*corev1.Service
 	weShards     map[string]bool // services whose WorkloadEntry set is published
 	rejected     map[istio.ID]string
+	notServed    map[istio.ID]string        // objects of istio.NotServed kinds (notserved.go)
 	published    map[istio.ID]*istio.Object // what was last sent per object
 	synced       chan struct{}
 	// secrets are the Secrets watched ("namespace/name"), trimmed to
@@ -118,6 +119,7 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		services:      map[string]*corev1.Service{},
 		weShards:      map[string]bool{},
 		rejected:      map[istio.ID]string{},
+		notServed:     map[istio.ID]string{},
 		published:     map[istio.ID]*istio.Object{},
 		synced:        make(chan struct{}),
 		secrets:       map[string]*corev1.Secret{},
@@ -188,6 +190,14 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("watch configuration configmaps: %w", err)
 	}
 	syncs = append(syncs, nsInf.HasSynced, meshInf.HasSynced)
+	watched, notServedSyncs, err := s.notServedInformers(ctx, metaFactory)
+	if err != nil {
+		return fmt.Errorf("watch the Istio kinds Flotilla does not serve: %w", err)
+	}
+	if len(watched) > 0 {
+		s.o.Log.Info("watching Istio kinds Flotilla does not serve, to mark their objects", "kinds", watched)
+	}
+	syncs = append(syncs, notServedSyncs...)
 
 	// Secrets, for the credentials configuration names: every namespace,
 	// or the ones SecretNamespaces lists.

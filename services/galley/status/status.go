@@ -25,10 +25,18 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/leader"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
 // MessageCode marks Flotilla's validation messages among others in status.
 const MessageCode = "FLT0001"
+
+// NotServedName and NotServedCode mark an object of an Istio kind
+// Flotilla does not serve (validation.CodeNotImplemented).
+const (
+	NotServedName = "NotImplementedByFlotilla"
+	NotServedCode = string(validation.CodeNotImplemented)
+)
 
 // Options configures a Writer.
 type Options struct {
@@ -37,6 +45,10 @@ type Options struct {
 	Log     *slog.Logger
 	// Rejected returns the invalid objects and why (kubesource.Source.Rejected).
 	Rejected func() map[istio.ID]string
+	// NotServed returns the objects of Istio kinds Flotilla does not
+	// serve, and what to say of them (kubesource.Source.NotServed); may
+	// be nil.
+	NotServed func() map[istio.ID]string
 	// Identity names this replica in the Lease (the pod name).
 	Identity string
 	// LeaseNamespace and LeaseName locate the Lease.
@@ -91,6 +103,9 @@ func (w *Writer) lead(ctx context.Context) {
 // fixed ones.
 func (w *Writer) reconcile(ctx context.Context) {
 	want := w.o.Rejected()
+	if w.o.NotServed != nil {
+		maps.Copy(want, w.o.NotServed())
+	}
 	ids := slices.Collect(maps.Keys(want))
 	for id := range w.written {
 		if _, ok := want[id]; !ok {
@@ -134,13 +149,17 @@ type messageType struct {
 // merge patch of the status subresource: only status changes, so the
 // object's generation, and what galley publishes, stay the same.
 func (w *Writer) write(ctx context.Context, id istio.ID, msg string) error {
-	kind, ns, name, err := locate(id)
+	kind, served, ns, name, err := locate(id)
 	if err != nil {
 		return err
 	}
 	var messages []message
-	if msg != "" {
+	switch {
+	case msg == "":
+	case served:
 		messages = []message{{Type: messageType{Name: "InvalidConfiguration", Code: MessageCode}, Level: "ERROR", Message: msg}}
+	default:
+		messages = []message{{Type: messageType{Name: NotServedName, Code: NotServedCode}, Level: "WARNING", Message: msg}}
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"validationMessages": messages}})
 	if err != nil {
@@ -157,15 +176,22 @@ func (w *Writer) write(ctx context.Context, id istio.ID, msg string) error {
 	return nil
 }
 
-func locate(id istio.ID) (istio.Kind, string, string, error) {
+// locate finds an object's kind, among those Flotilla serves (served) or
+// Istio's others.
+func locate(id istio.ID) (kind istio.Kind, served bool, namespace, name string, err error) {
 	ns, name, ok := strings.Cut(id.Name, "/")
 	if !ok {
-		return istio.Kind{}, "", "", fmt.Errorf("object name %q is not namespace/name", id.Name)
+		return istio.Kind{}, false, "", "", fmt.Errorf("object name %q is not namespace/name", id.Name)
 	}
 	for _, k := range istio.Kinds() {
 		if k.Kind == id.Kind {
-			return k, ns, name, nil
+			return k, true, ns, name, nil
 		}
 	}
-	return istio.Kind{}, "", "", fmt.Errorf("unknown kind %q", id.Kind)
+	for _, k := range istio.NotServed() {
+		if k.Kind == id.Kind {
+			return k, false, ns, name, nil
+		}
+	}
+	return istio.Kind{}, false, "", "", fmt.Errorf("unknown kind %q", id.Kind)
 }

@@ -196,3 +196,108 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 		t.Fatalf("the object was published %d times; status writes must push nothing", n)
 	}
 }
+
+// TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked runs
+// galley's source and status writer against a cluster that has the
+// CRDs of Istio's kinds Flotilla does not serve (a cluster Istio ran
+// in): a WasmPlugin and a WorkloadGroup get a warning in their status
+// saying they are ignored, nothing is published for them, and a deleted
+// one is forgotten.
+func TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	crds := crdgen.All()
+	for _, k := range istio.NotServed() {
+		crds = append(crds, crdgen.For(k))
+	}
+	if err := env.InstallCRDs(ctx, crds...); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := env.CreateNamespace(ctx, "notserved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := metadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := map[string]string{
+		"WasmPlugin": `apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: basic-auth}
+spec: {url: "oci://ghcr.io/istio-ecosystem/wasm-extensions/basic_auth:1.12.0", selector: {matchLabels: {app: reviews}}}
+`,
+		"WorkloadGroup": `apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata: {name: vms}
+spec: {metadata: {labels: {app: vm}}, template: {serviceAccount: vm}}
+`,
+	}
+	gvrs := map[string]schema.GroupVersionResource{}
+	for _, k := range istio.NotServed() {
+		gvrs[k.Kind] = schema.GroupVersionResource{Group: k.Group, Version: k.Version(), Resource: k.Plural}
+	}
+	for kind, doc := range objects {
+		u := &unstructured.Unstructured{}
+		if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dyn.Resource(gvrs[kind]).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", kind, err)
+		}
+	}
+	sink := &counting{applied: map[istio.ID]int{}}
+	src := kubesource.New(kubesource.Options{
+		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: ns,
+		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local",
+	}, sink, noRegistry{})
+	go func() { _ = src.Run(ctx) }()
+	w := New(Options{
+		Kube: env.Client, Dynamic: dyn, Log: slog.New(slog.DiscardHandler), Rejected: src.Rejected, NotServed: src.NotServed,
+		Identity: "galley-a", LeaseNamespace: ns, LeaseName: "flotilla-galley-status",
+		Interval: 50 * time.Millisecond, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+	})
+	go func() { _ = w.Run(ctx) }()
+
+	statusOf := func(kind, name string) []any {
+		u, err := dyn.Resource(gvrs[kind]).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, _, _ := unstructured.NestedSlice(u.Object, "status", "validationMessages")
+		return msgs
+	}
+	for kind, name := range map[string]string{"WasmPlugin": "basic-auth", "WorkloadGroup": "vms"} {
+		xdstest.EventuallyWithin(t, 60*time.Second, kind+"'s status", func() bool {
+			m := statusOf(kind, name)
+			if len(m) != 1 {
+				return false
+			}
+			msg := m[0].(map[string]any)
+			typ, _ := msg["type"].(map[string]any)
+			return msg["level"] == "WARNING" && typ["code"] == NotServedCode &&
+				strings.Contains(msg["message"].(string), kind+" ") && strings.Contains(msg["message"].(string), "Flotilla does not serve")
+		})
+	}
+	if got := src.NotServed(); len(got) != 2 {
+		t.Fatalf("NotServed() = %v, want the two objects", got)
+	}
+	if err := dyn.Resource(gvrs["WasmPlugin"]).Namespace(ns).Delete(ctx, "basic-auth", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.EventuallyWithin(t, 60*time.Second, "the deleted WasmPlugin to be forgotten", func() bool { return len(src.NotServed()) == 1 })
+	for _, name := range []string{"WasmPlugin/basic-auth", "WorkloadGroup/vms"} {
+		kind, obj, _ := strings.Cut(name, "/")
+		if n := sink.count(istio.ID{Kind: kind, Name: ns + "/" + obj}); n != 0 {
+			t.Errorf("%s published %d times: objects of kinds Flotilla does not serve publish nothing", name, n)
+		}
+	}
+}
