@@ -23,6 +23,7 @@ import (
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
+	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 )
 
 const (
@@ -669,7 +670,11 @@ func (g *gen) istioMutual(sans []*tlsv3.SubjectAltNameMatcher, sni string, h2 bo
 }
 
 // spiffeIDs are the identities a service's servers may present: those
-// the service declares, else the service accounts of its endpoints.
+// the service declares, else the service accounts of its endpoints; each
+// SPIFFE ID also in every trust domain alias of the mesh, so that a
+// server whose certificate is still (or already) of another trust domain
+// is accepted during a migration (Istio's addServiceAccounts,
+// spiffe.ExpandWithTrustDomains).
 func (g *gen) spiffeIDs(svc *registryv1.Service) []string {
 	ids := slices.Clone(svc.GetSubjectAltNames())
 	if len(ids) == 0 {
@@ -679,7 +684,19 @@ func (g *gen) spiffeIDs(svc *registryv1.Service) []string {
 				if ns == "" {
 					ns = svc.GetNamespace()
 				}
-				ids = append(ids, "spiffe://"+g.pc.TrustDomain+"/ns/"+ns+"/sa/"+sa)
+				ids = append(ids, spiffe.ID{TrustDomain: g.pc.TrustDomain, Namespace: ns, ServiceAccount: sa}.String())
+			}
+		}
+	}
+	if aliases := g.pc.Mesh.GetTrustDomainAliases(); len(aliases) > 0 {
+		for _, s := range slices.Clone(ids) {
+			id, err := spiffe.Parse(s)
+			if err != nil {
+				continue // not a SPIFFE ID (a DNS name): kept as it is
+			}
+			for _, td := range aliases {
+				id.TrustDomain = td
+				ids = append(ids, id.String())
 			}
 		}
 	}
