@@ -152,7 +152,10 @@ func (g *gen) routeClusters(ra *routev3.RouteAction) error {
 
 // repairListener drops the filter chains that fail validation or name a
 // cluster or route configuration the output lacks, or repeat an earlier
-// chain's name or match; a listener left without chains is an error.
+// chain's match, or its name where Envoy needs names unique (a listener
+// with a filter chain matcher: Envoy accepts repeated names otherwise,
+// and Istio's virtualInbound repeats "virtualInbound"); a listener left
+// without chains is an error.
 func (g *gen) repairListener(l *listenerv3.Listener, packErrsBefore int) error {
 	if api := l.GetApiListener().GetApiListener(); api != nil {
 		hcm := &hcmv3.HttpConnectionManager{}
@@ -161,7 +164,10 @@ func (g *gen) repairListener(l *listenerv3.Listener, packErrsBefore int) error {
 		}
 		return g.checkHCM(hcm)
 	}
-	names := make(map[string]bool, len(l.GetFilterChains()))
+	var names map[string]bool
+	if l.GetFilterChainMatcher() != nil {
+		names = make(map[string]bool, len(l.GetFilterChains()))
+	}
 	matches := make(map[string]bool, len(l.GetFilterChains()))
 	chains := l.FilterChains[:0]
 	for _, fc := range l.GetFilterChains() {
@@ -183,7 +189,7 @@ func (g *gen) checkChain(fc *listenerv3.FilterChain, names, matches map[string]b
 	if err := g.valid(fc, packErrsBefore); err != nil {
 		return err
 	}
-	if names[fc.GetName()] {
+	if names != nil && names[fc.GetName()] {
 		return errors.New("an earlier chain has this name")
 	}
 	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(fc.GetFilterChainMatch())
@@ -198,7 +204,9 @@ func (g *gen) checkChain(fc *listenerv3.FilterChain, names, matches map[string]b
 			return err
 		}
 	}
-	names[fc.GetName()] = true
+	if names != nil {
+		names[fc.GetName()] = true
+	}
 	matches[string(key)] = true
 	return nil
 }

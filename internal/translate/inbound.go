@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -131,68 +132,90 @@ func (g *gen) defaultEndpoint(s string) (*corev3.Address, bool) {
 
 // virtualInbound receives everything sent to the pod: one filter chain per
 // port of the workload (mTLS, plaintext, or both as PeerAuthentication
-// says) to the application on localhost, and a catch-all passthrough.
+// says) to the application, and a catch-all passthrough.
 func (g *gen) virtualInbound() *listenerv3.Listener {
 	l := &listenerv3.Listener{
 		Name:             VirtualInbound,
 		Address:          socketAddress("0.0.0.0", InboundPort),
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
 		AccessLog:        g.accessLogs(model.ServerMode, listenerLog),
-		ListenerFilters: []*listenerv3.ListenerFilter{
-			{Name: "envoy.filters.listener.original_dst", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&originaldstv3.OriginalDst{})}},
-			{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}},
-		},
 	}
-	var sniff []uint32
+	// As Istio (buildInboundPassthroughChains): first a black hole for
+	// connections to the listener's own port, which would loop; then the
+	// chains of the workload's ports; then connections to ports no
+	// service of the workload names go to their original destination
+	// from 127.0.0.6 (InboundPassthroughCluster), under the workload's
+	// mTLS mode, HTTP through a connection manager (inboundPassthroughChains).
+	l.FilterChains = []*listenerv3.FilterChain{{
+		Name:             "virtualInbound-blackhole",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(InboundPort)},
+		Filters:          g.blackHoleFilters(model.ServerMode),
+	}}
 	for _, ip := range g.inboundPorts() {
 		if ip.bind != "" {
 			continue // a listener of its own (boundInbound)
 		}
-		if sniffed(ip.proto) {
-			sniff = append(sniff, ip.port)
-		}
 		l.FilterChains = append(l.FilterChains, g.inboundChains(ip.port, ip.proto)...)
 	}
-	if len(sniff) > 0 {
-		slices.Sort(sniff)
-		// After the TLS inspector, and only on sniffed ports, as Istio's
-		// buildHTTPInspector: the HTTP inspector waits for the client's
-		// first bytes, which a server-first protocol (MySQL, SMTP) on a
-		// declared port never sends.
-		hi := g.httpInspector()
-		hi.FilterDisabled = &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: portsPredicate(sniff)}}
-		l.ListenerFilters = append(l.ListenerFilters, hi)
-	}
-	// As Istio (buildInboundPassthroughChains): first a black hole for
-	// connections to the listener's own port, which would loop; then
-	// connections to ports no service of the workload names go to their
-	// original destination from 127.0.0.6 (InboundPassthroughCluster),
-	// under the workload's mTLS mode: mTLS from mesh clients is
-	// terminated (PERMISSIVE, STRICT), plaintext and other TLS pass
-	// (PERMISSIVE, DISABLE).
-	l.FilterChains = append([]*listenerv3.FilterChain{{
-		Name:             "virtualInbound-blackhole",
-		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(InboundPort)},
-		Filters:          g.blackHoleFilters(model.ServerMode),
-	}}, l.FilterChains...)
-	pass := func() []*listenerv3.Filter { return g.inboundTCP(InboundPassthroughCluster) }
-	mtls := &listenerv3.FilterChain{
-		Name:             "virtualInbound-catchall-mtls",
-		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls", ApplicationProtocols: istioMTLSALPN()},
-		Filters:          pass(),
-		TransportSocket:  g.downstreamMTLS(registryv1.Protocol_PROTOCOL_TCP),
-	}
-	switch g.pc.InboundMTLS(g.p, 0) {
-	case model.Strict:
-		l.FilterChains = append(l.FilterChains, mtls)
-	case model.Disable:
-		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{Name: "virtualInbound-catchall", Filters: pass()})
-	default:
-		l.FilterChains = append(l.FilterChains, mtls,
-			&listenerv3.FilterChain{Name: "virtualInbound-catchall-tls", FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls"}, Filters: pass()},
-			&listenerv3.FilterChain{Name: "virtualInbound-catchall", FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer"}, Filters: pass()})
-	}
+	l.FilterChains = append(l.FilterChains, g.inboundPassthroughChains()...)
+	l.ListenerFilters = append([]*listenerv3.ListenerFilter{
+		{Name: "envoy.filters.listener.original_dst", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&originaldstv3.OriginalDst{})}},
+	}, g.inboundInspectors(l.FilterChains)...)
 	return l
+}
+
+// inboundInspectors are the TLS and HTTP inspectors the chains need, as
+// Istio's populateListenerFilters: each enabled on the ports (by
+// destination port; 0 is any other) whose chains match a transport
+// protocol of TLS, or an application protocol of plaintext HTTP, and
+// disabled on the others. The HTTP inspector comes after the TLS one, and
+// waits for the client's first bytes, which a server-first protocol
+// (MySQL, SMTP) on a declared port never sends: it is off there.
+func (g *gen) inboundInspectors(chains []*listenerv3.FilterChain) []*listenerv3.ListenerFilter {
+	type need struct{ tls, http bool }
+	ports := map[uint32]need{}
+	for _, fc := range chains {
+		m := fc.GetFilterChainMatch()
+		n := ports[m.GetDestinationPort().GetValue()]
+		n.tls = n.tls || m.GetTransportProtocol() == "tls"
+		n.http = n.http || slices.ContainsFunc(m.GetApplicationProtocols(), func(ap string) bool { return ap == "http/1.1" || ap == "h2c" })
+		ports[m.GetDestinationPort().GetValue()] = n
+	}
+	keys := slices.Sorted(maps.Keys(ports))
+	filter := func(f *listenerv3.ListenerFilter, on func(need) bool) *listenerv3.ListenerFilter {
+		if !slices.ContainsFunc(keys, func(p uint32) bool { return on(ports[p]) }) {
+			return nil
+		}
+		// Istio's buildTLSInspector and buildHTTPInspector: enabled by
+		// default when the catch-all (port 0) needs it, with the ports
+		// that do not excluded; else only on the ports that need it.
+		var except []uint32
+		for _, p := range keys {
+			if p != 0 && on(ports[p]) != on(ports[0]) {
+				except = append(except, p)
+			}
+		}
+		switch {
+		case len(except) == 0:
+			if !on(ports[0]) {
+				return nil
+			}
+		case on(ports[0]):
+			f.FilterDisabled = portsPredicate(except)
+		default:
+			f.FilterDisabled = &listenerv3.ListenerFilterChainMatchPredicate{Rule: &listenerv3.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: portsPredicate(except)}}
+		}
+		return f
+	}
+	var out []*listenerv3.ListenerFilter
+	tls := &listenerv3.ListenerFilter{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}
+	if f := filter(tls, func(n need) bool { return n.tls }); f != nil {
+		out = append(out, f)
+	}
+	if f := filter(g.httpInspector(), func(n need) bool { return n.http }); f != nil {
+		out = append(out, f)
+	}
+	return out
 }
 
 // boundInbound are the listeners of Sidecar ingress ports with

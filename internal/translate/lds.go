@@ -185,16 +185,43 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 // HTTP) goes through the HTTP connection manager, everything else through
 // tcp_proxy, under the port's mTLS mode.
 func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
-	cluster := ClusterName(inbound, port, "", "")
 	p := itoa(port)
-	chain := func(name, transport string, alpn []string, http bool, mtls registryv1.Protocol) *listenerv3.FilterChain {
+	return g.sniffedChains(port, ClusterName(inbound, port, "", ""), g.pc.InboundMTLS(g.p, port), func(name string, _ bool) string { return "inbound|" + p + "|" + name })
+}
+
+// inboundPassthroughChains are virtualInbound's catch-all chains for
+// ports no service of the workload names, as Istio's
+// buildInboundPassthroughChains: the same chains as a sniffed port's
+// (HTTP, detected by the HTTP inspector or the mesh client's ALPN, through
+// a connection manager; the rest through tcp_proxy), for any port, to
+// InboundPassthroughCluster, under the workload's mTLS mode; named as
+// Istio names them ("virtualInbound-catchall-http" for HTTP,
+// "virtualInbound" for TCP).
+func (g *gen) inboundPassthroughChains() []*listenerv3.FilterChain {
+	return g.sniffedChains(0, InboundPassthroughCluster, g.pc.InboundMTLS(g.p, 0), func(_ string, http bool) string {
+		if http {
+			return VirtualInbound + "-catchall-http"
+		}
+		return VirtualInbound
+	})
+}
+
+// sniffedChains are the chains of a port of no declared protocol (0: any
+// port) to cluster, under the mTLS mode, named by name (the variant,
+// and whether the chain is HTTP).
+func (g *gen) sniffedChains(port uint32, cluster string, mode model.MTLSMode, name func(variant string, http bool) string) []*listenerv3.FilterChain {
+	var dst *wrapperspb.UInt32Value
+	if port != 0 {
+		dst = wrapperspb.UInt32(port)
+	}
+	chain := func(variant, transport string, alpn []string, http bool, mtls registryv1.Protocol) *listenerv3.FilterChain {
 		fc := &listenerv3.FilterChain{
-			Name:             "inbound|" + p + "|" + name,
-			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: transport, ApplicationProtocols: alpn},
+			Name:             name(variant, http),
+			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: dst, TransportProtocol: transport, ApplicationProtocols: alpn},
 			Filters:          g.inboundTCP(cluster),
 		}
 		if http {
-			fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCM(port))}
+			fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCMTo(port, cluster))}
 		}
 		if mtls != registryv1.Protocol_PROTOCOL_UNSPECIFIED {
 			fc.TransportSocket = g.downstreamMTLS(mtls)
@@ -205,7 +232,7 @@ func (g *gen) inboundSniffedChains(port uint32) []*listenerv3.FilterChain {
 	mtlsHTTP := chain("mtls-http", "tls", istioMTLSHTTPALPN(), true, registryv1.Protocol_PROTOCOL_HTTP)
 	plainHTTP := chain("plaintext-http", "raw_buffer", plaintextHTTPALPN(), true, none)
 	plainTCP := chain("plaintext", "raw_buffer", nil, false, none)
-	switch g.pc.InboundMTLS(g.p, port) {
+	switch mode {
 	case model.Strict:
 		return []*listenerv3.FilterChain{mtlsHTTP, chain("mtls", "tls", nil, false, registryv1.Protocol_PROTOCOL_TCP)}
 	case model.Disable:
@@ -230,7 +257,12 @@ func (g *gen) inboundTCP(cluster string) []*listenerv3.Filter {
 // inboundHCM routes everything a port receives to the application, after
 // the workload's authorization.
 func (g *gen) inboundHCM(port uint32) *hcmv3.HttpConnectionManager {
-	cluster := ClusterName(inbound, port, "", "")
+	return g.inboundHCMTo(port, ClusterName(inbound, port, "", ""))
+}
+
+// inboundHCMTo routes everything to cluster (port 0: virtualInbound's
+// catch-all), as Istio's buildSidecarInboundHTTPRouteConfig.
+func (g *gen) inboundHCMTo(port uint32, cluster string) *hcmv3.HttpConnectionManager {
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: cluster,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
