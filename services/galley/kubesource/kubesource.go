@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	kubenorm "github.com/flotilla-mesh/flotilla/internal/normalize/kube"
@@ -84,10 +85,16 @@ type Source struct {
 	externalName map[string]bool // services whose external-name set is published
 	services     map[string]*corev1.Service
 	weShards     map[string]bool // services whose WorkloadEntry set is published
-	rejected     map[istio.ID]string
-	notServed    map[istio.ID]string        // objects of istio.NotServed kinds (notserved.go)
-	published    map[istio.ID]*istio.Object // what was last sent per object
-	synced       chan struct{}
+	// sePodSets are the EndpointSets of pods published per ServiceEntry
+	// (by object), by name, with their content.
+	sePodSets map[istio.ID]map[string]*registryv1.EndpointSet
+	// seSelecting are the ServiceEntries with a workloadSelector, by
+	// namespace.
+	seSelecting map[string]map[istio.ID]*istio.Object
+	rejected    map[istio.ID]string
+	notServed   map[istio.ID]string        // objects of istio.NotServed kinds (notserved.go)
+	published   map[istio.ID]*istio.Object // what was last sent per object
+	synced      chan struct{}
 	// secrets are the Secrets watched ("namespace/name"), trimmed to
 	// their credential keys; credRefs counts the objects naming each
 	// Secret name, credRefsBy what each object names; credPublished the
@@ -118,6 +125,8 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		externalName:  map[string]bool{},
 		services:      map[string]*corev1.Service{},
 		weShards:      map[string]bool{},
+		sePodSets:     map[istio.ID]map[string]*registryv1.EndpointSet{},
+		seSelecting:   map[string]map[istio.ID]*istio.Object{},
 		rejected:      map[istio.ID]string{},
 		notServed:     map[istio.ID]string{},
 		published:     map[istio.ID]*istio.Object{},
@@ -334,6 +343,9 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		if kind.Kind == istio.WorkloadEntry {
 			s.refreshWorkloadEntries(o.Meta.Namespace)
 		}
+		if kind.Kind == istio.ServiceEntry {
+			s.publishServiceEntryPods(o.ID(), o)
+		}
 		if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
 			s.refreshCredentialRefs(o.ID(), o)
 		}
@@ -352,6 +364,9 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		}
 		if kind.Kind == istio.WorkloadEntry {
 			s.refreshWorkloadEntries(m.GetNamespace())
+		}
+		if kind.Kind == istio.ServiceEntry {
+			s.publishServiceEntryPods(id, nil)
 		}
 		if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
 			s.refreshCredentialRefs(id, nil)
@@ -533,6 +548,7 @@ func (s *Source) podHandler() cache.ResourceEventHandler {
 				s.publishSlice(slice)
 			}
 		}
+		s.refreshServiceEntryPods(pod.Namespace)
 	}
 	return handler(
 		func(p *corev1.Pod) { changed(p, false) },
@@ -633,12 +649,32 @@ func trimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil // a tombstone: keep as is
 	}
+	// What ServiceEntries selecting pods read too (kubenorm.ServiceEntryPods):
+	// readiness, deletion, and the named container ports.
+	var ready []corev1.PodCondition
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			ready = append(ready, corev1.PodCondition{Type: c.Type, Status: c.Status})
+		}
+	}
+	ports := func(cs []corev1.Container) []corev1.Container {
+		var out []corev1.Container
+		for _, c := range cs {
+			if len(c.Ports) > 0 {
+				out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+			}
+		}
+		return out
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, Labels: pod.Labels,
-			UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			UID: pod.UID, ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
 		},
-		Spec:   corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName, NodeName: pod.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: pod.Spec.ServiceAccountName, NodeName: pod.Spec.NodeName,
+			Containers: ports(pod.Spec.Containers), InitContainers: ports(pod.Spec.InitContainers),
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs, Conditions: ready},
 	}, nil
 }

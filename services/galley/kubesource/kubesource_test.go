@@ -645,3 +645,86 @@ func TestEachChangeOfAnIstioObjectIsTracedAndItsPublishingCarriesTheSpan(t *test
 		}
 	}
 }
+
+// TestAServiceEntrySelectsReadyPodsAsWellAsWorkloadEntries: a
+// ServiceEntry's workloadSelector takes in the ready pods of its
+// namespace that match, on the container port of each port's name (else
+// its targetPort), as Istio's ServiceEntry controller takes them from the
+// Kubernetes registry; a pod that stops being ready leaves, and deleting
+// the ServiceEntry withdraws the set.
+func TestAServiceEntrySelectsReadyPodsAsWellAsWorkloadEntries(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "sepods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := start(t)
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}}
+	se.Spec.Hosts = []string{"legacy.internal"}
+	se.Spec.Location = networkingapi.ServiceEntry_MESH_INTERNAL
+	se.Spec.Resolution = networkingapi.ServiceEntry_STATIC
+	se.Spec.Ports = []*networkingapi.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP", TargetPort: 8080}, {Number: 9000, Name: "admin", Protocol: "TCP"}}
+	se.Spec.WorkloadSelector = &networkingapi.WorkloadSelector{Labels: map[string]string{"app": "legacy"}}
+	if _, err := ic.NetworkingV1().ServiceEntries(ns).Create(ctx, se, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, ip string, ready bool) {
+		t.Helper()
+		p, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "legacy", "security.istio.io/tlsMode": "istio"}},
+			Spec: corev1.PodSpec{ServiceAccountName: "legacy", Containers: []corev1.Container{{
+				Name: "app", Image: "legacy", Ports: []corev1.ContainerPort{{Name: "admin", ContainerPort: 9901}},
+			}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}
+		if _, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod("legacy-a", "10.1.7.1", true)
+	pod("legacy-b", "10.1.7.2", false) // not ready: not an endpoint
+	name := registry.EndpointSetName(ns, "legacy.internal", "pods-legacy")
+	xdstest.Eventually(t, "the ready pod as the ServiceEntry's endpoint", func() bool {
+		es := st.endpointSet(name)
+		if es == nil || len(es.GetEndpoints()) != 1 {
+			return false
+		}
+		ep := es.GetEndpoints()[0]
+		ports := map[string]uint32{}
+		for _, p := range ep.GetPorts() {
+			ports[p.GetServicePortName()] = p.GetNumber()
+		}
+		return ep.GetAddress() == "10.1.7.1" && ep.GetWorkloadName() == "legacy-a" && ep.GetServiceAccount() == "legacy" &&
+			ep.GetTlsMode() == registryv1.TLSMode_TLS_MODE_ISTIO && ports["http"] == 8080 && ports["admin"] == 9901
+	})
+	p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "legacy-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	if _, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the pod that is no longer ready to leave", func() bool {
+		es := st.endpointSet(name)
+		return es != nil && len(es.GetEndpoints()) == 0
+	})
+	if err := ic.NetworkingV1().ServiceEntries(ns).Delete(ctx, "legacy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the set to be withdrawn", func() bool { return st.endpointSet(name) == nil })
+}
