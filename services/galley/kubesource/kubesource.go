@@ -93,6 +93,7 @@ type Source struct {
 	seSelecting map[string]map[istio.ID]*istio.Object
 	rejected    map[istio.ID]string
 	notServed   map[istio.ID]string        // objects of istio.NotServed kinds (notserved.go)
+	gate        *gate                      // the mesh's discoverySelectors (discoveryselectors.go)
 	published   map[istio.ID]*istio.Object // what was last sent per object
 	synced      chan struct{}
 	// secrets are the Secrets watched ("namespace/name"), trimmed to
@@ -129,6 +130,7 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		seSelecting:   map[string]map[istio.ID]*istio.Object{},
 		rejected:      map[istio.ID]string{},
 		notServed:     map[istio.ID]string{},
+		gate:          newGate(),
 		published:     map[istio.ID]*istio.Object{},
 		synced:        make(chan struct{}),
 		secrets:       map[string]*corev1.Secret{},
@@ -156,7 +158,7 @@ func (s *Source) Run(ctx context.Context) error {
 		if err := inf.SetTransform(dropManagedFields); err != nil {
 			return fmt.Errorf("%s transform: %w", kind, err)
 		}
-		if _, err := inf.AddEventHandler(s.istioHandler(kind)); err != nil {
+		if _, err := inf.AddEventHandler(s.gate.gated(inf, s.istioHandler(kind))); err != nil {
 			return fmt.Errorf("watch %s: %w", kind, err)
 		}
 		syncs = append(syncs, inf.HasSynced)
@@ -174,9 +176,9 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 	}
 	for name, reg := range map[string]func() error{
-		"services":       func() error { _, err := svcInf.AddEventHandler(s.serviceHandler()); return err },
-		"endpointslices": func() error { _, err := sliceInf.AddEventHandler(s.sliceHandler()); return err },
-		"pods":           func() error { _, err := podInf.AddEventHandler(s.podHandler()); return err },
+		"services":       func() error { _, err := svcInf.AddEventHandler(s.gate.gated(svcInf, s.serviceHandler())); return err },
+		"endpointslices": func() error { _, err := sliceInf.AddEventHandler(s.gate.gated(sliceInf, s.sliceHandler())); return err },
+		"pods":           func() error { _, err := podInf.AddEventHandler(s.gate.gated(podInf, s.podHandler())); return err },
 	} {
 		if err := reg(); err != nil {
 			return fmt.Errorf("watch %s: %w", name, err)
@@ -189,6 +191,10 @@ func (s *Source) Run(ctx context.Context) error {
 	if _, err := nsInf.AddEventHandler(s.namespaceHandler()); err != nil {
 		return fmt.Errorf("watch namespaces: %w", err)
 	}
+	nsGate, err := nsInf.AddEventHandler(s.gate.namespaceHandler())
+	if err != nil {
+		return fmt.Errorf("watch namespaces: %w", err)
+	}
 	// The system namespace's ConfigMaps: mesh and injection configuration.
 	meshFactory := informers.NewSharedInformerFactoryWithOptions(s.o.Kube, 0, informers.WithNamespace(s.o.SystemNamespace))
 	meshInf := meshFactory.Core().V1().ConfigMaps().Informer()
@@ -196,6 +202,10 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("configmaps transform: %w", err)
 	}
 	if _, err := meshInf.AddEventHandler(s.configMapHandler()); err != nil {
+		return fmt.Errorf("watch configuration configmaps: %w", err)
+	}
+	meshGate, err := meshInf.AddEventHandler(s.gate.meshHandler())
+	if err != nil {
 		return fmt.Errorf("watch configuration configmaps: %w", err)
 	}
 	syncs = append(syncs, nsInf.HasSynced, meshInf.HasSynced)
@@ -231,20 +241,28 @@ func (s *Source) Run(ctx context.Context) error {
 	factories := []interface {
 		Start(<-chan struct{})
 		Shutdown()
-	}{istioFactory, kubeFactory, metaFactory, meshFactory}
+	}{metaFactory, meshFactory, istioFactory, kubeFactory}
 	if len(s.o.SecretNamespaces) > 0 {
 		for _, f := range secretFactories {
 			factories = append(factories, f)
 		}
-	}
-	for _, f := range factories {
-		f.Start(ctx.Done())
 	}
 	defer func() {
 		for _, f := range factories {
 			f.Shutdown()
 		}
 	}()
+	// The namespaces and the mesh configuration first: which namespaces
+	// are read (the mesh's discoverySelectors) is known before any of
+	// their objects arrives, as Istio waits for its namespace filter.
+	metaFactory.Start(ctx.Done())
+	meshFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), nsGate.HasSynced, meshGate.HasSynced) {
+		return nil // ctx ended first
+	}
+	for _, f := range factories[2:] {
+		f.Start(ctx.Done())
+	}
 	flushed := make(chan struct{})
 	go func() {
 		s.flushLoop(ctx)

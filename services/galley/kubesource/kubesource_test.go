@@ -125,6 +125,12 @@ func start(t *testing.T) (*state, *Source) {
 // startWith is start with a tracer (nil: none).
 func startWith(t *testing.T, tracer trace.TracerProvider) (*state, *Source) {
 	t.Helper()
+	return startIn(t, tracer, systemNamespace)
+}
+
+// startIn is startWith with the given system namespace.
+func startIn(t *testing.T, tracer trace.TracerProvider, systemNamespace string) (*state, *Source) {
+	t.Helper()
 	// The Istio informers list their CRDs: without them they never sync.
 	if err := env.InstallCRDs(context.Background(), crdgen.All()...); err != nil {
 		t.Fatal(err)
@@ -727,4 +733,94 @@ func TestAServiceEntrySelectsReadyPodsAsWellAsWorkloadEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	xdstest.Eventually(t, "the set to be withdrawn", func() bool { return st.endpointSet(name) == nil })
+}
+
+// TestOnlyTheNamespacesTheMeshsDiscoverySelectorsSelectAreRead: with the
+// mesh's discoverySelectors, galley publishes the Services and Istio
+// objects of the namespaces whose labels a selector matches (Istio's
+// discoveryNamespacesFilter); labelling another namespace publishes its
+// objects, unlabelling withdraws them, and selectors removed from the
+// mesh configuration read every namespace again.
+func TestOnlyTheNamespacesTheMeshsDiscoverySelectorsSelectAreRead(t *testing.T) {
+	ctx := context.Background()
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	sys, err := env.CreateNamespace(ctx, "dssys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := env.Client.CoreV1().ConfigMaps(sys)
+	mesh := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: MeshConfigMap}, Data: map[string]string{
+		"mesh": "discoverySelectors:\n- matchLabels: {mesh: on}\n- matchExpressions: [{key: team, operator: In, values: [payments]}]\n",
+	}}
+	if _, err := cms.Create(ctx, mesh, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := map[string]string{}
+	for _, n := range []string{"in", "team", "out"} {
+		name, err := env.CreateNamespace(ctx, "ds"+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns[n] = name
+	}
+	label := func(n string, labels map[string]string) {
+		t.Helper()
+		o, err := env.Client.CoreV1().Namespaces().Get(ctx, ns[n], metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Labels = labels
+		if _, err := env.Client.CoreV1().Namespaces().Update(ctx, o, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	label("in", map[string]string{"mesh": "on"})
+	label("team", map[string]string{"team": "payments"})
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"in", "team", "out"} {
+		if _, err := env.Client.CoreV1().Services(ns[n]).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "web"}}
+		vs.Spec.Hosts = []string{"web"}
+		vs.Spec.Http = []*networkingapi.HTTPRoute{{Route: []*networkingapi.HTTPRouteDestination{{Destination: &networkingapi.Destination{Host: "web"}}}}}
+		if _, err := ic.NetworkingV1().VirtualServices(ns[n]).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := startIn(t, nil, sys)
+	read := func(n string) (svc, vs bool) {
+		svc = st.has(registry.ServiceTypeURL, registry.ServiceName(ns[n], "web."+ns[n]+".svc.cluster.local"))
+		vs = st.vsHosts(ns[n]+"/web") != nil
+		return svc, vs
+	}
+	want := func(what string, in map[string]bool) {
+		t.Helper()
+		xdstest.Eventually(t, what, func() bool {
+			for n, w := range in {
+				if svc, vs := read(n); svc != w || vs != w {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	want("only the selected namespaces", map[string]bool{"in": true, "team": true, "out": false})
+	label("out", map[string]string{"mesh": "on"})
+	want("a namespace labelled to be selected", map[string]bool{"in": true, "team": true, "out": true})
+	label("in", nil)
+	want("a namespace no longer selected withdrawn", map[string]bool{"in": false, "team": true, "out": true})
+	mesh.Data["mesh"] = "trustDomain: cluster.local\n"
+	if _, err := cms.Update(ctx, mesh, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want("every namespace without selectors", map[string]bool{"in": true, "team": true, "out": true})
 }
