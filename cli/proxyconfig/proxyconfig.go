@@ -23,6 +23,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -40,6 +42,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
+
 	// The Envoy types a config dump holds, to decode them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
 )
@@ -202,6 +205,9 @@ type Dump struct {
 	Listeners []*listenerv3.Listener
 	Routes    []*routev3.RouteConfiguration
 	Secrets   []*tlsv3.Secret
+	// PatchedBy are the EnvoyFilters that changed a resource, by
+	// "kind/name" ("cluster/outbound|80||a.b.svc.cluster.local").
+	PatchedBy map[string][]string
 }
 
 // Fetch finds the proxy and reads its config_dump from its replica.
@@ -243,6 +249,15 @@ func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) 
 			for _, r := range s.GetDynamicActiveSecrets() {
 				errs = append(errs, into(r.GetSecret(), &d.Secrets))
 			}
+		case *structpb.Struct:
+			for k, v := range s.GetFields()[debugapi.MetadataEnvoyFilters].GetStructValue().GetFields() {
+				if d.PatchedBy == nil {
+					d.PatchedBy = map[string][]string{}
+				}
+				for _, ef := range v.GetListValue().GetValues() {
+					d.PatchedBy[k] = append(d.PatchedBy[k], ef.GetStringValue())
+				}
+			}
 		}
 	}
 	return d, errors.Join(errs...)
@@ -271,26 +286,37 @@ func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now ti
 		var rows [][]string
 		var header []string
 		var msgs []proto.Message
+		// patched are the EnvoyFilters that changed each row's resource.
+		var patched []string
+		add := func(key string, rs ...[]string) {
+			efs := strings.Join(d.PatchedBy[key], ",")
+			for _, r := range rs {
+				rows, patched = append(rows, r), append(patched, efs)
+			}
+		}
 		switch kind {
 		case "cluster":
 			header = []string{"SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE", "DESTINATION RULE"}
 			for _, c := range d.Clusters {
 				if row, ok := clusterRow(c, f); ok {
-					rows, msgs = append(rows, row), append(msgs, c)
+					add("cluster/"+c.GetName(), row)
+					msgs = append(msgs, c)
 				}
 			}
 		case "listener":
 			header = []string{"ADDRESSES", "PORT", "MATCH", "DESTINATION"}
 			for _, l := range d.Listeners {
 				if r := listenerRows(l, f); r != nil {
-					rows, msgs = append(rows, r...), append(msgs, l)
+					add("listener/"+l.GetName(), r...)
+					msgs = append(msgs, l)
 				}
 			}
 		case "route":
 			header = []string{"NAME", "VHOST NAME", "DOMAINS", "MATCH", "VIRTUAL SERVICE"}
 			for _, r := range d.Routes {
 				if f.Name == "" || r.GetName() == f.Name {
-					rows, msgs = append(rows, routeRows(r)...), append(msgs, r)
+					add("route configuration/"+r.GetName(), routeRows(r)...)
+					msgs = append(msgs, r)
 				}
 			}
 		case "endpoint":
@@ -311,6 +337,14 @@ func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now ti
 		full[kind+"s"] = msgs
 		if output != "short" {
 			continue
+		}
+		// A column of the EnvoyFilters that changed the resources, when
+		// one did.
+		if slices.ContainsFunc(patched, func(s string) bool { return s != "" }) {
+			header = append(header, "ENVOYFILTERS")
+			for j := range rows {
+				rows[j] = append(rows[j], cmp.Or(patched[j], "-"))
+			}
 		}
 		if i > 0 {
 			b.WriteString("\n")

@@ -23,7 +23,9 @@
 //   - ConfigDump: for the one proxy ID named, the configuration the
 //     replica would send it now, as istiod's config_dump: Envoy admin
 //     ConfigDump sections (clusters, endpoints, listeners, routes,
-//     secrets with their private keys redacted).
+//     secrets with their private keys redacted), and, when EnvoyFilters
+//     changed some of them, a Struct whose MetadataEnvoyFilters holds
+//     "kind/name" → the EnvoyFilters ("namespace/name") that did.
 //   - AckedConfigDump (Flotilla's): the same sections for what the proxy
 //     last acknowledged, as far as the replica can tell without keeping
 //     copies: a type is included when regenerating it from the push
@@ -118,6 +120,9 @@ const (
 	MetadataTypes = "FLOTILLA_TYPES"
 	// MetadataUnknownTypes is the key of AckedConfigDump's last section.
 	MetadataUnknownTypes = "FLOTILLA_UNKNOWN_TYPES"
+	// MetadataEnvoyFilters is the key of ConfigDump's section of the
+	// EnvoyFilters that changed resources.
+	MetadataEnvoyFilters = "FLOTILLA_ENVOYFILTERS"
 )
 
 // Status is a type's sync state, as `flotilla proxy-status` prints it.

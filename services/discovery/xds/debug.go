@@ -268,6 +268,19 @@ func (c *conn) configDump(pc *model.PushContext) []proto.Message {
 		res := c.generate(t, gen, names)
 		out = append(out, dumpSection(t, sotwVersion(res), res, nil))
 	}
+	if by := gen.PatchedBy(); len(by) > 0 {
+		m := map[string]any{}
+		for k, efs := range by {
+			l := make([]any, len(efs))
+			for i, ef := range efs {
+				l[i] = ef
+			}
+			m[k] = l
+		}
+		if st, err := structpb.NewStruct(map[string]any{debugapi.MetadataEnvoyFilters: m}); err == nil { // strings only
+			out = append(out, st)
+		}
+	}
 	return out
 }
 
