@@ -135,6 +135,9 @@ func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest) *
 	}
 	jsonPatch := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &jsonPatch
+	// Istio's annotations that Flotilla does not act on are said, not
+	// silently dropped (docs/annotations.md).
+	resp.Warnings = inject.NotHonouredOn(&pod)
 	o.Log.Info("injected", "pod", ns+"/"+name, "reason", why)
 	return resp
 }

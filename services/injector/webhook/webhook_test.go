@@ -67,3 +67,18 @@ func TestRequestsTheWebhookCannotDecideOnAreDeniedWithTheReason(t *testing.T) {
 		}
 	}
 }
+
+func TestAnInjectedPodIsWarnedOfTheIstioAnnotationsFlotillaDoesNotHonour(t *testing.T) {
+	enabled := func(context.Context, string) (map[string]string, error) {
+		return map[string]string{inject.NamespaceLabel: "enabled"}, nil
+	}
+	resp := review(context.Background(), options(enabled), podRequest(`{"metadata": {"annotations": {
+		"sidecar.istio.io/bootstrapOverride": "mine", "sidecar.istio.io/proxyCPU": "100m", "example.com/x": "y"}},
+		"spec": {"containers": [{"name": "a"}]}}`))
+	if !resp.Allowed || resp.Patch == nil {
+		t.Fatalf("not injected: %+v", resp)
+	}
+	if len(resp.Warnings) != 1 || !strings.HasPrefix(resp.Warnings[0], "sidecar.istio.io/bootstrapOverride is not honoured by Flotilla") {
+		t.Fatalf("warnings %q, want one for bootstrapOverride", resp.Warnings)
+	}
+}

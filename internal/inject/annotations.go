@@ -1,0 +1,113 @@
+package inject
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"istio.io/api/annotation"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The annotations Istio 1.32 reads on a pod (or its namespace), as its API
+// lists them (istio.io/api's annotation package), and what Flotilla does
+// with each: honoured, or not (and then the injector says so on every pod
+// it injects that carries one). docs/annotations.md is the table
+// (AnnotationsMarkdown; a test keeps them in step).
+
+// AnnotationSupport is what Flotilla does with one Istio annotation.
+type AnnotationSupport struct {
+	Name string
+	// Honoured: the injector or the agent acts on it as Istio does.
+	Honoured bool
+	// How says how (honoured), or why not and what happens instead.
+	How string
+}
+
+// honoured are the annotations Flotilla acts on, and how.
+var honoured = map[string]string{
+	AnnotationProxyImage:        "the sidecar's image",
+	AnnotationProxyCPU:          "the sidecar's CPU request",
+	AnnotationProxyMemory:       "the sidecar's memory request",
+	AnnotationProxyCPULimit:     "the sidecar's CPU limit",
+	AnnotationProxyMemoryLimit:  "the sidecar's memory limit",
+	AnnotationLogLevel:          "Envoy's log level",
+	AnnotationComponentLogLevel: "Envoy's component log levels",
+	AnnotationAgentLogLevel:     "the agent's log levels",
+	AnnotationIncludeOutbound:   "the capture rules (outbound address ranges captured)",
+	AnnotationExcludeOutbound:   "the capture rules (outbound address ranges not captured)",
+	AnnotationExcludeInbound:    "the capture rules (inbound ports not captured)",
+	AnnotationExcludeOutboundPt: "the capture rules (outbound ports not captured)",
+	AnnotationProxyConfig:       "partly: checked as Istio's ProxyConfig; the injector reads holdApplicationUntilProxyStarts (and, for Istio's agent, proxyMetadata and the discovery address), Flotilla's agent concurrency, drainDuration, terminationDrainDuration, tracing and extraStatTags; other fields have no effect yet (planned)",
+	AnnotationRewriteProbes:     "the application's HTTP, TCP and gRPC probes answered by the agent",
+	AnnotationTemplates:         "the injection template",
+	InjectLabel:                 "deprecated as an annotation: the label selects pods; an annotation of false still opts a pod out",
+	StatusAnnotation:            "written by the injector: a pod carrying it is not injected again",
+	RevisionLabel:               "the revision: as in Istio, the istio.io/rev label selects the injector; the annotation records it",
+}
+
+// notHonoured are the annotations Flotilla does not act on, and why;
+// any other is planned.
+var notHonoured = map[string]string{
+	"ambient.istio.io/bypass-inbound-capture":  "ambient mode: Flotilla has no ambient data plane",
+	"ambient.istio.io/dns-capture":             "ambient mode: Flotilla has no ambient data plane",
+	"ambient.istio.io/redirection":             "ambient mode: Flotilla has no ambient data plane",
+	"istio.io/use-waypoint-canary-weight":      "waypoints: Flotilla has no ambient data plane",
+	"topology.istio.io/controlPlaneClusters":   "multicluster control planes: Flotilla serves one cluster",
+	"networking.istio.io/traffic-distribution": "not honoured yet (planned): traffic goes by the DestinationRule's locality settings",
+}
+
+// PodAnnotations lists every annotation Istio reads on pods or
+// namespaces, sorted, with Flotilla's support.
+func PodAnnotations() []AnnotationSupport {
+	var out []AnnotationSupport
+	for _, a := range annotation.AllResourceAnnotations() {
+		if !slices.Contains(a.Resources, annotation.Pod) && !slices.Contains(a.Resources, annotation.Namespace) {
+			continue
+		}
+		s := AnnotationSupport{Name: a.Name}
+		if how, ok := honoured[a.Name]; ok {
+			s.Honoured, s.How = true, how
+		} else if why, ok := notHonoured[a.Name]; ok {
+			s.How = why
+		} else {
+			s.How = "not honoured yet (planned): it has no effect"
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b AnnotationSupport) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// NotHonouredOn says, for each annotation of the pod that Istio reads and
+// Flotilla does not, that it has no effect and why: the injector returns
+// these as admission warnings. Only annotations of Istio's list are
+// named (the pod's other keys never reach a warning).
+func NotHonouredOn(pod *corev1.Pod) []string {
+	var out []string
+	for _, s := range PodAnnotations() {
+		if _, ok := pod.Annotations[s.Name]; ok && !s.Honoured {
+			out = append(out, fmt.Sprintf("%s is not honoured by Flotilla: %s", s.Name, s.How))
+		}
+	}
+	return out
+}
+
+// AnnotationsMarkdown is docs/annotations.md.
+func AnnotationsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("# Istio's pod and namespace annotations in Flotilla\n\n")
+	b.WriteString("Every annotation Istio 1.32 reads on a pod or a namespace (its API's list), and what Flotilla does\n")
+	b.WriteString("with it. The injector injects a pod that carries one it does not honour, and returns an admission\n")
+	b.WriteString("warning naming each (`kubectl` prints it). Generated from `internal/inject/annotations.go`; a test\n")
+	b.WriteString("keeps the two in step.\n\n")
+	b.WriteString("| annotation | honoured | how, or why not |\n|---|---|---|\n")
+	for _, s := range PodAnnotations() {
+		h := "no"
+		if s.Honoured {
+			h = "yes"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", s.Name, h, s.How)
+	}
+	return b.String()
+}
