@@ -16,6 +16,7 @@ import (
 	"text/template"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -45,6 +46,7 @@ const (
 	AnnotationExcludeInbound    = "traffic.sidecar.istio.io/excludeInboundPorts"
 	AnnotationExcludeOutboundPt = "traffic.sidecar.istio.io/excludeOutboundPorts"
 	AnnotationProxyConfig       = "proxy.istio.io/config"
+	AnnotationProxyImageType    = "sidecar.istio.io/proxyImageType"
 	AnnotationRewriteProbes     = "sidecar.istio.io/rewriteAppHTTPProbers"
 	// AnnotationTemplates chooses the injection template, as Istio's
 	// does: TemplateSidecar (the default) or TemplateGRPCAgent.
@@ -112,10 +114,14 @@ type Values struct {
 	// (Istio's rewriteAppHTTPProbe, on by default), which performs them:
 	// the kubelet's probes then pass whatever the mesh requires (mTLS).
 	RewriteAppProbers bool `json:"rewriteAppProbers"`
-	// ProxyConfig is the pod's proxy.istio.io/config annotation, checked
-	// as Istio's ProxyConfig and given to the agent as JSON in
-	// PROXY_CONFIG; set per pod, never from values.
+	// ProxyConfig is the pod's proxy configuration (ProxyConfigs.Effective:
+	// the ProxyConfig resources and the proxy.istio.io/config annotation),
+	// given to the agent as JSON in PROXY_CONFIG; set per pod, never from
+	// values.
 	ProxyConfig string `json:"-"`
+	// ProxyConfigs are the ProxyConfig resources in force (the injector
+	// sets them from galley's); nil: none.
+	ProxyConfigs *ProxyConfigs `json:"-"`
 }
 
 // DefaultValues are the built-in values of Flotilla's own sidecar.
@@ -256,11 +262,16 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	if v.AgentLogLevel != "" && !agentLevels.MatchString(v.AgentLogLevel) {
 		return v, fmt.Errorf("%s %q: want a level, or scope:level pairs separated by commas, as default:info,ads:debug", AnnotationAgentLogLevel, v.AgentLogLevel)
 	}
+	var own *meshv1alpha1.ProxyConfig
 	if cfg, ok := a[AnnotationProxyConfig]; ok {
 		pc, err := istio.ParseProxyConfig([]byte(cfg))
 		if err != nil {
 			return v, fmt.Errorf("%s: %w", AnnotationProxyConfig, err)
 		}
+		own = pc
+	}
+	pc := v.ProxyConfigs.Effective(pod.Namespace, pod.Labels, own)
+	if pc != nil {
 		if h := pc.GetHoldApplicationUntilProxyStarts(); h != nil {
 			v.HoldApplicationUntilProxyStarts = h.GetValue()
 		}
@@ -268,8 +279,22 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 		if err != nil {
 			return v, fmt.Errorf("%s: %w", AnnotationProxyConfig, err)
 		}
-		v.ProxyConfig = string(js)
+		// protojson varies its spacing from build to build: compacted,
+		// the same pod renders the same text.
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, js); err != nil {
+			return v, fmt.Errorf("%s: %w", AnnotationProxyConfig, err)
+		}
+		v.ProxyConfig = compact.String()
 	}
+	imageType := pc.GetImage().GetImageType()
+	if t, ok := a[AnnotationProxyImageType]; ok {
+		imageType = t
+	}
+	if !slices.Contains([]string{"", "default", "debug", "distroless"}, imageType) {
+		return v, fmt.Errorf("proxy image type %q: want default, debug or distroless", imageType)
+	}
+	v.ProxyImage = imageOfType(v, a, imageType)
 
 	for key, r := range map[string]string{AnnotationIncludeOutbound: v.IncludeOutboundIPRanges, AnnotationExcludeOutbound: v.ExcludeOutboundIPRanges} {
 		if err := checkRanges(r, key == AnnotationIncludeOutbound); err != nil {
@@ -620,4 +645,16 @@ func original(p *corev1.Probe, ports []corev1.ContainerPort) (appprobe.Prober, b
 		return out, false // exec probes run in the container itself
 	}
 	return out, true
+}
+
+// imageOfType is the proxy image of image type t, as Istio's ProxyImage:
+// Istio's image of a type other than "default" is tagged with it
+// ("proxyv2:1.32.0-distroless"). Flotilla's own image comes in one type:
+// only the proxyv2 sidecar's image changes; an image the pod names itself
+// (proxyImage) is kept.
+func imageOfType(v Values, a map[string]string, t string) string {
+	if v.Sidecar != SidecarProxyV2 || a[AnnotationProxyImage] != "" || t == "" || t == "default" {
+		return v.ProxyImage
+	}
+	return v.ProxyImage + "-" + t
 }

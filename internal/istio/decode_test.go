@@ -216,11 +216,11 @@ func TestKindsAreConsistent(t *testing.T) {
 			t.Errorf("ByTypeURL(%s) = %v, %v", k.TypeURL(), got, ok)
 		}
 		for _, v := range k.Versions {
-			// Istio stores every kind as v1 but EnvoyFilter, which it
-			// serves as v1alpha3 alone.
-			want := "v1"
-			if k.Kind == EnvoyFilter {
-				want = "v1alpha3"
+			// Istio stores every kind as v1 but EnvoyFilter and
+			// ProxyConfig, which it serves as v1alpha3 and v1beta1 alone.
+			want := map[string]string{EnvoyFilter: "v1alpha3", ProxyConfig: "v1beta1"}[k.Kind]
+			if want == "" {
+				want = "v1"
 			}
 			if got, err := ByAPIVersion(k.Group+"/"+v, k.Kind); err != nil || got.Version() != want {
 				t.Errorf("ByAPIVersion(%s/%s, %s) = %v, %v", k.Group, v, k.Kind, got, err)
@@ -230,8 +230,8 @@ func TestKindsAreConsistent(t *testing.T) {
 			t.Errorf("%s has no spec type", k)
 		}
 	}
-	if len(seen) != 11 {
-		t.Errorf("%d kinds, want 11", len(seen))
+	if len(seen) != 12 {
+		t.Errorf("%d kinds, want 12", len(seen))
 	}
 }
 

@@ -30,6 +30,7 @@ const (
 	WorkloadEntry         = "WorkloadEntry"
 	AuthorizationPolicy   = "AuthorizationPolicy"
 	PeerAuthentication    = "PeerAuthentication"
+	ProxyConfig           = "ProxyConfig"
 	RequestAuthentication = "RequestAuthentication"
 	Telemetry             = "Telemetry"
 )
@@ -96,6 +97,12 @@ func Kinds() []Kind {
 			newSpec: func() proto.Message { return &networking.Gateway{} },
 		},
 		{
+			// Istio serves ProxyConfig as v1beta1 alone; the injector
+			// reads it.
+			Group: "networking.istio.io", Kind: ProxyConfig, Plural: "proxyconfigs", Versions: []string{"v1beta1"},
+			newSpec: func() proto.Message { return &networkingv1beta1.ProxyConfig{} },
+		},
+		{
 			Group: "networking.istio.io", Kind: ServiceEntry, Plural: "serviceentries", Versions: netVersions, ShortNames: []string{"se"},
 			newSpec: func() proto.Message { return &networking.ServiceEntry{} },
 		},
@@ -143,10 +150,6 @@ func NotServed() []Kind {
 		{
 			Group: "extensions.istio.io", Kind: "WasmPlugin", Plural: "wasmplugins", Versions: []string{"v1alpha1"},
 			newSpec: func() proto.Message { return &extensions.WasmPlugin{} },
-		},
-		{
-			Group: "networking.istio.io", Kind: "ProxyConfig", Plural: "proxyconfigs", Versions: []string{"v1beta1"},
-			newSpec: func() proto.Message { return &networkingv1beta1.ProxyConfig{} },
 		},
 		{
 			Group: "networking.istio.io", Kind: "WorkloadGroup", Plural: "workloadgroups", Versions: []string{"v1", "v1beta1", "v1alpha3"},

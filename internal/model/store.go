@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
+	networkingv1beta1 "istio.io/api/networking/v1beta1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -225,6 +226,9 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 			s.pending.addKind(istio.DestinationRule)
 			s.hostRefs = append(s.hostRefs, hostRef{spec.GetHost(), o.Meta.Namespace})
 		case *networking.ServiceEntry, *networking.WorkloadEntry:
+		case *networkingv1beta1.ProxyConfig:
+			// The injector applies it to the pods it injects; discovery
+			// configures no proxy from it.
 		default:
 			s.pending.Full, s.pending.All = true, true
 		}

@@ -127,6 +127,8 @@ func checkFor(kind string) func(*validator) {
 		return (*validator).telemetry
 	case istio.EnvoyFilter:
 		return (*validator).envoyFilter
+	case istio.ProxyConfig:
+		return (*validator).proxyConfig
 	}
 	return nil
 }

@@ -5,6 +5,8 @@
 package injector_test
 
 import (
+	"strings"
+
 	"context"
 	"fmt"
 	"net"
@@ -12,9 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 
 	admregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -194,6 +199,30 @@ spec:
 	if inj.Out.Count("refusing galley's injection configuration") > 0 {
 		t.Fatal("galley passed on a broken injection ConfigMap")
 	}
+
+	// A ProxyConfig of the pod's namespace, through galley: the sidecar
+	// gets its concurrency (in PROXY_CONFIG) and its environment.
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcObj := &networkingv1beta1.ProxyConfig{ObjectMeta: metav1.ObjectMeta{Name: "cart"}}
+	pcObj.Spec.Concurrency = wrapperspb.Int32(3)
+	pcObj.Spec.EnvironmentVariables = map[string]string{"ISTIO_META_FROM_PROXYCONFIG": "yes"}
+	if _, err := ic.NetworkingV1beta1().ProxyConfigs(app).Create(ctx, pcObj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the ProxyConfig in the injected sidecar", func() bool {
+		got, err := env.Client.CoreV1().Pods(app).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil || len(got.Spec.Containers) != 2 {
+			return false
+		}
+		env := map[string]string{}
+		for _, e := range got.Spec.Containers[1].Env {
+			env[e.Name] = e.Value
+		}
+		return env["ISTIO_META_FROM_PROXYCONFIG"] == "yes" && strings.Contains(env["PROXY_CONFIG"], `"concurrency":3`)
+	})
 
 	if err := inj.Stop(t, 20*time.Second); err != nil {
 		t.Fatalf("injector after SIGTERM: %v", err)

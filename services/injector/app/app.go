@@ -38,6 +38,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/services/injector/injectconfig"
 	"github.com/flotilla-mesh/flotilla/services/injector/namespaces"
+	"github.com/flotilla-mesh/flotilla/services/injector/proxyconfigs"
 	"github.com/flotilla-mesh/flotilla/services/injector/webhook"
 )
 
@@ -118,11 +119,15 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	labels := namespaces.New()
 	configs := injectconfig.New(cfg.Revision, local, rt.Log)
+	// The mesh's root namespace is the control plane's, as in Istio's
+	// default installation.
+	proxyConfigs := proxyconfigs.New(cfg.SystemNamespace)
 	h, err := webhook.Handler(webhook.Options{
 		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/injector"), IstioMeter: rt.Telemetry.Istio.Meter("istio"),
 		Config:          configs.Current,
 		Policy:          inject.Policy{SystemNamespace: cfg.SystemNamespace, Revision: cfg.Revision},
 		NamespaceLabels: labels.Get,
+		ProxyConfigs:    proxyConfigs.Current,
 	})
 	if err != nil {
 		return err
@@ -150,10 +155,13 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	host, _ := os.Hostname() // the pod's name in a cluster: tells replicas apart in galley's subscribers
 	client, err := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "injector~" + cmp.Or(host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: []string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL},
+		Conn: conn, NodeID: "injector~" + cmp.Or(host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: []string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL, proxyConfigs.TypeURL()},
 		Handler: mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
-			if typeURL == registry.InjectionConfigTypeURL {
+			switch typeURL {
+			case registry.InjectionConfigTypeURL:
 				return configs.Apply(typeURL, updated, removed)
+			case proxyConfigs.TypeURL():
+				return proxyConfigs.Apply(typeURL, updated, removed)
 			}
 			return labels.Apply(typeURL, updated, removed)
 		}),

@@ -44,6 +44,8 @@ type Options struct {
 	Policy inject.Policy
 	// NamespaceLabels returns a namespace's labels.
 	NamespaceLabels func(ctx context.Context, namespace string) (map[string]string, error)
+	// ProxyConfigs returns the ProxyConfig resources in force; nil: none.
+	ProxyConfigs func() *inject.ProxyConfigs
 }
 
 // Handler returns the webhook's HTTP handler.
@@ -125,6 +127,12 @@ func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest) *
 		return resp
 	}
 	c := o.Config()
+	if o.ProxyConfigs != nil {
+		c.Values.ProxyConfigs = o.ProxyConfigs()
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = ns // the namespace's ProxyConfigs apply
+	}
 	injected, err := c.Template.Inject(&pod, c.Values)
 	if err != nil {
 		return deny(resp, "sidecar injection failed: "+err.Error())
