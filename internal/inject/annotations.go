@@ -49,7 +49,7 @@ var honoured = map[string]string{
 
 // notHonoured are the annotations Flotilla does not act on, and why;
 // any other is planned.
-var notHonoured = map[string]string{
+var notHonoured = map[string]string{ //nolint:gosec // annotation names and reasons, not credentials
 	"ambient.istio.io/bypass-inbound-capture":  "ambient mode: Flotilla has no ambient data plane",
 	"ambient.istio.io/dns-capture":             "ambient mode: Flotilla has no ambient data plane",
 	"ambient.istio.io/redirection":             "ambient mode: Flotilla has no ambient data plane",

@@ -37,7 +37,7 @@ func TestEveryIstioPodAnnotationIsListedWithWhatFlotillaDoes(t *testing.T) {
 func TestDocsAnnotationsIsTheTable(t *testing.T) {
 	path := filepath.Join("..", "..", "docs", "annotations.md")
 	if os.Getenv("FLOTILLA_UPDATE_DOCS") != "" {
-		if err := os.WriteFile(path, []byte(AnnotationsMarkdown()), 0o644); err != nil { //nolint:gosec // documentation
+		if err := os.WriteFile(path, []byte(AnnotationsMarkdown()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -432,8 +432,10 @@ func BenchmarkEnvoyFilters(b *testing.B) {
 						Patch: &networking.EnvoyFilter_Patch{Operation: networking.EnvoyFilter_Patch_MERGE, Value: attempts},
 					}
 				}
-				s.PutObject(&istio.Object{Kind: kindsByName()[istio.EnvoyFilter], Meta: istio.Meta{Name: fmt.Sprintf("ef-%d", i), Namespace: "istio-system"},
-					Spec: &networking.EnvoyFilter{ConfigPatches: []*networking.EnvoyFilter_EnvoyConfigObjectPatch{cp}}})
+				s.PutObject(&istio.Object{
+					Kind: kindsByName()[istio.EnvoyFilter], Meta: istio.Meta{Name: fmt.Sprintf("ef-%d", i), Namespace: "istio-system"},
+					Spec: &networking.EnvoyFilter{ConfigPatches: []*networking.EnvoyFilter_EnvoyConfigObjectPatch{cp}},
+				})
 			}
 			proxies := make([]*model.Proxy, sidecars)
 			for i := range proxies {

@@ -50,7 +50,9 @@ func ServiceEntryPods(se *istio.Object, pods []*corev1.Pod) []*registryv1.Endpoi
 			}
 			ports = append(ports, &registryv1.EndpointPort{ServicePortName: p.GetName(), Number: n})
 		}
-		slices.SortFunc(ports, func(a, b *registryv1.EndpointPort) int { return strings.Compare(a.GetServicePortName(), b.GetServicePortName()) })
+		slices.SortFunc(ports, func(a, b *registryv1.EndpointPort) int {
+			return strings.Compare(a.GetServicePortName(), b.GetServicePortName())
+		})
 		for _, addr := range podAddresses(pod) {
 			ep := &registryv1.Endpoint{
 				Address: addr, Ports: ports, Labels: maps.Clone(pod.Labels), ServiceAccount: pod.Spec.ServiceAccountName,
