@@ -41,7 +41,6 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
-
 	// The Envoy types a config dump holds, to decode them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
 )
