@@ -98,7 +98,7 @@ func WorkloadEntries(workloads []*istio.Object, namespace string, selector map[s
 	var eps []*registryv1.Endpoint
 	for _, w := range workloads {
 		we, ok := w.Spec.(*networking.WorkloadEntry)
-		if !ok || w.Meta.Namespace != namespace || !matches(selector, we.GetLabels()) {
+		if !ok || w.Meta.Namespace != namespace || !SelectorMatches(selector, we.GetLabels()) {
 			continue
 		}
 		eps = append(eps, endpoint(we, namespace, w.Meta.Name, ports))
@@ -161,7 +161,9 @@ func SortEndpoints(eps []*registryv1.Endpoint) {
 	})
 }
 
-func matches(selector, labels map[string]string) bool {
+// SelectorMatches reports whether every label of selector is in labels
+// with its value.
+func SelectorMatches(selector, labels map[string]string) bool {
 	for k, v := range selector {
 		if labels[k] != v {
 			return false

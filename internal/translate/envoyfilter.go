@@ -668,26 +668,41 @@ func (g *gen) inboundHosts(cluster string) []string {
 	return out
 }
 
-// addedClusters are the clusters the patches add, checked (Istio's
-// InsertedClusters): a sidecar's outbound side takes those without a
-// context, its inbound side those that say SIDECAR_INBOUND.
+// addedClusters are the clusters the patches add (Istio's
+// InsertedClusters).
 func (g *gen) addedClusters() []*clusterv3.Cluster {
+	return added[*clusterv3.Cluster](g, networking.EnvoyFilter_CLUSTER, "cluster")
+}
+
+// added are the whole resources (clusters, listeners) the patches of
+// applyTo add, each checked: a sidecar's outbound side takes those
+// without a context, its inbound side those that say SIDECAR_INBOUND
+// (ps.adds).
+func added[R interface {
+	proto.Message
+	GetName() string
+}](g *gen, applyTo networking.EnvoyFilter_ApplyTo, kind string,
+) []R {
 	ps := g.envoyFilters()
 	if ps == nil {
 		return nil
 	}
-	var out []*clusterv3.Cluster
-	for _, p := range ps.set.ByApplyTo[networking.EnvoyFilter_CLUSTER] {
+	var out []R
+	for _, p := range ps.set.ByApplyTo[applyTo] {
 		if !ps.adds(p) {
 			continue
 		}
-		c := p.Value.(*clusterv3.Cluster)
-		if err := Validate(c); err != nil {
-			g.problem("%s: cluster %s not added: %v", p.Name(), c.GetName(), err)
+		r := p.Value.(R)
+		err := Validate(r)
+		if err == nil {
+			err = checkPatched(r)
+		}
+		if err != nil {
+			g.problem("%s: %s %s not added: %v", p.Name(), kind, r.GetName(), err)
 			continue
 		}
-		g.patchedBy("cluster", c.GetName(), []string{p.Filter.Key()})
-		out = append(out, c)
+		g.patchedBy(kind, r.GetName(), []string{p.Filter.Key()})
+		out = append(out, r)
 	}
 	return out
 }
@@ -1167,32 +1182,10 @@ func networkFilterMatch(f *listenerv3.Filter, p *efPatch) bool {
 	return m == nil || m.GetName() == f.GetName()
 }
 
-// addedListeners are the listeners the patches add, checked: on a
-// sidecar, those for the outbound side (or without a context) and those
-// for SIDECAR_INBOUND; on a gateway, GATEWAY's.
+// addedListeners are the listeners the patches add (Istio's
+// patchListeners, adds).
 func (g *gen) addedListeners() []*listenerv3.Listener {
-	ps := g.envoyFilters()
-	if ps == nil {
-		return nil
-	}
-	var out []*listenerv3.Listener
-	for _, p := range ps.set.ByApplyTo[networking.EnvoyFilter_LISTENER] {
-		if !ps.adds(p) {
-			continue
-		}
-		l := p.Value.(*listenerv3.Listener)
-		err := Validate(l)
-		if err == nil {
-			err = checkPatched(l)
-		}
-		if err != nil {
-			g.problem("%s: listener %s not added: %v", p.Name(), l.GetName(), err)
-			continue
-		}
-		g.patchedBy("listener", l.GetName(), []string{p.Filter.Key()})
-		out = append(out, l)
-	}
-	return out
+	return added[*listenerv3.Listener](g, networking.EnvoyFilter_LISTENER, "listener")
 }
 
 // patchListeners patches a proxy's listeners (the flavour's, never

@@ -104,19 +104,7 @@ func efMatches() []*networking.EnvoyFilter_EnvoyConfigObjectMatch {
 // efStore is a mesh of one HTTP and TCP service whose endpoint is the
 // sidecar under test, a Gateway, and the given EnvoyFilters.
 func efStore(efs ...*networking.EnvoyFilter) *model.Store {
-	s := model.NewStore()
-	s.PutService(&registryv1.Service{
-		Hostname: "a.default.svc.cluster.local", Name: "a", Namespace: "default", Addresses: []string{"10.96.0.1"},
-		SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
-		Ports: []*registryv1.ServicePort{
-			{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP},
-			{Name: "tcp", Number: 9000, Protocol: registryv1.Protocol_PROTOCOL_TCP},
-		},
-	})
-	s.PutEndpointSet(&registryv1.EndpointSet{
-		ServiceHostname: "a.default.svc.cluster.local", ServiceNamespace: "default", Shard: "0",
-		Endpoints: []*registryv1.Endpoint{{Address: "10.1.0.9", Labels: map[string]string{"app": "a"}}},
-	})
+	s := serviceA(&registryv1.Endpoint{Address: "10.1.0.9", Labels: map[string]string{"app": "a"}})
 	kinds := kindsByName()
 	s.PutObject(&istio.Object{Kind: kinds[istio.Gateway], Meta: istio.Meta{Name: "gw", Namespace: "default"}, Spec: &networking.Gateway{
 		Selector: map[string]string{"istio": "ingress"},

@@ -52,19 +52,7 @@ func FuzzGenerate(f *testing.F) {
 	f.Add(vsGW, dr, gwBytes, []byte{})
 	kinds := kindsByName()
 	f.Fuzz(func(t *testing.T, vsBytes, drBytes, scBytes, delegateBytes []byte) {
-		s := model.NewStore()
-		s.PutService(&registryv1.Service{
-			Hostname: "a.default.svc.cluster.local", Name: "a", Namespace: "default", Addresses: []string{"10.96.0.1"},
-			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
-			Ports: []*registryv1.ServicePort{
-				{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP},
-				{Name: "tcp", Number: 9000, Protocol: registryv1.Protocol_PROTOCOL_TCP},
-			},
-		})
-		s.PutEndpointSet(&registryv1.EndpointSet{
-			ServiceHostname: "a.default.svc.cluster.local", ServiceNamespace: "default", Shard: "0",
-			Endpoints: []*registryv1.Endpoint{{Address: "10.1.0.1", Labels: map[string]string{"v": "1"}}},
-		})
+		s := serviceA(&registryv1.Endpoint{Address: "10.1.0.1", Labels: map[string]string{"v": "1"}})
 		v := &networking.VirtualService{}
 		if proto.Unmarshal(vsBytes, v) == nil {
 			s.PutObject(&istio.Object{Kind: kinds["VirtualService"], Meta: istio.Meta{Name: "vs", Namespace: "default"}, Spec: v})
@@ -109,4 +97,23 @@ func FuzzGenerate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// serviceA is a store with service a (HTTP on 80, TCP on 9000) of one
+// endpoint.
+func serviceA(ep *registryv1.Endpoint) *model.Store {
+	s := model.NewStore()
+	s.PutService(&registryv1.Service{
+		Hostname: "a.default.svc.cluster.local", Name: "a", Namespace: "default", Addresses: []string{"10.96.0.1"},
+		SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
+		Ports: []*registryv1.ServicePort{
+			{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP},
+			{Name: "tcp", Number: 9000, Protocol: registryv1.Protocol_PROTOCOL_TCP},
+		},
+	})
+	s.PutEndpointSet(&registryv1.EndpointSet{
+		ServiceHostname: "a.default.svc.cluster.local", ServiceNamespace: "default", Shard: "0",
+		Endpoints: []*registryv1.Endpoint{ep},
+	})
+	return s
 }

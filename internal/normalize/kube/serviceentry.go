@@ -35,7 +35,7 @@ func ServiceEntryPods(se *istio.Object, pods []*corev1.Pod) []*registryv1.Endpoi
 	}
 	var eps []*registryv1.Endpoint
 	for _, pod := range pods {
-		if pod.Namespace != se.Meta.Namespace || !inEndpoints(pod) || !matches(sel, pod.Labels) {
+		if pod.Namespace != se.Meta.Namespace || !inEndpoints(pod) || !normalize.SelectorMatches(sel, pod.Labels) {
 			continue
 		}
 		named := containerPorts(pod)
@@ -125,13 +125,4 @@ func containerPorts(pod *corev1.Pod) map[string]uint32 {
 	add(pod.Spec.Containers, true)
 	add(pod.Spec.InitContainers, false)
 	return out
-}
-
-func matches(selector, labels map[string]string) bool {
-	for k, v := range selector {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }

@@ -2,6 +2,7 @@ package kubesource
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,9 +79,5 @@ func (s *Source) notServedHandler(k istio.Kind) cache.ResourceEventHandler {
 func (s *Source) NotServed() map[istio.ID]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[istio.ID]string, len(s.notServed))
-	for k, v := range s.notServed {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(s.notServed)
 }

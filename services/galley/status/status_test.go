@@ -57,6 +57,38 @@ func (c *counting) count(id istio.ID) int {
 	return c.applied[id]
 }
 
+// clients are the dynamic client of the test apiserver and a galley
+// source on it (started by run), publishing into sink.
+type clients struct {
+	dyn  dynamic.Interface
+	src  *kubesource.Source
+	sink *counting
+}
+
+func newClients(t *testing.T, ns string) *clients {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := metadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &counting{applied: map[istio.ID]int{}}
+	src := kubesource.New(kubesource.Options{
+		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: ns,
+		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local",
+	}, sink, noRegistry{})
+	return &clients{dyn: dyn, src: src, sink: sink}
+}
+
+func (c *clients) run(ctx context.Context) { go func() { _ = c.src.Run(ctx) }() }
+
 type noRegistry struct{}
 
 func (noRegistry) Update(string, []*mcp.Resource, []string) (int, error) { return 0, nil }
@@ -100,28 +132,13 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ic, err := istioclient.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClients(t, ns)
+	dyn, src, sink := c.dyn, c.src, c.sink
 	// No webhook: an invalid object gets into the cluster.
 	if _, err := dyn.Resource(vsGVR).Namespace(ns).Create(ctx, vs(t, ns, "70/70"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sink := &counting{applied: map[istio.ID]int{}}
-	meta, err := metadata.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := kubesource.New(kubesource.Options{
-		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: ns,
-		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local",
-	}, sink, noRegistry{})
-	go func() { _ = src.Run(ctx) }()
+	c.run(ctx)
 
 	type running struct {
 		cancel context.CancelFunc
@@ -217,18 +234,8 @@ func TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ic, err := istioclient.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := metadata.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClients(t, ns)
+	dyn, src, sink := c.dyn, c.src, c.sink
 	objects := map[string]string{
 		"WasmPlugin": `apiVersion: extensions.istio.io/v1alpha1
 kind: WasmPlugin
@@ -254,12 +261,7 @@ spec: {metadata: {labels: {app: vm}}, template: {serviceAccount: vm}}
 			t.Fatalf("create %s: %v", kind, err)
 		}
 	}
-	sink := &counting{applied: map[istio.ID]int{}}
-	src := kubesource.New(kubesource.Options{
-		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: ns,
-		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local",
-	}, sink, noRegistry{})
-	go func() { _ = src.Run(ctx) }()
+	c.run(ctx)
 	w := New(Options{
 		Kube: env.Client, Dynamic: dyn, Log: slog.New(slog.DiscardHandler), Rejected: src.Rejected, NotServed: src.NotServed,
 		Identity: "galley-a", LeaseNamespace: ns, LeaseName: "flotilla-galley-status",
