@@ -127,7 +127,10 @@ func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(
 		return res
 	}
 	if ps.patched == nil {
-		ps.patched = g.pc.Memo(fmt.Sprintf("ef-patched|%s|%p", g.client.name, ps.set), func() any { return &sync.Map{} }).(*sync.Map)
+		// Per client, patch set and contexts: a sidecar and a gateway
+		// share a client and may share a set, but patch in different
+		// contexts.
+		ps.patched = g.pc.Memo(fmt.Sprintf("ef-patched|%s|%d|%d|%p", g.client.name, ps.outbound, ps.inbound, ps.set), func() any { return &sync.Map{} }).(*sync.Map)
 	}
 	v := memoIn(ps.patched, res, func() any {
 		out := &patched{}

@@ -220,3 +220,38 @@ func TestEnvoyFilterPatchesNeverSendAnInvalidResource(t *testing.T) {
 	}
 	t.Logf("%d resources patched, %d breaking patches reported", applied, broken)
 }
+
+// TestASidecarAndAGatewayWithTheSamePatchesPatchInTheirOwnContexts: one
+// EnvoyFilter applies to both (the root namespace's, no selector), one of
+// its patches says SIDECAR_OUTBOUND, the other GATEWAY: the cluster they
+// share is patched for each by its own, whichever is generated first.
+func TestASidecarAndAGatewayWithTheSamePatchesPatchInTheirOwnContexts(t *testing.T) {
+	patch := func(ctx networking.EnvoyFilter_PatchContext, limit float64) *networking.EnvoyFilter_EnvoyConfigObjectPatch {
+		v, err := structpb.NewStruct(map[string]any{"per_connection_buffer_limit_bytes": limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &networking.EnvoyFilter_EnvoyConfigObjectPatch{
+			ApplyTo: networking.EnvoyFilter_CLUSTER, Match: &networking.EnvoyFilter_EnvoyConfigObjectMatch{Context: ctx},
+			Patch: &networking.EnvoyFilter_Patch{Operation: networking.EnvoyFilter_Patch_MERGE, Value: v},
+		}
+	}
+	s := efStore()
+	s.PutObject(&istio.Object{Kind: kindsByName()[istio.EnvoyFilter], Meta: istio.Meta{Name: "by-context", Namespace: model.DefaultRootNamespace}, Spec: &networking.EnvoyFilter{
+		ConfigPatches: []*networking.EnvoyFilter_EnvoyConfigObjectPatch{patch(networking.EnvoyFilter_SIDECAR_OUTBOUND, 1024), patch(networking.EnvoyFilter_GATEWAY, 2048)},
+	}})
+	const name = "outbound|80||a.default.svc.cluster.local"
+	for _, order := range [][]int{{0, 1}, {1, 0}} {
+		pc, _ := s.Build(model.BuildOptions{}, nil, 1)
+		got := map[model.ProxyType]uint32{}
+		for _, i := range order {
+			p := efProxies()[i]
+			for _, c := range NewGenerator(pc, p).Clusters([]string{name}) {
+				got[p.Type] = c.GetPerConnectionBufferLimitBytes().GetValue()
+			}
+		}
+		if got[model.SidecarProxy] != 1024 || got[model.RouterProxy] != 2048 {
+			t.Errorf("order %v: buffer limits %v, want the sidecar's 1024 and the gateway's 2048", order, got)
+		}
+	}
+}
