@@ -14,15 +14,17 @@ import (
 // injector applies to the pods it injects, by namespace, oldest first.
 type ProxyConfigs struct {
 	root        string
+	mesh        *meshv1alpha1.ProxyConfig
 	byNamespace map[string][]*networkingv1beta1.ProxyConfig
 }
 
 // NewProxyConfigs indexes ProxyConfig objects; root is the mesh's root
-// namespace, whose namespace-wide ProxyConfig applies to every pod.
-func NewProxyConfigs(root string, objs []*istio.Object) *ProxyConfigs {
+// namespace, whose namespace-wide ProxyConfig applies to every pod, and
+// mesh the mesh's defaultConfig (nil: none), under them all.
+func NewProxyConfigs(root string, mesh *meshv1alpha1.ProxyConfig, objs []*istio.Object) *ProxyConfigs {
 	objs = slices.Clone(objs)
 	slices.SortFunc(objs, istio.CreationOrder)
-	p := &ProxyConfigs{root: root, byNamespace: map[string][]*networkingv1beta1.ProxyConfig{}}
+	p := &ProxyConfigs{root: root, mesh: mesh, byNamespace: map[string][]*networkingv1beta1.ProxyConfig{}}
 	for _, o := range objs {
 		if pc, ok := o.Spec.(*networkingv1beta1.ProxyConfig); ok {
 			p.byNamespace[o.Meta.Namespace] = append(p.byNamespace[o.Meta.Namespace], pc)
@@ -32,15 +34,17 @@ func NewProxyConfigs(root string, objs []*istio.Object) *ProxyConfigs {
 }
 
 // Effective is the proxy configuration of a pod of namespace with labels,
-// as Istio's ProxyConfigs.EffectiveProxyConfig: over the root namespace's
-// oldest ProxyConfig without a selector, the pod namespace's, then the
+// as Istio's ProxyConfigs.EffectiveProxyConfig: over the mesh's
+// defaultConfig, the root namespace's oldest ProxyConfig without a
+// selector, the pod namespace's, then the
 // pod's proxy.istio.io/config annotation (own, nil for none), then the
 // oldest ProxyConfig of its namespace whose selector matches its labels —
 // each later one winning for what it sets (concurrency, the environment
-// variables as proxyMetadata, the image). nil when none applies.
+// variables as proxyMetadata, the image). nil when nothing is set.
 func (p *ProxyConfigs) Effective(namespace string, labels map[string]string, own *meshv1alpha1.ProxyConfig) *meshv1alpha1.ProxyConfig {
 	var layers []*meshv1alpha1.ProxyConfig
 	if p != nil {
+		layers = append(layers, p.mesh)
 		if p.root != "" {
 			layers = append(layers, p.namespaceWide(p.root))
 		}
@@ -61,6 +65,9 @@ func (p *ProxyConfigs) Effective(namespace string, labels map[string]string, own
 			out = &meshv1alpha1.ProxyConfig{}
 		}
 		proto.Merge(out, l)
+	}
+	if out != nil && proto.Size(out) == 0 {
+		return nil // nothing set: the pod gets no PROXY_CONFIG
 	}
 	return out
 }

@@ -24,7 +24,7 @@ func proxyConfigObject(ns, name string, created int, spec *networkingv1beta1.Pro
 // EffectiveProxyConfig), each winning for what it sets; what it comes to
 // reaches the sidecar: PROXY_CONFIG, the environment, the held start.
 func TestTheProxyConfigOfAPodIsIstiosEffectiveProxyConfig(t *testing.T) {
-	pcs := NewProxyConfigs("istio-system", []*istio.Object{
+	pcs := NewProxyConfigs("istio-system", nil, []*istio.Object{
 		proxyConfigObject("shop", "reviews-newer", 3, &networkingv1beta1.ProxyConfig{
 			Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "reviews"}}, Concurrency: wrapperspb.Int32(8),
 		}),
@@ -81,7 +81,7 @@ func TestTheProxyConfigOfAPodIsIstiosEffectiveProxyConfig(t *testing.T) {
 
 func TestTheImageTypeTagsIstiosImageAndNeverFlotillasOrAPodsOwn(t *testing.T) {
 	pv2 := proxyV2(t, "default", "proxyImage: docker.io/istio/proxyv2:1.32.0\n")
-	pv2.Values.ProxyConfigs = NewProxyConfigs("istio-system", []*istio.Object{
+	pv2.Values.ProxyConfigs = NewProxyConfigs("istio-system", nil, []*istio.Object{
 		proxyConfigObject("istio-system", "mesh", 1, &networkingv1beta1.ProxyConfig{Image: &networkingv1beta1.ProxyImage{ImageType: "distroless"}}),
 	})
 	for _, tc := range []struct {

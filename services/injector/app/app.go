@@ -155,15 +155,15 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	host, _ := os.Hostname() // the pod's name in a cluster: tells replicas apart in galley's subscribers
 	client, err := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "injector~" + cmp.Or(host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: []string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL, proxyConfigs.TypeURL()},
+		Conn: conn, NodeID: "injector~" + cmp.Or(host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: append([]string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL}, proxyConfigs.TypeURLs()...),
 		Handler: mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
 			switch typeURL {
 			case registry.InjectionConfigTypeURL:
 				return configs.Apply(typeURL, updated, removed)
-			case proxyConfigs.TypeURL():
-				return proxyConfigs.Apply(typeURL, updated, removed)
+			case registry.NamespaceTypeURL:
+				return labels.Apply(typeURL, updated, removed)
 			}
-			return labels.Apply(typeURL, updated, removed)
+			return proxyConfigs.Apply(typeURL, updated, removed)
 		}),
 		Log: rt.Log, Meter: rt.Telemetry.Meter.Meter("flotilla/injector"),
 	})

@@ -4,6 +4,7 @@
 package proxyconfigs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,44 +12,62 @@ import (
 	"strings"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
-// Source is an mcp.Handler for the ProxyConfig collection.
+// Source is an mcp.Handler for the ProxyConfig collection and the mesh
+// configuration (its defaultConfig and rootNamespace).
 type Source struct {
-	root string
-	kind istio.Kind
+	defaultRoot string
+	kind        istio.Kind
 
 	mu      sync.Mutex
 	objs    map[string]*istio.Object
+	mesh    *meshv1alpha1.MeshConfig
 	current *inject.ProxyConfigs // built on first use after a change
 }
 
-// New returns an empty source; root is the mesh's root namespace.
+// New returns an empty source; root is the mesh's root namespace while
+// the mesh configuration names none.
 func New(root string) *Source {
 	k, _ := istio.ByName(istio.ProxyConfig)
-	return &Source{root: root, kind: k, objs: map[string]*istio.Object{}}
+	return &Source{defaultRoot: root, kind: k, objs: map[string]*istio.Object{}}
 }
 
-// TypeURL is the collection the source takes.
-func (s *Source) TypeURL() string { return s.kind.TypeURL() }
+// TypeURLs are the collections the source takes.
+func (s *Source) TypeURLs() []string { return []string{s.kind.TypeURL(), registry.MeshConfigTypeURL} }
 
 // Current is the ProxyConfigs in force.
 func (s *Source) Current() *inject.ProxyConfigs {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.current == nil {
-		s.current = inject.NewProxyConfigs(s.root, slices.Collect(maps.Values(s.objs)))
+		// The discovery address is each revision's own (the injection
+		// values'): the mesh's, one revision's, is left out.
+		var def *meshv1alpha1.ProxyConfig
+		if d := s.mesh.GetDefaultConfig(); d != nil {
+			def = proto.CloneOf(d)
+			def.DiscoveryAddress = ""
+		}
+		s.current = inject.NewProxyConfigs(cmp.Or(s.mesh.GetRootNamespace(), s.defaultRoot), def, slices.Collect(maps.Values(s.objs)))
 	}
 	return s.current
 }
 
-// Apply implements mcp.Handler: a resource that does not decode as a
-// ProxyConfig is refused (NACKed, with the reason), the others applied.
+// Apply implements mcp.Handler: a resource that does not decode is
+// refused (NACKed, with the reason), the others applied.
 func (s *Source) Apply(typeURL string, updated []*mcp.Resource, removed []string) error {
-	if typeURL != s.kind.TypeURL() {
+	switch typeURL {
+	case s.kind.TypeURL():
+	case registry.MeshConfigTypeURL:
+		return s.applyMesh(updated, removed)
+	default:
 		return fmt.Errorf("unexpected collection %s", typeURL)
 	}
 	s.mu.Lock()
@@ -70,4 +89,21 @@ func (s *Source) Apply(typeURL string, updated []*mcp.Resource, removed []string
 	}
 	s.current = nil
 	return errors.Join(errs...)
+}
+
+func (s *Source) applyMesh(updated []*mcp.Resource, removed []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range updated {
+		m := &meshv1alpha1.MeshConfig{}
+		if r.Body == nil || r.Body.UnmarshalTo(m) != nil {
+			return fmt.Errorf("mesh configuration %q does not decode", r.Name)
+		}
+		s.mesh = m
+	}
+	if len(removed) > 0 && len(updated) == 0 {
+		s.mesh = nil
+	}
+	s.current = nil
+	return nil
 }
