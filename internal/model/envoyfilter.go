@@ -3,7 +3,6 @@ package model
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -215,27 +214,4 @@ func (pc *PushContext) EnvoyFilters(p *Proxy) *EnvoyFilterPatches {
 	// is built from it.
 	out.Key = key.String()
 	return pc.Memo("model|envoyfilters|"+out.Key, func() any { return out }).(*EnvoyFilterPatches)
-}
-
-// AllEnvoyFilters returns every EnvoyFilter, by namespace then creation
-// order.
-func (pc *PushContext) AllEnvoyFilters() []*EnvoyFilter {
-	var out []*EnvoyFilter
-	for _, ns := range slices.Sorted(maps.Keys(pc.cfg.envoyFilters)) {
-		out = append(out, pc.cfg.envoyFilters[ns]...)
-	}
-	return out
-}
-
-// EnvoyFiltersReadLabels reports whether an EnvoyFilter selects workloads
-// by label.
-func (pc *PushContext) EnvoyFiltersReadLabels() bool {
-	for _, efs := range pc.cfg.envoyFilters {
-		for _, ef := range efs {
-			if len(ef.Spec.GetWorkloadSelector().GetLabels()) > 0 {
-				return true
-			}
-		}
-	}
-	return false
 }

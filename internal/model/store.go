@@ -89,8 +89,9 @@ type Meta struct {
 	Version string
 }
 
-// Concerns reports whether a full change can concern a proxy that watches
-// only hosts (all when hosts is nil).
+// Concerns reports whether a full change can concern proxy p, which
+// watches only hosts (all when hosts is nil): a change of every proxy, of
+// a selection that takes p in, or of a host it watches.
 func (c ChangeSet) Concerns(hosts map[string]bool, p *Proxy, rootNamespace string) bool {
 	if !c.Full {
 		return false

@@ -119,7 +119,7 @@ func (g *gen) patchedBy(kind, name string, by []string) {
 }
 
 // patchOne applies the patches to one generated resource, through the
-// push context's memo: apply patches every patch, in order, to a clone.
+// push context's memo: apply applies every patch, in order, to a clone.
 // A clone a patch made invalid is dropped for the resource as generated,
 // and the first patch that broke it is reported.
 func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(m proto.Message, ps *patchSet, only func(*efPatch) bool) (removed bool, by []string)) proto.Message {
@@ -341,6 +341,11 @@ func (ps *patchSet) flat() []*efPatch {
 		out = append(out, ps.set.ByApplyTo[a]...)
 	}
 	return out
+}
+
+// has reports whether the set has a patch of one of applyTos.
+func (ps *patchSet) has(applyTos []networking.EnvoyFilter_ApplyTo) bool {
+	return ps != nil && slices.ContainsFunc(applyTos, func(a networking.EnvoyFilter_ApplyTo) bool { return len(ps.set.ByApplyTo[a]) > 0 })
 }
 
 // patches are the set's patches of applyTo that only allows (nil: all).
@@ -1198,11 +1203,8 @@ func (g *gen) patchListeners(ls []*listenerv3.Listener) []*listenerv3.Listener {
 	if ps == nil {
 		return ls
 	}
-	if !slices.ContainsFunc([]networking.EnvoyFilter_ApplyTo{
-		networking.EnvoyFilter_LISTENER, networking.EnvoyFilter_LISTENER_FILTER, networking.EnvoyFilter_FILTER_CHAIN,
-		networking.EnvoyFilter_NETWORK_FILTER, networking.EnvoyFilter_HTTP_FILTER, networking.EnvoyFilter_ROUTE_CONFIGURATION,
-		networking.EnvoyFilter_VIRTUAL_HOST, networking.EnvoyFilter_HTTP_ROUTE,
-	}, func(a networking.EnvoyFilter_ApplyTo) bool { return len(ps.set.ByApplyTo[a]) > 0 }) {
+	// An inbound connection manager's own routes take the route patches.
+	if !ps.has(listenerApplyTos) && !ps.has(routeApplyTos) {
 		return ls
 	}
 	out := make([]*listenerv3.Listener, 0, len(ls))

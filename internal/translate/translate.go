@@ -68,7 +68,7 @@ func (x *Generator) Clusters(names []string) []*clusterv3.Cluster {
 	}
 	var out []*clusterv3.Cluster
 	ps := x.g.envoyFilters()
-	patch := ps != nil && len(ps.set.ByApplyTo[networking.EnvoyFilter_CLUSTER]) > 0
+	patch := ps.has([]networking.EnvoyFilter_ApplyTo{networking.EnvoyFilter_CLUSTER})
 	for _, n := range uniqueSorted(names) {
 		c := x.g.cluster(n)
 		switch {
@@ -111,8 +111,7 @@ func (x *Generator) Routes(names []string) []*routev3.RouteConfiguration {
 	}
 	var out []*routev3.RouteConfiguration
 	ps := x.g.envoyFilters()
-	patch := ps != nil && (len(ps.set.ByApplyTo[networking.EnvoyFilter_ROUTE_CONFIGURATION]) > 0 ||
-		len(ps.set.ByApplyTo[networking.EnvoyFilter_VIRTUAL_HOST]) > 0 || len(ps.set.ByApplyTo[networking.EnvoyFilter_HTTP_ROUTE]) > 0)
+	patch := ps.has(routeApplyTos)
 	for _, n := range uniqueSorted(names) {
 		rc := x.g.route(n)
 		switch {

@@ -206,7 +206,7 @@ func (g *gate) gated(inf cache.SharedIndexInformer, h cache.ResourceEventHandler
 	}
 }
 
-// namespaceGateHandler keeps the gate's namespaces current, and
+// namespaceHandler keeps the gate's namespaces current, and
 // re-delivers a namespace's objects when its selection changes.
 func (g *gate) namespaceHandler() cache.ResourceEventHandler {
 	return handler(func(m *metav1.PartialObjectMetadata) {

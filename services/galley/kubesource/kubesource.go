@@ -79,7 +79,7 @@ type Source struct {
 	tracer   trace.Tracer
 
 	mu           sync.Mutex
-	pods         map[string]*corev1.Pod
+	pods         map[string]map[string]*corev1.Pod // namespace → name
 	slices       map[string]*discoveryv1.EndpointSlice
 	slicesByPod  map[string]map[string]bool
 	externalName map[string]bool // services whose external-name set is published
@@ -120,7 +120,7 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 	}
 	return &Source{
 		o: o, config: config, registry: reg, tracer: o.Tracer.Tracer("flotilla/kubesource"),
-		pods:          map[string]*corev1.Pod{},
+		pods:          map[string]map[string]*corev1.Pod{},
 		slices:        map[string]*discoveryv1.EndpointSlice{},
 		slicesByPod:   map[string]map[string]bool{},
 		externalName:  map[string]bool{},
@@ -556,10 +556,16 @@ func (s *Source) podHandler() cache.ResourceEventHandler {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		key := pod.Namespace + "/" + pod.Name
-		if deleted {
-			delete(s.pods, key)
-		} else {
-			s.pods[key] = pod
+		switch {
+		case deleted:
+			delete(s.pods[pod.Namespace], pod.Name)
+			if len(s.pods[pod.Namespace]) == 0 {
+				delete(s.pods, pod.Namespace)
+			}
+		case s.pods[pod.Namespace] == nil:
+			s.pods[pod.Namespace] = map[string]*corev1.Pod{pod.Name: pod}
+		default:
+			s.pods[pod.Namespace][pod.Name] = pod
 		}
 		for sk := range s.slicesByPod[key] {
 			if slice := s.slices[sk]; slice != nil {
@@ -576,7 +582,7 @@ func (s *Source) podHandler() cache.ResourceEventHandler {
 
 // publishSlice normalises and publishes one slice. Must hold s.mu.
 func (s *Source) publishSlice(slice *discoveryv1.EndpointSlice) {
-	set, _, ok := kubenorm.EndpointSlice(slice, func(ns, name string) *corev1.Pod { return s.pods[ns+"/"+name] }, s.o.DomainSuffix)
+	set, _, ok := kubenorm.EndpointSlice(slice, func(ns, name string) *corev1.Pod { return s.pods[ns][name] }, s.o.DomainSuffix)
 	if !ok {
 		return
 	}

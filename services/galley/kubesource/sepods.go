@@ -1,11 +1,11 @@
 package kubesource
 
 import (
+	"maps"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
-	networking "istio.io/api/networking/v1alpha3"
-	corev1 "k8s.io/api/core/v1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -24,17 +24,9 @@ import (
 // ServiceEntry id is (nil: deleted), and withdraws the sets it no longer
 // has. Only what changed is sent. Must hold s.mu.
 func (s *Source) publishServiceEntryPods(id istio.ID, se *istio.Object) {
-	var pods []*corev1.Pod
-	if se != nil {
-		for _, p := range s.pods {
-			if p.Namespace == se.Meta.Namespace {
-				pods = append(pods, p)
-			}
-		}
-	}
 	want := map[string]*registryv1.EndpointSet{}
 	if se != nil {
-		for _, set := range kubenorm.ServiceEntryPods(se, pods) {
+		for _, set := range kubenorm.ServiceEntryPods(se, slices.Collect(maps.Values(s.pods[se.Meta.Namespace]))) {
 			want[registry.EndpointSetName(set.GetServiceNamespace(), set.GetServiceHostname(), set.GetShard())] = set
 		}
 	}
@@ -56,7 +48,7 @@ func (s *Source) publishServiceEntryPods(id istio.ID, se *istio.Object) {
 	}
 	// The index a pod's change looks in: ServiceEntries that select.
 	ns, _, _ := strings.Cut(id.Name, "/")
-	if spec, ok := specOf(se).(*networking.ServiceEntry); ok && len(spec.GetWorkloadSelector().GetLabels()) > 0 {
+	if len(want) > 0 {
 		if s.seSelecting[ns] == nil {
 			s.seSelecting[ns] = map[istio.ID]*istio.Object{}
 		}
@@ -75,11 +67,4 @@ func (s *Source) refreshServiceEntryPods(namespace string) {
 	for id, o := range s.seSelecting[namespace] {
 		s.publishServiceEntryPods(id, o)
 	}
-}
-
-func specOf(o *istio.Object) any {
-	if o == nil {
-		return nil
-	}
-	return o.Spec
 }
