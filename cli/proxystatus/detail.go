@@ -221,6 +221,11 @@ func sectionsOf(resp *discoveryv3.DiscoveryResponse) (map[string]section, map[st
 			for _, r := range d.GetDynamicActiveSecrets() {
 				errs = append(errs, add(r.GetName(), r.GetSecret()))
 			}
+		case *adminv3.EcdsConfigDump:
+			s.name = xdstype.Section(resourcev3.ExtensionConfigType)
+			for _, r := range d.GetEcdsFilters() {
+				errs = append(errs, add(nameOf(r.GetEcdsFilter()), r.GetEcdsFilter()))
+			}
 		case *structpb.Struct:
 			for k, v := range d.GetFields()[debugapi.MetadataUnknownTypes].GetStructValue().GetFields() {
 				unknown[xdstype.Section(k)] = v.GetStringValue()

@@ -216,9 +216,10 @@ func TestKindsAreConsistent(t *testing.T) {
 			t.Errorf("ByTypeURL(%s) = %v, %v", k.TypeURL(), got, ok)
 		}
 		for _, v := range k.Versions {
-			// Istio stores every kind as v1 but EnvoyFilter and
-			// ProxyConfig, which it serves as v1alpha3 and v1beta1 alone.
-			want := map[string]string{EnvoyFilter: "v1alpha3", ProxyConfig: "v1beta1"}[k.Kind]
+			// Istio stores every kind as v1 but EnvoyFilter, ProxyConfig
+			// and the extension kinds, which it serves as v1alpha3,
+			// v1beta1 and v1alpha1 alone.
+			want := map[string]string{EnvoyFilter: "v1alpha3", ProxyConfig: "v1beta1", WasmPlugin: "v1alpha1", TrafficExtension: "v1alpha1"}[k.Kind]
 			if want == "" {
 				want = "v1"
 			}
@@ -230,8 +231,8 @@ func TestKindsAreConsistent(t *testing.T) {
 			t.Errorf("%s has no spec type", k)
 		}
 	}
-	if len(seen) != 12 {
-		t.Errorf("%d kinds, want 12", len(seen))
+	if len(seen) != 14 {
+		t.Errorf("%d kinds, want 14", len(seen))
 	}
 }
 

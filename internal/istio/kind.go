@@ -33,6 +33,8 @@ const (
 	ProxyConfig           = "ProxyConfig"
 	RequestAuthentication = "RequestAuthentication"
 	Telemetry             = "Telemetry"
+	TrafficExtension      = "TrafficExtension"
+	WasmPlugin            = "WasmPlugin"
 )
 
 // Kind is one Istio configuration kind.
@@ -83,6 +85,16 @@ func Kinds() []Kind {
 	netVersions := []string{"v1", "v1beta1", "v1alpha3"}
 	secVersions := []string{"v1", "v1beta1"}
 	ks := []Kind{
+		{
+			// Istio 1.32's extension API: Wasm and Lua filters. It
+			// serves a WasmPlugin as a TrafficExtension.
+			Group: "extensions.istio.io", Kind: TrafficExtension, Plural: "trafficextensions", Versions: []string{"v1alpha1"},
+			newSpec: func() proto.Message { return &extensions.TrafficExtension{} },
+		},
+		{
+			Group: "extensions.istio.io", Kind: WasmPlugin, Plural: "wasmplugins", Versions: []string{"v1alpha1"},
+			newSpec: func() proto.Message { return &extensions.WasmPlugin{} },
+		},
 		{
 			Group: "networking.istio.io", Kind: DestinationRule, Plural: "destinationrules", Versions: netVersions, ShortNames: []string{"dr"},
 			newSpec: func() proto.Message { return &networking.DestinationRule{} },
@@ -147,10 +159,6 @@ func Kinds() []Kind {
 // Gateway API's kinds are another project's.)
 func NotServed() []Kind {
 	return []Kind{
-		{
-			Group: "extensions.istio.io", Kind: "WasmPlugin", Plural: "wasmplugins", Versions: []string{"v1alpha1"},
-			newSpec: func() proto.Message { return &extensions.WasmPlugin{} },
-		},
 		{
 			Group: "networking.istio.io", Kind: "WorkloadGroup", Plural: "workloadgroups", Versions: []string{"v1", "v1beta1", "v1alpha3"},
 			newSpec: func() proto.Message { return &networking.WorkloadGroup{} },

@@ -279,6 +279,7 @@ type configIndex struct {
 	authn            map[string][]*RequestAuthentication
 	telemetries      map[string][]*Telemetry      // namespace → creation order
 	envoyFilters     map[string][]*EnvoyFilter    // namespace → creation order
+	extensions       map[string][]*Extension      // namespace → creation order
 	gateways         []*Gateway                   // precedence order
 	vsByGateway      map[string][]*VirtualService // "namespace/name" (not "mesh") → precedence order
 	namespaces       map[string]*registryv1.Namespace
@@ -386,6 +387,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		authz: map[string][]*AuthorizationPolicy{}, authn: map[string][]*RequestAuthentication{},
 		telemetries:  map[string][]*Telemetry{},
 		envoyFilters: map[string][]*EnvoyFilter{},
+		extensions:   map[string][]*Extension{},
 	}
 	for _, svc := range s.services {
 		ci.services = append(ci.services, svc)
@@ -484,6 +486,19 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		if spec, ok := o.Spec.(*networking.EnvoyFilter); ok {
 			ci.envoyFilters[o.Meta.Namespace] = append(ci.envoyFilters[o.Meta.Namespace], newEnvoyFilter(o.Meta.Name, o.Meta.Namespace, o.Meta.CreationTime, spec))
 		}
+	}
+	// WasmPlugins and TrafficExtensions in one creation order (Istio
+	// lists the WasmPlugins' TrafficExtensions with the others).
+	exts := slices.Concat(sortedObjects(s.configs[istio.WasmPlugin]), sortedObjects(s.configs[istio.TrafficExtension]))
+	slices.SortStableFunc(exts, istio.CreationOrder)
+	for _, o := range exts {
+		// One Istio leaves out is left out (galley's validation refuses
+		// those before they come here).
+		e, err := newExtension(o)
+		if err != nil {
+			continue
+		}
+		ci.extensions[o.Meta.Namespace] = append(ci.extensions[o.Meta.Namespace], e)
 	}
 	return ci
 }

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	extensions "istio.io/api/extensions/v1alpha1"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	networkingv1beta1 "istio.io/api/networking/v1beta1"
@@ -212,6 +213,13 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 			if len(spec.GetTargetRefs()) == 0 {
 				s.pending.Selections = append(s.pending.Selections, Selection{Namespace: o.Meta.Namespace, Labels: spec.GetWorkloadSelector().GetLabels()})
 			}
+		case *extensions.WasmPlugin, *extensions.TrafficExtension:
+			// Only the proxies it selects, as an EnvoyFilter.
+			s.pending.Full = true
+			s.pending.addKind(o.Kind.Kind)
+			if sel, refs := extensionSelection(spec); !refs {
+				s.pending.Selections = append(s.pending.Selections, Selection{Namespace: o.Meta.Namespace, Labels: sel})
+			}
 		case *networking.VirtualService:
 			s.pending.Full, s.pending.HostScoped = true, true
 			s.pending.addKind(istio.VirtualService)
@@ -328,7 +336,7 @@ func (s *Store) Put(typeURL, name string, meta Meta, body *anypb.Any) error {
 		}
 		obj := &istio.Object{
 			Kind: kind,
-			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(meta.Labels), Annotations: maps.Clone(meta.Annotations), CreationTime: meta.Created},
+			Meta: istio.Meta{Name: n, Namespace: ns, Labels: maps.Clone(meta.Labels), Annotations: maps.Clone(meta.Annotations), CreationTime: meta.Created, ResourceVersion: meta.Version},
 			Spec: spec,
 		}
 		s.configChanged(s.configs[kind.Kind][name], obj)

@@ -40,11 +40,28 @@ const (
 // workloadAuthz is the authorization of one workload's inbound traffic,
 // as filters, with what building them reported.
 type workloadAuthz struct {
-	http     []*hcmv3.HttpFilter  // sidecar HTTP connection managers
-	tcp      []*listenerv3.Filter // sidecar TCP chains
-	grpc     []*hcmv3.HttpFilter  // proxyless gRPC servers
-	problems []string
-	packErrs int
+	http []*hcmv3.HttpFilter  // sidecar HTTP connection managers
+	tcp  []*listenerv3.Filter // sidecar TCP chains
+	grpc []*hcmv3.HttpFilter  // proxyless gRPC servers
+	// httpJWT and httpRBAC are where in http the JWT filter and the
+	// RBAC filters begin (what comes before is CUSTOM's); tcpRBAC where
+	// in tcp the RBAC filters begin: extensions go between them
+	// (policyHTTPFilters, policyNetworkFilters).
+	httpJWT, httpRBAC, tcpRBAC int
+	problems                   []string
+	packErrs                   int
+}
+
+// httpParts are the HTTP filters of CUSTOM policies, the JWT filter and
+// the RBAC filters.
+func (w *workloadAuthz) httpParts() (custom, jwt, rbac []*hcmv3.HttpFilter) {
+	return w.http[:w.httpJWT], w.http[w.httpJWT:w.httpRBAC], w.http[w.httpRBAC:]
+}
+
+// tcpParts are the network filters of CUSTOM policies and the RBAC
+// filters.
+func (w *workloadAuthz) tcpParts() (custom, rbac []*listenerv3.Filter) {
+	return w.tcp[:w.tcpRBAC], w.tcp[w.tcpRBAC:]
 }
 
 // workloadAuthz returns the proxy's authorization filters. They depend on
@@ -80,8 +97,8 @@ func (g *gen) workloadAuthz() *workloadAuthz {
 		case g.client.grpcRBAC && len(policies) > 0:
 			w.grpc = b.authzGRPCFilters(policies)
 		case len(policies) > 0 || len(authns) > 0:
-			w.http = b.authzHTTPFilters(policies, b.jwtFilter(authns))
-			w.tcp = b.authzTCPFilters(policies)
+			w.http, w.httpJWT, w.httpRBAC = b.authzHTTPFilters(policies, b.jwtFilter(authns))
+			w.tcp, w.tcpRBAC = b.authzTCPFilters(policies)
 		}
 		w.problems, w.packErrs = b.problems, b.packErrs
 		return w
@@ -111,10 +128,10 @@ func (g *gen) trustDomains() []string {
 // authzHTTPFilters are the authentication and authorization filters of
 // an inbound HTTP connection manager, in Istio's order: CUSTOM (RBAC in
 // shadow mode choosing the requests, then ext_authz asking the provider),
-// the JWT filter (jwt, may be nil), then RBAC for AUDIT, DENY and ALLOW.
-func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy, jwt *hcmv3.HttpFilter) []*hcmv3.HttpFilter {
+// the JWT filter (jwt, may be nil), then RBAC for AUDIT, DENY and ALLOW;
+// and where the JWT filter and RBAC begin.
+func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy, jwt *hcmv3.HttpFilter) (out []*hcmv3.HttpFilter, jwtAt, rbacAt int) {
 	s := g.authz(policies, authz.HTTP)
-	var out []*hcmv3.HttpFilter
 	rbacFilter := func(m *rbachttpv3.RBAC) {
 		out = append(out, &hcmv3.HttpFilter{Name: rbacHTTPFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(m)}})
 	}
@@ -132,16 +149,18 @@ func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy, jwt *hcmv3
 		ext.http.FilterEnabledMetadata = extAuthzEnabled(rbacHTTPFilter, c.Provider)
 		out = append(out, &hcmv3.HttpFilter{Name: extAuthzHTTPFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(ext.http)}})
 	}
+	jwtAt = len(out)
 	if jwt != nil {
 		out = append(out, jwt)
 	}
+	rbacAt = len(out)
 	for _, r := range []authz.Rules{s.Audit, s.Deny, s.Allow} {
 		if r == (authz.Rules{}) {
 			continue
 		}
 		rbacFilter(&rbachttpv3.RBAC{Rules: r.Enforce, ShadowRules: r.Shadow, ShadowRulesStatPrefix: shadowPrefix(r.Shadow)})
 	}
-	return out
+	return out, jwtAt, rbacAt
 }
 
 // authzTCPFilters are the authorization filters of an inbound TCP chain,
@@ -149,10 +168,9 @@ func (g *gen) authzHTTPFilters(policies []*model.AuthorizationPolicy, jwt *hcmv3
 // check a connection: Istio leaves the policy off TCP chains, and so do
 // we, reported), then network RBAC for AUDIT, DENY and ALLOW, where
 // rules with request attributes are dropped (ALLOW) or narrowed to the
-// rest of their fields (the others).
-func (g *gen) authzTCPFilters(policies []*model.AuthorizationPolicy) []*listenerv3.Filter {
+// rest of their fields (the others); and where RBAC begins.
+func (g *gen) authzTCPFilters(policies []*model.AuthorizationPolicy) (out []*listenerv3.Filter, rbacAt int) {
 	s := g.authz(policies, authz.TCP)
-	var out []*listenerv3.Filter
 	rbacFilter := func(m *rbactcpv3.RBAC) {
 		m.StatPrefix = "tcp."
 		out = append(out, g.networkFilter(rbacTCPFilter, m))
@@ -174,13 +192,14 @@ func (g *gen) authzTCPFilters(policies []*model.AuthorizationPolicy) []*listener
 			out = append(out, g.networkFilter(extAuthzTCPFilter, ext.tcp))
 		}
 	}
+	rbacAt = len(out)
 	for _, r := range []authz.Rules{s.Audit, s.Deny, s.Allow} {
 		if r == (authz.Rules{}) {
 			continue
 		}
 		rbacFilter(&rbactcpv3.RBAC{Rules: r.Enforce, ShadowRules: r.Shadow, ShadowRulesStatPrefix: shadowPrefix(r.Shadow)})
 	}
-	return out
+	return out, rbacAt
 }
 
 // authzGRPCFilters are the authorization filters of a proxyless gRPC

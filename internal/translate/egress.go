@@ -111,11 +111,11 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 			if addr == "0.0.0.0" && !ep.bindToPort {
 				// Shared like any wildcard HTTP listener: HTTP by the
 				// inspector, the rest passed through or refused.
-				g.httpChain(l, name, itoa(ep.port))
+				g.httpChain(l, name, itoa(ep.port), ep.port)
 			} else {
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    name,
-					Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(ep.port)))},
+					Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(ep.port), ep.port, nil))},
 				}}
 			}
 			add(l)
@@ -142,7 +142,7 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 				l := g.portListener(name, addr, ep.port, ep.bindToPort)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, ep.port, "", svc.GetHostname()),
-					Filters: g.tcpForward(model.ClientMode, ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters),
+					Filters: append(g.policyNetworkFilters(nil, model.ClientMode, ep.port), g.tcpForward(model.ClientMode, ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters)...),
 				}}
 				add(l)
 			}

@@ -14,6 +14,7 @@ func envoyClient(istio bool) client {
 		envoyClusters:  true,
 		envoyHTTP:      true,
 		envoyTelemetry: true,
+		extensions:     true,
 	}
 	if istio {
 		c.name, c.istioTelemetry = "istio-envoy", true

@@ -87,12 +87,12 @@ func (g *gen) envoyFilters() *patchSet {
 			g.problem("EnvoyFilter %s: %s; left out", ef.Key(), p)
 		}
 	}
-	for _, a := range []networking.EnvoyFilter_ApplyTo{networking.EnvoyFilter_EXTENSION_CONFIG, networking.EnvoyFilter_BOOTSTRAP} {
-		for _, p := range set.ByApplyTo[a] {
-			g.problem("%s: not applied (Flotilla serves no %s)", p.Name(), map[networking.EnvoyFilter_ApplyTo]string{
-				networking.EnvoyFilter_EXTENSION_CONFIG: "extension configurations (ECDS)",
-				networking.EnvoyFilter_BOOTSTRAP:        "bootstrap: the agent writes Envoy's",
-			}[a])
+	for _, p := range set.ByApplyTo[networking.EnvoyFilter_BOOTSTRAP] {
+		g.problem("%s: not applied (Flotilla serves no bootstrap: the agent writes Envoy's)", p.Name())
+	}
+	for _, p := range set.ByApplyTo[networking.EnvoyFilter_EXTENSION_CONFIG] {
+		if p.Operation != networking.EnvoyFilter_Patch_ADD {
+			g.problem("%s: not applied (an extension configuration can only be added, as in Istio)", p.Name())
 		}
 	}
 	return g.ef.set
@@ -680,6 +680,30 @@ func (g *gen) inboundHosts(cluster string) []string {
 // InsertedClusters).
 func (g *gen) addedClusters() []*clusterv3.Cluster {
 	return added[*clusterv3.Cluster](g, networking.EnvoyFilter_CLUSTER, "cluster")
+}
+
+// addedExtensionConfigs are the ECDS resources the EXTENSION_CONFIG
+// patches add, whatever the context, each checked (Istio's
+// InsertedExtensionConfigurations).
+func (g *gen) addedExtensionConfigs() []*corev3.TypedExtensionConfig {
+	ps := g.envoyFilters()
+	if ps == nil {
+		return nil
+	}
+	var out []*corev3.TypedExtensionConfig
+	for _, p := range ps.set.ByApplyTo[networking.EnvoyFilter_EXTENSION_CONFIG] {
+		if p.Operation != networking.EnvoyFilter_Patch_ADD {
+			continue
+		}
+		ec := p.Value.(*corev3.TypedExtensionConfig)
+		if err := Validate(ec); err != nil {
+			g.problem("%s: extension configuration %s not added: %v", p.Name(), ec.GetName(), err)
+			continue
+		}
+		g.patchedBy("extension configuration", ec.GetName(), []string{p.Filter.Key()})
+		out = append(out, ec)
+	}
+	return out
 }
 
 // added are the whole resources (clusters, listeners) the patches of

@@ -89,6 +89,10 @@ type client struct {
 	// envoyTelemetry: the client runs Envoy's access loggers and tracers;
 	// grpc-go reads neither.
 	envoyTelemetry bool
+	// extensions: the client runs Wasm and Lua filters and reads their
+	// configuration over ECDS (WasmPlugin, TrafficExtension); grpc-go
+	// runs neither (Istio's gRPC generator applies none).
+	extensions bool
 	// istioTelemetry: the client is Istio's build of Envoy, with Istio's
 	// stats filter (istio_requests_total and the other standard metrics)
 	// and the peer-metadata exchange that labels them.

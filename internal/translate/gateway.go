@@ -73,8 +73,9 @@ type gatewayState struct {
 	merge *gatewayMerge
 	// tls are its TLS transport sockets by their settings.
 	tls map[string]*corev3.TransportSocket
-	// hcm is what its HTTP connection managers share (gatewayHCMFilter).
-	hcm *hcmTail
+	// hcm is what its HTTP connection managers share (gatewayHCMFilter),
+	// by the extensions of their ports.
+	hcm map[string]*hcmTail
 	// vsRoutes are the routes of VirtualServices on it (gatewayVSRoutes).
 	vsRoutes map[gwVSKey][]*routev3.Route
 }
@@ -349,7 +350,7 @@ func (g *gen) gatewayListeners() []*listenerv3.Listener {
 			if s.route != "" {
 				l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 					Name:    "http." + itoa(gp.port),
-					Filters: []*listenerv3.Filter{g.gatewayHCMFilter("outbound_0.0.0.0_"+itoa(gp.port), s.route)},
+					Filters: []*listenerv3.Filter{g.gatewayHCMFilter("outbound_0.0.0.0_"+itoa(gp.port), s.route, gp.port)},
 				})
 			} else if fs := g.gatewayTCP(s); fs != nil {
 				l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{Name: "tcp." + itoa(gp.port), Filters: fs})
@@ -394,7 +395,7 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 	}
 	if s.route != "" {
 		fc.Name = s.route
-		fc.Filters = []*listenerv3.Filter{g.gatewayHCMFilter(cmp.Or(s.srv.GetName(), "outbound_0.0.0.0_"+itoa(gp.port)), s.route)}
+		fc.Filters = []*listenerv3.Filter{g.gatewayHCMFilter(cmp.Or(s.srv.GetName(), "outbound_0.0.0.0_"+itoa(gp.port)), s.route, gp.port)}
 		return []*listenerv3.FilterChain{fc}
 	}
 	fs := g.gatewayTCP(s)
@@ -409,14 +410,10 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 // gatewayHCM is a gateway's HTTP connection manager, as Istio's
 // buildGatewayConnectionManager: the client address from the connection
 // (use_remote_address, no trusted hops), client certificate details
-// sanitised and set, the workload's authorization, then fault, CORS and
-// the router.
-func (g *gen) gatewayHCM(statPrefix, route string) *hcmv3.HttpConnectionManager {
-	hcm := g.httpConnectionManager(statPrefix, route)
-	// The peer metadata exchange first, then the workload's
-	// authorization (Istio's appendMxFilter before the authz filters).
-	mx := len(g.peerMetadataHTTPFilter(model.ClientMode))
-	hcm.HttpFilters = slices.Concat(hcm.GetHttpFilters()[:mx], g.workloadAuthz().http, hcm.GetHttpFilters()[mx:])
+// sanitised and set, the workload's authorization and the extensions of
+// the port, then fault, CORS and the router.
+func (g *gen) gatewayHCM(statPrefix, route string, port uint32) *hcmv3.HttpConnectionManager {
+	hcm := g.httpConnectionManager(statPrefix, route, port, g.workloadAuthz())
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
 	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_SANITIZE_SET
 	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
@@ -434,7 +431,7 @@ type hcmTail struct {
 	statPrefix, rds protowire.Number
 }
 
-// gatewayHCMFilter is gatewayHCM(statPrefix, route) as a network filter.
+// gatewayHCMFilter is gatewayHCM(statPrefix, route, port) as a network filter.
 // A gateway has one per HTTP server (Istio's benchmark: a thousand), and
 // they differ only in the stat prefix and the RDS route. protobuf-go's
 // deterministic encoding writes the fields outside a oneof by number,
@@ -445,11 +442,20 @@ type hcmTail struct {
 // encoded once per generator, and each filter is its two fields around
 // it: byte for byte the encoding of the whole message
 // (TestGatewayHTTPConnectionManagersEncodeAsTheWholeMessage).
-func (g *gen) gatewayHCMFilter(statPrefix, route string) *listenerv3.Filter {
-	if g.gw.hcm == nil {
-		g.gw.hcm = g.gatewayHCMTail()
+func (g *gen) gatewayHCMFilter(statPrefix, route string, port uint32) *listenerv3.Filter {
+	// Ports whose extensions are the same share a tail.
+	var key strings.Builder
+	for _, e := range g.chainExtensions(model.ClientMode, port, false) {
+		key.WriteString(e.ResourceName + ";")
 	}
-	t := g.gw.hcm
+	t := g.gw.hcm[key.String()]
+	if t == nil {
+		t = g.gatewayHCMTail(port)
+		if g.gw.hcm == nil {
+			g.gw.hcm = map[string]*hcmTail{}
+		}
+		g.gw.hcm[key.String()] = t
+	}
 	rds := &hcmv3.Rds{ConfigSource: adsSource(), RouteConfigName: route}
 	if err := (&hcmv3.HttpConnectionManager{StatPrefix: statPrefix, RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: rds}}).Validate(); err != nil {
 		g.packErrs++
@@ -474,8 +480,8 @@ func (g *gen) gatewayHCMFilter(statPrefix, route string) *listenerv3.Filter {
 	return &listenerv3.Filter{Name: hcmFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: a}}
 }
 
-func (g *gen) gatewayHCMTail() *hcmTail {
-	full := g.gatewayHCM("-", "-")
+func (g *gen) gatewayHCMTail(port uint32) *hcmTail {
+	full := g.gatewayHCM("-", "-", port)
 	fields := full.ProtoReflect().Descriptor().Fields()
 	t := &hcmTail{
 		typeURL:    "type.googleapis.com/" + string(full.ProtoReflect().Descriptor().FullName()),
@@ -516,7 +522,7 @@ func (g *gen) gatewayTCP(s gwServer) []*listenerv3.Filter {
 			if len(clusters) == 0 {
 				continue
 			}
-			return append(slices.Clip(g.workloadAuthz().tcp), g.tcpForward(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)...)
+			return append(g.policyNetworkFilters(g.workloadAuthz(), model.ClientMode, port), g.tcpForward(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)...)
 		}
 	}
 	g.problem("Gateway %s port %d (%s): no VirtualService tcp route for it; server left out", s.key, port, s.srv.GetPort().GetProtocol())
@@ -558,7 +564,7 @@ func (g *gen) passthroughChains(s gwServer) []*listenerv3.FilterChain {
 				out = append(out, &listenerv3.FilterChain{
 					Name:             "passthrough." + itoa(port) + "." + strings.Join(hosts, ","),
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: serverNames(hosts)},
-					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpForward(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)...),
+					Filters:          append(g.policyNetworkFilters(g.workloadAuthz(), model.ClientMode, port), g.tcpForward(model.ClientMode, "outbound_0.0.0.0_"+itoa(port), clusters)...),
 				})
 			}
 		}
@@ -591,7 +597,7 @@ func (g *gen) autoPassthroughChains(s gwServer) []*listenerv3.FilterChain {
 				out = append(out, &listenerv3.FilterChain{
 					Name:             name,
 					FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{name}, ApplicationProtocols: istioMTLSALPN()},
-					Filters:          append(slices.Clip(g.workloadAuthz().tcp), g.tcpForward(model.ClientMode, name, single(name))...),
+					Filters:          append(g.policyNetworkFilters(g.workloadAuthz(), model.ClientMode, s.srv.GetPort().GetNumber()), g.tcpForward(model.ClientMode, name, single(name))...),
 				})
 			}
 		}

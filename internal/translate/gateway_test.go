@@ -36,7 +36,7 @@ func TestGatewayHTTPConnectionManagersEncodeAsTheWholeMessage(t *testing.T) {
 					if err := f.GetTypedConfig().UnmarshalTo(got); err != nil {
 						t.Fatalf("%s %s: %v", l.GetName(), fc.GetName(), err)
 					}
-					want := x.g.gatewayHCM(got.GetStatPrefix(), got.GetRds().GetRouteConfigName())
+					want := x.g.gatewayHCM(got.GetStatPrefix(), got.GetRds().GetRouteConfigName(), l.GetAddress().GetSocketAddress().GetPortValue())
 					if !proto.Equal(got, want) {
 						t.Errorf("%s %s: the connection manager is not gatewayHCM's:\n got %v\nwant %v", l.GetName(), fc.GetName(), got, want)
 					}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -268,7 +269,10 @@ func proxyKey(p *model.Proxy) string {
 // dropped or degraded, and exists only when something was.
 type goldenFiles struct {
 	clusters, endpoints, listeners, routes golden.Named
-	problems                               map[string][]string
+	// extensionConfigs are the ECDS resources
+	// (extensionconfigs.golden.json, only when there are some).
+	extensionConfigs golden.Named
+	problems         map[string][]string
 	// patchedBy is each proxy's Output.PatchedBy (envoyfilters.golden.json,
 	// only when an EnvoyFilter changed something).
 	patchedBy map[string]map[string][]string
@@ -281,6 +285,9 @@ func (f *goldenFiles) add(tb testing.TB, p *model.Proxy, out *Output) {
 	golden.Add(tb, f.endpoints, key, out.Endpoints, func(m *endpointv3.ClusterLoadAssignment) string { return ResourceName(m) })
 	golden.Add(tb, f.listeners, key, out.Listeners, func(m *listenerv3.Listener) string { return ResourceName(m) })
 	golden.Add(tb, f.routes, key, out.Routes, func(m *routev3.RouteConfiguration) string { return ResourceName(m) })
+	if len(out.ExtensionConfigs) > 0 {
+		golden.Add(tb, f.extensionConfigs, key, out.ExtensionConfigs, func(m *corev3.TypedExtensionConfig) string { return ResourceName(m) })
+	}
 	if len(out.Problems) > 0 {
 		f.problems[key] = out.Problems
 	}
@@ -307,7 +314,7 @@ func TestGolden(t *testing.T) {
 			store, proxies, opts := loadCase(t, in)
 			pc, _ := store.Build(opts, nil, 1)
 			files := goldenFiles{
-				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{},
+				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{}, extensionConfigs: golden.Named{},
 				problems: map[string][]string{}, patchedBy: map[string]map[string][]string{},
 			}
 			for _, cp := range proxies {
@@ -322,6 +329,11 @@ func TestGolden(t *testing.T) {
 			golden.CheckNamed(t, filepath.Join(dir, "endpoints.golden.json"), files.endpoints, *update)
 			golden.CheckNamed(t, filepath.Join(dir, "listeners.golden.json"), files.listeners, *update)
 			golden.CheckNamed(t, filepath.Join(dir, "routes.golden.json"), files.routes, *update)
+			if len(files.extensionConfigs) > 0 {
+				golden.CheckNamed(t, filepath.Join(dir, "extensionconfigs.golden.json"), files.extensionConfigs, *update)
+			} else {
+				checkOptional(t, filepath.Join(dir, "extensionconfigs.golden.json"), nil, false)
+			}
 			checkOptional(t, filepath.Join(dir, "problems.golden.json"), files.problems, len(files.problems) > 0)
 			checkOptional(t, filepath.Join(dir, "envoyfilters.golden.json"), files.patchedBy, len(files.patchedBy) > 0)
 		})
@@ -351,7 +363,7 @@ func deterministic(tb testing.TB, a, b *Output) bool {
 	tb.Helper()
 	render := func(o *Output) []byte {
 		return golden.Indent(tb, [][]json.RawMessage{
-			golden.Raw(tb, o.Clusters), golden.Raw(tb, o.Endpoints), golden.Raw(tb, o.Listeners), golden.Raw(tb, o.Routes),
+			golden.Raw(tb, o.Clusters), golden.Raw(tb, o.Endpoints), golden.Raw(tb, o.Listeners), golden.Raw(tb, o.Routes), golden.Raw(tb, o.ExtensionConfigs),
 		})
 	}
 	return bytes.Equal(render(a), render(b)) && slices.Equal(a.Problems, b.Problems)

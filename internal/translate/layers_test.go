@@ -31,6 +31,7 @@ var layers = [][]string{
 	{"accesslog.go"},
 	{"tracing.go"},
 	{"sds.go"},
+	{"extensions.go"},
 	{"rds.go"},
 	{"lds.go"},
 	{"envoy.go"},

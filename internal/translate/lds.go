@@ -35,14 +35,17 @@ func (g *gen) httpFilters(side model.WorkloadMode) []*hcmv3.HttpFilter {
 	return append(fs, &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&routerv3.Router{})}})
 }
 
-func (g *gen) httpConnectionManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
+// httpConnectionManager is the connection manager of an outbound or a
+// gateway listener's port (0: none) routing by RDS, with the workload's
+// authorization w (nil: none, outbound) and the extensions of the port.
+func (g *gen) httpConnectionManager(statPrefix, routeName string, port uint32, w *workloadAuthz) *hcmv3.HttpConnectionManager {
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsSource(),
 			RouteConfigName: routeName,
 		}},
-		HttpFilters: append(g.peerMetadataHTTPFilter(model.ClientMode), g.httpFilters(model.ClientMode)...),
+		HttpFilters: slices.Concat(g.peerMetadataHTTPFilter(model.ClientMode), g.policyHTTPFilters(w, model.ClientMode, port), g.httpFilters(model.ClientMode)),
 		AccessLog:   g.accessLogs(model.ClientMode, filterLog),
 	}
 	if g.client.envoyHTTP {
@@ -145,7 +148,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 	cluster := ClusterName(inbound, port, "", "")
 	filters := func() []*listenerv3.Filter {
 		if !isHTTP(proto) {
-			return g.inboundTCP(cluster)
+			return g.inboundTCP(port, cluster)
 		}
 		return []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCM(port))}
 	}
@@ -173,7 +176,7 @@ func (g *gen) inboundChains(port uint32, proto registryv1.Protocol) []*listenerv
 		tls := &listenerv3.FilterChain{
 			Name:             "inbound|" + itoa(port) + "|tls",
 			FilterChainMatch: match("tls"),
-			Filters:          g.inboundTCP(cluster),
+			Filters:          g.inboundTCP(port, cluster),
 		}
 		return []*listenerv3.FilterChain{mtls, tls, plain}
 	}
@@ -218,7 +221,7 @@ func (g *gen) sniffedChains(port uint32, cluster string, mode model.MTLSMode, na
 		fc := &listenerv3.FilterChain{
 			Name:             name(variant, http),
 			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: dst, TransportProtocol: transport, ApplicationProtocols: alpn},
-			Filters:          g.inboundTCP(cluster),
+			Filters:          g.inboundTCP(port, cluster),
 		}
 		if http {
 			fc.Filters = []*listenerv3.Filter{g.networkFilter(hcmFilter, g.inboundHCMTo(port, cluster))}
@@ -247,11 +250,12 @@ func (g *gen) sniffedChains(port uint32, cluster string, mode model.MTLSMode, na
 	}
 }
 
-// inboundTCP are the filters of an inbound TCP chain: the peer metadata
-// exchange, the workload's authorization, then stats and tcp_proxy to
-// cluster (Istio's buildInboundNetworkFilters).
-func (g *gen) inboundTCP(cluster string) []*listenerv3.Filter {
-	return slices.Concat(g.peerMetadataNetworkFilters(), g.workloadAuthz().tcp, g.tcpForward(model.ServerMode, cluster, single(cluster)))
+// inboundTCP are the filters of an inbound TCP chain of a port (0:
+// virtualInbound's catch-all): the peer metadata exchange, the
+// workload's authorization and the port's extensions, then stats and
+// tcp_proxy to cluster (Istio's buildInboundNetworkFilters).
+func (g *gen) inboundTCP(port uint32, cluster string) []*listenerv3.Filter {
+	return slices.Concat(g.peerMetadataNetworkFilters(), g.policyNetworkFilters(g.workloadAuthz(), model.ServerMode, port), g.tcpForward(model.ServerMode, cluster, single(cluster)))
 }
 
 // inboundHCM routes everything a port receives to the application, after
@@ -278,7 +282,7 @@ func (g *gen) inboundHCMTo(port uint32, cluster string) *hcmv3.HttpConnectionMan
 			}},
 			ValidateClusters: wrapperspb.Bool(false),
 		}},
-		HttpFilters:              slices.Concat(g.peerMetadataHTTPFilter(model.ServerMode), g.workloadAuthz().http, g.httpFilters(model.ServerMode)),
+		HttpFilters:              slices.Concat(g.peerMetadataHTTPFilter(model.ServerMode), g.policyHTTPFilters(g.workloadAuthz(), model.ServerMode, port), g.httpFilters(model.ServerMode)),
 		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
 		AccessLog:                g.accessLogs(model.ServerMode, filterLog),
 	}
@@ -333,16 +337,16 @@ func (g *gen) portListener(name, addr string, port uint32, bindToPort bool) *lis
 	return l
 }
 
-// httpChain makes l a shared HTTP listener, as Istio's: the HTTP chain
-// (route configuration rds) takes what the HTTP inspector sees as
+// httpChain makes l a shared HTTP listener of a port, as Istio's: the
+// HTTP chain (route configuration rds) takes what the HTTP inspector sees as
 // plaintext HTTP/1.x or h2c; anything else on the port (another protocol,
 // TLS to a host no SNI chain names) takes the default chain, passed
 // through or refused per outboundTrafficPolicy.
-func (g *gen) httpChain(l *listenerv3.Listener, name, rds string) {
+func (g *gen) httpChain(l *listenerv3.Listener, name, rds string, port uint32) {
 	l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 		Name:             name,
 		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
-		Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, rds))},
+		Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, rds, port, nil))},
 	})
 	l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
 	l.DefaultFilterChain = g.passthroughChain(name)

@@ -139,7 +139,7 @@ func (proxyless) listeners(g *gen, names []string) []*listenerv3.Listener {
 			before := sub.packErrs
 			l := &listenerv3.Listener{
 				Name:        name,
-				ApiListener: &listenerv3.ApiListener{ApiListener: sub.pack(sub.httpConnectionManager(name, name))},
+				ApiListener: &listenerv3.ApiListener{ApiListener: sub.pack(sub.httpConnectionManager(name, name, 0, nil))},
 			}
 			if err := sub.valid(l, before); err != nil {
 				sub.problem("listener %s dropped: %v", name, err)

@@ -41,6 +41,10 @@ func (x *Generator) Resources(typeURL string, names []string) []proto.Message {
 		for _, r := range x.Secrets(names) {
 			out = append(out, r)
 		}
+	case resourcev3.ExtensionConfigType:
+		for _, r := range x.ExtensionConfigs(names) {
+			out = append(out, r)
+		}
 	}
 	return out
 }

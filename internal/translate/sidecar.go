@@ -274,7 +274,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters),
+					Filters: append(g.policyNetworkFilters(nil, model.ClientMode, num), g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)...),
 				}
 				if tls && svc.GetHostname() != "*" {
 					chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{svc.GetHostname()}, TransportProtocol: "tls"}
@@ -297,7 +297,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				l := g.portListener(name, vip, num, false)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters),
+					Filters: append(g.policyNetworkFilters(nil, model.ClientMode, num), g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)...),
 				}}
 				if sniffed(port.GetProtocol()) {
 					// A port of no declared protocol (Istio's "auto"): the
@@ -310,7 +310,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 					l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 						Name:             ListenerName(svc.GetHostname(), num),
 						FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
-						Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, ListenerName(svc.GetHostname(), num)))},
+						Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, ListenerName(svc.GetHostname(), num), num, nil))},
 					})
 				}
 				out = append(out, l)
@@ -329,7 +329,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 		l.FilterChains = append(l.FilterChains, w.sni...)
 		switch {
 		case w.http:
-			g.httpChain(l, name, itoa(port))
+			g.httpChain(l, name, itoa(port), port)
 			for _, c := range w.tcp {
 				g.problem("listener %s: TCP service %s without an address shares port %d with HTTP services; left out", name, c.GetName(), port)
 			}

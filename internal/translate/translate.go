@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -27,6 +28,8 @@ type Output struct {
 	Endpoints []*endpointv3.ClusterLoadAssignment
 	Listeners []*listenerv3.Listener
 	Routes    []*routev3.RouteConfiguration
+	// ExtensionConfigs are the ECDS resources (ExtensionConfigs).
+	ExtensionConfigs []*corev3.TypedExtensionConfig
 	// Problems lists what was dropped or degraded, and why. Translation
 	// goes on without the bad part.
 	Problems []string
@@ -45,6 +48,7 @@ func Generate(pc *model.PushContext, p *model.Proxy) *Output {
 		Routes:    g.Routes(nil),
 		Listeners: g.Listeners(nil),
 	}
+	out.ExtensionConfigs = g.ExtensionConfigs(nil)
 	out.Problems = g.Problems()
 	out.PatchedBy = g.PatchedBy()
 	return out
@@ -187,4 +191,36 @@ func TelemetryOf(p *model.Proxy) string {
 		return "access logs, tracing; no Istio metrics (its Envoy lacks Istio's stats filters)"
 	}
 	return "none (grpc-go runs no Envoy telemetry)"
+}
+
+// ExtensionConfigs returns the ECDS resources with the names asked
+// (nil: all), sorted: the configuration of each Wasm extension of the
+// proxy (Istio's InsertedTrafficExtensionConfigurations), and those that
+// EnvoyFilters add with EXTENSION_CONFIG (Istio's
+// InsertedExtensionConfigurations). Lua extensions are inline and have
+// none.
+func (x *Generator) ExtensionConfigs(names []string) []*corev3.TypedExtensionConfig {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	byName := map[string]*corev3.TypedExtensionConfig{}
+	for _, e := range x.g.extensions() {
+		if (names != nil && !want[e.ResourceName]) || e.Spec.GetWasm() == nil {
+			continue
+		}
+		if ec := x.g.extensionConfig(e); ec != nil {
+			byName[ec.GetName()] = ec
+		}
+	}
+	for _, ec := range x.g.addedExtensionConfigs() {
+		if _, taken := byName[ec.GetName()]; !taken && (names == nil || want[ec.GetName()]) {
+			byName[ec.GetName()] = ec
+		}
+	}
+	out := make([]*corev3.TypedExtensionConfig, 0, len(byName))
+	for _, n := range slices.Sorted(maps.Keys(byName)) {
+		out = append(out, byName[n])
+	}
+	return out
 }

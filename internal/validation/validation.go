@@ -129,6 +129,10 @@ func checkFor(kind string) func(*validator) {
 		return (*validator).envoyFilter
 	case istio.ProxyConfig:
 		return (*validator).proxyConfig
+	case istio.WasmPlugin:
+		return (*validator).wasmPlugin
+	case istio.TrafficExtension:
+		return (*validator).trafficExtension
 	}
 	return nil
 }

@@ -36,7 +36,11 @@ func All() []Type {
 		{URL: resourcev3.EndpointType, Short: "EDS", Section: "Endpoints", column: 2},
 		{URL: resourcev3.ListenerType, Short: "LDS", Section: "Listeners", column: 1},
 		{URL: resourcev3.RouteType, Short: "RDS", Section: "Routes", column: 3},
-		{URL: resourcev3.SecretType, Short: "SDS", Section: "Secrets", column: 4},
+		{URL: resourcev3.SecretType, Short: "SDS", Section: "Secrets", column: 5},
+		// Extension configurations (WasmPlugin, TrafficExtension, and
+		// EnvoyFilter's EXTENSION_CONFIG): a listener names them, and
+		// waits for them.
+		{URL: resourcev3.ExtensionConfigType, Short: "ECDS", Section: "ExtensionConfigs", column: 4},
 	}
 }
 
@@ -51,7 +55,7 @@ func URLs() []string {
 }
 
 // InStatusOrder returns every type served in the order of istioctl
-// proxy-status's columns (CDS, LDS, EDS, RDS, SDS).
+// proxy-status's columns (CDS, LDS, EDS, RDS, ECDS), then SDS.
 func InStatusOrder() []Type {
 	return slices.SortedFunc(slices.Values(All()), func(a, b Type) int { return cmp.Compare(a.column, b.column) })
 }

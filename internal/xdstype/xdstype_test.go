@@ -15,10 +15,10 @@ func TestTheTypesAreNamedAsIstioctlAndEnvoyNameThem(t *testing.T) {
 		shorts = append(shorts, ty.Short)
 		sections = append(sections, ty.Section)
 	}
-	if want := []string{"CDS", "LDS", "EDS", "RDS", "SDS"}; !slices.Equal(shorts, want) {
+	if want := []string{"CDS", "LDS", "EDS", "RDS", "ECDS", "SDS"}; !slices.Equal(shorts, want) {
 		t.Errorf("proxy-status columns %v, want istioctl's %v", shorts, want)
 	}
-	if want := []string{"Clusters", "Listeners", "Endpoints", "Routes", "Secrets"}; !slices.Equal(sections, want) {
+	if want := []string{"Clusters", "Listeners", "Endpoints", "Routes", "ExtensionConfigs", "Secrets"}; !slices.Equal(sections, want) {
 		t.Errorf("config dump sections %v, want %v", sections, want)
 	}
 	if got := xdstype.Short(resourcev3.RouteType); got != "RDS" {

@@ -131,7 +131,7 @@ func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T
 		t.Fatal(err)
 	}
 	// The cluster has the CRDs of Istio's kinds Flotilla does not serve
-	// too (Istio ran in it), and a WasmPlugin.
+	// too (Istio ran in it), and a WorkloadGroup.
 	crds := crdgen.All()
 	for _, k := range istio.NotServed() {
 		crds = append(crds, crdgen.For(k))
@@ -143,12 +143,12 @@ func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	wasm := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
-		"metadata": map[string]any{"name": "basic-auth", "namespace": ns},
-		"spec":     map[string]any{"url": "oci://ghcr.io/istio-ecosystem/wasm-extensions/basic_auth:1.12.0"},
+	vms := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "WorkloadGroup",
+		"metadata": map[string]any{"name": "vms", "namespace": ns},
+		"spec":     map[string]any{"template": map[string]any{"serviceAccount": "vm"}},
 	}}
-	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "extensions.istio.io", Version: "v1alpha1", Resource: "wasmplugins"}).Namespace(ns).Create(ctx, wasm, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadgroups"}).Namespace(ns).Create(ctx, vms, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
@@ -213,7 +213,7 @@ func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T
 	for _, want := range []string{
 		"× Deployment flotilla-galley: 0 of 1 replicas ready, 0 updated\n    fix: kubectl -n " + ns + " describe deployment flotilla-galley",
 		"√ the Istio CRDs serve every kind Flotilla reads",
-		"× 1 objects of Istio kinds Flotilla does not serve (WasmPlugin): WasmPlugin " + ns + "/basic-auth",
+		"× 1 objects of Istio kinds Flotilla does not serve (WorkloadGroup): WorkloadGroup " + ns + "/vms",
 		"√ MutatingWebhookConfiguration flotilla-sidecar-injector-" + ns + ", webhook namespace.injection.flotilla.io: its caBundle holds the mesh's roots",
 		"× ValidatingWebhookConfiguration flotilla-validator-" + ns + ", webhook validation.flotilla.io: its caBundle lacks the mesh's root",
 		"    fix: flotilla-galley writes the caBundle",

@@ -15,7 +15,10 @@ import (
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	wasmhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	wasmnetworkv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/wasm/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"golang.org/x/time/rate"
@@ -262,8 +265,8 @@ func (c *conn) configDump(pc *model.PushContext) []proto.Message {
 	var out []proto.Message
 	for _, t := range translate.Types() {
 		names, ok := watched[t]
-		if !ok && (c.proxy.ProxylessGRPC() || t == resourcev3.SecretType) {
-			continue // a proxyless client names all it gets; a secret is asked for by name
+		if !ok && (c.proxy.ProxylessGRPC() || t == resourcev3.SecretType || t == resourcev3.ExtensionConfigType) {
+			continue // a proxyless client names all it gets; a secret and an extension configuration are asked for by name
 		}
 		res := c.generate(t, gen, names)
 		out = append(out, dumpSection(t, sotwVersion(res), res, nil))
@@ -371,6 +374,12 @@ func dumpSection(t, version string, res []*named, at *timestamppb.Timestamp) pro
 			d.DynamicActiveSecrets = append(d.DynamicActiveSecrets, &adminv3.SecretsConfigDump_DynamicSecret{Name: r.name, VersionInfo: r.version, LastUpdated: at, Secret: redacted(r.any)})
 		}
 		return d
+	case resourcev3.ExtensionConfigType:
+		d := &adminv3.EcdsConfigDump{}
+		for _, r := range res {
+			d.EcdsFilters = append(d.EcdsFilters, &adminv3.EcdsConfigDump_EcdsFilterConfig{VersionInfo: r.version, EcdsFilter: redactedPullSecret(r.any), LastUpdated: at})
+		}
+		return d
 	}
 	panic(fmt.Sprintf("xds: no config dump section for %s", t)) // this switch has a case for every type served (translate.Types)
 }
@@ -395,6 +404,42 @@ func redacted(a *anypb.Any) *anypb.Any {
 		gs.Secret = hide
 	}
 	out, err := anypb.New(&s)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// redactedPullSecret is an extension configuration with the registry
+// credentials discovery gives the agent for a Wasm module replaced by
+// "[redacted]".
+func redactedPullSecret(a *anypb.Any) *anypb.Any {
+	var ec corev3.TypedExtensionConfig
+	if err := a.UnmarshalTo(&ec); err != nil {
+		return nil
+	}
+	inner, err := ec.GetTypedConfig().UnmarshalNew()
+	if err != nil {
+		return a // not one of the Wasm filters: nothing of the agent's
+	}
+	var vm *wasmv3.VmConfig
+	switch w := inner.(type) {
+	case *wasmhttpv3.Wasm:
+		vm = w.GetConfig().GetVmConfig()
+	case *wasmnetworkv3.Wasm:
+		vm = w.GetConfig().GetVmConfig()
+	default:
+		return a
+	}
+	kv := vm.GetEnvironmentVariables().GetKeyValues()
+	if _, ok := kv[translate.WasmPullSecretEnv]; !ok {
+		return a
+	}
+	kv[translate.WasmPullSecretEnv] = "[redacted]"
+	if ec.TypedConfig, err = anypb.New(inner); err != nil {
+		return nil
+	}
+	out, err := anypb.New(&ec)
 	if err != nil {
 		return nil
 	}

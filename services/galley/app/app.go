@@ -53,7 +53,7 @@ type Config struct {
 	// ClusterID names the cluster in the registry.
 	ClusterID string `yaml:"clusterID" usage:"cluster name recorded on registry services"`
 	// SecretNamespaces limits the Secrets galley reads.
-	SecretNamespaces []string `yaml:"secretNamespaces" usage:"namespaces whose Secrets galley reads for Gateways' and DestinationRules' credentialName (empty: every namespace); only Secrets configuration names are published, and to discovery only"`
+	SecretNamespaces []string `yaml:"secretNamespaces" usage:"namespaces whose Secrets galley reads for Gateways' and DestinationRules' credentialName and extensions' imagePullSecret (empty: every namespace); only Secrets configuration names are published, and to discovery only"`
 	// MeshConfigFile is the mesh configuration in file mode (the cluster
 	// mode reads the istio ConfigMap).
 	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration (MeshConfig YAML) to serve with --config-dir, read at start (refused without --config-dir: in a cluster the istio ConfigMap's mesh key is served)"`

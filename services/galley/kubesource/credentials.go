@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	extensions "istio.io/api/extensions/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,15 +17,17 @@ import (
 
 // This file publishes the credentials: the Secrets that a Gateway's or a
 // DestinationRule's tls.credentialName names (and "<name>-cacert" beside
-// them), as Istio reads them. A name is looked up in every namespace: as
+// them), and a WasmPlugin's or TrafficExtension's imagePullSecret, as
+// Istio reads them. A name is looked up in every namespace: as
 // in Istio, a gateway reads the Secret of that name in its own
 // namespace, which need not be the Gateway resource's, and discovery
 // serves each Secret only to proxies of its namespace. A Secret whose
 // name nothing names is never published, whatever it holds.
 
 // credentialKeys are the Secret keys a credential is read from, as Istio
-// reads kubernetes.io/tls and generic Secrets.
-var credentialKeys = []string{"tls.crt", "tls.key", "ca.crt", "cert", "key", "cacert"}
+// reads kubernetes.io/tls and generic Secrets, and the registry
+// credentials of a kubernetes.io/dockerconfigjson Secret.
+var credentialKeys = []string{"tls.crt", "tls.key", "ca.crt", "cert", "key", "cacert", corev1.DockerConfigJsonKey}
 
 // trimSecret keeps only a Secret's identity and its credential keys: no
 // annotations (kubectl's last-applied copy holds the data), no other data.
@@ -128,7 +131,9 @@ func (s *Source) syncCredential(key string) {
 }
 
 // credential reads a Secret's key material: tls.crt/tls.key/ca.crt, else
-// cert/key/cacert. nil when it holds none.
+// cert/key/cacert, and the registry credentials of a
+// kubernetes.io/dockerconfigjson Secret (Istio's GetDockerCredential
+// reads no other type). nil when it holds none.
 func credential(sec *corev1.Secret) *registryv1.Credential {
 	pick := func(keys ...string) []byte {
 		for _, k := range keys {
@@ -142,18 +147,33 @@ func credential(sec *corev1.Secret) *registryv1.Credential {
 		Namespace: sec.Namespace, Name: sec.Name,
 		CertificateChain: pick("tls.crt", "cert"), PrivateKey: pick("tls.key", "key"), CaCertificates: pick("ca.crt", "cacert"),
 	}
-	if len(c.CertificateChain) == 0 && len(c.CaCertificates) == 0 {
+	if sec.Type == corev1.SecretTypeDockerConfigJson {
+		c.DockerConfig = pick(corev1.DockerConfigJsonKey)
+	}
+	if len(c.CertificateChain) == 0 && len(c.CaCertificates) == 0 && len(c.DockerConfig) == 0 {
 		return nil
 	}
 	return c
 }
 
+// namesCredentials reports whether objects of a kind may name Secrets
+// (credentialNames).
+func namesCredentials(kind string) bool {
+	switch kind {
+	case istio.Gateway, istio.DestinationRule, istio.WasmPlugin, istio.TrafficExtension:
+		return true
+	}
+	return false
+}
+
 // credentialNames are the Secret names an object names: each server's
 // credentialName of a Gateway (and "<name>-cacert" for MUTUAL and
 // OPTIONAL_MUTUAL servers, where Istio looks for the CA), each
-// tls.credentialName of a DestinationRule. A "kubernetes://" prefix is
-// dropped; a name with a namespace of its own is left out (a proxy only
-// ever gets its own namespace's Secrets).
+// tls.credentialName of a DestinationRule, the imagePullSecret of a
+// WasmPlugin or TrafficExtension. A "kubernetes://" prefix is dropped; a
+// name with a namespace of its own is left out (a proxy only ever gets
+// its own namespace's Secrets, and Istio reads a module's pull secret in
+// the extension's namespace).
 func credentialNames(o *istio.Object) []string {
 	var out []string
 	add := func(n string, mutual bool) {
@@ -176,6 +196,10 @@ func credentialNames(o *istio.Object) []string {
 				add(n, mutual)
 			}
 		}
+	case *extensions.WasmPlugin:
+		add(spec.GetImagePullSecret(), false)
+	case *extensions.TrafficExtension:
+		add(spec.GetWasm().GetImagePullSecret(), false)
 	case *networking.DestinationRule:
 		policies := []*networking.TrafficPolicy{spec.GetTrafficPolicy()}
 		for _, ss := range spec.GetSubsets() {

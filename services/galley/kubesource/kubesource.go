@@ -364,7 +364,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		if kind.Kind == istio.ServiceEntry {
 			s.publishServiceEntryPods(o.ID(), o)
 		}
-		if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
+		if namesCredentials(kind.Kind) {
 			s.refreshCredentialRefs(o.ID(), o)
 		}
 	}
@@ -386,7 +386,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		if kind.Kind == istio.ServiceEntry {
 			s.publishServiceEntryPods(id, nil)
 		}
-		if kind.Kind == istio.Gateway || kind.Kind == istio.DestinationRule {
+		if namesCredentials(kind.Kind) {
 			s.refreshCredentialRefs(id, nil)
 		}
 	})

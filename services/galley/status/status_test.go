@@ -217,9 +217,9 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 // TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked runs
 // galley's source and status writer against a cluster that has the
 // CRDs of Istio's kinds Flotilla does not serve (a cluster Istio ran
-// in): a WasmPlugin and a WorkloadGroup get a warning in their status
-// saying they are ignored, nothing is published for them, and a deleted
-// one is forgotten.
+// in): WorkloadGroups get a warning in their status saying they are
+// ignored, nothing is published for them, and a deleted one is
+// forgotten.
 func TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -237,28 +237,28 @@ func TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked(t *testing.
 	c := newClients(t, ns)
 	dyn, src, sink := c.dyn, c.src, c.sink
 	objects := map[string]string{
-		"WasmPlugin": `apiVersion: extensions.istio.io/v1alpha1
-kind: WasmPlugin
-metadata: {name: basic-auth}
-spec: {url: "oci://ghcr.io/istio-ecosystem/wasm-extensions/basic_auth:1.12.0", selector: {matchLabels: {app: reviews}}}
-`,
-		"WorkloadGroup": `apiVersion: networking.istio.io/v1
+		"vms": `apiVersion: networking.istio.io/v1
 kind: WorkloadGroup
 metadata: {name: vms}
 spec: {metadata: {labels: {app: vm}}, template: {serviceAccount: vm}}
+`,
+		"databases": `apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata: {name: databases}
+spec: {metadata: {labels: {app: db}}, template: {serviceAccount: db}}
 `,
 	}
 	gvrs := map[string]schema.GroupVersionResource{}
 	for _, k := range istio.NotServed() {
 		gvrs[k.Kind] = schema.GroupVersionResource{Group: k.Group, Version: k.Version(), Resource: k.Plural}
 	}
-	for kind, doc := range objects {
+	for name, doc := range objects {
 		u := &unstructured.Unstructured{}
 		if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dyn.Resource(gvrs[kind]).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create %s: %v", kind, err)
+		if _, err := dyn.Resource(gvrs["WorkloadGroup"]).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
 		}
 	}
 	c.run(ctx)
@@ -277,7 +277,8 @@ spec: {metadata: {labels: {app: vm}}, template: {serviceAccount: vm}}
 		msgs, _, _ := unstructured.NestedSlice(u.Object, "status", "validationMessages")
 		return msgs
 	}
-	for kind, name := range map[string]string{"WasmPlugin": "basic-auth", "WorkloadGroup": "vms"} {
+	for name := range objects {
+		kind := "WorkloadGroup"
 		xdstest.EventuallyWithin(t, 60*time.Second, kind+"'s status", func() bool {
 			m := statusOf(kind, name)
 			if len(m) != 1 {
@@ -292,11 +293,11 @@ spec: {metadata: {labels: {app: vm}}, template: {serviceAccount: vm}}
 	if got := src.NotServed(); len(got) != 2 {
 		t.Fatalf("NotServed() = %v, want the two objects", got)
 	}
-	if err := dyn.Resource(gvrs["WasmPlugin"]).Namespace(ns).Delete(ctx, "basic-auth", metav1.DeleteOptions{}); err != nil {
+	if err := dyn.Resource(gvrs["WorkloadGroup"]).Namespace(ns).Delete(ctx, "databases", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	xdstest.EventuallyWithin(t, 60*time.Second, "the deleted WasmPlugin to be forgotten", func() bool { return len(src.NotServed()) == 1 })
-	for _, name := range []string{"WasmPlugin/basic-auth", "WorkloadGroup/vms"} {
+	xdstest.EventuallyWithin(t, 60*time.Second, "the deleted WorkloadGroup to be forgotten", func() bool { return len(src.NotServed()) == 1 })
+	for _, name := range []string{"WorkloadGroup/databases", "WorkloadGroup/vms"} {
 		kind, obj, _ := strings.Cut(name, "/")
 		if n := sink.count(istio.ID{Kind: kind, Name: ns + "/" + obj}); n != 0 {
 			t.Errorf("%s published %d times: objects of kinds Flotilla does not serve publish nothing", name, n)

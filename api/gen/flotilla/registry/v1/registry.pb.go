@@ -1173,8 +1173,13 @@ type Credential struct {
 	// PEM CA certificates that verify clients of MUTUAL servers (ca.crt, or
 	// cacert).
 	CaCertificates []byte `protobuf:"bytes,5,opt,name=ca_certificates,json=caCertificates,proto3" json:"ca_certificates,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Registry credentials (.dockerconfigjson of a
+	// kubernetes.io/dockerconfigjson Secret) that a WasmPlugin's or a
+	// TrafficExtension's imagePullSecret names: the agent pulls the module
+	// with them.
+	DockerConfig  []byte `protobuf:"bytes,6,opt,name=docker_config,json=dockerConfig,proto3" json:"docker_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Credential) Reset() {
@@ -1238,6 +1243,13 @@ func (x *Credential) GetPrivateKey() []byte {
 func (x *Credential) GetCaCertificates() []byte {
 	if x != nil {
 		return x.CaCertificates
+	}
+	return nil
+}
+
+func (x *Credential) GetDockerConfig() []byte {
+	if x != nil {
+		return x.DockerConfig
 	}
 	return nil
 }
@@ -1316,7 +1328,7 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x0fInjectionConfig\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\tR\x06values\"\xb5\x01\n" +
+	"\x06values\x18\x03 \x01(\tR\x06values\"\xda\x01\n" +
 	"\n" +
 	"Credential\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1324,7 +1336,8 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x11certificate_chain\x18\x03 \x01(\fR\x10certificateChain\x12\x1f\n" +
 	"\vprivate_key\x18\x04 \x01(\fR\n" +
 	"privateKey\x12'\n" +
-	"\x0fca_certificates\x18\x05 \x01(\fR\x0ecaCertificates*\xe4\x01\n" +
+	"\x0fca_certificates\x18\x05 \x01(\fR\x0ecaCertificates\x12#\n" +
+	"\rdocker_config\x18\x06 \x01(\fR\fdockerConfig*\xe4\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROTOCOL_HTTP\x10\x01\x12\x12\n" +
