@@ -88,6 +88,8 @@ type Config struct {
 	OutputCerts string `yaml:"outputCerts" usage:"keep the workload certificate, key and roots in this directory as cert-chain.pem, key.pem, root-cert.pem (default $OUTPUT_CERTS, else /var/lib/istio/data with grpcBootstrap; empty: none)"`
 	// GRPCCertRefresh is how often gRPC reads the files again.
 	GRPCCertRefresh time.Duration `yaml:"grpcCertRefresh" usage:"how often proxyless applications read the certificate files again (the gRPC bootstrap's refresh_interval)"`
+	// Wasm is the cache of the modules ECDS resources load.
+	Wasm WasmConfig `yaml:"wasm"`
 }
 
 func proxyDefaults() Config {
@@ -125,12 +127,13 @@ func proxyDefaults() Config {
 		GRPCBootstrap:   os.Getenv("GRPC_XDS_BOOTSTRAP"),
 		OutputCerts:     os.Getenv("OUTPUT_CERTS"),
 		GRPCCertRefresh: 5 * time.Minute,
+		Wasm:            wasmDefaults(),
 	}
 }
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	errs := []error{c.Common.Validate(), c.CA.Validate()}
+	errs := []error{c.Common.Validate(), c.CA.Validate(), c.Wasm.Validate()}
 	for _, f := range [][2]string{{"podName (POD_NAME)", c.PodName}, {"podNamespace (POD_NAMESPACE)", c.PodNamespace}, {"serviceAccount (SERVICE_ACCOUNT)", c.ServiceAccount}} {
 		if f[1] == "" {
 			errs = append(errs, fmt.Errorf("%s is not set", f[0]))
@@ -172,7 +175,11 @@ func proxyCommand() *cobra.Command {
 			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected), /stats/prometheus (Envoy's and the agent's metrics) " +
 			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (the originals come from $ISTIO_KUBE_APP_PROBERS, which the injector sets when it rewrites them). " +
 			"For proxyless gRPC applications (Istio's grpc-agent template) it writes the gRPC xDS bootstrap ($GRPC_XDS_BOOTSTRAP), whose server is the xDS proxy's socket, " +
-			"and keeps the certificate files its certificate provider reads ($OUTPUT_CERTS); with $DISABLE_ENVOY=true it runs no Envoy and no SDS server.",
+			"and keeps the certificate files its certificate provider reads ($OUTPUT_CERTS); with $DISABLE_ENVOY=true it runs no Envoy and no SDS server. " +
+			"The Wasm modules of ECDS resources (WasmPlugins) are fetched by the agent, over http(s) or from OCI registries with the plugin's pull secret, " +
+			"kept in --wasm-cache-dir, and Envoy loads them from there; a module that cannot be fetched leaves an RBAC filter allowing (FAIL_OPEN) or denying all in its place. " +
+			"Istio's WASM_INSECURE_REGISTRIES, WASM_MODULE_EXPIRY, WASM_PURGE_INTERVAL, WASM_HTTP_REQUEST_TIMEOUT, WASM_HTTP_REQUEST_MAX_RETRIES, " +
+			"ISTIO_WASM_MAX_BINARY_SIZE_BYTES and BLOCKED_CIDRS_IN_WASM_FETCH are the defaults of the --wasm-* flags.",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
 			if len(args) != 1 || (args[0] != proxycontract.Sidecar && args[0] != proxycontract.Router) {
@@ -215,7 +222,14 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		// flotilla proxy-status and version show.
 		IstioVersion: buildinfo.Get().Version,
 	}
-	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Log: rt.Log})
+	modules, err := cfg.Wasm.cache(rt.Log, rt.Telemetry.Istio.Meter("istio"))
+	if err != nil {
+		return err
+	}
+	if modules != nil {
+		actors = append(actors, lifecycle.Actor{Name: "wasm-cache", Run: modules.Run})
+	}
+	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Wasm: modules, Log: rt.Log})
 	if err != nil {
 		return err
 	}

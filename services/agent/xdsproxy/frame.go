@@ -60,7 +60,7 @@ func (p *Proxy) serviceDesc() *grpc.ServiceDesc {
 	method := func(name string) grpc.StreamDesc {
 		return grpc.StreamDesc{
 			StreamName: name, ServerStreams: true, ClientStreams: true,
-			Handler: func(_ any, down grpc.ServerStream) error { return p.relayFrames(down, "/"+adsService+"/"+name) },
+			Handler: func(_ any, down grpc.ServerStream) error { return p.relayFrames(down, name) },
 		}
 	}
 	return &grpc.ServiceDesc{
@@ -72,15 +72,15 @@ func (p *Proxy) serviceDesc() *grpc.ServiceDesc {
 }
 
 // relayFrames relays one downstream stream to the same method upstream.
-func (p *Proxy) relayFrames(down grpc.ServerStream, fullMethod string) error {
-	return relay(p, down.Context(),
+func (p *Proxy) relayFrames(down grpc.ServerStream, name string) error {
+	return p.relay(down.Context(), name == "DeltaAggregatedResources",
 		func() (*frame, error) {
 			f := &frame{}
 			return f, down.RecvMsg(f) // relay reads the status
 		},
 		func(f *frame) error { return down.SendMsg(f) }, // relay reads the status
-		func(ctx context.Context) (stream[*frame, *frame], error) {
-			cs, err := p.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, fullMethod, grpc.ForceCodec(passThrough{}))
+		func(ctx context.Context) (upstream, error) {
+			cs, err := p.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/"+adsService+"/"+name, grpc.ForceCodec(passThrough{}))
 			if err != nil {
 				return nil, err
 			}

@@ -6,7 +6,10 @@
 // of the world or delta, is relayed message by message on its own
 // upstream stream; when either side ends, the other is ended with the
 // same status; messages pass as the bytes received, never decoded
-// (frame.go). Envoy's reconnection (with its backoff) starts both
+// (frame.go), but for ECDS responses when a wasm cache is given: those
+// are decoded, their remote Wasm modules fetched and the resources
+// rewritten to load them from local files, as Istio's agent does
+// (ecds.go). Envoy's reconnection (with its backoff) starts both
 // anew. The connection to discovery reconnects with gRPC's backoff. One
 // Envoy stream is served at a time: a new one replaces the old, as in
 // Istio.
@@ -31,6 +34,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
+	"github.com/flotilla-mesh/flotilla/services/agent/wasm"
 )
 
 // SocketPath is where Envoy's bootstrap points its xds-grpc cluster.
@@ -50,7 +54,11 @@ type Options struct {
 	Address, ServerName string
 	// State gives the workload certificate and the roots.
 	State *identity.State
-	Log   *slog.Logger
+	// Wasm, when set, fetches the Wasm modules ECDS resources load
+	// remotely, and ECDS responses reach Envoy rewritten to load them from
+	// its files (ecds.go); nil relays them as they are.
+	Wasm *wasm.Cache
+	Log  *slog.Logger
 }
 
 // Proxy is the relay. Register it on the pod's gRPC server.
@@ -124,16 +132,18 @@ func (p *Proxy) serve(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// stream is the client side of an ADS stream.
-type stream[Req, Resp any] interface {
-	Send(Req) error
-	Recv() (Resp, error)
+// upstream is the client side of an ADS stream.
+type upstream interface {
+	Send(*frame) error
+	Recv() (*frame, error)
 	CloseSend() error
 }
 
-// relay forwards one Envoy stream both ways until either side ends.
-func relay[Req, Resp any](p *Proxy, ctx context.Context, recv func() (Req, error), send func(Resp) error,
-	open func(context.Context) (stream[Req, Resp], error),
+// relay forwards one Envoy stream both ways until either side ends. With
+// a wasm cache, ECDS responses go through an ecdsConverter on their way
+// to Envoy; every other message passes as it came.
+func (p *Proxy) relay(ctx context.Context, delta bool, recv func() (*frame, error), send func(*frame) error,
+	open func(context.Context) (upstream, error),
 ) error {
 	ctx, done := p.serve(ctx)
 	defer done()
@@ -145,16 +155,56 @@ func relay[Req, Resp any](p *Proxy, ctx context.Context, recv func() (Req, error
 		return status.Errorf(codes.Unavailable, "discovery %s: %v", p.o.Address, err)
 	}
 	defer p.connected.Store(false)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	// Sends either way are made from more than one goroutine with a
+	// converter: each side's are serialized.
+	var upMu, downMu sync.Mutex
+	sendUp := func(f *frame) error {
+		upMu.Lock()
+		defer upMu.Unlock()
+		return up.Send(f)
+	}
+	sendDown := func(f *frame) error {
+		downMu.Lock()
+		defer downMu.Unlock()
+		return send(f)
+	}
+	var conv *ecdsConverter
+	if p.o.Wasm != nil {
+		conv = newECDSConverter(p.o.Wasm, delta, p.o.Log)
+		// It ends with ctx, when relay returns (not waited for, as the
+		// goroutines below: a send blocked on Envoy's flow control ends
+		// when the handler does).
+		go func() {
+			errc <- conv.run(ctx,
+				func(f *frame) error {
+					if err := sendDown(f); err != nil {
+						return downstreamEnd(err)
+					}
+					return nil
+				},
+				func(f *frame) error {
+					if err := sendUp(f); err != nil {
+						return upstreamEnd(p.o.Address, err)
+					}
+					return nil
+				})
+		}()
+	}
 	go func() { // Envoy → discovery
 		for {
 			req, err := recv()
 			if err != nil {
+				upMu.Lock()
 				_ = up.CloseSend()
+				upMu.Unlock()
 				errc <- downstreamEnd(err)
 				return
 			}
-			if err := up.Send(req); err != nil {
+			if conv != nil {
+				conv.sawRequest(req)
+			}
+			if err := sendUp(req); err != nil {
 				errc <- upstreamEnd(p.o.Address, err)
 				return
 			}
@@ -168,7 +218,10 @@ func relay[Req, Resp any](p *Proxy, ctx context.Context, recv func() (Req, error
 				return
 			}
 			p.connected.Store(true)
-			if err := send(resp); err != nil {
+			if conv != nil && conv.take(ctx, resp) {
+				continue
+			}
+			if err := sendDown(resp); err != nil {
 				errc <- downstreamEnd(err)
 				return
 			}

@@ -87,8 +87,9 @@ func newPod(tb testing.TB) *pod {
 	return newPodWith(tb, discovery{})
 }
 
-// newPodWith is newPod with srv as discovery.
-func newPodWith(tb testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer) *pod {
+// newPodWith is newPod with srv as discovery, and the proxy's options
+// edited.
+func newPodWith(tb testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer, edit ...func(*Options)) *pod {
 	tb.Helper()
 	ca, err := testpki.NewCA("mesh")
 	if err != nil {
@@ -114,7 +115,11 @@ func newPodWith(tb testing.TB, srv discoveryv3.AggregatedDiscoveryServiceServer)
 	tb.Cleanup(up.Stop)
 
 	p := &pod{state: identity.New(), ca: ca, upstream: lis.Addr().String()}
-	if p.proxy, err = New(Options{Address: lis.Addr().String(), ServerName: "flotilla-discovery.istio-system.svc", State: p.state, Log: slog.New(slog.DiscardHandler)}); err != nil {
+	o := Options{Address: lis.Addr().String(), ServerName: "flotilla-discovery.istio-system.svc", State: p.state, Log: slog.New(slog.DiscardHandler)}
+	for _, e := range edit {
+		e(&o)
+	}
+	if p.proxy, err = New(o); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = p.proxy.Close() })
