@@ -2,6 +2,7 @@ package translate
 
 import (
 	"cmp"
+	"encoding/json"
 	"net/url"
 	"strings"
 	"time"
@@ -13,7 +14,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmnetworkv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/wasm/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -204,7 +204,8 @@ func (g *gen) extensionConfig(e *model.Extension) *corev3.TypedExtensionConfig {
 	// Envoy reads as the same empty configuration).
 	var cfg *anypb.Any
 	if pc := wasm.GetPluginConfig(); len(pc.GetFields()) > 0 {
-		js, err := protojson.Marshal(pc)
+		// encoding/json: stable bytes (protojson's vary on purpose).
+		js, err := json.Marshal(pc.AsMap())
 		if err != nil {
 			g.problem("%s: pluginConfig: %v; left out", e.Key(), err)
 			return nil
