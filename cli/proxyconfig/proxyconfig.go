@@ -56,7 +56,15 @@ type Filters struct {
 }
 
 // kinds are the things proxy-config shows, in the order "all" shows them.
-var kinds = []string{"cluster", "listener", "route", "endpoint", "secret"}
+var kinds = []string{"cluster", "listener", "route", "endpoint", "secret", "ecds"}
+
+// plural is how output in full names a kind's list ("clusters", "ecds").
+func plural(kind string) string {
+	if kind == "ecds" {
+		return kind
+	}
+	return kind + "s"
+}
 
 // NewCommand returns the proxy-config command; conn is the root's
 // connection flags.
@@ -64,13 +72,16 @@ func NewCommand(conn *connect.Options) *cobra.Command {
 	var f Filters
 	var output, agent string
 	cmd := &cobra.Command{
-		Use:   "proxy-config {cluster|listener|route|endpoint|secret|all|bootstrap} PROXY",
+		Use:   "proxy-config {cluster|listener|route|endpoint|secret|ecds|all|bootstrap} PROXY",
 		Short: "Show the configuration a proxy's discovery replica gives it",
-		Long: `proxy-config shows the clusters, listeners, routes, endpoints or secrets that the discovery replica
+		Long: `proxy-config shows the clusters, listeners, routes, endpoints, secrets or extension configurations
+(ecds: the Wasm modules of WasmPlugins and TrafficExtensions, and EnvoyFilter's EXTENSION_CONFIG) that the discovery replica
 serving PROXY (its node ID, or pod.namespace) would send it now, for what the proxy watches (an Envoy
 proxy's clusters, listeners, routes and endpoints in full), as istioctl proxy-config's tables (-o short)
 or in full (-o json, -o yaml). Secrets are the gateway certificates discovery serves (credentialName),
 with serial, validity and identity, never the key; workload certificates are the agent's and are not shown.
+Extension configurations are as discovery sends them (a module's URL, not the agent's local copy), a
+module's registry credentials redacted.
 Endpoint health is what discovery sends (Envoy's outlier detection happens in the proxy and is not known
 here).
 
@@ -84,6 +95,7 @@ context file, or at --agent-address.`,
   flotilla proxy-config route app-1.default --name 80 -o json
   flotilla proxy-config endpoint app-1.default --cluster 'outbound|80||backend.default.svc.cluster.local'
   flotilla proxy-config secret ingressgateway-1.istio-system
+  flotilla proxy-config ecds reviews-1.bookinfo -o json
   flotilla proxy-config all app-1.default -o yaml
   flotilla proxy-config bootstrap client.demo`,
 		Args: cobra.ExactArgs(2),
@@ -97,7 +109,10 @@ context file, or at --agent-address.`,
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind := strings.TrimSuffix(args[0], "s")
+			kind := args[0]
+			if kind != "ecds" {
+				kind = strings.TrimSuffix(kind, "s")
+			}
 			if kind != "all" && kind != "bootstrap" && !slices.Contains(kinds, kind) {
 				return fmt.Errorf("%q: want one of %s, all, bootstrap", args[0], strings.Join(kinds, ", "))
 			}
@@ -133,7 +148,7 @@ context file, or at --agent-address.`,
 	fl.IntVar(&f.Port, "port", 0, "clusters, listeners or endpoints of this port")
 	fl.StringVar(&f.Subset, "subset", "", "clusters of this subset")
 	fl.StringVar(&f.Direction, "direction", "", "clusters of this direction: inbound or outbound")
-	fl.StringVar(&f.Name, "name", "", "the listener, route configuration or secret of this name")
+	fl.StringVar(&f.Name, "name", "", "the listener, route configuration, secret or extension configuration of this name")
 	fl.StringVar(&f.Name, "cluster", "", "endpoints of this cluster (the same as --name)")
 	fl.StringVar(&f.Address, "address", "", "listeners or endpoints of this address")
 	fl.StringVarP(&output, "output", "o", "short", "output format: short, json or yaml (a bootstrap: json, or yaml)")
@@ -203,6 +218,8 @@ type Dump struct {
 	Listeners []*listenerv3.Listener
 	Routes    []*routev3.RouteConfiguration
 	Secrets   []*tlsv3.Secret
+	// ExtensionConfigs are the ECDS resources the proxy asks for.
+	ExtensionConfigs []*corev3.TypedExtensionConfig
 	// PatchedBy are the EnvoyFilters that changed a resource, by
 	// "kind/name" ("cluster/outbound|80||a.b.svc.cluster.local").
 	PatchedBy map[string][]string
@@ -246,6 +263,10 @@ func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) 
 		case *adminv3.SecretsConfigDump:
 			for _, r := range s.GetDynamicActiveSecrets() {
 				errs = append(errs, into(r.GetSecret(), &d.Secrets))
+			}
+		case *adminv3.EcdsConfigDump:
+			for _, r := range s.GetEcdsFilters() {
+				errs = append(errs, into(r.GetEcdsFilter(), &d.ExtensionConfigs))
 			}
 		case *structpb.Struct:
 			for k, v := range s.GetFields()[debugapi.MetadataEnvoyFilters].GetStructValue().GetFields() {
@@ -331,8 +352,16 @@ func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now ti
 					rows, msgs = append(rows, secretRow(s, now)), append(msgs, s)
 				}
 			}
+		case "ecds":
+			header = []string{"NAME", "TYPE"}
+			for _, ec := range d.ExtensionConfigs {
+				if f.Name == "" || ec.GetName() == f.Name {
+					add("extension configuration/"+ec.GetName(), []string{ec.GetName(), strings.TrimPrefix(ec.GetTypedConfig().GetTypeUrl(), "type.googleapis.com/")})
+					msgs = append(msgs, ec)
+				}
+			}
 		}
-		full[kind+"s"] = msgs
+		full[plural(kind)] = msgs
 		if output != "short" {
 			continue
 		}
@@ -379,7 +408,7 @@ func writeFull(w io.Writer, show []string, full map[string][]proto.Message, outp
 	}
 	var v any
 	if len(show) == 1 {
-		list, err := toJSON(full[show[0]+"s"])
+		list, err := toJSON(full[plural(show[0])])
 		if err != nil {
 			return err
 		}
@@ -387,11 +416,11 @@ func writeFull(w io.Writer, show []string, full map[string][]proto.Message, outp
 	} else {
 		obj := map[string][]json.RawMessage{}
 		for _, k := range show {
-			list, err := toJSON(full[k+"s"])
+			list, err := toJSON(full[plural(k)])
 			if err != nil {
 				return err
 			}
-			obj[k+"s"] = list
+			obj[plural(k)] = list
 		}
 		v = obj
 	}

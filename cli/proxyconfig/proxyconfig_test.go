@@ -2,11 +2,14 @@ package proxyconfig
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	wasmhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
@@ -60,5 +63,39 @@ func TestASecretShowsItsSerialValidityAndIdentityNeverItsKey(t *testing.T) {
 	}
 	if bad := secretRow(&tlsv3.Secret{Name: "b", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{CertificateChain: inline([]byte("garbage"))}}}, now); bad[2] != "NOT PEM" {
 		t.Fatalf("garbage row %q", bad)
+	}
+}
+
+func TestExtensionConfigurationsShowTheirNameTypeAndTheEnvoyFilterThatAddedThem(t *testing.T) {
+	wasm, err := anypb.New(&wasmhttpv3.Wasm{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Dump{
+		ExtensionConfigs: []*corev3.TypedExtensionConfig{
+			{Name: "extensions.istio.io/trafficextension/bookinfo.auth", TypedConfig: wasm},
+			{Name: "ecds-added", TypedConfig: wasm},
+		},
+		PatchedBy: map[string][]string{"extension configuration/ecds-added": {"bookinfo/lua"}},
+	}
+	var b strings.Builder
+	if err := Print(&b, d, []string{"ecds"}, Filters{}, "short", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"NAME", "TYPE", "ENVOYFILTERS",
+		"extensions.istio.io/trafficextension/bookinfo.auth", "envoy.extensions.filters.http.wasm.v3.Wasm",
+		"bookinfo/lua",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := Print(&b, d, []string{"ecds"}, Filters{Name: "ecds-added"}, "json", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "bookinfo.auth") || !strings.Contains(b.String(), `"name": "ecds-added"`) {
+		t.Errorf("--name ecds-added -o json:\n%s", b.String())
 	}
 }

@@ -186,3 +186,22 @@ func ParseClusterName(name string) (direction string, port uint32, subset, host 
 	}
 	return parts[0], uint32(n), parts[2], parts[3], true
 }
+
+// The keys of a Wasm module's VM environment through which discovery tells
+// the agent how to fetch the module, which the agent removes (with every
+// other ISTIO_META_ key) before Envoy sees the configuration (Istio's
+// WasmSecretEnv, WasmPolicyEnv, WasmResourceVersionEnv): the registry
+// credentials (a dockerconfigjson; present and empty when the named
+// Secret could not be given), the pull policy (IfNotPresent or Always)
+// and the WasmPlugin's version (under Always, a new one pulls again).
+const (
+	WasmPullSecretEnv      = "ISTIO_META_WASM_IMAGE_PULL_SECRET" //nolint:gosec // the variable's name, not a credential
+	WasmPullPolicyEnv      = "ISTIO_META_WASM_IMAGE_PULL_POLICY"
+	WasmResourceVersionEnv = "ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"
+	WasmMetaPrefix         = "ISTIO_META_"
+)
+
+// WasmNoDigest stands for a remote module's sha256 when the extension
+// gives none (Envoy's remote data source requires one): the agent reads
+// it as none (Istio's "nil").
+const WasmNoDigest = "nil"

@@ -21,6 +21,7 @@ import (
 	extensions "istio.io/api/extensions/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -43,27 +44,12 @@ const (
 	rbacNetworkType = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC"
 )
 
-// The keys of a Wasm VM's environment through which discovery tells the
-// agent how to fetch the module; the agent removes them before Envoy
-// sees the configuration (Istio's WasmSecretEnv, WasmPolicyEnv,
-// WasmResourceVersionEnv).
-const (
-	WasmPullSecretEnv      = "ISTIO_META_WASM_IMAGE_PULL_SECRET"
-	WasmPullPolicyEnv      = "ISTIO_META_WASM_IMAGE_PULL_POLICY"
-	WasmResourceVersionEnv = "ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"
-)
-
 // wasmRuntime is the Wasm VM Envoy runs modules in (Istio's
 // defaultRuntime).
 const wasmRuntime = "envoy.wasm.runtime.v8"
 
 // wasmFetchTimeout bounds the module's fetch (Istio's buildDataSource).
 const wasmFetchTimeout = 30 * time.Second
-
-// noDigest stands for a module's sha256 when the extension gives none:
-// Envoy's remote data source requires one, and the agent, which checks
-// the digest, reads this value as none (Istio's "nil").
-const noDigest = "nil"
 
 // phased are the extension filters of one chain, by where they go:
 // before the authentication filters, before the authorization filters,
@@ -259,17 +245,17 @@ func (g *gen) wasmVM(e *model.Extension) *wasmv3.VmConfig {
 				// The agent fetches it: no cluster does.
 				HttpUpstreamType: &corev3.HttpUri_Cluster{Cluster: "_"},
 			},
-			Sha256: cmp.Or(wasm.GetSha256(), noDigest),
+			Sha256: cmp.Or(wasm.GetSha256(), proxycontract.WasmNoDigest),
 		}}}
 	}
 	kv := vm.EnvironmentVariables.KeyValues
 	if s := wasm.GetImagePullSecret(); s != "" {
-		kv[WasmPullSecretEnv] = g.pullSecret(e.Namespace, s)
+		kv[proxycontract.WasmPullSecretEnv] = g.pullSecret(e.Namespace, s)
 	}
 	if p := wasm.GetImagePullPolicy(); p != extensions.PullPolicy_UNSPECIFIED_POLICY {
-		kv[WasmPullPolicyEnv] = p.String()
+		kv[proxycontract.WasmPullPolicyEnv] = p.String()
 	}
-	kv[WasmResourceVersionEnv] = e.Version
+	kv[proxycontract.WasmResourceVersionEnv] = e.Version
 	for _, env := range wasm.GetVmConfig().GetEnv() {
 		switch env.GetValueFrom() {
 		case extensions.EnvValueSource_INLINE:

@@ -8,6 +8,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -28,9 +29,12 @@ func TestAModulesPullSecretGoesOnlyToAProxyWhoseIdentityWasVerified(t *testing.T
 	pc, _ := store.Build(opts, nil, 1)
 	const name = "extensions.istio.io/trafficextension/bookinfo.basic-auth~istio-translated-wasmplugin"
 	secretOf := func(verified string) (string, bool) {
-		p := *proxies[0].Proxy // reviews-a
-		p.VerifiedNamespace = verified
-		ecs := NewGenerator(pc, &p).ExtensionConfigs([]string{name})
+		src := proxies[0].Proxy // reviews-a
+		p := &model.Proxy{
+			Type: src.Type, IPs: src.IPs, ID: src.ID, DNSDomain: src.DNSDomain, Namespace: src.Namespace, Labels: src.Labels,
+			VerifiedNamespace: verified,
+		}
+		ecs := NewGenerator(pc, p).ExtensionConfigs([]string{name})
 		if len(ecs) != 1 {
 			t.Fatalf("%d extension configurations for %s, want 1", len(ecs), name)
 		}
@@ -38,7 +42,7 @@ func TestAModulesPullSecretGoesOnlyToAProxyWhoseIdentityWasVerified(t *testing.T
 		if err := ecs[0].GetTypedConfig().UnmarshalTo(w); err != nil {
 			t.Fatal(err)
 		}
-		v, ok := w.GetConfig().GetVmConfig().GetEnvironmentVariables().GetKeyValues()[WasmPullSecretEnv]
+		v, ok := w.GetConfig().GetVmConfig().GetEnvironmentVariables().GetKeyValues()[proxycontract.WasmPullSecretEnv]
 		return v, ok
 	}
 	if v, ok := secretOf("bookinfo"); !ok || v != docker {

@@ -52,6 +52,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Defaults, Istio's (pkg/wasm/options.go, MaxWasmBinarySizeBytes) where
@@ -323,7 +325,7 @@ func (c *Cache) Get(ctx context.Context, rawURL string, o GetOptions) (string, e
 		return "", fmt.Errorf("wasm module URL %q has no host", rawURL)
 	}
 	want := strings.ToLower(o.Checksum)
-	if want == "nil" { // istiod's stand-in for no checksum
+	if want == proxycontract.WasmNoDigest { // discovery's (and istiod's) stand-in for no checksum
 		want = ""
 	}
 	if want != "" && !isSHA256(want) {

@@ -18,16 +18,18 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
-// The environment variables istiod adds to a WasmPlugin's VM for the
-// agent (Istio's pkg/model/wasm.go); every ISTIO_META_ variable is
-// stripped before Envoy sees the resource.
+// The environment variables discovery adds to a module's VM for the
+// agent (proxycontract, as Istio's pkg/model/wasm.go); every ISTIO_META_
+// variable is stripped before Envoy sees the resource.
 const (
-	envPullSecret      = "ISTIO_META_WASM_IMAGE_PULL_SECRET" //nolint:gosec // the variable's name, not a credential
-	envPullPolicy      = "ISTIO_META_WASM_IMAGE_PULL_POLICY"
-	envResourceVersion = "ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"
-	istioMetaPrefix    = "ISTIO_META_"
+	envPullSecret      = proxycontract.WasmPullSecretEnv
+	envPullPolicy      = proxycontract.WasmPullPolicyEnv
+	envResourceVersion = proxycontract.WasmResourceVersionEnv
+	istioMetaPrefix    = proxycontract.WasmMetaPrefix
 )
 
 // The type URLs Convert reads.

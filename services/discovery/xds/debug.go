@@ -33,6 +33,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
 )
@@ -432,10 +433,10 @@ func redactedPullSecret(a *anypb.Any) *anypb.Any {
 		return a
 	}
 	kv := vm.GetEnvironmentVariables().GetKeyValues()
-	if _, ok := kv[translate.WasmPullSecretEnv]; !ok {
+	if _, ok := kv[proxycontract.WasmPullSecretEnv]; !ok {
 		return a
 	}
-	kv[translate.WasmPullSecretEnv] = "[redacted]"
+	kv[proxycontract.WasmPullSecretEnv] = "[redacted]"
 	if ec.TypedConfig, err = anypb.New(inner); err != nil {
 		return nil
 	}

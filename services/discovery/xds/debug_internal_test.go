@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 func TestAConfigDumpNeverShowsAPrivateKey(t *testing.T) {
@@ -46,7 +46,7 @@ func TestAConfigDumpNeverShowsAPrivateKey(t *testing.T) {
 func TestAConfigDumpRedactsTheRegistryCredentialsOfAWasmModule(t *testing.T) {
 	w := &wasmhttpv3.Wasm{Config: &wasmv3.PluginConfig{Vm: &wasmv3.PluginConfig_VmConfig{VmConfig: &wasmv3.VmConfig{
 		EnvironmentVariables: &wasmv3.EnvironmentVariables{KeyValues: map[string]string{
-			translate.WasmPullSecretEnv: `{"auths":{"r":{"auth":"THE-KEY"}}}`, "TRUST_DOMAIN": "cluster.local",
+			proxycontract.WasmPullSecretEnv: `{"auths":{"r":{"auth":"THE-KEY"}}}`, "TRUST_DOMAIN": "cluster.local",
 		}},
 	}}}}
 	tc, err := anypb.New(w)

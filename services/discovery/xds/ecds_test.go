@@ -12,7 +12,7 @@ import (
 	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
-	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // wasmPlugin is a WasmPlugin in default selecting app=a.
@@ -78,7 +78,7 @@ func TestAWasmPluginReachesOverECDSTheProxiesItSelectsAndItsChangesOnlyThem(t *t
 	// Discovery verified no identity here (plaintext): the pull secret's
 	// key is there for the agent, but empty, as Istio's for an
 	// unverified proxy.
-	if v, ok := w.GetConfig().GetVmConfig().GetEnvironmentVariables().GetKeyValues()[translate.WasmPullSecretEnv]; !ok || v != "" {
+	if v, ok := w.GetConfig().GetVmConfig().GetEnvironmentVariables().GetKeyValues()[proxycontract.WasmPullSecretEnv]; !ok || v != "" {
 		t.Errorf("pull secret %q (present %v), want the key with no credentials for an unverified proxy", v, ok)
 	}
 	sb, rb := h.ecdsWatch(t, "sidecar~10.1.0.10~b-1.default~default.svc.cluster.local", "b")
