@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networkingapi "istio.io/api/networking/v1alpha3"
+	extensionsv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -584,6 +585,56 @@ func TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow(t *testing.T) {
 		return !st.has(registry.CredentialTypeURL, edge+"/shop-cert") && !st.has(registry.CredentialTypeURL, edge+"/partner-cacert") &&
 			!st.has(registry.CredentialTypeURL, other+"/shop-cert")
 	})
+}
+
+// TestAWasmPluginsPullSecretIsPublishedWithItsRegistryCredentialsOnly: a
+// WasmPlugin's imagePullSecret publishes that dockerconfigjson Secret of
+// its namespace with the registry credentials alone (for discovery to
+// hand the agent), and withdraws it with the WasmPlugin; Secrets it does
+// not name are not published.
+func TestAWasmPluginsPullSecretIsPublishedWithItsRegistryCredentialsOnly(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const docker = `{"auths":{"registry.example":{"auth":"dTpw"}}}`
+	for _, s := range []*corev1.Secret{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "registry-pull", Namespace: ns}, Type: corev1.SecretTypeDockerConfigJson,
+			Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(docker)},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: "unnamed-pull", Namespace: ns}, Type: corev1.SecretTypeDockerConfigJson,
+			Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(docker)},
+		},
+	} {
+		if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := start(t)
+	ic, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp := &extensionsv1alpha1.WasmPlugin{ObjectMeta: metav1.ObjectMeta{Name: "auth"}}
+	wp.Spec.Url = "oci://registry.example/auth:1"
+	wp.Spec.ImagePullSecret = "registry-pull"
+	if _, err := ic.ExtensionsV1alpha1().WasmPlugins(ns).Create(ctx, wp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the pull secret published", func() bool {
+		c := st.credential(ns + "/registry-pull")
+		return c != nil && string(c.GetDockerConfig()) == docker && len(c.GetCertificateChain()) == 0
+	})
+	if st.has(registry.CredentialTypeURL, ns+"/unnamed-pull") {
+		t.Error("a pull secret nothing names was published")
+	}
+	if err := ic.ExtensionsV1alpha1().WasmPlugins(ns).Delete(ctx, "auth", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, "the pull secret withdrawn", func() bool { return !st.has(registry.CredentialTypeURL, ns+"/registry-pull") })
 }
 
 // TestEachChangeOfAnIstioObjectIsTracedAndItsPublishingCarriesTheSpan:
