@@ -58,6 +58,12 @@ func memoIn(m *sync.Map, key any, build func() any) any {
 	return v
 }
 
+// isInboundCluster reports whether a cluster is of the inbound side (the
+// inbound patch context).
+func isInboundCluster(name string) bool {
+	return strings.HasPrefix(name, inbound+"|") || name == InboundPassthroughCluster
+}
+
 // patched is a resource after its patches: nil when a patch removed it.
 type patched struct {
 	res proto.Message
@@ -123,14 +129,24 @@ func (g *gen) patchedBy(kind, name string, by []string) {
 // A clone a patch made invalid is dropped for the resource as generated,
 // and the first patch that broke it is reported.
 func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(m proto.Message, ps *patchSet, only func(*efPatch) bool) (removed bool, by []string)) proto.Message {
-	if !g.mayPatch(res, ps) {
-		return res
-	}
 	if ps.patched == nil {
 		// Per client, patch set and contexts: a sidecar and a gateway
 		// share a client and may share a set, but patch in different
 		// contexts.
 		ps.patched = g.pc.Memo(fmt.Sprintf("ef-patched|%s|%d|%d|%p", g.client.name, ps.outbound, ps.inbound, ps.set), func() any { return &sync.Map{} }).(*sync.Map)
+	}
+	// A resource shared by proxies of the same patches is looked at once:
+	// what it became, or that no patch can touch it (mayPatch depends on
+	// nothing else, but for an inbound cluster, which it matches against
+	// the proxy's own services).
+	if v, ok := ps.patched.Load(res); ok {
+		return g.usePatched(kind, res, v.(*patched))
+	}
+	if !g.mayPatch(res, ps) {
+		if c, ok := res.(*clusterv3.Cluster); !ok || !isInboundCluster(c.GetName()) {
+			ps.patched.Store(res, &patched{res: res})
+		}
+		return res
 	}
 	v := memoIn(ps.patched, res, func() any {
 		out := &patched{}
@@ -177,6 +193,12 @@ func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(
 		out.res = res
 		return out
 	}).(*patched)
+	return g.usePatched(kind, res, v)
+}
+
+// usePatched reports what patching res gave, and returns the resource to
+// send (nil: removed).
+func (g *gen) usePatched(kind string, res proto.Message, v *patched) proto.Message {
 	for _, p := range v.problems {
 		g.problem("%s", p)
 	}
@@ -192,7 +214,7 @@ func (g *gen) mayPatch(res proto.Message, ps *patchSet) bool {
 	switch r := res.(type) {
 	case *clusterv3.Cluster:
 		ctx, hosts := ps.outbound, []string(nil)
-		if strings.HasPrefix(r.GetName(), inbound+"|") || r.GetName() == InboundPassthroughCluster {
+		if isInboundCluster(r.GetName()) {
 			ctx = ps.inbound
 			hosts = g.inboundHosts(r.GetName())
 		}
@@ -1247,6 +1269,9 @@ func withAdded[R interface {
 	proto.Message
 	GetName() string
 }](g *gen, have, added []R, names []string, kind string) []R {
+	if len(added) == 0 {
+		return have // sorted already
+	}
 	for _, a := range added {
 		if names != nil && !slices.Contains(names, a.GetName()) {
 			continue
