@@ -184,10 +184,11 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 		sr.Listeners = append(sr.Listeners, lis)
 	}
 	pc := o.ProxyConfig
+	if b.LayeredRuntime, err = runtime(pc); err != nil {
+		return nil, nil, fmt.Errorf("bootstrap runtime: %w", err)
+	}
+	b.StatsConfig = &metricsv3.StatsConfig{StatsMatcher: statsMatcher(pc, o.Node.IP)}
 	for _, tag := range pc.GetExtraStatTags() {
-		if b.StatsConfig == nil {
-			b.StatsConfig = &metricsv3.StatsConfig{}
-		}
 		// Istio's form: the tag's value travels in the stat name as
 		// "<tag>=.=<value>;.;".
 		b.StatsConfig.StatsTags = append(b.StatsConfig.StatsTags, &metricsv3.TagSpecifier{

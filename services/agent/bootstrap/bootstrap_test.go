@@ -48,6 +48,14 @@ concurrency: 4
 drainDuration: 20s
 extraStatTags: [request_id_class, tenant]
 tracing: {zipkin: {address: "zipkin.istio-system:9411"}}
+proxyStatsMatcher:
+  inclusionPrefixes: ["http.{pod_ip}_"]
+  inclusionSuffixes: [upstream_rq_timeout]
+  inclusionRegexps: ['.*circuit_breakers.*']
+runtimeValues:
+  envoy.reloadable_features.http_reject_path_with_fragment: "true"
+  re2.max_program_size.error_level: ""
+  overload.global_downstream_max_connections: "50000"
 `)},
 	} {
 		t.Run(name, func(t *testing.T) {
