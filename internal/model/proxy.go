@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
@@ -51,6 +53,10 @@ type Proxy struct {
 	Metadata map[string]string
 	// Generator is "grpc" for proxyless gRPC clients, else empty.
 	Generator string
+	// ProxyConfig is the proxy config the proxy says it has
+	// (PROXY_CONFIG); nil when it says none, and the mesh's defaultConfig
+	// applies (EffectiveProxyConfig).
+	ProxyConfig *meshv1alpha1.ProxyConfig
 	// Locality is where the proxy says it runs (the node's locality in
 	// its bootstrap); empty when it does not say.
 	Locality Locality
@@ -89,3 +95,13 @@ func (l Locality) String() string { return l.Region + "/" + l.Zone + "/" + l.Sub
 
 // ProxylessGRPC reports whether the proxy is a proxyless gRPC client.
 func (p *Proxy) ProxylessGRPC() bool { return p.Generator == GeneratorGRPC }
+
+// EffectiveProxyConfig is the proxy's proxy config, else the mesh's
+// defaultConfig (Istio's ProxyConfigOrDefault: the two are not merged
+// here, the agent sends the merged one).
+func (p *Proxy) EffectiveProxyConfig(mesh *meshv1alpha1.MeshConfig) *meshv1alpha1.ProxyConfig {
+	if p.ProxyConfig != nil {
+		return p.ProxyConfig
+	}
+	return mesh.GetDefaultConfig()
+}

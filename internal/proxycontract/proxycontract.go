@@ -81,6 +81,11 @@ const (
 	MetadataClusterID = "CLUSTER_ID"
 	// MetadataMeshID is the mesh the workload is in.
 	MetadataMeshID = "MESH_ID"
+	// MetadataProxyConfig is the pod's proxy config (Istio's
+	// ProxyConfig, its proxy.istio.io/config over the ProxyConfig
+	// resources), as a JSON object: what discovery configures from it
+	// (a gateway's topology) it reads here, as istiod does.
+	MetadataProxyConfig = "PROXY_CONFIG"
 	// MetadataIstioVersion is the proxy's version.
 	MetadataIstioVersion = "ISTIO_VERSION"
 	// MetadataServiceAccount is the workload's service account.

@@ -12,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	listenerproxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/proxy_protocol/v3"
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
@@ -363,8 +365,14 @@ func (g *gen) gatewayListeners() []*listenerv3.Listener {
 			g.problem("listener %s: no server on the port has anything to serve; left out", name)
 			continue
 		}
+		// The PROXY protocol header a load balancer in front sends is
+		// read first, when the gateway topology says one does (Istio's
+		// needPROXYProtocol).
+		if g.p.EffectiveProxyConfig(g.pc.Mesh).GetGatewayTopology().GetProxyProtocol() != nil {
+			l.ListenerFilters = append(l.ListenerFilters, &listenerv3.ListenerFilter{Name: "envoy.filters.listener.proxy_protocol", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&listenerproxyprotocolv3.ProxyProtocol{})}})
+		}
 		if len(gp.tls) > 0 {
-			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}}}
+			l.ListenerFilters = append(l.ListenerFilters, &listenerv3.ListenerFilter{Name: "envoy.filters.listener.tls_inspector", ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: g.pack(&tlsinspectorv3.TlsInspector{})}})
 		}
 		out = append(out, l)
 	}
@@ -415,8 +423,21 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 func (g *gen) gatewayHCM(statPrefix, route string, port uint32) *hcmv3.HttpConnectionManager {
 	hcm := g.httpConnectionManager(statPrefix, route, port, g.workloadAuthz())
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
+	// The proxy config's gateway topology: the proxies in front of the
+	// gateway whose X-Forwarded-For entries are trusted, and what is
+	// done with a client certificate's details (Istio's
+	// buildGatewayConnectionManager; SANITIZE_SET by default).
+	topo := g.p.EffectiveProxyConfig(g.pc.Mesh).GetGatewayTopology()
+	hcm.XffNumTrustedHops = topo.GetNumTrustedProxies()
 	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_SANITIZE_SET
-	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
+	if f := topo.GetForwardClientCertDetails(); f != meshv1alpha1.ForwardClientCertDetails_UNDEFINED {
+		// The enums differ by one: the mesh's has UNDEFINED first
+		// (Istio's MeshConfigToEnvoyForwardClientCertDetails).
+		hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_ForwardClientCertDetails(f - 1)
+	}
+	if d := hcm.GetForwardClientCertDetails(); d == hcmv3.HttpConnectionManager_SANITIZE_SET || d == hcmv3.HttpConnectionManager_APPEND_FORWARD {
+		hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Subject: wrapperspb.Bool(true), Cert: true, Dns: true, Uri: true}
+	}
 	return hcm
 }
 

@@ -19,6 +19,8 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	sigyaml "sigs.k8s.io/yaml"
@@ -60,6 +62,8 @@ type testProxy struct {
 		// string metadata (what EnvoyFilter proxy matches read).
 		IstioVersion string            `json:"istioVersion"`
 		Metadata     map[string]string `json:"metadata"`
+		// ProxyConfig is the node's PROXY_CONFIG.
+		ProxyConfig json.RawMessage `json:"proxyConfig"`
 	} `json:"spec"`
 }
 
@@ -250,7 +254,15 @@ func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
 	}
 	_, ns, _ := strings.Cut(parts[2], ".")
 	loc := append(strings.SplitN(tp.Spec.Locality, "/", 3), "", "")
+	var pc *meshv1alpha1.ProxyConfig
+	if len(tp.Spec.ProxyConfig) > 0 {
+		pc = &meshv1alpha1.ProxyConfig{}
+		if err := protojson.Unmarshal(tp.Spec.ProxyConfig, pc); err != nil {
+			tb.Fatalf("proxy %s: proxyConfig: %v", tp.Spec.ID, err)
+		}
+	}
 	return &model.Proxy{
+		ProxyConfig: pc,
 		Type: model.ProxyType(parts[0]), IPs: []netip.Addr{netip.MustParseAddr(parts[1])}, ID: parts[2],
 		DNSDomain: parts[3], Namespace: ns, Labels: tp.Spec.Labels, Generator: tp.Spec.Generator,
 		ServiceAccount: tp.Spec.ServiceAccount, IstioTelemetry: tp.Spec.IstioTelemetry,

@@ -28,6 +28,7 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -130,7 +131,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 		return nil, nil, fmt.Errorf("envoy admin address %q: bad port", o.Admin)
 	}
 	var problems []string
-	md, err := metadata(o.Node)
+	md, err := metadata(o.Node, o.ProxyConfig)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -287,7 +288,7 @@ func serviceCluster(n Node) string {
 
 // metadata is what discovery reads of the node, under the keys of the
 // contract (Istio's node metadata).
-func metadata(n Node) (*structpb.Struct, error) {
+func metadata(n Node, pc *meshv1alpha1.ProxyConfig) (*structpb.Struct, error) {
 	labels := map[string]any{}
 	for k, v := range n.Labels {
 		labels[k] = v
@@ -309,6 +310,19 @@ func metadata(n Node) (*structpb.Struct, error) {
 	md, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
+	}
+	if pc != nil {
+		// The pod's proxy config, as Istio's agent sends it: what
+		// discovery configures from it (a gateway's topology).
+		js, err := protojson.Marshal(pc)
+		if err != nil {
+			return nil, fmt.Errorf("node metadata %s: %w", proxycontract.MetadataProxyConfig, err)
+		}
+		st := &structpb.Struct{}
+		if err := protojson.Unmarshal(js, st); err != nil {
+			return nil, fmt.Errorf("node metadata %s: %w", proxycontract.MetadataProxyConfig, err)
+		}
+		md.Fields[proxycontract.MetadataProxyConfig] = structpb.NewStructValue(st)
 	}
 	return md, nil
 }

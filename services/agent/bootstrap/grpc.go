@@ -91,7 +91,7 @@ func BuildGRPC(o GRPCOptions) ([]byte, error) {
 	if o.CertRefresh < time.Second {
 		return nil, fmt.Errorf("certificate refresh %s: want at least 1s", o.CertRefresh)
 	}
-	md, err := metadata(o.Node)
+	md, err := metadata(o.Node, nil) // proxyless: nothing of a proxy config is read
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package proxy identifies the proxies that connect to discovery from what
 // they send first: an Istio-style node ID ("sidecar~10.1.1.1~app-7d9f.default~default.svc.cluster.local")
 // and node metadata (NAMESPACE, LABELS, ISTIO_VERSION, CLUSTER_ID,
-// SERVICE_ACCOUNT, GENERATOR, INSTANCE_IPS), in the forms of
+// SERVICE_ACCOUNT, GENERATOR, INSTANCE_IPS, PROXY_CONFIG), in the forms of
 // internal/proxycontract, which the agent writes them by. Bad input is an
 // error that says what is wrong, for the stream to return, never a crash.
 package proxy
@@ -15,7 +15,10 @@ import (
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
@@ -44,6 +47,8 @@ const (
 	maxLabels  = 256
 	maxIPs     = 16
 	maxLabelLn = 512
+	// maxProxyConfig bounds PROXY_CONFIG, as JSON.
+	maxProxyConfig = 64 << 10
 )
 
 // FromNode parses a node.
@@ -177,6 +182,11 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 			p.Labels[k] = s.StringValue
 		}
 	}
+	if v, ok := md[proxycontract.MetadataProxyConfig]; ok {
+		if p.ProxyConfig, err = proxyConfig(v); err != nil {
+			return err
+		}
+	}
 	p.Metadata = stringFields(md)
 	ips, err := str(proxycontract.MetadataInstanceIPs)
 	if err != nil {
@@ -198,6 +208,27 @@ func applyMetadata(p *Proxy, md map[string]*structpb.Value) error {
 		}
 	}
 	return nil
+}
+
+// proxyConfig reads PROXY_CONFIG: a JSON object of Istio's ProxyConfig
+// (fields this Istio API does not know are left out, as a newer agent's
+// may send them), at most maxProxyConfig bytes of it.
+func proxyConfig(v *structpb.Value) (*meshv1alpha1.ProxyConfig, error) {
+	if v.GetStructValue() == nil {
+		return nil, fmt.Errorf("%s must be an object", proxycontract.MetadataProxyConfig)
+	}
+	if n := proto.Size(v); n > maxProxyConfig {
+		return nil, fmt.Errorf("%s is %d bytes, more than %d", proxycontract.MetadataProxyConfig, n, maxProxyConfig)
+	}
+	js, err := protojson.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", proxycontract.MetadataProxyConfig, err)
+	}
+	pc := &meshv1alpha1.ProxyConfig{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(js, pc); err != nil {
+		return nil, fmt.Errorf("%s is not a proxy config: %w", proxycontract.MetadataProxyConfig, err)
+	}
+	return pc, nil
 }
 
 // stringFields keeps the metadata's string fields for EnvoyFilter proxy

@@ -81,17 +81,26 @@ func TestBadNodesGetAClearError(t *testing.T) {
 		md   map[string]any
 		want string
 	}{
-		"too few parts":      {"sidecar~10.1.1.1~pod.ns", nil, "want type~ip~id~domain"},
-		"unknown type":       {"waypoint~10.1.1.1~p.ns~ns.svc", nil, `unknown proxy type "waypoint"`},
-		"bad ip":             {"sidecar~10.1.1~p.ns~ns.svc", nil, `"10.1.1" is not an IP address`},
-		"empty id":           {"sidecar~10.1.1.1~~ns.svc", nil, "the id part is empty"},
-		"no namespace":       {"sidecar~10.1.1.1~pod~svc", nil, "no namespace"},
-		"oversized id":       {"sidecar~10.1.1.1~" + long + "~d", nil, "more than 1024"},
-		"labels not a map":   {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"LABELS": "app=x"}, "LABELS must be a map of strings"},
-		"label not a string": {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"LABELS": map[string]any{"n": 3.0}}, "LABELS[n] must be a string"},
-		"namespace a number": {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"NAMESPACE": 7.0}, "NAMESPACE must be a string"},
-		"unknown generator":  {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"GENERATOR": "api"}, `GENERATOR "api" is not supported`},
-		"bad instance ip":    {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"INSTANCE_IPS": "10.1.1.1,nope"}, `INSTANCE_IPS: "nope"`},
+		"too few parts":              {"sidecar~10.1.1.1~pod.ns", nil, "want type~ip~id~domain"},
+		"unknown type":               {"waypoint~10.1.1.1~p.ns~ns.svc", nil, `unknown proxy type "waypoint"`},
+		"bad ip":                     {"sidecar~10.1.1~p.ns~ns.svc", nil, `"10.1.1" is not an IP address`},
+		"empty id":                   {"sidecar~10.1.1.1~~ns.svc", nil, "the id part is empty"},
+		"no namespace":               {"sidecar~10.1.1.1~pod~svc", nil, "no namespace"},
+		"oversized id":               {"sidecar~10.1.1.1~" + long + "~d", nil, "more than 1024"},
+		"labels not a map":           {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"LABELS": "app=x"}, "LABELS must be a map of strings"},
+		"label not a string":         {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"LABELS": map[string]any{"n": 3.0}}, "LABELS[n] must be a string"},
+		"namespace a number":         {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"NAMESPACE": 7.0}, "NAMESPACE must be a string"},
+		"unknown generator":          {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"GENERATOR": "api"}, `GENERATOR "api" is not supported`},
+		"bad instance ip":            {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"INSTANCE_IPS": "10.1.1.1,nope"}, `INSTANCE_IPS: "nope"`},
+		"proxy config not an object": {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"PROXY_CONFIG": "{}"}, "PROXY_CONFIG must be an object"},
+		"proxy config of wrong types": {
+			"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"PROXY_CONFIG": map[string]any{"gatewayTopology": map[string]any{"numTrustedProxies": "many"}}},
+			"PROXY_CONFIG is not a proxy config",
+		},
+		"oversized proxy config": {
+			"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"PROXY_CONFIG": map[string]any{"proxyMetadata": map[string]any{"X": strings.Repeat("y", 70<<10)}}},
+			"more than 65536",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -103,6 +112,23 @@ func TestBadNodesGetAClearError(t *testing.T) {
 	}
 	if _, err := FromNode(nil); err == nil {
 		t.Fatal("nil node accepted")
+	}
+}
+
+func TestAGatewaysProxyConfigIsReadFromItsNodeAndUnknownFieldsAreLeftOut(t *testing.T) {
+	p, err := FromNode(node(t, "router~10.1.1.1~gw-1.edge~edge.svc.cluster.local", map[string]any{
+		"PROXY_CONFIG": map[string]any{
+			"gatewayTopology":     map[string]any{"numTrustedProxies": 2.0, "forwardClientCertDetails": "APPEND_FORWARD", "proxyProtocol": map[string]any{}},
+			"concurrency":         2.0,
+			"aFieldOfANewerIstio": true,
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt := p.ProxyConfig.GetGatewayTopology()
+	if gt.GetNumTrustedProxies() != 2 || gt.GetForwardClientCertDetails().String() != "APPEND_FORWARD" || gt.GetProxyProtocol() == nil || p.ProxyConfig.GetConcurrency().GetValue() != 2 {
+		t.Fatalf("proxy config %v", p.ProxyConfig)
 	}
 }
 
