@@ -64,6 +64,16 @@ func (g *gen) extensions() []*model.Extension {
 	return g.pc.Extensions(g.p)
 }
 
+// extensionsKey names the proxy's extensions, for the memo keys of what
+// proxies share and holds their filters (outbound listeners).
+func (g *gen) extensionsKey() string {
+	var b strings.Builder
+	for _, e := range g.extensions() {
+		b.WriteString(e.Key() + ";")
+	}
+	return b.String()
+}
+
 // chainExtensions are the proxy's extensions that apply to a chain of a
 // mode and port, network ones or HTTP ones.
 func (g *gen) chainExtensions(mode model.WorkloadMode, port uint32, network bool) []*model.Extension {
