@@ -38,7 +38,7 @@ var honoured = map[string]string{
 	AnnotationExcludeOutbound:   "the capture rules (outbound address ranges not captured)",
 	AnnotationExcludeInbound:    "the capture rules (inbound ports not captured)",
 	AnnotationExcludeOutboundPt: "the capture rules (outbound ports not captured)",
-	AnnotationProxyConfig:       "partly: merged with the ProxyConfig resources as Istio's EffectiveProxyConfig; the injector applies holdApplicationUntilProxyStarts, proxyMetadata (the sidecar's environment) and the image type, the agent concurrency, drainDuration, terminationDrainDuration, tracing, extraStatTags, proxyStatsMatcher and runtimeValues, discovery a gateway's gatewayTopology; other fields have no effect yet (planned)",
+	AnnotationProxyConfig:       "partly: merged with the ProxyConfig resources as Istio's EffectiveProxyConfig; the injector applies holdApplicationUntilProxyStarts, proxyMetadata (the sidecar's environment) and the image type, the agent concurrency, drainDuration, terminationDrainDuration, tracing, extraStatTags, proxyStatsMatcher and runtimeValues, discovery a gateway's gatewayTopology and the proxyHeaders (but attemptCount, xForwardedHost and metadataExchangeHeaders); other fields have no effect yet (planned)",
 	AnnotationRewriteProbes:     "the application's HTTP, TCP and gRPC probes answered by the agent",
 	AnnotationTemplates:         "the injection template",
 	AnnotationProxyImageType:    "the image type (default, debug, distroless) of Istio's proxyv2 image; Flotilla's own image comes in one type",

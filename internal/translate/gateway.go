@@ -423,6 +423,9 @@ func (g *gen) gatewayTLSChains(s gwServer, gp *gwPort) []*listenerv3.FilterChain
 func (g *gen) gatewayHCM(statPrefix, route string, port uint32) *hcmv3.HttpConnectionManager {
 	hcm := g.httpConnectionManager(statPrefix, route, port, g.workloadAuthz())
 	hcm.UseRemoteAddress = wrapperspb.Bool(true)
+	// A gateway's server header is Istio's, as inbound.
+	ph := g.proxyHeaders(gatewayClass)
+	hcm.ServerName, hcm.ServerHeaderTransformation = ph.serverName, ph.serverTransformation
 	// The proxy config's gateway topology: the proxies in front of the
 	// gateway whose X-Forwarded-For entries are trusted, and what is
 	// done with a client certificate's details (Istio's

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -25,14 +26,16 @@ import (
 // httpFilters are the HTTP filters whose per-route settings routes may
 // carry, the side's stats filters, then the router: fault, then CORS for
 // sidecars (Istio's order; grpc-go would reject a listener naming the
-// CORS filter, so proxyless clients get fault and router only).
-func (g *gen) httpFilters(side model.WorkloadMode) []*hcmv3.HttpFilter {
+// CORS filter, so proxyless clients get fault and router only). The
+// router adds Envoy's x-envoy-* headers unless suppressDebug (the proxy
+// headers' envoyDebugHeaders disabled).
+func (g *gen) httpFilters(side model.WorkloadMode, suppressDebug bool) []*hcmv3.HttpFilter {
 	fs := []*hcmv3.HttpFilter{{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&faultv3.HTTPFault{})}}}
 	if g.client.envoyHTTP {
 		fs = append(fs, &hcmv3.HttpFilter{Name: corsFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&corsv3.Cors{})}})
 	}
 	fs = append(fs, g.statsHTTPFilters(side)...)
-	return append(fs, &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&routerv3.Router{})}})
+	return append(fs, &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&routerv3.Router{SuppressEnvoyHeaders: suppressDebug})}})
 }
 
 // httpConnectionManager is the connection manager of an outbound or a
@@ -45,11 +48,11 @@ func (g *gen) httpConnectionManager(statPrefix, routeName string, port uint32, w
 			ConfigSource:    adsSource(),
 			RouteConfigName: routeName,
 		}},
-		HttpFilters: slices.Concat(g.peerMetadataHTTPFilter(model.ClientMode), g.policyHTTPFilters(w, model.ClientMode, port), g.httpFilters(model.ClientMode)),
+		HttpFilters: slices.Concat(g.peerMetadataHTTPFilter(model.ClientMode), g.policyHTTPFilters(w, model.ClientMode, port), g.httpFilters(model.ClientMode, g.proxyHeaders(outboundClass).suppressDebug)),
 		AccessLog:   g.accessLogs(model.ClientMode, filterLog),
 	}
 	if g.client.envoyHTTP {
-		g.sidecarHCM(hcm)
+		g.sidecarHCM(hcm, outboundClass)
 	}
 	g.setTracing(hcm, model.ClientMode)
 	return hcm
@@ -60,10 +63,10 @@ func (g *gen) httpConnectionManager(statPrefix, routeName string, port uint32, w
 // idle timeout (Envoy's 5-minute default would reset long-lived gRPC
 // streams), paths normalised per the mesh's pathNormalization (by default
 // normalised, escaped slashes kept), the client's address not trusted from the
-// connection (use_remote_address false, inbound and outbound), request IDs
-// generated and 100-continue answered by the proxy
-// (ENABLE_100_CONTINUE_HEADERS, on by default).
-func (g *gen) sidecarHCM(hcm *hcmv3.HttpConnectionManager) {
+// connection (use_remote_address false, inbound and outbound),
+// 100-continue answered by the proxy (ENABLE_100_CONTINUE_HEADERS, on by
+// default), and the proxy headers of its class (proxyHeaders).
+func (g *gen) sidecarHCM(hcm *hcmv3.HttpConnectionManager, class headerClass) {
 	hcm.UpgradeConfigs = []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
 	hcm.StreamIdleTimeout = dur(0)
 	hcm.NormalizePath = wrapperspb.Bool(true)
@@ -79,8 +82,77 @@ func (g *gen) sidecarHCM(hcm *hcmv3.HttpConnectionManager) {
 	default: // DEFAULT and BASE
 	}
 	hcm.UseRemoteAddress = wrapperspb.Bool(false)
-	hcm.GenerateRequestId = wrapperspb.Bool(true)
 	hcm.Proxy_100Continue = true
+	ph := g.proxyHeaders(class)
+	hcm.ServerName, hcm.ServerHeaderTransformation = ph.serverName, ph.serverTransformation
+	hcm.GenerateRequestId = ph.requestID
+	hcm.AppendXForwardedPort = ph.xForwardedPort
+}
+
+// headerClass is the kind of listener whose defaults the proxy headers
+// take (Istio's ListenerClass).
+type headerClass int
+
+const (
+	outboundClass headerClass = iota
+	inboundClass
+	gatewayClass
+)
+
+// proxyHeaders is what the proxy config's proxyHeaders say of the headers
+// a connection manager of a class sets, over Istio's defaults (Istio's
+// GetProxyHeadersFromProxyConfig): the server header ("istio-envoy"
+// inbound and on gateways, Envoy's own outbound; removed: passed
+// through), the client certificate details inbound (appended and
+// forwarded), request IDs (Envoy's default, generated), Envoy's debug
+// headers (added), X-Forwarded-Port (not added).
+type proxyHeaders struct {
+	serverName           string
+	serverTransformation hcmv3.HttpConnectionManager_ServerHeaderTransformation
+	forwardedClientCert  hcmv3.HttpConnectionManager_ForwardClientCertDetails
+	setCurrent           *meshv1alpha1.ProxyConfig_ProxyHeaders_SetCurrentClientCertDetails
+	requestID            *wrapperspb.BoolValue
+	suppressDebug        bool
+	xForwardedPort       bool
+}
+
+func (g *gen) proxyHeaders(class headerClass) proxyHeaders {
+	out := proxyHeaders{
+		serverName:           "istio-envoy",
+		serverTransformation: hcmv3.HttpConnectionManager_OVERWRITE,
+		forwardedClientCert:  hcmv3.HttpConnectionManager_APPEND_FORWARD,
+	}
+	if class == outboundClass {
+		out.serverName = ""
+	}
+	ph := g.p.EffectiveProxyConfig(g.pc.Mesh).GetProxyHeaders()
+	if ph == nil {
+		return out
+	}
+	if f := ph.GetForwardedClientCert(); f != meshv1alpha1.ForwardClientCertDetails_UNDEFINED {
+		out.forwardedClientCert = hcmv3.HttpConnectionManager_ForwardClientCertDetails(f - 1) // the enums differ by one (UNDEFINED)
+	}
+	if s := ph.GetServer(); s != nil {
+		if s.GetDisabled().GetValue() {
+			out.serverName, out.serverTransformation = "", hcmv3.HttpConnectionManager_PASS_THROUGH
+		} else if s.GetValue() != "" {
+			out.serverName = s.GetValue()
+		}
+	}
+	if ph.GetRequestId().GetDisabled().GetValue() {
+		out.requestID = wrapperspb.Bool(false)
+	}
+	out.suppressDebug = ph.GetEnvoyDebugHeaders().GetDisabled().GetValue()
+	out.xForwardedPort = ph.GetXForwardedPort().GetEnabled().GetValue()
+	out.setCurrent = ph.GetSetCurrentClientCertDetails()
+	return out
+}
+
+// key names what proxy headers of a class make of a shared connection
+// manager.
+func (ph proxyHeaders) key() string {
+	return fmt.Sprintf("%q|%d|%d|%t|%t|%t|%t", ph.serverName, ph.serverTransformation, ph.forwardedClientCert,
+		ph.requestID == nil, ph.requestID.GetValue(), ph.suppressDebug, ph.xForwardedPort)
 }
 
 // tcpProxy forwards a connection to clusters; side is whether the
@@ -282,11 +354,25 @@ func (g *gen) inboundHCMTo(port uint32, cluster string) *hcmv3.HttpConnectionMan
 			}},
 			ValidateClusters: wrapperspb.Bool(false),
 		}},
-		HttpFilters:              slices.Concat(g.peerMetadataHTTPFilter(model.ServerMode), g.policyHTTPFilters(g.workloadAuthz(), model.ServerMode, port), g.httpFilters(model.ServerMode)),
+		HttpFilters:              slices.Concat(g.peerMetadataHTTPFilter(model.ServerMode), g.policyHTTPFilters(g.workloadAuthz(), model.ServerMode, port), g.httpFilters(model.ServerMode, g.proxyHeaders(inboundClass).suppressDebug)),
 		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
 		AccessLog:                g.accessLogs(model.ServerMode, filterLog),
 	}
-	g.sidecarHCM(hcm)
+	g.sidecarHCM(hcm, inboundClass)
+	// The client certificate's details the application gets (Istio's
+	// buildSidecarInboundHTTPOpts: subject, URI and DNS names unless the
+	// proxy headers say otherwise, the certificate and chain only when
+	// they say so).
+	ph := g.proxyHeaders(inboundClass)
+	hcm.ForwardClientCertDetails = ph.forwardedClientCert
+	set := ph.setCurrent
+	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{
+		Subject: wrapperspb.Bool(set.GetSubject() == nil || set.GetSubject().GetValue()),
+		Uri:     set.GetUri() == nil || set.GetUri().GetValue(),
+		Dns:     set.GetDns() == nil || set.GetDns().GetValue(),
+		Cert:    set.GetCert().GetValue(),
+		Chain:   set.GetChain().GetValue(),
+	}
 	g.setTracing(hcm, model.ServerMode)
 	return hcm
 }

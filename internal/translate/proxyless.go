@@ -218,7 +218,7 @@ func (g *gen) grpcInbound(name string) *listenerv3.Listener {
 		// A server rejects a listener naming a filter it cannot run on
 		// the server side (the fault filter is client-only): the
 		// workload's authorization, then the router, as Istio's grpcgen.
-		HttpFilters: append(slices.Clip(g.workloadAuthz().grpc), g.httpFilters(model.ServerMode)[1:]...),
+		HttpFilters: append(slices.Clip(g.workloadAuthz().grpc), g.httpFilters(model.ServerMode, false)[1:]...),
 	})}
 	return &listenerv3.Listener{
 		Name:         name,

@@ -199,11 +199,12 @@ func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
 // selects workloads, and its addresses only when a service is listened
 // for per endpoint (its own left out): only then is the proxy part of the
 // key; and what of the proxy's node its spans' tags name (traceIdentity)
-// and the extensions that select it (extensionsKey) always are. Istio builds them per proxy; inbound listeners stay per
+// the extensions that select it (extensionsKey) and its proxy headers
+// always are. Istio builds them per proxy; inbound listeners stay per
 // proxy here too.
 func (g *gen) outboundSet() []*listenerv3.Listener {
 	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true)) + "|" + g.client.name + "|trace|" + g.traceIdentity() +
-		"|extensions|" + g.extensionsKey()
+		"|extensions|" + g.extensionsKey() + "|headers|" + g.proxyHeaders(outboundClass).key()
 	v := g.pc.Memo(key, func() any {
 		sub := g.isolated()
 		before := sub.packErrs
