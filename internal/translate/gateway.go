@@ -766,6 +766,10 @@ func (g *gen) gatewayRoute(name string) *routev3.RouteConfiguration {
 		vhs = collapseRoutes(vhosts)
 		sortByName(vhs)
 	}
+	// Envoy's x-envoy-attempt-count, as Istio's gateway virtual hosts.
+	for _, vh := range vhs {
+		vh.IncludeRequestAttemptCount = g.proxyHeaders(gatewayClass).attemptCount
+	}
 	return &routev3.RouteConfiguration{Name: name, VirtualHosts: vhs, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true}
 }
 

@@ -262,12 +262,12 @@ func parseTestProxy(tb testing.TB, tp testProxy) *model.Proxy {
 		}
 	}
 	return &model.Proxy{
-		ProxyConfig: pc,
 		Type: model.ProxyType(parts[0]), IPs: []netip.Addr{netip.MustParseAddr(parts[1])}, ID: parts[2],
 		DNSDomain: parts[3], Namespace: ns, Labels: tp.Spec.Labels, Generator: tp.Spec.Generator,
 		ServiceAccount: tp.Spec.ServiceAccount, IstioTelemetry: tp.Spec.IstioTelemetry,
 		IstioVersion: tp.Spec.IstioVersion, Metadata: tp.Spec.Metadata,
-		Locality: model.Locality{Region: loc[0], Zone: loc[1], Subzone: loc[2]},
+		Locality:    model.Locality{Region: loc[0], Zone: loc[1], Subzone: loc[2]},
+		ProxyConfig: pc,
 	}
 }
 

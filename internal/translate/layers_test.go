@@ -20,6 +20,7 @@ var layers = [][]string{
 	{"helpers.go"},
 	{"validate.go"},
 	{"flavour.go"},
+	{"headers.go"},
 	{"policy.go"},
 	{"locality.go"},
 	{"eds.go"},

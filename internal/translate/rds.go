@@ -144,6 +144,8 @@ func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort)
 		Name:    ListenerName(svc.GetHostname(), port.GetNumber()),
 		Domains: domains,
 		Routes:  g.httpRoutes(svc, port),
+		// Envoy's x-envoy-attempt-count, as Istio's virtual hosts.
+		IncludeRequestAttemptCount: g.client.envoyHTTP && g.proxyHeaders(outboundClass).attemptCount,
 	}
 }
 
@@ -151,14 +153,15 @@ func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort)
 // through (ALLOW_ANY, to the egress proxy when the Sidecar names one) or
 // refused with 502 (REGISTRY_ONLY).
 func (g *gen) fallbackVirtualHost() *routev3.VirtualHost {
+	attempts := g.client.envoyHTTP && g.proxyHeaders(outboundClass).attemptCount
 	if target := g.unknownTarget(); target != BlackHoleCluster {
-		return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, Routes: []*routev3.Route{{
+		return &routev3.VirtualHost{Name: "allow_any", Domains: []string{"*"}, IncludeRequestAttemptCount: attempts, Routes: []*routev3.Route{{
 			Name:   "allow_any",
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: target}, Timeout: dur(0)}},
 		}}}
 	}
-	return &routev3.VirtualHost{Name: "block_all", Domains: []string{"*"}, Routes: []*routev3.Route{{
+	return &routev3.VirtualHost{Name: "block_all", Domains: []string{"*"}, IncludeRequestAttemptCount: attempts, Routes: []*routev3.Route{{
 		Name:   "block_all",
 		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 502}},

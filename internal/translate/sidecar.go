@@ -118,7 +118,7 @@ func (sidecar) buildRoute(g *gen, name string) *routev3.RouteConfiguration {
 // one scope then share one built, checked and encoded route
 // configuration per push, as Istio's route cache shares them.
 func (sidecar) sharedRouteKey(g *gen, name string) (string, bool) {
-	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.readsAddresses(false)), true
+	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.readsAddresses(false)) + "|headers|" + g.proxyHeaders(outboundClass).key(), true
 }
 
 // routeKnown: built and checked; a listener whose route was dropped goes
