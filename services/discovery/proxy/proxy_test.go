@@ -94,11 +94,13 @@ func TestBadNodesGetAClearError(t *testing.T) {
 		"bad instance ip":            {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"INSTANCE_IPS": "10.1.1.1,nope"}, `INSTANCE_IPS: "nope"`},
 		"proxy config not an object": {"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"PROXY_CONFIG": "{}"}, "PROXY_CONFIG must be an object"},
 		"proxy config of wrong types": {
-			"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"PROXY_CONFIG": map[string]any{"gatewayTopology": map[string]any{"numTrustedProxies": "many"}}},
+			"sidecar~10.1.1.1~p.ns~ns.svc",
+			map[string]any{"PROXY_CONFIG": map[string]any{"gatewayTopology": map[string]any{"numTrustedProxies": "many"}}},
 			"PROXY_CONFIG is not a proxy config",
 		},
 		"oversized proxy config": {
-			"sidecar~10.1.1.1~p.ns~ns.svc", map[string]any{"PROXY_CONFIG": map[string]any{"proxyMetadata": map[string]any{"X": strings.Repeat("y", 70<<10)}}},
+			"sidecar~10.1.1.1~p.ns~ns.svc",
+			map[string]any{"PROXY_CONFIG": map[string]any{"proxyMetadata": map[string]any{"X": strings.Repeat("y", 70<<10)}}},
 			"more than 65536",
 		},
 	}
