@@ -910,16 +910,45 @@ func TestACollectionNotPublishedIsAnEmptyOneNotAClosedStream(t *testing.T) {
 	}
 }
 
-func TestAServerRefusesMoreCollectionsThanAStuckSubscriberCanHold(t *testing.T) {
+// TestAStreamSubscribesToNoMoreCollectionsThanAStuckSubscriberCanHold: a
+// server may publish more collections than go-control-plane's delta
+// channel holds responses, but one stream may subscribe to that many at
+// most: the next is refused with ResourceExhausted.
+func TestAStreamSubscribesToNoMoreCollectionsThanAStuckSubscriberCanHold(t *testing.T) {
 	types := make([]string, MaxCollections+1)
 	for i := range types {
 		types[i] = fmt.Sprintf("test.flotilla.io/Kind%02d", i)
 	}
-	if _, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), types); err == nil {
-		t.Fatal("a server with more collections than the delta channel holds was built")
-	}
-	if _, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), types[:MaxCollections]); err != nil {
+	srv, err := NewServer(t.Context(), quiet(), noop.NewMeterProvider().Meter("test"), types)
+	if err != nil {
 		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	st := dialDelta(t, lis.Addr().String())
+	for _, ty := range types {
+		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "greedy"}, TypeUrl: ty, ResourceNamesSubscribe: []string{"*"}}); err != nil {
+			break
+		}
+	}
+	got := 0
+	for {
+		if _, err := st.Recv(); err != nil {
+			if grpcstatus.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "collections on one stream") {
+				t.Fatalf("the stream ended with %v, want ResourceExhausted", err)
+			}
+			break
+		}
+		got++
+	}
+	if got > MaxCollections {
+		t.Errorf("%d collections answered before the refusal, want at most %d", got, MaxCollections)
 	}
 }
 

@@ -153,11 +153,11 @@ type subscriber struct {
 	// port, "plaintext" otherwise. Node IDs are the subscriber's to choose,
 	// and one per connection would grow the series without end.
 	label string
-	// types is the stream's state per collection asked for: at most the
-	// published ones and maxUnpublishedTypes others (unpublished counts
-	// those).
-	types       map[string]*typeState
-	unpublished int
+	// types is the stream's state per collection asked for: at most
+	// MaxCollections published ones and maxUnpublishedTypes others
+	// (published and unpublished count them).
+	types                  map[string]*typeState
+	published, unpublished int
 	// names and bytes total the names subscribed over all collections.
 	names, bytes int
 	// paced holds back every request but the first answer to a response
@@ -261,19 +261,18 @@ type serverMetrics struct {
 	nacks       metric.Int64Counter
 }
 
-// MaxCollections is how many collections a server may publish. A delta
-// stream's responses share one channel of go-control-plane's, buffered
-// 2×types.UnknownType; each collection's watch holds at most one response
-// until the stream takes it, so with no more collections than that buffer
-// a subscriber that never reads can never block a collection's update
-// (which sends with the cache's lock held) for the others.
+// MaxCollections is how many published collections one stream may
+// subscribe to. A delta stream's responses share one channel of
+// go-control-plane's, buffered 2×types.UnknownType; each collection's
+// watch holds at most one response until the stream takes it, so with no
+// more collections than that buffer a subscriber that never reads can
+// never block a collection's update (which sends with the cache's lock
+// held) for the others. A server may publish more (galley does: every
+// Istio kind, the registry and the aliases); no stream holds more.
 const MaxCollections = 2 * int(types.UnknownType)
 
 // NewServer returns a server publishing the given collections, all empty.
 func NewServer(ctx context.Context, log *slog.Logger, meter metric.Meter, typeURLs []string) (*Server, error) {
-	if len(typeURLs) > MaxCollections {
-		return nil, fmt.Errorf("mcp: %d collections, more than the %d a server may publish", len(typeURLs), MaxCollections)
-	}
 	s := &Server{
 		log:         log.With("component", "mcp-server"),
 		collections: map[string]*collection{},
@@ -418,9 +417,6 @@ func (s *Server) Alias(alias, source string, raw bool) error {
 	}
 	if _, dup := s.collections[alias]; dup {
 		return fmt.Errorf("mcp: collection %q already published", alias)
-	}
-	if len(s.collections) >= MaxCollections {
-		return fmt.Errorf("mcp: more than the %d collections a server may publish", MaxCollections)
 	}
 	c := newCollection(alias)
 	c.raw = raw
@@ -798,13 +794,19 @@ func pace(ctx context.Context, paced *rate.Limiter) {
 }
 
 // typeState is sub's state for typeURL, made on its first request; a
-// stream may ask for at most maxUnpublishedTypes collections the server
-// does not publish. Called with s.mu held.
+// stream may ask for at most MaxCollections collections the server
+// publishes and maxUnpublishedTypes it does not. Called with s.mu held.
 func (s *Server) typeState(sub *subscriber, typeURL string) (*typeState, error) {
 	if ts, ok := sub.types[typeURL]; ok {
 		return ts, nil
 	}
-	if _, published := s.collections[typeURL]; !published {
+	if _, published := s.collections[typeURL]; published {
+		if sub.published >= MaxCollections {
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"the subscriber asks for more than %d collections on one stream", MaxCollections)
+		}
+		sub.published++
+	} else {
 		if sub.unpublished >= maxUnpublishedTypes {
 			return nil, status.Errorf(codes.ResourceExhausted,
 				"the subscriber asks for more than %d collections not published", maxUnpublishedTypes)
