@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
@@ -99,7 +98,7 @@ func printRows(w io.Writer, rows []connect.Row, output string, now time.Time) er
 	header := []string{"NAME"}
 	columns := xdstype.InStatusOrder()
 	for _, c := range columns {
-		if used[c.URL] || c.URL != resourcev3.SecretType {
+		if used[c.URL] || !c.Optional {
 			header = append(header, c.Short)
 		}
 	}
@@ -108,7 +107,7 @@ func printRows(w io.Writer, rows []connect.Row, output string, now time.Time) er
 	for _, r := range rows {
 		fields := []string{connect.ProxyName(r.Proxy.ID)}
 		for _, c := range columns {
-			if !used[c.URL] && c.URL == resourcev3.SecretType {
+			if !used[c.URL] && c.Optional {
 				continue
 			}
 			fields = append(fields, cell(r.Proxy, c.URL, now))

@@ -21,6 +21,10 @@ type Type struct {
 	Short string
 	// Section names its section of a config dump: "Clusters".
 	Section string
+	// Optional: a proxy asks for it only when something it got names
+	// it (secrets, extension configurations); proxy-status shows its
+	// column only when some proxy watches it.
+	Optional bool
 
 	// column is its place among istioctl proxy-status's columns.
 	column int
@@ -36,11 +40,11 @@ func All() []Type {
 		{URL: resourcev3.EndpointType, Short: "EDS", Section: "Endpoints", column: 2},
 		{URL: resourcev3.ListenerType, Short: "LDS", Section: "Listeners", column: 1},
 		{URL: resourcev3.RouteType, Short: "RDS", Section: "Routes", column: 3},
-		{URL: resourcev3.SecretType, Short: "SDS", Section: "Secrets", column: 5},
+		{URL: resourcev3.SecretType, Short: "SDS", Section: "Secrets", Optional: true, column: 5},
 		// Extension configurations (WasmPlugin, TrafficExtension, and
 		// EnvoyFilter's EXTENSION_CONFIG): a listener names them, and
 		// waits for them.
-		{URL: resourcev3.ExtensionConfigType, Short: "ECDS", Section: "ExtensionConfigs", column: 4},
+		{URL: resourcev3.ExtensionConfigType, Short: "ECDS", Section: "ExtensionConfigs", Optional: true, column: 4},
 	}
 }
 
