@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	extensions "istio.io/api/extensions/v1alpha1"
 	typev1beta1 "istio.io/api/type/v1beta1"
@@ -41,7 +40,6 @@ type Extension struct {
 	// Version is the object's version: a new one makes the agent pull a
 	// module again under the Always policy.
 	Version string
-	created time.Time
 }
 
 // Key is "Kind/namespace/name".
@@ -90,7 +88,7 @@ func (e *Extension) Matches(mode WorkloadMode, port uint32) bool {
 // the reason, for one Istio leaves out (no module URL, one that does not
 // parse, neither Wasm nor Lua, an empty or oversized script).
 func newExtension(o *istio.Object) (*Extension, error) {
-	e := &Extension{Kind: o.Kind.Kind, Name: o.Meta.Name, Namespace: o.Meta.Namespace, Version: o.Meta.ResourceVersion, created: o.Meta.CreationTime}
+	e := &Extension{Kind: o.Kind.Kind, Name: o.Meta.Name, Namespace: o.Meta.Namespace, Version: o.Meta.ResourceVersion}
 	switch spec := o.Spec.(type) {
 	case *extensions.WasmPlugin:
 		e.Spec = wasmPluginAsExtension(spec)
