@@ -145,6 +145,11 @@ const (
 	SecretRoot     = "ROOTCA"
 )
 
+// AccessLogServiceCluster is the bootstrap's cluster to the proxy config's
+// envoyAccessLogService, which the access logs of the mesh's
+// enableEnvoyAccessLogService send to (Istio: EnvoyAccessLogCluster).
+const AccessLogServiceCluster = "envoy_accesslog_service"
+
 // Proxyless gRPC: the names the agent's gRPC xDS bootstrap gives and
 // discovery's proxyless resources use.
 const (

@@ -20,6 +20,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Access logs, as Istio's AccessLogBuilder (pilot/pkg/networking/core/
@@ -99,7 +100,8 @@ var (
 type logLayer int
 
 const (
-	filterLog logLayer = iota
+	httpLog logLayer = iota // HTTP connection managers
+	tcpLog                  // TCP proxies
 	listenerLog
 )
 
@@ -124,7 +126,7 @@ func (g *gen) accessLogs(side model.WorkloadMode, layer logLayer) []*accesslogv3
 	}
 	als := g.telemetryAccessLogs(side, filter)
 	if als == nil {
-		als = g.meshAccessLogs(filter)
+		als = g.meshAccessLogs(layer, filter)
 	}
 	if g.tel.logs == nil {
 		g.tel.logs = map[[2]int][]*accesslogv3.AccessLog{}
@@ -184,22 +186,66 @@ func andFilter(fs []*accesslogv3.AccessLogFilter) *accesslogv3.AccessLogFilter {
 	return &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_AndFilter{AndFilter: &accesslogv3.AndFilter{Filters: fs}}}
 }
 
-// meshAccessLogs are the mesh configuration's access logs: a file when
-// accessLogFile is set. enableEnvoyAccessLogService sends to the
-// envoy_accesslog_service cluster Istio's agent writes into the bootstrap
-// from defaultConfig.envoyAccessLogService; Flotilla's agent writes no
-// such cluster, so it is reported and left out.
-func (g *gen) meshAccessLogs(filter *accesslogv3.AccessLogFilter) []*accesslogv3.AccessLog {
+// meshAccessLogs are the mesh configuration's access logs (Istio's
+// AccessLogBuilder without a Telemetry): a file when accessLogFile is
+// set, then, with enableEnvoyAccessLogService, Envoy's gRPC access log
+// to the envoy_accesslog_service cluster, which the agent writes into
+// the bootstrap from the proxy config's envoyAccessLogService — HTTP on
+// connection managers, TCP on TCP proxies and on the listener (Istio's
+// httpGrpcAccessLog and tcpGrpcAccessLog). A proxy whose proxy config
+// names no such service has no cluster to send to: reported, left out
+// (Envoy would refuse the listener).
+func (g *gen) meshAccessLogs(layer logLayer, filter *accesslogv3.AccessLogFilter) []*accesslogv3.AccessLog {
+	var out []*accesslogv3.AccessLog
+	if path := g.pc.Mesh.GetAccessLogFile(); path != "" {
+		al := g.meshFileAccessLog(path)
+		al.Filter = filter
+		out = append(out, al)
+	}
 	if g.pc.Mesh.GetEnableEnvoyAccessLogService() {
-		g.problem("mesh enableEnvoyAccessLogService: the envoy_accesslog_service cluster it needs is not in Flotilla's bootstrap; use an envoyHttpAls or envoyTcpAls extension provider with a Telemetry")
+		if !g.meshALS() {
+			g.problem("mesh enableEnvoyAccessLogService: the proxy config names no envoyAccessLogService, so the bootstrap has no %s cluster; the gRPC access log is left out", proxycontract.AccessLogServiceCluster)
+		} else {
+			out = append(out, g.meshGRPCAccessLog(layer, filter))
+		}
 	}
-	path := g.pc.Mesh.GetAccessLogFile()
-	if path == "" {
-		return nil
+	return out
+}
+
+// meshALS says whether the proxy's bootstrap has the
+// envoy_accesslog_service cluster (its proxy config names the service).
+func (g *gen) meshALS() bool {
+	return g.pc.Mesh.GetEnableEnvoyAccessLogService() && g.p.EffectiveProxyConfig(g.pc.Mesh).GetEnvoyAccessLogService().GetAddress() != ""
+}
+
+// meshGRPCAccessLog is Istio's httpGrpcAccessLog (connection managers)
+// or tcpGrpcAccessLog (TCP proxies; the listener's with its log name and
+// filter).
+func (g *gen) meshGRPCAccessLog(layer logLayer, filter *accesslogv3.AccessLogFilter) *accesslogv3.AccessLog {
+	common := func(logName string) *grpcalv3.CommonGrpcAccessLogConfig {
+		return &grpcalv3.CommonGrpcAccessLogConfig{
+			LogName: logName,
+			GrpcService: &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+				EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: proxycontract.AccessLogServiceCluster},
+			}},
+			TransportApiVersion:     corev3.ApiVersion_V3,
+			FilterStateObjectsToLog: peerWasmStateToLog,
+		}
 	}
-	al := g.meshFileAccessLog(path)
-	al.Filter = filter
-	return []*accesslogv3.AccessLog{al}
+	switch layer {
+	case httpLog:
+		return &accesslogv3.AccessLog{Name: httpGRPCAccessLog, ConfigType: &accesslogv3.AccessLog_TypedConfig{
+			TypedConfig: g.pack(&grpcalv3.HttpGrpcAccessLogConfig{CommonConfig: common("http_envoy_accesslog")}),
+		}}
+	case listenerLog:
+		return &accesslogv3.AccessLog{Name: tcpGRPCAccessLog, Filter: filter, ConfigType: &accesslogv3.AccessLog_TypedConfig{
+			TypedConfig: g.pack(&grpcalv3.TcpGrpcAccessLogConfig{CommonConfig: common("listener_envoy_accesslog")}),
+		}}
+	default:
+		return &accesslogv3.AccessLog{Name: tcpGRPCAccessLog, ConfigType: &accesslogv3.AccessLog_TypedConfig{
+			TypedConfig: g.pack(&grpcalv3.TcpGrpcAccessLogConfig{CommonConfig: common("tcp_envoy_accesslog")}),
+		}}
+	}
 }
 
 // meshFileAccessLog writes to path in the mesh's accessLogFormat and

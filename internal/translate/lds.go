@@ -48,7 +48,7 @@ func (g *gen) httpConnectionManager(statPrefix, routeName string, port uint32, w
 			RouteConfigName: routeName,
 		}},
 		HttpFilters: slices.Concat(g.peerMetadataHTTPFilter(model.ClientMode), g.policyHTTPFilters(w, model.ClientMode, port), g.httpFilters(model.ClientMode, g.proxyHeaders(outboundClass).suppressDebug)),
-		AccessLog:   g.accessLogs(model.ClientMode, filterLog),
+		AccessLog:   g.accessLogs(model.ClientMode, httpLog),
 	}
 	if g.client.envoyHTTP {
 		g.sidecarHCM(hcm, outboundClass)
@@ -92,7 +92,7 @@ func (g *gen) sidecarHCM(hcm *hcmv3.HttpConnectionManager, class headerClass) {
 // proxy is its client (outbound, gateways) or its server (inbound), for
 // its access logs.
 func (g *gen) tcpProxy(side model.WorkloadMode, statPrefix string, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) *listenerv3.Filter {
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix, AccessLog: g.accessLogs(side, filterLog)}
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix, AccessLog: g.accessLogs(side, tcpLog)}
 	if len(clusters) == 1 {
 		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: clusters[0].GetName()}
 	} else {
@@ -289,7 +289,7 @@ func (g *gen) inboundHCMTo(port uint32, cluster string) *hcmv3.HttpConnectionMan
 		}},
 		HttpFilters:              slices.Concat(g.peerMetadataHTTPFilter(model.ServerMode), g.policyHTTPFilters(g.workloadAuthz(), model.ServerMode, port), g.httpFilters(model.ServerMode, g.proxyHeaders(inboundClass).suppressDebug)),
 		ForwardClientCertDetails: hcmv3.HttpConnectionManager_APPEND_FORWARD,
-		AccessLog:                g.accessLogs(model.ServerMode, filterLog),
+		AccessLog:                g.accessLogs(model.ServerMode, httpLog),
 	}
 	g.sidecarHCM(hcm, inboundClass)
 	// The client certificate's details the application gets (Istio's

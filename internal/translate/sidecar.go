@@ -118,7 +118,7 @@ func (sidecar) buildRoute(g *gen, name string) *routev3.RouteConfiguration {
 // one scope then share one built, checked and encoded route
 // configuration per push, as Istio's route cache shares them.
 func (sidecar) sharedRouteKey(g *gen, name string) (string, bool) {
-	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.readsAddresses(false)) + "|headers|" + g.proxyHeaders(outboundClass).key(), true
+	return g.scopeKey("rds", name, g.pc.RoutesReadLabels(), g.readsAddresses(false)) + "|headers|" + g.proxyHeaders(outboundClass).key() + "|als|" + strconv.FormatBool(g.meshALS()), true
 }
 
 // routeKnown: built and checked; a listener whose route was dropped goes
@@ -199,12 +199,13 @@ func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
 // selects workloads, and its addresses only when a service is listened
 // for per endpoint (its own left out): only then is the proxy part of the
 // key; and what of the proxy's node its spans' tags name (traceIdentity)
-// the extensions that select it (extensionsKey) and its proxy headers
+// the extensions that select it (extensionsKey), its proxy headers and
+// whether its bootstrap has the mesh's access log service (meshALS)
 // always are. Istio builds them per proxy; inbound listeners stay per
 // proxy here too.
 func (g *gen) outboundSet() []*listenerv3.Listener {
 	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true)) + "|" + g.client.name + "|trace|" + g.traceIdentity() +
-		"|extensions|" + g.extensionsKey() + "|headers|" + g.proxyHeaders(outboundClass).key()
+		"|extensions|" + g.extensionsKey() + "|headers|" + g.proxyHeaders(outboundClass).key() + "|als|" + strconv.FormatBool(g.meshALS())
 	v := g.pc.Memo(key, func() any {
 		sub := g.isolated()
 		before := sub.packErrs

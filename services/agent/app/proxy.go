@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,8 +100,21 @@ func proxyDefaults() Config {
 		}
 		return d
 	}
+	// The proxy config's statusPort and proxyAdminPort move the agent's
+	// status server and Envoy's admin (as in Istio's agent); flags and
+	// FLOTILLA_* variables still override them. A proxy config that does
+	// not parse is refused by Validate.
+	statusPort, adminPort := int32(bootstrap.AgentPort), int32(bootstrap.AdminPort)
+	if pc, err := istio.ParseProxyConfig([]byte(os.Getenv("PROXY_CONFIG"))); err == nil {
+		if p := pc.GetStatusPort(); p > 0 && p <= 65535 {
+			statusPort = p
+		}
+		if p := pc.GetProxyAdminPort(); p > 0 && p <= 65535 {
+			adminPort = p
+		}
+	}
 	return Config{
-		Common:           command.CommonDefaults(":15020"),
+		Common:           command.CommonDefaults(fmt.Sprintf(":%d", statusPort)),
 		PodName:          os.Getenv("POD_NAME"),
 		PodNamespace:     os.Getenv("POD_NAMESPACE"),
 		InstanceIP:       os.Getenv("INSTANCE_IP"),
@@ -121,7 +135,7 @@ func proxyDefaults() Config {
 		Delta:       true,
 		EnvoyBinary: "/usr/local/bin/envoy",
 		EnvoyConfig: bootstrap.ConfigPath,
-		EnvoyAdmin:  fmt.Sprintf("127.0.0.1:%d", bootstrap.AdminPort),
+		EnvoyAdmin:  fmt.Sprintf("127.0.0.1:%d", adminPort),
 
 		DisableEnvoy:    os.Getenv("DISABLE_ENVOY") == "true",
 		GRPCBootstrap:   os.Getenv("GRPC_XDS_BOOTSTRAP"),
@@ -276,6 +290,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 
 	boot, problems, err := bootstrap.Build(bootstrap.Options{
 		Node: node, ProxyConfig: pc, Delta: cfg.Delta, XDSSocket: cfg.XDSSocket, SDSSocket: cfg.SDSSocket, Admin: cfg.EnvoyAdmin,
+		StatusPort: cfg.statusPort(),
 	})
 	if err != nil {
 		return err
@@ -508,4 +523,18 @@ func privateIP(addrs []net.Addr) string {
 		}
 	}
 	return v6
+}
+
+// statusPort is the port of the agent's own server (adminAddress), which
+// Envoy's readiness listener reads; 0 when it names none.
+func (c Config) statusPort() uint32 {
+	_, port, err := net.SplitHostPort(c.AdminAddress)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return 0
+	}
+	return uint32(n)
 }

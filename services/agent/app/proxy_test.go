@@ -63,3 +63,15 @@ func TestWithoutInstanceIPThePodsIPIsItsFirstPrivateAddressIPv4First(t *testing.
 		}
 	}
 }
+
+func TestTheProxyConfigsPortsAreTheAgentsDefaults(t *testing.T) {
+	t.Setenv("PROXY_CONFIG", `{"statusPort": 16020, "proxyAdminPort": 16000}`)
+	c := proxyDefaults()
+	if c.AdminAddress != ":16020" || c.statusPort() != 16020 || c.EnvoyAdmin != "127.0.0.1:16000" {
+		t.Errorf("status %q (%d), Envoy admin %q; want the proxy config's ports", c.AdminAddress, c.statusPort(), c.EnvoyAdmin)
+	}
+	t.Setenv("PROXY_CONFIG", `{"concurrency": 2}`)
+	if c := proxyDefaults(); c.AdminAddress != ":15020" || c.EnvoyAdmin != "127.0.0.1:15000" {
+		t.Errorf("without ports: status %q, Envoy admin %q; want Istio's", c.AdminAddress, c.EnvoyAdmin)
+	}
+}

@@ -4,13 +4,16 @@
 // xDS socket, SDS through its workload socket, admin on 127.0.0.1:15000,
 // Prometheus stats on :15090 (/stats/prometheus) and readiness on :15021
 // (/healthz/ready, answered by the agent), and what the pod's
-// proxy.istio.io/config sets (the zipkin tracer and its cluster, extra stat
-// tags; concurrency and drain duration become Envoy's command line,
-// EnvoyArgs). Build is pure
+// proxy config sets (the zipkin tracer and its cluster, extra stat tags,
+// the stats matcher, runtime values, the metrics and access log services;
+// concurrency, drain duration and log flushing become Envoy's command
+// line, EnvoyArgs; Unhonoured names the fields without effect). Build is
+// pure
 // and checks the result with go-control-plane's generated Validate.
 package bootstrap
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -112,6 +115,9 @@ type Options struct {
 	// Admin is Envoy's admin address, host:port (default
 	// 127.0.0.1:15000); /stats/prometheus on StatsPort reads it.
 	Admin string
+	// StatusPort is the agent's status port on loopback (default
+	// AgentPort), which /healthz/ready on HealthPort reads.
+	StatusPort uint32
 }
 
 // Build returns the bootstrap, and what of the proxy config it could not
@@ -169,7 +175,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 	}
 	sr.Clusters = append(sr.Clusters,
 		staticCluster(statsClustr, adminHost, uint32(adminPort)),
-		staticCluster(agentClustr, "127.0.0.1", AgentPort),
+		staticCluster(agentClustr, "127.0.0.1", cmp.Or(o.StatusPort, AgentPort)),
 	)
 	for _, l := range []struct {
 		name, prefix, cluster string
@@ -189,6 +195,12 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 		return nil, nil, fmt.Errorf("bootstrap runtime: %w", err)
 	}
 	b.StatsConfig = &metricsv3.StatsConfig{StatsMatcher: statsMatcher(pc, o.Node.IP)}
+	remote, err := remoteServices(b, pc)
+	if err != nil {
+		return nil, nil, err
+	}
+	problems = append(problems, remote...)
+	problems = append(problems, Unhonoured(pc)...)
 	for _, tag := range pc.GetExtraStatTags() {
 		// Istio's form: the tag's value travels in the stat name as
 		// "<tag>=.=<value>;.;".
@@ -242,21 +254,30 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 
 // EnvoyArgs is Envoy's command line for the bootstrap at configPath, with
 // the proxy config's concurrency (Istio's default 2; 0 lets Envoy use
-// every core) and drain duration (default 45 s).
+// every core), drain duration (default 45 s) and access log flushing
+// (fileFlushInterval, default 1 s; fileFlushMinSizeKb), as Istio's
+// envoy.Proxy.args.
 func EnvoyArgs(pc *meshv1alpha1.ProxyConfig, configPath, logLevel string) []string {
 	drain := 45 * time.Second
 	if d := pc.GetDrainDuration(); d != nil {
 		drain = d.AsDuration()
+	}
+	flush := time.Second
+	if d := pc.GetFileFlushInterval(); d != nil {
+		flush = d.AsDuration()
 	}
 	args := []string{
 		"-c", configPath,
 		"--drain-time-s", strconv.Itoa(int(drain / time.Second)),
 		"--drain-strategy", "immediate",
 		"--local-address-ip-version", "v4",
-		"--file-flush-interval-msec", "1000",
+		"--file-flush-interval-msec", strconv.FormatInt(flush.Milliseconds(), 10),
 		"--disable-hot-restart",
 		"--allow-unknown-static-fields",
 		"--log-level", orDefault(logLevel, "warning"),
+	}
+	if kb := pc.GetFileFlushMinSizeKb(); kb > 0 {
+		args = append(args, "--file-flush-min-size-kb", strconv.FormatUint(uint64(kb), 10))
 	}
 	switch c := pc.GetConcurrency(); {
 	case c == nil:

@@ -56,6 +56,12 @@ runtimeValues:
   envoy.reloadable_features.http_reject_path_with_fragment: "true"
   re2.max_program_size.error_level: ""
   overload.global_downstream_max_connections: "50000"
+envoyMetricsService:
+  address: metrics-sink.telemetry:9000
+  tlsSettings: {mode: ISTIO_MUTUAL, subjectAltNames: ["spiffe://cluster.local/ns/telemetry/sa/sink"]}
+  tcpKeepalive: {probes: 3, time: 600s, interval: 75s}
+envoyAccessLogService:
+  address: als.telemetry:9001
 `)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -134,10 +140,13 @@ func TestEnvoyArgsFollowTheProxyConfig(t *testing.T) {
 		yaml        string
 		concurrency string // "" for no flag
 		drain       string
+		flush       string
+		flushKB     string // "" for no flag
 	}{
-		{"", "2", "45"},
-		{"concurrency: 0", "", "45"},
-		{"concurrency: 8\ndrainDuration: 5s", "8", "5"},
+		{"", "2", "45", "1000", ""},
+		{"concurrency: 0", "", "45", "1000", ""},
+		{"concurrency: 8\ndrainDuration: 5s", "8", "5", "1000", ""},
+		{"fileFlushInterval: 250ms\nfileFlushMinSizeKb: 64", "2", "45", "250", "64"},
 	} {
 		args := EnvoyArgs(proxyConfig(t, tc.yaml), "/etc/istio/proxy/envoy-rev.json", "")
 		flagValue := func(f string) string {
@@ -146,8 +155,76 @@ func TestEnvoyArgsFollowTheProxyConfig(t *testing.T) {
 			}
 			return ""
 		}
-		if flagValue("--concurrency") != tc.concurrency || flagValue("--drain-time-s") != tc.drain || flagValue("-c") != "/etc/istio/proxy/envoy-rev.json" || flagValue("--log-level") != "warning" {
+		if flagValue("--concurrency") != tc.concurrency || flagValue("--drain-time-s") != tc.drain ||
+			flagValue("--file-flush-interval-msec") != tc.flush || flagValue("--file-flush-min-size-kb") != tc.flushKB || flagValue("-c") != "/etc/istio/proxy/envoy-rev.json" || flagValue("--log-level") != "warning" {
 			t.Errorf("%q: %v", tc.yaml, args)
 		}
 	}
+}
+
+func TestProxyConfigFieldsWithoutEffectAreReportedByName(t *testing.T) {
+	_, problems, err := Build(Options{Node: cart(), ProxyConfig: proxyConfig(t, `
+concurrency: 2
+statNameLength: 189
+caCertificatesPem: ["-----BEGIN CERTIFICATE-----"]
+privateKeyProvider: {cryptomb: {pollDelay: 10ms}}
+interceptionMode: TPROXY
+readinessProbe: {httpGet: {path: /ready, port: 8080}}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(problems, "\n")
+	for _, want := range []string{"caCertificatesPem has no effect", "privateKeyProvider has no effect", "readinessProbe has no effect", "interceptionMode TPROXY"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("problems do not say %q:\n%s", want, joined)
+		}
+	}
+	for _, honoured := range []string{"concurrency", "statNameLength"} {
+		if strings.Contains(joined, honoured) {
+			t.Errorf("%s is reported though it is honoured:\n%s", honoured, joined)
+		}
+	}
+	if len(problems) != 4 {
+		t.Errorf("want 4 problems, got %d:\n%s", len(problems), joined)
+	}
+}
+
+func TestARemoteServiceThatCannotBeWrittenIsReportedAndLeftOut(t *testing.T) {
+	for name, yaml := range map[string]string{
+		"SIMPLE":    "envoyMetricsService: {address: sink:9000, tlsSettings: {mode: SIMPLE, caCertificates: /etc/certs/ca.pem}}",
+		"host:port": "envoyAccessLogService: {address: no-port}",
+	} {
+		b, problems, err := Build(Options{Node: cart(), ProxyConfig: proxyConfig(t, yaml)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(problems) != 1 || !strings.Contains(problems[0], name) || !strings.Contains(problems[0], "left out") {
+			t.Errorf("%s: problems %v", name, problems)
+		}
+		for _, c := range b.GetStaticResources().GetClusters() {
+			if c.GetName() == MetricsServiceCluster || c.GetName() == AccessLogServiceCluster {
+				t.Errorf("%s: cluster %s written", name, c.GetName())
+			}
+		}
+		if len(b.GetStatsSinks()) != 0 {
+			t.Errorf("%s: a stats sink to a service left out", name)
+		}
+	}
+}
+
+func TestTheReadinessListenerReadsTheAgentsStatusPort(t *testing.T) {
+	b, _, err := Build(Options{Node: cart(), StatusPort: 16020})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == agentClustr {
+			if got := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); got != 16020 {
+				t.Errorf("the agent cluster reads port %d", got)
+			}
+			return
+		}
+	}
+	t.Fatal("no agent cluster")
 }
