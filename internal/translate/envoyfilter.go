@@ -94,7 +94,7 @@ func (g *gen) envoyFilters() *patchSet {
 		}
 	}
 	for _, p := range set.ByApplyTo[networking.EnvoyFilter_BOOTSTRAP] {
-		g.problem("%s: not applied (Flotilla serves no bootstrap: the agent writes Envoy's)", p.Name())
+		g.problem("%s: not applied (as in Istio 1.32, which removed its bootstrap discovery in 1.21: the agent writes Envoy's bootstrap)", p.Name())
 	}
 	for _, p := range set.ByApplyTo[networking.EnvoyFilter_EXTENSION_CONFIG] {
 		if p.Operation != networking.EnvoyFilter_Patch_ADD {
