@@ -221,3 +221,15 @@ func TestEmptySelectorsAreAcceptedWithAWarning(t *testing.T) {
 		}
 	}
 }
+
+func TestABootstrapPatchIsAcceptedWithAWarningThatItIsNotApplied(t *testing.T) {
+	doc := "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: flush}\nspec:\n  configPatches:\n  - applyTo: BOOTSTRAP\n    patch: {operation: MERGE, value: {stats_flush_interval: 10s}}\n"
+	res := Validate(istio.Decode("ef.yaml", []byte(doc), "default")[0].Object, nil)
+	if !res.OK() {
+		t.Fatalf("errors %v", res.Errors)
+	}
+	i := slices.IndexFunc(res.Warnings, func(w Issue) bool { return w.Code == CodeNotImplemented })
+	if i < 0 || !strings.Contains(res.Warnings[i].String(), "spec.configPatches[0].applyTo: BOOTSTRAP patches are not applied") {
+		t.Errorf("warnings %v; want the BOOTSTRAP patch named as not applied", res.Warnings)
+	}
+}
