@@ -38,13 +38,22 @@ var honoured = map[string]string{
 	AnnotationExcludeOutbound:   "the capture rules (outbound address ranges not captured)",
 	AnnotationExcludeInbound:    "the capture rules (inbound ports not captured)",
 	AnnotationExcludeOutboundPt: "the capture rules (outbound ports not captured)",
-	AnnotationProxyConfig:       "partly: merged with the ProxyConfig resources as Istio's EffectiveProxyConfig; the injector applies holdApplicationUntilProxyStarts, proxyMetadata (the sidecar's environment) and the image type, the agent concurrency, drainDuration, terminationDrainDuration, fileFlushInterval, fileFlushMinSizeKb, statusPort, proxyAdminPort, tracing (zipkin), extraStatTags, proxyStatsMatcher, runtimeValues, envoyMetricsService and envoyAccessLogService (TLS DISABLE or ISTIO_MUTUAL), discovery a gateway's gatewayTopology, the proxyHeaders (but xForwardedHost, metadataExchangeHeaders and preserveHttp1HeaderCase) and the mesh's enableEnvoyAccessLogService; the agent logs every other field it is given as having no effect (caCertificatesPem, privateKeyProvider, readinessProbe, interceptionMode other than REDIRECT, statsCompression, connectionSettings and the deprecated fields); Istio's own agent in a proxyv2 sidecar reads them all itself",
+	AnnotationProxyConfig:       "partly: merged with the ProxyConfig resources as Istio's EffectiveProxyConfig; the injector applies holdApplicationUntilProxyStarts, proxyMetadata (the sidecar's environment) and the image type, the agent concurrency, drainDuration, terminationDrainDuration, fileFlushInterval, fileFlushMinSizeKb, statusPort, proxyAdminPort, tracing (zipkin), extraStatTags, proxyStatsMatcher, runtimeValues, envoyMetricsService and envoyAccessLogService (TLS DISABLE or ISTIO_MUTUAL), statsCompression, discovery a gateway's gatewayTopology, the proxyHeaders (but xForwardedHost, metadataExchangeHeaders and preserveHttp1HeaderCase) and the mesh's enableEnvoyAccessLogService; the agent logs every other field it is given as having no effect (caCertificatesPem, privateKeyProvider, readinessProbe, interceptionMode other than REDIRECT, connectionSettings and the deprecated fields); Istio's own agent in a proxyv2 sidecar reads them all itself",
 	AnnotationRewriteProbes:     "the application's HTTP, TCP and gRPC probes answered by the agent",
 	AnnotationTemplates:         "the injection template",
 	AnnotationProxyImageType:    "the image type (default, debug, distroless) of Istio's proxyv2 image; Flotilla's own image comes in one type",
 	InjectLabel:                 "deprecated as an annotation: the label selects pods; an annotation of false still opts a pod out",
 	StatusAnnotation:            "written by the injector: a pod carrying it is not injected again",
 	RevisionLabel:               "the revision: as in Istio, the istio.io/rev label selects the injector; the annotation records it",
+	// Read by the agent from the pod's annotations file (the downward
+	// API volume the template mounts), as Istio's getStatsOptions.
+	"sidecar.istio.io/extraStatTags":          "the agent adds them to the proxy config's extraStatTags (Envoy's stats tags)",
+	"sidecar.istio.io/statsInclusionPrefixes": "the agent's stats matcher: replaces the proxy config's inclusionPrefixes",
+	"sidecar.istio.io/statsInclusionSuffixes": "the agent's stats matcher: replaces the proxy config's inclusionSuffixes",
+	"sidecar.istio.io/statsInclusionRegexps":  "the agent's stats matcher: replaces the proxy config's inclusionRegexps",
+	"sidecar.istio.io/statsFlushInterval":     "Envoy's stats flush interval (1ms to 300s)",
+	"sidecar.istio.io/statsEvictionInterval":  "Envoy's stats eviction interval (a multiple of the flush interval)",
+	"sidecar.istio.io/statsHistogramBuckets":  "Envoy's histogram buckets, by stat prefix",
 }
 
 // notHonoured are the annotations Flotilla does not act on, and why;
@@ -56,6 +65,8 @@ var notHonoured = map[string]string{ //nolint:gosec // annotation names and reas
 	"istio.io/use-waypoint-canary-weight":      "waypoints: Flotilla has no ambient data plane",
 	"topology.istio.io/controlPlaneClusters":   "multicluster control planes: Flotilla serves one cluster",
 	"networking.istio.io/traffic-distribution": "not honoured yet (planned): traffic goes by the DestinationRule's locality settings",
+	"sidecar.istio.io/statsHistogramBins":      "Istio 1.32 reads it nowhere either",
+	"sidecar.istio.io/statsCompression":        "Istio 1.32 reads it nowhere either: the proxy config's statsCompression (on by default) is honoured",
 }
 
 // PodAnnotations lists every annotation Istio reads on pods or

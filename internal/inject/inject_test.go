@@ -158,8 +158,11 @@ func TestTheDefaultSidecar(t *testing.T) {
 	if vols["istio-ca-root-cert"].ConfigMap.Name != "istio-ca-root-cert" || vols["workload-socket"].EmptyDir == nil {
 		t.Fatal("root cert or socket volume")
 	}
+	if pi := vols["istio-podinfo"].DownwardAPI; pi == nil || len(pi.Items) != 1 || pi.Items[0].FieldRef.FieldPath != "metadata.annotations" {
+		t.Fatalf("podinfo volume %+v: want the pod's annotations, which the agent reads", vols["istio-podinfo"])
+	}
 	var st Status
-	if err := json.Unmarshal([]byte(out.Annotations[StatusAnnotation]), &st); err != nil || !slices.Equal(st.Containers, []string{ProxyContainer}) || len(st.Volumes) != 4 {
+	if err := json.Unmarshal([]byte(out.Annotations[StatusAnnotation]), &st); err != nil || !slices.Equal(st.Containers, []string{ProxyContainer}) || len(st.Volumes) != 5 {
 		t.Fatalf("status %q: %v", out.Annotations[StatusAnnotation], err)
 	}
 	if out.Labels[TLSModeLabel] != "istio" {

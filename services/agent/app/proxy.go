@@ -89,6 +89,8 @@ type Config struct {
 	OutputCerts string `yaml:"outputCerts" usage:"keep the workload certificate, key and roots in this directory as cert-chain.pem, key.pem, root-cert.pem (default $OUTPUT_CERTS, else /var/lib/istio/data with grpcBootstrap; empty: none)"`
 	// GRPCCertRefresh is how often gRPC reads the files again.
 	GRPCCertRefresh time.Duration `yaml:"grpcCertRefresh" usage:"how often proxyless applications read the certificate files again (the gRPC bootstrap's refresh_interval)"`
+	// PodAnnotations is the pod's annotations file (the downward API's).
+	PodAnnotations string `yaml:"podAnnotations" usage:"the pod's annotations, as the downward API writes them (the sidecar.istio.io/stats* ones shape Envoy's stats, as in Istio; a missing file is none)"`
 	// Wasm is the cache of the modules ECDS resources load.
 	Wasm WasmConfig `yaml:"wasm"`
 }
@@ -142,6 +144,7 @@ func proxyDefaults() Config {
 		OutputCerts:     os.Getenv("OUTPUT_CERTS"),
 		GRPCCertRefresh: 5 * time.Minute,
 		Wasm:            wasmDefaults(),
+		PodAnnotations:  PodAnnotationsFile,
 	}
 }
 
@@ -288,9 +291,13 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return rt.Serve(ctx, actors...)
 	}
 
+	annotations, err := readPodAnnotations(cfg.PodAnnotations)
+	if err != nil {
+		return err
+	}
 	boot, problems, err := bootstrap.Build(bootstrap.Options{
 		Node: node, ProxyConfig: pc, Delta: cfg.Delta, XDSSocket: cfg.XDSSocket, SDSSocket: cfg.SDSSocket, Admin: cfg.EnvoyAdmin,
-		StatusPort: cfg.statusPort(),
+		StatusPort: cfg.statusPort(), Annotations: annotations,
 	})
 	if err != nil {
 		return err

@@ -28,6 +28,10 @@ import (
 	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
+	brotliv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/brotli/compressor/v3"
+	gzipv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/gzip/compressor/v3"
+	zstdv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/zstd/compressor/v3"
+	compressorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/compressor/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -115,6 +119,10 @@ type Options struct {
 	// Admin is Envoy's admin address, host:port (default
 	// 127.0.0.1:15000); /stats/prometheus on StatsPort reads it.
 	Admin string
+	// Annotations are the pod's (the downward API's file): Istio's agent
+	// reads the sidecar.istio.io/stats* and extraStatTags ones into the
+	// bootstrap's stats.
+	Annotations map[string]string
 	// StatusPort is the agent's status port on loopback (default
 	// AgentPort), which /healthz/ready on HealthPort reads.
 	StatusPort uint32
@@ -177,31 +185,39 @@ func Build(o Options) (*bootstrapv3.Bootstrap, []string, error) {
 		staticCluster(statsClustr, adminHost, uint32(adminPort)),
 		staticCluster(agentClustr, "127.0.0.1", cmp.Or(o.StatusPort, AgentPort)),
 	)
+	pc := o.ProxyConfig
+	// Istio's statsCompression (default on): the Prometheus listener
+	// compresses what it serves, as the client accepts.
+	statsFilters, err := statsCompressors(pc.GetStatsCompression() == nil || pc.GetStatsCompression().GetValue())
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, l := range []struct {
 		name, prefix, cluster string
 		port                  uint32
+		filters               []*hcmv3.HttpFilter
 	}{
-		{"prometheus", "/stats/prometheus", statsClustr, StatsPort},
-		{"health", "/healthz/ready", agentClustr, HealthPort},
+		{"prometheus", "/stats/prometheus", statsClustr, StatsPort, statsFilters},
+		{"health", "/healthz/ready", agentClustr, HealthPort, nil},
 	} {
-		lis, err := httpListener(l.name, l.port, l.prefix, l.cluster)
+		lis, err := httpListener(l.name, l.port, l.prefix, l.cluster, l.filters...)
 		if err != nil {
 			return nil, nil, err
 		}
 		sr.Listeners = append(sr.Listeners, lis)
 	}
-	pc := o.ProxyConfig
 	if b.LayeredRuntime, err = runtime(pc); err != nil {
 		return nil, nil, fmt.Errorf("bootstrap runtime: %w", err)
 	}
-	b.StatsConfig = &metricsv3.StatsConfig{StatsMatcher: statsMatcher(pc, o.Node.IP)}
+	b.StatsConfig = &metricsv3.StatsConfig{StatsMatcher: statsMatcher(pc, o.Node.IP, o.Annotations)}
+	problems = append(problems, statsIntervals(b, o.Annotations)...)
 	remote, err := remoteServices(b, pc)
 	if err != nil {
 		return nil, nil, err
 	}
 	problems = append(problems, remote...)
 	problems = append(problems, Unhonoured(pc)...)
-	for _, tag := range pc.GetExtraStatTags() {
+	for _, tag := range extraStatTags(pc, o.Annotations) {
 		// Istio's form: the tag's value travels in the stat name as
 		// "<tag>=.=<value>;.;".
 		b.StatsConfig.StatsTags = append(b.StatsConfig.StatsTags, &metricsv3.TagSpecifier{
@@ -383,8 +399,9 @@ func grpcPipeCluster(name, path string) (*clusterv3.Cluster, error) {
 	return c, nil
 }
 
-// httpListener serves one path prefix on 0.0.0.0:port from a cluster.
-func httpListener(name string, port uint32, prefix, cluster string) (*listenerv3.Listener, error) {
+// httpListener serves one path prefix on 0.0.0.0:port from a cluster,
+// through filters and the router.
+func httpListener(name string, port uint32, prefix, cluster string, filters ...*hcmv3.HttpFilter) (*listenerv3.Listener, error) {
 	router, err := pack(&routerv3.Router{})
 	if err != nil {
 		return nil, err
@@ -397,7 +414,7 @@ func httpListener(name string, port uint32, prefix, cluster string) (*listenerv3
 				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}}},
 			}}}},
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+		HttpFilters: append(filters, &hcmv3.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}),
 	}
 	cfg, err := pack(hcm)
 	if err != nil {
@@ -409,6 +426,40 @@ func httpListener(name string, port uint32, prefix, cluster string) (*listenerv3
 			Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: cfg},
 		}}}},
 	}, nil
+}
+
+// statsCompressors are the compressors of Istio's Prometheus listener
+// (its bootstrap template's envoy_metrics_stats_compression): brotli,
+// zstd and gzip, for the content types of Envoy's stats; none when off.
+func statsCompressors(on bool) ([]*hcmv3.HttpFilter, error) {
+	if !on {
+		return nil, nil
+	}
+	var out []*hcmv3.HttpFilter
+	for _, c := range []struct {
+		name    string
+		library proto.Message
+	}{
+		{"brotli", &brotliv3.Brotli{}},
+		{"zstd", &zstdv3.Zstd{}},
+		{"gzip", &gzipv3.Gzip{}},
+	} {
+		lib, err := anypb.New(c.library)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := pack(&compressorv3.Compressor{
+			CompressorLibrary: &corev3.TypedExtensionConfig{Name: "stats_" + c.name, TypedConfig: lib},
+			ResponseDirectionConfig: &compressorv3.Compressor_ResponseDirectionConfig{CommonConfig: &compressorv3.Compressor_CommonDirectionConfig{
+				ContentType: []string{"text/plain", "application/vnd.google.protobuf", "application/openmetrics-text", "application/openmetrics-protobuf"}, //nolint:staticcheck // Istio's bootstrap writes it; Envoy still reads it
+			}},
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &hcmv3.HttpFilter{Name: "envoy.filters.http.compressor." + c.name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: cfg}})
+	}
+	return out, nil
 }
 
 // pack validates a typed config (Validate does not look inside an Any)

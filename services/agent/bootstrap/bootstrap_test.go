@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -227,4 +228,75 @@ func TestTheReadinessListenerReadsTheAgentsStatusPort(t *testing.T) {
 		}
 	}
 	t.Fatal("no agent cluster")
+}
+
+func TestThePodsStatsAnnotationsShapeEnvoysStatsAsInIstio(t *testing.T) {
+	pc := proxyConfig(t, `
+extraStatTags: [tenant]
+proxyStatsMatcher: {inclusionPrefixes: [from-config], inclusionSuffixes: [kept_suffix]}
+statsCompression: false
+`)
+	b, problems, err := Build(Options{Node: cart(), ProxyConfig: pc, Annotations: map[string]string{
+		"sidecar.istio.io/statsInclusionPrefixes": "cluster.outbound,http.{pod_ip}_",
+		"sidecar.istio.io/extraStatTags":          "tenant,region",
+		"sidecar.istio.io/statsFlushInterval":     "10s",
+		"sidecar.istio.io/statsEvictionInterval":  "60s",
+		"sidecar.istio.io/statsHistogramBuckets":  `{"http.inbound": [1, 5, 10], "cluster.outbound": [0.5]}`,
+	}})
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("%v %v", err, problems)
+	}
+	var prefixes, suffixes []string
+	for _, p := range b.GetStatsConfig().GetStatsMatcher().GetInclusionList().GetPatterns() {
+		if p.GetPrefix() != "" {
+			prefixes = append(prefixes, p.GetPrefix())
+		}
+		if p.GetSuffix() != "" {
+			suffixes = append(suffixes, p.GetSuffix())
+		}
+	}
+	// The annotation's prefixes replace the proxy config's; its suffixes,
+	// with no annotation, stay.
+	if !slices.Contains(prefixes, "http.10.1.2.3_") || !slices.Contains(prefixes, "cluster.outbound") || slices.Contains(prefixes, "from-config") {
+		t.Errorf("prefixes %v", prefixes)
+	}
+	if !slices.Contains(suffixes, "kept_suffix") {
+		t.Errorf("suffixes %v", suffixes)
+	}
+	var tags []string
+	for _, tag := range b.GetStatsConfig().GetStatsTags() {
+		tags = append(tags, tag.GetTagName())
+	}
+	if !slices.Equal(tags, []string{"tenant", "region"}) {
+		t.Errorf("tags %v, want tenant once and region", tags)
+	}
+	if b.GetStatsFlushInterval().AsDuration() != 10*time.Second || b.GetStatsEvictionInterval().AsDuration() != time.Minute {
+		t.Errorf("flush %v, eviction %v", b.GetStatsFlushInterval(), b.GetStatsEvictionInterval())
+	}
+	hb := b.GetStatsConfig().GetHistogramBucketSettings()
+	if len(hb) != 2 || hb[0].GetMatch().GetPrefix() != "cluster.outbound" || !slices.Equal(hb[1].GetBuckets(), []float64{1, 5, 10}) {
+		t.Errorf("histogram buckets %v", hb)
+	}
+	for _, l := range b.GetStaticResources().GetListeners() {
+		if l.GetName() == "prometheus" && strings.Contains(l.String(), "compressor") {
+			t.Errorf("statsCompression false, and the Prometheus listener compresses")
+		}
+	}
+}
+
+func TestStatsAnnotationsThatDoNotParseAreReportedAndLeftOut(t *testing.T) {
+	b, problems, err := Build(Options{Node: cart(), Annotations: map[string]string{
+		"sidecar.istio.io/statsFlushInterval":    "10m",
+		"sidecar.istio.io/statsEvictionInterval": "7s",
+		"sidecar.istio.io/statsHistogramBuckets": `[1, 2]`,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 3 {
+		t.Fatalf("problems %v; want one per annotation", problems)
+	}
+	if b.GetStatsFlushInterval() != nil || b.GetStatsEvictionInterval() != nil || len(b.GetStatsConfig().GetHistogramBucketSettings()) != 0 {
+		t.Errorf("a bad annotation was written: %v %v %v", b.GetStatsFlushInterval(), b.GetStatsEvictionInterval(), b.GetStatsConfig().GetHistogramBucketSettings())
+	}
 }

@@ -25,6 +25,7 @@ var honouredFields = map[string]string{
 	"envoyAccessLogService": "the bootstrap's envoy_accesslog_service cluster",
 	"statusPort":            "the agent's status port",
 	"proxyAdminPort":        "Envoy's admin port",
+	"statsCompression":      "the Prometheus listener's compressors",
 	// the agent's lifecycle
 	"terminationDrainDuration": "the agent's drain on SIGTERM",
 	// the injector

@@ -136,7 +136,7 @@ func TestTheAPIServerInjectsThePodsThePolicySelects(t *testing.T) {
 		t.Fatalf("in a labelled namespace: containers %v", containerNames(injected))
 	}
 	var st inject.Status
-	if err := json.Unmarshal([]byte(injected.Annotations[inject.StatusAnnotation]), &st); err != nil || len(st.Volumes) != 4 {
+	if err := json.Unmarshal([]byte(injected.Annotations[inject.StatusAnnotation]), &st); err != nil || len(st.Volumes) != 5 {
 		t.Fatalf("status annotation %q", injected.Annotations[inject.StatusAnnotation])
 	}
 	hasVolume := func(p *corev1.Pod, name string) bool {
