@@ -180,7 +180,9 @@ func TestAnnotationsOverrideValues(t *testing.T) {
 			AnnotationProxyCPU: "250m", AnnotationProxyMemory: "256Mi", AnnotationProxyImage: "registry.local/agent:2",
 			AnnotationLogLevel: "debug", AnnotationExcludeInbound: "9090, 9091", AnnotationExcludeOutboundPt: "3306",
 			AnnotationIncludeOutbound: "10.0.0.0/8", AnnotationExcludeOutbound: "10.96.0.1/32",
-			AnnotationProxyConfig: "holdApplicationUntilProxyStarts: true",
+			AnnotationProxyConfig:           "holdApplicationUntilProxyStarts: true",
+			AnnotationDiscoveryAddress:      "discovery.canary.svc:15012",
+			AnnotationReadinessInitialDelay: "5", AnnotationReadinessPeriod: "10", AnnotationReadinessFailures: "3",
 		}
 	})
 	out, err := defaultTemplate(t).Inject(p, DefaultValues())
@@ -188,6 +190,12 @@ func TestAnnotationsOverrideValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := out.Spec.Containers[0]
+	if rp := proxy.ReadinessProbe; rp == nil || rp.InitialDelaySeconds != 5 || rp.PeriodSeconds != 10 || rp.FailureThreshold != 3 {
+		t.Errorf("readiness probe %+v, want the annotations' 5, 10, 3", rp)
+	}
+	if !slices.Contains(proxy.Env, corev1.EnvVar{Name: "DISCOVERY_ADDRESS", Value: "discovery.canary.svc:15012"}) {
+		t.Errorf("env %v: want the annotation's discovery address", proxy.Env)
+	}
 	if proxy.Name != ProxyContainer || proxy.Lifecycle == nil {
 		t.Fatal("holdApplicationUntilProxyStarts: the proxy is not first with a postStart hook")
 	}
@@ -204,6 +212,8 @@ func TestAnnotationsOverrideValues(t *testing.T) {
 	for key, bad := range map[string]string{
 		AnnotationProxyCPU: "lots", AnnotationExcludeInbound: "99999", AnnotationExcludeOutboundPt: "http",
 		AnnotationLogLevel: "chatty", AnnotationProxyConfig: "holdApplicationUntilProxyStarts: [",
+		AnnotationDiscoveryAddress: "no-port", AnnotationReadinessPeriod: "0", AnnotationReadinessFailures: "-1",
+		AnnotationReadinessInitialDelay: "99999999999",
 	} {
 		if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) { p.Annotations = map[string]string{key: bad} }), DefaultValues()); err == nil {
 			t.Errorf("%s=%q accepted", key, bad)

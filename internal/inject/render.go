@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
+	"net"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -51,6 +53,13 @@ const (
 	// AnnotationTemplates chooses the injection template, as Istio's
 	// does: TemplateSidecar (the default) or TemplateGRPCAgent.
 	AnnotationTemplates = "inject.istio.io/templates"
+	// AnnotationDiscoveryAddress is the discovery address the pod's
+	// agent dials, over the injector's (Istio's agent reads it so).
+	AnnotationDiscoveryAddress = "sidecar.istio.io/discoveryAddress"
+	// The sidecar's readiness probe, over the template's numbers.
+	AnnotationReadinessInitialDelay = "readiness.status.sidecar.istio.io/initialDelaySeconds"
+	AnnotationReadinessPeriod       = "readiness.status.sidecar.istio.io/periodSeconds"
+	AnnotationReadinessFailures     = "readiness.status.sidecar.istio.io/failureThreshold"
 )
 
 // The injection templates a pod can ask for by AnnotationTemplates.
@@ -114,6 +123,13 @@ type Values struct {
 	// (Istio's rewriteAppHTTPProbe, on by default), which performs them:
 	// the kubelet's probes then pass whatever the mesh requires (mTLS).
 	RewriteAppProbers bool `json:"rewriteAppProbers"`
+	// ReadinessInitialDelaySeconds, ReadinessPeriodSeconds and
+	// ReadinessFailureThreshold are the sidecar's readiness probe's
+	// numbers, as the readiness.status.sidecar.istio.io annotations set
+	// them; empty: the template's own (Istio's for proxyv2).
+	ReadinessInitialDelaySeconds string `json:"readinessInitialDelaySeconds"`
+	ReadinessPeriodSeconds       string `json:"readinessPeriodSeconds"`
+	ReadinessFailureThreshold    string `json:"readinessFailureThreshold"`
 	// ProxyConfig is the pod's proxy configuration (ProxyConfigs.Effective:
 	// the ProxyConfig resources and the proxy.istio.io/config annotation),
 	// given to the agent as JSON in PROXY_CONFIG; set per pod, never from
@@ -234,6 +250,32 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	set(&v.ExcludeOutboundIPRanges, AnnotationExcludeOutbound)
 	set(&v.ExcludeInboundPorts, AnnotationExcludeInbound)
 	set(&v.ExcludeOutboundPorts, AnnotationExcludeOutboundPt)
+	if addr, ok := a[AnnotationDiscoveryAddress]; ok {
+		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
+			return v, fmt.Errorf("%s %q: want host:port", AnnotationDiscoveryAddress, addr)
+		}
+		v.DiscoveryAddress = addr
+	}
+	set(&v.ReadinessInitialDelaySeconds, AnnotationReadinessInitialDelay)
+	set(&v.ReadinessPeriodSeconds, AnnotationReadinessPeriod)
+	set(&v.ReadinessFailureThreshold, AnnotationReadinessFailures)
+	// Istio's validateUInt32 for the initial delay; Kubernetes wants a
+	// period and a threshold of at least 1.
+	for key, n := range map[string]struct {
+		value string
+		least uint64
+	}{
+		AnnotationReadinessInitialDelay: {v.ReadinessInitialDelaySeconds, 0},
+		AnnotationReadinessPeriod:       {v.ReadinessPeriodSeconds, 1},
+		AnnotationReadinessFailures:     {v.ReadinessFailureThreshold, 1},
+	} {
+		if n.value == "" {
+			continue
+		}
+		if u, err := strconv.ParseUint(n.value, 10, 31); err != nil || u < n.least {
+			return v, fmt.Errorf("%s %q: want a whole number from %d to %d", key, n.value, n.least, math.MaxInt32)
+		}
+	}
 	if s, ok := a[AnnotationRewriteProbes]; ok {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
