@@ -46,6 +46,8 @@ var honoured = map[string]string{
 	StatusAnnotation:                "written by the injector: a pod carrying it is not injected again",
 	RevisionLabel:                   "the revision: as in Istio, the istio.io/rev label selects the injector; the annotation records it",
 	AnnotationDiscoveryAddress:      "the discovery address the agent dials (host:port)",
+	AnnotationUserVolume:            "volumes added to the pod for the sidecar (a JSON object of name to volume source, as Istio's template reads it)",
+	AnnotationUserVolumeMount:       "mounts added to the sidecar (a JSON object of volume name to mount)",
 	AnnotationReadinessInitialDelay: "the sidecar's readiness probe",
 	AnnotationReadinessPeriod:       "the sidecar's readiness probe",
 	AnnotationReadinessFailures:     "the sidecar's readiness probe",

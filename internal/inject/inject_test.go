@@ -579,3 +579,48 @@ func TestTheGRPCAgentTemplateIsTheAgentWithoutEnvoyAndTheAppReadsItsFiles(t *tes
 		t.Errorf("an unknown template: %v", err)
 	}
 }
+
+func TestUserVolumesAreAddedToTheSidecarAsInIstio(t *testing.T) {
+	out, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) {
+		p.Annotations = map[string]string{
+			AnnotationUserVolume:      `{"lua-libs": {"configMap": {"name": "lua-libs"}}, "certs": {"secret": {"secretName": "ext-certs"}}}`,
+			AnnotationUserVolumeMount: `{"lua-libs": {"mountPath": "/var/lib/lua", "readOnly": true}, "certs": {"mountPath": "/etc/ext-certs"}}`,
+		}
+	}), DefaultValues())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "lua-libs" })
+	if i < 0 || out.Spec.Volumes[i].ConfigMap == nil || out.Spec.Volumes[i].ConfigMap.Name != "lua-libs" {
+		t.Fatalf("volumes %v", out.Spec.Volumes)
+	}
+	proxy := out.Spec.Containers[slices.IndexFunc(out.Spec.Containers, func(c corev1.Container) bool { return c.Name == ProxyContainer })]
+	mounted := func(want corev1.VolumeMount) bool {
+		return slices.ContainsFunc(proxy.VolumeMounts, func(m corev1.VolumeMount) bool { return reflect.DeepEqual(m, want) })
+	}
+	if !mounted(corev1.VolumeMount{Name: "lua-libs", MountPath: "/var/lib/lua", ReadOnly: true}) || !mounted(corev1.VolumeMount{Name: "certs", MountPath: "/etc/ext-certs"}) {
+		t.Fatalf("mounts %v", proxy.VolumeMounts)
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(out.Annotations[StatusAnnotation]), &st); err != nil || !slices.Contains(st.Volumes, "lua-libs") {
+		t.Errorf("status %q: the user volumes must be recorded for removal", out.Annotations[StatusAnnotation])
+	}
+	many := map[string]any{}
+	for i := range maxUserVolumes + 1 {
+		many["v"+strconv.Itoa(i)] = map[string]any{"emptyDir": map[string]any{}}
+	}
+	tooMany, _ := json.Marshal(many)
+	for name, a := range map[string]map[string]string{
+		"not JSON":         {AnnotationUserVolume: `{"x": `},
+		"unknown field":    {AnnotationUserVolume: `{"x": {"hostPathz": {"path": "/"}}}`},
+		"an array":         {AnnotationUserVolume: `[{"name": "x", "emptyDir": {}}]`},
+		"the sidecar's":    {AnnotationUserVolume: `{"istio-envoy": {"emptyDir": {}}}`},
+		"no mount path":    {AnnotationUserVolumeMount: `{"x": {"readOnly": true}}`},
+		"two values":       {AnnotationUserVolumeMount: `{"x": {"mountPath": "/x"}} {}`},
+		"too many volumes": {AnnotationUserVolume: string(tooMany)},
+	} {
+		if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) { p.Annotations = a }), DefaultValues()); err == nil {
+			t.Errorf("%s: %v accepted", name, a)
+		}
+	}
+}

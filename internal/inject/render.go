@@ -432,7 +432,76 @@ func (t *Template) RenderAs(pod *corev1.Pod, w Workload, values Values) (*Sideca
 	if err != nil {
 		return nil, v, err
 	}
+	if err := addUserVolumes(sc, pod.Annotations); err != nil {
+		return nil, v, err
+	}
 	return sc, v, nil
+}
+
+// The pod's own volumes for the sidecar, as Istio's templates add them:
+// a JSON object of volume name to volume source, and of volume name (the
+// sidecar's, or the pod's own) to mount.
+const (
+	AnnotationUserVolume      = "sidecar.istio.io/userVolume"
+	AnnotationUserVolumeMount = "sidecar.istio.io/userVolumeMount"
+)
+
+// maxUserVolumes bounds each annotation's entries.
+const maxUserVolumes = 64
+
+// addUserVolumes adds the userVolume annotation's volumes to the sidecar's
+// and the userVolumeMount annotation's mounts to its proxy container.
+// Unknown fields, a name the template's volumes already use, and more
+// than maxUserVolumes entries are refused.
+func addUserVolumes(sc *Sidecar, annotations map[string]string) error {
+	decode := func(key string, into any) error {
+		raw, ok := annotations[key]
+		if !ok {
+			return nil
+		}
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(into); err != nil {
+			return fmt.Errorf("%s: want a JSON object of volume name to %s: %w", key, map[string]string{AnnotationUserVolume: "volume source", AnnotationUserVolumeMount: "mount"}[key], err)
+		}
+		if dec.More() {
+			return fmt.Errorf("%s: more than one JSON value", key)
+		}
+		return nil
+	}
+	var vols map[string]corev1.VolumeSource
+	var mounts map[string]corev1.VolumeMount
+	if err := decode(AnnotationUserVolume, &vols); err != nil {
+		return err
+	}
+	if err := decode(AnnotationUserVolumeMount, &mounts); err != nil {
+		return err
+	}
+	if len(vols) > maxUserVolumes || len(mounts) > maxUserVolumes {
+		return fmt.Errorf("%s and %s: at most %d entries each", AnnotationUserVolume, AnnotationUserVolumeMount, maxUserVolumes)
+	}
+	for _, name := range slices.Sorted(maps.Keys(vols)) {
+		if slices.ContainsFunc(sc.Volumes, func(v corev1.Volume) bool { return v.Name == name }) {
+			return fmt.Errorf("%s: volume %q is the sidecar's own", AnnotationUserVolume, name)
+		}
+		sc.Volumes = append(sc.Volumes, corev1.Volume{Name: name, VolumeSource: vols[name]})
+	}
+	if len(mounts) == 0 {
+		return nil
+	}
+	i := slices.IndexFunc(sc.Containers, func(c corev1.Container) bool { return c.Name == ProxyContainer })
+	if i < 0 {
+		return fmt.Errorf("%s: the template has no %s container", AnnotationUserVolumeMount, ProxyContainer)
+	}
+	for _, name := range slices.Sorted(maps.Keys(mounts)) {
+		m := mounts[name]
+		if m.MountPath == "" {
+			return fmt.Errorf("%s: volume %q has no mountPath", AnnotationUserVolumeMount, name)
+		}
+		m.Name = name
+		sc.Containers[i].VolumeMounts = append(sc.Containers[i].VolumeMounts, m)
+	}
+	return nil
 }
 
 // decode parses rendered text, or copies the memoised result.
