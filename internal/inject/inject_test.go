@@ -214,6 +214,8 @@ func TestAnnotationsOverrideValues(t *testing.T) {
 		AnnotationLogLevel: "chatty", AnnotationProxyConfig: "holdApplicationUntilProxyStarts: [",
 		AnnotationDiscoveryAddress: "no-port", AnnotationReadinessPeriod: "0", AnnotationReadinessFailures: "-1",
 		AnnotationReadinessInitialDelay: "99999999999",
+		AnnotationExcludeIfaces:         "eth0 -j ACCEPT", AnnotationIncludeInbound: "http", AnnotationIncludeOutboundPt: "0",
+		AnnotationRerouteIfaces: "an-interface-name-too-long",
 	} {
 		if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) { p.Annotations = map[string]string{key: bad} }), DefaultValues()); err == nil {
 			t.Errorf("%s=%q accepted", key, bad)

@@ -47,9 +47,16 @@ const (
 	AnnotationExcludeOutbound   = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
 	AnnotationExcludeInbound    = "traffic.sidecar.istio.io/excludeInboundPorts"
 	AnnotationExcludeOutboundPt = "traffic.sidecar.istio.io/excludeOutboundPorts"
-	AnnotationProxyConfig       = "proxy.istio.io/config"
-	AnnotationProxyImageType    = "sidecar.istio.io/proxyImageType"
-	AnnotationRewriteProbes     = "sidecar.istio.io/rewriteAppHTTPProbers"
+	AnnotationIncludeInbound    = "traffic.sidecar.istio.io/includeInboundPorts"
+	AnnotationIncludeOutboundPt = "traffic.sidecar.istio.io/includeOutboundPorts"
+	AnnotationExcludeIfaces     = "traffic.sidecar.istio.io/excludeInterfaces"
+	// AnnotationKubevirtIfaces is the older name of AnnotationRerouteIfaces,
+	// which wins when both are set, as in Istio's template.
+	AnnotationKubevirtIfaces = "traffic.sidecar.istio.io/kubevirtInterfaces"
+	AnnotationRerouteIfaces  = "istio.io/reroute-virtual-interfaces"
+	AnnotationProxyConfig    = "proxy.istio.io/config"
+	AnnotationProxyImageType = "sidecar.istio.io/proxyImageType"
+	AnnotationRewriteProbes  = "sidecar.istio.io/rewriteAppHTTPProbers"
 	// AnnotationTemplates chooses the injection template, as Istio's
 	// does: TemplateSidecar (the default) or TemplateGRPCAgent.
 	AnnotationTemplates = "inject.istio.io/templates"
@@ -116,6 +123,13 @@ type Values struct {
 	ExcludeOutboundIPRanges string `json:"excludeOutboundIPRanges"`
 	ExcludeInboundPorts     string `json:"excludeInboundPorts"`
 	ExcludeOutboundPorts    string `json:"excludeOutboundPorts"`
+	// IncludeInboundPorts: "*" all (the default), "" none, or ports.
+	IncludeInboundPorts  string `json:"includeInboundPorts"`
+	IncludeOutboundPorts string `json:"includeOutboundPorts"`
+	ExcludeInterfaces    string `json:"excludeInterfaces"`
+	// RerouteInterfaces are Istio's kubevirtInterfaces (KubeVirt VMs'
+	// interfaces, whose traffic is captured outbound).
+	RerouteInterfaces string `json:"rerouteInterfaces"`
 	// HoldApplicationUntilProxyStarts starts the proxy first and holds the
 	// application's containers until it is ready.
 	HoldApplicationUntilProxyStarts bool `json:"holdApplicationUntilProxyStarts"`
@@ -148,7 +162,7 @@ func DefaultValues() Values {
 		ProxyImage: "flotilla-proxy:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
 		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
 		TrustDomain: controlplane.DefaultTrustDomain, ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
-		IncludeOutboundIPRanges: "*", RewriteAppProbers: true,
+		IncludeOutboundIPRanges: "*", IncludeInboundPorts: "*", RewriteAppProbers: true,
 	}
 }
 
@@ -250,6 +264,11 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	set(&v.ExcludeOutboundIPRanges, AnnotationExcludeOutbound)
 	set(&v.ExcludeInboundPorts, AnnotationExcludeInbound)
 	set(&v.ExcludeOutboundPorts, AnnotationExcludeOutboundPt)
+	set(&v.IncludeInboundPorts, AnnotationIncludeInbound)
+	set(&v.IncludeOutboundPorts, AnnotationIncludeOutboundPt)
+	set(&v.ExcludeInterfaces, AnnotationExcludeIfaces)
+	set(&v.RerouteInterfaces, AnnotationKubevirtIfaces)
+	set(&v.RerouteInterfaces, AnnotationRerouteIfaces)
 	if addr, ok := a[AnnotationDiscoveryAddress]; ok {
 		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
 			return v, fmt.Errorf("%s %q: want host:port", AnnotationDiscoveryAddress, addr)
@@ -343,7 +362,11 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 			return v, fmt.Errorf("%s: %w", key, err)
 		}
 	}
-	for _, s := range []string{v.ExcludeInboundPorts, v.ExcludeOutboundPorts} {
+	inbound := v.IncludeInboundPorts
+	if strings.TrimSpace(inbound) == "*" {
+		inbound = ""
+	}
+	for _, s := range []string{v.ExcludeInboundPorts, v.ExcludeOutboundPorts, inbound, v.IncludeOutboundPorts} {
 		for _, p := range splitList(s) {
 			var n int
 			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 || fmt.Sprint(n) != p {
@@ -351,8 +374,18 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 			}
 		}
 	}
+	for key, list := range map[string]string{AnnotationExcludeIfaces: v.ExcludeInterfaces, AnnotationRerouteIfaces: v.RerouteInterfaces} {
+		for _, iface := range splitList(list) {
+			if !ifaceName.MatchString(iface) {
+				return v, fmt.Errorf("%s: interface %q: want a Linux interface name (1 to 15 letters, digits, '.', '_', '-', '@')", key, iface)
+			}
+		}
+	}
 	return v, nil
 }
+
+// ifaceName is an interface name the agent's capture takes.
+var ifaceName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
 
 // The shapes of Envoy's --component-log-level and of Istio's
 // --log_output_level (pkg/log's scope:level list, a bare level meaning
@@ -422,6 +455,8 @@ func (t *Template) RenderAs(pod *corev1.Pod, w Workload, values Values) (*Sideca
 	data := map[string]any{
 		"Values": v, "Pod": pod, "Proxyless": tmpl == TemplateGRPCAgent,
 		"ExcludeInboundPorts": splitList(v.ExcludeInboundPorts), "ExcludeOutboundPorts": splitList(v.ExcludeOutboundPorts),
+		"IncludeOutboundPorts": splitList(v.IncludeOutboundPorts), "ExcludeInterfaces": splitList(v.ExcludeInterfaces),
+		"RerouteInterfaces":       splitList(v.RerouteInterfaces),
 		"IncludeOutboundIPRanges": splitList(v.IncludeOutboundIPRanges), "ExcludeOutboundIPRanges": splitList(v.ExcludeOutboundIPRanges),
 		"Istio": istio,
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -86,7 +88,8 @@ func waitCommand() *cobra.Command {
 // needs no binary in the image.
 func iptablesCommand() *cobra.Command {
 	var s capture.Settings
-	var inPorts, exclIn, exclOut []uint
+	var exclIn, exclOut, inclOut []uint
+	var inPorts string
 	var dryRun bool
 	var mode, netns string
 	var uid, gid uint32
@@ -101,7 +104,24 @@ func iptablesCommand() *cobra.Command {
 			}
 			s.ProxyUID, s.ProxyGID, s.InboundPort, s.OutboundPort = uid, gid, inPort, outPort
 			var err error
-			if s.InboundPorts, err = ports("inbound-ports", inPorts); err != nil {
+			switch inPorts = strings.TrimSpace(inPorts); inPorts {
+			case "*":
+			case "":
+				s.NoInbound = true
+			default:
+				var listed []uint
+				for _, f := range strings.Split(inPorts, ",") {
+					n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+					if err != nil {
+						return fmt.Errorf("--inbound-ports %q: want *, nothing, or ports separated by commas", inPorts)
+					}
+					listed = append(listed, uint(n))
+				}
+				if s.InboundPorts, err = ports("inbound-ports", listed); err != nil {
+					return err
+				}
+			}
+			if s.IncludeOutboundPorts, err = ports("include-outbound-ports", inclOut); err != nil {
 				return err
 			}
 			if s.ExcludeInboundPorts, err = ports("exclude-inbound-ports", exclIn); err != nil {
@@ -135,11 +155,14 @@ func iptablesCommand() *cobra.Command {
 	f.Uint32Var(&gid, "proxy-gid", 1337, "group the proxy runs as")
 	f.Uint16Var(&inPort, "inbound-capture-port", proxycontract.InboundCapturePort, "port of the proxy's inbound listener")
 	f.Uint16Var(&outPort, "outbound-capture-port", proxycontract.OutboundCapturePort, "port of the proxy's outbound listener")
-	f.UintSliceVar(&inPorts, "inbound-ports", nil, "inbound TCP ports to capture (default all)")
+	f.StringVar(&inPorts, "inbound-ports", "*", "inbound TCP ports to capture, separated by commas: * for all, empty for none")
 	f.UintSliceVar(&exclIn, "exclude-inbound-ports", nil, "inbound TCP ports never captured")
 	f.StringSliceVar(&s.IncludeOutboundIPRanges, "include-outbound-ip-ranges", []string{"*"}, "outbound IPv4 ranges to capture: * for all, empty for none")
 	f.StringSliceVar(&s.ExcludeOutboundIPRanges, "exclude-outbound-ip-ranges", nil, "outbound IPv4 ranges never captured")
 	f.UintSliceVar(&exclOut, "exclude-outbound-ports", nil, "outbound TCP ports never captured")
+	f.UintSliceVar(&inclOut, "include-outbound-ports", nil, "outbound TCP ports captured whatever their destination (but the excluded ranges)")
+	f.StringSliceVar(&s.ExcludeInterfaces, "exclude-interfaces", nil, "interfaces through which nothing is captured")
+	f.StringSliceVar(&s.RerouteInterfaces, "reroute-interfaces", nil, "interfaces whose arriving traffic to the included ranges goes to the proxy's outbound listener (KubeVirt VMs)")
 	return cmd
 }
 

@@ -48,6 +48,9 @@ func TestIptablesRefusesBadFlags(t *testing.T) {
 		"70000 is not a port":       {"iptables", "--dry-run", "--exclude-outbound-ports", "70000"},
 		`"nope" is not an IP range`: {"iptables", "--dry-run", "--exclude-outbound-ip-ranges", "nope"},
 		"0 is not a port":           {"iptables", "--dry-run", "--inbound-ports", "0"},
+		`--inbound-ports "80,x"`:    {"iptables", "--dry-run", "--inbound-ports", "80,x"},
+		`interface "bad name"`:      {"iptables", "--dry-run", "--exclude-interfaces", "bad name"},
+		"70001 is not a port":       {"iptables", "--dry-run", "--include-outbound-ports", "70001"},
 		`--mode "legacy"`:           {"iptables", "--dry-run", "--mode", "legacy"},
 	} {
 		cmd := NewCommand()
@@ -85,6 +88,17 @@ func TestTheInjectedInitContainerArgsDriveTheRules(t *testing.T) {
 				ExcludeInboundPorts: []uint16{9000, 9001}, ExcludeOutboundIPRanges: []string{"169.254.169.254/32"},
 			},
 		},
+		{
+			map[string]string{
+				inject.AnnotationIncludeInbound: "8080,9090", inject.AnnotationIncludeOutboundPt: "6379",
+				inject.AnnotationExcludeIfaces: "eth1", inject.AnnotationKubevirtIfaces: "net1", inject.AnnotationRerouteIfaces: "vm0,vm1",
+			},
+			capture.Settings{
+				IncludeOutboundIPRanges: []string{"*"}, InboundPorts: []uint16{8080, 9090}, IncludeOutboundPorts: []uint16{6379},
+				ExcludeInterfaces: []string{"eth1"}, RerouteInterfaces: []string{"vm0", "vm1"},
+			},
+		},
+		{map[string]string{inject.AnnotationIncludeInbound: ""}, capture.Settings{IncludeOutboundIPRanges: []string{"*"}, NoInbound: true}},
 	} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: tc.annotations}}
 		sc, _, err := tmpl.Render(pod, inject.DefaultValues())

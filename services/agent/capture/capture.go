@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -42,8 +43,12 @@ type Settings struct {
 	// virtualOutbound listeners (defaults proxycontract.InboundCapturePort
 	// and OutboundCapturePort, where discovery puts them).
 	InboundPort, OutboundPort uint16
-	// InboundPorts to capture; empty means all TCP ports.
+	// InboundPorts to capture; empty means all TCP ports (unless
+	// NoInbound).
 	InboundPorts []uint16
+	// NoInbound captures no inbound traffic (Istio's includeInboundPorts
+	// set to "").
+	NoInbound bool
 	// ExcludeInboundPorts are never captured inbound (the sidecar's own
 	// ports are added).
 	ExcludeInboundPorts []uint16
@@ -54,6 +59,17 @@ type Settings struct {
 	IncludeOutboundIPRanges []string
 	ExcludeOutboundIPRanges []string
 	ExcludeOutboundPorts    []uint16
+	// IncludeOutboundPorts are captured outbound whatever their
+	// destination (but the excluded ranges).
+	IncludeOutboundPorts []uint16
+	// ExcludeInterfaces: nothing arriving or leaving through them is
+	// captured.
+	ExcludeInterfaces []string
+	// RerouteInterfaces (Istio's kubevirtInterfaces and
+	// reroute-virtual-interfaces): what arrives through them is sent to
+	// Envoy's outbound listener as if the pod sent it (a VM's traffic in a
+	// KubeVirt pod), for the included ranges.
+	RerouteInterfaces []string
 }
 
 func (s *Settings) defaults() {
@@ -70,6 +86,10 @@ func (s *Settings) defaults() {
 		s.OutboundPort = proxycontract.OutboundCapturePort
 	}
 }
+
+// ifaceName is what an interface may be called here: Linux allows up to
+// 15 bytes, and these also travel in iptables-restore's text.
+var ifaceName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
 
 // Chain is one chain of the capture.
 type Chain int
@@ -160,6 +180,9 @@ type Rule struct {
 	NotDst   bool
 	// OutLoopback matches packets leaving through lo.
 	OutLoopback bool
+	// InIface and OutIface match the interface a packet arrives or
+	// leaves through, when set.
+	InIface, OutIface string
 	// TCP matches TCP; DPort (with TCP) its destination port.
 	TCP   bool
 	DPort uint16
@@ -181,12 +204,37 @@ func Build(s Settings) (Plan, error) {
 	if err != nil {
 		return Plan{}, fmt.Errorf("excludeOutboundIPRanges: %w", err)
 	}
+	for _, iface := range slices.Concat(s.ExcludeInterfaces, s.RerouteInterfaces) {
+		if !ifaceName.MatchString(iface) {
+			return Plan{}, fmt.Errorf("interface %q: want a Linux interface name (1 to 15 letters, digits, '.', '_', '-', '@')", iface)
+		}
+	}
 	var p Plan
 	add := func(r Rule) { p.Rules = append(p.Rules, r) }
 	ret := Target{Action: Return}
 	jump := func(c Chain) Target { return Target{Action: Jump, To: c} }
 
+	// As Istio's iptables Run: traffic of the rerouted interfaces to the
+	// included ranges goes to Envoy's outbound listener, the rest of it
+	// and of the excluded interfaces passes, before any capture.
+	for _, iface := range s.RerouteInterfaces {
+		if all {
+			add(Rule{Chain: ChainPrerouting, InIface: iface, Target: jump(ChainRedirect)})
+		}
+		for _, r := range include {
+			add(Rule{Chain: ChainPrerouting, InIface: iface, Dst: r, Target: jump(ChainRedirect)})
+		}
+	}
+	for _, iface := range s.RerouteInterfaces {
+		add(Rule{Chain: ChainPrerouting, InIface: iface, Target: ret})
+	}
+	for _, iface := range s.ExcludeInterfaces {
+		add(Rule{Chain: ChainPrerouting, InIface: iface, Target: ret})
+	}
 	add(Rule{Chain: ChainPrerouting, TCP: true, Target: jump(ChainInbound)})
+	for _, iface := range s.ExcludeInterfaces {
+		add(Rule{Chain: ChainOutput, OutIface: iface, Target: ret})
+	}
 	add(Rule{Chain: ChainOutput, TCP: true, Target: jump(ChainOutbound)})
 
 	// Inbound: the sidecar's own ports and the excluded ones pass; the
@@ -194,12 +242,14 @@ func Build(s Settings) (Plan, error) {
 	skip := slices.Concat([]uint16{PortHBONE, PortAgent, PortHealth, PortPrometheus}, s.ExcludeInboundPorts)
 	slices.Sort(skip)
 	skip = slices.Compact(skip)
-	if len(s.InboundPorts) == 0 {
+	switch {
+	case s.NoInbound:
+	case len(s.InboundPorts) == 0:
 		for _, port := range skip {
 			add(Rule{Chain: ChainInbound, TCP: true, DPort: port, Target: ret})
 		}
 		add(Rule{Chain: ChainInbound, TCP: true, Target: jump(ChainInRedirect)})
-	} else {
+	default:
 		ports := slices.Clone(s.InboundPorts)
 		slices.Sort(ports)
 		for _, port := range slices.Compact(ports) {
@@ -234,6 +284,11 @@ func Build(s Settings) (Plan, error) {
 	}
 	for _, r := range exclude {
 		add(Rule{Chain: ChainOutbound, Dst: r, Target: ret})
+	}
+	ports = slices.Clone(s.IncludeOutboundPorts)
+	slices.Sort(ports)
+	for _, port := range slices.Compact(ports) {
+		add(Rule{Chain: ChainOutbound, TCP: true, DPort: port, Target: jump(ChainRedirect)})
 	}
 	if all {
 		add(Rule{Chain: ChainOutbound, Target: jump(ChainRedirect)})

@@ -33,6 +33,19 @@ var cases = map[string]Settings{
 		IncludeOutboundIPRanges: []string{"*"},
 		ExcludeOutboundIPRanges: []string{"192.168.0.0/16"},
 	},
+	// Istio's includeInboundPorts "", includeOutboundPorts,
+	// excludeInterfaces and kubevirtInterfaces: no inbound capture;
+	// ports 6379 and 11211 captured to any address but the excluded
+	// range; nothing through eth1; what the VM sends through vm0 to the
+	// included ranges captured outbound.
+	"interfaces-and-outbound-ports": {
+		NoInbound:               true,
+		IncludeOutboundIPRanges: []string{"10.96.0.0/12"},
+		ExcludeOutboundIPRanges: []string{"10.96.0.1"},
+		IncludeOutboundPorts:    []uint16{11211, 6379},
+		ExcludeInterfaces:       []string{"eth1"},
+		RerouteInterfaces:       []string{"vm0"},
+	},
 }
 
 // checkGolden compares got with testdata/name (-update writes it).
@@ -75,6 +88,10 @@ func TestBadRangesAreRefused(t *testing.T) {
 		{ExcludeOutboundIPRanges: []string{"not-an-ip"}},
 		{ExcludeOutboundIPRanges: []string{"*"}},
 		{IncludeOutboundIPRanges: []string{"fd00::/8"}},
+		{ExcludeInterfaces: []string{"eth0 -j ACCEPT"}},
+		{RerouteInterfaces: []string{"a-name-longer-than-15"}},
+		{ExcludeInterfaces: []string{""}},
+		{RerouteInterfaces: []string{`"lo"`}},
 	} {
 		if _, err := Build(s); err == nil {
 			t.Errorf("%+v: accepted", s)

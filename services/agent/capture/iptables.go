@@ -36,6 +36,12 @@ func (r Rule) iptables() string {
 		}
 		parts = append(parts, "-d", r.Dst.String())
 	}
+	if r.InIface != "" {
+		parts = append(parts, "-i", r.InIface)
+	}
+	if r.OutIface != "" {
+		parts = append(parts, "-o", r.OutIface)
+	}
 	if r.OutLoopback {
 		parts = append(parts, "-o", "lo")
 	}

@@ -74,6 +74,14 @@ func ApplyNFTables(p Plan, netns string) error {
 func (r Rule) nftables() []expr.Any {
 	var e []expr.Any
 	cmp := func(op expr.CmpOp, data []byte) { e = append(e, &expr.Cmp{Op: op, Register: 1, Data: data}) }
+	if r.InIface != "" {
+		e = append(e, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1})
+		cmp(expr.CmpOpEq, ifname(r.InIface))
+	}
+	if r.OutIface != "" {
+		e = append(e, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1})
+		cmp(expr.CmpOpEq, ifname(r.OutIface))
+	}
 	if r.OutLoopback {
 		e = append(e, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1})
 		cmp(expr.CmpOpEq, ifname("lo"))
@@ -167,6 +175,12 @@ func (p Plan) NFTables() string {
 // netlink expressions.
 func (r Rule) nft() string {
 	var parts []string
+	if r.InIface != "" {
+		parts = append(parts, fmt.Sprintf("iifname %q", r.InIface))
+	}
+	if r.OutIface != "" {
+		parts = append(parts, fmt.Sprintf("oifname %q", r.OutIface))
+	}
 	if r.OutLoopback {
 		parts = append(parts, `oifname "lo"`)
 	}
