@@ -691,6 +691,9 @@ func (t *Template) InjectAs(pod *corev1.Pod, w Workload, values Values) (*corev1
 			return nil, err
 		}
 	}
+	if err := mergePrometheus(out); err != nil {
+		return nil, err
+	}
 	status, err := json.Marshal(st)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)

@@ -215,3 +215,18 @@ const (
 // gives none (Envoy's remote data source requires one): the agent reads
 // it as none (Istio's "nil").
 const WasmNoDigest = "nil"
+
+// PrometheusScrapeEnv carries the application's Prometheus scrape
+// settings (PrometheusScrape, as JSON) from the injector, which moved
+// them off the pod's prometheus.io annotations, to the agent, which
+// serves the application's metrics merged into its /stats/prometheus
+// (Istio: ISTIO_PROMETHEUS_ANNOTATIONS).
+const PrometheusScrapeEnv = "ISTIO_PROMETHEUS_ANNOTATIONS"
+
+// PrometheusScrape is the application's scrape settings, as Istio's
+// PrometheusScrapeConfiguration (its JSON names).
+type PrometheusScrape struct {
+	Scrape string `json:"scrape"`
+	Path   string `json:"path"`
+	Port   string `json:"port"`
+}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -89,6 +91,9 @@ type Config struct {
 	OutputCerts string `yaml:"outputCerts" usage:"keep the workload certificate, key and roots in this directory as cert-chain.pem, key.pem, root-cert.pem (default $OUTPUT_CERTS, else /var/lib/istio/data with grpcBootstrap; empty: none)"`
 	// GRPCCertRefresh is how often gRPC reads the files again.
 	GRPCCertRefresh time.Duration `yaml:"grpcCertRefresh" usage:"how often proxyless applications read the certificate files again (the gRPC bootstrap's refresh_interval)"`
+	// AppMetrics are the application's Prometheus scrape settings, whose
+	// metrics /stats/prometheus serves after Envoy's and the agent's.
+	AppMetrics string `yaml:"appMetrics" usage:"the application's Prometheus scrape settings as JSON ({\"port\", \"path\", \"scrape\"}), merged into /stats/prometheus (default $ISTIO_PROMETHEUS_ANNOTATIONS, which the injector sets from the pod's prometheus.io annotations)"`
 	// PodAnnotations is the pod's annotations file (the downward API's).
 	PodAnnotations string `yaml:"podAnnotations" usage:"the pod's annotations, as the downward API writes them (the sidecar.istio.io/stats* ones shape Envoy's stats, as in Istio; a missing file is none)"`
 	// Wasm is the cache of the modules ECDS resources load.
@@ -145,6 +150,7 @@ func proxyDefaults() Config {
 		GRPCCertRefresh: 5 * time.Minute,
 		Wasm:            wasmDefaults(),
 		PodAnnotations:  PodAnnotationsFile,
+		AppMetrics:      os.Getenv(proxycontract.PrometheusScrapeEnv),
 	}
 }
 
@@ -283,10 +289,14 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		rt.HandleAdmin("GET "+debugapi.AgentBootstrapPath, debugapi.BootstrapHandler(debugapi.AgentBootstrap{Type: debugapi.BootstrapGRPC, Bootstrap: b}))
 		rt.Log.Info("gRPC xDS bootstrap written", "path", cfg.GRPCBootstrap, "certificates", cfg.outputCerts())
 	}
+	appMetrics, err := appMetricsURL(cfg.AppMetrics, cfg.statusPort())
+	if err != nil {
+		return err
+	}
 	rt.HandleAdmin("GET "+probe.PathPrefix, probe.Handler{Probers: probers, Host: cfg.InstanceIP})
 	if cfg.DisableEnvoy {
 		rt.HandleAdmin("GET /healthz/ready", ready)
-		rt.HandleAdmin("GET /stats/prometheus", rt.Telemetry.MetricsHandler())
+		rt.HandleAdmin("GET /stats/prometheus", mergedStats("", rt.Telemetry.MetricsHandler(), appMetrics))
 		actors = append(actors, lifecycle.Actor{Name: "xds-proxy", Run: xdsServer})
 		return rt.Serve(ctx, actors...)
 	}
@@ -319,7 +329,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	ready.xproxy, ready.envoyAdmin = xproxy, cfg.EnvoyAdmin
 	rt.HandleAdmin("GET /healthz/ready", ready)
-	rt.HandleAdmin("GET /stats/prometheus", mergedStats(cfg.EnvoyAdmin, rt.Telemetry.MetricsHandler()))
+	rt.HandleAdmin("GET /stats/prometheus", mergedStats(cfg.EnvoyAdmin, rt.Telemetry.MetricsHandler(), appMetrics))
 
 	// The sockets serve until Envoy has stopped: it keeps its
 	// certificates and configuration while it drains.
@@ -460,18 +470,32 @@ func (rd readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ready\n")
 }
 
-// mergedStats is 15020's /stats/prometheus: Envoy's metrics then the
-// agent's own, in one exposition.
-func mergedStats(envoyAdmin string, agent http.Handler) http.Handler {
+// mergedStats is 15020's /stats/prometheus: Envoy's metrics (envoyAdmin
+// "" for none), the agent's own, then the application's (appURL "" for
+// none), in one text exposition, as Istio's agent merges them
+// (handleStats; the application's last). A source that fails is left
+// out; each is read to at most 64 MiB.
+func mergedStats(envoyAdmin string, agent http.Handler, appURL string) http.Handler {
 	client := &http.Client{Timeout: 5 * time.Second}
+	scrape := func(r *http.Request, w io.Writer, url string) {
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Accept", "text/plain")
+		resp, err := client.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			_, _ = io.Copy(w, io.LimitReader(resp.Body, 64<<20))
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+envoyAdmin+"/stats/prometheus", nil)
-		if err == nil {
-			if resp, err := client.Do(req); err == nil {
-				_, _ = io.Copy(w, io.LimitReader(resp.Body, 64<<20))
-				resp.Body.Close()
-			}
+		if envoyAdmin != "" {
+			scrape(r, w, "http://"+envoyAdmin+"/stats/prometheus")
 		}
 		rec := httptest.NewRecorder()
 		ar := r.Clone(r.Context())
@@ -479,7 +503,41 @@ func mergedStats(envoyAdmin string, agent http.Handler) http.Handler {
 		ar.Header.Del("Accept-Encoding") // uncompressed
 		agent.ServeHTTP(rec, ar)
 		_, _ = io.Copy(w, rec.Body)
+		if appURL != "" {
+			scrape(r, w, appURL)
+		}
 	})
+}
+
+// appMetricsURL is where the application's metrics are, from the scrape
+// settings the injector moved off the pod's prometheus.io annotations
+// (proxycontract.PrometheusScrapeEnv; Istio's ISTIO_PROMETHEUS_ANNOTATIONS):
+// localhost, port 80 and /metrics unless they say otherwise, none when
+// they say scrape "false" or are not there. A port that is the agent's
+// own would scrape itself: refused.
+func appMetricsURL(settings string, statusPort uint32) (string, error) {
+	if settings == "" {
+		return "", nil
+	}
+	var s proxycontract.PrometheusScrape
+	if err := json.Unmarshal([]byte(settings), &s); err != nil {
+		return "", fmt.Errorf("%s: %w", proxycontract.PrometheusScrapeEnv, err)
+	}
+	if s.Scrape == "false" {
+		return "", nil
+	}
+	port, path := cmp.Or(s.Port, "80"), cmp.Or(s.Path, "/metrics")
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return "", fmt.Errorf("%s: port %q is not a port", proxycontract.PrometheusScrapeEnv, port)
+	}
+	if uint32(n) == statusPort {
+		return "", fmt.Errorf("%s: the application's metrics port %d is the agent's own, which would scrape itself (is the pod injected twice?)", proxycontract.PrometheusScrapeEnv, n)
+	}
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort("localhost", strconv.FormatUint(n, 10)), Path: path}).String(), nil
 }
 
 // labelsFromEnv reads the pod's labels from ISTIO_METAJSON_LABELS (JSON),

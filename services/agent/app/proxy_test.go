@@ -1,9 +1,15 @@
 package app
 
 import (
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 func TestThePodsLabelsComeFromTheInjectedEnvironment(t *testing.T) {
@@ -73,5 +79,51 @@ func TestTheProxyConfigsPortsAreTheAgentsDefaults(t *testing.T) {
 	t.Setenv("PROXY_CONFIG", `{"concurrency": 2}`)
 	if c := proxyDefaults(); c.AdminAddress != ":15020" || c.EnvoyAdmin != "127.0.0.1:15000" {
 		t.Errorf("without ports: status %q, Envoy admin %q; want Istio's", c.AdminAddress, c.EnvoyAdmin)
+	}
+}
+
+func TestTheApplicationsMetricsURLFollowsItsScrapeSettings(t *testing.T) {
+	for settings, want := range map[string]string{
+		"":                                 "",
+		`{"scrape":"false","port":"8080"}`: "",
+		`{"scrape":"true"}`:                "http://localhost:80/metrics",
+		`{"port":"9102","path":"prom"}`:    "http://localhost:9102/prom",
+	} {
+		got, err := appMetricsURL(settings, 15020)
+		if err != nil || got != want {
+			t.Errorf("%q: %q, %v; want %q", settings, got, err, want)
+		}
+	}
+	for settings, want := range map[string]string{
+		`{"port":"15020"}`: "would scrape itself",
+		`{"port":"http"}`:  "is not a port",
+		`{"port":`:         proxycontract.PrometheusScrapeEnv,
+	} {
+		if _, err := appMetricsURL(settings, 15020); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error saying %q", settings, err, want)
+		}
+	}
+}
+
+func TestStatsMergeEnvoysTheAgentsAndTheApplicationsMetricsInThatOrder(t *testing.T) {
+	serve := func(body string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
+		t.Cleanup(s.Close)
+		return s
+	}
+	envoy := serve("envoy_metric 1\n")
+	app := serve("app_metric 3\n")
+	agent := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "agent_metric 2\n") })
+	rec := httptest.NewRecorder()
+	mergedStats(strings.TrimPrefix(envoy.URL, "http://"), agent, app.URL+"/metrics").ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/stats/prometheus", nil))
+	if got := rec.Body.String(); got != "envoy_metric 1\nagent_metric 2\napp_metric 3\n" {
+		t.Errorf("merged:\n%s", got)
+	}
+	// The application down: the rest is still served.
+	app.Close()
+	rec = httptest.NewRecorder()
+	mergedStats(strings.TrimPrefix(envoy.URL, "http://"), agent, app.URL+"/metrics").ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/stats/prometheus", nil))
+	if got := rec.Body.String(); got != "envoy_metric 1\nagent_metric 2\n" {
+		t.Errorf("with the application down:\n%s", got)
 	}
 }
