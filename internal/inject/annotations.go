@@ -52,6 +52,7 @@ var honoured = map[string]string{
 	RevisionLabel:                   "the revision: as in Istio, the istio.io/rev label selects the injector; the annotation records it",
 	AnnotationDiscoveryAddress:      "the discovery address the agent dials (host:port)",
 	AnnotationMergeMetrics:          "metrics merging: the pod's prometheus.io annotations point at the agent's :15020/stats/prometheus, which serves the application's metrics after Envoy's and its own (false: left as they are); the mesh's enablePrometheusMerge is not read (on)",
+	AnnotationOverrides:             "written, as Istio writes it: the pod's own istio-proxy (or init) container, laid over the injected one as a strategic merge (image auto keeps the injected image)",
 	AnnotationUserVolume:            "volumes added to the pod for the sidecar (a JSON object of name to volume source, as Istio's template reads it)",
 	AnnotationUserVolumeMount:       "mounts added to the sidecar (a JSON object of volume name to mount)",
 	AnnotationReadinessInitialDelay: "the sidecar's readiness probe",

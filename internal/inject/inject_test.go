@@ -68,9 +68,11 @@ func TestDecide(t *testing.T) {
 		{"istio.io/rev=default", pod(nil), "shop", map[string]string{RevisionLabel: "default"}, def, true, "istio.io/rev=default"},
 		{"another revision's namespace", pod(nil), "shop", canaryNS, def, false, "revision canary"},
 		{"already injected", pod(annotate(StatusAnnotation, "{}")), "shop", enabled, def, false, "already injected"},
-		{"has a proxy already", pod(func(p *corev1.Pod) {
+		// Istio: a pod's own istio-proxy container customises the
+		// injected one (Overrides).
+		{"has its own istio-proxy", pod(func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: ProxyContainer})
-		}), "shop", enabled, def, false, "already has"},
+		}), "shop", enabled, def, true, "istio-injection=enabled"},
 
 		// Revision canary's injector.
 		{"canary: its namespace", pod(nil), "shop", canaryNS, canary, true, "istio.io/rev=canary"},

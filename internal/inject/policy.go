@@ -71,9 +71,6 @@ func Decide(pod *corev1.Pod, namespace string, nsLabels map[string]string, p Pol
 	if _, ok := pod.Annotations[StatusAnnotation]; ok {
 		return false, "the pod is already injected"
 	}
-	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ProxyContainer }) {
-		return false, "the pod already has an istio-proxy container"
-	}
 	rev := cmp.Or(p.Revision, controlplane.DefaultRevision)
 	var selected string // why this revision's webhook would be called
 	if v, ok := nsLabels[NamespaceLabel]; ok {

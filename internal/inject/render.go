@@ -631,6 +631,10 @@ func (t *Template) InjectAs(pod *corev1.Pod, w Workload, values Values) (*corev1
 		return nil, err
 	}
 	out := pod.DeepCopy()
+	overrides, err := applyOverrides(sc, out)
+	if err != nil {
+		return nil, err
+	}
 	st := Status{Revision: v.Revision}
 	for _, c := range sc.InitContainers {
 		st.InitContainers = append(st.InitContainers, c.Name)
@@ -679,6 +683,9 @@ func (t *Template) InjectAs(pod *corev1.Pod, w Workload, values Values) (*corev1
 		out.Annotations = map[string]string{}
 	}
 	maps.Copy(out.Annotations, sc.Annotations)
+	if overrides != "" {
+		out.Annotations[AnnotationOverrides] = overrides
+	}
 	if s, ok := sc.Annotations[AnnotationRewriteProbes]; ok {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
