@@ -53,6 +53,9 @@ var honoured = map[string]string{
 	AnnotationDiscoveryAddress:      "the discovery address the agent dials (host:port)",
 	AnnotationMergeMetrics:          "metrics merging: the pod's prometheus.io annotations point at the agent's :15020/stats/prometheus, which serves the application's metrics after Envoy's and its own (false: left as they are); the mesh's enablePrometheusMerge is not read (on)",
 	AnnotationOverrides:             "written, as Istio writes it: the pod's own istio-proxy (or init) container, laid over the injected one as a strategic merge (image auto keeps the injected image)",
+	AnnotationInterceptionMode:      "REDIRECT only, what the capture does; a pod asking for TPROXY or NONE is refused at injection with the reason",
+	AnnotationStatusPort:            "15020 only, the agent's status port; a pod asking for another is refused at injection with the reason",
+	AnnotationNativeSidecar:         "false only: the sidecar is an ordinary container; a pod asking for a Kubernetes native sidecar is refused at injection with the reason",
 	AnnotationUserVolume:            "volumes added to the pod for the sidecar (a JSON object of name to volume source, as Istio's template reads it)",
 	AnnotationUserVolumeMount:       "mounts added to the sidecar (a JSON object of volume name to mount)",
 	AnnotationReadinessInitialDelay: "the sidecar's readiness probe",
@@ -72,15 +75,16 @@ var honoured = map[string]string{
 // notHonoured are the annotations Flotilla does not act on, and why;
 // any other is planned.
 var notHonoured = map[string]string{ //nolint:gosec // annotation names and reasons, not credentials
-	"ambient.istio.io/bypass-inbound-capture":  "ambient mode: Flotilla has no ambient data plane",
-	"ambient.istio.io/dns-capture":             "ambient mode: Flotilla has no ambient data plane",
-	"ambient.istio.io/redirection":             "ambient mode: Flotilla has no ambient data plane",
-	"istio.io/use-waypoint-canary-weight":      "waypoints: Flotilla has no ambient data plane",
-	"topology.istio.io/controlPlaneClusters":   "multicluster control planes: Flotilla serves one cluster",
-	"networking.istio.io/traffic-distribution": "not honoured yet (planned): traffic goes by the DestinationRule's locality settings",
-	"sidecar.istio.io/bootstrapOverride":       "no bootstrap template from a ConfigMap is mounted or read: Flotilla's agent builds Envoy's bootstrap itself, and the proxyv2 template mounts none",
-	"sidecar.istio.io/statsHistogramBins":      "Istio 1.32 reads it nowhere either",
-	"sidecar.istio.io/statsCompression":        "Istio 1.32 reads it nowhere either: the proxy config's statsCompression (on by default) is honoured",
+	"ambient.istio.io/bypass-inbound-capture":            "ambient mode: Flotilla has no ambient data plane",
+	"ambient.istio.io/dns-capture":                       "ambient mode: Flotilla has no ambient data plane",
+	"ambient.istio.io/redirection":                       "ambient mode: Flotilla has no ambient data plane",
+	"istio.io/use-waypoint-canary-weight":                "waypoints: Flotilla has no ambient data plane",
+	"topology.istio.io/controlPlaneClusters":             "multicluster control planes: Flotilla serves one cluster",
+	"networking.istio.io/traffic-distribution":           "not honoured yet (planned): traffic goes by the DestinationRule's locality settings",
+	"sidecar.istio.io/bootstrapOverride":                 "no bootstrap template from a ConfigMap is mounted or read: Flotilla's agent builds Envoy's bootstrap itself, and the proxyv2 template mounts none",
+	"readiness.status.sidecar.istio.io/applicationPorts": "Istio 1.32 reads it nowhere either (its templates no longer pass it)",
+	"sidecar.istio.io/statsHistogramBins":                "Istio 1.32 reads it nowhere either",
+	"sidecar.istio.io/statsCompression":                  "Istio 1.32 reads it nowhere either: the proxy config's statsCompression (on by default) is honoured",
 }
 
 // PodAnnotations lists every annotation Istio reads on pods or

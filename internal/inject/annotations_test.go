@@ -52,14 +52,14 @@ func TestDocsAnnotationsIsTheTable(t *testing.T) {
 
 func TestOnlyIstioAnnotationsFlotillaDoesNotHonourAreWarnedOf(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-		AnnotationProxyCPU:                   "100m", // honoured
-		"sidecar.istio.io/bootstrapOverride": "custom",
-		"sidecar.istio.io/nativeSidecar":     "true",
-		"example.com/anything":               "x", // not Istio's: never named
+		AnnotationProxyCPU:                         "100m", // honoured
+		"sidecar.istio.io/bootstrapOverride":       "custom",
+		"networking.istio.io/traffic-distribution": "PreferClose",
+		"example.com/anything":                     "x", // not Istio's: never named
 	}}}
 	got := NotHonouredOn(pod)
-	if len(got) != 2 || !strings.HasPrefix(got[0], "sidecar.istio.io/bootstrapOverride is not honoured by Flotilla") ||
-		!strings.HasPrefix(got[1], "sidecar.istio.io/nativeSidecar is not honoured by Flotilla") {
+	if len(got) != 2 || !strings.HasPrefix(got[0], "networking.istio.io/traffic-distribution is not honoured by Flotilla") ||
+		!strings.HasPrefix(got[1], "sidecar.istio.io/bootstrapOverride is not honoured by Flotilla") {
 		t.Fatalf("warnings %q", got)
 	}
 	if slices.ContainsFunc(got, func(w string) bool { return strings.Contains(w, "example.com") || strings.Contains(w, "proxyCPU") }) {

@@ -185,6 +185,7 @@ func TestAnnotationsOverrideValues(t *testing.T) {
 			AnnotationProxyConfig:           "holdApplicationUntilProxyStarts: true",
 			AnnotationDiscoveryAddress:      "discovery.canary.svc:15012",
 			AnnotationReadinessInitialDelay: "5", AnnotationReadinessPeriod: "10", AnnotationReadinessFailures: "3",
+			AnnotationInterceptionMode: "REDIRECT", AnnotationStatusPort: "15020", AnnotationNativeSidecar: "false",
 		}
 	})
 	out, err := defaultTemplate(t).Inject(p, DefaultValues())
@@ -217,7 +218,8 @@ func TestAnnotationsOverrideValues(t *testing.T) {
 		AnnotationDiscoveryAddress: "no-port", AnnotationReadinessPeriod: "0", AnnotationReadinessFailures: "-1",
 		AnnotationReadinessInitialDelay: "99999999999",
 		AnnotationExcludeIfaces:         "eth0 -j ACCEPT", AnnotationIncludeInbound: "http", AnnotationIncludeOutboundPt: "0",
-		AnnotationRerouteIfaces: "an-interface-name-too-long",
+		AnnotationRerouteIfaces:    "an-interface-name-too-long",
+		AnnotationInterceptionMode: "TPROXY", AnnotationStatusPort: "15021", AnnotationNativeSidecar: "true",
 	} {
 		if _, err := defaultTemplate(t).Inject(pod(func(p *corev1.Pod) { p.Annotations = map[string]string{key: bad} }), DefaultValues()); err == nil {
 			t.Errorf("%s=%q accepted", key, bad)

@@ -54,9 +54,13 @@ const (
 	// which wins when both are set, as in Istio's template.
 	AnnotationKubevirtIfaces = "traffic.sidecar.istio.io/kubevirtInterfaces"
 	AnnotationRerouteIfaces  = "istio.io/reroute-virtual-interfaces"
-	AnnotationProxyConfig    = "proxy.istio.io/config"
-	AnnotationProxyImageType = "sidecar.istio.io/proxyImageType"
-	AnnotationRewriteProbes  = "sidecar.istio.io/rewriteAppHTTPProbers"
+	// Honoured with one value each (onlyValues).
+	AnnotationInterceptionMode = "sidecar.istio.io/interceptionMode"
+	AnnotationStatusPort       = "status.sidecar.istio.io/port"
+	AnnotationNativeSidecar    = "sidecar.istio.io/nativeSidecar"
+	AnnotationProxyConfig      = "proxy.istio.io/config"
+	AnnotationProxyImageType   = "sidecar.istio.io/proxyImageType"
+	AnnotationRewriteProbes    = "sidecar.istio.io/rewriteAppHTTPProbers"
 	// AnnotationTemplates chooses the injection template, as Istio's
 	// does: TemplateSidecar (the default) or TemplateGRPCAgent.
 	AnnotationTemplates = "inject.istio.io/templates"
@@ -269,6 +273,11 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	set(&v.ExcludeInterfaces, AnnotationExcludeIfaces)
 	set(&v.RerouteInterfaces, AnnotationKubevirtIfaces)
 	set(&v.RerouteInterfaces, AnnotationRerouteIfaces)
+	for key, only := range onlyValues {
+		if got, ok := a[key]; ok && got != only.value {
+			return v, fmt.Errorf("%s %q: %s", key, got, only.why)
+		}
+	}
 	if addr, ok := a[AnnotationDiscoveryAddress]; ok {
 		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
 			return v, fmt.Errorf("%s %q: want host:port", AnnotationDiscoveryAddress, addr)
@@ -382,6 +391,14 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 		}
 	}
 	return v, nil
+}
+
+// onlyValues are the annotations Flotilla honours with one value, what
+// it does anyway; a pod asking for another is refused, with the reason.
+var onlyValues = map[string]struct{ value, why string }{
+	AnnotationInterceptionMode: {"REDIRECT", "Flotilla's capture redirects (REDIRECT); TPROXY and NONE are not built"},
+	AnnotationStatusPort:       {"15020", "the agent's status port is 15020 (the probes and metrics the injector rewrites point there)"},
+	AnnotationNativeSidecar:    {"false", "the sidecar is injected as an ordinary container; Kubernetes native sidecars are not built"},
 }
 
 // ifaceName is an interface name the agent's capture takes.
