@@ -112,3 +112,13 @@ func KubernetesPortProtocol(name, appProtocol, transport string) registryv1.Prot
 	prefix, _, _ := strings.Cut(name, "-")
 	return ParseProtocol(prefix)
 }
+
+// The bounds of a discovery replica's EnvoyFilter report to galley
+// (api/proto/flotilla/galley/v1/envoyfilterstatus.proto): discovery sends
+// at most these; galley refuses more EnvoyFilters, keeps the first
+// problems of each and cuts a longer text.
+const (
+	MaxReportedEnvoyFilters    = 4096
+	MaxEnvoyFilterProblems     = 10
+	MaxEnvoyFilterProblemBytes = 1024
+)

@@ -69,7 +69,29 @@ type patched struct {
 	res proto.Message
 	// by are the EnvoyFilters whose patches changed it.
 	by       []string
-	problems []string
+	problems []efFinding
+}
+
+// efFinding is a problem of the EnvoyFilters it names (their keys).
+type efFinding struct {
+	filters []string
+	msg     string
+}
+
+// efProblem records a problem of the EnvoyFilters named by keys: among
+// the proxy's problems, and by EnvoyFilter (EnvoyFilterProblems), for
+// their status.
+func (g *gen) efProblem(keys []string, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	g.problem("%s", msg)
+	if g.ef.problems == nil {
+		g.ef.problems = map[string][]string{}
+	}
+	for _, k := range keys {
+		if !slices.Contains(g.ef.problems[k], msg) {
+			g.ef.problems[k] = append(g.ef.problems[k], msg)
+		}
+	}
 }
 
 // envoyFilters returns the proxy's patches; nil when there are none or
@@ -90,15 +112,15 @@ func (g *gen) envoyFilters() *patchSet {
 	g.ef.set = &patchSet{set: set, outbound: out, inbound: in}
 	for _, ef := range set.Filters {
 		for _, p := range ef.Problems {
-			g.problem("EnvoyFilter %s: %s; left out", ef.Key(), p)
+			g.efProblem([]string{ef.Key()}, "EnvoyFilter %s: %s; left out", ef.Key(), p)
 		}
 	}
 	for _, p := range set.ByApplyTo[networking.EnvoyFilter_BOOTSTRAP] {
-		g.problem("%s: not applied (as in Istio 1.32, which removed its bootstrap discovery in 1.21: the agent writes Envoy's bootstrap)", p.Name())
+		g.efProblem([]string{p.Filter.Key()}, "%s: not applied (as in Istio 1.32, which removed its bootstrap discovery in 1.21: the agent writes Envoy's bootstrap)", p.Name())
 	}
 	for _, p := range set.ByApplyTo[networking.EnvoyFilter_EXTENSION_CONFIG] {
 		if p.Operation != networking.EnvoyFilter_Patch_ADD {
-			g.problem("%s: not applied (an extension configuration can only be added, as in Istio)", p.Name())
+			g.efProblem([]string{p.Filter.Key()}, "%s: not applied (an extension configuration can only be added, as in Istio)", p.Name())
 		}
 	}
 	return g.ef.set
@@ -111,6 +133,9 @@ type efState struct {
 	// by are the EnvoyFilters that changed each resource, by type and
 	// name ("cluster/outbound|80||a.b").
 	by map[string][]string
+	// problems are the problems of each EnvoyFilter, by its key
+	// (namespace/name).
+	problems map[string][]string
 }
 
 // patchedBy records which EnvoyFilters changed a resource.
@@ -182,13 +207,13 @@ func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(
 				e = checkPatched(c)
 			}
 			if e != nil {
-				out.problems = append(out.problems, fmt.Sprintf("%s: makes %s %s invalid (%v); %s sent as generated, without the EnvoyFilters' patches",
-					all[i].Name(), kind, resourceName(res), e, kind))
+				out.problems = append(out.problems, efFinding{[]string{all[i].Filter.Key()}, fmt.Sprintf("%s: makes %s %s invalid (%v); %s sent as generated, without the EnvoyFilters' patches",
+					all[i].Name(), kind, resourceName(res), e, kind)})
 				break
 			}
 		}
 		if len(out.problems) == 0 {
-			out.problems = append(out.problems, fmt.Sprintf("EnvoyFilters %s make %s %s invalid (%v); sent as generated", strings.Join(by, ", "), kind, resourceName(res), err))
+			out.problems = append(out.problems, efFinding{by, fmt.Sprintf("EnvoyFilters %s make %s %s invalid (%v); sent as generated", strings.Join(by, ", "), kind, resourceName(res), err)})
 		}
 		out.res = res
 		return out
@@ -200,7 +225,7 @@ func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(
 // send (nil: removed).
 func (g *gen) usePatched(kind string, res proto.Message, v *patched) proto.Message {
 	for _, p := range v.problems {
-		g.problem("%s", p)
+		g.efProblem(p.filters, "%s", p.msg)
 	}
 	g.patchedBy(kind, resourceName(res), v.by)
 	return v.res
@@ -719,7 +744,7 @@ func (g *gen) addedExtensionConfigs() []*corev3.TypedExtensionConfig {
 		}
 		ec := p.Value.(*corev3.TypedExtensionConfig)
 		if err := Validate(ec); err != nil {
-			g.problem("%s: extension configuration %s not added: %v", p.Name(), ec.GetName(), err)
+			g.efProblem([]string{p.Filter.Key()}, "%s: extension configuration %s not added: %v", p.Name(), ec.GetName(), err)
 			continue
 		}
 		g.patchedBy("extension configuration", ec.GetName(), []string{p.Filter.Key()})
@@ -752,7 +777,7 @@ func added[R interface {
 			err = checkPatched(r)
 		}
 		if err != nil {
-			g.problem("%s: %s %s not added: %v", p.Name(), kind, r.GetName(), err)
+			g.efProblem([]string{p.Filter.Key()}, "%s: %s %s not added: %v", p.Name(), kind, r.GetName(), err)
 			continue
 		}
 		g.patchedBy(kind, r.GetName(), []string{p.Filter.Key()})
@@ -1277,7 +1302,7 @@ func withAdded[R interface {
 			continue
 		}
 		if slices.ContainsFunc(have, func(r R) bool { return r.GetName() == a.GetName() }) {
-			g.problem("EnvoyFilters %s: %s %s is not added: one of that name exists", strings.Join(g.ef.by[kind+"/"+a.GetName()], ", "), kind, a.GetName())
+			g.efProblem(g.ef.by[kind+"/"+a.GetName()], "EnvoyFilters %s: %s %s is not added: one of that name exists", strings.Join(g.ef.by[kind+"/"+a.GetName()], ", "), kind, a.GetName())
 			continue
 		}
 		have = append(have, a)

@@ -2,9 +2,11 @@ package translate
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"regexp"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -207,6 +209,9 @@ func TestEnvoyFilterPatchesNeverSendAnInvalidResource(t *testing.T) {
 					continue
 				}
 				broken++
+				if !slices.ContainsFunc(slices.Collect(maps.Values(out.EnvoyFilterProblems)), func(ps []string) bool { return slices.Contains(ps, prob) }) {
+					t.Fatalf("iteration %d, %s: %q is not among the EnvoyFilters' own problems %v", iter, p.Type, prob, out.EnvoyFilterProblems)
+				}
 				key := sm[1] + "/" + sm[2]
 				if !proto.Equal(sent[key], unpatched[string(p.Type)+"/"+key]) {
 					t.Fatalf("iteration %d, %s: %s was reported broken by a patch but is not sent as generated", iter, p.Type, key)

@@ -36,6 +36,9 @@ type Output struct {
 	// PatchedBy names the EnvoyFilters that changed or added each
 	// resource, by "kind/name" (Generator.PatchedBy).
 	PatchedBy map[string][]string
+	// EnvoyFilterProblems are the problems of each EnvoyFilter, by its
+	// key (Generator.EnvoyFilterProblems).
+	EnvoyFilterProblems map[string][]string
 }
 
 // Generate translates the whole mesh for one proxy: every resource it
@@ -51,6 +54,7 @@ func Generate(pc *model.PushContext, p *model.Proxy) *Output {
 	out.ExtensionConfigs = g.ExtensionConfigs(nil)
 	out.Problems = g.Problems()
 	out.PatchedBy = g.PatchedBy()
+	out.EnvoyFilterProblems = g.EnvoyFilterProblems()
 	return out
 }
 
@@ -155,6 +159,17 @@ func (x *Generator) PushContext() *model.PushContext { return x.g.pc }
 // PatchedBy names the EnvoyFilters that changed or added each resource
 // built so far, by "kind/name" ("cluster/outbound|80||a.b.svc.cluster.local").
 func (x *Generator) PatchedBy() map[string][]string { return maps.Clone(x.g.ef.by) }
+
+// EnvoyFilterProblems are the problems so far of each EnvoyFilter that
+// has any, by its key (namespace/name): a patch not applied, and why
+// (they are among Problems too).
+func (x *Generator) EnvoyFilterProblems() map[string][]string {
+	out := make(map[string][]string, len(x.g.ef.problems))
+	for k, v := range x.g.ef.problems {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
 
 // Problems lists what was dropped or degraded so far, and why.
 func (x *Generator) Problems() []string { return slices.Clone(x.g.problems) }

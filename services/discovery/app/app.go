@@ -93,6 +93,9 @@ type Config struct {
 	Revision string `yaml:"revision" usage:"control-plane revision (istio.io/rev) this replica serves: its certificate is for flotilla-discovery-<revision>'s Service, flotilla proxy-status shows it, and Istio configuration labelled istio.io/rev with another revision is ignored"`
 	// ReplicaName names this replica to galley and to debug clients.
 	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as galley's subscriber list and flotilla proxy-status show it (default: the host name, which is the pod's name in a cluster)"`
+	// EnvoyFilterReportCheck is how often the EnvoyFilter findings are
+	// looked at for galley.
+	EnvoyFilterReportCheck time.Duration `yaml:"envoyFilterReportCheck" usage:"how often the problems proxies met applying EnvoyFilters are looked at and, when they changed, sent to galley, which writes them in the EnvoyFilters' status (subscribed to galley only)"`
 }
 
 // Defaults returns the default configuration.
@@ -114,6 +117,7 @@ func Defaults() Config {
 		XDSSendTimeout:           30 * time.Second,
 		XDSMaxConnectionAge:      30 * time.Minute, // Istio's MaxServerConnectionAge
 		XDSMaxConnectionsPerPeer: grpcserver.DefaultMaxConnsPerPeer,
+		EnvoyFilterReportCheck:   5 * time.Second,
 	}
 }
 
@@ -150,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	if c.XDSMaxConnectionAge < 0 || c.XDSSendTimeout < 0 {
 		errs = append(errs, fmt.Errorf("xdsMaxConnectionAge %s and xdsSendTimeout %s: must not be negative (0 turns each off)", c.XDSMaxConnectionAge, c.XDSSendTimeout))
+	}
+	if c.EnvoyFilterReportCheck <= 0 || c.EnvoyFilterReportCheck > time.Minute {
+		errs = append(errs, fmt.Errorf("envoyFilterReportCheck %s: want more than 0 and at most 1m", c.EnvoyFilterReportCheck))
 	}
 	if c.DebounceQuiet <= 0 || c.DebounceMax < c.DebounceQuiet {
 		errs = append(errs, fmt.Errorf("debounceQuiet %s and debounceMax %s: want 0 < quiet <= max", c.DebounceQuiet, c.DebounceMax))
@@ -229,7 +236,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if err != nil {
 		return err
 	}
-	source, secretAccess, err := newSource(cfg, rt, in, certs)
+	source, secretAccess, err := newSource(cfg, rt, in, certs, srv.EnvoyFilterFindings)
 	if err != nil {
 		return err
 	}
@@ -360,7 +367,7 @@ func subscribed(cfg Config, certs *certclient.Client) []string {
 
 // newSource subscribes to galley, or reads --config-dir. Subscribed to
 // galley, it also asks galley whether an account may read its Secrets.
-func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client) (lifecycle.Actor, xds.SecretAccess, error) {
+func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client, findings func() []xds.EnvoyFilterFinding) (lifecycle.Actor, xds.SecretAccess, error) {
 	if cfg.ConfigDir != "" {
 		files := ingest.NewFiles(ingest.FileOptions{
 			Dir: cfg.ConfigDir, MeshConfigFile: cfg.MeshConfigFile,
@@ -395,6 +402,10 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 	if err != nil {
 		return lifecycle.Actor{}, nil, errors.Join(err, conn.Close())
 	}
+	reporter := envoyFilterReporter{
+		client: galleyv1.NewEnvoyFilterStatusServiceClient(conn), replica: cfg.ReplicaName, findings: findings,
+		check: cfg.EnvoyFilterReportCheck, interval: 30 * time.Second, log: rt.Log,
+	}
 	return lifecycle.Actor{Name: "galley:" + cfg.GalleyAddress, Run: func(ctx context.Context) error {
 		defer conn.Close()
 		if reloader != nil {
@@ -403,6 +414,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		if certs != nil && !certs.Wait(ctx) { // galley wants a client certificate
 			return nil
 		}
+		go func() { _ = reporter.Run(ctx) }()
 		return client.Run(ctx)
 	}}, askGalley(galleyv1.NewSecretAccessServiceClient(conn)), nil
 }

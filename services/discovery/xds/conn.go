@@ -127,6 +127,9 @@ type conn struct {
 	// first seen (from galley).
 	pushSeen time.Time
 	problems []string
+	// efProblems are the problems of each EnvoyFilter met building the
+	// proxy's resources, by its key (namespace/name).
+	efProblems map[string][]string
 	// heldPush is the latest push the proxy holds all of (settle).
 	heldPush uint64
 	// pushTrace is the span of the push being sent (set by push, with

@@ -110,9 +110,11 @@ func (s *sharedEncodings) encoded(pc *model.PushContext, t string, m proto.Messa
 // proxy (the status endpoint shows it) and logs it when it changes.
 func (c *conn) keepProblems(gen *translate.Generator) {
 	p := gen.Problems()
+	ef := gen.EnvoyFilterProblems()
 	c.mu.Lock()
 	changed := !slices.Equal(p, c.problems)
 	c.problems = p
+	c.efProblems = ef
 	c.mu.Unlock()
 	if changed && len(p) > 0 {
 		c.s.log.Warn("resources dropped or degraded for a proxy", "proxy", c.id, "problems", p)

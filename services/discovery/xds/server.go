@@ -15,7 +15,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -495,6 +497,49 @@ func (s *Server) Conns() []*conn {
 	out := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		out = append(out, c)
+	}
+	return out
+}
+
+// EnvoyFilterFinding is what the connected proxies met of one
+// EnvoyFilter: its patches not applied, and why.
+type EnvoyFilterFinding struct {
+	Namespace, Name string
+	// Problems are the distinct problems, sorted.
+	Problems []string
+	// Proxies counts the proxies that met any.
+	Proxies int
+}
+
+// EnvoyFilterFindings are the problems the connected proxies met of each
+// EnvoyFilter that has any, sorted by EnvoyFilter; galley writes them in
+// the EnvoyFilters' status. Keys are the configuration's (EnvoyFilter
+// names), never a proxy's.
+func (s *Server) EnvoyFilterFindings() []EnvoyFilterFinding {
+	byKey := map[string]*EnvoyFilterFinding{}
+	for _, c := range s.Conns() {
+		c.mu.Lock()
+		for key, problems := range c.efProblems {
+			f := byKey[key]
+			if f == nil {
+				ns, name, _ := strings.Cut(key, "/")
+				f = &EnvoyFilterFinding{Namespace: ns, Name: name}
+				byKey[key] = f
+			}
+			f.Proxies++
+			for _, p := range problems {
+				if !slices.Contains(f.Problems, p) {
+					f.Problems = append(f.Problems, p)
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	out := make([]EnvoyFilterFinding, 0, len(byKey))
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		f := byKey[key]
+		slices.Sort(f.Problems)
+		out = append(out, *f)
 	}
 	return out
 }

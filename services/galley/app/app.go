@@ -37,6 +37,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
+	"github.com/flotilla-mesh/flotilla/services/galley/envoyfilterstatus"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/secretaccess"
 	"github.com/flotilla-mesh/flotilla/services/galley/status"
@@ -158,6 +159,9 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	// credentials' keys): asked by discovery alone, reviewed in the cluster
 	// (UseCluster, in newSource); without one every account may.
 	access := secretaccess.New(isDiscovery, rt.Log, time.Now)
+	// What discovery could not apply of the EnvoyFilters, for their
+	// status (written in cluster mode, by newSource's status writer).
+	findings := envoyfilterstatus.New(isDiscovery, rt.Log, time.Now)
 	// Istio's own pilot, pointed at galley as a config source, reads the
 	// mesh config under Istio's collection name.
 	if err := srv.Alias(registry.IstioMeshConfigTypeURL, registry.MeshConfigTypeURL, true); err != nil {
@@ -189,11 +193,12 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	srv.Register(gs.Server)
 	access.Register(gs.Server)
+	findings.Register(gs.Server)
 	lis, err := net.Listen("tcp", cfg.MCPAddress)
 	if err != nil {
 		return fmt.Errorf("mcp listen: %w", err)
 	}
-	sources, loaded, objects, err := newSource(cfg, rt, srv, access)
+	sources, loaded, objects, err := newSource(cfg, rt, srv, access, findings)
 	if err != nil {
 		return err
 	}
@@ -239,7 +244,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 // newSource builds the file source (with --config-dir) or the Kubernetes
 // source with its status writer, and returns the channel closed when the
 // source has read everything once.
-func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secretaccess.Server) ([]lifecycle.Actor, <-chan struct{}, func() []*istio.Object, error) {
+func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secretaccess.Server, findings *envoyfilterstatus.Server) ([]lifecycle.Actor, <-chan struct{}, func() []*istio.Object, error) {
 	pub := publish.New(srv)
 	// client-go logs through klog, a process-wide logger: send it to ours.
 	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
@@ -289,7 +294,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 		return nil, nil, nil, fmt.Errorf("status writer identity: %w", err)
 	}
 	writer := status.New(status.Options{
-		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, NotServed: src.NotServed,
+		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, NotServed: src.NotServed, Findings: findings.Findings,
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",
 	})
 	access.UseCluster(kube.AuthorizationV1().SubjectAccessReviews())

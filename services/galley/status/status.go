@@ -38,6 +38,28 @@ const (
 	NotServedCode = string(validation.CodeNotImplemented)
 )
 
+// FindingName and FindingCode mark what discovery found wrong with an
+// object it serves (an EnvoyFilter patch it could not apply).
+const (
+	FindingName = "EnvoyFilterPatchNotApplied"
+	FindingCode = string(validation.CodeEnvoyFilter)
+)
+
+// verdict is what galley says of an object: the message, and of which
+// kind (the zero verdict says nothing: its status is cleared).
+type verdict struct {
+	kind verdictKind
+	msg  string
+}
+
+type verdictKind int
+
+const (
+	invalid   verdictKind = iota + 1 // rejected by validation
+	notServed                        // of a kind Flotilla does not serve
+	finding                          // accepted, and found wrong by discovery
+)
+
 // Options configures a Writer.
 type Options struct {
 	Kube    kubernetes.Interface
@@ -49,6 +71,11 @@ type Options struct {
 	// serve, and what to say of them (kubesource.Source.NotServed); may
 	// be nil.
 	NotServed func() map[istio.ID]string
+	// Findings returns what discovery found wrong with objects galley
+	// serves and accepted (the EnvoyFilters' patches it could not apply:
+	// envoyfilterstatus.Server.Findings); may be nil. An object invalid
+	// and with findings shows that it is invalid.
+	Findings func() map[istio.ID]string
 	// Identity names this replica in the Lease (the pod name).
 	Identity string
 	// LeaseNamespace and LeaseName locate the Lease.
@@ -62,7 +89,7 @@ type Options struct {
 // Writer reconciles status while it leads.
 type Writer struct {
 	o       Options
-	written map[istio.ID]string // what this leader last wrote
+	written map[istio.ID]verdict // what this leader last wrote
 }
 
 // New returns a writer.
@@ -71,7 +98,7 @@ func New(o Options) *Writer {
 		o.Interval = 2 * time.Second
 	}
 	o.Log = o.Log.With("component", "status-writer", "identity", o.Identity)
-	return &Writer{o: o, written: map[istio.ID]string{}}
+	return &Writer{o: o, written: map[istio.ID]verdict{}}
 }
 
 // Run campaigns for the Lease and, while leading, reconciles status. It
@@ -86,7 +113,7 @@ func (w *Writer) Run(ctx context.Context) error {
 
 func (w *Writer) lead(ctx context.Context) {
 	w.o.Log.Info("leading: writing validation status")
-	w.written = map[istio.ID]string{} // a new leader trusts nothing it did not write itself
+	w.written = map[istio.ID]verdict{} // a new leader trusts nothing it did not write itself
 	tick := time.NewTicker(w.o.Interval)
 	defer tick.Stop()
 	for {
@@ -102,9 +129,18 @@ func (w *Writer) lead(ctx context.Context) {
 // reconcile writes messages for newly rejected objects and clears them for
 // fixed ones.
 func (w *Writer) reconcile(ctx context.Context) {
-	want := w.o.Rejected()
+	want := map[istio.ID]verdict{}
+	add := func(kind verdictKind, msgs map[istio.ID]string) {
+		for id, msg := range msgs {
+			want[id] = verdict{kind: kind, msg: msg}
+		}
+	}
+	if w.o.Findings != nil {
+		add(finding, w.o.Findings())
+	}
+	add(invalid, w.o.Rejected())
 	if w.o.NotServed != nil {
-		maps.Copy(want, w.o.NotServed())
+		add(notServed, w.o.NotServed())
 	}
 	ids := slices.Collect(maps.Keys(want))
 	for id := range w.written {
@@ -116,16 +152,16 @@ func (w *Writer) reconcile(ctx context.Context) {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Name, b.Name))
 	})
 	for _, id := range ids {
-		msg, invalid := want[id]
-		if w.written[id] == msg {
+		v, say := want[id]
+		if w.written[id] == v {
 			continue
 		}
-		if err := w.write(ctx, id, msg); err != nil {
+		if err := w.write(ctx, id, v); err != nil {
 			w.o.Log.Warn("writing status", "object", id.Kind+" "+id.Name, "error", err)
 			continue
 		}
-		if invalid {
-			w.written[id] = msg
+		if say {
+			w.written[id] = v
 		} else {
 			delete(w.written, id)
 		}
@@ -145,21 +181,23 @@ type messageType struct {
 	Code string `json:"code"`
 }
 
-// write sets (msg != "") or clears (msg == "") the object's messages with a
-// merge patch of the status subresource: only status changes, so the
-// object's generation, and what galley publishes, stay the same.
-func (w *Writer) write(ctx context.Context, id istio.ID, msg string) error {
-	kind, served, ns, name, err := locate(id)
+// write sets (a verdict) or clears (the zero verdict) the object's
+// messages with a merge patch of the status subresource: only status
+// changes, so the object's generation, and what galley publishes, stay
+// the same.
+func (w *Writer) write(ctx context.Context, id istio.ID, v verdict) error {
+	kind, _, ns, name, err := locate(id)
 	if err != nil {
 		return err
 	}
 	var messages []message
-	switch {
-	case msg == "":
-	case served:
-		messages = []message{{Type: messageType{Name: "InvalidConfiguration", Code: MessageCode}, Level: "ERROR", Message: msg}}
-	default:
-		messages = []message{{Type: messageType{Name: NotServedName, Code: NotServedCode}, Level: "WARNING", Message: msg}}
+	switch v.kind {
+	case invalid:
+		messages = []message{{Type: messageType{Name: "InvalidConfiguration", Code: MessageCode}, Level: "ERROR", Message: v.msg}}
+	case notServed:
+		messages = []message{{Type: messageType{Name: NotServedName, Code: NotServedCode}, Level: "WARNING", Message: v.msg}}
+	case finding:
+		messages = []message{{Type: messageType{Name: FindingName, Code: FindingCode}, Level: "WARNING", Message: v.msg}}
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"validationMessages": messages}})
 	if err != nil {

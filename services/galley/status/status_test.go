@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -302,5 +303,79 @@ spec: {metadata: {labels: {app: db}}, template: {serviceAccount: db}}
 		if n := sink.count(istio.ID{Kind: kind, Name: ns + "/" + obj}); n != 0 {
 			t.Errorf("%s published %d times: objects of kinds Flotilla does not serve publish nothing", name, n)
 		}
+	}
+}
+
+// TestWhatDiscoveryFoundWrongWithAnEnvoyFilterIsInItsStatusUntilFixed:
+// the findings galley takes from discovery (envoyfilterstatus) are
+// written as a warning in the EnvoyFilter's status, without changing what
+// is published, and cleared when no replica reports them.
+func TestWhatDiscoveryFoundWrongWithAnEnvoyFilterIsInItsStatusUntilFixed(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := env.CreateNamespace(ctx, "efstatus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClients(t, ns)
+	k, _ := istio.ByName(istio.EnvoyFilter)
+	gvr := schema.GroupVersionResource{Group: k.Group, Version: k.Version(), Resource: k.Plural}
+	u := &unstructured.Unstructured{}
+	if err := sigsyaml.Unmarshal([]byte(`apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: buffer}
+spec:
+  configPatches:
+  - applyTo: CLUSTER
+    patch: {operation: MERGE, value: {per_connection_buffer_limit_bytes: 1024}}
+`), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.run(ctx)
+	id := istio.ID{Kind: istio.EnvoyFilter, Name: ns + "/buffer"}
+	xdstest.EventuallyWithin(t, 60*time.Second, "the EnvoyFilter published", func() bool { return c.sink.count(id) == 1 })
+	var mu sync.Mutex
+	findings := map[istio.ID]string{id: "not applied in full to 2 proxies: EnvoyFilter " + ns + "/buffer patch 0 (CLUSTER MERGE): makes cluster x invalid"}
+	w := New(Options{
+		Kube: env.Client, Dynamic: c.dyn, Log: slog.New(slog.DiscardHandler), Rejected: c.src.Rejected, NotServed: c.src.NotServed,
+		Findings: func() map[istio.ID]string {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(findings)
+		},
+		Identity: "galley-a", LeaseNamespace: ns, LeaseName: "flotilla-galley-status",
+		Interval: 50 * time.Millisecond, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+	})
+	go func() { _ = w.Run(ctx) }()
+	messages := func() []any {
+		got, err := c.dyn.Resource(gvr).Namespace(ns).Get(ctx, "buffer", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, _, _ := unstructured.NestedSlice(got.Object, "status", "validationMessages")
+		return msgs
+	}
+	xdstest.EventuallyWithin(t, 60*time.Second, "the finding in the EnvoyFilter's status", func() bool {
+		m := messages()
+		if len(m) != 1 {
+			return false
+		}
+		msg := m[0].(map[string]any)
+		typ, _ := msg["type"].(map[string]any)
+		return msg["level"] == "WARNING" && typ["name"] == FindingName && typ["code"] == FindingCode &&
+			strings.Contains(msg["message"].(string), "patch 0 (CLUSTER MERGE): makes cluster x invalid")
+	})
+	mu.Lock()
+	clear(findings)
+	mu.Unlock()
+	xdstest.EventuallyWithin(t, 60*time.Second, "the status cleared", func() bool { return len(messages()) == 0 })
+	if n := c.sink.count(id); n != 1 {
+		t.Errorf("the EnvoyFilter was published %d times: a status write publishes nothing", n)
 	}
 }
