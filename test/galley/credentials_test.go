@@ -200,15 +200,17 @@ func grantSecrets(t *testing.T, ns string, accounts ...string) {
 }
 
 // startDiscovery starts discovery, subscribed to galley over mTLS and
-// serving xDS over mTLS on m.secure, and waits until it is ready.
-func (m *gatewayMesh) startDiscovery(t *testing.T) *proc.Process {
+// serving xDS over mTLS on m.secure, with the extra flags, and waits
+// until it is ready.
+func (m *gatewayMesh) startDiscovery(t *testing.T, extra ...string) *proc.Process {
 	t.Helper()
 	admin := proc.FreeAddr(t)
-	p := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"),
+	p := proc.Start(t, "discovery", filepath.Join(binDir, "flotilla-discovery"), append([]string{
 		"--galley-address", m.mcpAddr, "--xds-address", proc.FreeAddr(t), "--admin-address", admin, "--system-namespace", m.system,
 		"--galley-tls-cert-file", m.discovery.Cert, "--galley-tls-key-file", m.discovery.Key, "--galley-tls-ca-file", m.caFile,
 		"--secure-xds-address", m.secure,
-		"--xds-tls-cert-file", m.discovery.Cert, "--xds-tls-key-file", m.discovery.Key, "--xds-tls-ca-file", m.caFile)
+		"--xds-tls-cert-file", m.discovery.Cert, "--xds-tls-key-file", m.discovery.Key, "--xds-tls-ca-file", m.caFile,
+	}, extra...)...)
 	proc.WaitReady(t, "http://"+admin+"/readyz")
 	return p
 }
