@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strconv"
@@ -47,6 +48,9 @@ type patchSet struct {
 	// patched holds the resources patched for the set in this push
 	// context, by the resource as generated (patchOne).
 	patched *sync.Map
+	// lists holds the lists of shared clusters patched for the set in
+	// this push context (patchClusters).
+	lists *clusterLists
 }
 
 // memoIn is PushContext.Memo in a map of its own, keyed by a resource.
@@ -154,6 +158,11 @@ func (g *gen) patchedBy(kind, name string, by []string) {
 // A clone a patch made invalid is dropped for the resource as generated,
 // and the first patch that broke it is reported.
 func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(m proto.Message, ps *patchSet, only func(*efPatch) bool) (removed bool, by []string)) proto.Message {
+	return g.usePatched(kind, res, g.patchedOf(kind, res, ps, apply))
+}
+
+// patchedOf is what patching res gives, unreported (patchOne).
+func (g *gen) patchedOf(kind string, res proto.Message, ps *patchSet, apply func(m proto.Message, ps *patchSet, only func(*efPatch) bool) (removed bool, by []string)) *patched {
 	if ps.patched == nil {
 		// Per client, patch set and contexts: a sidecar and a gateway
 		// share a client and may share a set, but patch in different
@@ -165,15 +174,16 @@ func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(
 	// nothing else, but for an inbound cluster, which it matches against
 	// the proxy's own services).
 	if v, ok := ps.patched.Load(res); ok {
-		return g.usePatched(kind, res, v.(*patched))
+		return v.(*patched)
 	}
 	if !g.mayPatch(res, ps) {
+		untouched := &patched{res: res}
 		if c, ok := res.(*clusterv3.Cluster); !ok || !isInboundCluster(c.GetName()) {
-			ps.patched.Store(res, &patched{res: res})
+			ps.patched.Store(res, untouched)
 		}
-		return res
+		return untouched
 	}
-	v := memoIn(ps.patched, res, func() any {
+	return memoIn(ps.patched, res, func() any {
 		out := &patched{}
 		c := proto.Clone(res)
 		removed, by := apply(c, ps, nil)
@@ -218,7 +228,99 @@ func (g *gen) patchOne(kind string, res proto.Message, ps *patchSet, apply func(
 		out.res = res
 		return out
 	}).(*patched)
-	return g.usePatched(kind, res, v)
+}
+
+// clusterLists are the patched lists of one patch set in a push context,
+// by the hash of the list (with seed; a match is checked in full).
+type clusterLists struct {
+	seed maphash.Seed
+	m    sync.Map
+}
+
+// clusterList is a list of shared clusters patched for one patch set:
+// what each became, and which of them have something to report.
+type clusterList struct {
+	built   []*builtCluster
+	patched []*patched
+	notable []int // the indexes of patched whose by or problems are set
+}
+
+// patchClusters patches a proxy's clusters. Those every proxy of a scope
+// shares (all but the inbound ones, which depend on the proxy's own
+// services) are patched as a list, once per push context and patch set
+// for each list: the proxies of one scope then find their patched
+// clusters with one lookup rather than one per cluster. Their order is
+// kept.
+func (g *gen) patchClusters(built []*builtCluster, ps *patchSet) []*clusterv3.Cluster {
+	if ps.lists == nil {
+		ps.lists = g.pc.Memo(fmt.Sprintf("ef-cluster-lists|%s|%d|%d|%p", g.client.name, ps.outbound, ps.inbound, ps.set), func() any {
+			return &clusterLists{seed: maphash.MakeSeed()}
+		}).(*clusterLists)
+	}
+	var h maphash.Hash
+	h.SetSeed(ps.lists.seed)
+	n := 0
+	for _, b := range built {
+		if !isInboundCluster(b.c.GetName()) {
+			maphash.WriteComparable(&h, b)
+			n++
+		}
+	}
+	key := h.Sum64()
+	// sameList says whether l is of the proxy's shared clusters.
+	sameList := func(l *clusterList) bool {
+		if len(l.built) != n {
+			return false
+		}
+		j := 0
+		for _, b := range built {
+			if !isInboundCluster(b.c.GetName()) {
+				if l.built[j] != b {
+					return false
+				}
+				j++
+			}
+		}
+		return true
+	}
+	v, ok := ps.lists.m.Load(key)
+	list, _ := v.(*clusterList)
+	if !ok || !sameList(list) {
+		shared := make([]*builtCluster, 0, n)
+		for _, b := range built {
+			if !isInboundCluster(b.c.GetName()) {
+				shared = append(shared, b)
+			}
+		}
+		list = &clusterList{built: shared, patched: make([]*patched, len(shared))}
+		for i, b := range shared {
+			list.patched[i] = g.patchedOf("cluster", b.c, ps, g.patchCluster)
+			if len(list.patched[i].by) > 0 || len(list.patched[i].problems) > 0 {
+				list.notable = append(list.notable, i)
+			}
+		}
+		if !ok {
+			ps.lists.m.Store(key, list)
+		}
+	}
+	for _, i := range list.notable {
+		g.usePatched("cluster", list.built[i].c, list.patched[i])
+	}
+	out := make([]*clusterv3.Cluster, 0, len(built))
+	j := 0
+	for _, b := range built {
+		var res proto.Message
+		if isInboundCluster(b.c.GetName()) {
+			res = g.patchOne("cluster", b.c, ps, g.patchCluster)
+		} else {
+			res = list.patched[j].res
+			j++
+		}
+		if res != nil {
+			out = append(out, res.(*clusterv3.Cluster))
+		}
+	}
+	return out
 }
 
 // usePatched reports what patching res gave, and returns the resource to

@@ -77,20 +77,19 @@ func (x *Generator) Clusters(names []string) []*clusterv3.Cluster {
 	var out []*clusterv3.Cluster
 	ps := x.g.envoyFilters()
 	patch := ps.has([]networking.EnvoyFilter_ApplyTo{networking.EnvoyFilter_CLUSTER})
+	var built []*builtCluster
 	for _, n := range uniqueSorted(names) {
 		c := x.g.cluster(n)
 		switch {
 		case c == nil:
 		case patch:
-			if pc := x.g.patchOne("cluster", c.c, ps, x.g.patchCluster); pc != nil {
-				out = append(out, pc.(*clusterv3.Cluster))
-			}
+			built = append(built, c)
 		default:
 			out = append(out, c.c)
 		}
 	}
 	if patch {
-		out = withAdded(x.g, out, x.g.addedClusters(), names, "cluster")
+		out = withAdded(x.g, x.g.patchClusters(built, ps), x.g.addedClusters(), names, "cluster")
 	}
 	return out
 }

@@ -29,8 +29,8 @@ type envoyFilterReporter struct {
 }
 
 // report builds the report, within registry's bounds.
-func (r envoyFilterReporter) report() *galleyv1.EnvoyFilterReport {
-	req := &galleyv1.EnvoyFilterReport{Replica: r.replica, ReportIntervalSeconds: uint32(r.interval / time.Second)} //nolint:gosec // 30 (a constant)
+func (r envoyFilterReporter) report() *galleyv1.ReportRequest {
+	req := &galleyv1.ReportRequest{Replica: r.replica, ReportIntervalSeconds: uint32(r.interval / time.Second)} //nolint:gosec // 30 (a constant)
 	for _, f := range r.findings() {
 		if len(req.Filters) == registry.MaxReportedEnvoyFilters {
 			break
@@ -51,7 +51,7 @@ func (r envoyFilterReporter) report() *galleyv1.EnvoyFilterReport {
 func (r envoyFilterReporter) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.check)
 	defer tick.Stop()
-	var last *galleyv1.EnvoyFilterReport
+	var last *galleyv1.ReportRequest
 	var sent time.Time
 	failing := false
 	for {

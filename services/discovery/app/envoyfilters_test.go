@@ -22,19 +22,19 @@ import (
 type recordingGalley struct {
 	galleyv1.UnimplementedEnvoyFilterStatusServiceServer
 	mu      sync.Mutex
-	reports []*galleyv1.EnvoyFilterReport
+	reports []*galleyv1.ReportRequest
 }
 
-func (g *recordingGalley) Report(_ context.Context, r *galleyv1.EnvoyFilterReport) (*galleyv1.EnvoyFilterReportResponse, error) {
+func (g *recordingGalley) Report(_ context.Context, r *galleyv1.ReportRequest) (*galleyv1.ReportResponse, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reports = append(g.reports, r)
-	return &galleyv1.EnvoyFilterReportResponse{}, nil
+	return &galleyv1.ReportResponse{}, nil
 }
 
 func (g *recordingGalley) count() int { g.mu.Lock(); defer g.mu.Unlock(); return len(g.reports) }
 
-func (g *recordingGalley) last() *galleyv1.EnvoyFilterReport {
+func (g *recordingGalley) last() *galleyv1.ReportRequest {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.reports[len(g.reports)-1]

@@ -65,7 +65,7 @@ func New(caller func(identity string) bool, log *slog.Logger, now func() time.Ti
 func (s *Server) Register(g *grpc.Server) { galleyv1.RegisterEnvoyFilterStatusServiceServer(g, s) }
 
 // Report replaces the replica's findings.
-func (s *Server) Report(ctx context.Context, req *galleyv1.EnvoyFilterReport) (*galleyv1.EnvoyFilterReportResponse, error) {
+func (s *Server) Report(ctx context.Context, req *galleyv1.ReportRequest) (*galleyv1.ReportResponse, error) {
 	identity := mcp.PeerIdentity(ctx)
 	if !s.caller(identity) {
 		return nil, status.Errorf(codes.PermissionDenied, "EnvoyFilter findings are taken from discovery only, not from %s", identity)
@@ -111,7 +111,7 @@ func (s *Server) Report(ctx context.Context, req *galleyv1.EnvoyFilterReport) (*
 		return nil, status.Errorf(codes.ResourceExhausted, "findings of %d replicas are kept already", MaxReplicas)
 	}
 	s.replicas[replica] = report{expires: now.Add(3 * interval), filters: filters}
-	return &galleyv1.EnvoyFilterReportResponse{}, nil
+	return &galleyv1.ReportResponse{}, nil
 }
 
 // expire forgets the replicas that stopped reporting. Call with mu held.

@@ -60,13 +60,13 @@ func TestReplicasFindingsAreMergedAndForgottenWhenTheyStopReporting(t *testing.T
 	s := New(func(string) bool { return true }, slog.New(slog.DiscardHandler), c.now)
 	client := serve(t, s)
 	ctx := context.Background()
-	if _, err := client.Report(ctx, &galleyv1.EnvoyFilterReport{Replica: "discovery-a", ReportIntervalSeconds: 30, Filters: []*galleyv1.EnvoyFilterFindings{
+	if _, err := client.Report(ctx, &galleyv1.ReportRequest{Replica: "discovery-a", ReportIntervalSeconds: 30, Filters: []*galleyv1.EnvoyFilterFindings{
 		findingOf("shop", "lua", 2, "patch 0 broke x", "patch 1 broke y"),
 		findingOf("shop", "quiet", 1), // no problem: nothing to say
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Report(ctx, &galleyv1.EnvoyFilterReport{Replica: "discovery-b", ReportIntervalSeconds: 60, Filters: []*galleyv1.EnvoyFilterFindings{
+	if _, err := client.Report(ctx, &galleyv1.ReportRequest{Replica: "discovery-b", ReportIntervalSeconds: 60, Filters: []*galleyv1.EnvoyFilterFindings{
 		findingOf("shop", "lua", 3, "patch 0 broke x", "patch 2 broke z"),
 	}}); err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestReplicasFindingsAreMergedAndForgottenWhenTheyStopReporting(t *testing.T
 		t.Fatalf("findings %q", got)
 	}
 	// A replica's new report replaces its last.
-	if _, err := client.Report(ctx, &galleyv1.EnvoyFilterReport{Replica: "discovery-b", ReportIntervalSeconds: 60}); err != nil {
+	if _, err := client.Report(ctx, &galleyv1.ReportRequest{Replica: "discovery-b", ReportIntervalSeconds: 60}); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Findings()[lua]; got != "not applied in full to 2 proxies: patch 0 broke x; patch 1 broke y" {
@@ -103,7 +103,7 @@ func TestABadOrForeignReportIsRefusedAndCostsGalleyNothing(t *testing.T) {
 	for i := range tooMany {
 		tooMany[i] = findingOf("ns", fmt.Sprint("ef-", i), 1, "x")
 	}
-	for name, req := range map[string]*galleyv1.EnvoyFilterReport{
+	for name, req := range map[string]*galleyv1.ReportRequest{
 		"no replica":        {ReportIntervalSeconds: 30},
 		"a long replica":    {Replica: strings.Repeat("r", 254), ReportIntervalSeconds: 30},
 		"no interval":       {Replica: "a"},
@@ -123,7 +123,7 @@ func TestABadOrForeignReportIsRefusedAndCostsGalleyNothing(t *testing.T) {
 	for i := range 50 {
 		problems = append(problems, fmt.Sprintf("problem %02d %s", i, strings.Repeat("é", 2*registry.MaxEnvoyFilterProblemBytes)))
 	}
-	if _, err := client.Report(ctx, &galleyv1.EnvoyFilterReport{Replica: "a", ReportIntervalSeconds: 30, Filters: []*galleyv1.EnvoyFilterFindings{findingOf("ns", "big", 1, problems...)}}); err != nil {
+	if _, err := client.Report(ctx, &galleyv1.ReportRequest{Replica: "a", ReportIntervalSeconds: 30, Filters: []*galleyv1.EnvoyFilterFindings{findingOf("ns", "big", 1, problems...)}}); err != nil {
 		t.Fatal(err)
 	}
 	f := s.replicas["a"].filters[istio.ID{Kind: istio.EnvoyFilter, Name: "ns/big"}]
@@ -137,16 +137,16 @@ func TestABadOrForeignReportIsRefusedAndCostsGalleyNothing(t *testing.T) {
 	}
 	// At most MaxReplicas replicas.
 	for i := range MaxReplicas - 1 {
-		if _, err := client.Report(ctx, &galleyv1.EnvoyFilterReport{Replica: fmt.Sprint("r", i), ReportIntervalSeconds: 30}); err != nil {
+		if _, err := client.Report(ctx, &galleyv1.ReportRequest{Replica: fmt.Sprint("r", i), ReportIntervalSeconds: 30}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := client.Report(ctx, &galleyv1.EnvoyFilterReport{Replica: "one-more", ReportIntervalSeconds: 30}); status.Code(err) != codes.ResourceExhausted {
+	if _, err := client.Report(ctx, &galleyv1.ReportRequest{Replica: "one-more", ReportIntervalSeconds: 30}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("replica %d: %v, want ResourceExhausted", MaxReplicas+1, err)
 	}
 	// A caller that is not discovery is refused.
 	other := New(func(string) bool { return false }, slog.New(slog.DiscardHandler), c.now)
-	if _, err := serve(t, other).Report(ctx, &galleyv1.EnvoyFilterReport{Replica: "a", ReportIntervalSeconds: 30}); status.Code(err) != codes.PermissionDenied {
+	if _, err := serve(t, other).Report(ctx, &galleyv1.ReportRequest{Replica: "a", ReportIntervalSeconds: 30}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a foreign caller: %v", err)
 	}
 }
@@ -155,7 +155,7 @@ func FuzzReport(f *testing.F) {
 	f.Add("a", uint32(30), "ns", "name", "problem", uint32(2))
 	f.Fuzz(func(t *testing.T, replica string, interval uint32, ns, name, problem string, proxies uint32) {
 		s := New(func(string) bool { return true }, slog.New(slog.DiscardHandler), time.Now)
-		_, _ = s.Report(context.Background(), &galleyv1.EnvoyFilterReport{Replica: replica, ReportIntervalSeconds: interval, Filters: []*galleyv1.EnvoyFilterFindings{findingOf(ns, name, proxies, problem, problem)}})
+		_, _ = s.Report(context.Background(), &galleyv1.ReportRequest{Replica: replica, ReportIntervalSeconds: interval, Filters: []*galleyv1.EnvoyFilterFindings{findingOf(ns, name, proxies, problem, problem)}})
 		for id, msg := range s.Findings() {
 			if id.Name != ns+"/"+name || len(msg) > 64+registry.MaxEnvoyFilterProblemBytes+len("…") {
 				t.Fatalf("%v: %q", id, msg)

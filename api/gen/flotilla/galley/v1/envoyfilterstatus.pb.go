@@ -26,8 +26,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// EnvoyFilterReport is one discovery replica's findings.
-type EnvoyFilterReport struct {
+// ReportRequest is one discovery replica's findings.
+type ReportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// replica names the reporting discovery replica (its pod name).
 	Replica string `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
@@ -39,20 +39,20 @@ type EnvoyFilterReport struct {
 	sizeCache             protoimpl.SizeCache
 }
 
-func (x *EnvoyFilterReport) Reset() {
-	*x = EnvoyFilterReport{}
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
 	mi := &file_flotilla_galley_v1_envoyfilterstatus_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *EnvoyFilterReport) String() string {
+func (x *ReportRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*EnvoyFilterReport) ProtoMessage() {}
+func (*ReportRequest) ProtoMessage() {}
 
-func (x *EnvoyFilterReport) ProtoReflect() protoreflect.Message {
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_flotilla_galley_v1_envoyfilterstatus_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -64,26 +64,26 @@ func (x *EnvoyFilterReport) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use EnvoyFilterReport.ProtoReflect.Descriptor instead.
-func (*EnvoyFilterReport) Descriptor() ([]byte, []int) {
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
 	return file_flotilla_galley_v1_envoyfilterstatus_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *EnvoyFilterReport) GetReplica() string {
+func (x *ReportRequest) GetReplica() string {
 	if x != nil {
 		return x.Replica
 	}
 	return ""
 }
 
-func (x *EnvoyFilterReport) GetFilters() []*EnvoyFilterFindings {
+func (x *ReportRequest) GetFilters() []*EnvoyFilterFindings {
 	if x != nil {
 		return x.Filters
 	}
 	return nil
 }
 
-func (x *EnvoyFilterReport) GetReportIntervalSeconds() uint32 {
+func (x *ReportRequest) GetReportIntervalSeconds() uint32 {
 	if x != nil {
 		return x.ReportIntervalSeconds
 	}
@@ -92,9 +92,11 @@ func (x *EnvoyFilterReport) GetReportIntervalSeconds() uint32 {
 
 // EnvoyFilterFindings are the problems of one EnvoyFilter.
 type EnvoyFilterFindings struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace is the EnvoyFilter's namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// name is the EnvoyFilter's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// problems say which patch was not applied, to what, and why (the
 	// messages proxy-status shows), sorted.
 	Problems []string `protobuf:"bytes,3,rep,name=problems,proto3" json:"problems,omitempty"`
@@ -162,27 +164,27 @@ func (x *EnvoyFilterFindings) GetProxies() uint32 {
 	return 0
 }
 
-// EnvoyFilterReportResponse acknowledges a report.
-type EnvoyFilterReportResponse struct {
+// ReportResponse acknowledges a report.
+type ReportResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *EnvoyFilterReportResponse) Reset() {
-	*x = EnvoyFilterReportResponse{}
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
 	mi := &file_flotilla_galley_v1_envoyfilterstatus_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *EnvoyFilterReportResponse) String() string {
+func (x *ReportResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*EnvoyFilterReportResponse) ProtoMessage() {}
+func (*ReportResponse) ProtoMessage() {}
 
-func (x *EnvoyFilterReportResponse) ProtoReflect() protoreflect.Message {
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_flotilla_galley_v1_envoyfilterstatus_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -194,8 +196,8 @@ func (x *EnvoyFilterReportResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use EnvoyFilterReportResponse.ProtoReflect.Descriptor instead.
-func (*EnvoyFilterReportResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
 	return file_flotilla_galley_v1_envoyfilterstatus_proto_rawDescGZIP(), []int{2}
 }
 
@@ -203,8 +205,8 @@ var File_flotilla_galley_v1_envoyfilterstatus_proto protoreflect.FileDescriptor
 
 const file_flotilla_galley_v1_envoyfilterstatus_proto_rawDesc = "" +
 	"\n" +
-	"*flotilla/galley/v1/envoyfilterstatus.proto\x12\x12flotilla.galley.v1\"\xa8\x01\n" +
-	"\x11EnvoyFilterReport\x12\x18\n" +
+	"*flotilla/galley/v1/envoyfilterstatus.proto\x12\x12flotilla.galley.v1\"\xa4\x01\n" +
+	"\rReportRequest\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12A\n" +
 	"\afilters\x18\x02 \x03(\v2'.flotilla.galley.v1.EnvoyFilterFindingsR\afilters\x126\n" +
 	"\x17report_interval_seconds\x18\x03 \x01(\rR\x15reportIntervalSeconds\"}\n" +
@@ -212,10 +214,10 @@ const file_flotilla_galley_v1_envoyfilterstatus_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\bproblems\x18\x03 \x03(\tR\bproblems\x12\x18\n" +
-	"\aproxies\x18\x04 \x01(\rR\aproxies\"\x1b\n" +
-	"\x19EnvoyFilterReportResponse2z\n" +
-	"\x18EnvoyFilterStatusService\x12^\n" +
-	"\x06Report\x12%.flotilla.galley.v1.EnvoyFilterReport\x1a-.flotilla.galley.v1.EnvoyFilterReportResponseBGZEgithub.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1;galleyv1b\x06proto3"
+	"\aproxies\x18\x04 \x01(\rR\aproxies\"\x10\n" +
+	"\x0eReportResponse2k\n" +
+	"\x18EnvoyFilterStatusService\x12O\n" +
+	"\x06Report\x12!.flotilla.galley.v1.ReportRequest\x1a\".flotilla.galley.v1.ReportResponseBGZEgithub.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1;galleyv1b\x06proto3"
 
 var (
 	file_flotilla_galley_v1_envoyfilterstatus_proto_rawDescOnce sync.Once
@@ -231,14 +233,14 @@ func file_flotilla_galley_v1_envoyfilterstatus_proto_rawDescGZIP() []byte {
 
 var file_flotilla_galley_v1_envoyfilterstatus_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_flotilla_galley_v1_envoyfilterstatus_proto_goTypes = []any{
-	(*EnvoyFilterReport)(nil),         // 0: flotilla.galley.v1.EnvoyFilterReport
-	(*EnvoyFilterFindings)(nil),       // 1: flotilla.galley.v1.EnvoyFilterFindings
-	(*EnvoyFilterReportResponse)(nil), // 2: flotilla.galley.v1.EnvoyFilterReportResponse
+	(*ReportRequest)(nil),       // 0: flotilla.galley.v1.ReportRequest
+	(*EnvoyFilterFindings)(nil), // 1: flotilla.galley.v1.EnvoyFilterFindings
+	(*ReportResponse)(nil),      // 2: flotilla.galley.v1.ReportResponse
 }
 var file_flotilla_galley_v1_envoyfilterstatus_proto_depIdxs = []int32{
-	1, // 0: flotilla.galley.v1.EnvoyFilterReport.filters:type_name -> flotilla.galley.v1.EnvoyFilterFindings
-	0, // 1: flotilla.galley.v1.EnvoyFilterStatusService.Report:input_type -> flotilla.galley.v1.EnvoyFilterReport
-	2, // 2: flotilla.galley.v1.EnvoyFilterStatusService.Report:output_type -> flotilla.galley.v1.EnvoyFilterReportResponse
+	1, // 0: flotilla.galley.v1.ReportRequest.filters:type_name -> flotilla.galley.v1.EnvoyFilterFindings
+	0, // 1: flotilla.galley.v1.EnvoyFilterStatusService.Report:input_type -> flotilla.galley.v1.ReportRequest
+	2, // 2: flotilla.galley.v1.EnvoyFilterStatusService.Report:output_type -> flotilla.galley.v1.ReportResponse
 	2, // [2:3] is the sub-list for method output_type
 	1, // [1:2] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name

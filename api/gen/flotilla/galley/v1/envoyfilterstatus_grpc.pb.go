@@ -37,7 +37,7 @@ type EnvoyFilterStatusServiceClient interface {
 	// Report replaces what this discovery replica last reported. A replica
 	// reports when its findings change and at least every report_interval;
 	// galley forgets a replica that has not reported for three intervals.
-	Report(ctx context.Context, in *EnvoyFilterReport, opts ...grpc.CallOption) (*EnvoyFilterReportResponse, error)
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
 
 type envoyFilterStatusServiceClient struct {
@@ -48,9 +48,9 @@ func NewEnvoyFilterStatusServiceClient(cc grpc.ClientConnInterface) EnvoyFilterS
 	return &envoyFilterStatusServiceClient{cc}
 }
 
-func (c *envoyFilterStatusServiceClient) Report(ctx context.Context, in *EnvoyFilterReport, opts ...grpc.CallOption) (*EnvoyFilterReportResponse, error) {
+func (c *envoyFilterStatusServiceClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(EnvoyFilterReportResponse)
+	out := new(ReportResponse)
 	err := c.cc.Invoke(ctx, EnvoyFilterStatusService_Report_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -68,7 +68,7 @@ type EnvoyFilterStatusServiceServer interface {
 	// Report replaces what this discovery replica last reported. A replica
 	// reports when its findings change and at least every report_interval;
 	// galley forgets a replica that has not reported for three intervals.
-	Report(context.Context, *EnvoyFilterReport) (*EnvoyFilterReportResponse, error)
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedEnvoyFilterStatusServiceServer()
 }
 
@@ -79,7 +79,7 @@ type EnvoyFilterStatusServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedEnvoyFilterStatusServiceServer struct{}
 
-func (UnimplementedEnvoyFilterStatusServiceServer) Report(context.Context, *EnvoyFilterReport) (*EnvoyFilterReportResponse, error) {
+func (UnimplementedEnvoyFilterStatusServiceServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedEnvoyFilterStatusServiceServer) mustEmbedUnimplementedEnvoyFilterStatusServiceServer() {
@@ -105,7 +105,7 @@ func RegisterEnvoyFilterStatusServiceServer(s grpc.ServiceRegistrar, srv EnvoyFi
 }
 
 func _EnvoyFilterStatusService_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(EnvoyFilterReport)
+	in := new(ReportRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func _EnvoyFilterStatusService_Report_Handler(srv interface{}, ctx context.Conte
 		FullMethod: EnvoyFilterStatusService_Report_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(EnvoyFilterStatusServiceServer).Report(ctx, req.(*EnvoyFilterReport))
+		return srv.(EnvoyFilterStatusServiceServer).Report(ctx, req.(*ReportRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
