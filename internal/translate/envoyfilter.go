@@ -88,15 +88,16 @@ type efFinding struct {
 func (g *gen) efProblem(keys []string, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	g.problem("%s", msg)
-	if g.ef.problems == nil {
-		g.ef.problems = map[string][]string{}
-	}
 	for _, k := range keys {
-		if !slices.Contains(g.ef.problems[k], msg) {
-			g.ef.problems[k] = append(g.ef.problems[k], msg)
+		f := efProblem{filter: k, msg: msg}
+		if !slices.Contains(g.ef.problems, f) {
+			g.ef.problems = append(g.ef.problems, f)
 		}
 	}
 }
+
+// efProblem is one problem of one EnvoyFilter (its key).
+type efProblem struct{ filter, msg string }
 
 // envoyFilters returns the proxy's patches; nil when there are none or
 // its flavour takes none.
@@ -137,9 +138,8 @@ type efState struct {
 	// by are the EnvoyFilters that changed each resource, by type and
 	// name ("cluster/outbound|80||a.b").
 	by map[string][]string
-	// problems are the problems of each EnvoyFilter, by its key
-	// (namespace/name).
-	problems map[string][]string
+	// problems are the EnvoyFilters' problems, in the order found.
+	problems []efProblem
 }
 
 // patchedBy records which EnvoyFilters changed a resource.

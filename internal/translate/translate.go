@@ -61,7 +61,11 @@ func Generate(pc *model.PushContext, p *model.Proxy) *Output {
 // Generator translates for one proxy and one push context, resource by
 // resource, remembering what it built: a route that names a cluster
 // builds (and validates) that cluster once. Not safe for concurrent use.
-type Generator struct{ g *gen }
+type Generator struct {
+	g *gen
+	// taken is how much of what g found Found has returned.
+	taken struct{ problems, envoyFilters int }
+}
 
 // NewGenerator returns a generator for a proxy.
 func NewGenerator(pc *model.PushContext, p *model.Proxy) *Generator {
@@ -163,15 +167,28 @@ func (x *Generator) PatchedBy() map[string][]string { return maps.Clone(x.g.ef.b
 // has any, by its key (namespace/name): a patch not applied, and why
 // (they are among Problems too).
 func (x *Generator) EnvoyFilterProblems() map[string][]string {
-	out := make(map[string][]string, len(x.g.ef.problems))
-	for k, v := range x.g.ef.problems {
-		out[k] = slices.Clone(v)
+	out := map[string][]string{}
+	for _, p := range x.g.ef.problems {
+		out[p.filter] = append(out[p.filter], p.msg)
 	}
 	return out
 }
 
 // Problems lists what was dropped or degraded so far, and why.
 func (x *Generator) Problems() []string { return slices.Clone(x.g.problems) }
+
+// Found returns what the generator found since the last call (or since
+// it was made): the problems (as Problems) and the EnvoyFilters' problems
+// (as EnvoyFilterProblems). A generator finds a problem once.
+func (x *Generator) Found() (problems []string, envoyFilters map[string][]string) {
+	problems = slices.Clone(x.g.problems[x.taken.problems:])
+	envoyFilters = map[string][]string{}
+	for _, p := range x.g.ef.problems[x.taken.envoyFilters:] {
+		envoyFilters[p.filter] = append(envoyFilters[p.filter], p.msg)
+	}
+	x.taken.problems, x.taken.envoyFilters = len(x.g.problems), len(x.g.ef.problems)
+	return problems, envoyFilters
+}
 
 func newGen(pc *model.PushContext, p *model.Proxy) *gen {
 	fl, c := flavourOf(p)

@@ -126,10 +126,13 @@ type conn struct {
 	// pushSeen is when the change behind the last push to the proxy was
 	// first seen (from galley).
 	pushSeen time.Time
-	problems []string
-	// efProblems are the problems of each EnvoyFilter met building the
-	// proxy's resources, by its key (namespace/name).
-	efProblems map[string][]string
+	// problems are what translation dropped or degraded building the
+	// proxy's resources, by the type of the response that built them
+	// (keepProblems), and efProblems the EnvoyFilters' among them, by
+	// EnvoyFilter key (namespace/name): a response of one type replaces
+	// only what that type found.
+	problems   map[string][]string
+	efProblems map[string]map[string][]string
 	// heldPush is the latest push the proxy holds all of (settle).
 	heldPush uint64
 	// pushTrace is the span of the push being sent (set by push, with
@@ -353,6 +356,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 	if t == resourcev3.SecretType {
 		c.authorizeSecrets()
 	}
+	defer c.keepProblems(t, gen, only != nil)
 	if c.delta {
 		return c.respondDelta(t, w, gen, seen, only, force, start)
 	}
@@ -383,7 +387,6 @@ func (c *conn) answer(t string, w *watch, force bool) error {
 		c.setPushContext(pc, seen)
 	}
 	gen := translate.NewGenerator(c.pcSeen, c.proxy)
-	defer c.keepProblems(gen)
 	return c.respond(t, w, gen, time.Time{}, nil, force)
 }
 

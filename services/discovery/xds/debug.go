@@ -45,7 +45,7 @@ func (c *conn) syncState() debugapi.ProxySync {
 	ps := debugapi.ProxySync{
 		ID: c.id, Namespace: c.proxy.Namespace, ProxyType: string(c.proxy.Type), IstioVersion: c.proxy.IstioVersion,
 		ClusterID: c.proxy.ClusterID, Identity: c.identity, Generator: c.proxy.Generator, Delta: c.delta,
-		ConnectedAt: c.connectedAt, Problems: slices.Clone(c.problems), PushSeenAt: c.pushSeen,
+		ConnectedAt: c.connectedAt, Problems: c.allProblems(), PushSeenAt: c.pushSeen,
 		Telemetry: translate.TelemetryOf(c.proxy),
 	}
 	if c.pcSeen != nil {

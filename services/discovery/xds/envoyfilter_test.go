@@ -30,6 +30,13 @@ func TestWhatProxiesMetApplyingAnEnvoyFilterIsKnownByEnvoyFilterUntilFixed(t *te
 		return len(f) == 1 && f[0].Namespace == "default" && f[0].Name == "breaks" && f[0].Proxies == 1 &&
 			strings.Contains(strings.Join(f[0].Problems, "\n"), "EnvoyFilter default/breaks patch 0 (CLUSTER MERGE): makes cluster outbound|80||a.default.svc.cluster.local invalid")
 	})
+	// A response of another type, built with a generator of its own,
+	// finds nothing of clusters: what the clusters' response found stays.
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ListenerType})
+	s.send(t, ack(s.next(t)))
+	if f := h.srv.EnvoyFilterFindings(); len(f) != 1 || f[0].Name != "breaks" {
+		t.Fatalf("after the listeners' response the findings are %+v", f)
+	}
 	// Fixed: the proxy's next push carries the patch, and nothing is
 	// found any more.
 	fixed, _ := structpb.NewStruct(map[string]any{"per_connection_buffer_limit_bytes": 1024.0})

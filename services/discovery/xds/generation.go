@@ -106,17 +106,68 @@ func (s *sharedEncodings) encoded(pc *model.PushContext, t string, m proto.Messa
 	return kept.(*named), nil
 }
 
-// keepProblems records what translation dropped or degraded for this
-// proxy (the status endpoint shows it) and logs it when it changes.
-func (c *conn) keepProblems(gen *translate.Generator) {
-	p := gen.Problems()
-	ef := gen.EnvoyFilterProblems()
+// keepProblems records what translation dropped or degraded generating a
+// response of type t (what gen found since its last response, or since
+// it was made: the status endpoint shows it, galley the EnvoyFilters' in
+// their status) and logs it when it changes. A response of some of the
+// type's resources (partial) adds to what the type found; a whole one
+// replaces it.
+func (c *conn) keepProblems(t string, gen *translate.Generator, partial bool) {
+	p, ef := gen.Found()
 	c.mu.Lock()
-	changed := !slices.Equal(p, c.problems)
-	c.problems = p
-	c.efProblems = ef
-	c.mu.Unlock()
-	if changed && len(p) > 0 {
-		c.s.log.Warn("resources dropped or degraded for a proxy", "proxy", c.id, "problems", p)
+	before := c.allProblems()
+	if c.problems == nil {
+		c.problems, c.efProblems = map[string][]string{}, map[string]map[string][]string{}
 	}
+	if partial {
+		for _, x := range p {
+			if !slices.Contains(c.problems[t], x) {
+				c.problems[t] = append(c.problems[t], x)
+			}
+		}
+		if c.efProblems[t] == nil {
+			c.efProblems[t] = map[string][]string{}
+		}
+		for k, msgs := range ef {
+			for _, m := range msgs {
+				if !slices.Contains(c.efProblems[t][k], m) {
+					c.efProblems[t][k] = append(c.efProblems[t][k], m)
+				}
+			}
+		}
+	} else {
+		c.problems[t], c.efProblems[t] = p, ef
+	}
+	after := c.allProblems()
+	c.mu.Unlock()
+	if !slices.Equal(before, after) && len(after) > 0 {
+		c.s.log.Warn("resources dropped or degraded for a proxy", "proxy", c.id, "problems", after)
+	}
+}
+
+// allProblems is every problem the proxy's responses found, sorted and
+// once each. Call with mu held.
+func (c *conn) allProblems() []string {
+	var out []string
+	for _, ps := range c.problems {
+		out = append(out, ps...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// envoyFilterProblems is every EnvoyFilter problem the proxy's responses
+// found, by EnvoyFilter key. Call with mu held.
+func (c *conn) envoyFilterProblems() map[string][]string {
+	out := map[string][]string{}
+	for _, byKey := range c.efProblems {
+		for k, msgs := range byKey {
+			for _, m := range msgs {
+				if !slices.Contains(out[k], m) {
+					out[k] = append(out[k], m)
+				}
+			}
+		}
+	}
+	return out
 }

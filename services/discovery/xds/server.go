@@ -519,7 +519,7 @@ func (s *Server) EnvoyFilterFindings() []EnvoyFilterFinding {
 	byKey := map[string]*EnvoyFilterFinding{}
 	for _, c := range s.Conns() {
 		c.mu.Lock()
-		for key, problems := range c.efProblems {
+		for key, problems := range c.envoyFilterProblems() {
 			f := byKey[key]
 			if f == nil {
 				ns, name, _ := strings.Cut(key, "/")

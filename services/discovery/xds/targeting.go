@@ -29,7 +29,6 @@ func (c *conn) push(ev *pushEvent) error {
 	first, own := c.pcSeen == nil, c.inboundAffected(ev)
 	full := first || own || ev.changes.Concerns(c.watchedHosts(gen), c.proxy, ev.pc.RootNamespace)
 	c.setPushContext(ev.pc, ev.seen)
-	defer c.keepProblems(gen)
 	if full {
 		defer c.tracePush(ev, start, "full")()
 		c.s.metrics.decided("full")
