@@ -27,6 +27,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/appprobe"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Per-pod annotations that override values.
@@ -385,7 +386,7 @@ func effective(v Values, pod *corev1.Pod) (Values, error) {
 	}
 	for key, list := range map[string]string{AnnotationExcludeIfaces: v.ExcludeInterfaces, AnnotationRerouteIfaces: v.RerouteInterfaces} {
 		for _, iface := range splitList(list) {
-			if !ifaceName.MatchString(iface) {
+			if !proxycontract.ValidInterfaceName(iface) {
 				return v, fmt.Errorf("%s: interface %q: want a Linux interface name (1 to 15 letters, digits, '.', '_', '-', '@')", key, iface)
 			}
 		}
@@ -400,9 +401,6 @@ var onlyValues = map[string]struct{ value, why string }{
 	AnnotationStatusPort:       {"15020", "the agent's status port is 15020 (the probes and metrics the injector rewrites point there)"},
 	AnnotationNativeSidecar:    {"false", "the sidecar is injected as an ordinary container; Kubernetes native sidecars are not built"},
 }
-
-// ifaceName is an interface name the agent's capture takes.
-var ifaceName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
 
 // The shapes of Envoy's --component-log-level and of Istio's
 // --log_output_level (pkg/log's scope:level list, a bare level meaning

@@ -230,3 +230,21 @@ type PrometheusScrape struct {
 	Path   string `json:"path"`
 	Port   string `json:"port"`
 }
+
+// ValidInterfaceName says whether name may name a network interface in
+// the capture rules (the injector's annotations, the agent's flags):
+// 1 to 15 bytes (Linux's bound) of letters, digits, '.', '_', '-' and
+// '@', which also travel safely in iptables-restore's text.
+func ValidInterfaceName(name string) bool {
+	if len(name) == 0 || len(name) > 15 {
+		return false
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-', c == '@':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -383,6 +383,21 @@ func staticCluster(name, host string, port uint32) *clusterv3.Cluster {
 // grpcPipeCluster is an HTTP/2 cluster to one of the agent's Unix
 // sockets.
 func grpcPipeCluster(name, path string) (*clusterv3.Cluster, error) {
+	h2, err := http2Options()
+	if err != nil {
+		return nil, err
+	}
+	c := staticCluster(name, "", 0)
+	c.LoadAssignment.Endpoints[0].LbEndpoints[0].HostIdentifier = &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+		Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: path}}},
+	}}
+	c.TypedExtensionProtocolOptions = h2
+	return c, nil
+}
+
+// http2Options are a cluster's protocol options for HTTP/2 upstreams
+// (gRPC services).
+func http2Options() (map[string]*anypb.Any, error) {
 	h2, err := pack(&httpv3.HttpProtocolOptions{UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
 		ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
@@ -391,12 +406,7 @@ func grpcPipeCluster(name, path string) (*clusterv3.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := staticCluster(name, "", 0)
-	c.LoadAssignment.Endpoints[0].LbEndpoints[0].HostIdentifier = &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-		Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: path}}},
-	}}
-	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2}
-	return c, nil
+	return map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": h2}, nil
 }
 
 // httpListener serves one path prefix on 0.0.0.0:port from a cluster,

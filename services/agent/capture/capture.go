@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -86,10 +85,6 @@ func (s *Settings) defaults() {
 		s.OutboundPort = proxycontract.OutboundCapturePort
 	}
 }
-
-// ifaceName is what an interface may be called here: Linux allows up to
-// 15 bytes, and these also travel in iptables-restore's text.
-var ifaceName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,15}$`)
 
 // Chain is one chain of the capture.
 type Chain int
@@ -205,7 +200,7 @@ func Build(s Settings) (Plan, error) {
 		return Plan{}, fmt.Errorf("excludeOutboundIPRanges: %w", err)
 	}
 	for _, iface := range slices.Concat(s.ExcludeInterfaces, s.RerouteInterfaces) {
-		if !ifaceName.MatchString(iface) {
+		if !proxycontract.ValidInterfaceName(iface) {
 			return Plan{}, fmt.Errorf("interface %q: want a Linux interface name (1 to 15 letters, digits, '.', '_', '-', '@')", iface)
 		}
 	}

@@ -186,7 +186,7 @@ type messageType struct {
 // changes, so the object's generation, and what galley publishes, stay
 // the same.
 func (w *Writer) write(ctx context.Context, id istio.ID, v verdict) error {
-	kind, _, ns, name, err := locate(id)
+	kind, ns, name, err := locate(id)
 	if err != nil {
 		return err
 	}
@@ -214,22 +214,17 @@ func (w *Writer) write(ctx context.Context, id istio.ID, v verdict) error {
 	return nil
 }
 
-// locate finds an object's kind, among those Flotilla serves (served) or
-// Istio's others.
-func locate(id istio.ID) (kind istio.Kind, served bool, namespace, name string, err error) {
+// locate finds an object's kind, among those Flotilla serves or Istio's
+// others, and its namespace and name.
+func locate(id istio.ID) (kind istio.Kind, namespace, name string, err error) {
 	ns, name, ok := strings.Cut(id.Name, "/")
 	if !ok {
-		return istio.Kind{}, false, "", "", fmt.Errorf("object name %q is not namespace/name", id.Name)
+		return istio.Kind{}, "", "", fmt.Errorf("object name %q is not namespace/name", id.Name)
 	}
-	for _, k := range istio.Kinds() {
+	for _, k := range slices.Concat(istio.Kinds(), istio.NotServed()) {
 		if k.Kind == id.Kind {
-			return k, true, ns, name, nil
+			return k, ns, name, nil
 		}
 	}
-	for _, k := range istio.NotServed() {
-		if k.Kind == id.Kind {
-			return k, false, ns, name, nil
-		}
-	}
-	return istio.Kind{}, false, "", "", fmt.Errorf("unknown kind %q", id.Kind)
+	return istio.Kind{}, "", "", fmt.Errorf("unknown kind %q", id.Kind)
 }
