@@ -1,13 +1,40 @@
 package model
 
 import (
+	"slices"
+	"strings"
+
 	networking "istio.io/api/networking/v1alpha3"
 )
+
+// AnnotationGatewayService lists, comma separated, the hostnames of the
+// Services whose instances a Gateway configures in place of a selector
+// (Istio's InternalGatewayServiceAnnotation); the Gateway API's
+// generated Gateways carry it.
+const AnnotationGatewayService = "internal.istio.io/gateway-service"
 
 // Gateway is a Gateway resource.
 type Gateway struct {
 	Name, Namespace string
 	Spec            *networking.Gateway
+	// Services are the hostnames of AnnotationGatewayService; nil when
+	// the Gateway selects by labels.
+	Services []string
+}
+
+// gatewayServices parses AnnotationGatewayService.
+func gatewayServices(annotations map[string]string) []string {
+	v, ok := annotations[AnnotationGatewayService]
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for h := range strings.SplitSeq(v, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // Key is the Gateway's name as VirtualServices name it: "namespace/name".
@@ -16,11 +43,25 @@ func (g *Gateway) Key() string { return g.Namespace + "/" + g.Name }
 // ProxyGateways returns the Gateways that configure a gateway proxy: those
 // of any namespace whose selector matches the proxy's labels (Istio's
 // default, PILOT_SCOPE_GATEWAY_TO_NAMESPACE off; an empty selector
-// matches every gateway proxy), oldest first.
+// matches every gateway proxy), and those naming Services instead whose
+// instances, in the Gateway's namespace, include the proxy (Istio's
+// mergeGateways), oldest first.
 func (pc *PushContext) ProxyGateways(p *Proxy) []*Gateway {
 	var out []*Gateway
+	var instances []Instance
 	for _, gw := range pc.cfg.gateways {
-		if LabelsMatch(gw.Spec.GetSelector(), p.Labels) {
+		if gw.Services == nil {
+			if LabelsMatch(gw.Spec.GetSelector(), p.Labels) {
+				out = append(out, gw)
+			}
+			continue
+		}
+		if instances == nil {
+			instances = pc.Instances(p)
+		}
+		if slices.ContainsFunc(instances, func(in Instance) bool {
+			return in.Service.GetNamespace() == gw.Namespace && slices.Contains(gw.Services, in.Service.GetHostname())
+		}) {
 			out = append(out, gw)
 		}
 	}

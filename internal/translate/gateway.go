@@ -175,6 +175,12 @@ func (g *gen) gatewayMerge() *gatewayMerge {
 	for _, k := range slices.Sorted(maps.Keys(g.p.Labels)) {
 		key.WriteString(strconv.Quote(k) + "=" + strconv.Quote(g.p.Labels[k]) + ",")
 	}
+	// The Gateways selected by Service rather than labels depend on the
+	// proxy's instances: name every Gateway selected.
+	key.WriteString("|")
+	for _, gw := range gws {
+		key.WriteString(strconv.Quote(gw.Key()) + ",")
+	}
 	key.WriteString("|")
 	for _, n := range slices.Sorted(maps.Keys(listen)) {
 		key.WriteString(itoa(n) + ">" + itoa(listen[n]) + ",")
