@@ -127,9 +127,12 @@ lint: tools ## golangci-lint (config: .golangci.yml) over every module, and buf 
 
 GENERATED := api/gen deploy/helm/flotilla/crds deploy/helm/flotilla/dashboards internal/envoytypes/envoytypes.gen.go
 
-generate: tools ## regenerate protobuf code (api/proto), the Istio CRDs (deploy/helm/flotilla/crds), the Grafana dashboards (deploy/helm/flotilla/dashboards) and the Envoy type registry (internal/envoytypes)
+generate: tools ## regenerate protobuf code (api/proto), the Istio CRDs and the Gateway API's (deploy/helm/flotilla/crds), the Grafana dashboards (deploy/helm/flotilla/dashboards) and the Envoy type registry (internal/envoytypes)
 	cd api && buf generate
 	go run ./internal/dev/cmd/crdgen --out deploy/helm/flotilla/crds/istio.yaml
+	cd internal && GOWORK=off go mod download sigs.k8s.io/gateway-api && dir=$$(GOWORK=off go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api) && v=$$(GOWORK=off go list -m -f '{{.Version}}' sigs.k8s.io/gateway-api) && \
+	{ echo "# The Kubernetes Gateway API's CRDs, standard channel, sigs.k8s.io/gateway-api $$v (config/crd/standard), as released."; \
+	  for f in $$dir/config/crd/standard/gateway.networking.k8s.io_*.yaml; do echo "---"; cat $$f; done; } > ../deploy/helm/flotilla/crds/gateway-api.yaml
 	go run ./internal/dev/cmd/envoytypesgen --out internal/envoytypes/envoytypes.gen.go
 	go run ./internal/dev/cmd/dashboardgen --out deploy/helm/flotilla/dashboards
 

@@ -18,6 +18,7 @@ import (
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 // converter holds one conversion's state.
@@ -487,7 +488,7 @@ func (c *converter) secretRef(ref gw.SecretObjectReference, gwNamespace string) 
 	if _, err := tls.X509KeyPair(cert, key); err != nil {
 		return "", errorf(string(gw.ListenerReasonInvalidCertificateRef), "invalid certificate reference %v, the certificate is malformed: %v", what, err)
 	}
-	return credentialGatewayPrefix + ns + "/" + string(ref.Name), nil
+	return registry.GatewayCredentialPrefix + ns + "/" + string(ref.Name), nil
 }
 
 // certAndKey finds a Secret's certificate and key under the keys Istio
@@ -518,7 +519,7 @@ func (c *converter) caRef(ref gw.ObjectReference, ns string) (string, *configErr
 		}
 		pem = []byte(data["ca.crt"])
 	case ref.Group == "" && ref.Kind == "Secret":
-		prefix = credentialGatewayPrefix
+		prefix = registry.GatewayCredentialPrefix
 		data, ok := c.in.Cluster.Secret(ns, string(ref.Name))
 		if !ok {
 			return "", errorf(string(gw.ListenerReasonInvalidCACertificateRef), "invalid CA certificate reference %v, secret %v not found", what, ns+"/"+string(ref.Name))

@@ -110,8 +110,7 @@ const (
 	labelTopologyNetwork      = "topology.istio.io/network"
 	labelGatewayPort          = "networking.istio.io/gatewayPort"
 	namespaceNameLabel        = "kubernetes.io/metadata.name"
-	credentialGatewayPrefix   = "kubernetes-gateway://" //nolint:gosec // a name's prefix, not a credential
-	credentialConfigMapPrefix = "configmap://"          //nolint:gosec // a name's prefix, not a credential
+	credentialConfigMapPrefix = "configmap://" //nolint:gosec // a name's prefix, not a credential
 	caSuffix                  = "-cacert"
 )
 

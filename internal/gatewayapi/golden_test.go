@@ -145,6 +145,11 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 				t.Fatalf("%s: %v", tm.Kind, err)
 			}
 		}
+		if ok, err := in.AddYAML([]byte(doc)); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			continue
+		}
 		switch tm.Kind {
 		case "":
 		case "Namespace":
@@ -201,34 +206,6 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 			var o corev1.ConfigMap
 			into(&o)
 			cl.configMaps[o.Namespace+"/"+o.Name] = o.Data
-		case gatewayapi.KindGatewayClass:
-			var o gw.GatewayClass
-			into(&o)
-			in.GatewayClasses = append(in.GatewayClasses, &o)
-		case gatewayapi.KindGateway:
-			var o gw.Gateway
-			into(&o)
-			in.Gateways = append(in.Gateways, &o)
-		case gatewayapi.KindHTTPRoute:
-			var o gw.HTTPRoute
-			into(&o)
-			in.HTTPRoutes = append(in.HTTPRoutes, &o)
-		case gatewayapi.KindGRPCRoute:
-			var o gw.GRPCRoute
-			into(&o)
-			in.GRPCRoutes = append(in.GRPCRoutes, &o)
-		case gatewayapi.KindTCPRoute:
-			var o gw.TCPRoute
-			into(&o)
-			in.TCPRoutes = append(in.TCPRoutes, &o)
-		case gatewayapi.KindTLSRoute:
-			var o gw.TLSRoute
-			into(&o)
-			in.TLSRoutes = append(in.TLSRoutes, &o)
-		case gatewayapi.KindReferenceGrant:
-			var o gw.ReferenceGrant
-			into(&o)
-			in.ReferenceGrants = append(in.ReferenceGrants, &o)
 		default:
 			t.Fatalf("unknown kind %q", tm.Kind)
 		}

@@ -174,7 +174,15 @@ type VirtualService struct {
 	Gateways []string
 	// Problems are what merging its delegates left out, and why.
 	Problems []string
+	// GatewaySemantics marks a VirtualService generated from the Gateway
+	// API (AnnotationRouteSemantics "gateway"), routed by its rules
+	// where they differ from Istio's.
+	GatewaySemantics bool
 }
+
+// AnnotationRouteSemantics "gateway" marks a VirtualService generated
+// from the Gateway API (Istio's internal.istio.io/route-semantics).
+const AnnotationRouteSemantics = "internal.istio.io/route-semantics"
 
 // GetProblems returns the merge problems of a VirtualService that may be
 // nil.
@@ -403,7 +411,10 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		if !ok {
 			continue
 		}
-		vs := &VirtualService{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec}
+		vs := &VirtualService{
+			Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec,
+			GatewaySemantics: o.Meta.Annotations[AnnotationRouteSemantics] == "gateway",
+		}
 		for _, h := range spec.GetHosts() {
 			vs.Hosts = append(vs.Hosts, ResolveHost(h, o.Meta.Namespace, domainSuffix))
 		}

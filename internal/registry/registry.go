@@ -31,6 +31,11 @@ const (
 // proxies ask for the secret by it).
 const CredentialPrefix = "kubernetes://" //nolint:gosec // a name's prefix, not a credential
 
+// GatewayCredentialPrefix starts the credentialName of a Gateway
+// generated from the Gateway API: "kubernetes-gateway://<namespace>/<name>"
+// (Istio's kubernetes-gateway resource type).
+const GatewayCredentialPrefix = "kubernetes-gateway://" //nolint:gosec // a name's prefix, not a credential
+
 // CredentialName is the resource name of a Credential: "namespace/name".
 func CredentialName(namespace, name string) string { return namespace + "/" + name }
 

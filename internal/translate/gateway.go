@@ -1027,10 +1027,10 @@ func (g *gen) buildGatewayTLS(s gwServer) (*corev3.TransportSocket, error) {
 		if cn == "" {
 			return nil, fmt.Errorf("tls mode %s needs credentialName (serverCertificate files are not supported)", t.GetMode())
 		}
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: registry.CredentialPrefix + cn, SdsConfig: adsSource()}}
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: credentialSDSName(cn), SdsConfig: adsSource()}}
 		if t.GetMode() != networking.ServerTLSSettings_SIMPLE {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: registry.CredentialPrefix + cn + credentialCASuffix, SdsConfig: adsSource()},
+				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: credentialSDSName(cn) + credentialCASuffix, SdsConfig: adsSource()},
 			}}
 			ctx.RequireClientCertificate = wrapperspb.Bool(t.GetMode() == networking.ServerTLSSettings_MUTUAL)
 		}

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,9 +24,11 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	gw "sigs.k8s.io/gateway-api/apis/v1"
 	sigyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -92,6 +95,14 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 	var endpointSlices []*discoveryv1.EndpointSlice
 	pods := map[string]*corev1.Pod{}
 	keys := staticJWKS{}
+	var services []*corev1.Service
+	gatewayIn := gatewayapi.Input{
+		Controllers:    []gw.GatewayController{gatewayapi.DefaultController, gatewayapi.IstioController},
+		DefaultClasses: map[string]gw.GatewayController{gatewayapi.DefaultClass: gatewayapi.DefaultController, gatewayapi.IstioClass: gatewayapi.IstioController},
+		DomainSuffix:   model.DefaultDomainSuffix,
+	}
+	gatewayDocs := 0
+	cluster := &gatewayCluster{namespaces: map[string]map[string]string{}, services: map[string]*gatewayapi.Service{}, hosts: map[string]bool{}}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var node yaml.Node
@@ -151,6 +162,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 				svc.Namespace = "default"
 			}
 			store.PutService(kube.Service(&svc, model.DefaultDomainSuffix, "Kubernetes"))
+			services = append(services, &svc)
 		case head.APIVersion == "v1" && head.Kind == "Pod":
 			var pod corev1.Pod
 			if err := sigyaml.UnmarshalStrict(doc, &pod); err != nil {
@@ -169,11 +181,29 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 				s.Namespace = "default"
 			}
 			endpointSlices = append(endpointSlices, &s)
+		case strings.HasPrefix(head.APIVersion, gatewayapi.Group+"/"):
+			if _, err := gatewayIn.AddYAML(doc); err != nil {
+				tb.Fatal(err)
+			}
+			gatewayDocs++
+		case head.APIVersion == "v1" && head.Kind == "Namespace":
+			var n corev1.Namespace
+			if err := sigyaml.UnmarshalStrict(doc, &n); err != nil {
+				tb.Fatal(err)
+			}
+			cluster.namespaces[n.Name] = n.Labels
 		default:
 			istioDocs = append(istioDocs, doc)
 		}
 	}
 	readIstio(tb, store, bytes.Join(istioDocs, []byte("---\n")))
+	if gatewayDocs > 0 {
+		// The Gateway API, converted as galley converts it.
+		cluster.add(services, endpointSlices)
+		gatewayIn.Cluster = cluster
+		out := gatewayapi.Convert(gatewayIn)
+		putGenerated(tb, store, out.Objects)
+	}
 	lookup := func(ns, name string) *corev1.Pod { return pods[ns+"/"+name] }
 	for _, s := range endpointSlices {
 		if set, _, ok := kube.EndpointSlice(s, lookup, model.DefaultDomainSuffix); ok {
@@ -217,6 +247,69 @@ func (s staticJWKS) Lookup(locations []string) map[string]model.JWKS {
 	}
 	return out
 }
+
+// putGenerated puts the objects galley generates from the Gateway API into
+// store as galley publishes them: beside the validated ones, unvalidated
+// (their names are not ones a user may give).
+func putGenerated(tb testing.TB, store *model.Store, objs []*istio.Object) {
+	tb.Helper()
+	local := mcp.NewLocal(mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
+		for _, r := range updated {
+			if err := store.Put(typeURL, r.Name, model.Meta{Labels: r.Labels, Annotations: r.Annotations, Created: r.Created, Version: r.ObjectVersion()}, r.Body); err != nil {
+				return err
+			}
+		}
+		return nil
+	}), model.TypeURLs())
+	if err := publish.New(local).Apply(context.Background(), objs, nil); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// gatewayCluster is a case's cluster as the Gateway API's conversion reads
+// it: its Services, ready where an EndpointSlice has a ready endpoint.
+type gatewayCluster struct {
+	namespaces map[string]map[string]string
+	services   map[string]*gatewayapi.Service
+	hosts      map[string]bool
+}
+
+func (c *gatewayCluster) add(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) {
+	for _, s := range svcs {
+		gs := &gatewayapi.Service{Labels: s.Labels, ClusterIPs: []string{s.Spec.ClusterIP}, ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{}}
+		for _, p := range s.Spec.Ports {
+			gs.Ports = append(gs.Ports, p.Port)
+			for _, sl := range slices {
+				if sl.Namespace != s.Namespace || sl.Labels[discoveryv1.LabelServiceName] != s.Name || len(sl.Endpoints) == 0 {
+					continue
+				}
+				for _, ep := range sl.Ports {
+					if ep.Name != nil && *ep.Name == p.Name && ep.Port != nil {
+						gs.ReadyPorts[p.Port] = true
+						gs.TargetPorts[p.Port] = append(gs.TargetPorts[p.Port], *ep.Port)
+					}
+				}
+			}
+		}
+		c.services[s.Namespace+"/"+s.Name] = gs
+		c.hosts[s.Name+"."+s.Namespace+".svc."+model.DefaultDomainSuffix] = true
+	}
+}
+
+func (c *gatewayCluster) Namespaces() map[string]map[string]string { return c.namespaces }
+
+func (c *gatewayCluster) Service(ns, name string) (*gatewayapi.Service, bool) {
+	s, ok := c.services[ns+"/"+name]
+	return s, ok
+}
+
+func (c *gatewayCluster) ServiceEntryHosts(string, string) ([]string, bool) { return nil, false }
+
+func (c *gatewayCluster) HostnameKnown(h, _ string) bool { return c.hosts[h] }
+
+func (c *gatewayCluster) Secret(string, string) (map[string][]byte, bool) { return nil, false }
+
+func (c *gatewayCluster) ConfigMap(string, string) (map[string]string, bool) { return nil, false }
 
 // readIstio puts Istio YAML into store the way discovery's --config-dir
 // does: galley's file source and publisher, handed on through mcp.Local.

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,7 +231,7 @@ func (g *gen) vsRoutes(vs *model.VirtualService, svc *registryv1.Service, port *
 		}
 		catchAll := false
 		for _, m := range matches {
-			r := &routev3.Route{Name: name, Match: g.routeMatch(m)}
+			r := &routev3.Route{Name: name, Match: g.routeMatch(m, vs.GatewaySemantics)}
 			g.routeBody(r, hr, vs, svc, port)
 			out = append(out, r)
 			if isCatchAll(m) {
@@ -278,7 +279,10 @@ func isCatchAll(m *networking.HTTPMatchRequest) bool {
 		m.GetMethod() == nil && m.GetAuthority() == nil && m.GetScheme() == nil
 }
 
-func (g *gen) routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
+// routeMatch converts a match; with the Gateway API's semantics a path
+// prefix matches whole segments ("/a" matches "/a/b", not "/ab"), as
+// Istio's translateRouteMatch does for them.
+func (g *gen) routeMatch(m *networking.HTTPMatchRequest, gatewaySemantics bool) *routev3.RouteMatch {
 	rm := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 	if m == nil {
 		return rm
@@ -288,6 +292,9 @@ func (g *gen) routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 		rm.PathSpecifier = &routev3.RouteMatch_Path{Path: u.Exact}
 	case *networking.StringMatch_Prefix:
 		rm.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: u.Prefix}
+		if gatewaySemantics && u.Prefix != "/" {
+			rm.PathSpecifier = &routev3.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: strings.TrimSuffix(u.Prefix, "/")}
+		}
 	case *networking.StringMatch_Regex:
 		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: u.Regex}}
 	}
@@ -434,8 +441,14 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 		wcs = append(wcs, cw)
 	}
 	if len(wcs) == 0 {
-		g.problem("route %s of VirtualService %s/%s: no destination is a known cluster; answering 503", r.GetName(), vs.Namespace, vs.Name)
-		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 503}}
+		// The Gateway API answers 500 for a backend that is not there
+		// (Istio's ClusterNotFoundResponseCode for its routes).
+		status := uint32(503)
+		if vs.GatewaySemantics {
+			status = 500
+		}
+		g.problem("route %s of VirtualService %s/%s: no destination is a known cluster; answering %d", r.GetName(), vs.Namespace, vs.Name, status)
+		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: status}}
 		return
 	}
 	if len(wcs) == 1 {
@@ -453,7 +466,14 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 		ra.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: wcs}}
 	}
 	if rw := hr.GetRewrite(); rw != nil {
-		if rw.GetUri() != "" {
+		switch sep := r.GetMatch().GetPathSeparatedPrefix(); {
+		case vs.GatewaySemantics && rw.GetUri() == "/" && sep != "":
+			// Replacing a prefix by "/" removes it and the "/" after
+			// it (Istio's translateRoute for the Gateway API).
+			ra.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{
+				Pattern: &matcherv3.RegexMatcher{Regex: "^" + regexp.QuoteMeta(sep) + `(/?)(.*)`}, Substitution: `/\2`,
+			}
+		case rw.GetUri() != "":
 			ra.PrefixRewrite = rw.GetUri()
 		}
 		if rw.GetAuthority() != "" {

@@ -37,7 +37,10 @@ func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	for _, name := range uniqueSorted(names) {
 		rest, ok := strings.CutPrefix(name, registry.CredentialPrefix)
 		if !ok {
-			continue
+			// The Gateway API's certificateRefs, always qualified.
+			if rest, ok = strings.CutPrefix(name, registry.GatewayCredentialPrefix); !ok || !strings.Contains(rest, "/") {
+				continue
+			}
 		}
 		if sns, sname, qualified := strings.Cut(rest, "/"); qualified {
 			if sns != ns {
@@ -50,6 +53,17 @@ func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 		}
 	}
 	return out
+}
+
+// credentialSDSName is the SDS name of a Gateway server's credentialName:
+// "kubernetes://<credentialName>", or the name itself when it has a
+// scheme of its own (the Gateway API's "kubernetes-gateway://<ns>/<name>",
+// as Istio names it).
+func credentialSDSName(cn string) string {
+	if strings.HasPrefix(cn, registry.CredentialPrefix) || strings.HasPrefix(cn, registry.GatewayCredentialPrefix) {
+		return cn
+	}
+	return registry.CredentialPrefix + cn
 }
 
 func (g *gen) credentialSecret(name, ns, cred string) *tlsv3.Secret {

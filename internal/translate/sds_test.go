@@ -31,6 +31,10 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 	names := []string{
 		"kubernetes://shop-cert", "kubernetes://shop-cert-cacert", "kubernetes://partner", "kubernetes://partner-cacert",
 		"kubernetes://edge/shop-cert", "kubernetes://other/theirs", "kubernetes://theirs", "default", "kubernetes://missing",
+		// The Gateway API's names: qualified, and of the proxy's namespace
+		// only (another's, which a ReferenceGrant allows in Istio, is
+		// not served).
+		"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://other/theirs", "kubernetes-gateway://shop-cert",
 	}
 	for _, tc := range []struct {
 		verified string
@@ -38,11 +42,11 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 	}{
 		{"edge", map[string]string{
 			"kubernetes://shop-cert": "chain/key", "kubernetes://shop-cert-cacert": "ca", "kubernetes://partner": "pchain/pkey",
-			"kubernetes://partner-cacert": "pca", "kubernetes://edge/shop-cert": "chain/key",
+			"kubernetes://partner-cacert": "pca", "kubernetes://edge/shop-cert": "chain/key", "kubernetes-gateway://edge/shop-cert": "chain/key",
 		}},
 		{"", map[string]string{}},     // plaintext: no identity, no secret
 		{"shop", map[string]string{}}, // another namespace's proxy
-		{"other", map[string]string{"kubernetes://other/theirs": "c/k", "kubernetes://theirs": "c/k"}},
+		{"other", map[string]string{"kubernetes://other/theirs": "c/k", "kubernetes://theirs": "c/k", "kubernetes-gateway://other/theirs": "c/k"}},
 	} {
 		p := &model.Proxy{Type: model.RouterProxy, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Namespace: "edge", VerifiedNamespace: tc.verified}
 		got := map[string]string{}

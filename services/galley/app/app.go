@@ -18,11 +18,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/klog/v2"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
@@ -38,6 +41,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 	"github.com/flotilla-mesh/flotilla/services/galley/envoyfilterstatus"
+	gwcontroller "github.com/flotilla-mesh/flotilla/services/galley/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/secretaccess"
 	"github.com/flotilla-mesh/flotilla/services/galley/status"
@@ -81,18 +85,24 @@ type Config struct {
 	DefaultNamespace string `yaml:"defaultNamespace" usage:"namespace of file objects that name none"`
 	// DomainSuffix is the cluster's DNS domain.
 	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain used to qualify short host names"`
+	// GatewayAPI serves the Kubernetes Gateway API.
+	GatewayAPI bool `yaml:"gatewayAPI" usage:"watch the Kubernetes Gateway API (gateway.networking.k8s.io/v1, once its CRDs are installed) and serve its Gateways and routes as Istio Gateways and VirtualServices, the leader writing their status (ignored with --config-dir)"`
+	// GatewayController is the controllerName of Flotilla's GatewayClass.
+	GatewayController string `yaml:"gatewayControllerName" usage:"controllerName of the GatewayClasses galley serves, besides Istio's istio.io/gateway-controller; the GatewayClasses flotilla and istio are served without an object"`
 }
 
 // Defaults returns the default configuration.
 func Defaults() Config {
 	return Config{
-		Common:           command.CommonDefaults(":15015"),
-		MCPAddress:       ":15019",
-		Webhook:          admission.Config{Address: ":15017", Configuration: "flotilla-validator"},
-		DefaultNamespace: "default",
-		DomainSuffix:     controlplane.DefaultDomainSuffix,
-		ClusterID:        "Kubernetes",
-		SystemNamespace:  controlplane.DefaultNamespace,
+		Common:            command.CommonDefaults(":15015"),
+		MCPAddress:        ":15019",
+		Webhook:           admission.Config{Address: ":15017", Configuration: "flotilla-validator"},
+		DefaultNamespace:  "default",
+		DomainSuffix:      controlplane.DefaultDomainSuffix,
+		ClusterID:         "Kubernetes",
+		SystemNamespace:   controlplane.DefaultNamespace,
+		GatewayAPI:        true,
+		GatewayController: string(gatewayapi.DefaultController),
 	}
 }
 
@@ -284,25 +294,50 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("metadata client: %w", err)
 	}
-	src := kubesource.New(kubesource.Options{
-		Kube: kube, Istio: ic, Metadata: meta, SystemNamespace: cfg.SystemNamespace,
-		Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID, SecretNamespaces: cfg.SecretNamespaces,
-		Tracer: rt.Telemetry.Tracer,
-	}, pub, srv)
 	identity, err := os.Hostname()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("status writer identity: %w", err)
 	}
+	var gateways *gwcontroller.Controller
+	var src *kubesource.Source
+	srcOpts := kubesource.Options{
+		Kube: kube, Istio: ic, Metadata: meta, SystemNamespace: cfg.SystemNamespace,
+		Log: rt.Log, DomainSuffix: cfg.DomainSuffix, ClusterID: cfg.ClusterID, SecretNamespaces: cfg.SecretNamespaces,
+		Tracer: rt.Telemetry.Tracer,
+	}
+	if cfg.GatewayAPI {
+		gwc, err := gwclient.NewForConfig(rest)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("gateway api client: %w", err)
+		}
+		gateways = gwcontroller.New(gwcontroller.Options{
+			// A publisher of its own: a Publisher is used from one goroutine.
+			Client: gwc, Kube: kube, Sink: publish.New(srv), DomainSuffix: cfg.DomainSuffix, Log: rt.Log,
+			Cluster:     func() gatewayapi.Cluster { return src.GatewayCluster() },
+			Published:   func(u []*istio.Object, d []istio.ID) { src.GeneratedChanged(u, d) },
+			Controllers: []gwv1.GatewayController{gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioController},
+			Classes: map[string]gwv1.GatewayController{
+				gatewayapi.DefaultClass: gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioClass: gatewayapi.IstioController,
+			},
+			Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-gateway-status",
+		})
+		srcOpts.ClusterChanged = gateways.Changed
+	}
+	src = kubesource.New(srcOpts, pub, srv)
 	writer := status.New(status.Options{
 		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, NotServed: src.NotServed, Findings: findings.Findings,
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",
 	})
 	access.UseCluster(kube.AuthorizationV1().SubjectAccessReviews())
-	return []lifecycle.Actor{
+	actors := []lifecycle.Actor{
 		{Name: "kubernetes:" + rest.Host, Run: src.Run},
 		{Name: "status-writer", Run: writer.Run},
 		{Name: "rbac", Run: func(ctx context.Context) error { return access.WatchRBAC(ctx, kube) }},
-	}, src.Synced(), src.Objects, nil
+	}
+	if gateways != nil {
+		actors = append(actors, lifecycle.Actor{Name: "gateway-api", Run: gateways.Run})
+	}
+	return actors, src.Synced(), src.Objects, nil
 }
 
 // webhookActors serves the validating webhook when it has a certificate.

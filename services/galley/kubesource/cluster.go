@@ -27,11 +27,13 @@ func (s *Source) namespaceHandler() cache.ResourceEventHandler {
 		defer s.mu.Unlock()
 		ns := &registryv1.Namespace{Name: m.Name, Labels: maps.Clone(m.Labels)}
 		s.publish(registry.NamespaceTypeURL, m.Name, ns)
+		s.clusterChanged()
 	}
 	return handler(upsert, func(m *metav1.PartialObjectMetadata) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.remove(registry.NamespaceTypeURL, m.Name)
+		s.clusterChanged()
 	})
 }
 

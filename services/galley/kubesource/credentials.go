@@ -60,6 +60,7 @@ func (s *Source) secretHandler() cache.ResourceEventHandler {
 		defer s.mu.Unlock()
 		s.secrets[key] = sec
 		s.syncCredential(key)
+		s.clusterChanged()
 	}
 	return handler(upsert, func(sec *corev1.Secret) {
 		key := sec.Namespace + "/" + sec.Name
@@ -67,7 +68,26 @@ func (s *Source) secretHandler() cache.ResourceEventHandler {
 		defer s.mu.Unlock()
 		delete(s.secrets, key)
 		s.syncCredential(key)
+		s.clusterChanged()
 	})
+}
+
+// GeneratedChanged records the credentials the Gateways generated from the
+// Gateway API name (they are published beside this source's objects, not
+// through it), so that the Secrets they name are published.
+func (s *Source) GeneratedChanged(upserts []*istio.Object, deletes []istio.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range upserts {
+		if namesCredentials(o.Kind.Kind) {
+			s.refreshCredentialRefs(o.ID(), o)
+		}
+	}
+	for _, id := range deletes {
+		if namesCredentials(id.Kind) {
+			s.refreshCredentialRefs(id, nil)
+		}
+	}
 }
 
 // refreshCredentialRefs records what a Gateway or DestinationRule names
@@ -178,6 +198,11 @@ func credentialNames(o *istio.Object) []string {
 	var out []string
 	add := func(n string, mutual bool) {
 		n = strings.TrimPrefix(n, registry.CredentialPrefix)
+		// The Gateway API's "kubernetes-gateway://<namespace>/<name>":
+		// the name (a proxy gets only its own namespace's Secrets).
+		if rest, ok := strings.CutPrefix(n, registry.GatewayCredentialPrefix); ok {
+			_, n, _ = strings.Cut(rest, "/")
+		}
 		if n == "" || strings.Contains(n, "/") {
 			return
 		}

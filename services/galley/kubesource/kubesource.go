@@ -68,6 +68,9 @@ type Options struct {
 	// Tracer traces each change of an Istio object (a span "kube.change",
 	// with "validate" and "publish" under it); none when nil.
 	Tracer trace.TracerProvider
+	// ClusterChanged, when set, is called (with the source's lock held:
+	// it must not block) after a change of what GatewayCluster returns.
+	ClusterChanged func()
 }
 
 // Source watches the cluster. Event handlers run on the informers'
@@ -110,6 +113,8 @@ type Source struct {
 	// large MCP responses instead of one per EndpointSlice.
 	pending map[string]map[string]proto.Message // type URL → name → body (nil: delete)
 	kick    chan struct{}
+	// nsStore is the namespaces' informer store (labels), once running.
+	nsStore cache.Store
 }
 
 // New returns a source; Run starts it.
@@ -188,6 +193,9 @@ func (s *Source) Run(ctx context.Context) error {
 
 	metaFactory := metadatainformer.NewSharedInformerFactory(s.o.Metadata, 0)
 	nsInf := metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource("namespaces")).Informer()
+	s.mu.Lock()
+	s.nsStore = nsInf.GetStore()
+	s.mu.Unlock()
 	if _, err := nsInf.AddEventHandler(s.namespaceHandler()); err != nil {
 		return fmt.Errorf("watch namespaces: %w", err)
 	}
@@ -363,6 +371,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		}
 		if kind.Kind == istio.ServiceEntry {
 			s.publishServiceEntryPods(o.ID(), o)
+			s.clusterChanged()
 		}
 		if namesCredentials(kind.Kind) {
 			s.refreshCredentialRefs(o.ID(), o)
@@ -385,11 +394,19 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		}
 		if kind.Kind == istio.ServiceEntry {
 			s.publishServiceEntryPods(id, nil)
+			s.clusterChanged()
 		}
 		if namesCredentials(kind.Kind) {
 			s.refreshCredentialRefs(id, nil)
 		}
 	})
+}
+
+// clusterChanged tells Options.ClusterChanged. Called with s.mu held.
+func (s *Source) clusterChanged() {
+	if s.o.ClusterChanged != nil {
+		s.o.ClusterChanged()
+	}
 }
 
 // unchanged reports whether an update is the same version of the object
@@ -452,6 +469,7 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 			s.remove(registry.EndpointSetTypeURL, extName)
 			delete(s.externalName, key)
 		}
+		s.clusterChanged()
 	}
 	return handler(upsert, func(svc *corev1.Service) {
 		s.mu.Lock()
@@ -468,6 +486,7 @@ func (s *Source) serviceHandler() cache.ResourceEventHandler {
 			s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(svc.Namespace, host, kubenorm.ExternalNameShard))
 			delete(s.externalName, key)
 		}
+		s.clusterChanged()
 	})
 }
 
@@ -488,6 +507,7 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 			}
 		}
 		s.publishSlice(slice)
+		s.clusterChanged()
 	}
 	return handler(upsert, func(slice *discoveryv1.EndpointSlice) {
 		s.mu.Lock()
@@ -499,6 +519,7 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 			host := kubenorm.Hostname(svc, slice.Namespace, s.o.DomainSuffix)
 			s.remove(registry.EndpointSetTypeURL, registry.EndpointSetName(slice.Namespace, host, slice.Name))
 		}
+		s.clusterChanged()
 	})
 }
 

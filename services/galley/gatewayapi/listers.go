@@ -1,0 +1,154 @@
+package gatewayapi
+
+import (
+	"context"
+	"slices"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	gw "sigs.k8s.io/gateway-api/apis/v1"
+	gwv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
+	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gwlisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+)
+
+// listers read the Gateway API kinds the apiserver serves; a kind it
+// does not serve has no lister and lists nothing.
+type listers struct {
+	informers []cache.SharedIndexInformer
+	classes   gwlisters.GatewayClassLister
+	gateways  gwlisters.GatewayLister
+	http      gwlisters.HTTPRouteLister
+	grpc      gwlisters.GRPCRouteLister
+	tcp       gwlisters.TCPRouteLister
+	tls       gwlisters.TLSRouteLister
+	grants    gwlisters.ReferenceGrantLister
+}
+
+func newListers(f gwinformers.SharedInformerFactory, served []string) *listers {
+	v1 := f.Gateway().V1()
+	l := &listers{}
+	for _, k := range served {
+		var inf cache.SharedIndexInformer
+		switch k {
+		case gatewayapi.KindGatewayClass:
+			inf, l.classes = v1.GatewayClasses().Informer(), v1.GatewayClasses().Lister()
+		case gatewayapi.KindGateway:
+			inf, l.gateways = v1.Gateways().Informer(), v1.Gateways().Lister()
+		case gatewayapi.KindHTTPRoute:
+			inf, l.http = v1.HTTPRoutes().Informer(), v1.HTTPRoutes().Lister()
+		case gatewayapi.KindGRPCRoute:
+			inf, l.grpc = v1.GRPCRoutes().Informer(), v1.GRPCRoutes().Lister()
+		case gatewayapi.KindTCPRoute:
+			inf, l.tcp = v1.TCPRoutes().Informer(), v1.TCPRoutes().Lister()
+		case gatewayapi.KindTLSRoute:
+			inf, l.tls = v1.TLSRoutes().Informer(), v1.TLSRoutes().Lister()
+		case gatewayapi.KindReferenceGrant:
+			inf, l.grants = v1.ReferenceGrants().Informer(), v1.ReferenceGrants().Lister()
+		}
+		if inf != nil {
+			l.informers = append(l.informers, inf)
+		}
+	}
+	return l
+}
+
+// fill lists every kind into in, each sorted by namespace and name so
+// that the conversion sees the same input in the same order.
+func (l *listers) fill(in *gatewayapi.Input) {
+	all := labels.Everything()
+	if l.classes != nil {
+		in.GatewayClasses, _ = l.classes.List(all)
+	}
+	if l.gateways != nil {
+		in.Gateways, _ = l.gateways.List(all)
+	}
+	if l.http != nil {
+		in.HTTPRoutes, _ = l.http.List(all)
+	}
+	if l.grpc != nil {
+		in.GRPCRoutes, _ = l.grpc.List(all)
+	}
+	if l.tcp != nil {
+		in.TCPRoutes, _ = l.tcp.List(all)
+	}
+	if l.tls != nil {
+		in.TLSRoutes, _ = l.tls.List(all)
+	}
+	if l.grants != nil {
+		in.ReferenceGrants, _ = l.grants.List(all)
+	}
+	sortByKey(in.GatewayClasses)
+	sortByKey(in.Gateways)
+	sortByKey(in.HTTPRoutes)
+	sortByKey(in.GRPCRoutes)
+	sortByKey(in.TCPRoutes)
+	sortByKey(in.TLSRoutes)
+	sortByKey(in.ReferenceGrants)
+}
+
+func sortByKey[T metav1.Object](objs []T) {
+	slices.SortFunc(objs, func(a, b T) int {
+		if a.GetNamespace() != b.GetNamespace() {
+			if a.GetNamespace() < b.GetNamespace() {
+				return -1
+			}
+			return 1
+		}
+		switch {
+		case a.GetName() < b.GetName():
+			return -1
+		case a.GetName() > b.GetName():
+			return 1
+		}
+		return 0
+	})
+}
+
+// writeRoute writes a route's status when it differs from the object's.
+func (l *listers) writeRoute(ctx context.Context, api gwv1client.GatewayV1Interface, ref gatewayapi.Ref, st *gw.RouteStatus) error {
+	opts := metav1.UpdateOptions{}
+	switch ref.Kind {
+	case gatewayapi.KindHTTPRoute:
+		obj, err := l.http.HTTPRoutes(ref.Namespace).Get(ref.Name)
+		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
+			return nil //nolint:nilerr // gone since the conversion: nothing to write
+		}
+		obj = obj.DeepCopy()
+		obj.Status.RouteStatus = *st
+		_, err = api.HTTPRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
+		return err
+	case gatewayapi.KindGRPCRoute:
+		obj, err := l.grpc.GRPCRoutes(ref.Namespace).Get(ref.Name)
+		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
+			return nil //nolint:nilerr // gone since the conversion: nothing to write
+		}
+		obj = obj.DeepCopy()
+		obj.Status.RouteStatus = *st
+		_, err = api.GRPCRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
+		return err
+	case gatewayapi.KindTCPRoute:
+		obj, err := l.tcp.TCPRoutes(ref.Namespace).Get(ref.Name)
+		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
+			return nil //nolint:nilerr // gone since the conversion: nothing to write
+		}
+		obj = obj.DeepCopy()
+		obj.Status.RouteStatus = *st
+		_, err = api.TCPRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
+		return err
+	case gatewayapi.KindTLSRoute:
+		obj, err := l.tls.TLSRoutes(ref.Namespace).Get(ref.Name)
+		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
+			return nil //nolint:nilerr // gone since the conversion: nothing to write
+		}
+		obj = obj.DeepCopy()
+		obj.Status.RouteStatus = *st
+		_, err = api.TLSRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
+		return err
+	}
+	return nil
+}
