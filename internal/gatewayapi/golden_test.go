@@ -13,10 +13,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	gw "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi/gatewayapitest"
 	"github.com/flotilla-mesh/flotilla/internal/textdiff"
 )
 
@@ -75,66 +75,11 @@ func golden(t *testing.T, path string, got []byte) {
 	}
 }
 
-// testCluster is a cluster read from a case's YAML: every Service has
-// ready endpoints on all its ports (targetPort as written, or the port).
-type testCluster struct {
-	namespaces map[string]map[string]string
-	services   map[string]*gatewayapi.Service
-	entries    map[string][]string
-	secrets    map[string]map[string][]byte
-	configMaps map[string]map[string]string
-	domain     string
-}
-
-func (c *testCluster) Namespaces() map[string]map[string]string { return c.namespaces }
-
-func (c *testCluster) Service(ns, name string) (*gatewayapi.Service, bool) {
-	s, ok := c.services[ns+"/"+name]
-	return s, ok
-}
-
-func (c *testCluster) ServiceEntryHosts(ns, name string) ([]string, bool) {
-	h, ok := c.entries[ns+"/"+name]
-	return h, ok
-}
-
-func (c *testCluster) HostnameKnown(host, _ string) bool {
-	for key := range c.services {
-		ns, name, _ := strings.Cut(key, "/")
-		if host == name+"."+ns+".svc."+c.domain {
-			return true
-		}
-	}
-	for _, hosts := range c.entries {
-		if slices.Contains(hosts, host) {
-			return true
-		}
-	}
-	return false
-}
-
-func (c *testCluster) Secret(ns, name string) (map[string][]byte, bool) {
-	s, ok := c.secrets[ns+"/"+name]
-	return s, ok
-}
-
-func (c *testCluster) ConfigMap(ns, name string) (map[string]string, bool) {
-	s, ok := c.configMaps[ns+"/"+name]
-	return s, ok
-}
-
 func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 	t.Helper()
-	cl := &testCluster{
-		namespaces: map[string]map[string]string{}, services: map[string]*gatewayapi.Service{},
-		entries: map[string][]string{}, secrets: map[string]map[string][]byte{}, configMaps: map[string]map[string]string{},
-		domain: "cluster.local",
-	}
-	in := gatewayapi.Input{
-		Controllers:    []gw.GatewayController{gatewayapi.DefaultController, gatewayapi.IstioController},
-		DefaultClasses: map[string]gw.GatewayController{gatewayapi.DefaultClass: gatewayapi.DefaultController, gatewayapi.IstioClass: gatewayapi.IstioController},
-		DomainSuffix:   cl.domain, Now: now, Cluster: cl,
-	}
+	cl := gatewayapitest.NewCluster("cluster.local")
+	in := gatewayapitest.Input(cl)
+	in.Now = now
 	for doc := range strings.SplitSeq(string(data), "\n---\n") {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
@@ -155,7 +100,7 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 		case "Namespace":
 			var o corev1.Namespace
 			into(&o)
-			cl.namespaces[o.Name] = o.Labels
+			cl.NamespaceSet[o.Name] = o.Labels
 		case "Service":
 			var o corev1.Service
 			into(&o)
@@ -178,7 +123,7 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 				}
 				s.TargetPorts[p.Port] = []int32{tp}
 			}
-			cl.services[o.Namespace+"/"+o.Name] = s
+			cl.Services[o.Namespace+"/"+o.Name] = s
 		case "ServiceEntry":
 			var o struct {
 				metav1.TypeMeta `json:",inline"`
@@ -190,7 +135,7 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
 				t.Fatal(err)
 			}
-			cl.entries[o.Metadata.Namespace+"/"+o.Metadata.Name] = o.Spec.Hosts
+			cl.Entries[o.Metadata.Namespace+"/"+o.Metadata.Name] = o.Spec.Hosts
 		case "Secret":
 			var o corev1.Secret
 			into(&o)
@@ -201,11 +146,11 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 			for k, v := range o.StringData {
 				d[k] = []byte(v)
 			}
-			cl.secrets[o.Namespace+"/"+o.Name] = d
+			cl.Secrets[o.Namespace+"/"+o.Name] = d
 		case "ConfigMap":
 			var o corev1.ConfigMap
 			into(&o)
-			cl.configMaps[o.Namespace+"/"+o.Name] = o.Data
+			cl.ConfigMaps[o.Namespace+"/"+o.Name] = o.Data
 		default:
 			t.Fatalf("unknown kind %q", tm.Kind)
 		}

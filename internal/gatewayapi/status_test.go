@@ -43,6 +43,11 @@ func TestConvertingAgainWithItsOwnStatusWritesNothingNew(t *testing.T) {
 					r.Status.RouteStatus = *st
 				}
 			}
+			for _, r := range in.GRPCRoutes {
+				if st := first.Routes[gatewayapi.Ref{Kind: gatewayapi.KindGRPCRoute, Namespace: r.Namespace, Name: r.Name}]; st != nil {
+					r.Status.RouteStatus = *st
+				}
+			}
 			for _, r := range in.TCPRoutes {
 				if st := first.Routes[gatewayapi.Ref{Kind: gatewayapi.KindTCPRoute, Namespace: r.Namespace, Name: r.Name}]; st != nil {
 					r.Status.RouteStatus = *st

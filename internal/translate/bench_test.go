@@ -3,8 +3,10 @@ package translate
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -14,6 +16,8 @@ import (
 	telemetry "istio.io/api/telemetry/v1alpha1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi/gatewayapitest"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
@@ -460,4 +464,42 @@ func BenchmarkEnvoyFilters(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGatewayAPI1000HTTPRoutesOn10Gateways is the xDS of one gateway
+// proxy (of gw-0, with its 100 routes) when the cluster's Gateway API is
+// 1,000 HTTPRoutes on 10 Gateways, converted as galley converts it: the
+// push cost of the Gateway API, beside BenchmarkGateways1000's for
+// Istio's own Gateways.
+func BenchmarkGatewayAPI1000HTTPRoutesOn10Gateways(b *testing.B) {
+	in := gatewayapitest.Routes(1000, 10)
+	s := model.NewStore()
+	for key := range in.Cluster.(*gatewayapitest.Cluster).Services {
+		ns, name, _ := strings.Cut(key, "/")
+		host := name + "." + ns + ".svc.cluster.local"
+		s.PutService(&registryv1.Service{
+			Hostname: host, Name: name, Namespace: ns, SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
+			Ports: []*registryv1.ServicePort{{Name: "http", Number: 80, Protocol: registryv1.Protocol_PROTOCOL_HTTP, TargetPort: 8080}},
+		})
+		addr := "10.3.0.1" // the gateway proxy, an instance of gw-0-flotilla
+		if name != "gw-0-flotilla" {
+			addr = fmt.Sprintf("10.4.%d.%d", len(key)%250, len(ns)%250+1)
+		}
+		s.PutEndpointSet(&registryv1.EndpointSet{ServiceHostname: host, ServiceNamespace: ns, Shard: "0", Endpoints: []*registryv1.Endpoint{{
+			Address: addr, Ports: []*registryv1.EndpointPort{{ServicePortName: "http", Number: 8080}}, Health: registryv1.HealthStatus_HEALTH_STATUS_HEALTHY,
+		}}})
+	}
+	for _, o := range gatewayapi.Convert(in).Objects {
+		s.PutObject(o)
+	}
+	p := &model.Proxy{Type: model.RouterProxy, IPs: []netip.Addr{netip.MustParseAddr("10.3.0.1")}, ID: "gw-0-flotilla-abc.edge", Namespace: "edge"}
+	pc, _ := s.Build(model.BuildOptions{}, nil, 1)
+	hosts := 0
+	for _, r := range NewGenerator(pc, p).Resources(resourcev3.RouteType, nil) {
+		hosts += len(r.(*routev3.RouteConfiguration).GetVirtualHosts()) //nolint:forcetypeassert // RDS resources are route configurations
+	}
+	if hosts != 100 {
+		b.Fatalf("the gateway proxy has %d virtual hosts, want gw-0's 100", hosts)
+	}
+	benchTypes(b, s, p, []string{"CDS", "LDS", "RDS"})
 }

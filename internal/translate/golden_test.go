@@ -24,11 +24,11 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	gw "sigs.k8s.io/gateway-api/apis/v1"
 	sigyaml "sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi/gatewayapitest"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -96,13 +96,9 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 	pods := map[string]*corev1.Pod{}
 	keys := staticJWKS{}
 	var services []*corev1.Service
-	gatewayIn := gatewayapi.Input{
-		Controllers:    []gw.GatewayController{gatewayapi.DefaultController, gatewayapi.IstioController},
-		DefaultClasses: map[string]gw.GatewayController{gatewayapi.DefaultClass: gatewayapi.DefaultController, gatewayapi.IstioClass: gatewayapi.IstioController},
-		DomainSuffix:   model.DefaultDomainSuffix,
-	}
+	cluster := gatewayapitest.NewCluster(model.DefaultDomainSuffix)
+	gatewayIn := gatewayapitest.Input(cluster)
 	gatewayDocs := 0
-	cluster := &gatewayCluster{namespaces: map[string]map[string]string{}, services: map[string]*gatewayapi.Service{}, hosts: map[string]bool{}}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var node yaml.Node
@@ -191,7 +187,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 			if err := sigyaml.UnmarshalStrict(doc, &n); err != nil {
 				tb.Fatal(err)
 			}
-			cluster.namespaces[n.Name] = n.Labels
+			cluster.NamespaceSet[n.Name] = n.Labels
 		default:
 			istioDocs = append(istioDocs, doc)
 		}
@@ -199,8 +195,7 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 	readIstio(tb, store, bytes.Join(istioDocs, []byte("---\n")))
 	if gatewayDocs > 0 {
 		// The Gateway API, converted as galley converts it.
-		cluster.add(services, endpointSlices)
-		gatewayIn.Cluster = cluster
+		addServices(cluster, services, endpointSlices)
 		out := gatewayapi.Convert(gatewayIn)
 		putGenerated(tb, store, out.Objects)
 	}
@@ -266,15 +261,9 @@ func putGenerated(tb testing.TB, store *model.Store, objs []*istio.Object) {
 	}
 }
 
-// gatewayCluster is a case's cluster as the Gateway API's conversion reads
-// it: its Services, ready where an EndpointSlice has a ready endpoint.
-type gatewayCluster struct {
-	namespaces map[string]map[string]string
-	services   map[string]*gatewayapi.Service
-	hosts      map[string]bool
-}
-
-func (c *gatewayCluster) add(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) {
+// addServices puts a case's Services in the Gateway API's cluster, ready
+// where an EndpointSlice has an endpoint.
+func addServices(c *gatewayapitest.Cluster, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	for _, s := range svcs {
 		gs := &gatewayapi.Service{Labels: s.Labels, ClusterIPs: []string{s.Spec.ClusterIP}, ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{}}
 		for _, p := range s.Spec.Ports {
@@ -291,25 +280,9 @@ func (c *gatewayCluster) add(svcs []*corev1.Service, slices []*discoveryv1.Endpo
 				}
 			}
 		}
-		c.services[s.Namespace+"/"+s.Name] = gs
-		c.hosts[s.Name+"."+s.Namespace+".svc."+model.DefaultDomainSuffix] = true
+		c.Services[s.Namespace+"/"+s.Name] = gs
 	}
 }
-
-func (c *gatewayCluster) Namespaces() map[string]map[string]string { return c.namespaces }
-
-func (c *gatewayCluster) Service(ns, name string) (*gatewayapi.Service, bool) {
-	s, ok := c.services[ns+"/"+name]
-	return s, ok
-}
-
-func (c *gatewayCluster) ServiceEntryHosts(string, string) ([]string, bool) { return nil, false }
-
-func (c *gatewayCluster) HostnameKnown(h, _ string) bool { return c.hosts[h] }
-
-func (c *gatewayCluster) Secret(string, string) (map[string][]byte, bool) { return nil, false }
-
-func (c *gatewayCluster) ConfigMap(string, string) (map[string]string, bool) { return nil, false }
 
 // readIstio puts Istio YAML into store the way discovery's --config-dir
 // does: galley's file source and publisher, handed on through mcp.Local.
