@@ -68,59 +68,51 @@ func isNil(v any) bool {
 }
 
 func (c *converter) httpRoute(obj *gw.HTTPRoute) {
-	r := route{
+	convertHTTPLike(c, route{
 		ref: Ref{Kind: KindHTTPRoute, Namespace: obj.Namespace, Name: obj.Name}, meta: &obj.ObjectMeta,
 		parentRefs: obj.Spec.ParentRefs, hostnames: obj.Spec.Hostnames, current: obj.Status.Parents,
-	}
-	parents := c.routeParents(r)
-	if !c.mine(r, parents) {
-		return
-	}
-	mesh, gwr := convertRules(parents, func(m bool) func(yield func(*networking.HTTPRoute, *configError) bool) {
-		return func(yield func(*networking.HTTPRoute, *configError) bool) {
-			for n, rule := range obj.Spec.Rules {
-				// One route per match, so that they can be sorted.
-				matches := rule.Matches
-				if len(matches) == 0 {
-					matches = []gw.HTTPRouteMatch{{}}
-				}
-				for i := range matches {
-					if len(rule.Matches) > 0 {
-						rule.Matches = matches[i : i+1]
-					}
-					if !yield(c.httpRule(rule, obj, n, !m)) {
-						return
-					}
-				}
-			}
-		}
-	})
-	c.reportRoute(r, parents, mesh.err, gwr.err)
-	c.count(parents)
-	c.httpVirtualServices(r, parents, mesh.routes, gwr.routes)
+	},
+		obj.Spec.Rules, func(r *gw.HTTPRouteRule) *[]gw.HTTPRouteMatch { return &r.Matches },
+		func(r gw.HTTPRouteRule, n int, enforceGrants bool) (*networking.HTTPRoute, *configError) {
+			return c.httpRule(r, obj, n, enforceGrants)
+		})
 }
 
 func (c *converter) grpcRoute(obj *gw.GRPCRoute) {
-	r := route{
+	convertHTTPLike(c, route{
 		ref: Ref{Kind: KindGRPCRoute, Namespace: obj.Namespace, Name: obj.Name}, meta: &obj.ObjectMeta,
 		parentRefs: obj.Spec.ParentRefs, hostnames: obj.Spec.Hostnames, current: obj.Status.Parents,
-	}
+	},
+		obj.Spec.Rules, func(r *gw.GRPCRouteRule) *[]gw.GRPCRouteMatch { return &r.Matches },
+		func(r gw.GRPCRouteRule, n int, enforceGrants bool) (*networking.HTTPRoute, *configError) {
+			return c.grpcRule(r, obj, n, enforceGrants)
+		})
+}
+
+// convertHTTPLike converts an HTTPRoute's or a GRPCRoute's rules, one
+// Istio route per match so that they can be sorted (Istio's
+// HTTPRouteCollection and GRPCRouteCollection), sets its status and
+// builds its VirtualServices.
+func convertHTTPLike[R, M any](c *converter, r route, rules []R, matches func(*R) *[]M,
+	conv func(rule R, pos int, enforceGrants bool) (*networking.HTTPRoute, *configError),
+) {
 	parents := c.routeParents(r)
 	if !c.mine(r, parents) {
 		return
 	}
 	mesh, gwr := convertRules(parents, func(m bool) func(yield func(*networking.HTTPRoute, *configError) bool) {
 		return func(yield func(*networking.HTTPRoute, *configError) bool) {
-			for n, rule := range obj.Spec.Rules {
-				matches := rule.Matches
-				if len(matches) == 0 {
-					matches = []gw.GRPCRouteMatch{{}}
-				}
-				for i := range matches {
-					if len(rule.Matches) > 0 {
-						rule.Matches = matches[i : i+1]
+			for n, rule := range rules {
+				all := *matches(&rule)
+				if len(all) == 0 {
+					if !yield(conv(rule, n, !m)) {
+						return
 					}
-					if !yield(c.grpcRule(rule, obj, n, !m)) {
+					continue
+				}
+				for i := range all {
+					*matches(&rule) = all[i : i+1]
+					if !yield(conv(rule, n, !m)) {
 						return
 					}
 				}

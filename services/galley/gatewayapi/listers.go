@@ -114,41 +114,45 @@ func (l *listers) writeRoute(ctx context.Context, api gwv1client.GatewayV1Interf
 	opts := metav1.UpdateOptions{}
 	switch ref.Kind {
 	case gatewayapi.KindHTTPRoute:
-		obj, err := l.http.HTTPRoutes(ref.Namespace).Get(ref.Name)
-		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
-			return nil //nolint:nilerr // gone since the conversion: nothing to write
-		}
-		obj = obj.DeepCopy()
-		obj.Status.RouteStatus = *st
-		_, err = api.HTTPRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
-		return err
+		return writeRouteStatus(st, func() (*gw.HTTPRoute, error) { return l.http.HTTPRoutes(ref.Namespace).Get(ref.Name) },
+			func(o *gw.HTTPRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
+			func(o *gw.HTTPRoute) error {
+				_, err := api.HTTPRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
+				return err
+			})
 	case gatewayapi.KindGRPCRoute:
-		obj, err := l.grpc.GRPCRoutes(ref.Namespace).Get(ref.Name)
-		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
-			return nil //nolint:nilerr // gone since the conversion: nothing to write
-		}
-		obj = obj.DeepCopy()
-		obj.Status.RouteStatus = *st
-		_, err = api.GRPCRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
-		return err
+		return writeRouteStatus(st, func() (*gw.GRPCRoute, error) { return l.grpc.GRPCRoutes(ref.Namespace).Get(ref.Name) },
+			func(o *gw.GRPCRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
+			func(o *gw.GRPCRoute) error {
+				_, err := api.GRPCRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
+				return err
+			})
 	case gatewayapi.KindTCPRoute:
-		obj, err := l.tcp.TCPRoutes(ref.Namespace).Get(ref.Name)
-		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
-			return nil //nolint:nilerr // gone since the conversion: nothing to write
-		}
-		obj = obj.DeepCopy()
-		obj.Status.RouteStatus = *st
-		_, err = api.TCPRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
-		return err
+		return writeRouteStatus(st, func() (*gw.TCPRoute, error) { return l.tcp.TCPRoutes(ref.Namespace).Get(ref.Name) },
+			func(o *gw.TCPRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
+			func(o *gw.TCPRoute) error {
+				_, err := api.TCPRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
+				return err
+			})
 	case gatewayapi.KindTLSRoute:
-		obj, err := l.tls.TLSRoutes(ref.Namespace).Get(ref.Name)
-		if err != nil || apiequality.Semantic.DeepEqual(obj.Status.RouteStatus, *st) {
-			return nil //nolint:nilerr // gone since the conversion: nothing to write
-		}
-		obj = obj.DeepCopy()
-		obj.Status.RouteStatus = *st
-		_, err = api.TLSRoutes(ref.Namespace).UpdateStatus(ctx, obj, opts)
-		return err
+		return writeRouteStatus(st, func() (*gw.TLSRoute, error) { return l.tls.TLSRoutes(ref.Namespace).Get(ref.Name) },
+			func(o *gw.TLSRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
+			func(o *gw.TLSRoute) error {
+				_, err := api.TLSRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
+				return err
+			})
 	}
 	return nil
+}
+
+// writeRouteStatus writes st into a copy of the route get returns, when
+// its status differs; a route gone since the conversion is left.
+func writeRouteStatus[T interface{ DeepCopy() T }](st *gw.RouteStatus, get func() (T, error), status func(T) *gw.RouteStatus, update func(T) error) error {
+	obj, err := get()
+	if err != nil || apiequality.Semantic.DeepEqual(*status(obj), *st) {
+		return nil //nolint:nilerr // gone since the conversion: nothing to write
+	}
+	obj = obj.DeepCopy()
+	*status(obj) = *st
+	return update(obj)
 }
