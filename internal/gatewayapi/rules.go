@@ -343,26 +343,12 @@ func (c *converter) httpRule(r gw.HTTPRouteRule, obj *gw.HTTPRoute, pos int, enf
 	for _, f := range r.Filters {
 		switch f.Type {
 		case gw.HTTPRouteFilterRequestHeaderModifier:
-			h, err := headerFilter(f.RequestHeaderModifier)
-			if err != nil {
+			if err := addHeaders(&vs.Headers, f.RequestHeaderModifier, false); err != nil {
 				return nil, err
-			}
-			if h != nil {
-				if vs.Headers == nil {
-					vs.Headers = &networking.Headers{}
-				}
-				vs.Headers.Request = h
 			}
 		case gw.HTTPRouteFilterResponseHeaderModifier:
-			h, err := headerFilter(f.ResponseHeaderModifier)
-			if err != nil {
+			if err := addHeaders(&vs.Headers, f.ResponseHeaderModifier, true); err != nil {
 				return nil, err
-			}
-			if h != nil {
-				if vs.Headers == nil {
-					vs.Headers = &networking.Headers{}
-				}
-				vs.Headers.Response = h
 			}
 		case gw.HTTPRouteFilterRequestRedirect:
 			vs.Redirect = redirectFilter(f.RequestRedirect)
@@ -463,26 +449,12 @@ func (c *converter) grpcRule(r gw.GRPCRouteRule, obj *gw.GRPCRoute, pos int, enf
 	for _, f := range r.Filters {
 		switch f.Type {
 		case gw.GRPCRouteFilterRequestHeaderModifier:
-			h, err := headerFilter(f.RequestHeaderModifier)
-			if err != nil {
+			if err := addHeaders(&vs.Headers, f.RequestHeaderModifier, false); err != nil {
 				return nil, err
-			}
-			if h != nil {
-				if vs.Headers == nil {
-					vs.Headers = &networking.Headers{}
-				}
-				vs.Headers.Request = h
 			}
 		case gw.GRPCRouteFilterResponseHeaderModifier:
-			h, err := headerFilter(f.ResponseHeaderModifier)
-			if err != nil {
+			if err := addHeaders(&vs.Headers, f.ResponseHeaderModifier, true); err != nil {
 				return nil, err
-			}
-			if h != nil {
-				if vs.Headers == nil {
-					vs.Headers = &networking.Headers{}
-				}
-				vs.Headers.Response = h
 			}
 		case gw.GRPCRouteFilterRequestMirror:
 			m, err := c.mirrorFilter(f.RequestMirror, obj.Namespace, enforceGrants, KindGRPCRoute)
@@ -589,26 +561,12 @@ func (c *converter) httpDestinations(refs []backend, ns string, enforceGrants bo
 		for _, f := range filters {
 			switch f.t {
 			case string(gw.HTTPRouteFilterRequestHeaderModifier):
-				h, err := headerFilter(f.req)
-				if err != nil {
+				if err := addHeaders(&rd.Headers, f.req, false); err != nil {
 					return nil, nil, err
-				}
-				if h != nil {
-					if rd.Headers == nil {
-						rd.Headers = &networking.Headers{}
-					}
-					rd.Headers.Request = h
 				}
 			case string(gw.HTTPRouteFilterResponseHeaderModifier):
-				h, err := headerFilter(f.res)
-				if err != nil {
+				if err := addHeaders(&rd.Headers, f.res, true); err != nil {
 					return nil, nil, err
-				}
-				if h != nil {
-					if rd.Headers == nil {
-						rd.Headers = &networking.Headers{}
-					}
-					rd.Headers.Response = h
 				}
 			default:
 				return nil, nil, errorf(reasonInvalidFilter, "unsupported filter type %q", f.t)
@@ -835,6 +793,24 @@ func headerFilter(f *gw.HTTPHeaderFilter) (*networking.Headers_HeaderOperations,
 		}
 	}
 	return &networking.Headers_HeaderOperations{Add: headerMap(f.Add), Remove: f.Remove, Set: headerMap(f.Set)}, nil
+}
+
+// addHeaders sets a RequestHeaderModifier's (or, response, a
+// ResponseHeaderModifier's) operations on headers.
+func addHeaders(headers **networking.Headers, f *gw.HTTPHeaderFilter, response bool) *configError {
+	h, err := headerFilter(f)
+	if err != nil || h == nil {
+		return err
+	}
+	if *headers == nil {
+		*headers = &networking.Headers{}
+	}
+	if response {
+		(*headers).Response = h
+	} else {
+		(*headers).Request = h
+	}
+	return nil
 }
 
 // headerMap lowercases names; the first of a name wins.
