@@ -235,17 +235,6 @@ func (c *Controller) convert(ctx context.Context) {
 	}
 }
 
-// Published returns the generated objects published now.
-func (c *Controller) Published() []*istio.Object {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]*istio.Object, 0, len(c.published))
-	for _, o := range c.published {
-		out = append(out, o)
-	}
-	return out
-}
-
 // lead writes status while this replica leads: after each conversion, and
 // every few seconds for writes that failed.
 func (c *Controller) lead(ctx context.Context) {
