@@ -132,14 +132,18 @@ func (g *gen) routeClusters(ra *routev3.RouteAction) error {
 		}
 		return nil
 	}
-	if c := ra.GetCluster(); c != "" {
-		if err := check(c); err != nil {
-			return err
+	// A route that answers 500 for a cluster that is not there (the
+	// Gateway API's missing backends) may name one; its mirrors may not.
+	if ra.GetClusterNotFoundResponseCode() != routev3.RouteAction_INTERNAL_SERVER_ERROR {
+		if c := ra.GetCluster(); c != "" {
+			if err := check(c); err != nil {
+				return err
+			}
 		}
-	}
-	for _, w := range ra.GetWeightedClusters().GetClusters() {
-		if err := check(w.GetName()); err != nil {
-			return err
+		for _, w := range ra.GetWeightedClusters().GetClusters() {
+			if err := check(w.GetName()); err != nil {
+				return err
+			}
 		}
 	}
 	for _, m := range ra.GetRequestMirrorPolicies() {

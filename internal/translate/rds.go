@@ -419,6 +419,11 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 		return
 	}
 	ra := &routev3.RouteAction{Timeout: dur(0)}
+	if vs.GatewaySemantics {
+		// A backend that is not there answers 500, as the Gateway API
+		// requires (Istio's translateRoute).
+		ra.ClusterNotFoundResponseCode = routev3.RouteAction_INTERNAL_SERVER_ERROR
+	}
 	if t := hr.GetTimeout(); t != nil {
 		ra.Timeout = t
 	}
@@ -431,9 +436,15 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 		}
 		name, dsvc, ok := g.destination(d.GetDestination(), vs, port)
 		if !ok {
-			continue
-		}
-		if firstSvc == nil {
+			if !vs.GatewaySemantics {
+				continue
+			}
+			// The Gateway API: a backend that is not there keeps its
+			// share of the traffic, answered 500 (Istio names the
+			// cluster anyway and sets ClusterNotFoundResponseCode).
+			dst := d.GetDestination()
+			name = ClusterName(outbound, dst.GetPort().GetNumber(), dst.GetSubset(), model.ResolveHost(dst.GetHost(), vs.Namespace, g.pc.DomainSuffix))
+		} else if firstSvc == nil {
 			firstSvc, firstCluster = dsvc, name
 		}
 		cw := &routev3.WeightedCluster_ClusterWeight{Name: name, Weight: wrapperspb.UInt32(uint32(max(d.GetWeight(), 0)))}
