@@ -13,11 +13,13 @@ import (
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
@@ -191,10 +193,10 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 			Meta: istio.Meta{
 				Name: name, Namespace: g.Namespace, CreationTime: g.CreationTimestamp.Time,
 				Annotations: map[string]string{
-					AnnotationParents:          KindGateway + "/" + g.Name + "/" + string(l.Name) + "." + g.Namespace,
-					AnnotationGatewaySemantics: SemanticsGateway,
-					AnnotationGatewayService:   strings.Join(services, ","),
-					AnnotationServiceAccount:   serviceAccount,
+					AnnotationParents:              KindGateway + "/" + g.Name + "/" + string(l.Name) + "." + g.Namespace,
+					AnnotationGatewaySemantics:     model.RouteSemanticsGateway,
+					model.AnnotationGatewayService: strings.Join(services, ","),
+					AnnotationServiceAccount:       serviceAccount,
 				},
 			},
 			Spec: &networking.Gateway{Servers: []*networking.Server{server}},
@@ -233,11 +235,7 @@ func managed(spec *gw.GatewaySpec) bool {
 // namespace).
 func (c *converter) gatewayServices(g *gw.Gateway) ([]string, *configError) {
 	if managed(&g.Spec) {
-		name := g.Annotations[annotationNameOverride]
-		if name == "" {
-			name = DefaultName(g)
-		}
-		return []string{name + "." + g.Namespace + ".svc." + c.in.DomainSuffix}, nil
+		return []string{DefaultName(g) + "." + g.Namespace + ".svc." + c.in.DomainSuffix}, nil
 	}
 	var services, skipped []string
 	for _, a := range g.Spec.Addresses {
@@ -581,7 +579,7 @@ func (c *converter) allowedNamespaces(local string, ar *gw.AllowedRoutes) []stri
 		for k, v := range ls {
 			set[k] = v
 		}
-		set[namespaceNameLabel] = name
+		set[corev1.LabelMetadataName] = name
 		if sel.Matches(set) {
 			out = append(out, name)
 		}

@@ -15,6 +15,7 @@ import (
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // route is what binding and status need of a route of any kind.
@@ -202,38 +203,9 @@ func (c *converter) referenceAllowed(parent *parentInfo, r route, pk parentKey, 
 	return &parentError{reason: gw.RouteReasonNotAllowedByListeners, message: fmt.Sprintf("kind %v is not allowed", Group+"/v1/"+r.ref.Kind)}
 }
 
-// hostMatches is Istio's host.Name.Matches: a and b match when one is
-// the other, or a wildcard covers the other.
-func hostMatches(a, b string) bool {
-	aw, bw := strings.HasPrefix(a, "*"), strings.HasPrefix(b, "*")
-	switch {
-	case !aw && !bw:
-		return a == b
-	case aw && bw:
-		if len(a) < len(b) {
-			return strings.HasSuffix(b[1:], a[1:])
-		}
-		return strings.HasSuffix(a[1:], b[1:])
-	case aw:
-		return strings.HasSuffix(b, a[1:])
-	}
-	return strings.HasSuffix(a, b[1:])
-}
-
-// hostSubsetOf is Istio's host.Name.SubsetOf: every host a matches, b
-// matches too.
-func hostSubsetOf(a, b string) bool {
-	switch {
-	case strings.HasPrefix(b, "*"):
-		if strings.HasPrefix(a, "*") {
-			return strings.HasSuffix(a[1:], b[1:])
-		}
-		return strings.HasSuffix(a, b[1:])
-	case strings.HasPrefix(a, "*"):
-		return false
-	}
-	return a == b
-}
+// hostMatches is Istio's host.Name.Matches: one of a and b covers the
+// other.
+func hostMatches(a, b string) bool { return model.HostMatches(a, b) || model.HostMatches(b, a) }
 
 // allowedByIsolation is Istio's hostnameAllowedByIsolation: a route host
 // that a more specific listener of the same port takes is left to it.
@@ -249,7 +221,7 @@ func (r routeParent) allowedByIsolation(routeHost string) bool {
 		if len(ours) > len(other) {
 			continue
 		}
-		if hostSubsetOf(routeHost, other) {
+		if model.HostMatches(other, routeHost) { // Istio's routeHost.SubsetOf(other)
 			return false
 		}
 	}
@@ -492,8 +464,8 @@ func (c *converter) routeObject(r route, name string, vs *networking.VirtualServ
 		Meta: istio.Meta{
 			Name: name, Namespace: r.ref.Namespace, CreationTime: r.meta.CreationTimestamp.Time,
 			Annotations: map[string]string{
-				AnnotationParents:        r.ref.Kind + "/" + r.ref.Name + "." + r.ref.Namespace,
-				AnnotationRouteSemantics: SemanticsGateway,
+				AnnotationParents:              r.ref.Kind + "/" + r.ref.Name + "." + r.ref.Namespace,
+				model.AnnotationRouteSemantics: model.RouteSemanticsGateway,
 			},
 		},
 		Spec: vs,

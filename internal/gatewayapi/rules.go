@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // ruleSet is a route's converted rules for the mesh or for gateways:
@@ -216,7 +218,7 @@ func (c *converter) tlsRoute(obj *gw.TLSRoute) {
 func withTCPPort(routes []*networking.TCPRoute, port uint32) []*networking.TCPRoute {
 	out := make([]*networking.TCPRoute, 0, len(routes))
 	for _, r := range routes {
-		r = cloneTCP(r)
+		r = cloneProto(r)
 		for _, m := range r.Match {
 			m.Port = port
 		}
@@ -233,7 +235,7 @@ func withTCPPort(routes []*networking.TCPRoute, port uint32) []*networking.TCPRo
 func withTLSPort(routes []*networking.TLSRoute, port *gw.PortNumber, parentHosts []string) []*networking.TLSRoute {
 	out := make([]*networking.TLSRoute, 0, len(routes))
 	for _, r := range routes {
-		r = cloneTLS(r)
+		r = cloneProto(r)
 		if len(r.Match) == 1 && len(r.Match[0].SniHosts) == 1 && r.Match[0].SniHosts[0] == "*" {
 			r.Match[0].SniHosts = parentHosts
 		}
@@ -253,7 +255,7 @@ func tlsRoutesFor(routes []*networking.TLSRoute, host string) []*networking.TLSR
 	out := make([]*networking.TLSRoute, 0, len(routes))
 	for _, r := range routes {
 		if len(r.Match) == 1 && len(r.Match[0].SniHosts) > 1 {
-			r = cloneTLS(r)
+			r = cloneProto(r)
 			var sni []string
 			for _, h := range r.Match[0].SniHosts {
 				if hostMatches(host, h) {
@@ -272,7 +274,7 @@ func tlsRoutesFor(routes []*networking.TLSRoute, host string) []*networking.TLSR
 func constrainTLS(routes []*networking.TLSRoute, listenerHost string) []*networking.TLSRoute {
 	out := make([]*networking.TLSRoute, 0, len(routes))
 	for _, r := range routes {
-		r = cloneTLS(r)
+		r = cloneProto(r)
 		has := false
 		for _, m := range r.Match {
 			m.SniHosts = intersectHosts(m.SniHosts, listenerHost)
@@ -296,7 +298,7 @@ func intersectHosts(hosts []string, listener string) []string {
 			continue
 		}
 		v := h
-		if hostSubsetOf(listener, h) {
+		if model.HostMatches(h, listener) { // Istio's listener.SubsetOf(h)
 			v = listener
 		}
 		if !seen[v] {
@@ -306,12 +308,6 @@ func intersectHosts(hosts []string, listener string) []string {
 	}
 	return out
 }
-
-func cloneTCP(r *networking.TCPRoute) *networking.TCPRoute {
-	return cloneProto(r)
-}
-
-func cloneTLS(r *networking.TLSRoute) *networking.TLSRoute { return cloneProto(r) }
 
 // httpRule converts one HTTPRoute rule with at most one match (Istio's
 // convertHTTPRoute).

@@ -180,9 +180,14 @@ type VirtualService struct {
 	GatewaySemantics bool
 }
 
-// AnnotationRouteSemantics "gateway" marks a VirtualService generated
-// from the Gateway API (Istio's internal.istio.io/route-semantics).
-const AnnotationRouteSemantics = "internal.istio.io/route-semantics"
+// AnnotationRouteSemantics RouteSemanticsGateway marks a VirtualService
+// generated from the Gateway API (Istio's internal.istio.io/route-semantics);
+// galley's Gateway API conversion puts it, and on the Gateways it
+// generates internal.istio.io/gateway-semantics with the same value.
+const (
+	AnnotationRouteSemantics = "internal.istio.io/route-semantics"
+	RouteSemanticsGateway    = "gateway"
+)
 
 // GetProblems returns the merge problems of a VirtualService that may be
 // nil.
@@ -413,7 +418,7 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		}
 		vs := &VirtualService{
 			Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec,
-			GatewaySemantics: o.Meta.Annotations[AnnotationRouteSemantics] == "gateway",
+			GatewaySemantics: o.Meta.Annotations[AnnotationRouteSemantics] == RouteSemanticsGateway,
 		}
 		for _, h := range spec.GetHosts() {
 			vs.Hosts = append(vs.Hosts, ResolveHost(h, o.Meta.Namespace, domainSuffix))

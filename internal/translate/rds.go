@@ -452,14 +452,8 @@ func (g *gen) routeBody(r *routev3.Route, hr *networking.HTTPRoute, vs *model.Vi
 		wcs = append(wcs, cw)
 	}
 	if len(wcs) == 0 {
-		// The Gateway API answers 500 for a backend that is not there
-		// (Istio's ClusterNotFoundResponseCode for its routes).
-		status := uint32(503)
-		if vs.GatewaySemantics {
-			status = 500
-		}
-		g.problem("route %s of VirtualService %s/%s: no destination is a known cluster; answering %d", r.GetName(), vs.Namespace, vs.Name, status)
-		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: status}}
+		g.problem("route %s of VirtualService %s/%s: no destination is a known cluster; answering 503", r.GetName(), vs.Namespace, vs.Name)
+		r.Action = &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 503}}
 		return
 	}
 	if len(wcs) == 1 {

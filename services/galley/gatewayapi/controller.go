@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -263,7 +262,7 @@ func (c *Controller) ensureClasses(ctx context.Context) {
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: gw.GatewayClassSpec{
 				ControllerName: c.o.Classes[name],
-				Description:    ptr("Served by Flotilla (" + string(c.o.Classes[name]) + ")"),
+				Description:    new("Served by Flotilla (" + string(c.o.Classes[name]) + ")"),
 			},
 		}
 		if _, err := api.Create(ctx, gc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
@@ -271,8 +270,6 @@ func (c *Controller) ensureClasses(ctx context.Context) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // writeStatus writes every status that differs from the object's. A
 // write changes the object, which converts again to the same status: the
@@ -287,25 +284,19 @@ func (c *Controller) writeStatus(ctx context.Context) {
 	}
 	api := c.o.Client.GatewayV1()
 	var errs []error
+	opts := metav1.UpdateOptions{}
 	for name, st := range out.GatewayClasses {
-		obj, err := l.classes.Get(name)
-		if err != nil || apiequality.Semantic.DeepEqual(obj.Status, *st) {
-			continue
-		}
-		obj = obj.DeepCopy()
-		obj.Status = *st
-		_, err = api.GatewayClasses().UpdateStatus(ctx, obj, metav1.UpdateOptions{})
-		errs = append(errs, err)
+		errs = append(errs, writeStatus(st, func() (*gw.GatewayClass, error) { return l.classes.Get(name) },
+			func(o *gw.GatewayClass) *gw.GatewayClassStatus { return &o.Status },
+			func(o *gw.GatewayClass) error { _, err := api.GatewayClasses().UpdateStatus(ctx, o, opts); return err }))
 	}
 	for ref, st := range out.Gateways {
-		obj, err := l.gateways.Gateways(ref.Namespace).Get(ref.Name)
-		if err != nil || apiequality.Semantic.DeepEqual(obj.Status, *st) {
-			continue
-		}
-		obj = obj.DeepCopy()
-		obj.Status = *st
-		_, err = api.Gateways(ref.Namespace).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
-		errs = append(errs, err)
+		errs = append(errs, writeStatus(st, func() (*gw.Gateway, error) { return l.gateways.Gateways(ref.Namespace).Get(ref.Name) },
+			func(o *gw.Gateway) *gw.GatewayStatus { return &o.Status },
+			func(o *gw.Gateway) error {
+				_, err := api.Gateways(ref.Namespace).UpdateStatus(ctx, o, opts)
+				return err
+			}))
 	}
 	for ref, st := range out.Routes {
 		errs = append(errs, l.writeRoute(ctx, api, ref, st))

@@ -1,6 +1,7 @@
 package gatewayapi
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -93,19 +94,7 @@ func (l *listers) fill(in *gatewayapi.Input) {
 
 func sortByKey[T metav1.Object](objs []T) {
 	slices.SortFunc(objs, func(a, b T) int {
-		if a.GetNamespace() != b.GetNamespace() {
-			if a.GetNamespace() < b.GetNamespace() {
-				return -1
-			}
-			return 1
-		}
-		switch {
-		case a.GetName() < b.GetName():
-			return -1
-		case a.GetName() > b.GetName():
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetName(), b.GetName()))
 	})
 }
 
@@ -114,28 +103,28 @@ func (l *listers) writeRoute(ctx context.Context, api gwv1client.GatewayV1Interf
 	opts := metav1.UpdateOptions{}
 	switch ref.Kind {
 	case gatewayapi.KindHTTPRoute:
-		return writeRouteStatus(st, func() (*gw.HTTPRoute, error) { return l.http.HTTPRoutes(ref.Namespace).Get(ref.Name) },
+		return writeStatus(st, func() (*gw.HTTPRoute, error) { return l.http.HTTPRoutes(ref.Namespace).Get(ref.Name) },
 			func(o *gw.HTTPRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
 			func(o *gw.HTTPRoute) error {
 				_, err := api.HTTPRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
 				return err
 			})
 	case gatewayapi.KindGRPCRoute:
-		return writeRouteStatus(st, func() (*gw.GRPCRoute, error) { return l.grpc.GRPCRoutes(ref.Namespace).Get(ref.Name) },
+		return writeStatus(st, func() (*gw.GRPCRoute, error) { return l.grpc.GRPCRoutes(ref.Namespace).Get(ref.Name) },
 			func(o *gw.GRPCRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
 			func(o *gw.GRPCRoute) error {
 				_, err := api.GRPCRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
 				return err
 			})
 	case gatewayapi.KindTCPRoute:
-		return writeRouteStatus(st, func() (*gw.TCPRoute, error) { return l.tcp.TCPRoutes(ref.Namespace).Get(ref.Name) },
+		return writeStatus(st, func() (*gw.TCPRoute, error) { return l.tcp.TCPRoutes(ref.Namespace).Get(ref.Name) },
 			func(o *gw.TCPRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
 			func(o *gw.TCPRoute) error {
 				_, err := api.TCPRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
 				return err
 			})
 	case gatewayapi.KindTLSRoute:
-		return writeRouteStatus(st, func() (*gw.TLSRoute, error) { return l.tls.TLSRoutes(ref.Namespace).Get(ref.Name) },
+		return writeStatus(st, func() (*gw.TLSRoute, error) { return l.tls.TLSRoutes(ref.Namespace).Get(ref.Name) },
 			func(o *gw.TLSRoute) *gw.RouteStatus { return &o.Status.RouteStatus },
 			func(o *gw.TLSRoute) error {
 				_, err := api.TLSRoutes(ref.Namespace).UpdateStatus(ctx, o, opts)
@@ -145,9 +134,9 @@ func (l *listers) writeRoute(ctx context.Context, api gwv1client.GatewayV1Interf
 	return nil
 }
 
-// writeRouteStatus writes st into a copy of the route get returns, when
-// its status differs; a route gone since the conversion is left.
-func writeRouteStatus[T interface{ DeepCopy() T }](st *gw.RouteStatus, get func() (T, error), status func(T) *gw.RouteStatus, update func(T) error) error {
+// writeStatus writes st into a copy of the object get returns, when its
+// status differs; an object gone since the conversion is left.
+func writeStatus[T interface{ DeepCopy() T }, S any](st *S, get func() (T, error), status func(T) *S, update func(T) error) error {
 	obj, err := get()
 	if err != nil || apiequality.Semantic.DeepEqual(*status(obj), *st) {
 		return nil //nolint:nilerr // gone since the conversion: nothing to write

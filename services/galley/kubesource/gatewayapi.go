@@ -63,7 +63,7 @@ func (s *Source) GatewayCluster() gatewayapi.Cluster {
 		}
 		for _, ep := range slice.Ports {
 			for _, sp := range svc.Spec.Ports {
-				if sp.Name == deref(ep.Name) && ep.Port != nil {
+				if ep.Name != nil && sp.Name == *ep.Name && ep.Port != nil {
 					gs.ReadyPorts[sp.Port] = true
 					gs.TargetPorts[sp.Port] = append(gs.TargetPorts[sp.Port], *ep.Port)
 				}
@@ -91,13 +91,6 @@ func anyReady(slice *discoveryv1.EndpointSlice) bool {
 		}
 	}
 	return false
-}
-
-func deref(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }
 
 // gatewayCluster is a copy of what GatewayCluster reads.
