@@ -46,6 +46,7 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 		{"the apiserver's watches do not grow with discovery's replicas, unlike informers per replica", apiserverLoad},
 		{"galley's leader lost: its leases move, and the sidecars get nothing that did not change", galleyLeaderLost},
 		{"the apiserver restarted: galley withdraws nothing, and the sidecars get nothing that did not change", apiserverRestarted},
+		{"a Gateway of Flotilla's class is deployed by galley's leader, Programmed on its pods, and removed with the Gateway", gatewayDeployed},
 		{"a revision injecting Istio's proxyv2: its pilot-agent gets the pod's certificate and relays config from discovery", istioSidecarRevision},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, ctx, cp) }) {

@@ -26,6 +26,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
@@ -319,6 +320,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 			Classes: map[string]gwv1.GatewayController{
 				gatewayapi.DefaultClass: gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioClass: gatewayapi.IstioController,
 			},
+			Injection: func(rev string) (inject.Values, bool) { return src.InjectionValues(rev) }, SystemNamespace: cfg.SystemNamespace,
 			Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-gateway-status",
 		})
 		srcOpts.ClusterChanged = gateways.Changed

@@ -25,6 +25,7 @@ import (
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/platform/leader"
 )
@@ -61,6 +62,12 @@ type Options struct {
 	Debounce, CRDCheck time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Injection returns a revision's injection values
+	// (kubesource.Source.InjectionValues): what the Gateways of a served
+	// class are deployed with.
+	Injection func(revision string) (inject.Values, bool)
+	// SystemNamespace holds the GatewayClasses' defaults ConfigMaps.
+	SystemNamespace string
 }
 
 // Controller converts and publishes the Gateway API.
@@ -70,6 +77,7 @@ type Controller struct {
 
 	mu        sync.Mutex
 	listers   *listers
+	cms       *configMaps
 	published map[istio.ID]*istio.Object
 	latest    *gatewayapi.Output
 	outputs   chan struct{} // a new output for the status writer
@@ -127,8 +135,12 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+	cms, err := watchConfigMaps(ctx, c.o.Kube, c.Changed)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
-	c.listers = l
+	c.listers, c.cms = l, cms
 	c.mu.Unlock()
 	c.o.Log.Info("watching the Gateway API", "kinds", served)
 	go func() {
@@ -191,14 +203,16 @@ func (c *Controller) waitForCRDs(ctx context.Context) ([]string, error) {
 // what changed.
 func (c *Controller) convert(ctx context.Context) {
 	c.mu.Lock()
-	l := c.listers
+	l, cms := c.listers, c.cms
 	c.mu.Unlock()
+	get, read := cms.reading("conversion")
 	in := gatewayapi.Input{
 		Controllers: c.o.Controllers, DefaultClasses: c.o.Classes, DomainSuffix: c.o.DomainSuffix,
-		Now: metav1.NewTime(c.o.Now().Truncate(time.Second)), Cluster: c.o.Cluster(),
+		Now: metav1.NewTime(c.o.Now().Truncate(time.Second)), Cluster: withConfigMaps{c.o.Cluster(), get},
 	}
 	l.fill(&in)
 	out := gatewayapi.Convert(in)
+	read()
 	next := make(map[istio.ID]*istio.Object, len(out.Objects))
 	var upserts []*istio.Object
 	for _, o := range out.Objects {
@@ -234,15 +248,34 @@ func (c *Controller) convert(ctx context.Context) {
 	}
 }
 
-// lead writes status while this replica leads: after each conversion, and
-// every few seconds for writes that failed.
+// withConfigMaps is the cluster with the ConfigMaps galley's gateway
+// controller watches (kubesource watches only the system namespace's).
+type withConfigMaps struct {
+	gatewayapi.Cluster
+	get func(ns, name string) (map[string]string, bool)
+}
+
+func (w withConfigMaps) ConfigMap(ns, name string) (map[string]string, bool) { return w.get(ns, name) }
+
+// lead writes status and deploys the Gateways while this replica leads:
+// after each conversion, and every few seconds for what failed.
 func (c *Controller) lead(ctx context.Context) {
-	c.o.Log.Info("leading: writing the Gateway API's status")
+	c.o.Log.Info("leading: writing the Gateway API's status and deploying its gateways")
 	c.ensureClasses(ctx)
+	d := newDeployer(c.o.Kube)
+	if err := d.watch(ctx, c.redeploy); err != nil {
+		if ctx.Err() == nil {
+			c.o.Log.Error("watching the gateways' deployments; not deploying them", "error", err)
+		}
+		d = nil
+	}
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
 		c.writeStatus(ctx)
+		if d != nil {
+			c.deploy(ctx, d)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -268,6 +301,30 @@ func (c *Controller) ensureClasses(ctx context.Context) {
 		if _, err := api.Create(ctx, gc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
 			c.o.Log.Warn("creating a GatewayClass", "class", name, "error", err)
 		}
+	}
+}
+
+// redeploy asks the leader for a deployment round soon.
+func (c *Controller) redeploy() {
+	select {
+	case c.outputs <- struct{}{}:
+	default:
+	}
+}
+
+// deploy applies the deployable Gateways' deployments.
+func (c *Controller) deploy(ctx context.Context, d *deployer) {
+	c.mu.Lock()
+	l, cms := c.listers, c.cms
+	c.mu.Unlock()
+	if l == nil {
+		return
+	}
+	get, read := cms.reading("deployment")
+	gateways := c.deployInputs(l, get, cms)
+	read()
+	if err := d.deploy(ctx, c, gateways); err != nil && ctx.Err() == nil {
+		c.o.Log.Warn("deploying the gateways; retrying", "error", err)
 	}
 }
 

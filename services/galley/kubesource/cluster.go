@@ -56,6 +56,12 @@ func (s *Source) configMapHandler() cache.ResourceEventHandler {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.publish(typeURL, name, msg)
+		if ic, ok := msg.(*registryv1.InjectionConfig); ok {
+			// Validated above: it parses.
+			c, _ := inject.ParseConfig(name, ic.GetTemplate(), ic.GetValues())
+			s.injection[name] = c.Values
+			s.clusterChanged()
+		}
 	}
 	return handler(upsert, func(cm *corev1.ConfigMap) {
 		typeURL, name := configMapCollection(cm.Name)
@@ -65,7 +71,22 @@ func (s *Source) configMapHandler() cache.ResourceEventHandler {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.remove(typeURL, name)
+		if typeURL == registry.InjectionConfigTypeURL {
+			delete(s.injection, name)
+			s.clusterChanged()
+		}
 	})
+}
+
+// InjectionValues returns the values of a revision's injection
+// ConfigMap, the last valid one, and whether it exists: what the
+// injectors inject with, and what galley deploys the Gateway API's
+// gateways with.
+func (s *Source) InjectionValues(revision string) (inject.Values, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.injection[revision]
+	return v, ok
 }
 
 // configMapCollection says which collection and resource a system

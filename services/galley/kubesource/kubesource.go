@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	kubenorm "github.com/flotilla-mesh/flotilla/internal/normalize/kube"
@@ -107,6 +108,9 @@ type Source struct {
 	credRefs      map[string]int
 	credRefsBy    map[istio.ID][]string
 	credPublished map[string]bool
+	// injection are the valid injection configurations' values, by
+	// revision.
+	injection map[string]inject.Values
 
 	// Registry changes wait here, coalesced, until the flusher sends them
 	// as one update per collection: a burst of endpoint churn becomes a few
@@ -142,6 +146,7 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		credRefs:      map[string]int{},
 		credRefsBy:    map[istio.ID][]string{},
 		credPublished: map[string]bool{},
+		injection:     map[string]inject.Values{},
 		pending:       map[string]map[string]proto.Message{},
 		kick:          make(chan struct{}, 1),
 	}
