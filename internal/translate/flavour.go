@@ -46,6 +46,13 @@ type flavour interface {
 	// listeners returns the named listeners (all when names is nil),
 	// checked and sorted by name.
 	listeners(g *gen, names []string) []*listenerv3.Listener
+	// gatewayCredentials are the Gateway API certificate names
+	// ("kubernetes-gateway://<ns>/<name>", and their CA's) the proxy may
+	// get without reading Secrets itself: those the Gateways of its own
+	// namespace selecting it name for Secrets of that namespace (Istio's
+	// MergedGateway.VerifiedCertificateReferences); none for a proxy
+	// that is not a gateway.
+	gatewayCredentials(g *gen) map[string]bool
 	// patchContexts are the EnvoyFilter contexts of the proxy's outbound
 	// and inbound resources; false when EnvoyFilters do not apply to it.
 	patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool)

@@ -1068,6 +1068,32 @@ func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *bui
 }
 
 // patchContexts: GATEWAY for everything a gateway has.
+// gatewayCredentials: the certificateRefs of the Gateway API Gateways of
+// the proxy's namespace that select it, for Secrets of that namespace
+// (Istio's MergeGateways, same-namespace trust), with their CA names for
+// servers that validate clients.
+func (router) gatewayCredentials(g *gen) map[string]bool {
+	ns := g.p.VerifiedNamespace
+	out := map[string]bool{}
+	for _, gw := range g.pc.ProxyGateways(g.p) {
+		if gw.Namespace != ns {
+			continue
+		}
+		for _, s := range gw.Spec.GetServers() {
+			cn := s.GetTls().GetCredentialName()
+			rest, ok := strings.CutPrefix(cn, registry.GatewayCredentialPrefix)
+			if sns, _, _ := strings.Cut(rest, "/"); !ok || sns != ns {
+				continue
+			}
+			out[cn] = true
+			if m := s.GetTls().GetMode(); m == networking.ServerTLSSettings_MUTUAL || m == networking.ServerTLSSettings_OPTIONAL_MUTUAL {
+				out[cn+credentialCASuffix] = true
+			}
+		}
+	}
+	return out
+}
+
 func (router) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
 	return networking.EnvoyFilter_GATEWAY, networking.EnvoyFilter_GATEWAY, true
 }

@@ -256,6 +256,9 @@ func (g *gen) grpcServerListener(name string) *listenerv3.Listener {
 }
 
 // patchContexts: none; Istio's gRPC generator applies no EnvoyFilter.
+// gatewayCredentials: none, not being a gateway.
+func (proxyless) gatewayCredentials(*gen) map[string]bool { return nil }
+
 func (proxyless) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
 	return 0, 0, false
 }

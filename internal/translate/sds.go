@@ -19,28 +19,49 @@ import (
 //
 // A proxy gets only the Secrets of the namespace of its verified client
 // certificate (Istio's lesson from CVE-2021-34824): none over a
-// connection without one, none of another namespace whatever it asks;
-// and none when its service account may not read them
-// (model.Proxy.SecretsRefused; Istio's CredentialsController.Authorize),
-// which is a problem reported.
+// connection without one, none of another namespace whatever it asks.
+// A credentialName Secret also needs the proxy's service account to be
+// allowed to read it (model.Proxy.SecretsRefused; Istio's
+// CredentialsController.Authorize), which when refused is a problem
+// reported. A Gateway API certificateRef ("kubernetes-gateway://") needs
+// instead that a Gateway of the proxy's namespace selecting it name it
+// (flavour.gatewayCredentials; Istio's VerifiedCertificateReferences,
+// checked so in its SecretGen for that type): the Gateway API's own
+// rules, not RBAC, govern it, so a gateway deployed for a Gateway needs
+// no Role.
 func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	g := x.g
 	ns := g.p.VerifiedNamespace
 	if ns == "" || len(names) == 0 {
 		return nil
 	}
-	if why := g.p.SecretsRefused(); why != "" {
-		g.problem("credentials withheld: %s", why)
-		return nil
-	}
 	var out []*tlsv3.Secret
+	var verified map[string]bool
+	refusedReported := false
 	for _, name := range uniqueSorted(names) {
-		rest, ok := strings.CutPrefix(name, registry.CredentialPrefix)
-		if !ok {
-			// The Gateway API's certificateRefs, always qualified.
-			if rest, ok = strings.CutPrefix(name, registry.GatewayCredentialPrefix); !ok || !strings.Contains(rest, "/") {
+		if rest, ok := strings.CutPrefix(name, registry.GatewayCredentialPrefix); ok {
+			if verified == nil {
+				verified = g.fl.gatewayCredentials(g)
+			}
+			sns, sname, qualified := strings.Cut(rest, "/")
+			if !qualified || sns != ns || !verified[name] {
 				continue
 			}
+			if s := g.credentialSecret(name, ns, sname); s != nil {
+				out = append(out, s)
+			}
+			continue
+		}
+		rest, ok := strings.CutPrefix(name, registry.CredentialPrefix)
+		if !ok {
+			continue
+		}
+		if why := g.p.SecretsRefused(); why != "" {
+			if !refusedReported {
+				g.problem("credentials withheld: %s", why)
+				refusedReported = true
+			}
+			continue
 		}
 		if sns, sname, qualified := strings.Cut(rest, "/"); qualified {
 			if sns != ns {

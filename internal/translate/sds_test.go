@@ -2,11 +2,14 @@ package translate
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/anypb"
+	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
@@ -27,14 +30,33 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Gateway API certificates go to a gateway only as a Gateway of its
+	// own namespace selecting it names them (Istio's
+	// VerifiedCertificateReferences): edge's Gateway names shop-cert,
+	// validating clients (so its CA too); a Gateway of another namespace
+	// selecting the same proxies names partner, which is therefore not
+	// verified; other's Gateway names theirs for other's gateways.
+	kinds := kindsByName()
+	for _, g := range []struct{ ns, cred string }{
+		{"edge", "kubernetes-gateway://edge/shop-cert"}, {"shop", "kubernetes-gateway://edge/partner"}, {"other", "kubernetes-gateway://other/theirs"},
+	} {
+		s.PutObject(&istio.Object{Kind: kinds[istio.Gateway], Meta: istio.Meta{Name: "gw", Namespace: g.ns}, Spec: &networking.Gateway{
+			Selector: map[string]string{"istio": "ingress"},
+			Servers: []*networking.Server{{
+				Port: &networking.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"*"},
+				Tls: &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_MUTUAL, CredentialName: g.cred},
+			}},
+		}})
+	}
 	pc, _ := s.Build(model.BuildOptions{}, nil, 1)
 	names := []string{
 		"kubernetes://shop-cert", "kubernetes://shop-cert-cacert", "kubernetes://partner", "kubernetes://partner-cacert",
 		"kubernetes://edge/shop-cert", "kubernetes://other/theirs", "kubernetes://theirs", "default", "kubernetes://missing",
-		// The Gateway API's names: qualified, and of the proxy's namespace
+		// The Gateway API's names: qualified, of the proxy's namespace
 		// only (another's, which a ReferenceGrant allows in Istio, is
-		// not served).
-		"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://other/theirs", "kubernetes-gateway://shop-cert",
+		// not served), and named by a Gateway of that namespace.
+		"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://edge/shop-cert-cacert", "kubernetes-gateway://edge/partner",
+		"kubernetes-gateway://other/theirs", "kubernetes-gateway://shop-cert",
 	}
 	for _, tc := range []struct {
 		verified string
@@ -43,12 +65,16 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 		{"edge", map[string]string{
 			"kubernetes://shop-cert": "chain/key", "kubernetes://shop-cert-cacert": "ca", "kubernetes://partner": "pchain/pkey",
 			"kubernetes://partner-cacert": "pca", "kubernetes://edge/shop-cert": "chain/key", "kubernetes-gateway://edge/shop-cert": "chain/key",
+			"kubernetes-gateway://edge/shop-cert-cacert": "ca",
 		}},
 		{"", map[string]string{}},     // plaintext: no identity, no secret
 		{"shop", map[string]string{}}, // another namespace's proxy
 		{"other", map[string]string{"kubernetes://other/theirs": "c/k", "kubernetes://theirs": "c/k", "kubernetes-gateway://other/theirs": "c/k"}},
 	} {
-		p := &model.Proxy{Type: model.RouterProxy, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Namespace: "edge", VerifiedNamespace: tc.verified}
+		p := &model.Proxy{
+			Type: model.RouterProxy, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Namespace: "edge", VerifiedNamespace: tc.verified,
+			Labels: map[string]string{"istio": "ingress"},
+		}
 		got := map[string]string{}
 		for _, sec := range NewGenerator(pc, p).Secrets(names) {
 			if err := Validate(sec); err != nil {
@@ -75,12 +101,30 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 	}
 	// A proxy whose account may not read its namespace's Secrets
 	// (Istio's SubjectAccessReview, discovery's SetSecretsRefused) gets
-	// none, and the reason is a problem reported.
-	refused := &model.Proxy{Type: model.RouterProxy, Namespace: "edge", VerifiedNamespace: "edge", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+	// no credentialName Secret, and the reason is a problem reported; the
+	// Gateway API's verified certificates it gets all the same, as Istio
+	// checks them by reference, not by RBAC.
+	refused := &model.Proxy{
+		Type: model.RouterProxy, Namespace: "edge", VerifiedNamespace: "edge", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+		Labels: map[string]string{"istio": "ingress"},
+	}
 	refused.SetSecretsRefused("edge/intruder may not list secrets")
 	gen := NewGenerator(pc, refused)
-	if got := gen.Secrets(names); len(got) != 0 {
-		t.Errorf("a proxy refused its Secrets got %d", len(got))
+	var got []string
+	for _, sec := range gen.Secrets(names) {
+		got = append(got, sec.GetName())
+	}
+	if want := []string{"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://edge/shop-cert-cacert"}; !slices.Equal(got, want) {
+		t.Errorf("a proxy refused its Secrets got %q, want only %q", got, want)
+	}
+	// A sidecar is no gateway: no Gateway API certificate, whatever
+	// selects its labels.
+	sidecar := &model.Proxy{
+		Type: model.SidecarProxy, Namespace: "edge", VerifiedNamespace: "edge", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+		Labels: map[string]string{"istio": "ingress"},
+	}
+	if got := NewGenerator(pc, sidecar).Secrets([]string{"kubernetes-gateway://edge/shop-cert"}); len(got) != 0 {
+		t.Errorf("a sidecar got %d Gateway API certificates", len(got))
 	}
 	if p := gen.Problems(); len(p) != 1 || p[0] != "credentials withheld: edge/intruder may not list secrets" {
 		t.Errorf("problems %q, want the refusal", p)

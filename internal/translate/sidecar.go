@@ -455,6 +455,9 @@ func (g *gen) addressFamilies() (v4, v6 bool) {
 }
 
 // patchContexts: Istio's SIDECAR_OUTBOUND and SIDECAR_INBOUND.
+// gatewayCredentials: none, not being a gateway.
+func (sidecar) gatewayCredentials(*gen) map[string]bool { return nil }
+
 func (sidecar) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
 	return networking.EnvoyFilter_SIDECAR_OUTBOUND, networking.EnvoyFilter_SIDECAR_INBOUND, true
 }
