@@ -269,7 +269,7 @@ func (d *deploy) service() *corev1.Service {
 		},
 	}
 	if len(g.Spec.Addresses) > 0 && svcType == corev1.ServiceTypeLoadBalancer {
-		s.Spec.LoadBalancerIP = g.Spec.Addresses[0].Value //nolint:staticcheck // Istio's template sets it so
+		s.Spec.LoadBalancerIP = g.Spec.Addresses[0].Value // deprecated in Kubernetes; Istio's template sets it so
 	}
 	return s
 }

@@ -510,7 +510,7 @@ func (c *converter) caRef(ref gw.ObjectReference, ns string) (string, *configErr
 	var prefix string
 	switch {
 	case ref.Group == "" && ref.Kind == "ConfigMap":
-		prefix = credentialConfigMapPrefix
+		prefix = registry.ConfigMapCredentialPrefix
 		data, ok := c.in.Cluster.ConfigMap(ns, string(ref.Name))
 		if !ok {
 			return "", errorf(string(gw.ListenerReasonInvalidCACertificateRef), "invalid CA certificate reference %v, configmap %v not found", what, ns+"/"+string(ref.Name))

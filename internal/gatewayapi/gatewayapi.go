@@ -90,17 +90,16 @@ const (
 
 // Annotations and TLS options Istio reads on Gateway API objects.
 const (
-	annotationServiceAccount  = "gateway.istio.io/service-account"
-	annotationNameOverride    = "gateway.istio.io/name-override"
-	annotationAddressType     = "networking.istio.io/address-type"
-	tlsOptionTerminateMode    = "gateway.istio.io/tls-terminate-mode"
-	tlsOptionCipherSuites     = "gateway.istio.io/tls-cipher-suites"
-	tlsOptionListenerMode     = "gateway.istio.io/listener-protocol"
-	listenerModeAutoPassthru  = "auto-passthrough"
-	labelTopologyNetwork      = "topology.istio.io/network"
-	labelGatewayPort          = "networking.istio.io/gatewayPort"
-	credentialConfigMapPrefix = "configmap://" //nolint:gosec // a name's prefix, not a credential
-	caSuffix                  = "-cacert"
+	annotationServiceAccount = "gateway.istio.io/service-account"
+	annotationNameOverride   = "gateway.istio.io/name-override"
+	annotationAddressType    = "networking.istio.io/address-type"
+	tlsOptionTerminateMode   = "gateway.istio.io/tls-terminate-mode"
+	tlsOptionCipherSuites    = "gateway.istio.io/tls-cipher-suites"
+	tlsOptionListenerMode    = "gateway.istio.io/listener-protocol"
+	listenerModeAutoPassthru = "auto-passthrough"
+	labelTopologyNetwork     = "topology.istio.io/network"
+	labelGatewayPort         = "networking.istio.io/gatewayPort"
+	caSuffix                 = "-cacert"
 )
 
 // Input is everything Convert reads.

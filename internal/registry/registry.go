@@ -36,6 +36,12 @@ const CredentialPrefix = "kubernetes://" //nolint:gosec // a name's prefix, not 
 // (Istio's kubernetes-gateway resource type).
 const GatewayCredentialPrefix = "kubernetes-gateway://" //nolint:gosec // a name's prefix, not a credential
 
+// ConfigMapCredentialPrefix starts a CA certificate name read from a
+// ConfigMap's ca.crt ("configmap://<namespace>/<name>-cacert", Istio's
+// credentials.KubernetesConfigMapType), as the Gateway API's frontend
+// validation names one.
+const ConfigMapCredentialPrefix = "configmap://"
+
 // CredentialName is the resource name of a Credential: "namespace/name".
 func CredentialName(namespace, name string) string { return namespace + "/" + name }
 

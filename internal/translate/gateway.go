@@ -1023,14 +1023,32 @@ func (g *gen) buildGatewayTLS(s gwServer) (*corev3.TransportSocket, error) {
 		}}
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL, networking.ServerTLSSettings_OPTIONAL_MUTUAL:
-		cn := t.GetCredentialName()
-		if cn == "" {
+		// credentialNames (an RSA and an ECDSA certificate, say) over
+		// credentialName, as Istio's BuildListenerTLSContext reads them.
+		cns := t.GetCredentialNames()
+		if len(cns) == 0 && t.GetCredentialName() != "" {
+			cns = []string{t.GetCredentialName()}
+		}
+		if len(cns) == 0 {
 			return nil, fmt.Errorf("tls mode %s needs credentialName (serverCertificate files are not supported)", t.GetMode())
 		}
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: credentialSDSName(cn), SdsConfig: adsSource()}}
+		cn := cns[0]
+		for _, n := range cns {
+			common.TlsCertificateSdsSecretConfigs = append(common.TlsCertificateSdsSecretConfigs, &tlsv3.SdsSecretConfig{Name: credentialSDSName(n), SdsConfig: adsSource()})
+		}
 		if t.GetMode() != networking.ServerTLSSettings_SIMPLE {
+			// The clients' CA: caCertCredentialName when set (the Gateway
+			// API's frontend validation), else "<credentialName>-cacert"
+			// (Istio's BuildListenerTLSContext).
+			caName := credentialSDSName(cn) + credentialCASuffix
+			switch ca := t.GetCaCertCredentialName(); {
+			case strings.HasPrefix(ca, registry.GatewayCredentialPrefix):
+				caName = ca
+			case strings.HasPrefix(ca, registry.ConfigMapCredentialPrefix):
+				return nil, fmt.Errorf("caCertCredentialName %q: ConfigMap CA certificates are not served yet (a Secret's ca.crt is)", ca)
+			}
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: credentialSDSName(cn) + credentialCASuffix, SdsConfig: adsSource()},
+				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: caName, SdsConfig: adsSource()},
 			}}
 			ctx.RequireClientCertificate = wrapperspb.Bool(t.GetMode() == networking.ServerTLSSettings_MUTUAL)
 		}
@@ -1080,14 +1098,18 @@ func (router) gatewayCredentials(g *gen) map[string]bool {
 			continue
 		}
 		for _, s := range gw.Spec.GetServers() {
-			cn := s.GetTls().GetCredentialName()
-			rest, ok := strings.CutPrefix(cn, registry.GatewayCredentialPrefix)
-			if sns, _, _ := strings.Cut(rest, "/"); !ok || sns != ns {
-				continue
+			for _, cn := range append([]string{s.GetTls().GetCredentialName()}, s.GetTls().GetCredentialNames()...) {
+				rest, ok := strings.CutPrefix(cn, registry.GatewayCredentialPrefix)
+				if sns, _, _ := strings.Cut(rest, "/"); !ok || sns != ns {
+					continue
+				}
+				out[cn] = true
+				if m := s.GetTls().GetMode(); m == networking.ServerTLSSettings_MUTUAL || m == networking.ServerTLSSettings_OPTIONAL_MUTUAL {
+					out[cn+credentialCASuffix] = true
+				}
 			}
-			out[cn] = true
-			if m := s.GetTls().GetMode(); m == networking.ServerTLSSettings_MUTUAL || m == networking.ServerTLSSettings_OPTIONAL_MUTUAL {
-				out[cn+credentialCASuffix] = true
+			if ca := s.GetTls().GetCaCertCredentialName(); strings.HasPrefix(ca, registry.GatewayCredentialPrefix+ns+"/") {
+				out[ca] = true
 			}
 		}
 	}

@@ -3,8 +3,10 @@ package translate
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -129,4 +131,105 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 	if p := gen.Problems(); len(p) != 1 || p[0] != "credentials withheld: edge/intruder may not list secrets" {
 		t.Errorf("problems %q, want the refusal", p)
 	}
+}
+
+// A Gateway API listener validating clients names its CA by
+// caCertCredentialName, a Secret's "-cacert": the server's validation
+// context asks SDS for that name, which the gateway gets as its own
+// Gateway names it; a ConfigMap CA is not served yet, so its server is
+// left out with the reason, rather than waiting on a secret that never
+// comes.
+func TestAGatewayAPIListenerValidatesClientsWithItsCACertificateRef(t *testing.T) {
+	kinds := kindsByName()
+	for _, tc := range []struct {
+		ca          string
+		certs       []string // credentialNames; none: credentialName shop-cert
+		wantCA      string   // the validation context's SDS name; "" none
+		wantBundle  string   // what SDS serves for it
+		wantProblem string
+	}{
+		{ca: "kubernetes-gateway://edge/client-ca-cacert", wantCA: "kubernetes-gateway://edge/client-ca-cacert", wantBundle: "clients"},
+		{ca: "", wantCA: "kubernetes-gateway://edge/shop-cert-cacert", wantBundle: "own"},
+		// Two certificateRefs (an RSA and an ECDSA certificate): both
+		// served, the first's CA validating.
+		{
+			certs:  []string{"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://edge/shop-ecdsa"},
+			wantCA: "kubernetes-gateway://edge/shop-cert-cacert", wantBundle: "own",
+		},
+		{ca: "configmap://edge/client-ca-cacert", wantProblem: "ConfigMap CA certificates are not served yet"},
+	} {
+		s := model.NewStore()
+		for _, c := range []*registryv1.Credential{
+			{Namespace: "edge", Name: "shop-cert", CertificateChain: []byte("chain"), PrivateKey: []byte("key"), CaCertificates: []byte("own")},
+			{Namespace: "edge", Name: "client-ca", CaCertificates: []byte("clients")},
+		} {
+			body, err := anypb.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Put(registry.CredentialTypeURL, registry.CredentialName(c.GetNamespace(), c.GetName()), model.Meta{}, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.PutObject(&istio.Object{Kind: kinds[istio.Gateway], Meta: istio.Meta{Name: "gw", Namespace: "edge"}, Spec: &networking.Gateway{
+			Selector: map[string]string{"istio": "ingress"},
+			Servers: []*networking.Server{{
+				Port: &networking.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"*"},
+				Tls: tlsSettings(tc.ca, tc.certs),
+			}},
+		}})
+		pc, _ := s.Build(model.BuildOptions{}, nil, 1)
+		p := &model.Proxy{
+			Type: model.RouterProxy, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Namespace: "edge", VerifiedNamespace: "edge",
+			Labels: map[string]string{"istio": "ingress"},
+		}
+		gen := NewGenerator(pc, p)
+		var sds, certs []string
+		for _, l := range gen.Listeners(nil) {
+			if err := Validate(l); err != nil {
+				t.Fatal(err)
+			}
+			for _, fc := range l.GetFilterChains() {
+				ts := &tlsv3.DownstreamTlsContext{}
+				if fc.GetTransportSocket() == nil {
+					continue
+				}
+				if err := fc.GetTransportSocket().GetTypedConfig().UnmarshalTo(ts); err != nil {
+					t.Fatal(err)
+				}
+				sds = append(sds, ts.GetCommonTlsContext().GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName())
+				for _, c := range ts.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs() {
+					certs = append(certs, c.GetName())
+				}
+			}
+		}
+		problems := strings.Join(gen.Problems(), "\n")
+		if tc.wantProblem != "" {
+			if len(sds) != 0 || !strings.Contains(problems, tc.wantProblem) {
+				t.Errorf("CA %q: servers validating with %q, problems %q; want the server left out for %q", tc.ca, sds, problems, tc.wantProblem)
+			}
+			continue
+		}
+		wantCerts := tc.certs
+		if wantCerts == nil {
+			wantCerts = []string{"kubernetes-gateway://edge/shop-cert"}
+		}
+		if !slices.Equal(certs, wantCerts) {
+			t.Errorf("CA %q: certificates %q, want %q", tc.ca, certs, wantCerts)
+		}
+		if !slices.Equal(sds, []string{tc.wantCA}) {
+			t.Errorf("CA %q: validation from %q, want %q (problems %q)", tc.ca, sds, tc.wantCA, problems)
+		}
+		if got := gen.Secrets([]string{tc.wantCA}); len(got) != 1 || string(got[0].GetValidationContext().GetTrustedCa().GetInlineBytes()) != tc.wantBundle {
+			t.Errorf("CA %q: the gateway got %v for %s, want the bundle %q", tc.ca, got, tc.wantCA, tc.wantBundle)
+		}
+	}
+}
+
+func tlsSettings(ca string, certs []string) *networking.ServerTLSSettings {
+	t := &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_MUTUAL, CaCertCredentialName: ca, CredentialNames: certs}
+	if certs == nil {
+		t.CredentialName = "kubernetes-gateway://edge/shop-cert"
+	}
+	return t
 }

@@ -127,6 +127,22 @@ type deployInput struct {
 // round, a Gateway that cannot be rendered is logged and skipped.
 func (d *deployer) deploy(ctx context.Context, c *Controller, gateways []deployInput) error {
 	var errs []error
+	rendered := map[string]bool{}
+	defer func() {
+		// Forget what no Gateway renders any more.
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for key := range d.applied {
+			if !rendered[key] {
+				delete(d.applied, key)
+			}
+		}
+		for key := range d.refused {
+			if !rendered[key] {
+				delete(d.refused, key)
+			}
+		}
+	}()
 	for _, in := range gateways {
 		g := in.Gateway
 		log := c.o.Log.With("gateway", g.Namespace+"/"+g.Name)
@@ -140,6 +156,7 @@ func (d *deployer) deploy(ctx context.Context, c *Controller, gateways []deployI
 			continue
 		}
 		for _, o := range objs {
+			rendered[kindOf(o)+"/"+o.GetNamespace()+"/"+o.GetName()] = true
 			errs = append(errs, d.apply(ctx, c, o))
 		}
 	}
@@ -173,7 +190,7 @@ func (d *deployer) apply(ctx context.Context, c *Controller, o metav1.Object) er
 			d.refused[key] = true
 			d.mu.Unlock()
 			if first {
-				c.o.Log.Warn("not deploying over an object the gateway controller did not make (it has no "+gatewayapi.LabelManaged+" label)", "object", key)
+				c.o.Log.Warn("not deploying over an object the gateway controller did not make", "object", key, "missing_label", gatewayapi.LabelManaged)
 			}
 			return nil
 		}

@@ -220,6 +220,11 @@ func credentialNames(o *istio.Object) []string {
 			for _, n := range t.GetCredentialNames() {
 				add(n, mutual)
 			}
+			// The Gateway API's frontend CA, "<secret>-cacert": the
+			// Secret's ca.crt.
+			if ca, ok := strings.CutSuffix(t.GetCaCertCredentialName(), "-cacert"); ok && strings.HasPrefix(ca, registry.GatewayCredentialPrefix) {
+				add(ca, false)
+			}
 		}
 	case *extensions.WasmPlugin:
 		add(spec.GetImagePullSecret(), false)
