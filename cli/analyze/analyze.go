@@ -65,7 +65,10 @@ subsets or gateways that do not exist, DestinationRule subsets that select no wo
 DestinationRules for one host, Sidecar egress hosts that import nothing, DestinationRules whose TLS
 a STRICT PeerAuthentication refuses, Gateways selecting no workload or listening on a port their
 Service does not expose, selectors that match nothing, Service ports without a protocol, and
-deprecated fields.
+deprecated fields. Kubernetes Gateway API objects in the files are converted as galley converts
+them, and what the status galley would write says is wrong is reported: Gateways not accepted,
+listeners in conflict, routes not attached to their parents, refs to another namespace without a
+ReferenceGrant, backends and certificates not found (FLT03xx).
 
 It reads files and directories (-f, or as arguments; a directory's .yaml, .yml and .json files,
 with -R its subdirectories' too) and - for standard input. Kubernetes Services, Pods and the Pod
@@ -151,7 +154,7 @@ func (o *Options) Run(ctx context.Context, conn *connect.Options, stdin io.Reade
 		in = LiveInput(live, files, o.DomainSuffix)
 		msgs = append(msgs, rejectedMessages(live)...)
 	}
-	msgs = slices.Concat(msgs, validation.Analyze(in))
+	msgs = slices.Concat(msgs, validation.Analyze(in), files.gateway.messages(in))
 	failing := 0
 	var shown []validation.Message
 	for _, m := range msgs {

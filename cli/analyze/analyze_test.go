@@ -162,11 +162,13 @@ func TestHostileInputIsReportedPerDocumentAndBounded(t *testing.T) {
 	t.Chdir("testdata")
 	big := strings.Repeat("# padding\n", (8<<20)/10+1)
 	for name, in := range map[string]string{
-		"larger than a file may be":    big,
-		"a document that is a list":    "- a\n- b\n",
-		"an unknown Istio kind":        "apiVersion: networking.istio.io/v1\nkind: Nonsense\nmetadata: {name: x}\n",
-		"a Service that is no Service": "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {ports: nope}\n",
-		"deeply nested flow":           strings.Repeat("[", 10000),
+		"larger than a file may be":                          big,
+		"a document that is a list":                          "- a\n- b\n",
+		"an unknown Istio kind":                              "apiVersion: networking.istio.io/v1\nkind: Nonsense\nmetadata: {name: x}\n",
+		"a Service that is no Service":                       "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {ports: nope}\n",
+		"a Gateway that is no Gateway":                       "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: x}\nspec: {listeners: nope}\n",
+		"an HTTPRoute with a field Kubernetes does not know": "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: x}\nspec: {rulez: []}\n",
+		"deeply nested flow":                                 strings.Repeat("[", 10000),
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, stderr, code := run(t, in, "analyze", "-")

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/normalize/kube"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
@@ -40,6 +41,9 @@ type Files struct {
 	// origins says where each object starts and how to find a field's
 	// line in it.
 	origins map[validation.Ref]*istio.Document
+	// gateway are the Gateway API objects, and the Secrets and
+	// namespaces their conversion reads.
+	gateway *gatewayFiles
 }
 
 // Origin returns "file:line" of the message's object and field, or "" for
@@ -60,7 +64,7 @@ func (f *Files) Origin(m validation.Message) string {
 // input. Objects without a namespace get namespace. What cannot be read
 // as a whole (a missing file) is an error; a bad document is a message.
 func ReadFiles(paths []string, recursive bool, stdin io.Reader, namespace, domainSuffix string) (*Files, error) {
-	f := &Files{origins: map[validation.Ref]*istio.Document{}}
+	f := &Files{origins: map[validation.Ref]*istio.Document{}, gateway: newGatewayFiles(domainSuffix)}
 	for _, p := range paths {
 		if p == Stdin {
 			data, err := io.ReadAll(io.LimitReader(stdin, istio.MaxFileBytes+1))
@@ -212,6 +216,22 @@ func (f *Files) foreign(doc *istio.Document, namespace, domainSuffix string) {
 		f.Workloads = append(f.Workloads, validation.Workload{Kind: fr.Kind, Namespace: ns, Name: meta.Metadata.Name, Labels: maps.Clone(labels)})
 	}
 	switch {
+	case group == gatewayapi.Group:
+		f.origins[ref] = doc
+		if err := f.gateway.addObject(fr.JSON, ns); err != nil {
+			f.Messages = append(f.Messages, validation.Message{Code: validation.CodeUnreadable, Object: ref, Text: fmt.Sprintf("not a %s: %v", fr.Kind, err)})
+		}
+	case group == "" && fr.Kind == "Secret":
+		var sec corev1.Secret
+		if decode(&sec) {
+			sec.Namespace = ns
+			f.gateway.addSecret(&sec)
+		}
+	case group == "" && fr.Kind == "Namespace":
+		var n corev1.Namespace
+		if decode(&n) {
+			f.gateway.addNamespace(&n)
+		}
 	case group == "" && fr.Kind == "Service":
 		var svc corev1.Service
 		if decode(&svc) {

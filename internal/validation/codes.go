@@ -44,7 +44,8 @@ func ParseSeverity(s string) (Severity, error) {
 
 // The codes. Validation of one object yields the FLT01xx codes (FLT0101 is
 // the only one galley rejects an object for: the webhook admits the others
-// and returns them as warnings); Analyze adds the cross-object FLT02xx.
+// and returns them as warnings); Analyze adds the cross-object FLT02xx;
+// the Gateway API's status, as galley would write it, gives the FLT03xx.
 const (
 	CodeAnalyzerSkipped Code = "FLT0001"
 
@@ -67,6 +68,12 @@ const (
 	CodePortNameWithoutProtocol  Code = "FLT0209"
 	CodeSelectorMatchesNothing   Code = "FLT0210"
 	CodeUnknownDestRuleHost      Code = "FLT0211"
+
+	CodeGatewayNotAccepted   Code = "FLT0301"
+	CodeRouteNotAttached     Code = "FLT0302"
+	CodeRefNotPermitted      Code = "FLT0303"
+	CodeListenerConflict     Code = "FLT0304"
+	CodeGatewayAPIUnresolved Code = "FLT0305"
 )
 
 // CodeInfo describes a code: its name, severity and what it means, with the
@@ -157,6 +164,26 @@ func Codes() []CodeInfo {
 		{
 			CodeUnknownDestRuleHost, "UnknownDestinationRuleHost", SeverityWarning, "IST0174",
 			"A DestinationRule's host is on no Service or ServiceEntry visible from its namespace.",
+		},
+		{
+			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
+			"A Gateway of a class Flotilla serves is not Accepted (its status would say why: an unsupported address, invalid parameters, no valid listener): it serves nothing.",
+		},
+		{
+			CodeRouteNotAttached, "GatewayAPIRouteNotAttached", SeverityWarning, "",
+			"A route's parentRef is not Accepted (NotAllowedByListeners, NoMatchingListenerHostname, NoMatchingParent, ...): the route serves no traffic through that parent.",
+		},
+		{
+			CodeRefNotPermitted, "GatewayAPIRefNotPermitted", SeverityError, "",
+			"A route's backendRef or a listener's certificateRef names an object of another namespace that no ReferenceGrant admits: it is not used.",
+		},
+		{
+			CodeListenerConflict, "GatewayAPIListenerConflicted", SeverityError, "",
+			"Two listeners of a Gateway conflict (the same port with another protocol, or the same hostname): the later ones are not served.",
+		},
+		{
+			CodeGatewayAPIUnresolved, "GatewayAPIUnresolvedRef", SeverityError, "",
+			"A route's backendRef names a Service that is not in the input (BackendNotFound) or a kind that cannot be a backend, or a listener's certificateRef a Secret not in the input or invalid: those requests fail (500) or the listener is not served.",
 		},
 	}
 }

@@ -109,19 +109,19 @@ func gatewayDeployed(t testing.TB, ctx context.Context, cp *controlPlane) { //no
 		}
 		return owned(sa.ObjectMeta)
 	})
-	cp.eventually(t, ctx, time.Minute, "the Gateway Programmed on its pods' ready endpoints, its cluster IP its address", func(ctx context.Context) error {
+	// A ClusterIP Service's address is its name, as Istio reports it
+	// (networking.istio.io/address-type: IPAddress would give the IP).
+	host := deployed + "." + ns + ".svc.cluster.local"
+	cp.eventually(t, ctx, time.Minute, "the Gateway Programmed on its pods' ready endpoints, its Service its address", func(ctx context.Context) error {
 		cur, err := gwc.GatewayV1().Gateways(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		svc, err := c.CoreV1().Services(ns).Get(ctx, deployed, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		for _, cond := range cur.Status.Conditions {
 			if cond.Type == string(gw.GatewayConditionProgrammed) && cond.Status == metav1.ConditionTrue {
-				if len(cur.Status.Addresses) == 0 || cur.Status.Addresses[0].Value != svc.Spec.ClusterIP {
-					return fmt.Errorf("addresses %v, want the cluster IP %s", cur.Status.Addresses, svc.Spec.ClusterIP)
+				if len(cur.Status.Addresses) != 1 || cur.Status.Addresses[0].Value != host ||
+					cur.Status.Addresses[0].Type == nil || *cur.Status.Addresses[0].Type != gw.HostnameAddressType {
+					return fmt.Errorf("addresses %v, want the hostname %s", cur.Status.Addresses, host)
 				}
 				return nil
 			}

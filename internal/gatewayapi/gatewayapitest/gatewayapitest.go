@@ -5,8 +5,6 @@ package gatewayapitest
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
@@ -14,68 +12,11 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
 )
 
-// Cluster is a gatewayapi.Cluster held in memory; its maps are keyed
-// "namespace/name".
-type Cluster struct {
-	Domain       string
-	NamespaceSet map[string]map[string]string
-	Services     map[string]*gatewayapi.Service
-	Entries      map[string][]string
-	Secrets      map[string]map[string][]byte
-	ConfigMaps   map[string]map[string]string
-}
+// Cluster is a cluster held in memory (gatewayapi.StaticCluster).
+type Cluster = gatewayapi.StaticCluster
 
 // NewCluster returns an empty cluster of domain.
-func NewCluster(domain string) *Cluster {
-	return &Cluster{
-		Domain: domain, NamespaceSet: map[string]map[string]string{}, Services: map[string]*gatewayapi.Service{},
-		Entries: map[string][]string{}, Secrets: map[string]map[string][]byte{}, ConfigMaps: map[string]map[string]string{},
-	}
-}
-
-// Namespaces implements gatewayapi.Cluster.
-func (c *Cluster) Namespaces() map[string]map[string]string { return c.NamespaceSet }
-
-// Service implements gatewayapi.Cluster.
-func (c *Cluster) Service(ns, name string) (*gatewayapi.Service, bool) {
-	s, ok := c.Services[ns+"/"+name]
-	return s, ok
-}
-
-// ServiceEntryHosts implements gatewayapi.Cluster.
-func (c *Cluster) ServiceEntryHosts(ns, name string) ([]string, bool) {
-	h, ok := c.Entries[ns+"/"+name]
-	return h, ok
-}
-
-// HostnameKnown implements gatewayapi.Cluster: a Service's host or a
-// ServiceEntry's.
-func (c *Cluster) HostnameKnown(host, _ string) bool {
-	for key := range c.Services {
-		ns, name, _ := strings.Cut(key, "/")
-		if host == name+"."+ns+".svc."+c.Domain {
-			return true
-		}
-	}
-	for _, hosts := range c.Entries {
-		if slices.Contains(hosts, host) {
-			return true
-		}
-	}
-	return false
-}
-
-// Secret implements gatewayapi.Cluster.
-func (c *Cluster) Secret(ns, name string) (map[string][]byte, bool) {
-	s, ok := c.Secrets[ns+"/"+name]
-	return s, ok
-}
-
-// ConfigMap implements gatewayapi.Cluster.
-func (c *Cluster) ConfigMap(ns, name string) (map[string]string, bool) {
-	s, ok := c.ConfigMaps[ns+"/"+name]
-	return s, ok
-}
+func NewCluster(domain string) *Cluster { return gatewayapi.NewStaticCluster(domain) }
 
 // Input returns an input served by Flotilla's and Istio's controllers,
 // with the classes flotilla and istio, over c.

@@ -1,0 +1,197 @@
+package analyze
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gw "sigs.k8s.io/gateway-api/apis/v1"
+
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/validation"
+)
+
+// gatewayFiles are the Gateway API objects of the files and what of the
+// cluster around them the files hold.
+type gatewayFiles struct {
+	in      gatewayapi.Input
+	cluster *gatewayapi.StaticCluster
+	// secrets is whether the files hold a Secret: without one, a
+	// certificateRef cannot be resolved here, and is not reported.
+	secrets bool
+}
+
+func newGatewayFiles(domainSuffix string) *gatewayFiles {
+	c := gatewayapi.NewStaticCluster(domainSuffix)
+	return &gatewayFiles{cluster: c, in: gatewayapi.Input{
+		Controllers:    []gw.GatewayController{gatewayapi.DefaultController, gatewayapi.IstioController},
+		DefaultClasses: map[string]gw.GatewayController{gatewayapi.DefaultClass: gatewayapi.DefaultController, gatewayapi.IstioClass: gatewayapi.IstioController},
+		DomainSuffix:   domainSuffix, Cluster: c,
+	}}
+}
+
+// addObject reads a Gateway API document (its namespace defaulted).
+func (g *gatewayFiles) addObject(doc []byte, ns string) error {
+	var obj map[string]any
+	if err := json.Unmarshal(doc, &obj); err != nil {
+		return err
+	}
+	if m, ok := obj["metadata"].(map[string]any); ok {
+		if n, _ := m["namespace"].(string); n == "" {
+			m["namespace"] = ns
+		}
+	}
+	doc, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	_, err = g.in.AddYAML(doc)
+	return err
+}
+
+// addSecret and addNamespace record what the conversion reads of the
+// cluster besides its Services.
+func (g *gatewayFiles) addSecret(sec *corev1.Secret) {
+	data := maps.Clone(sec.Data)
+	if data == nil {
+		data = map[string][]byte{}
+	}
+	for k, v := range sec.StringData {
+		data[k] = []byte(v)
+	}
+	g.cluster.Secrets[sec.Namespace+"/"+sec.Name] = data
+	g.secrets = true
+}
+
+func (g *gatewayFiles) addNamespace(ns *corev1.Namespace) {
+	labels := maps.Clone(ns.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["kubernetes.io/metadata.name"] = ns.Name
+	g.cluster.NamespaceSet[ns.Name] = labels
+}
+
+func (g *gatewayFiles) empty() bool {
+	in := g.in
+	return len(in.Gateways)+len(in.HTTPRoutes)+len(in.GRPCRoutes)+len(in.TCPRoutes)+len(in.TLSRoutes) == 0
+}
+
+// messages converts the files' Gateway API objects as galley converts
+// them and reports what the status galley would write says is wrong:
+// Gateways not accepted, listeners in conflict or with refs not
+// resolved, routes not attached to a parent or with backends not
+// permitted or not found. What depends on the running cluster (whether
+// a gateway's pods are ready: Programmed) is not reported; a backend
+// not found only when the input holds Services, a certificate only
+// when it holds Secrets.
+func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
+	if g == nil || g.empty() {
+		return nil
+	}
+	for _, o := range in.Objects {
+		if o.Kind.Kind == "ServiceEntry" {
+			if se, ok := o.Spec.(interface{ GetHosts() []string }); ok {
+				g.cluster.Entries[o.Meta.Namespace+"/"+o.Meta.Name] = se.GetHosts()
+			}
+		}
+	}
+	for _, svc := range in.Services {
+		if svc.GetSourceKind() != registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE {
+			continue
+		}
+		s := &gatewayapi.Service{Labels: svc.GetLabels(), ClusterIPs: svc.GetAddresses(), ReadyPorts: map[int32]bool{}}
+		for _, p := range svc.GetPorts() {
+			s.Ports = append(s.Ports, int32(p.GetNumber())) //nolint:gosec // a port number
+		}
+		g.cluster.Services[svc.GetNamespace()+"/"+svc.GetName()] = s
+	}
+	haveServices := in.HaveServices
+	out := gatewayapi.Convert(g.in)
+	var msgs []validation.Message
+	for _, ref := range slices.SortedFunc(maps.Keys(out.Gateways), compareRefs) {
+		st := out.Gateways[ref]
+		obj := validation.Ref{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+		if c := meta(st.Conditions, gw.GatewayConditionAccepted); c != nil && c.Status == metav1.ConditionFalse {
+			msgs = append(msgs, validation.Message{Code: validation.CodeGatewayNotAccepted, Object: obj, Text: c.Reason + ": " + c.Message})
+		}
+		spec := g.gateway(ref)
+		for _, ls := range st.Listeners {
+			path := ""
+			if spec != nil {
+				if i := slices.IndexFunc(spec.Spec.Listeners, func(l gw.Listener) bool { return l.Name == ls.Name }); i >= 0 {
+					path = fmt.Sprintf("spec.listeners[%d]", i)
+				}
+			}
+			if c := meta(ls.Conditions, gw.ListenerConditionConflicted); c != nil && c.Status == metav1.ConditionTrue {
+				msgs = append(msgs, validation.Message{Code: validation.CodeListenerConflict, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
+			}
+			if c := meta(ls.Conditions, gw.ListenerConditionResolvedRefs); c != nil && c.Status == metav1.ConditionFalse {
+				switch gw.ListenerConditionReason(c.Reason) {
+				case gw.ListenerReasonRefNotPermitted:
+					msgs = append(msgs, validation.Message{Code: validation.CodeRefNotPermitted, Object: obj, Path: path, Text: c.Message})
+				case gw.ListenerReasonInvalidCertificateRef, gw.ListenerReasonInvalidCACertificateRef:
+					if g.secrets {
+						msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
+					}
+				default:
+					msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
+				}
+			}
+		}
+	}
+	for _, ref := range slices.SortedFunc(maps.Keys(out.Routes), compareRefs) {
+		obj := validation.Ref{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+		for _, p := range out.Routes[ref].Parents {
+			parent := string(p.ParentRef.Name)
+			if p.ParentRef.SectionName != nil {
+				parent += "/" + string(*p.ParentRef.SectionName)
+			}
+			if c := meta(p.Conditions, gw.RouteConditionAccepted); c != nil && c.Status == metav1.ConditionFalse {
+				msgs = append(msgs, validation.Message{Code: validation.CodeRouteNotAttached, Object: obj, Text: fmt.Sprintf("parent %s: %s: %s", parent, c.Reason, c.Message)})
+			}
+			c := meta(p.Conditions, gw.RouteConditionResolvedRefs)
+			if c == nil || c.Status != metav1.ConditionFalse {
+				continue
+			}
+			switch gw.RouteConditionReason(c.Reason) {
+			case gw.RouteReasonRefNotPermitted:
+				msgs = append(msgs, validation.Message{Code: validation.CodeRefNotPermitted, Object: obj, Text: c.Message})
+			case gw.RouteReasonBackendNotFound:
+				if haveServices {
+					msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Text: c.Reason + ": " + c.Message})
+				}
+			default:
+				msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Text: c.Reason + ": " + c.Message})
+			}
+		}
+	}
+	return msgs
+}
+
+func (g *gatewayFiles) gateway(ref gatewayapi.Ref) *gw.Gateway {
+	for _, o := range g.in.Gateways {
+		if o.Namespace == ref.Namespace && o.Name == ref.Name {
+			return o
+		}
+	}
+	return nil
+}
+
+func compareRefs(a, b gatewayapi.Ref) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+func meta[T ~string](conds []metav1.Condition, t T) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == string(t) {
+			return &conds[i]
+		}
+	}
+	return nil
+}
