@@ -188,21 +188,40 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 		if !programmed {
 			continue
 		}
+		annotations := map[string]string{
+			AnnotationParents:              KindGateway + "/" + g.Name + "/" + string(l.Name) + "." + g.Namespace,
+			AnnotationGatewaySemantics:     model.RouteSemanticsGateway,
+			model.AnnotationGatewayService: strings.Join(services, ","),
+			AnnotationServiceAccount:       serviceAccount,
+		}
+		if granted := grantedCredentials(server.GetTls(), g.Namespace); len(granted) > 0 {
+			annotations[model.AnnotationGrantedCredentials] = strings.Join(granted, ",")
+		}
 		c.gatewayObjects = append(c.gatewayObjects, &istio.Object{
 			Kind: c.kinds[istio.Gateway],
 			Meta: istio.Meta{
 				Name: name, Namespace: g.Namespace, CreationTime: g.CreationTimestamp.Time,
-				Annotations: map[string]string{
-					AnnotationParents:              KindGateway + "/" + g.Name + "/" + string(l.Name) + "." + g.Namespace,
-					AnnotationGatewaySemantics:     model.RouteSemanticsGateway,
-					model.AnnotationGatewayService: strings.Join(services, ","),
-					AnnotationServiceAccount:       serviceAccount,
-				},
+				Annotations: annotations,
 			},
 			Spec: &networking.Gateway{Servers: []*networking.Server{server}},
 		})
 	}
 	c.reportGateway(g, st, services, servers, err, valid)
+}
+
+// grantedCredentials are a server's certificates (and client CA) of
+// other namespaces than the Gateway's: the listener is converted with
+// them only when a ReferenceGrant admits them, so they are what
+// discovery may serve the gateway (model.AnnotationGrantedCredentials).
+func grantedCredentials(t *networking.ServerTLSSettings, ns string) []string {
+	var out []string
+	for _, n := range append(append([]string{t.GetCredentialName()}, t.GetCredentialNames()...), t.GetCaCertCredentialName()) {
+		rest, ok := strings.CutPrefix(n, registry.GatewayCredentialPrefix)
+		if sns, _, _ := strings.Cut(rest, "/"); ok && sns != ns {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // DefaultName is the name of a managed Gateway's Deployment, Service and

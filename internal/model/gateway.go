@@ -13,6 +13,18 @@ import (
 // generated Gateways carry it.
 const AnnotationGatewayService = "internal.istio.io/gateway-service"
 
+// AnnotationGrantedCredentials lists, comma separated, the Gateway API
+// certificates of other namespaces ("kubernetes-gateway://<ns>/<name>")
+// that ReferenceGrants admit for a generated Gateway: galley's
+// conversion sets it, and galley refuses it on any object a user writes
+// (validation), so that it says what the grants say (Istio checks the
+// grants in discovery: its PushContext.SecretAllowed).
+const AnnotationGrantedCredentials = InternalAnnotationPrefix + "granted-credentials"
+
+// InternalAnnotationPrefix starts the annotations galley sets on the
+// objects it generates, and refuses on any other.
+const InternalAnnotationPrefix = "internal.flotilla.io/"
+
 // Gateway is a Gateway resource.
 type Gateway struct {
 	Name, Namespace string
@@ -20,11 +32,18 @@ type Gateway struct {
 	// Services are the hostnames of AnnotationGatewayService; nil when
 	// the Gateway selects by labels.
 	Services []string
+	// Granted are the certificates of AnnotationGrantedCredentials.
+	Granted []string
 }
 
 // gatewayServices parses AnnotationGatewayService.
 func gatewayServices(annotations map[string]string) []string {
-	v, ok := annotations[AnnotationGatewayService]
+	return commaList(annotations, AnnotationGatewayService)
+}
+
+// commaList parses a comma-separated annotation; nil when absent.
+func commaList(annotations map[string]string, key string) []string {
+	v, ok := annotations[key]
 	if !ok {
 		return nil
 	}

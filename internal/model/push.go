@@ -478,7 +478,10 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 	}
 	for _, o := range sortedObjects(s.configs[istio.Gateway]) {
 		if spec, ok := o.Spec.(*networking.Gateway); ok {
-			ci.gateways = append(ci.gateways, &Gateway{Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec, Services: gatewayServices(o.Meta.Annotations)})
+			ci.gateways = append(ci.gateways, &Gateway{
+				Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec, Services: gatewayServices(o.Meta.Annotations),
+				Granted: commaList(o.Meta.Annotations, AnnotationGrantedCredentials),
+			})
 		}
 	}
 	for _, o := range sortedObjects(s.configs[istio.RequestAuthentication]) {

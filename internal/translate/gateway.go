@@ -1089,13 +1089,19 @@ func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *bui
 // gatewayCredentials: the certificateRefs of the Gateway API Gateways of
 // the proxy's namespace that select it, for Secrets of that namespace
 // (Istio's MergeGateways, same-namespace trust), with their CA names for
-// servers that validate clients.
+// servers that validate clients, and those of other namespaces that
+// ReferenceGrants admit (model.Gateway.Granted; Istio's SecretAllowed).
 func (router) gatewayCredentials(g *gen) map[string]bool {
 	ns := g.p.VerifiedNamespace
 	out := map[string]bool{}
 	for _, gw := range g.pc.ProxyGateways(g.p) {
 		if gw.Namespace != ns {
 			continue
+		}
+		for _, n := range gw.Granted {
+			if strings.HasPrefix(n, registry.GatewayCredentialPrefix) {
+				out[n] = true
+			}
 		}
 		for _, s := range gw.Spec.GetServers() {
 			for _, cn := range append([]string{s.GetTls().GetCredentialName()}, s.GetTls().GetCredentialNames()...) {

@@ -19,16 +19,18 @@ import (
 //
 // A proxy gets only the Secrets of the namespace of its verified client
 // certificate (Istio's lesson from CVE-2021-34824): none over a
-// connection without one, none of another namespace whatever it asks.
+// connection without one, none of another namespace whatever it asks
+// but what a ReferenceGrant admits (below).
 // A credentialName Secret also needs the proxy's service account to be
 // allowed to read it (model.Proxy.SecretsRefused; Istio's
 // CredentialsController.Authorize), which when refused is a problem
 // reported. A Gateway API certificateRef ("kubernetes-gateway://") needs
-// instead that a Gateway of the proxy's namespace selecting it name it
-// (flavour.gatewayCredentials; Istio's VerifiedCertificateReferences,
-// checked so in its SecretGen for that type): the Gateway API's own
-// rules, not RBAC, govern it, so a gateway deployed for a Gateway needs
-// no Role.
+// instead that a Gateway of the proxy's namespace selecting it name it,
+// for a Secret of that namespace or of another whose ReferenceGrant
+// admits it (flavour.gatewayCredentials; Istio's
+// VerifiedCertificateReferences, checked so in its SecretGen for that
+// type): the Gateway API's own rules, not RBAC, govern it, so a gateway
+// deployed for a Gateway needs no Role.
 func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	g := x.g
 	ns := g.p.VerifiedNamespace
@@ -44,10 +46,10 @@ func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 				verified = g.fl.gatewayCredentials(g)
 			}
 			sns, sname, qualified := strings.Cut(rest, "/")
-			if !qualified || sns != ns || !verified[name] {
+			if !qualified || !verified[name] {
 				continue
 			}
-			if s := g.credentialSecret(name, ns, sname); s != nil {
+			if s := g.credentialSecret(name, sns, sname); s != nil {
 				out = append(out, s)
 			}
 			continue

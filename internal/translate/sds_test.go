@@ -23,6 +23,8 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 		{Namespace: "edge", Name: "partner", CertificateChain: []byte("pchain"), PrivateKey: []byte("pkey")},
 		{Namespace: "edge", Name: "partner-cacert", CertificateChain: []byte("pca")},
 		{Namespace: "other", Name: "theirs", CertificateChain: []byte("c"), PrivateKey: []byte("k")},
+		{Namespace: "certs", Name: "shared", CertificateChain: []byte("s"), PrivateKey: []byte("sk")},
+		{Namespace: "certs", Name: "shop-only", CertificateChain: []byte("o"), PrivateKey: []byte("ok")},
 	} {
 		body, err := anypb.New(c)
 		if err != nil {
@@ -39,10 +41,20 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 	// selecting the same proxies names partner, which is therefore not
 	// verified; other's Gateway names theirs for other's gateways.
 	kinds := kindsByName()
-	for _, g := range []struct{ ns, cred string }{
-		{"edge", "kubernetes-gateway://edge/shop-cert"}, {"shop", "kubernetes-gateway://edge/partner"}, {"other", "kubernetes-gateway://other/theirs"},
+	// edge's Gateway also has certs/shared, which a ReferenceGrant admits
+	// (galley's conversion says so in AnnotationGrantedCredentials); the
+	// shop Gateway claims certs/shop-only the same way, but is not of
+	// the proxy's namespace.
+	for _, g := range []struct{ ns, cred, granted string }{
+		{"edge", "kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://certs/shared"},
+		{"shop", "kubernetes-gateway://edge/partner", "kubernetes-gateway://certs/shop-only"},
+		{"other", "kubernetes-gateway://other/theirs", ""},
 	} {
-		s.PutObject(&istio.Object{Kind: kinds[istio.Gateway], Meta: istio.Meta{Name: "gw", Namespace: g.ns}, Spec: &networking.Gateway{
+		var annotations map[string]string
+		if g.granted != "" {
+			annotations = map[string]string{model.AnnotationGrantedCredentials: g.granted}
+		}
+		s.PutObject(&istio.Object{Kind: kinds[istio.Gateway], Meta: istio.Meta{Name: "gw", Namespace: g.ns, Annotations: annotations}, Spec: &networking.Gateway{
 			Selector: map[string]string{"istio": "ingress"},
 			Servers: []*networking.Server{{
 				Port: &networking.Port{Number: 443, Name: "https", Protocol: "HTTPS"}, Hosts: []string{"*"},
@@ -59,6 +71,7 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 		// not served), and named by a Gateway of that namespace.
 		"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://edge/shop-cert-cacert", "kubernetes-gateway://edge/partner",
 		"kubernetes-gateway://other/theirs", "kubernetes-gateway://shop-cert",
+		"kubernetes-gateway://certs/shared", "kubernetes-gateway://certs/shop-only",
 	}
 	for _, tc := range []struct {
 		verified string
@@ -67,10 +80,13 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 		{"edge", map[string]string{
 			"kubernetes://shop-cert": "chain/key", "kubernetes://shop-cert-cacert": "ca", "kubernetes://partner": "pchain/pkey",
 			"kubernetes://partner-cacert": "pca", "kubernetes://edge/shop-cert": "chain/key", "kubernetes-gateway://edge/shop-cert": "chain/key",
-			"kubernetes-gateway://edge/shop-cert-cacert": "ca",
+			"kubernetes-gateway://edge/shop-cert-cacert": "ca", "kubernetes-gateway://certs/shared": "s/sk",
 		}},
-		{"", map[string]string{}},     // plaintext: no identity, no secret
-		{"shop", map[string]string{}}, // another namespace's proxy
+		{"", map[string]string{}}, // plaintext: no identity, no secret
+		// Another namespace's proxy: only what its own namespace's
+		// Gateway has granted (edge/partner, named there but not
+		// granted, it does not get).
+		{"shop", map[string]string{"kubernetes-gateway://certs/shop-only": "o/ok"}},
 		{"other", map[string]string{"kubernetes://other/theirs": "c/k", "kubernetes://theirs": "c/k", "kubernetes-gateway://other/theirs": "c/k"}},
 	} {
 		p := &model.Proxy{
@@ -116,7 +132,7 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 	for _, sec := range gen.Secrets(names) {
 		got = append(got, sec.GetName())
 	}
-	if want := []string{"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://edge/shop-cert-cacert"}; !slices.Equal(got, want) {
+	if want := []string{"kubernetes-gateway://certs/shared", "kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://edge/shop-cert-cacert"}; !slices.Equal(got, want) {
 		t.Errorf("a proxy refused its Secrets got %q, want only %q", got, want)
 	}
 	// A sidecar is no gateway: no Gateway API certificate, whatever

@@ -11,10 +11,12 @@ package validation
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // Issue is one problem at one field.
@@ -164,5 +166,13 @@ func validateMeta(r *Result, obj *istio.Object) {
 	}
 	if msg := dns1123Label(obj.Meta.Namespace); msg != "" {
 		r.errorf("metadata.namespace", "%q %s", obj.Meta.Namespace, msg)
+	}
+	// Galley's own annotations say what only galley knows (the
+	// ReferenceGrants behind model.AnnotationGrantedCredentials): an
+	// object written with one could claim another namespace's Secrets.
+	for _, k := range slices.Sorted(maps.Keys(obj.Meta.Annotations)) {
+		if strings.HasPrefix(k, model.InternalAnnotationPrefix) {
+			r.errorf("metadata.annotations", "%s annotations are galley's own (%s): an object may not set them", model.InternalAnnotationPrefix, k)
+		}
 	}
 }
