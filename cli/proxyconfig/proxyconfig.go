@@ -40,6 +40,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	// The Envoy types a config dump holds, to decode them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
@@ -590,6 +591,13 @@ func routeRows(rc *routev3.RouteConfiguration) [][]string {
 			vs := "-"
 			if cfg := r.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue(); cfg != "" {
 				vs = configName(cfg)
+				if strings.Contains(cfg, gatewayapi.GeneratedName) {
+					// A VirtualService galley generated from the Gateway
+					// API: the rule's name says which route it is, as
+					// Istio names it (<namespace>.<route>.<position>, or
+					// the rule's own name).
+					vs = r.GetName() + " (Gateway API)"
+				}
 			} else if r.GetDirectResponse().GetStatus() == 404 {
 				vs = "404"
 			}

@@ -176,7 +176,7 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 			continue
 		}
 		servers = append(servers, server)
-		name := g.Name + "~" + generatedName + "~" + string(l.Name)
+		name := g.Name + "~" + GeneratedName + "~" + string(l.Name)
 		allowed, _ := supportedKinds(l)
 		pi := &parentInfo{
 			InternalName: g.Namespace + "/" + name, AllowedKinds: allowed, Hostnames: server.GetHosts(),

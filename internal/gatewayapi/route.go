@@ -449,7 +449,7 @@ func (c *converter) httpVirtualServices(r route, parents []routeParent, meshRout
 			sortHTTPRoutes(routes)
 			c.virtualServices = append(c.virtualServices, keyedVS{
 				key: key + "/" + h,
-				obj: c.routeObject(r, r.meta.Name+"~"+strconv.Itoa(count)+"~"+generatedName, &networking.VirtualService{
+				obj: c.routeObject(r, r.meta.Name+"~"+strconv.Itoa(count)+"~"+GeneratedName, &networking.VirtualService{
 					Hosts: []string{h}, Gateways: []string{p.internalName}, Http: routes,
 				}),
 			})

@@ -158,7 +158,7 @@ func (c *converter) tcpRoute(obj *gw.TCPRoute) {
 			hosts = c.meshHosts(p, r.ref.Namespace)
 		}
 		for _, h := range hosts {
-			c.virtualServices = append(c.virtualServices, keyedVS{obj: c.routeObject(r, fmt.Sprintf("%s~tcp~%d~%s", obj.Name, count, generatedName),
+			c.virtualServices = append(c.virtualServices, keyedVS{obj: c.routeObject(r, fmt.Sprintf("%s~tcp~%d~%s", obj.Name, count, GeneratedName),
 				&networking.VirtualService{Hosts: []string{h}, Gateways: []string{p.internalName}, Tcp: routes})})
 			count++
 		}
@@ -207,7 +207,7 @@ func (c *converter) tlsRoute(obj *gw.TLSRoute) {
 			if p.mesh() {
 				rs = tlsRoutesFor(routes, h)
 			}
-			c.virtualServices = append(c.virtualServices, keyedVS{obj: c.routeObject(r, fmt.Sprintf("%s~tls~%d~%s", obj.Name, count, generatedName),
+			c.virtualServices = append(c.virtualServices, keyedVS{obj: c.routeObject(r, fmt.Sprintf("%s~tls~%d~%s", obj.Name, count, GeneratedName),
 				&networking.VirtualService{Hosts: []string{h}, Gateways: []string{p.internalName}, Tls: rs})})
 			count++
 		}

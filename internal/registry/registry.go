@@ -40,7 +40,7 @@ const GatewayCredentialPrefix = "kubernetes-gateway://" //nolint:gosec // a name
 // ConfigMap's ca.crt ("configmap://<namespace>/<name>-cacert", Istio's
 // credentials.KubernetesConfigMapType), as the Gateway API's frontend
 // validation names one.
-const ConfigMapCredentialPrefix = "configmap://"
+const ConfigMapCredentialPrefix = "configmap://" //nolint:gosec // a name's prefix, not a credential
 
 // CredentialName is the resource name of a Credential: "namespace/name".
 func CredentialName(namespace, name string) string { return namespace + "/" + name }
