@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
 )
 
 // FuzzConvertNeverPanicsAndStaysWithinItsInput converts routes and
@@ -73,6 +75,46 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 		for ref := range out.Routes {
 			if !namespaces[ref.Namespace] {
 				t.Fatalf("status for %s, which was not given", ref)
+			}
+		}
+	})
+}
+
+// FuzzDeployOverlaysStayWithinTheGateway renders a Gateway's deployment
+// under arbitrary parametersRef data (a user's ConfigMap): whatever it
+// holds, Deploy returns, and every object it renders is of the Gateway's
+// namespace, named after it and owned by it alone — an overlay cannot
+// move, rename or re-own what galley applies.
+func FuzzDeployOverlaysStayWithinTheGateway(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"deployment", "spec:\n  replicas: 3\n"},
+		{"service", "metadata:\n  annotations: {a: b}\n"},
+		{"deployment", "metadata:\n  name: other\n"},
+		{"horizontalPodAutoscaler", "spec: {maxReplicas: 4}\n"},
+		{"podDisruptionBudget", "metadata: {namespace: kube-system}\n"},
+		{"serviceAccount", "metadata: {ownerReferences: [{apiVersion: v1, kind: Pod, name: x, uid: y}]}\n"},
+		{"deployment", "spec: [:"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	g := &gw.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps", UID: "u1"},
+		Spec:       gw.GatewaySpec{GatewayClassName: "flotilla", Listeners: []gw.Listener{{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType}}},
+	}
+	f.Fuzz(func(t *testing.T, key, overlay string) {
+		objs, err := gatewayapi.Deploy(gatewayapi.DeployInput{
+			Gateway: g, Controller: gatewayapi.DefaultController, Values: inject.DefaultValues(),
+			Parameters: map[string]string{key: overlay},
+		})
+		if err != nil {
+			return
+		}
+		for _, o := range objs {
+			if o.GetNamespace() != "apps" || !strings.HasPrefix(o.GetName(), "web-") {
+				t.Fatalf("rendered %s/%s", o.GetNamespace(), o.GetName())
+			}
+			if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "u1" {
+				t.Fatalf("%s owned by %v", o.GetName(), refs)
 			}
 		}
 	})
