@@ -61,6 +61,10 @@ func LiveInput(l *Live, f *Files, domainSuffix string) validation.Input {
 	}
 	in := validation.Input{Mesh: mesh, DomainSuffix: domainSuffix, HaveServices: true, HaveWorkloads: true}
 	in.Objects = slices.DeleteFunc(slices.Clone(objects), func(o *istio.Object) bool { return overlaid[o.ID()] })
+	in.Admitted = make(map[istio.ID]bool, len(in.Objects))
+	for _, o := range in.Objects {
+		in.Admitted[o.ID()] = true
+	}
 	in.Objects = append(in.Objects, f.Objects...)
 	// Analyze makes the ServiceEntries' Services from the objects, so
 	// that an overlaid ServiceEntry counts as it is in the files.

@@ -41,6 +41,10 @@ type Input struct {
 	// and say so otherwise (CodeAnalyzerSkipped), rather than call every
 	// host unknown.
 	HaveServices, HaveWorkloads bool
+	// Admitted are the objects galley serves already (live analysis):
+	// they may carry galley's internal annotations, which it refuses on
+	// what a user writes (files).
+	Admitted map[istio.ID]bool
 }
 
 // Workload is a workload by its labels: a Pod, or the Pod template of a
@@ -97,7 +101,7 @@ func Analyze(in Input) []Message {
 	a := newAnalysis(in)
 	subsets := NewSubsetIndex(in.Objects, a.suffix)
 	for _, o := range in.Objects {
-		r := Validate(o, subsets)
+		r := validate(o, subsets, in.Admitted[o.ID()])
 		for _, is := range slices.Concat(r.Errors, r.Warnings) {
 			a.report(is.Code, refOf(o), is.Path, "%s", is.Message)
 		}

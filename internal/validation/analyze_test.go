@@ -242,3 +242,28 @@ func TestEveryCodeHasANameASeverityAndAMeaning(t *testing.T) {
 		t.Error("an unknown code is not an error")
 	}
 }
+
+// Galley's internal annotations are refused on what a user writes, but
+// not on what galley serves already (analyze --live reads its generated
+// Gateways, which carry them).
+func TestGalleysInternalAnnotationsAreRefusedOnlyOnWhatAUserWrites(t *testing.T) {
+	in := world(t, `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: gw
+  annotations: {internal.flotilla.io/granted-credentials: "kubernetes-gateway://certs/shared"}
+spec:
+  selector: {app: web}
+  servers:
+  - port: {number: 8080, name: http, protocol: HTTP}
+    hosts: ["*"]
+`)
+	want := "FLT0101 Gateway app/gw metadata.annotations"
+	if got := messages(in); !slices.Contains(got, want) {
+		t.Errorf("written by a user: %q, want %q", got, want)
+	}
+	in.Admitted = map[istio.ID]bool{in.Objects[0].ID(): true}
+	if got := messages(in); slices.Contains(got, want) {
+		t.Errorf("served by galley: %q, want no %q", got, want)
+	}
+}

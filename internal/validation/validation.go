@@ -88,10 +88,20 @@ type Context interface {
 	Subsets(namespace, host string) (names []string, found bool)
 }
 
-// Validate checks one object.
+// Validate checks one object a user writes (galley's webhook, its
+// Kubernetes and file sources, analyze's files).
 func Validate(obj *istio.Object, ctx Context) Result {
+	return validate(obj, ctx, false)
+}
+
+// validate is Validate; admitted is for an object galley already serves,
+// whose internal annotations are galley's own (analyze --live).
+func validate(obj *istio.Object, ctx Context, admitted bool) Result {
 	var r Result
 	validateMeta(&r, obj)
+	if !admitted {
+		refuseInternalAnnotations(&r, obj)
+	}
 	v := &validator{r: &r, ctx: ctx, obj: obj}
 	if check := checkFor(obj.Kind.Kind); check != nil {
 		check(v)
@@ -167,9 +177,13 @@ func validateMeta(r *Result, obj *istio.Object) {
 	if msg := dns1123Label(obj.Meta.Namespace); msg != "" {
 		r.errorf("metadata.namespace", "%q %s", obj.Meta.Namespace, msg)
 	}
-	// Galley's own annotations say what only galley knows (the
-	// ReferenceGrants behind model.AnnotationGrantedCredentials): an
-	// object written with one could claim another namespace's Secrets.
+}
+
+// refuseInternalAnnotations: galley's own annotations say what only
+// galley knows (the ReferenceGrants behind
+// model.AnnotationGrantedCredentials): an object written with one could
+// claim another namespace's Secrets.
+func refuseInternalAnnotations(r *Result, obj *istio.Object) {
 	for _, k := range slices.Sorted(maps.Keys(obj.Meta.Annotations)) {
 		if strings.HasPrefix(k, model.InternalAnnotationPrefix) {
 			r.errorf("metadata.annotations", "%s annotations are galley's own (%s): an object may not set them", model.InternalAnnotationPrefix, k)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	"sigs.k8s.io/yaml"
 )
 
 // gatewayDeployed: a Gateway of Flotilla's class, applied as a user
@@ -58,6 +59,17 @@ func gatewayDeployed(t testing.TB, ctx context.Context, cp *controlPlane) { //no
 	if err != nil {
 		t.Fatal(err)
 	}
+	injection, err := c.CoreV1().ConfigMaps(systemNamespace).Get(ctx, "flotilla-sidecar-injector", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		ProxyImage       string `json:"proxyImage"`
+		DiscoveryAddress string `json:"discoveryAddress"`
+	}
+	if err := yaml.Unmarshal([]byte(injection.Data["values"]), &values); err != nil || values.ProxyImage == "" {
+		t.Fatalf("the chart's injection values %q: %v", injection.Data["values"], err)
+	}
 	owned := func(m metav1.ObjectMeta) error {
 		if m.Labels["gateway.istio.io/managed"] != "flotilla.io-gateway-controller" || m.Labels["team"] != "edge" ||
 			m.Labels["gateway.networking.k8s.io/gateway-name"] != name {
@@ -80,8 +92,14 @@ func gatewayDeployed(t testing.TB, ctx context.Context, cp *controlPlane) { //no
 			if d.Spec.Replicas == nil || *d.Spec.Replicas != n {
 				return fmt.Errorf("replicas %v, want %d", d.Spec.Replicas, n)
 			}
-			if d.Spec.Template.Spec.ServiceAccountName != deployed || d.Spec.Template.Spec.Containers[0].Name != "istio-proxy" {
-				return fmt.Errorf("pod spec: service account %q, containers %v", d.Spec.Template.Spec.ServiceAccountName, d.Spec.Template.Spec.Containers)
+			pod := d.Spec.Template.Spec
+			if pod.ServiceAccountName != deployed || pod.Containers[0].Name != "istio-proxy" {
+				return fmt.Errorf("pod spec: service account %q, containers %v", pod.ServiceAccountName, pod.Containers)
+			}
+			// The proxy the chart's injection configuration names, told
+			// where discovery is by it.
+			if pod.Containers[0].Image != values.ProxyImage || !slices.Contains(pod.Containers[0].Env, corev1.EnvVar{Name: "DISCOVERY_ADDRESS", Value: values.DiscoveryAddress}) {
+				return fmt.Errorf("proxy image %q, env %v; want %q and DISCOVERY_ADDRESS %q", pod.Containers[0].Image, pod.Containers[0].Env, values.ProxyImage, values.DiscoveryAddress)
 			}
 			return nil
 		}

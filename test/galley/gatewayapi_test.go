@@ -180,6 +180,33 @@ func TestTheGatewayAPIIsServedAsIstioConfigurationWithItsStatus(t *testing.T) {
 		})
 	}
 
+	// The leader deploys the Gateway (no injection ConfigMap here: the
+	// built-in values), but leaves the Service web-flotilla alone: it was
+	// made by hand, without gateway.istio.io/managed, as Istio's
+	// deployment controller leaves it.
+	waitStatus("the gateway's Deployment and ServiceAccount", func() (bool, error) {
+		d, err := kube.AppsV1().Deployments(ns).Get(ctx, "web-flotilla", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if _, err := kube.CoreV1().ServiceAccounts(ns).Get(ctx, "web-flotilla", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return d.Labels["gateway.istio.io/managed"] == "flotilla.io-gateway-controller" &&
+			d.Spec.Template.Spec.Containers[0].Image == "flotilla-proxy:latest", nil
+	})
+	g.out.WaitFor(t, "not deploying over an object the gateway controller did not make")
+	svc, err := kube.CoreV1().Services(ns).Get(ctx, "web-flotilla", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, managed := svc.Labels["gateway.istio.io/managed"]; managed || len(svc.OwnerReferences) != 0 || len(svc.Spec.Ports) != 1 {
+		t.Fatalf("the hand-made Service was written: labels %v, owners %v, ports %v", svc.Labels, svc.OwnerReferences, svc.Spec.Ports)
+	}
+
 	// A backend that is not there.
 	r, err := api.HTTPRoutes(ns).Get(ctx, "bin", metav1.GetOptions{})
 	if err != nil {
