@@ -534,7 +534,21 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		{"flotilla-galley", "list", "", "pods", "", "", "", true},
 		{"flotilla-galley", "create", "", "pods", "app", "", "", false},
 		{"flotilla-galley", "list", "", "configmaps", namespace, "", "", true},
-		{"flotilla-galley", "list", "", "configmaps", "app", "", "", false},
+		// Every namespace's ConfigMaps, read only: a Gateway's
+		// parametersRef and CA certificates (as istiod reads them).
+		{"flotilla-galley", "list", "", "configmaps", "app", "", "", true},
+		{"flotilla-galley", "update", "", "configmaps", "app", "x", "", false},
+		// A Gateway's deployment, server-side applied; never deleted by
+		// galley (the garbage collector removes it with the Gateway).
+		{"flotilla-galley", "patch", "apps", "deployments", "app", "web-flotilla", "", true},
+		{"flotilla-galley", "create", "", "serviceaccounts", "app", "", "", true},
+		{"flotilla-galley", "patch", "", "services", "app", "web-flotilla", "", true},
+		{"flotilla-galley", "patch", "autoscaling", "horizontalpodautoscalers", "app", "web-flotilla", "", true},
+		{"flotilla-galley", "patch", "policy", "poddisruptionbudgets", "app", "web-flotilla", "", true},
+		{"flotilla-galley", "delete", "apps", "deployments", "app", "web-flotilla", "", false},
+		{"flotilla-galley", "create", "", "pods", "app", "", "", false},
+		{"flotilla-galley", "create", "gateway.networking.k8s.io", "gatewayclasses", "", "", "", true},
+		{"flotilla-galley", "delete", "gateway.networking.k8s.io", "gatewayclasses", "", "istio", "", false},
 		// Secrets everywhere, for credentialName (galley.secretNamespaces
 		// limits it; see the chart README).
 		{"flotilla-galley", "list", "", "secrets", "app", "", "", true},
