@@ -262,19 +262,28 @@ func (w withConfigMaps) ConfigMap(ns, name string) (map[string]string, bool) { r
 func (c *Controller) lead(ctx context.Context) {
 	c.o.Log.Info("leading: writing the Gateway API's status and deploying its gateways")
 	c.ensureClasses(ctx)
+	// The deployments' informers sync beside the status writing: status
+	// never waits on them (their RBAC may be missing, say).
 	d := newDeployer(c.o.Kube)
-	if err := d.watch(ctx, c.redeploy); err != nil {
-		if ctx.Err() == nil {
-			c.o.Log.Error("watching the gateways' deployments; not deploying them", "error", err)
+	synced := make(chan struct{})
+	go func() {
+		if err := d.watch(ctx, c.redeploy); err != nil {
+			if ctx.Err() == nil {
+				c.o.Log.Error("watching the gateways' deployments; not deploying them", "error", err)
+			}
+			return
 		}
-		d = nil
-	}
+		close(synced)
+		c.redeploy()
+	}()
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
 		c.writeStatus(ctx)
-		if d != nil {
+		select {
+		case <-synced:
 			c.deploy(ctx, d)
+		default:
 		}
 		select {
 		case <-ctx.Done():
