@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -117,7 +118,7 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 	for _, ref := range slices.SortedFunc(maps.Keys(out.Gateways), compareRefs) {
 		st := out.Gateways[ref]
 		obj := validation.Ref{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
-		if c := meta(st.Conditions, gw.GatewayConditionAccepted); c != nil && c.Status == metav1.ConditionFalse {
+		if c := apimeta.FindStatusCondition(st.Conditions, string(gw.GatewayConditionAccepted)); c != nil && c.Status == metav1.ConditionFalse {
 			msgs = append(msgs, validation.Message{Code: validation.CodeGatewayNotAccepted, Object: obj, Text: c.Reason + ": " + c.Message})
 		}
 		spec := g.gateway(ref)
@@ -128,10 +129,10 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 					path = fmt.Sprintf("spec.listeners[%d]", i)
 				}
 			}
-			if c := meta(ls.Conditions, gw.ListenerConditionConflicted); c != nil && c.Status == metav1.ConditionTrue {
+			if c := apimeta.FindStatusCondition(ls.Conditions, string(gw.ListenerConditionConflicted)); c != nil && c.Status == metav1.ConditionTrue {
 				msgs = append(msgs, validation.Message{Code: validation.CodeListenerConflict, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
 			}
-			if c := meta(ls.Conditions, gw.ListenerConditionResolvedRefs); c != nil && c.Status == metav1.ConditionFalse {
+			if c := apimeta.FindStatusCondition(ls.Conditions, string(gw.ListenerConditionResolvedRefs)); c != nil && c.Status == metav1.ConditionFalse {
 				switch gw.ListenerConditionReason(c.Reason) {
 				case gw.ListenerReasonRefNotPermitted:
 					msgs = append(msgs, validation.Message{Code: validation.CodeRefNotPermitted, Object: obj, Path: path, Text: c.Message})
@@ -152,10 +153,10 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 			if p.ParentRef.SectionName != nil {
 				parent += "/" + string(*p.ParentRef.SectionName)
 			}
-			if c := meta(p.Conditions, gw.RouteConditionAccepted); c != nil && c.Status == metav1.ConditionFalse {
+			if c := apimeta.FindStatusCondition(p.Conditions, string(gw.RouteConditionAccepted)); c != nil && c.Status == metav1.ConditionFalse {
 				msgs = append(msgs, validation.Message{Code: validation.CodeRouteNotAttached, Object: obj, Text: fmt.Sprintf("parent %s: %s: %s", parent, c.Reason, c.Message)})
 			}
-			c := meta(p.Conditions, gw.RouteConditionResolvedRefs)
+			c := apimeta.FindStatusCondition(p.Conditions, string(gw.RouteConditionResolvedRefs))
 			if c == nil || c.Status != metav1.ConditionFalse {
 				continue
 			}
@@ -185,13 +186,4 @@ func (g *gatewayFiles) gateway(ref gatewayapi.Ref) *gw.Gateway {
 
 func compareRefs(a, b gatewayapi.Ref) int {
 	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-}
-
-func meta[T ~string](conds []metav1.Condition, t T) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == string(t) {
-			return &conds[i]
-		}
-	}
-	return nil
 }

@@ -516,10 +516,11 @@ func applyOverlays(obj metav1.Object, overlays []map[string]string) (metav1.Obje
 	kind := reflect.TypeOf(obj).Elem().Name()
 	key := overlayKeys[kind]
 	applied := false
+	supported := slices.Sorted(maps.Values(overlayKeys))
 	for _, ov := range overlays {
 		for k := range ov {
-			if !slices.Contains(slices.Collect(maps.Values(overlayKeys)), k) { // five keys
-				return nil, fmt.Errorf("unsupported overlay %q (supported: %s)", k, strings.Join(slices.Sorted(maps.Values(overlayKeys)), ", "))
+			if !slices.Contains(supported, k) {
+				return nil, fmt.Errorf("unsupported overlay %q (supported: %s)", k, strings.Join(supported, ", "))
 			}
 		}
 		patch, ok := ov[key]
