@@ -129,9 +129,15 @@ func (pc *PushContext) newScope(ns string, sc *SidecarConfig) *Scope {
 		}
 		visible = append(visible, vs)
 	}
-	// Stable: precedence order (oldest first) within each group.
+	// Stable: precedence order (oldest first) within each group. Routes
+	// of the Gateway API in the proxy's own namespace come before
+	// everything else, so a consumer's HTTPRoute overrides a
+	// VirtualService or producer's route for the same host (Istio's
+	// SelectVirtualServices, gwExact first).
 	slices.SortStableFunc(visible, func(a, b *VirtualService) int {
-		return cmp.Compare(boolRank(a.Namespace != ns), boolRank(b.Namespace != ns))
+		return cmp.Or(
+			cmp.Compare(boolRank(!a.GatewaySemantics || a.Namespace != ns), boolRank(!b.GatewaySemantics || b.Namespace != ns)),
+			cmp.Compare(boolRank(a.Namespace != ns), boolRank(b.Namespace != ns)))
 	})
 	for _, vs := range visible {
 		wild := false
@@ -233,8 +239,8 @@ func (s *Scope) Service(host string) *registryv1.Service { return s.byHost[host]
 
 // VirtualService returns the VirtualService that routes host for sidecars
 // in this scope, or nil: an exact host beats a wildcard, a longer wildcard
-// a shorter one, the proxy's namespace the others, then namespace/name
-// order.
+// a shorter one, a Gateway API route of the proxy's namespace the others,
+// then the proxy's namespace the others, then precedence order.
 func (s *Scope) VirtualService(host string) *VirtualService {
 	if l := s.vsExact[host]; len(l) > 0 {
 		return l[0]

@@ -191,6 +191,30 @@ func TestTheVirtualServiceOfAHostIsExactBeforeWildcardLongestWildcardOwnNamespac
 	}
 }
 
+// A consumer's Gateway API route (a VirtualService of gateway semantics
+// in the proxy's namespace) overrides everything else for its host, even
+// an older VirtualService of that namespace; elsewhere it is one more
+// route in the usual order (Istio's SelectVirtualServices).
+func TestAConsumersHTTPRouteOverridesVirtualServicesForItsHostInItsNamespace(t *testing.T) {
+	route := func(host string) *networking.VirtualService {
+		return &networking.VirtualService{Hosts: []string{host}, Http: []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: host}}}}}}
+	}
+	ss := newScopeStore(t).
+		put(istio.VirtualService, "a", "producer", route("api.example.com")).
+		put(istio.VirtualService, "b", "a-virtual-service", route("api.example.com"))
+	kind, _ := istio.ByName(istio.VirtualService)
+	ss.s.PutObject(&istio.Object{Kind: kind, Meta: istio.Meta{
+		Namespace: "b", Name: "z-http-route",
+		Annotations: map[string]string{AnnotationRouteSemantics: RouteSemanticsGateway},
+	}, Spec: route("api.example.com")})
+	pc := ss.build()
+	for ns, want := range map[string]string{"a": "producer", "b": "z-http-route", "c": "a-virtual-service"} {
+		if got := pc.Scope(proxyIn(ns, nil)).VirtualService("api.example.com"); got == nil || got.Name != want {
+			t.Errorf("a proxy in %s routes api.example.com by %v, want %s", ns, got, want)
+		}
+	}
+}
+
 func TestTheDestinationRuleOfAServiceFollowsIstiosLookupOrder(t *testing.T) {
 	dr := func(host string, selector map[string]string, exportTo ...string) *networking.DestinationRule {
 		d := &networking.DestinationRule{Host: host, ExportTo: exportTo}
