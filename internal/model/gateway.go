@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 
@@ -89,14 +90,28 @@ func (pc *PushContext) ProxyGateways(p *Proxy) []*Gateway {
 
 // GatewayVirtualServices returns the VirtualServices bound to a Gateway
 // ("namespace/name") that a gateway proxy in namespace sees (their
-// exportTo includes it), oldest first.
+// exportTo includes it), in Istio's order (VirtualServicesForGateway):
+// those exported to namespaces by name ("." or a list), then the public
+// ones — the Gateway API's routes of the proxy's own namespace first, the
+// "consumer override" — each group oldest first.
 func (pc *PushContext) GatewayVirtualServices(gateway, namespace string) []*VirtualService {
 	var out []*VirtualService
+	fallback := pc.Mesh.GetDefaultVirtualServiceExportTo()
 	for _, vs := range pc.cfg.vsByGateway[gateway] {
-		if !ExportedTo(vs.Spec.GetExportTo(), pc.Mesh.GetDefaultVirtualServiceExportTo(), vs.Namespace, namespace) {
+		if !ExportedTo(vs.Spec.GetExportTo(), fallback, vs.Namespace, namespace) {
 			continue
 		}
 		out = append(out, vs)
 	}
+	rank := func(vs *VirtualService) int {
+		switch {
+		case !exportedToAll(vs.Spec.GetExportTo(), fallback):
+			return 0
+		case vs.GatewaySemantics && vs.Namespace == namespace:
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(out, func(a, b *VirtualService) int { return cmp.Compare(rank(a), rank(b)) })
 	return out
 }

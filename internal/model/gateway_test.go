@@ -2,6 +2,7 @@ package model
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -56,5 +57,39 @@ func TestAGatewayNamingServicesConfiguresTheirInstancesOnly(t *testing.T) {
 	classic := &Proxy{Type: RouterProxy, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, Namespace: "edge", Labels: map[string]string{"istio": "ingressgateway"}}
 	if got := names(classic); len(got) != 1 || got[0] != "edge/classic" {
 		t.Errorf("a proxy selected by labels got %v, want the classic Gateway alone", got)
+	}
+}
+
+// The VirtualServices of a gateway come in Istio's order
+// (VirtualServicesForGateway): exported by name first, then the Gateway
+// API's routes of the proxy's namespace, then the other public ones, each
+// group in precedence order.
+func TestAGatewaysVirtualServicesPutItsNamespacesGatewayAPIRoutesBeforeOtherPublicOnes(t *testing.T) {
+	ss := newScopeStore(t)
+	kind, _ := istio.ByName(istio.VirtualService)
+	put := func(ns, name string, gatewayAPI bool, exportTo ...string) {
+		meta := istio.Meta{Namespace: ns, Name: name}
+		if gatewayAPI {
+			meta.Annotations = map[string]string{AnnotationRouteSemantics: RouteSemanticsGateway}
+		}
+		ss.s.PutObject(&istio.Object{Kind: kind, Meta: meta, Spec: &networking.VirtualService{
+			Hosts: []string{"web.example.com"}, Gateways: []string{"edge/web"}, ExportTo: exportTo,
+			Http: []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "web"}}}}},
+		}})
+	}
+	put("apps", "a-public", false)
+	put("apps", "b-route-elsewhere", true)
+	put("edge", "c-public-here", false)
+	put("edge", "d-route-here", true)
+	put("edge", "e-private", false, ".")
+	put("apps", "f-to-edge", false, "edge")
+	pc := ss.build()
+	var got []string
+	for _, vs := range pc.GatewayVirtualServices("edge/web", "edge") {
+		got = append(got, vs.Name)
+	}
+	want := []string{"e-private", "f-to-edge", "d-route-here", "a-public", "b-route-elsewhere", "c-public-here"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
 	}
 }

@@ -1,6 +1,9 @@
 package model
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Export-to values with a meaning of their own.
 const (
@@ -59,6 +62,15 @@ func ExportedTo(list, fallback []string, own, to string) bool {
 		}
 	}
 	return false
+}
+
+// exportedToAll reports whether an exportTo list (else the fallback, else
+// everywhere, as ExportedTo reads them) exports to every namespace.
+func exportedToAll(list, fallback []string) bool {
+	if len(list) == 0 {
+		list = fallback
+	}
+	return len(list) == 0 || slices.Contains(list, exportAll)
 }
 
 // LabelsMatch reports whether every selector label is in labels. An empty
