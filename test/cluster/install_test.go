@@ -28,7 +28,7 @@ const edsType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignm
 // pods run as processes, then the steps below in order, on that one
 // control plane.
 func TestFlotillaInAWholeCluster(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
 	cp := install(t, ctx, systemNamespace, chartValues...)
 	defer func() {
@@ -47,6 +47,7 @@ func TestFlotillaInAWholeCluster(t *testing.T) {
 		{"galley's leader lost: its leases move, and the sidecars get nothing that did not change", galleyLeaderLost},
 		{"the apiserver restarted: galley withdraws nothing, and the sidecars get nothing that did not change", apiserverRestarted},
 		{"a Gateway of Flotilla's class is deployed by galley's leader, Programmed on its pods, and removed with the Gateway", gatewayDeployed},
+		{"the Gateway API's conformance tests of status pass on what galley's leader writes", gatewayConformance},
 		{"a revision injecting Istio's proxyv2: its pilot-agent gets the pod's certificate and relays config from discovery", istioSidecarRevision},
 	} {
 		if !t.Run(step.name, func(t *testing.T) { step.run(t, ctx, cp) }) {
