@@ -23,6 +23,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // The automated deployment of a Gateway: what Istio's gateway deployment
@@ -30,9 +31,9 @@ import (
 // template) creates for a Gateway of a served class, rendered here from
 // the injection values of the Gateway's revision; galley applies it.
 const (
-	// LabelGatewayName selects a Gateway's pods
-	// (label.IoK8sNetworkingGatewayGatewayName).
-	LabelGatewayName = "gateway.networking.k8s.io/gateway-name"
+	// LabelGatewayName selects a Gateway's pods, and policies'
+	// targetRefs attach to them by it.
+	LabelGatewayName = model.LabelGatewayName
 	// LabelGatewayClassName names the class on every object.
 	LabelGatewayClassName = "gateway.networking.k8s.io/gateway-class-name"
 	// LabelManaged marks the objects the controller owns

@@ -17,8 +17,8 @@ type RequestAuthentication struct {
 // WorkloadRequestAuthentications returns the RequestAuthentications that
 // apply to the workload with labels in namespace, selected as
 // AuthorizationPolicies are (WorkloadAuthorizationPolicies): the root
-// namespace's, then the namespace's, whose selector matches; none with
-// a targetRef.
+// namespace's, then the namespace's, by selector or by targetRefs to a
+// Gateway API gateway.
 func (pc *PushContext) WorkloadRequestAuthentications(namespace string, labels map[string]string) []*RequestAuthentication {
 	return workloadPolicies(pc, pc.cfg.authn, namespace, labels, func(ra *RequestAuthentication) policyTarget { return ra.Spec })
 }

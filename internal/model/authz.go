@@ -27,9 +27,9 @@ type AuthorizationPolicy struct {
 // namespace's own (namespace-wide, or for the workloads their selector
 // matches), each in name order. Istio orders by creation time within a
 // namespace; order matters only for which CUSTOM provider is named first.
-// A policy with a targetRef attaches to the Gateway API gateways or
-// waypoints it names, never by selector (Istio's ShouldAttachPolicy);
-// Flotilla has neither, so those apply to no proxy.
+// A policy with a targetRef attaches to the Gateway API gateways it names,
+// never by selector (Istio's ShouldAttachPolicy; Flotilla has no
+// waypoints).
 func (pc *PushContext) WorkloadAuthorizationPolicies(namespace string, labels map[string]string) []*AuthorizationPolicy {
 	return workloadPolicies(pc, pc.cfg.authz, namespace, labels, func(ap *AuthorizationPolicy) policyTarget { return ap.Spec })
 }
@@ -43,17 +43,15 @@ type policyTarget interface {
 }
 
 // workloadPolicies selects a workload's policies of one kind: the root
-// namespace's, then the namespace's, whose selector matches its labels;
-// none with a targetRef.
+// namespace's, then the namespace's, that attach to it (attaches: by
+// selector, or by targetRefs to a Gateway API gateway of the policy's
+// namespace).
 func workloadPolicies[P any](pc *PushContext, byNamespace map[string][]P, namespace string, labels map[string]string, target func(P) policyTarget) []P {
 	var out []P
 	add := func(ns string) {
 		for _, p := range byNamespace[ns] {
 			t := target(p)
-			if t.GetTargetRef() != nil || len(t.GetTargetRefs()) > 0 {
-				continue
-			}
-			if LabelsMatch(t.GetSelector().GetMatchLabels(), labels) {
+			if attaches(t.GetSelector().GetMatchLabels(), targetRefs(t.GetTargetRef(), t.GetTargetRefs()), ns, namespace, labels) {
 				out = append(out, p)
 			}
 		}

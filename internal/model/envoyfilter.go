@@ -154,8 +154,9 @@ type EnvoyFilterPatches struct {
 // and the proxy namespace's whose workloadSelector matches its labels (no
 // selector: every proxy of the namespace), ordered by priority, then root
 // namespace first, then oldest, then by name; of those, the patches whose
-// proxy match matches. EnvoyFilters with targetRefs attach to Gateway API
-// gateways and waypoints, which Flotilla has not: they apply to no proxy.
+// proxy match matches. EnvoyFilters with targetRefs attach to the Gateway
+// API gateways they name in their namespace, never by selector
+// (attaches).
 // Proxyless clients get none (Istio's gRPC generator applies none).
 func (pc *PushContext) EnvoyFilters(p *Proxy) *EnvoyFilterPatches {
 	if p.ProxylessGRPC() || len(pc.cfg.envoyFilters) == 0 {
@@ -164,10 +165,7 @@ func (pc *PushContext) EnvoyFilters(p *Proxy) *EnvoyFilterPatches {
 	var matched []*EnvoyFilter
 	pick := func(ns string) {
 		for _, ef := range pc.cfg.envoyFilters[ns] {
-			if len(ef.Spec.GetTargetRefs()) > 0 {
-				continue
-			}
-			if sel := ef.Spec.GetWorkloadSelector(); sel != nil && !LabelsMatch(sel.GetLabels(), p.Labels) {
+			if !attaches(ef.Spec.GetWorkloadSelector().GetLabels(), ef.Spec.GetTargetRefs(), ns, p.Namespace, p.Labels) {
 				continue
 			}
 			matched = append(matched, ef)

@@ -151,8 +151,8 @@ func wasmPluginAsExtension(wp *extensions.WasmPlugin) *extensions.TrafficExtensi
 // proxy namespace's, then the root namespace's, each in creation order,
 // whose selector takes the proxy's labels (none: every proxy of the
 // namespace), then sorted by priority, highest first (stable). Extensions
-// with targetRefs attach to Gateway API gateways and waypoints, which
-// Flotilla has not: they apply to no proxy. Proxyless clients get none
+// with targetRefs attach to the Gateway API gateways they name in their
+// namespace, never by selector (attaches). Proxyless clients get none
 // (Istio's gRPC generator applies none). Proxies with the same
 // extensions share one slice.
 func (pc *PushContext) Extensions(p *Proxy) []*Extension {
@@ -162,10 +162,7 @@ func (pc *PushContext) Extensions(p *Proxy) []*Extension {
 	var out []*Extension
 	pick := func(ns string) {
 		for _, e := range pc.cfg.extensions[ns] {
-			if len(e.Spec.GetTargetRefs()) > 0 {
-				continue
-			}
-			if sel := e.Spec.GetSelector(); sel != nil && !LabelsMatch(sel.GetMatchLabels(), p.Labels) {
+			if !attaches(e.Spec.GetSelector().GetMatchLabels(), e.Spec.GetTargetRefs(), ns, p.Namespace, p.Labels) {
 				continue
 			}
 			out = append(out, e)
@@ -196,13 +193,13 @@ func priority(e *Extension) int64 {
 }
 
 // extensionSelection is what a WasmPlugin or TrafficExtension selects:
-// its selector's labels, or that it has targetRefs (no proxy).
-func extensionSelection(spec any) (labels map[string]string, refs bool) {
+// its selector's labels and its targetRefs.
+func extensionSelection(spec any) (labels map[string]string, refs []*typev1beta1.PolicyTargetReference) {
 	switch s := spec.(type) {
 	case *extensions.WasmPlugin:
-		return s.GetSelector().GetMatchLabels(), s.GetTargetRef() != nil || len(s.GetTargetRefs()) > 0
+		return s.GetSelector().GetMatchLabels(), targetRefs(s.GetTargetRef(), s.GetTargetRefs())
 	case *extensions.TrafficExtension:
-		return s.GetSelector().GetMatchLabels(), len(s.GetTargetRefs()) > 0
+		return s.GetSelector().GetMatchLabels(), s.GetTargetRefs()
 	}
-	return nil, false
+	return nil, nil
 }

@@ -206,20 +206,23 @@ func (s *Store) configChanged(objs ...*istio.Object) {
 		}
 		switch spec := o.Spec.(type) {
 		case *networking.EnvoyFilter:
-			// Only the proxies it selects (Istio's EnvoyFilters): its
-			// targetRefs select no proxy Flotilla serves.
+			// Only the proxies it selects (Istio's EnvoyFilters), by
+			// selector or by targetRefs (attaches).
 			s.pending.Full = true
 			s.pending.addKind(istio.EnvoyFilter)
 			if len(spec.GetTargetRefs()) == 0 {
 				s.pending.Selections = append(s.pending.Selections, Selection{Namespace: o.Meta.Namespace, Labels: spec.GetWorkloadSelector().GetLabels()})
 			}
+			s.pending.Selections = append(s.pending.Selections, gatewaySelections(o.Meta.Namespace, spec.GetTargetRefs())...)
 		case *extensions.WasmPlugin, *extensions.TrafficExtension:
 			// Only the proxies it selects, as an EnvoyFilter.
 			s.pending.Full = true
 			s.pending.addKind(o.Kind.Kind)
-			if sel, refs := extensionSelection(spec); !refs {
+			sel, refs := extensionSelection(spec)
+			if len(refs) == 0 {
 				s.pending.Selections = append(s.pending.Selections, Selection{Namespace: o.Meta.Namespace, Labels: sel})
 			}
+			s.pending.Selections = append(s.pending.Selections, gatewaySelections(o.Meta.Namespace, refs)...)
 		case *networking.VirtualService:
 			s.pending.Full, s.pending.HostScoped = true, true
 			s.pending.addKind(istio.VirtualService)

@@ -189,6 +189,8 @@ func TestAnEnvoyFilterChangeConcernsOnlyTheProxiesItSelectedOrSelects(t *testing
 	}
 	proxy := func(ns string, labels map[string]string) *Proxy { return &Proxy{Namespace: ns, Labels: labels} }
 	reviews, ratings, other := proxy("shop", map[string]string{"app": "reviews"}), proxy("shop", map[string]string{"app": "ratings"}), proxy("web", map[string]string{"app": "reviews"})
+	// The pods of the Gateway API Gateway "ingress" in shop.
+	ingress := proxy("shop", map[string]string{LabelGatewayName: "ingress"})
 	pc, _ := s.Build(BuildOptions{}, nil, 1)
 	selector := func(app string) *networking.EnvoyFilter {
 		return &networking.EnvoyFilter{WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": app}}}
@@ -200,21 +202,21 @@ func TestAnEnvoyFilterChangeConcernsOnlyTheProxiesItSelectedOrSelects(t *testing
 	}{
 		{"a new EnvoyFilter selecting reviews", func() { put(efType, "shop/ef", selector("reviews")) }, map[*Proxy]bool{reviews: true}},
 		{"the same EnvoyFilter now selecting ratings (it selected reviews)", func() { put(efType, "shop/ef", selector("ratings")) }, map[*Proxy]bool{reviews: true, ratings: true}},
-		{"an EnvoyFilter without a selector", func() { put(efType, "shop/all", &networking.EnvoyFilter{}) }, map[*Proxy]bool{reviews: true, ratings: true}},
-		{"an EnvoyFilter of the root namespace", func() { put(efType, DefaultRootNamespace+"/mesh", &networking.EnvoyFilter{}) }, map[*Proxy]bool{reviews: true, ratings: true, other: true}},
-		{"an EnvoyFilter with Gateway API targets", func() {
+		{"an EnvoyFilter without a selector", func() { put(efType, "shop/all", &networking.EnvoyFilter{}) }, map[*Proxy]bool{reviews: true, ratings: true, ingress: true}},
+		{"an EnvoyFilter of the root namespace", func() { put(efType, DefaultRootNamespace+"/mesh", &networking.EnvoyFilter{}) }, map[*Proxy]bool{reviews: true, ratings: true, other: true, ingress: true}},
+		{"an EnvoyFilter with Gateway API targets: the Gateway's pods", func() {
 			put(efType, "shop/gw", &networking.EnvoyFilter{TargetRefs: selectorRefs()})
-		}, map[*Proxy]bool{}},
+		}, map[*Proxy]bool{ingress: true}},
 		{"a deleted EnvoyFilter (it selected ratings)", func() { s.Delete(efType, "shop/ef") }, map[*Proxy]bool{ratings: true}},
 		{"an EnvoyFilter and a VirtualService", func() {
 			put(efType, "shop/ef2", selector("ratings"))
 			put(vsType, "web/vs", &networking.VirtualService{Hosts: []string{"x"}})
-		}, map[*Proxy]bool{reviews: true, ratings: true, other: true}},
+		}, map[*Proxy]bool{reviews: true, ratings: true, other: true, ingress: true}},
 	} {
 		tc.change()
 		var cs ChangeSet
 		pc, cs = s.Build(BuildOptions{}, pc, pc.Seq+1)
-		for _, p := range []*Proxy{reviews, ratings, other} {
+		for _, p := range []*Proxy{reviews, ratings, other, ingress} {
 			// Sidecars watch everything (nil hosts).
 			if got := cs.Concerns(nil, p, pc.RootNamespace); got != tc.want[p] {
 				t.Errorf("%s: concerns %s %v = %v, want %v", tc.name, p.Namespace, p.Labels, got, tc.want[p])

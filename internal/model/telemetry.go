@@ -34,10 +34,9 @@ type AppliedTelemetry struct {
 // sidecars and gateways: the oldest Telemetry without a selector or
 // targetRef in the root namespace (mesh-wide), then the oldest such in
 // the proxy's namespace (namespace-wide), then, oldest first, every
-// Telemetry of the proxy's namespace whose selector matches its labels.
-// A Telemetry with targetRefs attaches to the Gateway API gateways or
-// waypoints it names (Istio's ShouldAttachPolicy); Flotilla has neither,
-// so those apply to no proxy.
+// Telemetry of the proxy's namespace that attaches to it: by its selector,
+// or, with targetRefs, to the Gateway API gateways they name (attaches,
+// Istio's ShouldAttachPolicy).
 func (pc *PushContext) ProxyTelemetry(namespace string, labels map[string]string) *AppliedTelemetry {
 	out := &AppliedTelemetry{}
 	add := func(t *Telemetry) {
@@ -56,10 +55,10 @@ func (pc *PushContext) ProxyTelemetry(namespace string, labels map[string]string
 		}
 	}
 	for _, t := range pc.cfg.telemetries[namespace] {
-		if namespaceWide(t) || hasTargetRefs(t) {
+		if namespaceWide(t) {
 			continue
 		}
-		if LabelsMatch(t.Spec.GetSelector().GetMatchLabels(), labels) {
+		if attaches(t.Spec.GetSelector().GetMatchLabels(), targetRefs(t.Spec.GetTargetRef(), t.Spec.GetTargetRefs()), namespace, namespace, labels) {
 			add(t)
 		}
 	}
@@ -67,12 +66,12 @@ func (pc *PushContext) ProxyTelemetry(namespace string, labels map[string]string
 }
 
 // TelemetryReadsLabels reports whether a Telemetry selects workloads by
-// label: only then can two proxies of one namespace get different
-// telemetry.
+// label or by targetRefs (a gateway's pods by their Gateway's name):
+// only then can two proxies of one namespace get different telemetry.
 func (pc *PushContext) TelemetryReadsLabels() bool {
 	for _, ts := range pc.cfg.telemetries {
 		for _, t := range ts {
-			if !namespaceWide(t) && !hasTargetRefs(t) {
+			if !namespaceWide(t) {
 				return true
 			}
 		}
