@@ -124,7 +124,7 @@ func (pc *PushContext) newScope(ns string, sc *SidecarConfig) *Scope {
 		if !ExportedTo(vs.Spec.GetExportTo(), pc.Mesh.GetDefaultVirtualServiceExportTo(), vs.Namespace, ns) {
 			continue
 		}
-		if !slices.ContainsFunc(vs.Hosts, func(h string) bool { return s.Imports(vs.Namespace, h) }) {
+		if !slices.ContainsFunc(vs.Hosts, func(h string) bool { return s.importsVirtualServiceHost(vs, h) }) {
 			continue
 		}
 		visible = append(visible, vs)
@@ -182,11 +182,29 @@ func boolRank(b bool) int {
 // a wildcard ("*", "*.example.com"). Without a Sidecar, or one without
 // egress, everything is imported.
 func (s *Scope) Imports(ns, host string) bool {
+	return s.importsBy(ns, func(imported string) bool { return HostMatches(imported, host) })
+}
+
+// importsVirtualServiceHost reports whether the Sidecar's egress hosts
+// take in a host of a VirtualService (Istio's hostClassification.VSMatches):
+// a route of the Gateway API's semantics as a service's host is
+// (Imports); any other both ways, so that a VirtualService for
+// "*.example.com" is seen by a proxy importing "api.example.com", as
+// Istio keeps it for backwards compatibility.
+func (s *Scope) importsVirtualServiceHost(vs *VirtualService, host string) bool {
+	return s.importsBy(vs.Namespace, func(imported string) bool {
+		return HostMatches(imported, host) || (!vs.GatewaySemantics && HostMatches(host, imported))
+	})
+}
+
+// importsBy reports whether an egress host of the Sidecar for namespace
+// ns matches (every host does without a Sidecar's egress).
+func (s *Scope) importsBy(ns string, match func(imported string) bool) bool {
 	if s.Sidecar == nil || len(s.Sidecar.Spec.GetEgress()) == 0 {
 		return true
 	}
 	for _, eg := range s.Sidecar.Spec.GetEgress() {
-		if s.EgressImports(eg, ns, host) {
+		if s.egressListsBy(eg, ns, match) {
 			return true
 		}
 	}
@@ -196,6 +214,13 @@ func (s *Scope) Imports(ns, host string) bool {
 // EgressImports reports whether one egress listener of the Sidecar lists
 // host of namespace ns, read as Imports reads them.
 func (s *Scope) EgressImports(eg *networking.IstioEgressListener, ns, host string) bool {
+	return s.egressListsBy(eg, ns, func(imported string) bool { return HostMatches(imported, host) })
+}
+
+// egressListsBy reports whether a host the egress listener lists for
+// namespace ns ("namespace/host": "*/" any namespace, "./" the proxy's
+// own, "~/" none) matches.
+func (s *Scope) egressListsBy(eg *networking.IstioEgressListener, ns string, match func(imported string) bool) bool {
 	for _, h := range eg.GetHosts() {
 		hns, hhost, ok := strings.Cut(h, "/")
 		if !ok {
@@ -214,7 +239,7 @@ func (s *Scope) EgressImports(eg *networking.IstioEgressListener, ns, host strin
 				continue
 			}
 		}
-		if HostMatches(hhost, host) {
+		if match(hhost) {
 			return true
 		}
 	}

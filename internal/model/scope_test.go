@@ -215,6 +215,36 @@ func TestAConsumersHTTPRouteOverridesVirtualServicesForItsHostInItsNamespace(t *
 	}
 }
 
+// A Sidecar importing one host sees a VirtualService for a wildcard that
+// covers it, as Istio keeps it for VirtualServices (VSMatches matches
+// both ways), but not a Gateway API route for that wildcard, whose hosts
+// are imported as a service's are.
+func TestASidecarImportingAHostSeesAWildcardVirtualServiceButNotAWildcardHTTPRoute(t *testing.T) {
+	route := func(host string) *networking.VirtualService {
+		return &networking.VirtualService{Hosts: []string{host}, Http: []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "api.example.com"}}}}}}
+	}
+	kind, _ := istio.ByName(istio.VirtualService)
+	for _, tc := range []struct {
+		name       string
+		gatewayAPI bool
+		want       bool
+	}{
+		{"a VirtualService", false, true},
+		{"a Gateway API route", true, false},
+	} {
+		ss := newScopeStore(t).put(istio.Sidecar, "a", "default", sidecar(nil, "*/api.example.com"))
+		meta := istio.Meta{Namespace: "b", Name: "wide"}
+		if tc.gatewayAPI {
+			meta.Annotations = map[string]string{AnnotationRouteSemantics: RouteSemanticsGateway}
+		}
+		ss.s.PutObject(&istio.Object{Kind: kind, Meta: meta, Spec: route("*.example.com")})
+		got := ss.build().Scope(proxyIn("a", nil)).VirtualService("api.example.com") != nil
+		if got != tc.want {
+			t.Errorf("%s for *.example.com seen by a proxy importing api.example.com: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestTheDestinationRuleOfAServiceFollowsIstiosLookupOrder(t *testing.T) {
 	dr := func(host string, selector map[string]string, exportTo ...string) *networking.DestinationRule {
 		d := &networking.DestinationRule{Host: host, ExportTo: exportTo}
