@@ -44,20 +44,24 @@ type converter struct {
 	// virtualServices are the routes' VirtualServices before HTTP and
 	// gRPC ones sharing a key are merged.
 	virtualServices []keyedVS
+	// configMapCAs are the ConfigMap CA certificates listeners read
+	// (Output.ConfigMapCAs).
+	configMapCAs map[string][]byte
 }
 
 func newConverter(in Input) *converter {
 	c := &converter{
-		in:          in,
-		controllers: map[gw.GatewayController]bool{},
-		classes:     map[string]gw.GatewayController{},
-		grants:      newGrants(in.ReferenceGrants),
-		kinds:       map[string]istio.Kind{},
-		classStatus: map[string]*gw.GatewayClassStatus{},
-		gwStatus:    map[Ref]*gw.GatewayStatus{},
-		routeStatus: map[Ref]*gw.RouteStatus{},
-		parents:     map[parentKey][]*parentInfo{},
-		attached:    map[Ref]map[gw.SectionName]int32{},
+		in:           in,
+		controllers:  map[gw.GatewayController]bool{},
+		classes:      map[string]gw.GatewayController{},
+		grants:       newGrants(in.ReferenceGrants),
+		kinds:        map[string]istio.Kind{},
+		classStatus:  map[string]*gw.GatewayClassStatus{},
+		gwStatus:     map[Ref]*gw.GatewayStatus{},
+		routeStatus:  map[Ref]*gw.RouteStatus{},
+		parents:      map[parentKey][]*parentInfo{},
+		attached:     map[Ref]map[gw.SectionName]int32{},
+		configMapCAs: map[string][]byte{},
 	}
 	for _, ctl := range in.Controllers {
 		c.controllers[ctl] = true
@@ -216,9 +220,11 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 func grantedCredentials(t *networking.ServerTLSSettings, ns string) []string {
 	var out []string
 	for _, n := range append(append([]string{t.GetCredentialName()}, t.GetCredentialNames()...), t.GetCaCertCredentialName()) {
-		rest, ok := strings.CutPrefix(n, registry.GatewayCredentialPrefix)
-		if sns, _, _ := strings.Cut(rest, "/"); ok && sns != ns {
-			out = append(out, n)
+		for _, prefix := range []string{registry.GatewayCredentialPrefix, registry.ConfigMapCredentialPrefix} {
+			rest, ok := strings.CutPrefix(n, prefix)
+			if sns, _, _ := strings.Cut(rest, "/"); ok && sns != ns {
+				out = append(out, n)
+			}
 		}
 	}
 	return out
@@ -550,6 +556,9 @@ func (c *converter) caRef(ref gw.ObjectReference, ns string) (string, *configErr
 	}
 	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
 		return "", errorf(string(gw.ListenerReasonInvalidCACertificateRef), "invalid CA certificate reference %v, the bundle is malformed", what)
+	}
+	if prefix == registry.ConfigMapCredentialPrefix {
+		c.configMapCAs[ns+"/"+string(ref.Name)] = pem
 	}
 	return prefix + ns + "/" + string(ref.Name) + caSuffix, nil
 }

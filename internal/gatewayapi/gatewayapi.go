@@ -171,6 +171,11 @@ type Output struct {
 	GatewayClasses map[string]*gw.GatewayClassStatus
 	Gateways       map[Ref]*gw.GatewayStatus
 	Routes         map[Ref]*gw.RouteStatus
+	// ConfigMapCAs are the CA certificates (ca.crt) of the ConfigMaps
+	// that converted listeners validate clients with, by
+	// "namespace/name": galley publishes them, and discovery serves
+	// them to the gateways whose Gateway names them ("configmap://").
+	ConfigMapCAs map[string][]byte
 }
 
 // Ref names a namespaced Gateway API object.
@@ -187,7 +192,7 @@ func Convert(in Input) *Output {
 	c.gateways()
 	c.routes()
 	c.attachedRoutes()
-	out := &Output{GatewayClasses: c.classStatus, Gateways: c.gwStatus, Routes: c.routeStatus}
+	out := &Output{GatewayClasses: c.classStatus, Gateways: c.gwStatus, Routes: c.routeStatus, ConfigMapCAs: c.configMapCAs}
 	out.Objects = append(out.Objects, c.gatewayObjects...)
 	out.Objects = append(out.Objects, c.mergeVirtualServices()...)
 	slices.SortFunc(out.Objects, func(a, b *istio.Object) int {

@@ -570,7 +570,14 @@ func (pc *PushContext) indexEndpoints(s *Store) {
 // Credential returns the credential (Secret) of a namespace by name, or
 // nil.
 func (pc *PushContext) Credential(namespace, name string) *registryv1.Credential {
-	return pc.credentials[namespace+"/"+name]
+	return pc.credentials[registry.CredentialName(namespace, name)]
+}
+
+// ConfigMapCACertificates returns the CA certificates of a ConfigMap of a
+// namespace by name that galley published (a Gateway API listener's
+// caCertificateRefs name it), or nil.
+func (pc *PushContext) ConfigMapCACertificates(namespace, name string) []byte {
+	return pc.credentials[registry.ConfigMapCredentialName(namespace, name)].GetCaCertificates()
 }
 
 // Services returns every service, sorted by hostname and namespace.

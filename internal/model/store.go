@@ -316,8 +316,8 @@ func (s *Store) Put(typeURL, name string, meta Meta, body *anypb.Any) error {
 		if err := unpack(body, m); err != nil {
 			return fmt.Errorf("credential %s: %w", name, err)
 		}
-		if name != registry.CredentialName(m.GetNamespace(), m.GetName()) {
-			return fmt.Errorf("credential %s: named %s/%s inside", name, m.GetNamespace(), m.GetName())
+		if want := registry.CredentialResourceName(m); name != want {
+			return fmt.Errorf("credential %s: named %s inside", name, want)
 		}
 		s.credentials[name] = m
 		s.pending.Full, s.pending.All = true, true

@@ -228,3 +228,34 @@ func TestAnEnvoyFilterChangeConcernsOnlyTheProxiesItSelectedOrSelects(t *testing
 func selectorRefs() []*typev1beta1.PolicyTargetReference {
 	return []*typev1beta1.PolicyTargetReference{{Group: "gateway.networking.k8s.io", Kind: "Gateway", Name: "ingress"}}
 }
+
+// A credential is stored under its own name only: a Secret's as
+// "namespace/name", a ConfigMap's CA certificates as
+// "configmap/namespace/name", so that neither can pass for the other.
+func TestACredentialIsStoredUnderItsOwnKindOfNameOnly(t *testing.T) {
+	s := NewStore()
+	secret := &registryv1.Credential{Namespace: "edge", Name: "ca", CaCertificates: []byte("secret's")}
+	configMap := &registryv1.Credential{Namespace: "edge", Name: "ca", CaCertificates: []byte("configmap's"), ConfigMap: true}
+	for _, tc := range []struct {
+		name string
+		c    *registryv1.Credential
+		ok   bool
+	}{
+		{"edge/ca", secret, true},
+		{"configmap/edge/ca", configMap, true},
+		{"edge/ca", configMap, false},
+		{"configmap/edge/ca", secret, false},
+	} {
+		err := s.Put(registry.CredentialTypeURL, tc.name, Meta{}, pack(t, tc.c))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s as %s (config map %v): %v, want accepted %v", tc.c.GetName(), tc.name, tc.c.GetConfigMap(), err, tc.ok)
+		}
+	}
+	pc, _ := s.Build(BuildOptions{}, nil, 1)
+	if got := string(pc.Credential("edge", "ca").GetCaCertificates()); got != "secret's" {
+		t.Errorf("the Secret's credential holds %q", got)
+	}
+	if got := string(pc.ConfigMapCACertificates("edge", "ca")); got != "configmap's" {
+		t.Errorf("the ConfigMap's CA certificates are %q", got)
+	}
+}

@@ -45,6 +45,22 @@ const ConfigMapCredentialPrefix = "configmap://" //nolint:gosec // a name's pref
 // CredentialName is the resource name of a Credential: "namespace/name".
 func CredentialName(namespace, name string) string { return namespace + "/" + name }
 
+// ConfigMapCredentialName is the resource name of a ConfigMap's CA
+// certificates (a Credential with config_map): "configmap/namespace/name",
+// apart from every Secret's.
+func ConfigMapCredentialName(namespace, name string) string {
+	return "configmap/" + namespace + "/" + name
+}
+
+// CredentialResourceName is the resource name of c (CredentialName, or
+// ConfigMapCredentialName for a ConfigMap's).
+func CredentialResourceName(c *registryv1.Credential) string {
+	if c.GetConfigMap() {
+		return ConfigMapCredentialName(c.GetNamespace(), c.GetName())
+	}
+	return CredentialName(c.GetNamespace(), c.GetName())
+}
+
 // IstioMeshConfigTypeURL is where Istio's pilot asks for the mesh config
 // from an MCP config source (its gvk.MeshConfig): the same MeshConfig,
 // the resource being the MeshConfig itself rather than an MCP Resource.

@@ -1041,11 +1041,8 @@ func (g *gen) buildGatewayTLS(s gwServer) (*corev3.TransportSocket, error) {
 			// API's frontend validation), else "<credentialName>-cacert"
 			// (Istio's BuildListenerTLSContext).
 			caName := credentialSDSName(cn) + credentialCASuffix
-			switch ca := t.GetCaCertCredentialName(); {
-			case strings.HasPrefix(ca, registry.GatewayCredentialPrefix):
+			if ca := t.GetCaCertCredentialName(); strings.HasPrefix(ca, registry.GatewayCredentialPrefix) || strings.HasPrefix(ca, registry.ConfigMapCredentialPrefix) {
 				caName = ca
-			case strings.HasPrefix(ca, registry.ConfigMapCredentialPrefix):
-				return nil, fmt.Errorf("caCertCredentialName %q: ConfigMap CA certificates are not served yet (a Secret's ca.crt is)", ca)
 			}
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext: validation, ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: caName, SdsConfig: adsSource()},
@@ -1089,8 +1086,9 @@ func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *bui
 // gatewayCredentials: the certificateRefs of the Gateway API Gateways of
 // the proxy's namespace that select it, for Secrets of that namespace
 // (Istio's MergeGateways, same-namespace trust), with their CA names for
-// servers that validate clients, and those of other namespaces that
-// ReferenceGrants admit (model.Gateway.Granted; Istio's SecretAllowed).
+// servers that validate clients (a Secret's or a ConfigMap's), and those
+// of other namespaces that ReferenceGrants admit (model.Gateway.Granted;
+// Istio's SecretAllowed).
 func (router) gatewayCredentials(g *gen) map[string]bool {
 	ns := g.p.VerifiedNamespace
 	out := map[string]bool{}
@@ -1099,7 +1097,7 @@ func (router) gatewayCredentials(g *gen) map[string]bool {
 			continue
 		}
 		for _, n := range gw.Granted {
-			if strings.HasPrefix(n, registry.GatewayCredentialPrefix) {
+			if strings.HasPrefix(n, registry.GatewayCredentialPrefix) || strings.HasPrefix(n, registry.ConfigMapCredentialPrefix) {
 				out[n] = true
 			}
 		}
@@ -1114,7 +1112,7 @@ func (router) gatewayCredentials(g *gen) map[string]bool {
 					out[cn+credentialCASuffix] = true
 				}
 			}
-			if ca := s.GetTls().GetCaCertCredentialName(); strings.HasPrefix(ca, registry.GatewayCredentialPrefix+ns+"/") {
+			if ca := s.GetTls().GetCaCertCredentialName(); strings.HasPrefix(ca, registry.GatewayCredentialPrefix+ns+"/") || strings.HasPrefix(ca, registry.ConfigMapCredentialPrefix+ns+"/") {
 				out[ca] = true
 			}
 		}

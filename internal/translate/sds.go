@@ -30,7 +30,10 @@ import (
 // admits it (flavour.gatewayCredentials; Istio's
 // VerifiedCertificateReferences, checked so in its SecretGen for that
 // type): the Gateway API's own rules, not RBAC, govern it, so a gateway
-// deployed for a Gateway needs no Role.
+// deployed for a Gateway needs no Role. A frontend CA certificate in a
+// ConfigMap ("configmap://<namespace>/<name>-cacert", Istio's
+// KubernetesConfigMapType) is served so too, from the ConfigMap's ca.crt
+// galley published.
 func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	g := x.g
 	ns := g.p.VerifiedNamespace
@@ -41,6 +44,22 @@ func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	var verified map[string]bool
 	refusedReported := false
 	for _, name := range uniqueSorted(names) {
+		if rest, ok := strings.CutPrefix(name, registry.ConfigMapCredentialPrefix); ok {
+			if verified == nil {
+				verified = g.fl.gatewayCredentials(g)
+			}
+			sns, sname, qualified := strings.Cut(rest, "/")
+			base, isCA := strings.CutSuffix(sname, credentialCASuffix)
+			if !qualified || !isCA || !verified[name] {
+				continue
+			}
+			if ca := g.pc.ConfigMapCACertificates(sns, base); len(ca) > 0 {
+				out = append(out, &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+					TrustedCa: inlineBytes(ca),
+				}}})
+			}
+			continue
+		}
 		if rest, ok := strings.CutPrefix(name, registry.GatewayCredentialPrefix); ok {
 			if verified == nil {
 				verified = g.fl.gatewayCredentials(g)

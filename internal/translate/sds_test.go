@@ -152,17 +152,16 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 // A Gateway API listener validating clients names its CA by
 // caCertCredentialName, a Secret's "-cacert": the server's validation
 // context asks SDS for that name, which the gateway gets as its own
-// Gateway names it; a ConfigMap CA is not served yet, so its server is
-// left out with the reason, rather than waiting on a secret that never
-// comes.
+// Gateway names it, from a Secret or from a ConfigMap galley published
+// ("configmap://"); a ConfigMap of another namespace that no
+// ReferenceGrant admits is never served.
 func TestAGatewayAPIListenerValidatesClientsWithItsCACertificateRef(t *testing.T) {
 	kinds := kindsByName()
 	for _, tc := range []struct {
-		ca          string
-		certs       []string // credentialNames; none: credentialName shop-cert
-		wantCA      string   // the validation context's SDS name; "" none
-		wantBundle  string   // what SDS serves for it
-		wantProblem string
+		ca         string
+		certs      []string // credentialNames; none: credentialName shop-cert
+		wantCA     string   // the validation context's SDS name; "" none
+		wantBundle string   // what SDS serves for it
 	}{
 		{ca: "kubernetes-gateway://edge/client-ca-cacert", wantCA: "kubernetes-gateway://edge/client-ca-cacert", wantBundle: "clients"},
 		{ca: "", wantCA: "kubernetes-gateway://edge/shop-cert-cacert", wantBundle: "own"},
@@ -172,18 +171,20 @@ func TestAGatewayAPIListenerValidatesClientsWithItsCACertificateRef(t *testing.T
 			certs:  []string{"kubernetes-gateway://edge/shop-cert", "kubernetes-gateway://edge/shop-ecdsa"},
 			wantCA: "kubernetes-gateway://edge/shop-cert-cacert", wantBundle: "own",
 		},
-		{ca: "configmap://edge/client-ca-cacert", wantProblem: "ConfigMap CA certificates are not served yet"},
+		{ca: "configmap://edge/client-ca-cacert", wantCA: "configmap://edge/client-ca-cacert", wantBundle: "from the ConfigMap"},
 	} {
 		s := model.NewStore()
 		for _, c := range []*registryv1.Credential{
 			{Namespace: "edge", Name: "shop-cert", CertificateChain: []byte("chain"), PrivateKey: []byte("key"), CaCertificates: []byte("own")},
 			{Namespace: "edge", Name: "client-ca", CaCertificates: []byte("clients")},
+			{Namespace: "edge", Name: "client-ca", CaCertificates: []byte("from the ConfigMap"), ConfigMap: true},
+			{Namespace: "other", Name: "client-ca", CaCertificates: []byte("another namespace's"), ConfigMap: true},
 		} {
 			body, err := anypb.New(c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Put(registry.CredentialTypeURL, registry.CredentialName(c.GetNamespace(), c.GetName()), model.Meta{}, body); err != nil {
+			if err := s.Put(registry.CredentialTypeURL, registry.CredentialResourceName(c), model.Meta{}, body); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -220,12 +221,6 @@ func TestAGatewayAPIListenerValidatesClientsWithItsCACertificateRef(t *testing.T
 			}
 		}
 		problems := strings.Join(gen.Problems(), "\n")
-		if tc.wantProblem != "" {
-			if len(sds) != 0 || !strings.Contains(problems, tc.wantProblem) {
-				t.Errorf("CA %q: servers validating with %q, problems %q; want the server left out for %q", tc.ca, sds, problems, tc.wantProblem)
-			}
-			continue
-		}
 		wantCerts := tc.certs
 		if wantCerts == nil {
 			wantCerts = []string{"kubernetes-gateway://edge/shop-cert"}
@@ -238,6 +233,9 @@ func TestAGatewayAPIListenerValidatesClientsWithItsCACertificateRef(t *testing.T
 		}
 		if got := gen.Secrets([]string{tc.wantCA}); len(got) != 1 || string(got[0].GetValidationContext().GetTrustedCa().GetInlineBytes()) != tc.wantBundle {
 			t.Errorf("CA %q: the gateway got %v for %s, want the bundle %q", tc.ca, got, tc.wantCA, tc.wantBundle)
+		}
+		if got := gen.Secrets([]string{"configmap://other/client-ca-cacert", "configmap://edge/client-ca"}); len(got) != 0 {
+			t.Errorf("CA %q: the gateway got %v for another namespace's ConfigMap and a name without -cacert, want none", tc.ca, got)
 		}
 	}
 }

@@ -314,9 +314,10 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 		gateways = gwcontroller.New(gwcontroller.Options{
 			// A publisher of its own: a Publisher is used from one goroutine.
 			Client: gwc, Kube: kube, Sink: publish.New(srv), DomainSuffix: cfg.DomainSuffix, Log: rt.Log,
-			Cluster:     func() gatewayapi.Cluster { return src.GatewayCluster() },
-			Published:   func(u []*istio.Object, d []istio.ID) { src.GeneratedChanged(u, d) },
-			Controllers: []gwv1.GatewayController{gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioController},
+			Cluster:      func() gatewayapi.Cluster { return src.GatewayCluster() },
+			Published:    func(u []*istio.Object, d []istio.ID) { src.GeneratedChanged(u, d) },
+			ConfigMapCAs: src.ConfigMapCAsChanged,
+			Controllers:  []gwv1.GatewayController{gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioController},
 			Classes: map[string]gwv1.GatewayController{
 				gatewayapi.DefaultClass: gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioClass: gatewayapi.IstioController,
 			},

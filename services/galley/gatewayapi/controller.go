@@ -46,7 +46,12 @@ type Options struct {
 	Sink    ConfigSink
 	// Published, when set, is told what was published (kubesource's
 	// GeneratedChanged: the Secrets generated Gateways name).
-	Published    func(upserts []*istio.Object, deletes []istio.ID)
+	Published func(upserts []*istio.Object, deletes []istio.ID)
+	// ConfigMapCAs, when set, is given after each conversion the CA
+	// certificates of the ConfigMaps its listeners validate clients with
+	// (gatewayapi.Output.ConfigMapCAs; kubesource's ConfigMapCAsChanged
+	// publishes them).
+	ConfigMapCAs func(map[string][]byte)
 	DomainSuffix string
 	// Controllers are the GatewayClass controllerNames served, the first
 	// Flotilla's own; Classes the GatewayClasses served without an
@@ -239,6 +244,9 @@ func (c *Controller) convert(ctx context.Context) {
 		c.o.Log.Debug("published the Gateway API's configuration", "upserts", len(upserts), "deletes", len(deletes))
 	}
 	c.published = next
+	if c.o.ConfigMapCAs != nil {
+		c.o.ConfigMapCAs(out.ConfigMapCAs)
+	}
 	c.mu.Lock()
 	c.latest = out
 	c.mu.Unlock()

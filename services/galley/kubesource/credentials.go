@@ -1,6 +1,7 @@
 package kubesource
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 
@@ -86,6 +87,33 @@ func (s *Source) GeneratedChanged(upserts []*istio.Object, deletes []istio.ID) {
 	for _, id := range deletes {
 		if namesCredentials(id.Kind) {
 			s.refreshCredentialRefs(id, nil)
+		}
+	}
+}
+
+// ConfigMapCAsChanged publishes the CA certificates of the ConfigMaps the
+// Gateway API's listeners validate clients with (the conversion's
+// gatewayapi.Output.ConfigMapCAs: "namespace/name" → ca.crt, read and
+// checked by the conversion) as Credentials with config_map, named
+// registry.ConfigMapCredentialName, and withdraws those no listener reads
+// any more. Only what changed is sent.
+func (s *Source) ConfigMapCAsChanged(cas map[string][]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, pem := range cas {
+		if old, ok := s.caPublished[key]; ok && bytes.Equal(old, pem) {
+			continue
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		s.caPublished[key] = pem
+		s.publish(registry.CredentialTypeURL, registry.ConfigMapCredentialName(ns, name),
+			&registryv1.Credential{Namespace: ns, Name: name, CaCertificates: pem, ConfigMap: true})
+	}
+	for key := range s.caPublished {
+		if _, ok := cas[key]; !ok {
+			delete(s.caPublished, key)
+			ns, name, _ := strings.Cut(key, "/")
+			s.remove(registry.CredentialTypeURL, registry.ConfigMapCredentialName(ns, name))
 		}
 	}
 }

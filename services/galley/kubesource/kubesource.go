@@ -108,6 +108,9 @@ type Source struct {
 	credRefs      map[string]int
 	credRefsBy    map[istio.ID][]string
 	credPublished map[string]bool
+	// caPublished are the ConfigMap CA certificates published
+	// ("namespace/name" → ca.crt; ConfigMapCAsChanged).
+	caPublished map[string][]byte
 	// injection are the valid injection configurations' values, by
 	// revision.
 	injection map[string]inject.Values
@@ -146,6 +149,7 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		credRefs:      map[string]int{},
 		credRefsBy:    map[istio.ID][]string{},
 		credPublished: map[string]bool{},
+		caPublished:   map[string][]byte{},
 		injection:     map[string]inject.Values{},
 		pending:       map[string]map[string]proto.Message{},
 		kick:          make(chan struct{}, 1),

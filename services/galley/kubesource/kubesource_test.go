@@ -587,6 +587,38 @@ func TestOnlySecretsAGatewayNamesArePublishedAndRotationsFollow(t *testing.T) {
 	})
 }
 
+// TestTheConfigMapCAsTheGatewayAPIReadsArePublishedApartFromSecrets: the
+// CA certificates of the ConfigMaps the Gateway API's listeners validate
+// clients with, as the conversion hands them over, are published as
+// ConfigMap credentials ("configmap/<namespace>/<name>"), apart from a
+// Secret of the same name; a changed bundle is published again, and one
+// no listener reads any more is withdrawn.
+func TestTheConfigMapCAsTheGatewayAPIReadsArePublishedApartFromSecrets(t *testing.T) {
+	st, src := start(t)
+	ca := func(name string) *registryv1.Credential {
+		c := st.credential(registry.ConfigMapCredentialName("edge", name))
+		if c == nil || !c.GetConfigMap() || c.GetNamespace() != "edge" || c.GetName() != name {
+			return nil
+		}
+		return c
+	}
+	src.ConfigMapCAsChanged(map[string][]byte{"edge/client-ca": []byte("v1"), "edge/partner-ca": []byte("partner")})
+	xdstest.Eventually(t, "both bundles published", func() bool {
+		return string(ca("client-ca").GetCaCertificates()) == "v1" && string(ca("partner-ca").GetCaCertificates()) == "partner"
+	})
+	if st.has(registry.CredentialTypeURL, registry.CredentialName("edge", "client-ca")) {
+		t.Error("a ConfigMap's CA was published under a Secret's name")
+	}
+	src.ConfigMapCAsChanged(map[string][]byte{"edge/client-ca": []byte("v2")})
+	xdstest.Eventually(t, "the changed bundle published, the other withdrawn", func() bool {
+		return string(ca("client-ca").GetCaCertificates()) == "v2" && !st.has(registry.CredentialTypeURL, registry.ConfigMapCredentialName("edge", "partner-ca"))
+	})
+	src.ConfigMapCAsChanged(nil)
+	xdstest.Eventually(t, "every bundle withdrawn", func() bool {
+		return !st.has(registry.CredentialTypeURL, registry.ConfigMapCredentialName("edge", "client-ca"))
+	})
+}
+
 // TestAWasmPluginsPullSecretIsPublishedWithItsRegistryCredentialsOnly: a
 // WasmPlugin's imagePullSecret publishes that dockerconfigjson Secret of
 // its namespace with the registry credentials alone (for discovery to

@@ -1158,7 +1158,8 @@ func (x *InjectionConfig) GetValues() string {
 // (or DestinationRule's) tls.credentialName names, published by galley to
 // discovery only, which serves it over SDS to proxies of the Secret's
 // namespace. galley publishes only Secrets some configuration names.
-// Named "namespace/name".
+// Named "namespace/name"; the CA certificates of a ConfigMap
+// (config_map) "configmap/namespace/name".
 type Credential struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Namespace of the Secret.
@@ -1177,7 +1178,12 @@ type Credential struct {
 	// kubernetes.io/dockerconfigjson Secret) that a WasmPlugin's or a
 	// TrafficExtension's imagePullSecret names: the agent pulls the module
 	// with them.
-	DockerConfig  []byte `protobuf:"bytes,6,opt,name=docker_config,json=dockerConfig,proto3" json:"docker_config,omitempty"`
+	DockerConfig []byte `protobuf:"bytes,6,opt,name=docker_config,json=dockerConfig,proto3" json:"docker_config,omitempty"`
+	// The credential is a ConfigMap's ca.crt (ca_certificates alone), as
+	// a Gateway API listener's frontend caCertificateRefs name it
+	// ("configmap://namespace/name-cacert"); namespace and name are the
+	// ConfigMap's.
+	ConfigMap     bool `protobuf:"varint,7,opt,name=config_map,json=configMap,proto3" json:"config_map,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1254,6 +1260,13 @@ func (x *Credential) GetDockerConfig() []byte {
 	return nil
 }
 
+func (x *Credential) GetConfigMap() bool {
+	if x != nil {
+		return x.ConfigMap
+	}
+	return false
+}
+
 var File_flotilla_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
@@ -1328,7 +1341,7 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x0fInjectionConfig\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\tR\x06values\"\xda\x01\n" +
+	"\x06values\x18\x03 \x01(\tR\x06values\"\xf9\x01\n" +
 	"\n" +
 	"Credential\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1337,7 +1350,9 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\vprivate_key\x18\x04 \x01(\fR\n" +
 	"privateKey\x12'\n" +
 	"\x0fca_certificates\x18\x05 \x01(\fR\x0ecaCertificates\x12#\n" +
-	"\rdocker_config\x18\x06 \x01(\fR\fdockerConfig*\xe4\x01\n" +
+	"\rdocker_config\x18\x06 \x01(\fR\fdockerConfig\x12\x1d\n" +
+	"\n" +
+	"config_map\x18\a \x01(\bR\tconfigMap*\xe4\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROTOCOL_HTTP\x10\x01\x12\x12\n" +
