@@ -316,7 +316,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 			Client: gwc, Kube: kube, Sink: publish.New(srv), DomainSuffix: cfg.DomainSuffix, Log: rt.Log,
 			Cluster:      func() gatewayapi.Cluster { return src.GatewayCluster() },
 			Published:    func(u []*istio.Object, d []istio.ID) { src.GeneratedChanged(u, d) },
-			ConfigMapCAs: src.ConfigMapCAsChanged,
+			ConfigMapCAs: func(cas map[string][]byte) { src.ConfigMapCAsChanged(cas) },
 			Controllers:  []gwv1.GatewayController{gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioController},
 			Classes: map[string]gwv1.GatewayController{
 				gatewayapi.DefaultClass: gwv1.GatewayController(cfg.GatewayController), gatewayapi.IstioClass: gatewayapi.IstioController,

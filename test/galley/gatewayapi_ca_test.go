@@ -1,0 +1,165 @@
+package galley_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gw "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
+)
+
+// TestAGatewayAPIListenersConfigMapCAReachesItsGatewayOverSDS: a
+// Gateway of Flotilla's class whose frontend validation names a
+// ConfigMap's ca.crt, applied to a real apiserver: galley converts it,
+// publishes the ConfigMap's CA certificates to discovery (over mTLS, a
+// restricted collection), and discovery serves them as
+// configmap://<namespace>/<name>-cacert to the gateway — a proxy of the
+// Gateway's namespace that is an instance of its Service — and a changed
+// ca.crt follows; a proxy of another namespace asking for it gets
+// nothing.
+func TestAGatewayAPIListenersConfigMapCAReachesItsGatewayOverSDS(t *testing.T) {
+	ctx := context.Background()
+	if err := env.InstallCRDs(ctx, gatewayAPICRDs(t)...); err != nil {
+		t.Fatal(err)
+	}
+	m := newGatewayMesh(t, map[string]string{"edge": "edge-v1", "other": "other"})
+	edge, other, ca := m.namespaces["edge"], m.namespaces["other"], m.ca
+	m.startDiscovery(t)
+	m.galley.out.WaitFor(t, "watching the Gateway API")
+
+	// The gateway's certificate, and the clients' CA in a ConfigMap.
+	serving := ca.IssueFiles(t, "web", "spiffe://cluster.local/ns/"+edge+"/sa/web-flotilla")
+	cert, err := os.ReadFile(serving.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(serving.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := env.Client
+	if _, err := kube.CoreV1().Secrets(edge).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-cert"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": cert, "tls.key": key},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clients, err := testpkiCA(t, "clients-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ConfigMaps(edge).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "client-ca"}, Data: map[string]string{"ca.crt": clients},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The Gateway's Service (<gateway>-<class>) with the gateway proxy,
+	// 10.0.0.7, as its ready endpoint.
+	if _, err := kube.CoreV1().Services(edge).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-flotilla"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	port, name, ready := int32(443), "https", true
+	if _, err := kube.DiscoveryV1().EndpointSlices(edge).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-flotilla-1", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "web-flotilla", discoveryv1.LabelManagedBy: "test",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gwc, err := gwclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminate := gw.TLSModeTerminate
+	if _, err := gwc.GatewayV1().Gateways(edge).Create(ctx, &gw.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: gw.GatewaySpec{
+			GatewayClassName: "flotilla",
+			Listeners: []gw.Listener{{
+				Name: "https", Port: 443, Protocol: gw.HTTPSProtocolType,
+				TLS: &gw.ListenerTLSConfig{Mode: &terminate, CertificateRefs: []gw.SecretObjectReference{{Name: "web-cert"}}},
+			}},
+			TLS: &gw.GatewayTLSConfig{Frontend: &gw.FrontendTLSConfig{Default: gw.TLSConfig{Validation: &gw.FrontendTLSValidation{
+				CACertificateRefs: []gw.ObjectReference{{Group: "", Kind: "ConfigMap", Name: "client-ca"}},
+			}}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The listener's references resolved: galley converted it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g, err := gwc.GatewayV1().Gateways(edge).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Status.Listeners) == 1 && meta.IsStatusConditionTrue(g.Status.Listeners[0].Conditions, string(gw.ListenerConditionResolvedRefs)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Gateway's status: %+v", g.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	caName := "configmap://" + edge + "/client-ca-cacert"
+	names := []string{caName}
+	gatewayID := ca.IssueFiles(t, "gateway", "spiffe://cluster.local/ns/"+edge+"/sa/web-flotilla")
+	sds := dialSDS(t, ca, m.secure, gatewayID, "router~10.0.0.7~web-flotilla-1."+edge+"~"+edge+".svc.cluster.local", names...)
+	got := sds.until(t, names, func(got map[string]string) bool { return got[caName] == clients })
+	if got[caName] != clients {
+		t.Fatalf("the gateway got %v, want the ConfigMap's ca.crt as %s", got, caName)
+	}
+
+	// A new ca.crt is published again and pushed.
+	rotated, err := testpkiCA(t, "clients-v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := kube.CoreV1().ConfigMaps(edge).Get(ctx, "client-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["ca.crt"] = rotated
+	if _, err := kube.CoreV1().ConfigMaps(edge).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sds.until(t, names, func(got map[string]string) bool { return got[caName] == rotated }); got[caName] != rotated {
+		t.Fatalf("after the ConfigMap changed the gateway has %v", got)
+	}
+
+	// A proxy of another namespace asking for it by name gets nothing
+	// of it (its own namespace's shop-cert, which it also asks for, shows
+	// it was answered).
+	asked := []string{caName, "kubernetes://shop-cert"}
+	strangerID := ca.IssueFiles(t, "stranger", "spiffe://cluster.local/ns/"+other+"/sa/app")
+	stranger := dialSDS(t, ca, m.secure, strangerID, "router~10.0.0.8~ingress-1."+other+"~"+other+".svc.cluster.local", asked...)
+	if got := stranger.until(t, asked, func(got map[string]string) bool { return got["kubernetes://shop-cert"] != "" }); got["kubernetes://shop-cert"] != "other" || got[caName] != "" {
+		t.Fatalf("a proxy of %s got %v", other, got)
+	}
+}
+
+// testpkiCA is the PEM certificate of a new CA named name.
+func testpkiCA(t *testing.T, name string) (string, error) {
+	t.Helper()
+	c, err := testpki.NewCA(name)
+	if err != nil {
+		return "", err
+	}
+	return string(c.CertPEM), nil
+}
