@@ -232,18 +232,5 @@ func statusYAML(t *testing.T, out *gatewayapi.Output) []byte {
 		}
 		b.Write(y)
 	}
-	// The ConfigMap CA certificates galley publishes beside them.
-	if len(out.ConfigMapCAs) > 0 {
-		cas := map[string]string{}
-		for k, v := range out.ConfigMapCAs {
-			cas[k] = string(v)
-		}
-		y, err := yaml.Marshal(map[string]any{"configMapCAs": cas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString("---\n")
-		b.Write(y)
-	}
 	return b.Bytes()
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
@@ -63,23 +62,7 @@ func TestAGatewayAPIListenersConfigMapCAReachesItsGatewayOverSDS(t *testing.T) {
 	}
 	// The Gateway's Service (<gateway>-<class>) with the gateway proxy,
 	// 10.0.0.7, as its ready endpoint.
-	if _, err := kube.CoreV1().Services(edge).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-flotilla"},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	port, name, ready := int32(443), "https", true
-	if _, err := kube.DiscoveryV1().EndpointSlices(edge).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-flotilla-1", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "web-flotilla", discoveryv1.LabelManagedBy: "test",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	serviceWithEndpoint(t, edge, "web-flotilla", "https", 443, 443, "10.0.0.7")
 	gwc, err := gwclient.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,31 @@ func gatewayAPICRDs(t *testing.T) []*apiextv1.CustomResourceDefinition {
 	return out
 }
 
+// serviceWithEndpoint makes a Service with one port and an EndpointSlice
+// giving it one ready endpoint, ip at targetPort: a gateway's pod, to
+// the Gateway that names the Service.
+func serviceWithEndpoint(t *testing.T, ns, svc, portName string, port, targetPort int32, ip string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: svc},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: portName, Port: port}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready := true
+	if _, err := env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: svc + "-1", Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "test",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &targetPort}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A Gateway and an HTTPRoute applied to the cluster reach galley's
 // subscribers as the Istio Gateway and VirtualService Istio generates from
 // them, and their status — written by galley's leader — says the route is
@@ -68,22 +93,10 @@ func TestTheGatewayAPIIsServedAsIstioConfigurationWithItsStatus(t *testing.T) {
 	kube := env.Client
 	// The Service the Gateway runs behind (<gateway>-<class>), with a
 	// ready endpoint, and the route's backend.
-	for _, s := range []string{"web-flotilla", "httpbin"} {
-		if _, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: s},
-			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	port, name, ready := int32(8080), "http", true
-	if _, err := kube.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-flotilla-1", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "web-flotilla", discoveryv1.LabelManagedBy: "test",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+	serviceWithEndpoint(t, ns, "web-flotilla", "http", 80, 8080, "10.1.0.1")
+	if _, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "httpbin"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
