@@ -27,9 +27,9 @@ import (
 // chart installs) whose every assertion is on the status the controller
 // writes: they run here unchanged, through the suite itself. Every other
 // conformance test of a feature Flotilla serves also sends traffic
-// through the gateway's Envoy, which cannot run here: README's "Gateway
-// API conformance" lists them and how to run the whole suite against a
-// real cluster.
+// through the gateway's Envoy, which cannot run here:
+// docs/gateway-api-conformance.md lists them and how to run the whole
+// suite against a real cluster.
 var statusConformance = []string{
 	"GatewayClassObservedGenerationBump",
 	"GatewayInfrastructureMetadata",
