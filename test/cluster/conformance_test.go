@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwv1alpha2 "sigs.k8s.io/gateway-api/apis/v1alpha2"
@@ -98,14 +100,18 @@ func gatewayConformance(t testing.TB, ctx context.Context, _ *controlPlane) { //
 		t.Fatal(err)
 	}
 
-	c, err := client.New(env.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, install := range []func(*runtime.Scheme) error{gwv1.Install, gwv1beta1.Install, gwv1alpha2.Install, gwv1alpha3.Install, apiextv1.AddToScheme} {
-		if err := install(c.Scheme()); err != nil {
+	// A scheme of its own: client-go's global one is read by the other
+	// clients of the test as it runs.
+	scheme := runtime.NewScheme()
+	for _, install := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, gwv1.Install, gwv1beta1.Install, gwv1alpha2.Install, gwv1alpha3.Install, apiextv1.AddToScheme} {
+		if err := install(scheme); err != nil {
 			t.Fatal(err)
 		}
+	}
+	options := client.Options{Scheme: scheme}
+	c, err := client.New(env.Config, options)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	supported := features.SetsToNamesSet(features.AllFeatures.Clone().
@@ -142,9 +148,11 @@ func gatewayConformance(t testing.TB, ctx context.Context, _ *controlPlane) { //
 			UnusableNetworkAddresses: []gwv1.GatewaySpecAddress{{Type: &hostname, Value: "foo"}},
 			Mode:                     "default",
 		},
-		Client:     c,
-		Clientset:  env.Client,
-		RestConfig: env.Config,
+		Client:        c,
+		ClientOptions: options,
+		Clientset:     env.Client,
+		// The suite sets a user agent per test on the config it is given.
+		RestConfig: rest.CopyConfig(env.Config),
 		ManifestFS: []fs.FS{&conformance.Manifests},
 	})
 	if err != nil {
