@@ -40,12 +40,20 @@ func attaches(selector map[string]string, refs []*typev1beta1.PolicyTargetRefere
 		return false
 	}
 	for _, r := range refs {
-		if r.GetGroup() == gatewayAPIGroup && r.GetKind() == "Gateway" && r.GetName() == gateway &&
-			(r.GetNamespace() == "" || r.GetNamespace() == ns) {
+		if name, ok := gatewayOf(r, ns); ok && name == gateway {
 			return true
 		}
 	}
 	return false
+}
+
+// gatewayOf is the name of the Gateway (gateway.networking.k8s.io) a
+// targetRef of a policy of namespace ns names, if it names one there.
+func gatewayOf(r *typev1beta1.PolicyTargetReference, ns string) (string, bool) {
+	if r.GetGroup() != gatewayAPIGroup || r.GetKind() != "Gateway" || (r.GetNamespace() != "" && r.GetNamespace() != ns) {
+		return "", false
+	}
+	return r.GetName(), true
 }
 
 // gatewaySelections are the proxies a policy's targetRefs can attach to
@@ -54,8 +62,8 @@ func attaches(selector map[string]string, refs []*typev1beta1.PolicyTargetRefere
 func gatewaySelections(namespace string, refs []*typev1beta1.PolicyTargetReference) []Selection {
 	var out []Selection
 	for _, r := range refs {
-		if r.GetGroup() == gatewayAPIGroup && r.GetKind() == "Gateway" && (r.GetNamespace() == "" || r.GetNamespace() == namespace) {
-			out = append(out, Selection{Namespace: namespace, Labels: map[string]string{LabelGatewayName: r.GetName()}})
+		if name, ok := gatewayOf(r, namespace); ok {
+			out = append(out, Selection{Namespace: namespace, Labels: map[string]string{LabelGatewayName: name}})
 		}
 	}
 	return out

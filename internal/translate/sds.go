@@ -54,9 +54,7 @@ func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 				continue
 			}
 			if ca := g.pc.ConfigMapCACertificates(sns, base); len(ca) > 0 {
-				out = append(out, &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-					TrustedCa: inlineBytes(ca),
-				}}})
+				out = append(out, caSecret(name, ca))
 			}
 			continue
 		}
@@ -132,6 +130,11 @@ func (g *gen) credentialSecret(name, ns, cred string) *tlsv3.Secret {
 	if len(ca) == 0 {
 		return nil
 	}
+	return caSecret(name, ca)
+}
+
+// caSecret is an SDS secret of CA certificates that validate peers.
+func caSecret(name string, ca []byte) *tlsv3.Secret {
 	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 		TrustedCa: inlineBytes(ca),
 	}}}
