@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	networking "istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,8 +98,13 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 	}
 	for _, o := range in.Objects {
 		if o.Kind.Kind == "ServiceEntry" {
-			if se, ok := o.Spec.(interface{ GetHosts() []string }); ok {
-				g.cluster.Entries[o.Meta.Namespace+"/"+o.Meta.Name] = se.GetHosts()
+			if se, ok := o.Spec.(*networking.ServiceEntry); ok {
+				key := o.Meta.Namespace + "/" + o.Meta.Name
+				g.cluster.Entries[key] = se.GetHosts()
+				g.cluster.EntryPorts[key] = map[string]uint32{}
+				for _, p := range se.GetPorts() {
+					g.cluster.EntryPorts[key][p.GetName()] = p.GetNumber()
+				}
 			}
 		}
 	}
@@ -106,9 +112,10 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 		if svc.GetSourceKind() != registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE {
 			continue
 		}
-		s := &gatewayapi.Service{Labels: svc.GetLabels(), ClusterIPs: svc.GetAddresses(), ReadyPorts: map[int32]bool{}}
+		s := &gatewayapi.Service{Labels: svc.GetLabels(), ClusterIPs: svc.GetAddresses(), ReadyPorts: map[int32]bool{}, PortNames: map[string]int32{}}
 		for _, p := range svc.GetPorts() {
 			s.Ports = append(s.Ports, int32(p.GetNumber())) //nolint:gosec // a port number
+			s.PortNames[p.GetName()] = int32(p.GetNumber()) //nolint:gosec // a port number
 		}
 		g.cluster.Services[svc.GetNamespace()+"/"+svc.GetName()] = s
 	}

@@ -55,6 +55,10 @@ func (in *Input) AddYAML(doc []byte) (bool, error) {
 		o := &gw.ReferenceGrant{}
 		err = into(o)
 		in.ReferenceGrants = append(in.ReferenceGrants, o)
+	case KindBackendTLSPolicy:
+		o := &gw.BackendTLSPolicy{}
+		err = into(o)
+		in.BackendTLSPolicies = append(in.BackendTLSPolicies, o)
 	default:
 		return false, nil
 	}

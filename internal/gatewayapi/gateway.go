@@ -35,8 +35,12 @@ type converter struct {
 	classStatus map[string]*gw.GatewayClassStatus
 	gwStatus    map[Ref]*gw.GatewayStatus
 	routeStatus map[Ref]*gw.RouteStatus
+	// policyStatus is the BackendTLSPolicies'.
+	policyStatus map[Ref]*gw.PolicyStatus
 
 	gatewayObjects []*istio.Object
+	// policyObjects are the policies' DestinationRules.
+	policyObjects []*istio.Object
 	// parents are the listeners routes can bind to, by Gateway.
 	parents map[parentKey][]*parentInfo
 	// attached counts the routes bound to each listener, by Gateway.
@@ -59,6 +63,7 @@ func newConverter(in Input) *converter {
 		classStatus:  map[string]*gw.GatewayClassStatus{},
 		gwStatus:     map[Ref]*gw.GatewayStatus{},
 		routeStatus:  map[Ref]*gw.RouteStatus{},
+		policyStatus: map[Ref]*gw.PolicyStatus{},
 		parents:      map[parentKey][]*parentInfo{},
 		attached:     map[Ref]map[gw.SectionName]int32{},
 		configMapCAs: map[string][]byte{},

@@ -21,6 +21,7 @@ import (
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // Group is the Gateway API's group.
@@ -35,6 +36,9 @@ const (
 	KindTCPRoute       = "TCPRoute"
 	KindTLSRoute       = "TLSRoute"
 	KindReferenceGrant = "ReferenceGrant"
+	// KindBackendTLSPolicy is a policy, not a route: its status is a
+	// PolicyStatus (Output.Policies).
+	KindBackendTLSPolicy = "BackendTLSPolicy"
 )
 
 // Kind is one Gateway API kind Flotilla reads.
@@ -44,8 +48,8 @@ type Kind struct {
 }
 
 // Kinds returns every Gateway API kind Flotilla reads (v1, the storage
-// version of each in the v1.6 standard channel). BackendTLSPolicy,
-// ListenerSet and UDPRoute are not read yet.
+// version of each in the v1.6 standard channel). ListenerSet and
+// UDPRoute are not read yet.
 func Kinds() []Kind {
 	return []Kind{
 		{Kind: KindGatewayClass, Plural: "gatewayclasses"},
@@ -55,6 +59,7 @@ func Kinds() []Kind {
 		{Kind: KindTCPRoute, Plural: "tcproutes"},
 		{Kind: KindTLSRoute, Plural: "tlsroutes"},
 		{Kind: KindReferenceGrant, Plural: "referencegrants"},
+		{Kind: KindBackendTLSPolicy, Plural: "backendtlspolicies"},
 	}
 }
 
@@ -77,7 +82,7 @@ const (
 	// AnnotationParents names the Gateway API objects a generated
 	// object comes from: "Kind/name.namespace" or
 	// "Kind/name/section.namespace", comma separated.
-	AnnotationParents = "internal.istio.io/parents"
+	AnnotationParents = model.AnnotationParents
 	// AnnotationGatewaySemantics "gateway" marks a generated Gateway.
 	AnnotationGatewaySemantics = "internal.istio.io/gateway-semantics"
 	// AnnotationServiceAccount is the service account of a managed
@@ -121,6 +126,8 @@ type Input struct {
 	TCPRoutes       []*gw.TCPRoute
 	TLSRoutes       []*gw.TLSRoute
 	ReferenceGrants []*gw.ReferenceGrant
+	// BackendTLSPolicies become DestinationRules.
+	BackendTLSPolicies []*gw.BackendTLSPolicy
 
 	Cluster Cluster
 }
@@ -134,6 +141,9 @@ type Cluster interface {
 	// ServiceEntryHosts returns the hosts of the ServiceEntry
 	// namespace/name.
 	ServiceEntryHosts(namespace, name string) ([]string, bool)
+	// ServiceEntryPorts returns the ports of the ServiceEntry
+	// namespace/name, number by name.
+	ServiceEntryPorts(namespace, name string) map[string]uint32
 	// HostnameKnown reports whether hostname is a service (a Kubernetes
 	// Service's or a ServiceEntry's host) visible to namespace.
 	HostnameKnown(hostname, namespace string) bool
@@ -155,15 +165,17 @@ type Service struct {
 	// Ports are its ports; ReadyPorts the service ports that have at
 	// least one ready endpoint; TargetPorts the endpoint ports of each
 	// service port.
-	Ports       []int32
+	Ports []int32
+	// PortNames are its ports' numbers by name.
+	PortNames   map[string]int32
 	ReadyPorts  map[int32]bool
 	TargetPorts map[int32][]int32
 }
 
 // Output is what Convert produces.
 type Output struct {
-	// Objects are the Istio Gateways and VirtualServices to publish,
-	// sorted by kind and key.
+	// Objects are the Istio Gateways, VirtualServices and
+	// DestinationRules to publish, sorted by kind and key.
 	Objects []*istio.Object
 	// Status is the status each Gateway API object should have; an
 	// object absent here is not Flotilla's (another controller's class,
@@ -171,10 +183,12 @@ type Output struct {
 	GatewayClasses map[string]*gw.GatewayClassStatus
 	Gateways       map[Ref]*gw.GatewayStatus
 	Routes         map[Ref]*gw.RouteStatus
+	Policies       map[Ref]*gw.PolicyStatus
 	// ConfigMapCAs are the CA certificates (ca.crt) of the ConfigMaps
-	// that converted listeners validate clients with, by
-	// "namespace/name": galley publishes them, and discovery serves
-	// them to the gateways whose Gateway names them ("configmap://").
+	// that converted listeners validate clients with, or that
+	// BackendTLSPolicies verify backends with, by "namespace/name":
+	// galley publishes them, and discovery serves them as
+	// "configmap://namespace/name-cacert".
 	ConfigMapCAs map[string][]byte
 }
 
@@ -192,8 +206,10 @@ func Convert(in Input) *Output {
 	c.gateways()
 	c.routes()
 	c.attachedRoutes()
-	out := &Output{GatewayClasses: c.classStatus, Gateways: c.gwStatus, Routes: c.routeStatus, ConfigMapCAs: c.configMapCAs}
+	c.backendTLSPolicies()
+	out := &Output{GatewayClasses: c.classStatus, Gateways: c.gwStatus, Routes: c.routeStatus, Policies: c.policyStatus, ConfigMapCAs: c.configMapCAs}
 	out.Objects = append(out.Objects, c.gatewayObjects...)
+	out.Objects = append(out.Objects, c.policyObjects...)
 	out.Objects = append(out.Objects, c.mergeVirtualServices()...)
 	slices.SortFunc(out.Objects, func(a, b *istio.Object) int {
 		if a.Kind.Kind != b.Kind.Kind {

@@ -106,7 +106,7 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 			into(&o)
 			s := &gatewayapi.Service{
 				Labels: o.Labels, LoadBalancer: o.Spec.Type == corev1.ServiceTypeLoadBalancer,
-				ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{},
+				ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{}, PortNames: map[string]int32{},
 			}
 			if o.Spec.ClusterIP != "" {
 				s.ClusterIPs = []string{o.Spec.ClusterIP}
@@ -116,6 +116,7 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 			}
 			for _, p := range o.Spec.Ports {
 				s.Ports = append(s.Ports, p.Port)
+				s.PortNames[p.Name] = p.Port
 				s.ReadyPorts[p.Port] = true
 				tp := p.Port
 				if p.TargetPort.IntVal != 0 {
@@ -130,12 +131,21 @@ func decodeInput(t *testing.T, data []byte) gatewayapi.Input {
 				Metadata        metav1.ObjectMeta `json:"metadata"`
 				Spec            struct {
 					Hosts []string `json:"hosts"`
+					Ports []struct {
+						Name   string `json:"name"`
+						Number uint32 `json:"number"`
+					} `json:"ports"`
 				} `json:"spec"`
 			}
 			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
 				t.Fatal(err)
 			}
-			cl.Entries[o.Metadata.Namespace+"/"+o.Metadata.Name] = o.Spec.Hosts
+			key := o.Metadata.Namespace + "/" + o.Metadata.Name
+			cl.Entries[key] = o.Spec.Hosts
+			cl.EntryPorts[key] = map[string]uint32{}
+			for _, p := range o.Spec.Ports {
+				cl.EntryPorts[key][p.Name] = p.Number
+			}
 		case "Secret":
 			var o corev1.Secret
 			into(&o)
@@ -216,6 +226,9 @@ func statusYAML(t *testing.T, out *gatewayapi.Output) []byte {
 		entries = append(entries, entry{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Status: st})
 	}
 	for ref, st := range out.Routes {
+		entries = append(entries, entry{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Status: st})
+	}
+	for ref, st := range out.Policies {
 		entries = append(entries, entry{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Status: st})
 	}
 	slices.SortFunc(entries, func(a, b entry) int {

@@ -12,6 +12,7 @@ type StaticCluster struct {
 	NamespaceSet map[string]map[string]string
 	Services     map[string]*Service
 	Entries      map[string][]string
+	EntryPorts   map[string]map[string]uint32
 	Secrets      map[string]map[string][]byte
 	ConfigMaps   map[string]map[string]string
 }
@@ -20,7 +21,7 @@ type StaticCluster struct {
 func NewStaticCluster(domain string) *StaticCluster {
 	return &StaticCluster{
 		Domain: domain, NamespaceSet: map[string]map[string]string{}, Services: map[string]*Service{},
-		Entries: map[string][]string{}, Secrets: map[string]map[string][]byte{}, ConfigMaps: map[string]map[string]string{},
+		Entries: map[string][]string{}, EntryPorts: map[string]map[string]uint32{}, Secrets: map[string]map[string][]byte{}, ConfigMaps: map[string]map[string]string{},
 	}
 }
 
@@ -37,6 +38,11 @@ func (c *StaticCluster) Service(ns, name string) (*Service, bool) {
 func (c *StaticCluster) ServiceEntryHosts(ns, name string) ([]string, bool) {
 	h, ok := c.Entries[ns+"/"+name]
 	return h, ok
+}
+
+// ServiceEntryPorts implements Cluster.
+func (c *StaticCluster) ServiceEntryPorts(ns, name string) map[string]uint32 {
+	return c.EntryPorts[ns+"/"+name]
 }
 
 // HostnameKnown implements Cluster: a Service's host or a

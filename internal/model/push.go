@@ -207,7 +207,15 @@ type DestinationRule struct {
 	// the same host and namespace merged into this one
 	// (mergeDestinationRule); Spec is then the merged rule.
 	MergedFrom []string
+	// FromPolicy is whether it was generated from a Gateway API backend
+	// policy (a BackendTLSPolicy): it carries AnnotationParents, as in
+	// Istio's isBackendPolicyDestinationRule.
+	FromPolicy bool
 }
+
+// AnnotationParents names the Gateway API objects an object was
+// generated from (Istio's internal.istio.io/parents).
+const AnnotationParents = "internal.istio.io/parents"
 
 // mergeDestinationRule adds dr, the youngest so far, to the rules of its
 // namespace (in creation order) as Istio's mergeDestinationRule
@@ -217,6 +225,9 @@ type DestinationRule struct {
 // and its traffic policy when the older has none; dr stays a rule of its
 // own unless it merged into one whose selector it shares (both none, or
 // the same labels). The older rules' specs are copied, never changed.
+// Between a user's rule and one generated from a backend policy the
+// user's fields win whichever is older, the policy's filling what the
+// user's leaves unset (Istio's mergeBackendPolicyTrafficPolicy).
 func mergeDestinationRule(rules []*DestinationRule, dr *DestinationRule) []*DestinationRule {
 	apart := true
 	for i, old := range rules {
@@ -236,8 +247,15 @@ func mergeDestinationRule(rules []*DestinationRule, dr *DestinationRule) []*Dest
 				spec.Subsets = append(spec.Subsets, ss)
 			}
 		}
-		if spec.TrafficPolicy == nil {
-			spec.TrafficPolicy = dr.Spec.GetTrafficPolicy()
+		switch {
+		case old.FromPolicy == dr.FromPolicy:
+			if spec.TrafficPolicy == nil {
+				spec.TrafficPolicy = dr.Spec.GetTrafficPolicy()
+			}
+		case dr.FromPolicy:
+			spec.TrafficPolicy = underPolicy(spec.GetTrafficPolicy(), dr.Spec.GetTrafficPolicy())
+		default:
+			spec.TrafficPolicy = underPolicy(dr.Spec.GetTrafficPolicy(), spec.GetTrafficPolicy())
 		}
 		merged := *old
 		merged.Spec = spec
@@ -248,6 +266,49 @@ func mergeDestinationRule(rules []*DestinationRule, dr *DestinationRule) []*Dest
 		rules = append(rules, dr)
 	}
 	return rules
+}
+
+// underPolicy is user's traffic policy with what it leaves unset taken
+// from backend's, a backend policy's (Istio's
+// mergeBackendPolicyTrafficPolicy and mergeBackendPolicyPortLevelSettings).
+// Neither is changed.
+func underPolicy(user, backend *networking.TrafficPolicy) *networking.TrafficPolicy {
+	if user == nil {
+		return backend
+	}
+	if backend == nil {
+		return user
+	}
+	out := &networking.TrafficPolicy{
+		ConnectionPool:   cmp.Or(user.GetConnectionPool(), backend.GetConnectionPool()),
+		LoadBalancer:     cmp.Or(user.GetLoadBalancer(), backend.GetLoadBalancer()),
+		OutlierDetection: cmp.Or(user.GetOutlierDetection(), backend.GetOutlierDetection()),
+		Tls:              cmp.Or(user.GetTls(), backend.GetTls()),
+		Tunnel:           cmp.Or(user.GetTunnel(), backend.GetTunnel()),
+		ProxyProtocol:    cmp.Or(user.GetProxyProtocol(), backend.GetProxyProtocol()),
+		RetryBudget:      cmp.Or(user.GetRetryBudget(), backend.GetRetryBudget()),
+	}
+	byPort := map[uint32]int{}
+	for _, p := range user.GetPortLevelSettings() {
+		byPort[p.GetPort().GetNumber()] = len(out.PortLevelSettings)
+		out.PortLevelSettings = append(out.PortLevelSettings, p)
+	}
+	for _, bp := range backend.GetPortLevelSettings() {
+		i, ok := byPort[bp.GetPort().GetNumber()]
+		if !ok {
+			out.PortLevelSettings = append(out.PortLevelSettings, bp)
+			continue
+		}
+		up := out.PortLevelSettings[i]
+		out.PortLevelSettings[i] = &networking.TrafficPolicy_PortTrafficPolicy{
+			Port:             up.GetPort(),
+			LoadBalancer:     cmp.Or(up.GetLoadBalancer(), bp.GetLoadBalancer()),
+			ConnectionPool:   cmp.Or(up.GetConnectionPool(), bp.GetConnectionPool()),
+			OutlierDetection: cmp.Or(up.GetOutlierDetection(), bp.GetOutlierDetection()),
+			Tls:              cmp.Or(up.GetTls(), bp.GetTls()),
+		}
+	}
+	return out
 }
 
 // sameStrings reports whether two lists hold the same strings, in any
@@ -450,7 +511,8 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		}
 		dr := &DestinationRule{
 			Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec,
-			Host: ResolveHost(spec.GetHost(), o.Meta.Namespace, domainSuffix),
+			Host:       ResolveHost(spec.GetHost(), o.Meta.Namespace, domainSuffix),
+			FromPolicy: o.Meta.Annotations[AnnotationParents] != "",
 		}
 		ci.destinationRules = append(ci.destinationRules, dr)
 		idx := ci.drsByNamespace[dr.Namespace]

@@ -39,8 +39,14 @@ const GatewayCredentialPrefix = "kubernetes-gateway://" //nolint:gosec // a name
 // ConfigMapCredentialPrefix starts a CA certificate name read from a
 // ConfigMap's ca.crt ("configmap://<namespace>/<name>-cacert", Istio's
 // credentials.KubernetesConfigMapType), as the Gateway API's frontend
-// validation names one.
+// validation and BackendTLSPolicies name one.
 const ConfigMapCredentialPrefix = "configmap://" //nolint:gosec // a name's prefix, not a credential
+
+// InvalidCredentialPrefix is the credentialName of a credential that
+// could not be resolved (Istio's credentials.InvalidSecretTypeURI): no
+// proxy is ever served it, so TLS that needs it never completes and
+// traffic is refused rather than sent unverified.
+const InvalidCredentialPrefix = "invalid://"
 
 // CredentialName is the resource name of a Credential: "namespace/name".
 func CredentialName(namespace, name string) string { return namespace + "/" + name }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -602,7 +603,7 @@ func (g *gen) applyTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *regi
 		}
 		c.TransportSocket = g.istioMutual(sans, cmp.Or(tls.GetSni(), sni), h2)
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
-		if tls.GetCredentialName() != "" && len(drSpec(dr).GetWorkloadSelector().GetMatchLabels()) == 0 {
+		if privilegedCredential(tls.GetCredentialName()) && len(drSpec(dr).GetWorkloadSelector().GetMatchLabels()) == 0 {
 			// Istio's rule (buildUpstreamClusterTLSContext): a sidecar takes
 			// a credentialName only from a DestinationRule with a
 			// workloadSelector, so that a Secret is not handed to every
@@ -613,6 +614,16 @@ func (g *gen) applyTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *regi
 		c.TransportSocket = g.originatedTLS(c.GetName(), tls, h2)
 		g.autoSNI(c, tls)
 	}
+}
+
+// privilegedCredential is whether a credentialName needs the proxy to be
+// allowed a Secret: every one but a ConfigMap's CA, which is public
+// (Istio's privilegedCredentialLookup), and the invalid one a Gateway API
+// policy gives, which no proxy is served (Istio lets a sidecar send
+// plain text there; Flotilla keeps the TLS, so that the traffic is
+// refused as the policy's status says).
+func privilegedCredential(cn string) bool {
+	return cn != "" && !strings.HasPrefix(cn, registry.ConfigMapCredentialPrefix) && !strings.HasPrefix(cn, registry.InvalidCredentialPrefix)
 }
 
 // autoSNI sets what Istio's setAutoSniAndAutoSanValidation sets for TLS
@@ -741,15 +752,17 @@ func (g *gen) originatedTLS(cluster string, tls *networking.ClientTLSSettings, h
 	}
 	if cred := tls.GetCredentialName(); cred != "" {
 		// The Secret is served over ADS by discovery (sds.go), as Istio's
-		// ConstructSdsSecretConfigForCredential; "<name>-cacert" holds its
-		// CA.
-		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: registry.CredentialPrefix + cred, SdsConfig: adsSource()}}
+		// ApplyCustomSDSToClientCommonTLSContext: its certificate and key
+		// for MUTUAL only, "<name>-cacert" (its CA) to verify the server.
+		if tls.GetMode() == networking.ClientTLSSettings_MUTUAL {
+			common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{{Name: credentialSDSName(cred), SdsConfig: adsSource()}}
+		}
 		if tls.GetInsecureSkipVerify().GetValue() {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{}}
 		} else {
 			common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         validation,
-				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: registry.CredentialPrefix + cred + credentialCASuffix, SdsConfig: adsSource()},
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: credentialSDSName(cred + credentialCASuffix), SdsConfig: adsSource()},
 			}}
 		}
 		return g.tlsSocket(&tlsv3.UpstreamTlsContext{Sni: tls.GetSni(), CommonTlsContext: common})

@@ -21,11 +21,13 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	sigyaml "sigs.k8s.io/yaml"
 
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi/gatewayapitest"
@@ -34,6 +36,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/normalize/kube"
 	"github.com/flotilla-mesh/flotilla/internal/publish"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/golden"
 )
 
@@ -182,6 +185,12 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 				tb.Fatal(err)
 			}
 			gatewayDocs++
+		case head.APIVersion == "v1" && head.Kind == "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := sigyaml.UnmarshalStrict(doc, &cm); err != nil {
+				tb.Fatal(err)
+			}
+			cluster.ConfigMaps[cm.Namespace+"/"+cm.Name] = cm.Data
 		case head.APIVersion == "v1" && head.Kind == "Namespace":
 			var n corev1.Namespace
 			if err := sigyaml.UnmarshalStrict(doc, &n); err != nil {
@@ -198,6 +207,17 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 		addServices(cluster, services, endpointSlices)
 		out := gatewayapi.Convert(gatewayIn)
 		putGenerated(tb, store, out.Objects)
+		// The ConfigMap CAs it names, as galley publishes them.
+		for key, ca := range out.ConfigMapCAs {
+			ns, name, _ := strings.Cut(key, "/")
+			body, err := anypb.New(&registryv1.Credential{Namespace: ns, Name: name, CaCertificates: ca, ConfigMap: true})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if err := store.Put(registry.CredentialTypeURL, registry.ConfigMapCredentialName(ns, name), model.Meta{}, body); err != nil {
+				tb.Fatal(err)
+			}
+		}
 	}
 	lookup := func(ns, name string) *corev1.Pod { return pods[ns+"/"+name] }
 	for _, s := range endpointSlices {
@@ -265,9 +285,10 @@ func putGenerated(tb testing.TB, store *model.Store, objs []*istio.Object) {
 // where an EndpointSlice has an endpoint.
 func addServices(c *gatewayapitest.Cluster, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) {
 	for _, s := range svcs {
-		gs := &gatewayapi.Service{Labels: s.Labels, ClusterIPs: []string{s.Spec.ClusterIP}, ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{}}
+		gs := &gatewayapi.Service{Labels: s.Labels, ClusterIPs: []string{s.Spec.ClusterIP}, ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{}, PortNames: map[string]int32{}}
 		for _, p := range s.Spec.Ports {
 			gs.Ports = append(gs.Ports, p.Port)
+			gs.PortNames[p.Name] = p.Port
 			for _, sl := range slices {
 				if sl.Namespace != s.Namespace || sl.Labels[discoveryv1.LabelServiceName] != s.Name || len(sl.Endpoints) == 0 {
 					continue

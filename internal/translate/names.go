@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 // The names of resources, and their formats, that the proxies and the
@@ -115,3 +116,20 @@ const (
 	grpcCertName     = proxycontract.SecretWorkload
 	grpcRootName     = proxycontract.SecretRoot
 )
+
+// credentialSDSName is the SDS name of a credentialName (Istio's
+// credentials.ToResourceName): "kubernetes://<credentialName>", or the
+// name itself when it has a scheme of its own (the Gateway API's
+// "kubernetes-gateway://<ns>/<name>", a ConfigMap's "configmap://"), or
+// "invalid://" for a credential a Gateway API policy could not resolve.
+func credentialSDSName(cn string) string {
+	switch {
+	case strings.HasPrefix(cn, registry.InvalidCredentialPrefix):
+		// Never served: the TLS using it never completes.
+		return registry.InvalidCredentialPrefix
+	case strings.HasPrefix(cn, registry.CredentialPrefix), strings.HasPrefix(cn, registry.GatewayCredentialPrefix),
+		strings.HasPrefix(cn, registry.ConfigMapCredentialPrefix):
+		return cn
+	}
+	return registry.CredentialPrefix + cn
+}

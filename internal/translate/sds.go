@@ -30,10 +30,13 @@ import (
 // admits it (flavour.gatewayCredentials; Istio's
 // VerifiedCertificateReferences, checked so in its SecretGen for that
 // type): the Gateway API's own rules, not RBAC, govern it, so a gateway
-// deployed for a Gateway needs no Role. A frontend CA certificate in a
-// ConfigMap ("configmap://<namespace>/<name>-cacert", Istio's
-// KubernetesConfigMapType) is served so too, from the ConfigMap's ca.crt
-// galley published.
+// deployed for a Gateway needs no Role. A CA certificate in a ConfigMap
+// ("configmap://<namespace>/<name>-cacert", Istio's
+// KubernetesConfigMapType: a Gateway's frontend validation, a
+// BackendTLSPolicy's CA) is public, served to any proxy of any namespace
+// as Istio's filterAuthorizedResources does (a client reads its server's
+// CA across namespaces), from the ca.crt galley published; galley
+// publishes only the ConfigMaps a Gateway API object names.
 func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	g := x.g
 	ns := g.p.VerifiedNamespace
@@ -45,12 +48,9 @@ func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 	refusedReported := false
 	for _, name := range uniqueSorted(names) {
 		if rest, ok := strings.CutPrefix(name, registry.ConfigMapCredentialPrefix); ok {
-			if verified == nil {
-				verified = g.fl.gatewayCredentials(g)
-			}
 			sns, sname, qualified := strings.Cut(rest, "/")
 			base, isCA := strings.CutSuffix(sname, credentialCASuffix)
-			if !qualified || !isCA || !verified[name] {
+			if !qualified || !isCA {
 				continue
 			}
 			if ca := g.pc.ConfigMapCACertificates(sns, base); len(ca) > 0 {
@@ -93,17 +93,6 @@ func (x *Generator) Secrets(names []string) []*tlsv3.Secret {
 		}
 	}
 	return out
-}
-
-// credentialSDSName is the SDS name of a Gateway server's credentialName:
-// "kubernetes://<credentialName>", or the name itself when it has a
-// scheme of its own (the Gateway API's "kubernetes-gateway://<ns>/<name>",
-// as Istio names it).
-func credentialSDSName(cn string) string {
-	if strings.HasPrefix(cn, registry.CredentialPrefix) || strings.HasPrefix(cn, registry.GatewayCredentialPrefix) {
-		return cn
-	}
-	return registry.CredentialPrefix + cn
 }
 
 func (g *gen) credentialSecret(name, ns, cred string) *tlsv3.Secret {

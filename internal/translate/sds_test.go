@@ -153,8 +153,9 @@ func TestSecretsGoOnlyToProxiesVerifiedInTheirNamespace(t *testing.T) {
 // caCertCredentialName, a Secret's "-cacert": the server's validation
 // context asks SDS for that name, which the gateway gets as its own
 // Gateway names it, from a Secret or from a ConfigMap galley published
-// ("configmap://"); a ConfigMap of another namespace that no
-// ReferenceGrant admits is never served.
+// ("configmap://"). A ConfigMap's CA is public as in Istio
+// (filterAuthorizedResources): another namespace's is served too, but
+// only by its "-cacert" name.
 func TestAGatewayAPIListenerValidatesClientsWithItsCACertificateRef(t *testing.T) {
 	kinds := kindsByName()
 	for _, tc := range []struct {
@@ -234,8 +235,9 @@ func TestAGatewayAPIListenerValidatesClientsWithItsCACertificateRef(t *testing.T
 		if got := gen.Secrets([]string{tc.wantCA}); len(got) != 1 || string(got[0].GetValidationContext().GetTrustedCa().GetInlineBytes()) != tc.wantBundle {
 			t.Errorf("CA %q: the gateway got %v for %s, want the bundle %q", tc.ca, got, tc.wantCA, tc.wantBundle)
 		}
-		if got := gen.Secrets([]string{"configmap://other/client-ca-cacert", "configmap://edge/client-ca"}); len(got) != 0 {
-			t.Errorf("CA %q: the gateway got %v for another namespace's ConfigMap and a name without -cacert, want none", tc.ca, got)
+		if got := gen.Secrets([]string{"configmap://other/client-ca-cacert", "configmap://edge/client-ca"}); len(got) != 1 ||
+			got[0].GetName() != "configmap://other/client-ca-cacert" || string(got[0].GetValidationContext().GetTrustedCa().GetInlineBytes()) != "another namespace's" {
+			t.Errorf("CA %q: the gateway got %v for another namespace's ConfigMap and a name without -cacert, want the first only", tc.ca, got)
 		}
 	}
 }

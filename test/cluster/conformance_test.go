@@ -33,6 +33,7 @@ import (
 // docs/gateway-api-conformance.md lists them and how to run the whole
 // suite against a real cluster.
 var statusConformance = []string{
+	"BackendTLSPolicyObservedGenerationBump",
 	"GatewayClassObservedGenerationBump",
 	"GatewayInfrastructureMetadata",
 	"GatewayInvalidParametersRef",
@@ -70,14 +71,12 @@ var statusConformance = []string{
 
 // unsupportedFeatures are the features of the release Flotilla does not
 // serve: those Istio 1.32 leaves out (pilot/pkg/config/kube/gateway's
-// skippedExtendedFeatures), BackendTLSPolicy and ListenerSets, not yet
-// built, and the mesh, whose conformance tests all send traffic.
+// skippedExtendedFeatures), ListenerSets, not yet built, and the mesh,
+// whose conformance tests all send traffic.
 var unsupportedFeatures = []features.Feature{
 	features.GatewayBackendClientCertificateFeature,
 	features.GatewayHTTPSListenerDetectMisdirectedRequestsFeature,
 	features.UDPRouteFeature,
-	features.BackendTLSPolicyFeature,
-	features.BackendTLSPolicySanValidationFeature,
 	features.ListenerSetFeature,
 }
 

@@ -22,8 +22,8 @@ import (
 // restricted collection), and discovery serves them as
 // configmap://<namespace>/<name>-cacert to the gateway — a proxy of the
 // Gateway's namespace that is an instance of its Service — and a changed
-// ca.crt follows; a proxy of another namespace asking for it gets
-// nothing.
+// ca.crt follows. A CA certificate is public, as in Istio: a proxy of
+// another namespace asking for it by name gets it too.
 func TestAGatewayAPIListenersConfigMapCAReachesItsGatewayOverSDS(t *testing.T) {
 	ctx := context.Background()
 	if err := env.InstallCRDs(ctx, gatewayAPICRDs(t)...); err != nil {
@@ -126,14 +126,105 @@ func TestAGatewayAPIListenersConfigMapCAReachesItsGatewayOverSDS(t *testing.T) {
 		t.Fatalf("after the ConfigMap changed the gateway has %v", got)
 	}
 
-	// A proxy of another namespace asking for it by name gets nothing
-	// of it (its own namespace's shop-cert, which it also asks for, shows
-	// it was answered).
+	// A proxy of another namespace asking for it by name gets it too
+	// (Istio's filterAuthorizedResources: a ConfigMap's ca.crt is not
+	// private), beside its own namespace's shop-cert.
 	asked := []string{caName, "kubernetes://shop-cert"}
 	strangerID := ca.IssueFiles(t, "stranger", "spiffe://cluster.local/ns/"+other+"/sa/app")
 	stranger := dialSDS(t, ca, m.secure, strangerID, "router~10.0.0.8~ingress-1."+other+"~"+other+".svc.cluster.local", asked...)
-	if got := stranger.until(t, asked, func(got map[string]string) bool { return got["kubernetes://shop-cert"] != "" }); got["kubernetes://shop-cert"] != "other" || got[caName] != "" {
+	if got := stranger.until(t, asked, func(got map[string]string) bool { return got["kubernetes://shop-cert"] != "" && got[caName] != "" }); got["kubernetes://shop-cert"] != "other" || got[caName] != rotated {
 		t.Fatalf("a proxy of %s got %v", other, got)
+	}
+}
+
+// TestABackendTLSPolicysConfigMapCAReachesEveryClientOverSDS: a
+// BackendTLSPolicy of a real apiserver naming a ConfigMap's ca.crt for a
+// Service: galley's leader writes its status (Accepted and ResolvedRefs
+// for the Service, as the mesh's ancestor), galley publishes the CA, and
+// discovery serves it as configmap://<namespace>/<name>-cacert to a
+// client of another namespace (the DestinationRule the policy becomes
+// tells every client to verify the Service with it). The ConfigMap's
+// ca.crt removed, the policy is NoValidCACertificate /
+// InvalidCACertificateRef and the CA is withdrawn.
+func TestABackendTLSPolicysConfigMapCAReachesEveryClientOverSDS(t *testing.T) {
+	ctx := context.Background()
+	if err := env.InstallCRDs(ctx, gatewayAPICRDs(t)...); err != nil {
+		t.Fatal(err)
+	}
+	m := newGatewayMesh(t, map[string]string{"apps": "apps", "client": "client"})
+	apps, client, ca := m.namespaces["apps"], m.namespaces["client"], m.ca
+	m.startDiscovery(t)
+	m.galley.out.WaitFor(t, "watching the Gateway API")
+
+	backendCA, err := testpkiCA(t, "backend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := env.Client
+	if _, err := kube.CoreV1().ConfigMaps(apps).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "backend-ca"}, Data: map[string]string{"ca.crt": backendCA},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	serviceWithEndpoint(t, apps, "secure", "https", 443, 8443, "10.0.0.9")
+	gwc, err := gwclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gwc.GatewayV1().BackendTLSPolicies(apps).Create(ctx, &gw.BackendTLSPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "secure-tls"},
+		Spec: gw.BackendTLSPolicySpec{
+			TargetRefs: []gw.LocalPolicyTargetReferenceWithSectionName{{LocalPolicyTargetReference: gw.LocalPolicyTargetReference{Group: "", Kind: "Service", Name: "secure"}}},
+			Validation: gw.BackendTLSPolicyValidation{
+				Hostname:          "secure.example.com",
+				CACertificateRefs: []gw.LocalObjectReference{{Group: "", Kind: "ConfigMap", Name: "backend-ca"}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	policyHas := func(cond, reason string, status metav1.ConditionStatus) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			p, err := gwc.GatewayV1().BackendTLSPolicies(apps).Get(ctx, "secure-tls", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Status.Ancestors) == 1 && p.Status.Ancestors[0].AncestorRef.Name == "secure" {
+				if c := meta.FindStatusCondition(p.Status.Ancestors[0].Conditions, cond); c != nil && c.Reason == reason && c.Status == status && c.ObservedGeneration == p.Generation {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the policy's status: %+v, want %s %s %s", p.Status, cond, status, reason)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	policyHas(string(gw.PolicyConditionAccepted), string(gw.PolicyReasonAccepted), metav1.ConditionTrue)
+	policyHas(string(gw.BackendTLSPolicyConditionResolvedRefs), string(gw.BackendTLSPolicyReasonResolvedRefs), metav1.ConditionTrue)
+
+	caName := "configmap://" + apps + "/backend-ca-cacert"
+	names := []string{caName}
+	clientID := ca.IssueFiles(t, "client", "spiffe://cluster.local/ns/"+client+"/sa/app")
+	sds := dialSDS(t, ca, m.secure, clientID, "sidecar~10.0.0.10~app-1."+client+"~"+client+".svc.cluster.local", names...)
+	if got := sds.until(t, names, func(got map[string]string) bool { return got[caName] == backendCA }); got[caName] != backendCA {
+		t.Fatalf("the client got %v, want the ConfigMap's ca.crt as %s", got, caName)
+	}
+
+	cm, err := kube.CoreV1().ConfigMaps(apps).Get(ctx, "backend-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"other": "data"}
+	if _, err := kube.CoreV1().ConfigMaps(apps).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	policyHas(string(gw.PolicyConditionAccepted), string(gw.BackendTLSPolicyReasonNoValidCACertificate), metav1.ConditionFalse)
+	policyHas(string(gw.BackendTLSPolicyConditionResolvedRefs), string(gw.BackendTLSPolicyReasonInvalidCACertificateRef), metav1.ConditionFalse)
+	if got := sds.until(t, names, func(got map[string]string) bool { return got[caName] == "" }); got[caName] != "" {
+		t.Fatalf("after the ConfigMap lost its ca.crt the client has %v", got)
 	}
 }
 

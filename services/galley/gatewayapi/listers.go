@@ -20,14 +20,15 @@ import (
 // listers read the Gateway API kinds the apiserver serves; a kind it
 // does not serve has no lister and lists nothing.
 type listers struct {
-	informers []cache.SharedIndexInformer
-	classes   gwlisters.GatewayClassLister
-	gateways  gwlisters.GatewayLister
-	http      gwlisters.HTTPRouteLister
-	grpc      gwlisters.GRPCRouteLister
-	tcp       gwlisters.TCPRouteLister
-	tls       gwlisters.TLSRouteLister
-	grants    gwlisters.ReferenceGrantLister
+	informers  []cache.SharedIndexInformer
+	classes    gwlisters.GatewayClassLister
+	gateways   gwlisters.GatewayLister
+	http       gwlisters.HTTPRouteLister
+	grpc       gwlisters.GRPCRouteLister
+	tcp        gwlisters.TCPRouteLister
+	tls        gwlisters.TLSRouteLister
+	grants     gwlisters.ReferenceGrantLister
+	backendTLS gwlisters.BackendTLSPolicyLister
 }
 
 func newListers(f gwinformers.SharedInformerFactory, served []string) *listers {
@@ -50,6 +51,8 @@ func newListers(f gwinformers.SharedInformerFactory, served []string) *listers {
 			inf, l.tls = v1.TLSRoutes().Informer(), v1.TLSRoutes().Lister()
 		case gatewayapi.KindReferenceGrant:
 			inf, l.grants = v1.ReferenceGrants().Informer(), v1.ReferenceGrants().Lister()
+		case gatewayapi.KindBackendTLSPolicy:
+			inf, l.backendTLS = v1.BackendTLSPolicies().Informer(), v1.BackendTLSPolicies().Lister()
 		}
 		if inf != nil {
 			l.informers = append(l.informers, inf)
@@ -83,6 +86,9 @@ func (l *listers) fill(in *gatewayapi.Input) {
 	if l.grants != nil {
 		in.ReferenceGrants, _ = l.grants.List(all)
 	}
+	if l.backendTLS != nil {
+		in.BackendTLSPolicies, _ = l.backendTLS.List(all)
+	}
 	sortByKey(in.GatewayClasses)
 	sortByKey(in.Gateways)
 	sortByKey(in.HTTPRoutes)
@@ -90,6 +96,7 @@ func (l *listers) fill(in *gatewayapi.Input) {
 	sortByKey(in.TCPRoutes)
 	sortByKey(in.TLSRoutes)
 	sortByKey(in.ReferenceGrants)
+	sortByKey(in.BackendTLSPolicies)
 }
 
 func sortByKey[T metav1.Object](objs []T) {
@@ -132,6 +139,22 @@ func (l *listers) writeRoute(ctx context.Context, api gwv1client.GatewayV1Interf
 			})
 	}
 	return nil
+}
+
+// writePolicy writes a policy's status when it differs from the
+// object's.
+func (l *listers) writePolicy(ctx context.Context, api gwv1client.GatewayV1Interface, ref gatewayapi.Ref, st *gw.PolicyStatus) error {
+	if ref.Kind != gatewayapi.KindBackendTLSPolicy || l.backendTLS == nil {
+		return nil
+	}
+	return writeStatus(st, func() (*gw.BackendTLSPolicy, error) {
+		return l.backendTLS.BackendTLSPolicies(ref.Namespace).Get(ref.Name)
+	},
+		func(o *gw.BackendTLSPolicy) *gw.PolicyStatus { return &o.Status },
+		func(o *gw.BackendTLSPolicy) error {
+			_, err := api.BackendTLSPolicies(ref.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{})
+			return err
+		})
 }
 
 // writeStatus writes st into a copy of the object get returns, when its

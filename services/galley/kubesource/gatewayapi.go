@@ -25,7 +25,7 @@ func (s *Source) GatewayCluster() gatewayapi.Cluster {
 		domain:     s.o.DomainSuffix,
 		namespaces: map[string]map[string]string{},
 		services:   map[string]*gatewayapi.Service{},
-		entries:    map[string][]string{},
+		entries:    map[string]*networking.ServiceEntry{},
 		hosts:      map[string]bool{},
 		secrets:    maps.Clone(s.secrets),
 	}
@@ -39,7 +39,7 @@ func (s *Source) GatewayCluster() gatewayapi.Cluster {
 	for key, svc := range s.services {
 		gs := &gatewayapi.Service{
 			Labels: svc.Labels, LoadBalancer: svc.Spec.Type == corev1.ServiceTypeLoadBalancer,
-			ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{},
+			ReadyPorts: map[int32]bool{}, TargetPorts: map[int32][]int32{}, PortNames: map[string]int32{},
 		}
 		for _, ip := range svc.Spec.ClusterIPs {
 			if ip != corev1.ClusterIPNone {
@@ -51,6 +51,7 @@ func (s *Source) GatewayCluster() gatewayapi.Cluster {
 		}
 		for _, p := range svc.Spec.Ports {
 			gs.Ports = append(gs.Ports, p.Port)
+			gs.PortNames[p.Name] = p.Port
 		}
 		c.services[key] = gs
 		c.hosts[svc.Name+"."+svc.Namespace+".svc."+s.o.DomainSuffix] = true
@@ -75,7 +76,7 @@ func (s *Source) GatewayCluster() gatewayapi.Cluster {
 			continue
 		}
 		if se, ok := o.Spec.(*networking.ServiceEntry); ok {
-			c.entries[o.Key()] = se.GetHosts()
+			c.entries[o.Key()] = se
 			for _, h := range se.GetHosts() {
 				c.hosts[h] = true
 			}
@@ -98,7 +99,7 @@ type gatewayCluster struct {
 	domain     string
 	namespaces map[string]map[string]string
 	services   map[string]*gatewayapi.Service
-	entries    map[string][]string
+	entries    map[string]*networking.ServiceEntry
 	hosts      map[string]bool
 	secrets    map[string]*corev1.Secret
 }
@@ -111,8 +112,17 @@ func (c *gatewayCluster) Service(namespace, name string) (*gatewayapi.Service, b
 }
 
 func (c *gatewayCluster) ServiceEntryHosts(namespace, name string) ([]string, bool) {
-	h, ok := c.entries[namespace+"/"+name]
-	return h, ok
+	se, ok := c.entries[namespace+"/"+name]
+	return se.GetHosts(), ok
+}
+
+func (c *gatewayCluster) ServiceEntryPorts(namespace, name string) map[string]uint32 {
+	se := c.entries[namespace+"/"+name]
+	out := make(map[string]uint32, len(se.GetPorts()))
+	for _, p := range se.GetPorts() {
+		out[p.GetName()] = p.GetNumber()
+	}
+	return out
 }
 
 // HostnameKnown: a Service's or a ServiceEntry's host; ServiceEntries'
