@@ -24,8 +24,9 @@ type gatewayFiles struct {
 	in      gatewayapi.Input
 	cluster *gatewayapi.StaticCluster
 	// secrets is whether the files hold a Secret: without one, a
-	// certificateRef cannot be resolved here, and is not reported.
-	secrets bool
+	// certificateRef cannot be resolved here, and is not reported;
+	// configMaps so for a BackendTLSPolicy's CA ConfigMap.
+	secrets, configMaps bool
 }
 
 func newGatewayFiles(domainSuffix string) *gatewayFiles {
@@ -56,7 +57,7 @@ func (g *gatewayFiles) addObject(doc []byte, ns string) error {
 	return err
 }
 
-// addSecret and addNamespace record what the conversion reads of the
+// addSecret, addConfigMap and addNamespace record what the conversion reads of the
 // cluster besides its Services.
 func (g *gatewayFiles) addSecret(sec *corev1.Secret) {
 	data := maps.Clone(sec.Data)
@@ -70,6 +71,11 @@ func (g *gatewayFiles) addSecret(sec *corev1.Secret) {
 	g.secrets = true
 }
 
+func (g *gatewayFiles) addConfigMap(cm *corev1.ConfigMap) {
+	g.cluster.ConfigMaps[cm.Namespace+"/"+cm.Name] = maps.Clone(cm.Data)
+	g.configMaps = true
+}
+
 func (g *gatewayFiles) addNamespace(ns *corev1.Namespace) {
 	labels := maps.Clone(ns.Labels)
 	if labels == nil {
@@ -81,7 +87,7 @@ func (g *gatewayFiles) addNamespace(ns *corev1.Namespace) {
 
 func (g *gatewayFiles) empty() bool {
 	in := g.in
-	return len(in.Gateways)+len(in.HTTPRoutes)+len(in.GRPCRoutes)+len(in.TCPRoutes)+len(in.TLSRoutes) == 0
+	return len(in.Gateways)+len(in.HTTPRoutes)+len(in.GRPCRoutes)+len(in.TCPRoutes)+len(in.TLSRoutes)+len(in.BackendTLSPolicies) == 0
 }
 
 // messages converts the files' Gateway API objects as galley converts
@@ -177,6 +183,40 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 			default:
 				msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Text: c.Reason + ": " + c.Message})
 			}
+		}
+	}
+	return append(msgs, g.policyMessages(out, haveServices)...)
+}
+
+// policyMessages reports the targets a BackendTLSPolicy is not Accepted
+// for (its ancestors other than Gateways, which repeat them), but what
+// depends on objects the input does not hold: a target when it holds no
+// Service, a CA ConfigMap when it holds no ConfigMap.
+func (g *gatewayFiles) policyMessages(out *gatewayapi.Output, haveServices bool) []validation.Message {
+	var msgs []validation.Message
+	for _, ref := range slices.SortedFunc(maps.Keys(out.Policies), compareRefs) {
+		obj := validation.Ref{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+		for _, a := range out.Policies[ref].Ancestors {
+			if a.AncestorRef.Kind != nil && *a.AncestorRef.Kind == gatewayapi.KindGateway {
+				continue
+			}
+			c := apimeta.FindStatusCondition(a.Conditions, string(gw.PolicyConditionAccepted))
+			if c == nil || c.Status != metav1.ConditionFalse {
+				continue
+			}
+			resolved := apimeta.FindStatusCondition(a.Conditions, string(gw.BackendTLSPolicyConditionResolvedRefs))
+			switch {
+			case c.Reason == string(gw.PolicyReasonTargetNotFound) && !haveServices:
+				continue
+			case c.Reason == string(gw.BackendTLSPolicyReasonNoValidCACertificate) && !g.configMaps &&
+				(resolved == nil || resolved.Reason != string(gw.BackendTLSPolicyReasonInvalidKind)):
+				continue
+			}
+			target := string(a.AncestorRef.Name)
+			if a.AncestorRef.SectionName != nil {
+				target += "/" + string(*a.AncestorRef.SectionName)
+			}
+			msgs = append(msgs, validation.Message{Code: validation.CodePolicyNotAccepted, Object: obj, Text: fmt.Sprintf("target %s: %s: %s", target, c.Reason, c.Message)})
 		}
 	}
 	return msgs

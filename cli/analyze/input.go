@@ -227,6 +227,12 @@ func (f *Files) foreign(doc *istio.Document, namespace, domainSuffix string) {
 			sec.Namespace = ns
 			f.gateway.addSecret(&sec)
 		}
+	case group == "" && fr.Kind == "ConfigMap":
+		var cm corev1.ConfigMap
+		if decode(&cm) {
+			cm.Namespace = ns
+			f.gateway.addConfigMap(&cm)
+		}
 	case group == "" && fr.Kind == "Namespace":
 		var n corev1.Namespace
 		if decode(&n) {

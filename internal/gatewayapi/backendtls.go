@@ -160,8 +160,8 @@ func targetAncestor(t gw.LocalPolicyTargetReferenceWithSectionName) gw.ParentRef
 // backendCACredential is the credentialName of a policy's CA (Istio's
 // getBackendTLSCredentialName): "" for the system's roots, the first
 // caCertificateRef's ConfigMap as "configmap://namespace/name", or
-// registry.InvalidCredentialPrefix, with the conditions saying why, when it cannot be
-// used.
+// registry.InvalidCredentialPrefix, with the conditions saying why, when
+// it cannot be used.
 func (c *converter) backendCACredential(v gw.BackendTLSPolicyValidation, ns string, conds map[string]*condition) string {
 	if wk := v.WellKnownCACertificates; wk != nil {
 		if *wk != gw.WellKnownCACertificatesSystem {

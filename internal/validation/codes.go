@@ -74,6 +74,7 @@ const (
 	CodeRefNotPermitted      Code = "FLT0303"
 	CodeListenerConflict     Code = "FLT0304"
 	CodeGatewayAPIUnresolved Code = "FLT0305"
+	CodePolicyNotAccepted    Code = "FLT0306"
 )
 
 // CodeInfo describes a code: its name, severity and what it means, with the
@@ -184,6 +185,10 @@ func Codes() []CodeInfo {
 		{
 			CodeGatewayAPIUnresolved, "GatewayAPIUnresolvedRef", SeverityError, "",
 			"A route's backendRef names a Service that is not in the input (BackendNotFound) or a kind that cannot be a backend, or a listener's certificateRef a Secret not in the input or invalid: those requests fail (500) or the listener is not served.",
+		},
+		{
+			CodePolicyNotAccepted, "GatewayAPIPolicyNotAccepted", SeverityError, "",
+			"A BackendTLSPolicy is not Accepted for one of its targets: an older policy targets the same backend and section (Conflicted), the target is not in the input (TargetNotFound), or its CA certificate ref is of a kind other than ConfigMap or names a ConfigMap not in the input or without a ca.crt (NoValidCACertificate): TLS to that backend is not originated as the policy says, or its traffic is refused.",
 		},
 	}
 }
