@@ -2,8 +2,11 @@ package validation
 
 import (
 	"fmt"
+	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 func (v *validator) destinationRule() {
@@ -231,6 +234,7 @@ func (v *validator) clientTLS(path string, t *networking.ClientTLSSettings) {
 		}
 	default:
 	}
+	v.configMapCredential(field(path, "credentialName"), t.GetCredentialName())
 	for i, san := range t.GetSubjectAltNames() {
 		if san == "" {
 			v.r.errorf(at(field(path, "subjectAltNames"), i), "must not be empty")
@@ -238,5 +242,26 @@ func (v *validator) clientTLS(path string, t *networking.ClientTLSSettings) {
 	}
 	if sni := t.GetSni(); sni != "" && len(sni) > maxHostBytes {
 		v.r.errorf(field(path, "sni"), "%s", fmt.Sprintf("SNI is longer than %d characters", maxHostBytes))
+	}
+}
+
+// configMapCredential checks a "configmap://<namespace>/<name>"
+// credentialName as Istio's ValidateTLS does: both parts set, the
+// namespace the rule's own. Flotilla serves such a CA only when a Gateway
+// API object (a BackendTLSPolicy, a Gateway's frontend validation) names
+// the same ConfigMap, which a warning says.
+func (v *validator) configMapCredential(path, cn string) {
+	rest, ok := strings.CutPrefix(cn, registry.ConfigMapCredentialPrefix)
+	if !ok {
+		return
+	}
+	ns, name, _ := strings.Cut(rest, "/")
+	switch {
+	case ns == "" || name == "":
+		v.r.errorf(path, "invalid configmap:// credentialName %q: expected configmap://<namespace>/<name>", cn)
+	case ns != v.obj.Meta.Namespace:
+		v.r.errorf(path, "invalid configmap:// credentialName: namespace must match the configuration namespace %q", v.obj.Meta.Namespace)
+	default:
+		v.r.warnf(path, "the CA certificate of ConfigMap %s/%s is served only while a Gateway API object (a BackendTLSPolicy, a Gateway's frontend validation) names it", ns, name)
 	}
 }

@@ -233,3 +233,35 @@ func TestABootstrapPatchIsAcceptedWithAWarningThatItIsNotApplied(t *testing.T) {
 		t.Errorf("warnings %v; want the BOOTSTRAP patch named as not applied", res.Warnings)
 	}
 }
+
+// A DestinationRule's configmap:// credentialName is checked as Istio's
+// ValidateTLS checks it (both parts, the rule's own namespace), and one
+// that is well formed is accepted with a warning that Flotilla serves
+// the ConfigMap's CA only while a Gateway API object names it.
+func TestAConfigMapCredentialNameIsOfTheRulesNamespaceAndWarnedAbout(t *testing.T) {
+	for _, tc := range []struct {
+		cred, wantErr, wantWarn string
+	}{
+		{cred: "configmap://shop/backend-ca", wantWarn: "spec.trafficPolicy.tls.credentialName: the CA certificate of ConfigMap shop/backend-ca is served only while a Gateway API object"},
+		{cred: "configmap://other/backend-ca", wantErr: `spec.trafficPolicy.tls.credentialName: invalid configmap:// credentialName: namespace must match the configuration namespace "shop"`},
+		{cred: "configmap://shop", wantErr: `spec.trafficPolicy.tls.credentialName: invalid configmap:// credentialName "configmap://shop": expected configmap://<namespace>/<name>`},
+	} {
+		doc := "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\n" +
+			"spec: {host: api.example.com, trafficPolicy: {tls: {mode: SIMPLE, credentialName: \"" + tc.cred + "\"}}}\n"
+		obj := istio.Decode("dr.yaml", []byte(doc), "default")[0].Object
+		res := Validate(obj, nil)
+		var errs, warns []string
+		for _, e := range res.Errors {
+			errs = append(errs, e.String())
+		}
+		for _, w := range res.Warnings {
+			warns = append(warns, w.String())
+		}
+		switch {
+		case tc.wantErr != "" && (len(errs) != 1 || errs[0] != tc.wantErr):
+			t.Errorf("%s: errors %q, want %q", tc.cred, errs, tc.wantErr)
+		case tc.wantErr == "" && (len(errs) != 0 || len(warns) != 1 || !strings.HasPrefix(warns[0], tc.wantWarn)):
+			t.Errorf("%s: errors %q, warnings %q, want the warning %q", tc.cred, errs, warns, tc.wantWarn)
+		}
+	}
+}
