@@ -45,7 +45,13 @@ const (
 	LabelClassDefaults = "gateway.istio.io/defaults-for-class"
 	// AnnotationControllerVersion is Istio's controller version on a
 	// Gateway (ControllerVersionAnnotation): a Gateway a newer
-	// controller has taken is left to it.
+	// controller has taken is left to it. It is read, never written:
+	// Istio's setGatewayControllerVersion patches it through the
+	// Gateway's status subresource, and the apiserver keeps only the
+	// status of such a write to a custom resource
+	// (apiextensions-apiserver's statusStrategy.PrepareForUpdate), so
+	// Istio's write changes nothing either; a user (or an older Istio,
+	// by a plain update) sets it.
 	AnnotationControllerVersion = "gateway.istio.io/controller-version"
 	// ControllerVersion is Istio 1.18+'s (ControllerVersion).
 	ControllerVersion = 5
