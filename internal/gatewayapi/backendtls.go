@@ -298,40 +298,30 @@ func (c *converter) gatewaysByBackend() map[backendTarget]set {
 		}
 	}
 	for _, r := range c.in.HTTPRoutes {
-		var bs []gw.BackendObjectReference
-		for _, rule := range r.Spec.Rules {
-			for _, b := range rule.BackendRefs {
-				bs = append(bs, b.BackendObjectReference)
-			}
-		}
-		add(r.ObjectMeta, r.Spec.ParentRefs, bs)
+		add(r.ObjectMeta, r.Spec.ParentRefs, ruleBackends(r.Spec.Rules, func(rule gw.HTTPRouteRule) []gw.HTTPBackendRef { return rule.BackendRefs },
+			func(b gw.HTTPBackendRef) gw.BackendObjectReference { return b.BackendObjectReference }))
 	}
 	for _, r := range c.in.GRPCRoutes {
-		var bs []gw.BackendObjectReference
-		for _, rule := range r.Spec.Rules {
-			for _, b := range rule.BackendRefs {
-				bs = append(bs, b.BackendObjectReference)
-			}
-		}
-		add(r.ObjectMeta, r.Spec.ParentRefs, bs)
+		add(r.ObjectMeta, r.Spec.ParentRefs, ruleBackends(r.Spec.Rules, func(rule gw.GRPCRouteRule) []gw.GRPCBackendRef { return rule.BackendRefs },
+			func(b gw.GRPCBackendRef) gw.BackendObjectReference { return b.BackendObjectReference }))
 	}
+	plain := func(b gw.BackendRef) gw.BackendObjectReference { return b.BackendObjectReference }
 	for _, r := range c.in.TCPRoutes {
-		var bs []gw.BackendObjectReference
-		for _, rule := range r.Spec.Rules {
-			for _, b := range rule.BackendRefs {
-				bs = append(bs, b.BackendObjectReference)
-			}
-		}
-		add(r.ObjectMeta, r.Spec.ParentRefs, bs)
+		add(r.ObjectMeta, r.Spec.ParentRefs, ruleBackends(r.Spec.Rules, func(rule gw.TCPRouteRule) []gw.BackendRef { return rule.BackendRefs }, plain))
 	}
 	for _, r := range c.in.TLSRoutes {
-		var bs []gw.BackendObjectReference
-		for _, rule := range r.Spec.Rules {
-			for _, b := range rule.BackendRefs {
-				bs = append(bs, b.BackendObjectReference)
-			}
+		add(r.ObjectMeta, r.Spec.ParentRefs, ruleBackends(r.Spec.Rules, func(rule gw.TLSRouteRule) []gw.BackendRef { return rule.BackendRefs }, plain))
+	}
+	return out
+}
+
+// ruleBackends is every backendRef of a route's rules.
+func ruleBackends[R, B any](rules []R, refs func(R) []B, ref func(B) gw.BackendObjectReference) []gw.BackendObjectReference {
+	var out []gw.BackendObjectReference
+	for _, rule := range rules {
+		for _, b := range refs(rule) {
+			out = append(out, ref(b))
 		}
-		add(r.ObjectMeta, r.Spec.ParentRefs, bs)
 	}
 	return out
 }
