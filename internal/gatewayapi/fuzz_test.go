@@ -14,11 +14,12 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 )
 
-// FuzzConvertNeverPanicsAndStaysWithinItsInput converts routes and
-// Gateways decoded from arbitrary YAML next to the golden cases' cluster:
-// whatever the objects say, Convert returns, every object it produces is
-// a Gateway or VirtualService of a namespace it was given, and every
-// status it produces is for an object it was given.
+// FuzzConvertNeverPanicsAndStaysWithinItsInput converts routes, Gateways
+// and BackendTLSPolicies decoded from arbitrary YAML next to the golden
+// cases' cluster: whatever the objects say, Convert returns, every object
+// it produces is a Gateway, VirtualService or DestinationRule of a
+// namespace it was given, every status it produces is for an object it
+// was given, and no policy's status holds more than 16 ancestors.
 func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 	files, err := filepath.Glob("testdata/*.yaml")
 	if err != nil {
@@ -31,6 +32,8 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 		}
 		f.Add(data)
 	}
+	// A BackendTLSPolicy on a Service of the base, alone.
+	f.Add([]byte(`{metadata: {name: p, namespace: default}, spec: {targetRefs: [{group: "", kind: Service, name: httpbin, sectionName: http}], validation: {hostname: a.example.com, caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}]}}}`))
 	base, err := os.ReadFile("testdata/http.yaml")
 	if err != nil {
 		f.Fatal(err)
@@ -49,6 +52,10 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 		if yaml.Unmarshal(doc, &tls) == nil {
 			in.TLSRoutes = append(in.TLSRoutes, &tls)
 		}
+		var policy gw.BackendTLSPolicy
+		if yaml.Unmarshal(doc, &policy) == nil {
+			in.BackendTLSPolicies = append(in.BackendTLSPolicies, &policy)
+		}
 		namespaces := map[string]bool{}
 		for _, o := range in.Gateways {
 			namespaces[o.Namespace] = true
@@ -59,9 +66,12 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 		for _, o := range in.TLSRoutes {
 			namespaces[o.Namespace] = true
 		}
+		for _, o := range in.BackendTLSPolicies {
+			namespaces[o.Namespace] = true
+		}
 		out := gatewayapi.Convert(in)
 		for _, o := range out.Objects {
-			if o.Kind.Kind != "Gateway" && o.Kind.Kind != "VirtualService" {
+			if o.Kind.Kind != "Gateway" && o.Kind.Kind != "VirtualService" && o.Kind.Kind != "DestinationRule" {
 				t.Fatalf("produced a %s", o.Kind.Kind)
 			}
 			if !namespaces[o.Meta.Namespace] {
@@ -75,6 +85,14 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 		for ref := range out.Routes {
 			if !namespaces[ref.Namespace] {
 				t.Fatalf("status for %s, which was not given", ref)
+			}
+		}
+		for ref, st := range out.Policies {
+			if !namespaces[ref.Namespace] {
+				t.Fatalf("status for %s, which was not given", ref)
+			}
+			if len(st.Ancestors) > 16 {
+				t.Fatalf("%s has %d ancestors, more than the 16 a PolicyStatus holds", ref, len(st.Ancestors))
 			}
 		}
 	})
