@@ -111,8 +111,13 @@ func (c *converter) backendTLSPolicy(p *gw.BackendTLSPolicy, usedBy map[backendT
 	var out []backendPolicy
 	ancestors := make([]gw.PolicyAncestorStatus, 0, len(p.Spec.TargetRefs))
 	gateways := set{}
+	base := conds
 	for _, t := range p.Spec.TargetRefs {
-		conds = cloneConditions(conds)
+		// Each target's conditions start from the policy's own: in
+		// Istio's loop a target's error stays on the targets after it
+		// (they share the condition), which reports a valid target as
+		// not found.
+		conds = cloneConditions(base)
 		target, hosts, port, err := c.policyTarget(t, p.Namespace)
 		if err != nil {
 			conds[string(gw.PolicyConditionAccepted)].err = errorf(string(gw.PolicyReasonTargetNotFound), "targetRefs invalid: %s", err)
