@@ -80,14 +80,13 @@ func ignored(p *gw.BackendTLSPolicy) bool {
 
 func (c *converter) backendTLSPolicy(p *gw.BackendTLSPolicy, usedBy map[backendTarget]set, byTarget map[string][]*gw.BackendTLSPolicy) []backendPolicy {
 	ref := Ref{Kind: KindBackendTLSPolicy, Namespace: p.Namespace, Name: p.Name}
-	meshCtl := c.in.Controllers[0]
 	if ignored(p) {
 		conds := map[string]*condition{string(gw.PolicyConditionAccepted): {
 			err: errorf(reasonIgnoredByIstio, "Ignored by Istio due to annotation %s=true", annotationIgnorePolicy),
 		}}
 		ancestors := make([]gw.PolicyAncestorStatus, 0, len(p.Spec.TargetRefs))
 		for _, t := range p.Spec.TargetRefs {
-			ancestors = append(ancestors, c.ancestorStatus(p, targetAncestor(t), meshCtl, conds))
+			ancestors = append(ancestors, c.ancestorStatus(p, targetAncestor(t), conds))
 		}
 		c.policyStatus[ref] = &gw.PolicyStatus{Ancestors: c.mergeAncestors(p.Status.Ancestors, ancestors)}
 		return nil
@@ -134,7 +133,7 @@ func (c *converter) backendTLSPolicy(p *gw.BackendTLSPolicy, usedBy map[backendT
 			}
 			gateways.add(slices.Collect(maps.Keys(usedBy[target]))...)
 		}
-		ancestors = append(ancestors, c.ancestorStatus(p, targetAncestor(t), meshCtl, conds))
+		ancestors = append(ancestors, c.ancestorStatus(p, targetAncestor(t), conds))
 	}
 	// Istio reports the Gateways with the conditions of the last target.
 	for _, g := range gateways.sorted() {
@@ -143,7 +142,7 @@ func (c *converter) backendTLSPolicy(p *gw.BackendTLSPolicy, usedBy map[backendT
 			Group: new(gw.Group(Group)), Kind: new(gw.Kind(KindGateway)),
 			Namespace: new(gw.Namespace(ns)), Name: gw.ObjectName(name),
 		}
-		ancestors = append(ancestors, c.ancestorStatus(p, pr, c.in.Controllers[0], conds))
+		ancestors = append(ancestors, c.ancestorStatus(p, pr, conds))
 	}
 	c.policyStatus[ref] = &gw.PolicyStatus{Ancestors: c.mergeAncestors(p.Status.Ancestors, ancestors)}
 	return out
@@ -332,13 +331,15 @@ func ruleBackends[R, B any](rules []R, refs func(R) []B, ref func(B) gw.BackendO
 }
 
 // ancestorStatus is one ancestor's entry (Istio's setAncestorStatus),
-// keeping the transition times of the conditions it had.
-func (c *converter) ancestorStatus(p *gw.BackendTLSPolicy, pr gw.ParentReference, ctl gw.GatewayController, conds map[string]*condition) gw.PolicyAncestorStatus {
+// keeping the transition times of the conditions it had; the mesh's
+// and the Gateways' ancestors both name this control plane (Istio names
+// its mesh and gateway controllers apart).
+func (c *converter) ancestorStatus(p *gw.BackendTLSPolicy, pr gw.ParentReference, conds map[string]*condition) gw.PolicyAncestorStatus {
 	var existing []metav1.Condition
 	if i := slices.IndexFunc(p.Status.Ancestors, func(a gw.PolicyAncestorStatus) bool { return sameParentRef(a.AncestorRef, pr) }); i >= 0 {
 		existing = p.Status.Ancestors[i].Conditions
 	}
-	return gw.PolicyAncestorStatus{AncestorRef: pr, ControllerName: ctl, Conditions: setConditions(p.Generation, existing, conds, c.in.Now)}
+	return gw.PolicyAncestorStatus{AncestorRef: pr, ControllerName: c.in.Controllers[0], Conditions: setConditions(p.Generation, existing, conds, c.in.Now)}
 }
 
 // mergeAncestors replaces the entries of served controllers with

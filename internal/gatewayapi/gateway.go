@@ -218,18 +218,17 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 	c.reportGateway(g, st, services, servers, err, valid)
 }
 
-// grantedCredentials are a server's certificates (and client CA) of
-// other namespaces than the Gateway's: the listener is converted with
+// grantedCredentials are a server's certificates (and client CA Secret)
+// of other namespaces than the Gateway's: the listener is converted with
 // them only when a ReferenceGrant admits them, so they are what
 // discovery may serve the gateway (model.AnnotationGrantedCredentials).
+// A ConfigMap's CA is not among them: discovery serves it to anyone.
 func grantedCredentials(t *networking.ServerTLSSettings, ns string) []string {
 	var out []string
 	for _, n := range append(append([]string{t.GetCredentialName()}, t.GetCredentialNames()...), t.GetCaCertCredentialName()) {
-		for _, prefix := range []string{registry.GatewayCredentialPrefix, registry.ConfigMapCredentialPrefix} {
-			rest, ok := strings.CutPrefix(n, prefix)
-			if sns, _, _ := strings.Cut(rest, "/"); ok && sns != ns {
-				out = append(out, n)
-			}
+		rest, ok := strings.CutPrefix(n, registry.GatewayCredentialPrefix)
+		if sns, _, _ := strings.Cut(rest, "/"); ok && sns != ns {
+			out = append(out, n)
 		}
 	}
 	return out

@@ -1086,9 +1086,9 @@ func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *bui
 // gatewayCredentials: the certificateRefs of the Gateway API Gateways of
 // the proxy's namespace that select it, for Secrets of that namespace
 // (Istio's MergeGateways, same-namespace trust), with their CA names for
-// servers that validate clients (a Secret's or a ConfigMap's), and those
-// of other namespaces that ReferenceGrants admit (model.Gateway.Granted;
-// Istio's SecretAllowed).
+// servers that validate clients, and those of other namespaces that
+// ReferenceGrants admit (model.Gateway.Granted; Istio's SecretAllowed).
+// A ConfigMap's CA needs none of this: it is public (Secrets).
 func (router) gatewayCredentials(g *gen) map[string]bool {
 	ns := g.p.VerifiedNamespace
 	out := map[string]bool{}
@@ -1097,7 +1097,7 @@ func (router) gatewayCredentials(g *gen) map[string]bool {
 			continue
 		}
 		for _, n := range gw.Granted {
-			if strings.HasPrefix(n, registry.GatewayCredentialPrefix) || strings.HasPrefix(n, registry.ConfigMapCredentialPrefix) {
+			if strings.HasPrefix(n, registry.GatewayCredentialPrefix) {
 				out[n] = true
 			}
 		}
@@ -1112,7 +1112,7 @@ func (router) gatewayCredentials(g *gen) map[string]bool {
 					out[cn+credentialCASuffix] = true
 				}
 			}
-			if ca := s.GetTls().GetCaCertCredentialName(); strings.HasPrefix(ca, registry.GatewayCredentialPrefix+ns+"/") || strings.HasPrefix(ca, registry.ConfigMapCredentialPrefix+ns+"/") {
+			if ca := s.GetTls().GetCaCertCredentialName(); strings.HasPrefix(ca, registry.GatewayCredentialPrefix+ns+"/") {
 				out[ca] = true
 			}
 		}
