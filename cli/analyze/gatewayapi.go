@@ -87,7 +87,7 @@ func (g *gatewayFiles) addNamespace(ns *corev1.Namespace) {
 
 func (g *gatewayFiles) empty() bool {
 	in := g.in
-	return len(in.Gateways)+len(in.HTTPRoutes)+len(in.GRPCRoutes)+len(in.TCPRoutes)+len(in.TLSRoutes)+len(in.BackendTLSPolicies) == 0
+	return len(in.Gateways)+len(in.HTTPRoutes)+len(in.GRPCRoutes)+len(in.TCPRoutes)+len(in.TLSRoutes)+len(in.BackendTLSPolicies)+len(in.ListenerSets) == 0
 }
 
 // messages converts the files' Gateway API objects as galley converts
@@ -134,31 +134,15 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 		if c := apimeta.FindStatusCondition(st.Conditions, string(gw.GatewayConditionAccepted)); c != nil && c.Status == metav1.ConditionFalse {
 			msgs = append(msgs, validation.Message{Code: validation.CodeGatewayNotAccepted, Object: obj, Text: c.Reason + ": " + c.Message})
 		}
-		spec := g.gateway(ref)
-		for _, ls := range st.Listeners {
-			path := ""
-			if spec != nil {
-				if i := slices.IndexFunc(spec.Spec.Listeners, func(l gw.Listener) bool { return l.Name == ls.Name }); i >= 0 {
-					path = fmt.Sprintf("spec.listeners[%d]", i)
-				}
-			}
-			if c := apimeta.FindStatusCondition(ls.Conditions, string(gw.ListenerConditionConflicted)); c != nil && c.Status == metav1.ConditionTrue {
-				msgs = append(msgs, validation.Message{Code: validation.CodeListenerConflict, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
-			}
-			if c := apimeta.FindStatusCondition(ls.Conditions, string(gw.ListenerConditionResolvedRefs)); c != nil && c.Status == metav1.ConditionFalse {
-				switch gw.ListenerConditionReason(c.Reason) {
-				case gw.ListenerReasonRefNotPermitted:
-					msgs = append(msgs, validation.Message{Code: validation.CodeRefNotPermitted, Object: obj, Path: path, Text: c.Message})
-				case gw.ListenerReasonInvalidCertificateRef, gw.ListenerReasonInvalidCACertificateRef:
-					if g.secrets {
-						msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
-					}
-				default:
-					msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
-				}
+		var names []gw.SectionName
+		if spec := g.gateway(ref); spec != nil {
+			for _, l := range spec.Spec.Listeners {
+				names = append(names, l.Name)
 			}
 		}
+		msgs = append(msgs, g.listenerMessages(obj, st.Listeners, names)...)
 	}
+	msgs = append(msgs, g.listenerSetMessages(out)...)
 	for _, ref := range slices.SortedFunc(maps.Keys(out.Routes), compareRefs) {
 		obj := validation.Ref{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
 		for _, p := range out.Routes[ref].Parents {
@@ -186,6 +170,100 @@ func (g *gatewayFiles) messages(in validation.Input) []validation.Message {
 		}
 	}
 	return append(msgs, g.policyMessages(out, haveServices)...)
+}
+
+// listenerMessages reports a Gateway's or ListenerSet's listeners in
+// conflict or with refs not resolved; names are the listeners of its
+// spec, in order.
+func (g *gatewayFiles) listenerMessages(obj validation.Ref, listeners []gw.ListenerStatus, names []gw.SectionName) []validation.Message {
+	var msgs []validation.Message
+	for _, ls := range listeners {
+		path := ""
+		if i := slices.Index(names, ls.Name); i >= 0 {
+			path = fmt.Sprintf("spec.listeners[%d]", i)
+		}
+		if c := apimeta.FindStatusCondition(ls.Conditions, string(gw.ListenerConditionConflicted)); c != nil && c.Status == metav1.ConditionTrue {
+			msgs = append(msgs, validation.Message{Code: validation.CodeListenerConflict, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
+		}
+		if c := apimeta.FindStatusCondition(ls.Conditions, string(gw.ListenerConditionResolvedRefs)); c != nil && c.Status == metav1.ConditionFalse {
+			switch gw.ListenerConditionReason(c.Reason) {
+			case gw.ListenerReasonRefNotPermitted:
+				msgs = append(msgs, validation.Message{Code: validation.CodeRefNotPermitted, Object: obj, Path: path, Text: c.Message})
+			case gw.ListenerReasonInvalidCertificateRef, gw.ListenerReasonInvalidCACertificateRef:
+				if g.secrets {
+					msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
+				}
+			default:
+				msgs = append(msgs, validation.Message{Code: validation.CodeGatewayAPIUnresolved, Object: obj, Path: path, Text: c.Reason + ": " + c.Message})
+			}
+		}
+	}
+	return msgs
+}
+
+// listenerSetMessages reports the ListenerSets not Accepted and their
+// listeners as listenerMessages does, but a set refused by a parent that
+// admits namespaces by label when the files do not hold the set's
+// Namespace: its labels are not known here.
+func (g *gatewayFiles) listenerSetMessages(out *gatewayapi.Output) []validation.Message {
+	var msgs []validation.Message
+	for _, ref := range slices.SortedFunc(maps.Keys(out.ListenerSets), compareRefs) {
+		st := out.ListenerSets[ref]
+		obj := validation.Ref{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+		spec := g.listenerSet(ref)
+		if c := apimeta.FindStatusCondition(st.Conditions, string(gw.ListenerSetConditionAccepted)); c != nil && c.Status == metav1.ConditionFalse &&
+			(c.Reason != string(gw.ListenerSetReasonNotAllowed) || g.namespaceKnownTo(spec)) {
+			msgs = append(msgs, validation.Message{Code: validation.CodeGatewayNotAccepted, Object: obj, Text: c.Reason + ": " + c.Message})
+		}
+		var names []gw.SectionName
+		if spec != nil {
+			for _, l := range spec.Spec.Listeners {
+				names = append(names, l.Name)
+			}
+		}
+		listeners := make([]gw.ListenerStatus, len(st.Listeners))
+		for i, l := range st.Listeners {
+			listeners[i] = gw.ListenerStatus(l)
+		}
+		msgs = append(msgs, g.listenerMessages(obj, listeners, names)...)
+	}
+	return msgs
+}
+
+// namespaceKnownTo reports whether a ListenerSet's parent decides on
+// what the files hold: it admits namespaces other than by label, or the
+// files hold the set's Namespace.
+func (g *gatewayFiles) namespaceKnownTo(ls *gw.ListenerSet) bool {
+	if ls == nil {
+		return false
+	}
+	if _, ok := g.cluster.NamespaceSet[ls.Namespace]; ok {
+		return true
+	}
+	p := ls.Spec.ParentRef
+	parent := g.gateway(gatewayapi.Ref{Kind: gatewayapi.KindGateway, Namespace: string(ptrOr(p.Namespace, gw.Namespace(ls.Namespace))), Name: string(p.Name)})
+	if parent == nil || parent.Spec.AllowedListeners == nil || parent.Spec.AllowedListeners.Namespaces == nil {
+		return true
+	}
+	ns := parent.Spec.AllowedListeners.Namespaces
+	bySelector := (ns.From == nil || *ns.From == gw.NamespacesFromSelector) && ns.Selector != nil
+	return !bySelector
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func (g *gatewayFiles) listenerSet(ref gatewayapi.Ref) *gw.ListenerSet {
+	for _, o := range g.in.ListenerSets {
+		if o.Namespace == ref.Namespace && o.Name == ref.Name {
+			return o
+		}
+	}
+	return nil
 }
 
 // policyMessages reports the targets a BackendTLSPolicy is not Accepted

@@ -59,6 +59,10 @@ func (in *Input) AddYAML(doc []byte) (bool, error) {
 		o := &gw.BackendTLSPolicy{}
 		err = into(o)
 		in.BackendTLSPolicies = append(in.BackendTLSPolicies, o)
+	case KindListenerSet:
+		o := &gw.ListenerSet{}
+		err = into(o)
+		in.ListenerSets = append(in.ListenerSets, o)
 	default:
 		return false, nil
 	}

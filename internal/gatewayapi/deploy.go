@@ -78,6 +78,9 @@ type DeployInput struct {
 	// Controller is the controllerName of the Gateway's class; it names
 	// the objects' LabelManaged.
 	Controller gw.GatewayController
+	// ListenerSets are the ListenerSets the Gateway allows
+	// (AllowedListenerSets): their listeners' ports are the Service's too.
+	ListenerSets []*gw.ListenerSet
 	// Values are the injection values of the Gateway's revision: the
 	// sidecar kind, image, addresses, trust domain and resources.
 	Values inject.Values
@@ -271,7 +274,7 @@ func (d *deploy) service() *corev1.Service {
 	s := &corev1.Service{
 		TypeMeta: typeMeta("v1", "Service"), ObjectMeta: d.meta(d.name),
 		Spec: corev1.ServiceSpec{
-			IPFamilyPolicy: &policy, Type: svcType, Ports: servicePorts(g.Spec.Listeners),
+			IPFamilyPolicy: &policy, Type: svcType, Ports: servicePorts(g.Spec.Listeners, d.in.ListenerSets),
 			Selector: map[string]string{LabelGatewayName: g.Name},
 		},
 	}
@@ -282,14 +285,28 @@ func (d *deploy) service() *corev1.Service {
 }
 
 // servicePorts are the Service's ports (Istio's extractServicePorts): the
-// status port, then one per distinct listener port, named after its
-// first listener (63 characters at most, unique), its appProtocol the
-// listener's protocol.
-func servicePorts(listeners []gw.Listener) []corev1.ServicePort {
+// status port, then one per distinct listener port — the Gateway's
+// listeners, then its ListenerSets' — named after its first listener (63
+// characters at most, unique), its appProtocol the listener's protocol.
+// A set's listener without a port takes HTTP's or HTTPS's default, and is
+// left out for other protocols (Istio's would ask for port 0, which the
+// apiserver refuses).
+func servicePorts(listeners []gw.Listener, sets []*gw.ListenerSet) []corev1.ServicePort {
+	all := slices.Clone(listeners)
+	for _, ls := range sets {
+		for _, e := range ls.Spec.Listeners {
+			port, err := listenerEntryPort(e)
+			if err != nil {
+				continue
+			}
+			e.Port = port
+			all = append(all, gw.Listener(e))
+		}
+	}
 	ports := []corev1.ServicePort{{Name: "status-port", Port: statusPort, Protocol: corev1.ProtocolTCP, AppProtocol: new("tcp")}}
 	seen := map[int32]bool{}
 	used := map[string]bool{"status-port": true}
-	for i, l := range listeners {
+	for i, l := range all {
 		if seen[l.Port] {
 			continue
 		}

@@ -66,6 +66,8 @@ func decodeDeploy(t *testing.T, data []byte) gatewayapi.DeployInput {
 	t.Helper()
 	in := gatewayapi.DeployInput{Controller: gatewayapi.DefaultController, Values: inject.DefaultValues()}
 	var cms []*corev1.ConfigMap
+	var sets []*gw.ListenerSet
+	namespaces := map[string]map[string]string{}
 	for doc := range strings.SplitSeq(string(data), "\n---\n") {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
@@ -83,6 +85,18 @@ func decodeDeploy(t *testing.T, data []byte) gatewayapi.DeployInput {
 				t.Fatal(err)
 			}
 			cms = append(cms, cm)
+		case gatewayapi.KindListenerSet:
+			ls := &gw.ListenerSet{}
+			if err := yaml.UnmarshalStrict([]byte(doc), ls); err != nil {
+				t.Fatal(err)
+			}
+			sets = append(sets, ls)
+		case "Namespace":
+			ns := &corev1.Namespace{}
+			if err := yaml.UnmarshalStrict([]byte(doc), ns); err != nil {
+				t.Fatal(err)
+			}
+			namespaces[ns.Name] = ns.Labels
 		case "":
 		default:
 			t.Fatalf("unexpected kind %q", tm.Kind)
@@ -91,6 +105,11 @@ func decodeDeploy(t *testing.T, data []byte) gatewayapi.DeployInput {
 	if in.Gateway == nil {
 		t.Fatal("no Gateway")
 	}
+	// The ListenerSets the Gateway allows, as galley picks them.
+	in.ListenerSets, _ = gatewayapi.AllowedListenerSets(in.Gateway, sets, func(ns string) (map[string]string, bool) {
+		l, ok := namespaces[ns]
+		return l, ok
+	})
 	for _, cm := range cms {
 		switch {
 		case cm.Name == inject.ConfigMapName:

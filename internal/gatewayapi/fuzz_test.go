@@ -14,8 +14,8 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 )
 
-// FuzzConvertNeverPanicsAndStaysWithinItsInput converts routes, Gateways
-// and BackendTLSPolicies decoded from arbitrary YAML next to the golden
+// FuzzConvertNeverPanicsAndStaysWithinItsInput converts routes, Gateways,
+// ListenerSets and BackendTLSPolicies decoded from arbitrary YAML next to the golden
 // cases' cluster: whatever the objects say, Convert returns, every object
 // it produces is a Gateway, VirtualService or DestinationRule of a
 // namespace it was given, every status it produces is for an object it
@@ -34,6 +34,9 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 	}
 	// A BackendTLSPolicy on a Service of the base, alone.
 	f.Add([]byte(`{metadata: {name: p, namespace: default}, spec: {targetRefs: [{group: "", kind: Service, name: httpbin, sectionName: http}], validation: {hostname: a.example.com, caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}]}}}`))
+	// A Gateway allowing ListenerSets, and (the same document) a set
+	// naming it.
+	f.Add([]byte(`{metadata: {name: web, namespace: edge}, spec: {gatewayClassName: flotilla, allowedListeners: {namespaces: {from: All}}, parentRef: {name: web}, listeners: [{name: a, port: 8080, protocol: HTTP}, {name: b, protocol: HTTPS}]}}`))
 	base, err := os.ReadFile("testdata/http.yaml")
 	if err != nil {
 		f.Fatal(err)
@@ -56,6 +59,10 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 		if yaml.Unmarshal(doc, &policy) == nil {
 			in.BackendTLSPolicies = append(in.BackendTLSPolicies, &policy)
 		}
+		var set gw.ListenerSet
+		if yaml.Unmarshal(doc, &set) == nil {
+			in.ListenerSets = append(in.ListenerSets, &set)
+		}
 		namespaces := map[string]bool{}
 		for _, o := range in.Gateways {
 			namespaces[o.Namespace] = true
@@ -67,6 +74,9 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 			namespaces[o.Namespace] = true
 		}
 		for _, o := range in.BackendTLSPolicies {
+			namespaces[o.Namespace] = true
+		}
+		for _, o := range in.ListenerSets {
 			namespaces[o.Namespace] = true
 		}
 		out := gatewayapi.Convert(in)
@@ -83,6 +93,11 @@ func FuzzConvertNeverPanicsAndStaysWithinItsInput(f *testing.F) {
 			}
 		}
 		for ref := range out.Routes {
+			if !namespaces[ref.Namespace] {
+				t.Fatalf("status for %s, which was not given", ref)
+			}
+		}
+		for ref := range out.ListenerSets {
 			if !namespaces[ref.Namespace] {
 				t.Fatalf("status for %s, which was not given", ref)
 			}

@@ -37,6 +37,11 @@ type converter struct {
 	routeStatus map[Ref]*gw.RouteStatus
 	// policyStatus is the BackendTLSPolicies'.
 	policyStatus map[Ref]*gw.PolicyStatus
+	// setStatus is the ListenerSets'.
+	setStatus map[Ref]*gw.ListenerSetStatus
+	// setsByParent are the ListenerSets naming each Gateway as parent,
+	// oldest first.
+	setsByParent map[Ref][]*gw.ListenerSet
 
 	gatewayObjects []*istio.Object
 	// policyObjects are the policies' DestinationRules.
@@ -64,6 +69,8 @@ func newConverter(in Input) *converter {
 		gwStatus:     map[Ref]*gw.GatewayStatus{},
 		routeStatus:  map[Ref]*gw.RouteStatus{},
 		policyStatus: map[Ref]*gw.PolicyStatus{},
+		setStatus:    map[Ref]*gw.ListenerSetStatus{},
+		setsByParent: listenerSetsByParent(in.ListenerSets),
 		parents:      map[parentKey][]*parentInfo{},
 		attached:     map[Ref]map[gw.SectionName]int32{},
 		configMapCAs: map[string][]byte{},
@@ -119,7 +126,7 @@ type parentInfo struct {
 	SectionName      gw.SectionName
 	Port             gw.PortNumber
 	Protocol         gw.ProtocolType
-	// gateway is the Gateway the listener is part of.
+	// gateway is the Gateway or ListenerSet the listener is part of.
 	gateway Ref
 	// controller is its class's controllerName.
 	controller gw.GatewayController
@@ -154,9 +161,16 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 	ref := Ref{Kind: KindGateway, Namespace: g.Namespace, Name: g.Name}
 	st := g.Status.DeepCopy()
 	c.gwStatus[ref] = st
+	sets, refused := c.allowedSets(g)
+	for _, ls := range refused {
+		c.refuseListenerSet(ls)
+	}
 	services, err := c.gatewayServices(g)
 	if len(services) == 0 && err != nil {
-		c.reportGateway(g, st, services, nil, err, 0)
+		c.reportGateway(g, st, services, nil, err, 0, 0)
+		for _, ls := range sets {
+			c.reportListenerSet(g, ls, c.listenerSetStatus(ls), services, nil, err, true)
+		}
 		return
 	}
 	if err == nil {
@@ -169,15 +183,18 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 			serviceAccount = DefaultName(g)
 		}
 	}
-	conflicts := listenerConflicts(g.Spec.Listeners)
+	gen := &generated{services: services, serviceAccount: serviceAccount, controller: ctl}
+	conflicts := listenerConflicts(g, sets)
 	var servers []*networking.Server
 	valid := 0
+	owner := listenerOwner{ref: ref, meta: &g.ObjectMeta, parent: g}
 	for i, l := range g.Spec.Listeners {
-		if reason, ok := conflicts[l.Name]; ok {
-			st.Listeners = reportListenerConflict(i, l, g, st.Listeners, reason, c.in.Now)
+		if reason, ok := conflicts[ref][l.Name]; ok {
+			st.Listeners = reportListenerConflict(i, l, g.Generation, st.Listeners, reason, c.in.Now)
 			continue
 		}
-		server, programmed := c.listener(g, st, l, i)
+		server, ls, programmed := c.listener(owner, st.Listeners, l, i, nil)
+		st.Listeners = ls
 		if programmed {
 			valid++
 		}
@@ -185,37 +202,73 @@ func (c *converter) gateway(g *gw.Gateway, ctl gw.GatewayController) {
 			continue
 		}
 		servers = append(servers, server)
-		name := g.Name + "~" + GeneratedName + "~" + string(l.Name)
-		allowed, _ := supportedKinds(l)
-		pi := &parentInfo{
-			InternalName: g.Namespace + "/" + name, AllowedKinds: allowed, Hostnames: server.GetHosts(),
-			OriginalHostname: string(deref(l.Hostname)), SectionName: l.Name, Port: l.Port, Protocol: l.Protocol,
-			gateway: ref, controller: ctl,
-		}
-		key := parentKey{Kind: KindGateway, Namespace: g.Namespace, Name: g.Name}
-		c.parents[key] = append(c.parents[key], pi)
-		if !programmed {
-			continue
-		}
-		annotations := map[string]string{
-			AnnotationParents:              KindGateway + "/" + g.Name + "/" + string(l.Name) + "." + g.Namespace,
-			AnnotationGatewaySemantics:     model.RouteSemanticsGateway,
-			model.AnnotationGatewayService: strings.Join(services, ","),
-			AnnotationServiceAccount:       serviceAccount,
-		}
-		if granted := grantedCredentials(server.GetTls(), g.Namespace); len(granted) > 0 {
-			annotations[model.AnnotationGrantedCredentials] = strings.Join(granted, ",")
-		}
-		c.gatewayObjects = append(c.gatewayObjects, &istio.Object{
-			Kind: c.kinds[istio.Gateway],
-			Meta: istio.Meta{
-				Name: name, Namespace: g.Namespace, CreationTime: g.CreationTimestamp.Time,
-				Annotations: annotations,
-			},
-			Spec: &networking.Gateway{Servers: []*networking.Server{server}},
-		})
+		c.addListener(owner, l, server, programmed, gen)
 	}
-	c.reportGateway(g, st, services, servers, err, valid)
+	attachedSets := 0
+	for _, ls := range sets {
+		setServers := c.listenerSet(g, ls, conflicts, gen, err)
+		if len(setServers) > 0 {
+			attachedSets++
+			servers = append(servers, setServers...)
+		}
+	}
+	c.reportGateway(g, st, services, servers, err, valid, attachedSets)
+}
+
+// listenerOwner is what a listener is part of: a Gateway, or a
+// ListenerSet whose listeners run on its parent Gateway's deployment and
+// take the parent's spec.tls.
+type listenerOwner struct {
+	ref    Ref
+	meta   *metav1.ObjectMeta
+	parent *gw.Gateway
+}
+
+// generated is what every Gateway generated for one Gateway's
+// deployment carries.
+type generated struct {
+	services       []string
+	serviceAccount string
+	controller     gw.GatewayController
+}
+
+// addListener records a converted listener as a parent routes can bind
+// to and, when programmed, generates its Istio Gateway
+// "<owner>~istio-autogenerated-k8s-gateway~<listener>" in the owner's
+// namespace: one server, so that routes bind to one listener.
+func (c *converter) addListener(o listenerOwner, l gw.Listener, server *networking.Server, programmed bool, gen *generated) {
+	name := o.ref.Name + "~" + GeneratedName + "~" + string(l.Name)
+	allowed, _ := supportedKinds(l)
+	pi := &parentInfo{
+		InternalName: o.ref.Namespace + "/" + name, AllowedKinds: allowed, Hostnames: server.GetHosts(),
+		OriginalHostname: string(deref(l.Hostname)), SectionName: l.Name, Port: l.Port, Protocol: l.Protocol,
+		gateway: o.ref, controller: gen.controller,
+	}
+	key := parentKey(o.ref)
+	c.parents[key] = append(c.parents[key], pi)
+	if !programmed {
+		return
+	}
+	annotations := map[string]string{
+		AnnotationParents:              o.ref.Kind + "/" + o.ref.Name + "/" + string(l.Name) + "." + o.ref.Namespace,
+		AnnotationGatewaySemantics:     model.RouteSemanticsGateway,
+		model.AnnotationGatewayService: strings.Join(gen.services, ","),
+		AnnotationServiceAccount:       gen.serviceAccount,
+	}
+	if o.parent.Namespace != o.ref.Namespace {
+		annotations[AnnotationParentNamespace] = o.parent.Namespace
+	}
+	if granted := grantedCredentials(server.GetTls(), o.ref.Namespace); len(granted) > 0 {
+		annotations[model.AnnotationGrantedCredentials] = strings.Join(granted, ",")
+	}
+	c.gatewayObjects = append(c.gatewayObjects, &istio.Object{
+		Kind: c.kinds[istio.Gateway],
+		Meta: istio.Meta{
+			Name: name, Namespace: o.ref.Namespace, CreationTime: o.meta.CreationTimestamp.Time,
+			Annotations: annotations,
+		},
+		Spec: &networking.Gateway{Servers: []*networking.Server{server}},
+	})
 }
 
 // grantedCredentials are a server's certificates (and client CA Secret)
@@ -303,10 +356,13 @@ func (c *converter) parametersRef(g *gw.Gateway) *configError {
 	return nil
 }
 
-// listener converts one listener to a server and sets its status (Istio's
-// buildListener). programmed is whether the listener is valid; a
-// listener can be valid and have no server (HTTPS or TLS without tls).
-func (c *converter) listener(g *gw.Gateway, st *gw.GatewayStatus, l gw.Listener, index int) (*networking.Server, bool) {
+// listener converts one listener of o to a server and sets its status at
+// index in statuses (Istio's buildListener). programmed is whether the
+// listener is valid; a Gateway's listener can be valid and have no
+// server (HTTPS or TLS without tls: a placeholder for ListenerSets),
+// a ListenerSet's cannot. portErr is a ListenerSet listener's missing
+// port.
+func (c *converter) listener(o listenerOwner, statuses []gw.ListenerStatus, l gw.Listener, index int, portErr error) (*networking.Server, []gw.ListenerStatus, bool) {
 	conds := map[string]*condition{
 		string(gw.ListenerConditionAccepted):     {reason: string(gw.ListenerReasonAccepted), message: "No errors found"},
 		string(gw.ListenerConditionProgrammed):   {reason: string(gw.ListenerReasonProgrammed), message: "No errors found"},
@@ -314,7 +370,7 @@ func (c *converter) listener(g *gw.Gateway, st *gw.GatewayStatus, l gw.Listener,
 		string(gw.ListenerConditionResolvedRefs): {reason: string(gw.ListenerReasonResolvedRefs), message: "No errors found"},
 	}
 	ok := true
-	serverTLS, err := c.listenerTLS(g, frontendTLS(l.Port, g.Spec.TLS), l.TLS, autoPassthrough(g.Labels, l))
+	serverTLS, err := c.listenerTLS(o, frontendTLS(l.Port, o.parent.Spec.TLS), l.TLS, autoPassthrough(o.meta.Labels, l))
 	if err != nil {
 		conds[string(gw.ListenerConditionResolvedRefs)].err = err
 		conds[string(gw.ListenerConditionProgrammed)].err = &configError{reason: string(gw.ListenerReasonInvalid), message: "Bad TLS configuration"}
@@ -324,7 +380,11 @@ func (c *converter) listener(g *gw.Gateway, st *gw.GatewayStatus, l gw.Listener,
 		}
 		ok = false
 	}
-	hosts := c.hostnameMatch(g.Namespace, l)
+	hosts := c.hostnameMatch(o.ref.Namespace, l)
+	if portErr != nil {
+		conds[string(gw.ListenerConditionAccepted)].err = &configError{reason: string(gw.ListenerReasonUnsupportedProtocol), message: portErr.Error()}
+		ok = false
+	}
 	protocol, perr := listenerProtocol(l.Protocol)
 	if perr != nil {
 		conds[string(gw.ListenerConditionAccepted)].err = &configError{reason: string(gw.ListenerReasonUnsupportedProtocol), message: perr.Error()}
@@ -337,9 +397,15 @@ func (c *converter) listener(g *gw.Gateway, st *gw.GatewayStatus, l gw.Listener,
 	}
 	if serverTLS == nil && (l.Protocol == gw.HTTPSProtocolType || l.Protocol == gw.TLSProtocolType) {
 		server = nil
+		if o.ref.Kind == KindListenerSet {
+			ok = false
+			conds[string(gw.ListenerConditionAccepted)].err = &configError{
+				reason: string(gw.ListenerReasonUnsupportedProtocol), message: fmt.Sprintf("protocol is %s but no TLS section is defined", l.Protocol),
+			}
+			conds[string(gw.ListenerConditionProgrammed)].err = &configError{reason: string(gw.ListenerReasonInvalid), message: "Bad TLS configuration"}
+		}
 	}
-	st.Listeners = reportListener(index, l, g, st.Listeners, conds, c.in.Now)
-	return server, ok
+	return server, reportListener(index, l, o.meta.Generation, statuses, conds, c.in.Now), ok
 }
 
 // listenerProtocol maps a listener's protocol to the server's (Istio's
@@ -398,7 +464,8 @@ func frontendTLS(port gw.PortNumber, t *gw.GatewayTLSConfig) *gw.TLSConfig {
 // SIMPLE (MUTUAL with a frontend CA) with the certificates as
 // kubernetes-gateway:// credentials, a Secret of another namespace only
 // with a ReferenceGrant; Passthrough is PASSTHROUGH.
-func (c *converter) listenerTLS(g *gw.Gateway, front *gw.TLSConfig, t *gw.ListenerTLSConfig, autoPass bool) (*networking.ServerTLSSettings, *configError) {
+func (c *converter) listenerTLS(o listenerOwner, front *gw.TLSConfig, t *gw.ListenerTLSConfig, autoPass bool) (*networking.ServerTLSSettings, *configError) {
+	kind, namespace := o.ref.Kind, o.ref.Namespace
 	if t == nil {
 		return nil, nil
 	}
@@ -428,13 +495,13 @@ func (c *converter) listenerTLS(g *gw.Gateway, front *gw.TLSConfig, t *gw.Listen
 		var names []string
 		var errs *configError
 		for _, ref := range t.CertificateRefs {
-			ns := string(derefOr(ref.Namespace, gw.Namespace(g.Namespace)))
-			if ns != g.Namespace && !c.grants.allowed(KindGateway, g.Namespace, "Secret", ns, string(ref.Name)) {
+			ns := string(derefOr(ref.Namespace, gw.Namespace(namespace)))
+			if ns != namespace && !c.grants.allowed(kind, namespace, "Secret", ns, string(ref.Name)) {
 				errs = joinErrors(errs, errorf(string(gw.ListenerReasonRefNotPermitted),
-					"certificateRef %v/%v not accessible to a Gateway in namespace %q (missing a ReferenceGrant?)", ref.Name, ns, g.Namespace))
+					"certificateRef %v/%v not accessible to a Gateway in namespace %q (missing a ReferenceGrant?)", ref.Name, ns, namespace))
 				continue
 			}
-			name, err := c.secretRef(ref, g.Namespace)
+			name, err := c.secretRef(ref, namespace)
 			if err != nil {
 				errs = joinErrors(errs, err)
 				continue
@@ -454,10 +521,10 @@ func (c *converter) listenerTLS(g *gw.Gateway, front *gw.TLSConfig, t *gw.Listen
 				return out, errorf(string(gw.ListenerReasonInvalidCACertificateRef), "only one caCertificateRef is supported")
 			}
 			ca := front.Validation.CACertificateRefs[0]
-			caNS := string(derefOr(ca.Namespace, gw.Namespace(g.Namespace)))
-			if caNS != g.Namespace && !c.grants.allowed(KindGateway, g.Namespace, string(ca.Kind), caNS, string(ca.Name)) {
+			caNS := string(derefOr(ca.Namespace, gw.Namespace(namespace)))
+			if caNS != namespace && !c.grants.allowed(kind, namespace, string(ca.Kind), caNS, string(ca.Name)) {
 				return out, errorf(string(gw.ListenerReasonRefNotPermitted),
-					"caCertificateRef %v/%v not accessible to a Gateway in namespace %q (missing a ReferenceGrant?)", caNS, ca.Name, g.Namespace)
+					"caCertificateRef %v/%v not accessible to a Gateway in namespace %q (missing a ReferenceGrant?)", caNS, ca.Name, namespace)
 			}
 			name, err := c.caRef(ca, caNS)
 			if err != nil {
@@ -658,7 +725,7 @@ func routeKind(kind string) gw.RouteGroupKind {
 
 // reportListener sets a listener's status at index (Istio's
 // ReportListenerCondition).
-func reportListener(index int, l gw.Listener, g *gw.Gateway, ls []gw.ListenerStatus, conds map[string]*condition, now metav1.Time) []gw.ListenerStatus {
+func reportListener(index int, l gw.Listener, generation int64, ls []gw.ListenerStatus, conds map[string]*condition, now metav1.Time) []gw.ListenerStatus {
 	for index >= len(ls) {
 		ls = append(ls, gw.ListenerStatus{})
 	}
@@ -673,42 +740,115 @@ func reportListener(index int, l gw.Listener, g *gw.Gateway, ls []gw.ListenerSta
 	}
 	ls[index] = gw.ListenerStatus{
 		Name: l.Name, SupportedKinds: kinds,
-		Conditions: setConditions(g.Generation, ls[index].Conditions, conds, now),
+		Conditions: setConditions(generation, ls[index].Conditions, conds, now),
 	}
 	return ls
 }
 
 // reportListenerConflict sets a conflicting listener's status (Istio's
 // ReportListenerConflict).
-func reportListenerConflict(index int, l gw.Listener, g *gw.Gateway, ls []gw.ListenerStatus, reason gw.ListenerConditionReason, now metav1.Time) []gw.ListenerStatus {
+func reportListenerConflict(index int, l gw.Listener, generation int64, ls []gw.ListenerStatus, reason gw.ListenerConditionReason, now metav1.Time) []gw.ListenerStatus {
 	const msg = "Listener has a conflict with another listener attached to the same Gateway"
-	return reportListener(index, l, g, ls, map[string]*condition{
+	return reportListener(index, l, generation, ls, map[string]*condition{
 		string(gw.ListenerConditionAccepted):   {err: &configError{reason: string(reason), message: msg}},
 		string(gw.ListenerConditionProgrammed): {err: &configError{reason: string(reason), message: msg}},
 		string(gw.ListenerConditionConflicted): {reason: string(reason), message: msg, status: metav1.ConditionTrue},
 	}, now)
 }
 
-// listenerConflicts finds the listeners that conflict with an earlier one
-// of the Gateway (Istio's ComputeGatewayListenerConflicts): the same port
-// with protocols that cannot share it, or the same hostname.
-func listenerConflicts(ls []gw.Listener) map[gw.SectionName]gw.ListenerConditionReason {
-	out := map[gw.SectionName]gw.ListenerConditionReason{}
-	var accepted []gw.Listener
-	for _, l := range ls {
-		i := slices.IndexFunc(accepted, func(p gw.Listener) bool { return !listenersDistinct(l, p) })
-		if i < 0 {
-			accepted = append(accepted, l)
-			continue
-		}
-		p := accepted[i]
-		if l.Protocol != p.Protocol || (isTCPUDP(l.Protocol) && isTCPUDP(p.Protocol)) {
-			out[l.Name] = gw.ListenerReasonProtocolConflict
-		} else {
-			out[l.Name] = gw.ListenerReasonHostnameConflict
+// listenerConflicts finds the listeners of a Gateway and of the
+// ListenerSets it allows (oldest first) that conflict with an earlier one
+// that does not (Istio's ComputeGatewayListenerConflicts): the same port
+// with protocols that cannot share it, or the same hostname. The
+// Gateway's own listeners come first, so a set's never takes their place.
+func listenerConflicts(g *gw.Gateway, sets []*gw.ListenerSet) map[Ref]map[gw.SectionName]gw.ListenerConditionReason {
+	type owned struct {
+		owner Ref
+		l     gw.Listener
+	}
+	var all []owned
+	for _, l := range g.Spec.Listeners {
+		all = append(all, owned{Ref{Kind: KindGateway, Namespace: g.Namespace, Name: g.Name}, l})
+	}
+	for _, ls := range sets {
+		for _, e := range ls.Spec.Listeners {
+			l := gw.Listener(e)
+			if port, err := listenerEntryPort(e); err == nil {
+				l.Port = port
+			}
+			all = append(all, owned{Ref{Kind: KindListenerSet, Namespace: ls.Namespace, Name: ls.Name}, l})
 		}
 	}
+	// The accepted listeners by port, so that a Gateway allowing many
+	// sets costs each listener a few lookups rather than a comparison
+	// with every listener before it: on one port, the first of each
+	// class that listenersDistinct tells apart.
+	type portState struct {
+		first  map[string]int // "l4", "http" (HTTP, HTTPS, TLS), "proto/<p>" for others
+		byHost map[string]int // HTTP-like, by hostname
+	}
+	ports := map[gw.PortNumber]*portState{}
+	var accepted []gw.Listener
+	out := map[Ref]map[gw.SectionName]gw.ListenerConditionReason{}
+	for _, o := range all {
+		l := o.l
+		ps := ports[l.Port]
+		if ps == nil {
+			ps = &portState{first: map[string]int{}, byHost: map[string]int{}}
+			ports[l.Port] = ps
+		}
+		// The earliest accepted listener l is not distinct from.
+		prior := -1
+		consider := func(i int, ok bool) {
+			if ok && (prior < 0 || i < prior) {
+				prior = i
+			}
+		}
+		switch {
+		case isTCPUDP(l.Protocol):
+			consider(lookup(ps.first, "l4"))
+			consider(lookup(ps.first, "http"))
+		case isHTTPLike(l.Protocol):
+			consider(lookup(ps.first, "l4"))
+			consider(lookup(ps.byHost, listenerHost(l)))
+		default:
+			consider(lookup(ps.first, "proto/"+string(l.Protocol)))
+		}
+		if prior < 0 {
+			i := len(accepted)
+			accepted = append(accepted, l)
+			setFirst := func(m map[string]int, k string) {
+				if _, ok := m[k]; !ok {
+					m[k] = i
+				}
+			}
+			switch {
+			case isTCPUDP(l.Protocol):
+				setFirst(ps.first, "l4")
+			case isHTTPLike(l.Protocol):
+				setFirst(ps.first, "http")
+				setFirst(ps.byHost, listenerHost(l))
+			default:
+				setFirst(ps.first, "proto/"+string(l.Protocol))
+			}
+			continue
+		}
+		p := accepted[prior]
+		reason := gw.ListenerReasonHostnameConflict
+		if l.Protocol != p.Protocol || (isTCPUDP(l.Protocol) && isTCPUDP(p.Protocol)) {
+			reason = gw.ListenerReasonProtocolConflict
+		}
+		if out[o.owner] == nil {
+			out[o.owner] = map[gw.SectionName]gw.ListenerConditionReason{}
+		}
+		out[o.owner][l.Name] = reason
+	}
 	return out
+}
+
+func lookup(m map[string]int, k string) (int, bool) {
+	i, ok := m[k]
+	return i, ok
 }
 
 func isTCPUDP(p gw.ProtocolType) bool { return p == gw.TCPProtocolType || p == gw.UDPProtocolType }
@@ -724,23 +864,9 @@ func listenerHost(l gw.Listener) string {
 	return string(*l.Hostname)
 }
 
-func listenersDistinct(a, b gw.Listener) bool {
-	switch {
-	case a.Port != b.Port:
-		return true
-	case isTCPUDP(a.Protocol) && isHTTPLike(b.Protocol), isHTTPLike(a.Protocol) && isTCPUDP(b.Protocol):
-		return false
-	case isTCPUDP(a.Protocol) && isTCPUDP(b.Protocol):
-		return false
-	case isHTTPLike(a.Protocol) && isHTTPLike(b.Protocol):
-		return listenerHost(a) != listenerHost(b)
-	}
-	return a.Protocol != b.Protocol
-}
-
 // reportGateway sets the Gateway's conditions and addresses (Istio's
 // reportGatewayStatus).
-func (c *converter) reportGateway(g *gw.Gateway, st *gw.GatewayStatus, services []string, servers []*networking.Server, gwErr *configError, valid int) {
+func (c *converter) reportGateway(g *gw.Gateway, st *gw.GatewayStatus, services []string, servers []*networking.Server, gwErr *configError, valid, attachedSets int) {
 	inst := c.resolveInstances(g.Namespace, services, servers)
 	conds := map[string]*condition{
 		string(gw.GatewayConditionAccepted):     {reason: string(gw.GatewayReasonAccepted), message: "Resource accepted"},
@@ -771,23 +897,12 @@ func (c *converter) reportGateway(g *gw.Gateway, st *gw.GatewayStatus, services 
 			st.Conditions = removeCondition(st.Conditions, string(gw.GatewayConditionInsecureFrontendValidationMode))
 		}
 	}
-	programmed := conds[string(gw.GatewayConditionProgrammed)]
-	if len(inst.internal) > 0 {
-		programmed.message = "Resource programmed, assigned to service(s) " + humanJoin(inst.internal)
-	}
-	switch {
-	case len(services) == 0:
-		programmed.err = &configError{reason: string(gw.GatewayReasonUnsupportedAddress), message: "Failed to assign to any requested addresses"}
-	case len(inst.warnings) > 0:
-		msg := "Failed to assign to any requested addresses: " + strings.Join(inst.warnings, "; ")
-		if len(inst.internal) > 0 {
-			msg = fmt.Sprintf("Assigned to service(s) %s, but failed to assign to all requested addresses: %s", humanJoin(inst.internal), strings.Join(inst.warnings, "; "))
-		}
-		reason := gw.GatewayReasonAddressNotUsable
-		if inst.allUsable {
-			reason = gw.GatewayReasonAddressNotAssigned
-		}
-		programmed.err = &configError{reason: string(reason), message: msg}
+	programmedCondition(conds, inst, services)
+	// Istio sets it only when not 0, keeping a stale count when the last
+	// set goes; 0 is absent here.
+	st.AttachedListenerSets = nil
+	if attachedSets > 0 {
+		st.AttachedListenerSets = new(int32(attachedSets)) //nolint:gosec // at most the ListenerSets in the input
 	}
 	addrs := inst.external
 	if len(addrs) == 0 {
@@ -830,6 +945,29 @@ func (c *converter) reportGateway(g *gw.Gateway, st *gw.GatewayStatus, services 
 	}
 	st.Listeners = kept
 	st.Conditions = setConditions(g.Generation, st.Conditions, conds, c.in.Now)
+}
+
+// programmedCondition sets the Programmed condition from where the
+// Gateway's services run (Istio's SetProgrammedCondition).
+func programmedCondition(conds map[string]*condition, inst instances, services []string) {
+	programmed := conds[string(gw.GatewayConditionProgrammed)]
+	if len(inst.internal) > 0 {
+		programmed.message = "Resource programmed, assigned to service(s) " + humanJoin(inst.internal)
+	}
+	switch {
+	case len(services) == 0:
+		programmed.err = &configError{reason: string(gw.GatewayReasonUnsupportedAddress), message: "Failed to assign to any requested addresses"}
+	case len(inst.warnings) > 0:
+		msg := "Failed to assign to any requested addresses: " + strings.Join(inst.warnings, "; ")
+		if len(inst.internal) > 0 {
+			msg = fmt.Sprintf("Assigned to service(s) %s, but failed to assign to all requested addresses: %s", humanJoin(inst.internal), strings.Join(inst.warnings, "; "))
+		}
+		reason := gw.GatewayReasonAddressNotUsable
+		if inst.allUsable {
+			reason = gw.GatewayReasonAddressNotAssigned
+		}
+		programmed.err = &configError{reason: string(reason), message: msg}
+	}
 }
 
 func humanJoin(ss []string) string {

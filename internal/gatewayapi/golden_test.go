@@ -231,6 +231,9 @@ func statusYAML(t *testing.T, out *gatewayapi.Output) []byte {
 	for ref, st := range out.Policies {
 		entries = append(entries, entry{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Status: st})
 	}
+	for ref, st := range out.ListenerSets {
+		entries = append(entries, entry{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, Status: st})
+	}
 	slices.SortFunc(entries, func(a, b entry) int {
 		return strings.Compare(a.Kind+"/"+a.Namespace+"/"+a.Name, b.Kind+"/"+b.Namespace+"/"+b.Name)
 	})

@@ -21,7 +21,7 @@ type grantTo struct {
 // The kinds a grant may allow references from and to (Istio's
 // ReferenceGrantsCollection); others are ignored.
 var (
-	grantFromKinds = map[string]bool{KindGateway: true, KindHTTPRoute: true, KindGRPCRoute: true, KindTLSRoute: true, KindTCPRoute: true}
+	grantFromKinds = map[string]bool{KindGateway: true, KindHTTPRoute: true, KindGRPCRoute: true, KindTLSRoute: true, KindTCPRoute: true, KindListenerSet: true}
 	grantToKinds   = map[string]bool{"Secret": true, "ConfigMap": true, "Service": true}
 )
 

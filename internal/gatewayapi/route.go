@@ -44,7 +44,7 @@ type parentError struct {
 // routeParentReference).
 type routeParent struct {
 	internalName string
-	internalKind string // Gateway, Service or ServiceEntry
+	internalKind string // Gateway, ListenerSet, Service or ServiceEntry
 	hostname     string // the listener's hostname
 	denied       *parentError
 	original     gw.ParentReference
@@ -89,8 +89,8 @@ func normalize[G ~string, K ~string](group *G, kind *K, defGroup, defKind string
 func parentKind(p gw.ParentReference) string {
 	g, k := normalize(p.Group, p.Kind, Group, KindGateway)
 	switch {
-	case g == Group && k == KindGateway:
-		return KindGateway
+	case g == Group && (k == KindGateway || k == KindListenerSet):
+		return k
 	case g == "" && k == "Service":
 		return "Service"
 	case g == "networking.istio.io" && k == "ServiceEntry":
@@ -119,7 +119,7 @@ func (c *converter) routeParents(r route) []routeParent {
 		}
 		pk := parentKey{Kind: kind, Namespace: string(derefOr(ref.Namespace, gw.Namespace(r.ref.Namespace))), Name: string(ref.Name)}
 		var parents []*parentInfo
-		if kind == KindGateway {
+		if kind == KindGateway || kind == KindListenerSet {
 			parents = c.parents[pk]
 		} else {
 			parents = []*parentInfo{c.meshParentInfo()}
@@ -387,24 +387,29 @@ func (c *converter) mine(r route, parents []routeParent) bool {
 }
 
 // count records the listeners a route binds to (Istio's
-// gatewayRouteAttachmentCountCollection).
+// gatewayRouteAttachmentCountCollection), by Gateway or ListenerSet.
 func (c *converter) count(parents []routeParent) {
 	for _, p := range bound(parents) {
-		if p.key.Kind != KindGateway {
+		if p.key.Kind != KindGateway && p.key.Kind != KindListenerSet {
 			continue
 		}
-		gwRef := Ref{Kind: KindGateway, Namespace: p.key.Namespace, Name: p.key.Name}
-		if c.attached[gwRef] == nil {
-			c.attached[gwRef] = map[gw.SectionName]int32{}
+		owner := Ref(p.key)
+		if c.attached[owner] == nil {
+			c.attached[owner] = map[gw.SectionName]int32{}
 		}
-		c.attached[gwRef][p.section]++
+		c.attached[owner][p.section]++
 	}
 }
 
 // attachedRoutes sets every listener's attachedRoutes (Istio's
-// FinalGatewayStatusCollection).
+// FinalGatewayStatusCollection and FinalListenerSetStatusCollection).
 func (c *converter) attachedRoutes() {
 	for ref, st := range c.gwStatus {
+		for i := range st.Listeners {
+			st.Listeners[i].AttachedRoutes = c.attached[ref][st.Listeners[i].Name]
+		}
+	}
+	for ref, st := range c.setStatus {
 		for i := range st.Listeners {
 			st.Listeners[i].AttachedRoutes = c.attached[ref][st.Listeners[i].Name]
 		}

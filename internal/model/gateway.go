@@ -22,6 +22,14 @@ const AnnotationGatewayService = "internal.istio.io/gateway-service"
 // grants in discovery: its PushContext.SecretAllowed).
 const AnnotationGrantedCredentials = InternalAnnotationPrefix + "granted-credentials"
 
+// AnnotationParentNamespace is, on a Gateway the conversion generates
+// from a Gateway API ListenerSet, the namespace of the set's parent
+// Gateway — where the gateway's Services and pods are — when it differs
+// from the generated Gateway's (Istio's constants.InternalParentNamespace).
+// Galley refuses it on any object a user writes (validation), as Istio
+// does: it would let a Gateway configure another namespace's gateway.
+const AnnotationParentNamespace = "internal.istio.io/parent-namespace"
+
 // InternalAnnotationPrefix starts the annotations galley sets on the
 // objects it generates, and refuses on any other.
 const InternalAnnotationPrefix = "internal.flotilla.io/"
@@ -35,6 +43,19 @@ type Gateway struct {
 	Services []string
 	// Granted are the certificates of AnnotationGrantedCredentials.
 	Granted []string
+	// ParentNamespace is AnnotationParentNamespace: "" for a Gateway
+	// whose gateway runs in its own namespace.
+	ParentNamespace string
+}
+
+// GatewayNamespace is the namespace of the gateway the Gateway
+// configures, when it configures one by Services: its parent's for a
+// ListenerSet's, its own otherwise (Istio's mergeGateways).
+func (g *Gateway) GatewayNamespace() string {
+	if g.ParentNamespace != "" {
+		return g.ParentNamespace
+	}
+	return g.Namespace
 }
 
 // gatewayServices parses AnnotationGatewayService.
@@ -64,8 +85,9 @@ func (g *Gateway) Key() string { return g.Namespace + "/" + g.Name }
 // of any namespace whose selector matches the proxy's labels (Istio's
 // default, PILOT_SCOPE_GATEWAY_TO_NAMESPACE off; an empty selector
 // matches every gateway proxy), and those naming Services instead whose
-// instances, in the Gateway's namespace, include the proxy (Istio's
-// mergeGateways), oldest first.
+// instances, in the Gateway's namespace (its parent's for a ListenerSet's:
+// GatewayNamespace), include the proxy (Istio's mergeGateways), oldest
+// first.
 func (pc *PushContext) ProxyGateways(p *Proxy) []*Gateway {
 	var out []*Gateway
 	var instances []Instance
@@ -80,7 +102,7 @@ func (pc *PushContext) ProxyGateways(p *Proxy) []*Gateway {
 			instances = pc.Instances(p)
 		}
 		if slices.ContainsFunc(instances, func(in Instance) bool {
-			return in.Service.GetNamespace() == gw.Namespace && slices.Contains(gw.Services, in.Service.GetHostname())
+			return in.Service.GetNamespace() == gw.GatewayNamespace() && slices.Contains(gw.Services, in.Service.GetHostname())
 		}) {
 			out = append(out, gw)
 		}

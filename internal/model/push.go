@@ -542,7 +542,8 @@ func (s *Store) indexConfig(domainSuffix string) *configIndex {
 		if spec, ok := o.Spec.(*networking.Gateway); ok {
 			ci.gateways = append(ci.gateways, &Gateway{
 				Name: o.Meta.Name, Namespace: o.Meta.Namespace, Spec: spec, Services: gatewayServices(o.Meta.Annotations),
-				Granted: commaList(o.Meta.Annotations, AnnotationGrantedCredentials),
+				Granted:         commaList(o.Meta.Annotations, AnnotationGrantedCredentials),
+				ParentNamespace: o.Meta.Annotations[AnnotationParentNamespace],
 			})
 		}
 	}

@@ -1083,19 +1083,22 @@ func (g *gen) sniDNATCluster(name string, port uint32, subset, host string) *bui
 }
 
 // patchContexts: GATEWAY for everything a gateway has.
-// gatewayCredentials: the certificateRefs of the Gateway API Gateways of
-// the proxy's namespace that select it, for Secrets of that namespace
-// (Istio's MergeGateways, same-namespace trust), with their CA names for
-// servers that validate clients, and those of other namespaces that
-// ReferenceGrants admit (model.Gateway.Granted; Istio's SecretAllowed).
-// A ConfigMap's CA needs none of this: it is public (Secrets).
+// gatewayCredentials: the certificateRefs of the Gateway API Gateways
+// that configure the proxy from its own namespace, for Secrets of the
+// namespace the Gateway was converted in (Istio's MergeGateways,
+// same-namespace trust: the proxy's for a Gateway's listeners, the set's
+// for a ListenerSet's, whose parent admitted it by allowedListeners),
+// with their CA names for servers that validate clients, and those of
+// other namespaces that ReferenceGrants admit (model.Gateway.Granted;
+// Istio's SecretAllowed). A ConfigMap's CA needs none of this: it is
+// public (Secrets).
 func (router) gatewayCredentials(g *gen) map[string]bool {
-	ns := g.p.VerifiedNamespace
 	out := map[string]bool{}
 	for _, gw := range g.pc.ProxyGateways(g.p) {
-		if gw.Namespace != ns {
+		if gw.GatewayNamespace() != g.p.VerifiedNamespace {
 			continue
 		}
+		ns := gw.Namespace
 		for _, n := range gw.Granted {
 			if strings.HasPrefix(n, registry.GatewayCredentialPrefix) {
 				out[n] = true

@@ -191,6 +191,24 @@ func loadCase(tb testing.TB, path string) (*model.Store, []caseProxy, model.Buil
 				tb.Fatal(err)
 			}
 			cluster.ConfigMaps[cm.Namespace+"/"+cm.Name] = cm.Data
+		case head.APIVersion == "v1" && head.Kind == "Secret":
+			// A Secret a Gateway API listener names: in the conversion's
+			// cluster, and published as galley publishes a Secret
+			// configuration names.
+			var sec corev1.Secret
+			if err := sigyaml.UnmarshalStrict(doc, &sec); err != nil {
+				tb.Fatal(err)
+			}
+			cluster.Secrets[sec.Namespace+"/"+sec.Name] = sec.Data
+			body, err := anypb.New(&registryv1.Credential{
+				Namespace: sec.Namespace, Name: sec.Name, CertificateChain: sec.Data["tls.crt"], PrivateKey: sec.Data["tls.key"],
+			})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if err := store.Put(registry.CredentialTypeURL, registry.CredentialName(sec.Namespace, sec.Name), model.Meta{}, body); err != nil {
+				tb.Fatal(err)
+			}
 		case head.APIVersion == "v1" && head.Kind == "Namespace":
 			var n corev1.Namespace
 			if err := sigyaml.UnmarshalStrict(doc, &n); err != nil {

@@ -249,3 +249,50 @@ func tlsSettings(ca string, certs []string) *networking.ServerTLSSettings {
 	}
 	return t
 }
+
+// A ListenerSet's certificates go to its parent Gateway's gateway (Istio's
+// mergeGateways for a ListenerSet: the set's own namespace's Secrets,
+// trusted because the parent's allowedListeners admitted the set, and
+// those a ReferenceGrant from ListenerSets admits), and to no proxy
+// verified in another namespace — not even the set's own.
+func TestAListenerSetsCertificatesGoToItsParentGatewaysProxyOnly(t *testing.T) {
+	store, proxies, opts := loadCase(t, "testdata/gateway-api-listener-set/input.yaml")
+	pc, _ := store.Build(opts, nil, 1)
+	names := []string{"kubernetes-gateway://team-a/secure-cert", "kubernetes-gateway://certs/shared-cert", "kubernetes-gateway://edge/secure-cert"}
+	for _, tc := range []struct {
+		proxy, verified string
+		want            []string
+	}{
+		{"web-flotilla-abc.edge", "edge", []string{"kubernetes-gateway://certs/shared-cert", "kubernetes-gateway://team-a/secure-cert"}},
+		{"web-flotilla-abc.edge", "team-a", nil},
+		{"other-abc.edge", "edge", nil},
+	} {
+		var p *model.Proxy
+		for _, cp := range proxies {
+			if cp.ID == tc.proxy {
+				p = cp.Proxy
+			}
+		}
+		if p == nil {
+			t.Fatalf("no proxy %s in the case", tc.proxy)
+		}
+		verified := &model.Proxy{
+			Type: p.Type, IPs: p.IPs, ID: p.ID, DNSDomain: p.DNSDomain, Namespace: p.Namespace, Labels: p.Labels,
+			VerifiedNamespace: tc.verified,
+		}
+		var got []string
+		for _, sec := range NewGenerator(pc, verified).Secrets(names) {
+			if err := Validate(sec); err != nil {
+				t.Fatalf("secret %s: %v", sec.GetName(), err)
+			}
+			if len(sec.GetTlsCertificate().GetPrivateKey().GetInlineBytes()) == 0 {
+				t.Errorf("secret %s has no key", sec.GetName())
+			}
+			got = append(got, sec.GetName())
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s verified in %q got %q, want %q", tc.proxy, tc.verified, got, tc.want)
+		}
+	}
+}

@@ -168,7 +168,7 @@ func Codes() []CodeInfo {
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
-			"A Gateway of a class Flotilla serves is not Accepted (its status would say why: an unsupported address, invalid parameters, no valid listener): it serves nothing.",
+			"A Gateway of a class Flotilla serves, or a ListenerSet of one, is not Accepted (its status would say why: an unsupported address, invalid parameters, no valid listener, a parent whose allowedListeners refuses the set): it serves nothing.",
 		},
 		{
 			CodeRouteNotAttached, "GatewayAPIRouteNotAttached", SeverityWarning, "",
@@ -180,7 +180,7 @@ func Codes() []CodeInfo {
 		},
 		{
 			CodeListenerConflict, "GatewayAPIListenerConflicted", SeverityError, "",
-			"Two listeners of a Gateway conflict (the same port with another protocol, or the same hostname): the later ones are not served.",
+			"Two listeners of a Gateway, or of a Gateway and its ListenerSets, conflict (the same port with another protocol, or the same hostname): the later ones (a set's after the Gateway's, a newer set's after an older one's) are not served.",
 		},
 		{
 			CodeGatewayAPIUnresolved, "GatewayAPIUnresolvedRef", SeverityError, "",

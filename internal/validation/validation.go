@@ -182,11 +182,16 @@ func validateMeta(r *Result, obj *istio.Object) {
 // refuseInternalAnnotations: galley's own annotations say what only
 // galley knows (the ReferenceGrants behind
 // model.AnnotationGrantedCredentials): an object written with one could
-// claim another namespace's Secrets.
+// claim another namespace's Secrets. model.AnnotationParentNamespace is
+// Istio's name, refused as Istio refuses it: a Gateway written with it
+// would configure another namespace's gateway.
 func refuseInternalAnnotations(r *Result, obj *istio.Object) {
 	for _, k := range slices.Sorted(maps.Keys(obj.Meta.Annotations)) {
-		if strings.HasPrefix(k, model.InternalAnnotationPrefix) {
+		switch {
+		case strings.HasPrefix(k, model.InternalAnnotationPrefix):
 			r.errorf("metadata.annotations", "%s annotations are galley's own (%s): an object may not set them", model.InternalAnnotationPrefix, k)
+		case k == model.AnnotationParentNamespace:
+			r.errorf("metadata.annotations", "%s is set only on the Gateways galley converts from ListenerSets: an object may not set it", k)
 		}
 	}
 }

@@ -57,6 +57,15 @@ var statusConformance = []string{
 	"HTTPRouteInvalidParentRefNotMatchingSectionName",
 	"HTTPRouteInvalidParentRefSectionNameNotMatchingPort",
 	"HTTPRouteObservedGenerationBump",
+	"ListenerSetAllowedNamespaceNone",
+	"ListenerSetAllowedNamespaceSame",
+	"ListenerSetAllowedNamespaceSelector",
+	"ListenerSetAllowedRoutesSupportedKinds",
+	"ListenerSetDefaultNotAllowed",
+	"ListenerSetHostnameConflict",
+	"ListenerSetProtocolConflict",
+	"ListenerSetReferenceGrant",
+	"ListenerSetRouteStatusScopedToParentRef",
 	"TCPRouteInvalidBackendRefNonexistent",
 	"TCPRouteInvalidCrossNamespaceBackendRef",
 	"TCPRouteInvalidNonTCPListener",
@@ -71,13 +80,12 @@ var statusConformance = []string{
 
 // unsupportedFeatures are the features of the release Flotilla does not
 // serve: those Istio 1.32 leaves out (pilot/pkg/config/kube/gateway's
-// skippedExtendedFeatures), ListenerSets, not yet built, and the mesh,
-// whose conformance tests all send traffic.
+// skippedExtendedFeatures), and the mesh, whose conformance tests all
+// send traffic.
 var unsupportedFeatures = []features.Feature{
 	features.GatewayBackendClientCertificateFeature,
 	features.GatewayHTTPSListenerDetectMisdirectedRequestsFeature,
 	features.UDPRouteFeature,
-	features.ListenerSetFeature,
 }
 
 // gatewayConformance: the Gateway API's own conformance suite, with its

@@ -378,6 +378,9 @@ func (c *Controller) writeStatus(ctx context.Context) {
 	for ref, st := range out.Policies {
 		errs = append(errs, l.writePolicy(ctx, api, ref, st))
 	}
+	for ref, st := range out.ListenerSets {
+		errs = append(errs, l.writeListenerSet(ctx, api, ref, st))
+	}
 	if err := errors.Join(errs...); err != nil && ctx.Err() == nil {
 		c.o.Log.Warn("writing the Gateway API's status; retrying", "error", err)
 	}

@@ -267,6 +267,15 @@ func (c *Controller) deployInputs(l *listers, get func(ns, name string) (map[str
 	}
 	gws, _ := l.gateways.List(labels.Everything())
 	sortByKey(gws)
+	var sets []*gw.ListenerSet
+	if l.sets != nil {
+		sets, _ = l.sets.List(labels.Everything())
+	}
+	namespaces := c.o.Cluster().Namespaces()
+	namespaceLabels := func(ns string) (map[string]string, bool) {
+		l, ok := namespaces[ns]
+		return l, ok
+	}
 	var out []deployInput
 	for _, g := range gws {
 		ctl, ok := c.classController(l, string(g.Spec.GatewayClassName))
@@ -277,6 +286,7 @@ func (c *Controller) deployInputs(l *listers, get func(ns, name string) (map[str
 			continue
 		}
 		in := deployInput{DeployInput: gatewayapi.DeployInput{Gateway: g, Controller: ctl}}
+		in.ListenerSets, _ = gatewayapi.AllowedListenerSets(g, sets, namespaceLabels)
 		rev := g.Labels[controlplane.RevisionLabel]
 		if rev == "" {
 			rev = controlplane.DefaultRevision

@@ -29,6 +29,7 @@ type listers struct {
 	tls        gwlisters.TLSRouteLister
 	grants     gwlisters.ReferenceGrantLister
 	backendTLS gwlisters.BackendTLSPolicyLister
+	sets       gwlisters.ListenerSetLister
 }
 
 func newListers(f gwinformers.SharedInformerFactory, served []string) *listers {
@@ -53,6 +54,8 @@ func newListers(f gwinformers.SharedInformerFactory, served []string) *listers {
 			inf, l.grants = v1.ReferenceGrants().Informer(), v1.ReferenceGrants().Lister()
 		case gatewayapi.KindBackendTLSPolicy:
 			inf, l.backendTLS = v1.BackendTLSPolicies().Informer(), v1.BackendTLSPolicies().Lister()
+		case gatewayapi.KindListenerSet:
+			inf, l.sets = v1.ListenerSets().Informer(), v1.ListenerSets().Lister()
 		}
 		if inf != nil {
 			l.informers = append(l.informers, inf)
@@ -89,6 +92,9 @@ func (l *listers) fill(in *gatewayapi.Input) {
 	if l.backendTLS != nil {
 		in.BackendTLSPolicies, _ = l.backendTLS.List(all)
 	}
+	if l.sets != nil {
+		in.ListenerSets, _ = l.sets.List(all)
+	}
 	sortByKey(in.GatewayClasses)
 	sortByKey(in.Gateways)
 	sortByKey(in.HTTPRoutes)
@@ -97,6 +103,7 @@ func (l *listers) fill(in *gatewayapi.Input) {
 	sortByKey(in.TLSRoutes)
 	sortByKey(in.ReferenceGrants)
 	sortByKey(in.BackendTLSPolicies)
+	sortByKey(in.ListenerSets)
 }
 
 func sortByKey[T metav1.Object](objs []T) {
@@ -153,6 +160,20 @@ func (l *listers) writePolicy(ctx context.Context, api gwv1client.GatewayV1Inter
 		func(o *gw.BackendTLSPolicy) *gw.PolicyStatus { return &o.Status },
 		func(o *gw.BackendTLSPolicy) error {
 			_, err := api.BackendTLSPolicies(ref.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{})
+			return err
+		})
+}
+
+// writeListenerSet writes a ListenerSet's status when it differs from the
+// object's.
+func (l *listers) writeListenerSet(ctx context.Context, api gwv1client.GatewayV1Interface, ref gatewayapi.Ref, st *gw.ListenerSetStatus) error {
+	if l.sets == nil {
+		return nil
+	}
+	return writeStatus(st, func() (*gw.ListenerSet, error) { return l.sets.ListenerSets(ref.Namespace).Get(ref.Name) },
+		func(o *gw.ListenerSet) *gw.ListenerSetStatus { return &o.Status },
+		func(o *gw.ListenerSet) error {
+			_, err := api.ListenerSets(ref.Namespace).UpdateStatus(ctx, o, metav1.UpdateOptions{})
 			return err
 		})
 }
