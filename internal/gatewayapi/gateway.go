@@ -932,19 +932,27 @@ func (c *converter) reportGateway(g *gw.Gateway, st *gw.GatewayStatus, services 
 			st.Addresses = append(st.Addresses, gw.GatewayStatusAddress{Value: a, Type: &t})
 		}
 	}
+	st.Listeners = pruneListeners(st.Listeners, g.Spec.Listeners,
+		func(l gw.ListenerStatus) gw.SectionName { return l.Name }, func(l gw.Listener) gw.SectionName { return l.Name })
+	st.Conditions = setConditions(g.Generation, st.Conditions, conds, c.in.Now)
+}
+
+// pruneListeners keeps the status of the listeners still in the spec,
+// the first entry of each (Istio's reportGatewayStatus and
+// PruneListenerSetStatusListeners).
+func pruneListeners[S, L any](statuses []S, spec []L, statusName func(S) gw.SectionName, specName func(L) gw.SectionName) []S {
 	names := map[gw.SectionName]bool{}
-	for _, l := range g.Spec.Listeners {
-		names[l.Name] = true
+	for _, l := range spec {
+		names[specName(l)] = true
 	}
-	kept := make([]gw.ListenerStatus, 0, len(st.Listeners))
-	for _, l := range st.Listeners {
-		if names[l.Name] {
-			delete(names, l.Name)
-			kept = append(kept, l)
+	kept := make([]S, 0, len(statuses))
+	for _, s := range statuses {
+		if names[statusName(s)] {
+			delete(names, statusName(s))
+			kept = append(kept, s)
 		}
 	}
-	st.Listeners = kept
-	st.Conditions = setConditions(g.Generation, st.Conditions, conds, c.in.Now)
+	return kept
 }
 
 // programmedCondition sets the Programmed condition from where the

@@ -214,17 +214,7 @@ func (c *converter) reportListenerSet(g *gw.Gateway, ls *gw.ListenerSet, st *gw.
 	if listenersErr != nil {
 		conds[string(gw.ListenerSetConditionProgrammed)].err = listenersErr
 	}
-	names := map[gw.SectionName]bool{}
-	for _, l := range ls.Spec.Listeners {
-		names[l.Name] = true
-	}
-	kept := make([]gw.ListenerEntryStatus, 0, len(st.Listeners))
-	for _, l := range st.Listeners {
-		if names[l.Name] {
-			delete(names, l.Name)
-			kept = append(kept, l)
-		}
-	}
-	st.Listeners = kept
+	st.Listeners = pruneListeners(st.Listeners, ls.Spec.Listeners,
+		func(l gw.ListenerEntryStatus) gw.SectionName { return l.Name }, func(l gw.ListenerEntry) gw.SectionName { return l.Name })
 	st.Conditions = setConditions(ls.Generation, st.Conditions, conds, c.in.Now)
 }
