@@ -60,6 +60,10 @@ func (c *conn) syncState() debugapi.ProxySync {
 			TypeURL: t, AckedVersion: w.ackedVersion, AckedAt: w.ackedAt, SentVersion: w.sentVersion, Resources: w.sentCount, SentAt: w.sentAt,
 		}
 		switch {
+		case w.sentNonce == "" && w.ackedVersion != "" && !w.resumed:
+			// A resumed stream whose proxy holds what this replica
+			// would send: nothing sent, and nothing to send.
+			ts.Status = debugapi.Synced
 		case w.sentNonce == "":
 			ts.Status = debugapi.NotSent
 		case w.nack != nil && w.nack.Nonce == w.sentNonce:

@@ -158,6 +158,9 @@ type stream[Req any, Resp interface{ GetTypeUrl() string }] struct {
 	}
 	resp chan Resp
 	err  chan error
+	// close ends the stream from the client's side, as a proxy whose
+	// connection broke.
+	close context.CancelFunc
 }
 
 // sotw is a raw state-of-the-world stream, delta a raw incremental one.
@@ -180,7 +183,7 @@ func open[Req any, Resp interface{ GetTypeUrl() string }, S interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stream[Req, Resp]{st: st, resp: make(chan Resp, 64), err: make(chan error, 1)}
+	s := &stream[Req, Resp]{st: st, resp: make(chan Resp, 64), err: make(chan error, 1), close: cancel}
 	go func() {
 		for {
 			r, err := st.Recv()
@@ -958,6 +961,70 @@ func TestAStateOfTheWorldProxyReconnectingWithTheVersionItHoldsIsSentNothingNew(
 		t.Fatalf("after a change the resumed stream got version %s with %d clusters, want a new version with %d", r.GetVersionInfo(),
 			len(r.GetResources()), len(held.GetResources())+1)
 	}
+}
+
+// TestAProxyResumingWithTheVersionItHoldsIsSyncedAndHoldsTheLatestPush:
+// a proxy reconnecting (its replica paused, killed or past its connection
+// age) naming what it holds is sent nothing, and the replica's sync
+// status and distribution count it as holding that and the latest push,
+// in either protocol — not as sent nothing and holding push 0 until the
+// next change.
+func TestAProxyResumingWithTheVersionItHoldsIsSyncedAndHoldsTheLatestPush(t *testing.T) {
+	h := newHarnessWith(t, xds.Options{PlaintextDebug: true})
+	h.store.PutService(service("a", 80))
+	h.push()
+	h.store.PutService(service("b", 80))
+	h.push()
+	const key = "VirtualService/default/none"
+	latest := distribution(t, h.conn, key).Push
+	if latest < 2 {
+		t.Fatalf("the replica is at push %d, want at least 2", latest)
+	}
+	synced := func(what string, resources int) {
+		t.Helper()
+		var st []debugapi.ProxySync
+		xdstest.Eventually(t, what+": one proxy, synced, holding the latest push", func() bool {
+			st = h.srv.Status()
+			d := distribution(t, h.conn, key)
+			return len(st) == 1 && len(st[0].Types) == 1 && st[0].Types[0].Status == debugapi.Synced &&
+				len(d.Proxies) == 1 && d.Proxies[0].Push == latest
+		})
+		if ts := st[0].Types[0]; ts.Resources != resources || ts.AckedVersion != ts.SentVersion && !st[0].Delta {
+			t.Fatalf("%s: %+v, want %d resources, the version acknowledged the one sent", what, ts, resources)
+		}
+	}
+	gone := func(close context.CancelFunc) {
+		t.Helper()
+		close()
+		xdstest.Eventually(t, "the broken stream to go", func() bool { return len(h.srv.Status()) == 0 })
+	}
+
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	held := s.next(t)
+	s.send(t, ack(held))
+	synced("state of the world", len(held.GetResources()))
+	gone(s.close)
+	resumed := h.sotw(t)
+	resumed.send(t, &discoveryv3.DiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType, VersionInfo: held.GetVersionInfo()})
+	resumed.nothing(t, 300*time.Millisecond)
+	synced("state of the world, resumed", len(held.GetResources()))
+	gone(resumed.close)
+
+	d := h.delta(t)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType})
+	first := d.next(t)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: first.GetNonce()})
+	synced("delta", len(first.GetResources()))
+	gone(d.close)
+	d2 := h.delta(t)
+	d2.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: resourcev3.ClusterType, InitialResourceVersions: names(first)})
+	r := d2.next(t)
+	if len(r.GetResources())+len(r.GetRemovedResources()) != 0 {
+		t.Fatalf("a delta resume with what it holds got %d resources and %d removals", len(r.GetResources()), len(r.GetRemovedResources()))
+	}
+	d2.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: r.GetNonce()})
+	synced("delta, resumed", len(first.GetResources()))
 }
 
 // TestAStreamPastItsConnectionAgeEndsOnceItsProxyHasAnsweredEverythingItWasSent:

@@ -140,9 +140,12 @@ func (c *conn) respondSotw(t string, w *watch, gen *translate.Generator, seen ti
 	if !force && version == w.sentVersion {
 		if w.resumed {
 			// It holds this already (a resumed stream): it holds what
-			// was built.
+			// was built, as if this replica had sent it and it had
+			// ACKed it, and so the push it was served from.
 			c.mu.Lock()
 			w.held, w.heldSum, w.resumed = c.s.held.intern(heldOf(res)), sum, false
+			w.sentCount, w.sentAt = len(res), time.Now()
+			c.settle()
 			c.mu.Unlock()
 		}
 		return nil // the proxy has (or rejected) exactly this
