@@ -178,10 +178,14 @@ func newAnalysis(in Input) *analysis {
 	a.services = a.pc.Services()
 	a.workloads = append(a.workloads, in.Workloads...)
 	for _, svc := range a.services {
-		if svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY {
-			continue // its endpoints are the WorkloadEntries above, or addresses
-		}
 		for _, ep := range a.pc.Endpoints(svc) {
+			// A ServiceEntry's endpoints are its WorkloadEntries (above)
+			// or its own: an inline endpoint with labels is a workload
+			// (a VM, or a process of a local run, its proxy carrying
+			// those labels); one without is an address only.
+			if svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY && (ep.GetWorkloadName() != "" || len(ep.GetLabels()) == 0) {
+				continue
+			}
 			a.workloads = append(a.workloads, endpointWorkload(svc, ep))
 		}
 	}
