@@ -161,7 +161,11 @@ func decodeOne(file string, c chunk, defaultNamespace string, o DecodeOptions) (
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(c.data, &root); err != nil {
-		return fail("", "invalid YAML: %s", shiftYAMLLines(err.Error(), c.line-1))
+		msg := shiftYAMLLines(err.Error(), c.line-1)
+		if n, ok := firstLine(msg); ok {
+			doc.Line = n // where the parser stopped, not where the document starts
+		}
+		return fail("", "invalid YAML: %s", msg)
 	}
 	if len(root.Content) == 0 {
 		return doc, false // empty document: only comments or blank lines
@@ -319,6 +323,21 @@ func findKey(n *yaml.Node, key string) int {
 
 // shiftYAMLLines rewrites "line N" in a yaml.v3 message, which counts from
 // the start of the document, to count from the start of the file.
+// firstLine is the first "line N" of a YAML error message.
+func firstLine(msg string) (int, bool) {
+	i := strings.Index(msg, "line ")
+	if i < 0 {
+		return 0, false
+	}
+	rest := msg[i+len("line "):]
+	k := 0
+	for k < len(rest) && rest[k] >= '0' && rest[k] <= '9' {
+		k++
+	}
+	n, err := strconv.Atoi(rest[:k])
+	return n, err == nil && n > 0
+}
+
 func shiftYAMLLines(msg string, offset int) string {
 	var out strings.Builder
 	for {

@@ -83,18 +83,21 @@ func TestDecodeErrorsNameTheFileLineObjectAndReason(t *testing.T) {
 		yaml string
 		want string
 	}{
-		"syntax error":      {"a: b\n---\nkind: [unclosed\n", "f.yaml:3: invalid YAML: yaml: line 3: did not find expected ',' or ']'"},
-		"not a mapping":     {"- a\n- b\n", "f.yaml:1: a document must be a mapping"},
-		"no kind":           {"apiVersion: v1\nmetadata: {name: x}\n", "f.yaml:1: apiVersion and kind are required"},
-		"wrong version":     {"apiVersion: networking.istio.io/v2\nkind: Gateway\nmetadata: {name: g}\n", "Gateway is not served as networking.istio.io/v2"},
-		"no name":           {"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {}\n", "f.yaml:1: PeerAuthentication: metadata.name is required"},
-		"typo at top level": {"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nsepc: {}\n", `unknown field "sepc"`},
-		"wrong type":        {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {hosts: 3}\n", "VirtualService default/v: spec:"},
-		"bad enum":          {"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: STRICTEST}}\n", `invalid value for enum field mode: "STRICTEST"`},
-		"bad duration":      {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {http: [{timeout: soon}]}\n", "spec:"},
-		"non-scalar keys":   {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {? [a] : 2}\n", "invalid YAML"},
-		"labels not map":    {"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, labels: [a]}\n", "metadata.labels: cannot be array"},
-		"bad creation time": {"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, creationTimestamp: yesterday}\n", `Sidecar default/s: metadata.creationTimestamp: "yesterday" is not an RFC 3339 time`},
+		"syntax error": {"a: b\n---\nkind: [unclosed\n", "f.yaml:3: invalid YAML: yaml: line 3: did not find expected ',' or ']'"},
+		// The location is where the parser stopped, as its message says,
+		// not the document's first line.
+		"syntax error deep in a document": {"a: b\n---\napiVersion: v1\nkind: X\nmetadata:\n  name: x\n  labels: a: b\n", "f.yaml:7: invalid YAML: yaml: line 7: mapping values are not allowed"},
+		"not a mapping":                   {"- a\n- b\n", "f.yaml:1: a document must be a mapping"},
+		"no kind":                         {"apiVersion: v1\nmetadata: {name: x}\n", "f.yaml:1: apiVersion and kind are required"},
+		"wrong version":                   {"apiVersion: networking.istio.io/v2\nkind: Gateway\nmetadata: {name: g}\n", "Gateway is not served as networking.istio.io/v2"},
+		"no name":                         {"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {}\n", "f.yaml:1: PeerAuthentication: metadata.name is required"},
+		"typo at top level":               {"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nsepc: {}\n", `unknown field "sepc"`},
+		"wrong type":                      {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {hosts: 3}\n", "VirtualService default/v: spec:"},
+		"bad enum":                        {"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: STRICTEST}}\n", `invalid value for enum field mode: "STRICTEST"`},
+		"bad duration":                    {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {http: [{timeout: soon}]}\n", "spec:"},
+		"non-scalar keys":                 {"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {? [a] : 2}\n", "invalid YAML"},
+		"labels not map":                  {"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, labels: [a]}\n", "metadata.labels: cannot be array"},
+		"bad creation time":               {"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, creationTimestamp: yesterday}\n", `Sidecar default/s: metadata.creationTimestamp: "yesterday" is not an RFC 3339 time`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,7 +37,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022, the demo agents 15120-15123), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
 	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return 0 // the usage asked for, printed
+	} else if err != nil {
 		return command.ExitUsage
 	}
 	if *portOffset < 0 || *portOffset > 50000 {

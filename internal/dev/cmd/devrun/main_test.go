@@ -44,6 +44,15 @@ func TestANegativePortOffsetIsAUsageError(t *testing.T) {
 	}
 }
 
+func TestHelpPrintsTheFlagsAndSucceeds(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		var out, errs bytes.Buffer
+		if code := run([]string{arg}, &out, &errs); code != 0 || !strings.Contains(errs.String(), "-port-offset") {
+			t.Fatalf("%s: exit %d, stderr %q", arg, code, errs.String())
+		}
+	}
+}
+
 func TestTheDemoNeedsItsAgentsAndTheAgentsNeedCA(t *testing.T) {
 	for services, want := range map[string]string{
 		"galley,discovery-1,greeter-v1-agent,greeter-v1": "add ca to --services",
