@@ -29,6 +29,9 @@ import (
 // pollInterval is how often the replicas are asked.
 const pollInterval = 500 * time.Millisecond
 
+// replicaAnswerTimeout bounds one replica's answer to one poll.
+const replicaAnswerTimeout = 3 * time.Second
+
 // maxListed bounds the proxies named when the wait times out.
 const maxListed = 20
 
@@ -197,6 +200,9 @@ func (w *waiter) run(ctx context.Context) error {
 	for {
 		t, err := w.poll(ctx)
 		if errors.Is(err, errCut) {
+			if last.replicas == 0 && len(last.waiting) == 0 {
+				last = t // no poll completed: the replicas this one waited on tell
+			}
 			return w.timedOut(last)
 		}
 		if err != nil {
@@ -235,15 +241,25 @@ var errCut = errors.New("the wait timed out during a poll")
 // poll asks every replica once. Without a version to wait for, the
 // first answers decide it: the latest the replicas hold.
 func (w *waiter) poll(ctx context.Context) (tally, error) {
-	answers := w.cl.FetchAll(ctx, debugapi.Distribution, w.t.key())
+	// A replica that does not answer soon (hung, or overloaded) is
+	// behind, named: the others' answers still count.
+	pctx, cancel := context.WithTimeout(ctx, replicaAnswerTimeout)
+	defer cancel()
+	answers := w.cl.FetchAll(pctx, debugapi.Distribution, w.t.key())
 	dists := make([]*debugapi.ObjectDistribution, len(answers))
 	t := tally{latest: map[string]string{}}
 	for i, a := range answers {
 		if a.Err != nil {
-			if ctx.Err() != nil {
-				break // the wait timed out: the last complete poll tells
+			why := "it did not answer: " + a.Err.Error()
+			// The deadline, not pctx.Err(): the RPC can end on it before
+			// the context's own timer has fired.
+			if dl, _ := pctx.Deadline(); !time.Now().Before(dl) {
+				why = fmt.Sprintf("it did not answer within %s (hung or overloaded: flotilla check tells more)", replicaAnswerTimeout)
+				if end, _ := ctx.Deadline(); !time.Now().Before(end) {
+					why = "it did not answer before the wait timed out"
+				}
 			}
-			t.waiting = append(t.waiting, behind{replica: a.Address, why: "it did not answer: " + a.Err.Error()})
+			t.waiting = append(t.waiting, behind{replica: a.Address, why: why})
 			continue
 		}
 		d, err := debugapi.DistributionOf(a.Resp)

@@ -140,7 +140,14 @@ func TestTheChartLintsAndRendersAndRefusesBadValues(t *testing.T) {
 		set  []string
 		want string
 	}{
-		"unknown top-level key":                        {[]string{"--set", "galey.replicaCount=2"}, "additional properties 'galey' not allowed"},
+		"unknown top-level key": {[]string{"--set", "galey.replicaCount=2"}, "additional properties 'galey' not allowed"},
+		// Misspelt keys of a service, a gateway and a nested setting:
+		// each once rendered as if unset.
+		"a misspelt service key":                       {[]string{"--set", "discovery.replicaCout=3"}, "at '/discovery': additional properties 'replicaCout' not allowed"},
+		"an unknown service key":                       {[]string{"--set", "discovery.foo=1"}, "at '/discovery': additional properties 'foo' not allowed"},
+		"a misspelt nested key":                        {[]string{"--set", "galley.validationWebhok.enabled=false"}, "at '/galley': additional properties 'validationWebhok' not allowed"},
+		"a misspelt gateway key":                       {[]string{"--set", "gateways.ingress.enable=true"}, "at '/gateways/ingress': additional properties 'enable' not allowed"},
+		"a misspelt toleration key":                    {[]string{"--set-json", `ca.tolerations=[{"key":"a","operater":"Exists"}]`}, "additional properties 'operater' not allowed"},
 		"bad key type":                                 {[]string{"--set", "ca.keyType=DSA"}, "/ca/keyType"},
 		"bad failure policy":                           {[]string{"--set", "injector.webhook.failurePolicy=Maybe"}, "/injector/webhook/failurePolicy"},
 		"bad validation failure policy":                {[]string{"--set", "galley.validationWebhook.failurePolicy=Sometimes"}, "/galley/validationWebhook/failurePolicy"},
