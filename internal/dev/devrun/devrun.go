@@ -1,11 +1,14 @@
 // Package devrun supervises the local control plane that `make run` starts:
 // each service as its own process on loopback, their output interleaved line
-// by line with a per-service prefix, and all of them stopped together on
-// Ctrl-C (SIGTERM, then SIGKILL after a timeout).
+// by line with a per-service prefix, a service that exits restarted with
+// backoff while the others keep serving (as Kubernetes restarts a
+// container), and all of them stopped together on Ctrl-C (SIGTERM, then
+// SIGKILL after a timeout).
 package devrun
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,13 +59,21 @@ type Supervisor struct {
 	// NotBuiltCode is the exit code meaning "this service is not built
 	// yet": such an exit is reported, not treated as a failure.
 	NotBuiltCode int
+	// Restart restarts a process that exits while it should be running,
+	// after RestartBackoff, doubled at each exit up to MaxRestartBackoff
+	// (and back to RestartBackoff once it ran for a minute); the others
+	// keep running. Without it such an exit stops them all.
+	Restart                           bool
+	RestartBackoff, MaxRestartBackoff time.Duration
 
 	mu sync.Mutex // serialises writes to Out
 }
 
 type child struct {
-	name   string
-	cmd    *exec.Cmd
+	name    string
+	index   int // in the processes Run was given
+	started time.Time
+	cmd     *exec.Cmd
 	output sync.WaitGroup
 	done   chan struct{}
 	err    error
@@ -70,8 +81,8 @@ type child struct {
 
 // Run starts every process and blocks until ctx ends (then stops them all)
 // or until every process has ended on its own. A process that exits while it
-// should be running, other than with NotBuiltCode, stops the others and is
-// returned as an error.
+// should be running, other than with NotBuiltCode, is restarted (Restart),
+// or stops the others and is returned as an error.
 func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 	var res Result
 	width := 0
@@ -79,26 +90,45 @@ func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 		width = max(width, len(p.Name))
 	}
 	children := make([]*child, 0, len(procs))
+	// At most one child per process is running, and each reports its
+	// exit once: len(procs) never fills.
 	exits := make(chan *child, len(procs))
-	for _, p := range procs {
-		c, err := s.start(p, width)
-		if err != nil {
-			return res, errors.Join(err, s.stopAll(children))
-		}
-		children = append(children, c)
+	watch := func(c *child) {
 		go func() {
 			<-c.done
 			exits <- c
 		}()
+	}
+	for i, p := range procs {
+		c, err := s.start(p, width)
+		if err != nil {
+			return res, errors.Join(err, s.stopAll(children))
+		}
+		c.index = i
+		children = append(children, c)
+		watch(c)
 		if p.ReadyURL != "" {
 			s.waitReady(ctx, c, p.ReadyURL)
 		}
 	}
 
+	restarts := make(chan int, len(procs))
+	backoff := make([]time.Duration, len(procs))
 	running := len(children)
 	var failure error
 	for running > 0 && failure == nil {
 		select {
+		case i := <-restarts:
+			c, err := s.start(procs[i], width)
+			if err != nil {
+				s.Log.Error("restarting", "process", procs[i].Name, "error", err)
+				s.restartLater(ctx, restarts, i, s.nextBackoff(backoff, i, 0))
+				continue
+			}
+			c.index = i
+			children[i] = c
+			watch(c)
+			s.Log.Info("restarted", "process", c.name)
 		case <-ctx.Done():
 			s.Log.Info("stopping", "processes", running, "timeout", s.StopTimeout)
 			err := s.stopAll(children)
@@ -112,11 +142,20 @@ func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 			}
 			return res, err
 		case c := <-exits:
-			running--
 			switch {
 			case isNotBuilt(c.err, s.NotBuiltCode):
+				running--
 				res.NotBuilt = append(res.NotBuilt, c.name)
 				s.Log.Info("not built yet", "process", c.name)
+				continue
+			case s.Restart && ctx.Err() == nil:
+				delay := s.nextBackoff(backoff, c.index, time.Since(c.started))
+				s.Log.Warn("exited; restarting it, the others keep running", "process", c.name, "error", c.err, "in", delay)
+				s.restartLater(ctx, restarts, c.index, delay)
+				continue
+			}
+			running--
+			switch {
 			case c.err == nil:
 				failure = fmt.Errorf("%s exited while the others run", c.name)
 			default:
@@ -129,6 +168,34 @@ func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 		return res, errors.Join(failure, s.stopAll(children))
 	}
 	return res, nil
+}
+
+// nextBackoff is how long process i waits before its restart: the
+// backoff doubled since its last exit, or the first after a run of a
+// minute.
+func (s *Supervisor) nextBackoff(backoff []time.Duration, i int, ran time.Duration) time.Duration {
+	first, most := cmp.Or(s.RestartBackoff, time.Second), cmp.Or(s.MaxRestartBackoff, 30*time.Second)
+	switch {
+	case backoff[i] == 0 || ran >= time.Minute:
+		backoff[i] = first
+	default:
+		backoff[i] = min(2*backoff[i], most)
+	}
+	return backoff[i]
+}
+
+// restartLater asks for process i's restart after delay, unless ctx
+// ends first.
+func (s *Supervisor) restartLater(ctx context.Context, restarts chan<- int, i int, delay time.Duration) {
+	go func() {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			restarts <- i // one pending restart per process at most: never blocks
+		}
+	}()
 }
 
 // waitReady polls url until it answers 200, the process ends, ctx ends or
@@ -178,7 +245,7 @@ func (s *Supervisor) start(p Process, width int) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", p.Name, err)
 	}
-	c := &child{name: p.Name, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: p.Name, started: time.Now(), cmd: cmd, done: make(chan struct{})}
 	prefix := p.Name + strings.Repeat(" ", width-len(p.Name)) + " | "
 	c.output.Add(2)
 	go s.copyLines(prefix, stdout, &c.output)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -178,6 +179,43 @@ func TestACrashStopsTheOthersAndIsReported(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "discovery | drained") || !strings.Contains(out.String(), "ca        | panic: boom") {
 		t.Fatalf("output:\n%s", out.String())
+	}
+}
+
+// Supervising, a process that exits is restarted with backoff and the
+// others keep running until Ctrl-C, as each service fails on its own.
+func TestSupervisedACrashIsRestartedAndTheOthersKeepRunning(t *testing.T) {
+	out := &testenv.SyncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	s := supervisor(out)
+	s.Restart, s.RestartBackoff, s.MaxRestartBackoff = true, 20*time.Millisecond, 40*time.Millisecond
+	var res Result
+	go func() {
+		var err error
+		res, err = s.Run(ctx, []Process{proc("discovery", "serve"), proc("ca", "crash")})
+		done <- err
+	}()
+	waitFor(t, out, "discovery | listening")
+	deadline := time.After(20 * time.Second)
+	for strings.Count(out.String(), "ca        | panic: boom") < 3 {
+		select {
+		case err := <-done:
+			t.Fatalf("Run ended with the crash: %v\n%s", err, out.String())
+		case <-deadline:
+			t.Fatalf("ca was not restarted twice:\n%s", out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if strings.Contains(out.String(), "discovery | drained") {
+		t.Fatalf("discovery was stopped by ca's crash:\n%s", out.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "discovery | drained") || !slices.Contains(res.Stopped, "discovery") {
+		t.Fatalf("discovery not stopped gracefully on cancel (%+v):\n%s", res, out.String())
 	}
 }
 

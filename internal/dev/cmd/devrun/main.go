@@ -37,6 +37,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022, the demo agents 15120-15123), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
 	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
+	exitOnFailure := fs.Bool("exit-on-failure", false, "stop every service when one exits (by default it is restarted, with backoff, and the others keep serving)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0 // the usage asked for, printed
 	} else if err != nil {
@@ -114,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
 		return command.ExitError
 	}
-	sup := &devrun.Supervisor{Out: stdout, Log: log, StopTimeout: *stopTimeout, NotBuiltCode: command.ExitNotBuilt}
+	sup := &devrun.Supervisor{Out: stdout, Log: log, StopTimeout: *stopTimeout, NotBuiltCode: command.ExitNotBuilt, Restart: !*exitOnFailure}
 	res, err := sup.Run(ctx, procs)
 	if len(res.NotBuilt) > 0 {
 		_, _ = fmt.Fprintf(stdout, "not built yet: %s\n", strings.Join(res.NotBuilt, ", "))
