@@ -111,9 +111,7 @@ func tableKeys(t *testing.T, readme string) []string {
 				k = prev[:strings.LastIndex(prev, ".")+1] + strings.TrimPrefix(k, ".")
 			}
 			prev = k
-			for _, svc := range expand(k) {
-				out = append(out, svc)
-			}
+			out = append(out, expand(k)...)
 		}
 	}
 	return out

@@ -74,9 +74,9 @@ type child struct {
 	index   int // in the processes Run was given
 	started time.Time
 	cmd     *exec.Cmd
-	output sync.WaitGroup
-	done   chan struct{}
-	err    error
+	output  sync.WaitGroup
+	done    chan struct{}
+	err     error
 }
 
 // Run starts every process and blocks until ctx ends (then stops them all)
@@ -155,10 +155,8 @@ func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 				continue
 			}
 			running--
-			switch {
-			case c.err == nil:
-				failure = fmt.Errorf("%s exited while the others run", c.name)
-			default:
+			failure = fmt.Errorf("%s exited while the others run", c.name)
+			if c.err != nil {
 				failure = fmt.Errorf("%s failed: %w", c.name, c.err)
 			}
 		}
