@@ -40,7 +40,9 @@ func NewCommand(conn *connect.Options) *cobra.Command {
 		Long: `check asks each control-plane service it can reach how it is and prints a line per finding
 (√ passed, ‼ warning, × failed, - skipped), each wrong one with how to put it right:
 
-  galley        answers; each injector subscribed to it has applied its latest configuration
+  galley        answers; each injector subscribed to it has applied its latest configuration;
+                it refuses none of the configuration it reads (each refused file or object is
+                named, with where and why: the proxies keep its last valid state)
   discovery     each replica answers, is subscribed to galley and current; proxies rejecting config
   certificates  the mesh's roots (--cacert, or the istio-ca-root-cert ConfigMap) not expired or
                 expiring within 90 days; each replica's serving certificate; ca issued this client
@@ -134,6 +136,12 @@ func Run(ctx context.Context, w io.Writer, conn *connect.Options, clock func() t
 				if name, ok := strings.CutPrefix(sub.ID, "injector~"); ok && sub.Version != "" {
 					v.service(sub.Version, "injector "+name)
 				}
+			}
+			rej, err := conn.GalleyRejections(ctx)
+			if err != nil {
+				r.add(warn("an older galley does not say what it refuses: upgrade it", "galley's refusals: %v", err))
+			} else {
+				r.add(rejectionResults(rej, clock())...)
 			}
 		}
 	}

@@ -79,6 +79,32 @@ func galleyResults(g debugapi.Replica, subs []debugapi.Subscriber, now time.Time
 	return out
 }
 
+// maxRejectionsListed bounds the refusals check names one by one.
+const maxRejectionsListed = 10
+
+// rejectionResults fails once per configuration galley refuses to serve
+// (the proxies keep its last valid state, or never get it), up to a
+// bound, or passes when it refuses nothing.
+func rejectionResults(rej []debugapi.Rejection, now time.Time) []Result {
+	if len(rej) == 0 {
+		return []Result{pass("galley serves all the configuration it reads")}
+	}
+	const fix = "mend it (flotilla analyze names every problem of a file); until then the proxies keep its last valid state"
+	var out []Result
+	for i, r := range rej {
+		if i == maxRejectionsListed {
+			out = append(out, fail(fix, "… and %d more configuration documents galley refuses", len(rej)-maxRejectionsListed))
+			break
+		}
+		since := ""
+		if !r.Since.IsZero() {
+			since = fmt.Sprintf(" (for %s)", now.Sub(r.Since).Round(time.Second))
+		}
+		out = append(out, fail(fix, "galley refuses %s%s", r.Message, since))
+	}
+	return out
+}
+
 // subscription is whether the subscriber has applied galley's latest
 // response of every collection.
 func subscription(who string, s debugapi.Subscriber, now time.Time) Result {

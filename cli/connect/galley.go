@@ -94,3 +94,21 @@ func (o *Options) GalleySubscribers(ctx context.Context) (debugapi.Replica, []de
 	}
 	return debugapi.ReplicaOf(resp.GetControlPlane()), subs, nil
 }
+
+// GalleyRejections asks galley for what it refuses to serve
+// (debugapi.Rejections): the configuration documents and objects that
+// did not validate.
+func (o *Options) GalleyRejections(ctx context.Context) ([]debugapi.Rejection, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cc, stop, err := o.DialGalley(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	resp, err := debugapi.Fetch(ctx, cc, debugapi.Rejections)
+	if err != nil {
+		return nil, err // the status of galley's answer
+	}
+	return debugapi.RejectionsOf(resp)
+}

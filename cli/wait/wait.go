@@ -85,6 +85,13 @@ satisfies too, or the version galley gives an object read from files.`,
 			t.want.Version = version
 			ctx, cancel := context.WithTimeout(cmd.Context(), conn.Timeout)
 			defer cancel()
+			if !t.want.Delete && conn.GalleyKnown() {
+				// A change galley refuses never reaches a proxy: say why
+				// now rather than wait for the old version or time out.
+				if err := refused(ctx, conn, t); err != nil {
+					return err
+				}
+			}
 			if !t.want.Delete && t.want.Version == "" && conn.GalleyKnown() {
 				v, err := galleyVersion(ctx, conn, t)
 				if err != nil {
@@ -134,6 +141,23 @@ func (t target) String() string {
 		s += " version " + t.want.Version
 	}
 	return s
+}
+
+// refused is the error of a wait for an object galley refuses to serve
+// as it is now (debugapi.Rejections): its proxies keep the last valid
+// version. A galley that does not answer the question leaves the wait
+// to go on.
+func refused(ctx context.Context, conn *connect.Options, t target) error {
+	rej, err := conn.GalleyRejections(ctx)
+	if err != nil {
+		return nil //nolint:nilerr // an older galley: nothing known refused
+	}
+	for _, r := range rej {
+		if r.Object == t.kind.Kind+" "+t.namespace+"/"+t.name {
+			return fmt.Errorf("galley refuses %s, so no proxy gets this change (they keep its last valid version): %s", r.Object, r.Message)
+		}
+	}
+	return nil
 }
 
 // galleyVersion is the version galley serves of the object.

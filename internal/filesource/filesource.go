@@ -59,6 +59,10 @@ func keyOf(o *istio.Object) Key { return o.ID() }
 type Problem struct {
 	// Message is "file:line: Kind ns/name: reason".
 	Message string
+	// Object is "Kind ns/name", when the document names one.
+	Object string
+	// Since is the scan that first found it (as it is now).
+	Since time.Time
 }
 
 // Options configures a Source.
@@ -183,12 +187,22 @@ func (s *Source) Scan() error {
 		delete(s.files, p)
 		s.o.Log.Info("file removed", "file", p, "objects", len(st.objects))
 	}
+	since := make(map[string]time.Time, len(s.problems))
+	for _, pr := range s.problems {
+		since[pr.Message] = pr.Since
+	}
 	s.problems = nil
 	for _, p := range paths {
 		ups, dels, probs := s.readFile(p)
 		upserts = append(upserts, ups...)
 		deletes = append(deletes, dels...)
-		s.problems = append(s.problems, probs...)
+		for _, pr := range probs {
+			pr.Since = start
+			if t, ok := since[pr.Message]; ok {
+				pr.Since = t
+			}
+			s.problems = append(s.problems, pr)
+		}
 	}
 	// An object one file let go of and another took over in the same scan
 	// is an update, not a deletion.
@@ -245,9 +259,14 @@ func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, 
 	subsets := s.subsetContext(path, docs)
 	for _, doc := range docs {
 		if doc.Err != nil {
-			problems = append(problems, Problem{Message: doc.Err.Error()})
 			var de *istio.DecodeError
-			if errors.As(doc.Err, &de) {
+			isDecode := errors.As(doc.Err, &de)
+			pr := Problem{Message: doc.Err.Error()}
+			if isDecode {
+				pr.Object = de.Object
+			}
+			problems = append(problems, pr)
+			if isDecode {
 				if k, ok := parseObjectRef(de.Object); ok {
 					if old, ok := prevObjects[k]; ok {
 						next[k] = old // keep its last valid state
@@ -261,11 +280,11 @@ func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, 
 		obj := doc.Object
 		k := keyOf(obj)
 		if _, dup := next[k]; dup {
-			problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: defined twice in this file", path, doc.Line, obj)})
+			problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: defined twice in this file", path, doc.Line, obj), Object: obj.String()})
 			continue
 		}
 		if owner := s.ownerOf(k, path); owner != "" {
-			problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: already defined in %s", path, doc.Line, obj, owner)})
+			problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: already defined in %s", path, doc.Line, obj, owner), Object: obj.String()})
 			continue
 		}
 		res := validation.Validate(obj, subsets)
@@ -274,7 +293,7 @@ func (s *Source) readFile(path string) (upserts []*istio.Object, deletes []Key, 
 		}
 		if !res.OK() {
 			for _, e := range res.Errors {
-				problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: %s", path, doc.LineOf(e.Path), obj, e)})
+				problems = append(problems, Problem{Message: fmt.Sprintf("%s:%d: %s: %s", path, doc.LineOf(e.Path), obj, e), Object: obj.String()})
 			}
 			if old, ok := prevObjects[k]; ok {
 				next[k] = old

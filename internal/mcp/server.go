@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
@@ -80,6 +81,9 @@ type Server struct {
 	// controlPlane names the server in its responses (Identify).
 	controlPlane *corev3.ControlPlane
 	debugNonce   atomic.Uint64
+	// debug answers the debug types served beside debugapi.Subscribers
+	// (ServeDebug), by type URL.
+	debug map[string]func() ([]*structpb.Struct, error)
 }
 
 // Restrict serves a collection only to subscribers whose identity (the
@@ -347,6 +351,17 @@ func (s *Server) Subscribers() []debugapi.Subscriber {
 // istiod does (debugapi.Replica's JSON); call before serving.
 func (s *Server) Identify(cp *corev3.ControlPlane) { s.controlPlane = cp }
 
+// ServeDebug answers the debug type typeURL (a state-of-the-world
+// stream whose first request asks for it, as debugapi.Subscribers is
+// asked) with what list returns, one Struct a resource, request by
+// request; call before serving.
+func (s *Server) ServeDebug(typeURL string, list func() ([]*structpb.Struct, error)) {
+	if s.debug == nil {
+		s.debug = map[string]func() ([]*structpb.Struct, error){}
+	}
+	s.debug[typeURL] = list
+}
+
 // Register adds the aggregated discovery service to g.
 func (s *Server) Register(g *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, ads{Server: s.xds, s: s})
@@ -366,7 +381,10 @@ func (a ads) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService
 		return err // the transport's status
 	}
 	if first.GetTypeUrl() == debugapi.Subscribers {
-		return a.s.serveSubscribers(st, first)
+		return a.s.serveDebug(st, first, a.s.subscriberStructs)
+	}
+	if list, ok := a.s.debug[first.GetTypeUrl()]; ok {
+		return a.s.serveDebug(st, first, list)
 	}
 	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: st, s: a.s, sub: a.s.open(st.Context()), first: first}
 	defer a.s.close(w.sub)
@@ -379,16 +397,34 @@ func (a ads) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_
 	return w.refused.or(a.Server.DeltaAggregatedResources(w)) // go-control-plane's status
 }
 
-// serveSubscribers answers a debug client's Subscribers requests.
-func (s *Server) serveSubscribers(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, first *discoveryv3.DiscoveryRequest) error {
+// subscriberStructs is Subscribers, as debugapi.Subscribers sends it.
+func (s *Server) subscriberStructs() ([]*structpb.Struct, error) {
+	subs := s.Subscribers()
+	out := make([]*structpb.Struct, 0, len(subs))
+	for _, sub := range subs {
+		m, err := sub.Struct()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// serveDebug answers a debug client's requests of the type its first
+// request names with what list returns.
+func (s *Server) serveDebug(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer, first *discoveryv3.DiscoveryRequest,
+	list func() ([]*structpb.Struct, error),
+) error {
+	typeURL := first.GetTypeUrl()
 	a := debugapi.Answerer{
 		Answer: func(*discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-			resp := &discoveryv3.DiscoveryResponse{TypeUrl: debugapi.Subscribers, ControlPlane: s.controlPlane}
-			for _, sub := range s.Subscribers() {
-				m, err := sub.Struct()
-				if err != nil {
-					return nil, status.Error(codes.Internal, err.Error())
-				}
+			resp := &discoveryv3.DiscoveryResponse{TypeUrl: typeURL, ControlPlane: s.controlPlane}
+			items, err := list()
+			if err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+			for _, m := range items {
 				a, err := anypb.New(m)
 				if err != nil {
 					return nil, status.Error(codes.Internal, err.Error())

@@ -63,6 +63,7 @@ func TestCheckPassesAHealthyControlPlaneAndNamesWhatBreaks(t *testing.T) {
 		"- the mesh's roots are not given",
 		"- no cluster",
 		"√ the control plane runs one version",
+		"√ galley serves all the configuration it reads",
 		"0 failed",
 	} {
 		if !strings.Contains(out, want) {
@@ -71,6 +72,34 @@ func TestCheckPassesAHealthyControlPlaneAndNamesWhatBreaks(t *testing.T) {
 	}
 	if code != 0 {
 		t.Fatalf("a healthy control plane: exit %d\n%s", code, out)
+	}
+
+	// A file galley refuses: check fails, naming it and why, until it is
+	// mended.
+	xdstest.WriteFile(t, dir, "broken.yaml", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: broken}\nspec: {hosts: [a], http: [{route: [{destination: {host: a}, weight: -5}]}]}\n")
+	var refused string
+	for range 50 {
+		if code, out := check(context("")); code == 1 && strings.Contains(out, "× galley refuses ") {
+			refused = out
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(refused, "broken.yaml:") || !strings.Contains(refused, "VirtualService default/broken") || !strings.Contains(refused, "fix: mend it") {
+		t.Errorf("a refused file: %s", refused)
+	}
+	if err := os.Remove(filepath.Join(dir, "broken.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		code, out := check(context(""))
+		if code == 0 {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("the refusal outlived the file:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	roots := filepath.Join(t.TempDir(), "roots.pem")

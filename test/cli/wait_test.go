@@ -166,6 +166,22 @@ func TestWaitReturnsOnlyAfterTheLastProxyHoldsTheChange(t *testing.T) {
 		t.Fatalf("without galley: exit %d\n%s%s", code, out, stderr)
 	}
 
+	// An edit galley refuses never reaches a proxy: wait says so, with
+	// galley's reason, rather than return for the old version.
+	xdstest.WriteFile(t, dir, "routing.yaml", strings.Replace(xdstest.Routing(90, 10), "maxConnections: 100", "maxConnections: -1", 1))
+	var refusal string
+	for range 50 {
+		code, _, stderr := flotilla(t, ctxFile, "wait", "--timeout", "5s", "dr", "backend-dr")
+		if code != 0 && strings.Contains(stderr, "galley refuses DestinationRule default/backend-dr") {
+			refusal = stderr
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(refusal, "routing.yaml:") || !strings.Contains(refusal, "no proxy gets this change") {
+		t.Fatalf("waiting for a refused edit: %q", refusal)
+	}
+
 	// A deletion.
 	if err := os.Remove(filepath.Join(dir, "routing.yaml")); err != nil {
 		t.Fatal(err)

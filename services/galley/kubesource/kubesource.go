@@ -8,10 +8,12 @@
 package kubesource
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
@@ -96,10 +99,13 @@ type Source struct {
 	// namespace.
 	seSelecting map[string]map[istio.ID]*istio.Object
 	rejected    map[istio.ID]string
-	notServed   map[istio.ID]string        // objects of istio.NotServed kinds (notserved.go)
-	gate        *gate                      // the mesh's discoverySelectors (discoveryselectors.go)
-	published   map[istio.ID]*istio.Object // what was last sent per object
-	synced      chan struct{}
+	// rejectedSince is when each rejected object was first refused as it
+	// is now.
+	rejectedSince map[istio.ID]time.Time
+	notServed     map[istio.ID]string        // objects of istio.NotServed kinds (notserved.go)
+	gate          *gate                      // the mesh's discoverySelectors (discoveryselectors.go)
+	published     map[istio.ID]*istio.Object // what was last sent per object
+	synced        chan struct{}
 	// secrets are the Secrets watched ("namespace/name"), trimmed to
 	// their credential keys; credRefs counts the objects naming each
 	// Secret name, credRefsBy what each object names; credPublished the
@@ -141,6 +147,7 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		sePodSets:     map[istio.ID]map[string]*registryv1.EndpointSet{},
 		seSelecting:   map[string]map[istio.ID]*istio.Object{},
 		rejected:      map[istio.ID]string{},
+		rejectedSince: map[istio.ID]time.Time{},
 		notServed:     map[istio.ID]string{},
 		gate:          newGate(),
 		published:     map[istio.ID]*istio.Object{},
@@ -354,6 +361,9 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			if s.rejected[o.ID()] != msg {
 				s.o.Log.Error("invalid object in the cluster; keeping its last valid state", "object", o.String(), "errors", msg)
 			}
+			if s.rejected[o.ID()] != msg {
+				s.rejectedSince[o.ID()] = time.Now()
+			}
 			s.rejected[o.ID()] = msg
 			_, span := traced()
 			span.SetStatus(codes.Error, msg)
@@ -361,6 +371,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			return
 		}
 		delete(s.rejected, o.ID())
+		delete(s.rejectedSince, o.ID())
 		if prev := s.published[o.ID()]; prev != nil && prev.SameContent(o) {
 			return // a status-only (or resync) update: nothing to push
 		}
@@ -394,6 +405,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 			attribute.String("kind", kind.Kind), attribute.String("object", id.Name), attribute.Bool("deleted", true)))
 		defer span.End()
 		delete(s.rejected, id)
+		delete(s.rejectedSince, id)
 		delete(s.published, id)
 		if err := s.config.Apply(ctx, nil, []istio.ID{id}); err != nil {
 			s.o.Log.Error("publish deletion", "object", id, "error", err)
@@ -457,6 +469,21 @@ func (s *Source) Rejected() map[istio.ID]string {
 	for k, v := range s.rejected {
 		out[k] = v
 	}
+	return out
+}
+
+// Rejections lists the objects in the cluster that failed validation, as
+// debugapi.Rejections serves them, oldest refusal first.
+func (s *Source) Rejections() []debugapi.Rejection {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]debugapi.Rejection, 0, len(s.rejected))
+	for id, msg := range s.rejected {
+		out = append(out, debugapi.Rejection{Object: id.Kind + " " + id.Name, Message: msg, Since: s.rejectedSince[id]})
+	}
+	slices.SortFunc(out, func(a, b debugapi.Rejection) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Object, b.Object))
+	})
 	return out
 }
 
