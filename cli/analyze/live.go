@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -28,6 +30,9 @@ type Live struct {
 	// Rejected are resources that did not decode, as discovery would
 	// refuse them.
 	Rejected []error
+	// Refused is what galley refuses to serve (debugapi.Rejections): its
+	// proxies keep the last valid state of each, or never get it.
+	Refused []debugapi.Rejection
 }
 
 // FetchLive reads galley's collections once and returns what they hold.
@@ -46,6 +51,8 @@ func FetchLive(ctx context.Context, conn *connect.Options) (*Live, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An older galley does not say: nothing known refused.
+	live.Refused, _ = conn.GalleyRejections(ctx)
 	return live, nil
 }
 
@@ -98,6 +105,16 @@ func rejectedMessages(l *Live) []validation.Message {
 	out := make([]validation.Message, 0, len(l.Rejected))
 	for _, err := range l.Rejected {
 		out = append(out, validation.Message{Code: validation.CodeUnreadable, Object: validation.Ref{Kind: "Galley"}, Text: err.Error()})
+	}
+	// What galley refuses: an object it names is invalid (FLT0101), a
+	// document without one unreadable (FLT0100).
+	for _, r := range l.Refused {
+		m := validation.Message{Code: validation.CodeUnreadable, Object: validation.Ref{Kind: "Galley"}, Text: "galley refuses " + r.Message}
+		if kind, key, ok := strings.Cut(r.Object, " "); ok {
+			ns, name, _ := strings.Cut(key, "/")
+			m.Code, m.Object = validation.CodeInvalid, validation.Ref{Kind: kind, Namespace: ns, Name: name}
+		}
+		out = append(out, m)
 	}
 	return out
 }

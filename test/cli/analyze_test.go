@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/test/proc"
@@ -82,6 +83,26 @@ spec:
 	// galley still serves its own: the overlay was the CLI's alone.
 	if code, out, _ := flotilla(t, "", live...); code != 0 || len(analyzeJSON(t, out)) != 0 {
 		t.Errorf("after the overlay, galley's configuration: exit %d, %s", code, out)
+	}
+
+	// A file galley refuses: --live lists the object it refuses, and why.
+	xdstest.WriteFile(t, dir, "broken.yaml", "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: broken}\nspec: {hosts: [a], http: [{route: [{destination: {host: a}, weight: -5}]}]}\n")
+	var refused []string
+	for range 50 {
+		code, out, _ = flotilla(t, "", live...)
+		refused = nil
+		for _, m := range analyzeJSON(t, out) {
+			if strings.Contains(m.Message, "galley refuses") {
+				refused = append(refused, m.Code+" "+m.Kind+" "+m.Object)
+			}
+		}
+		if len(refused) > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != 79 || strings.Join(refused, "\n") != "FLT0101 VirtualService default/broken" {
+		t.Errorf("a refused file: exit %d, refusals %q", code, refused)
 	}
 
 	code, _, stderr = flotilla(t, "", "analyze", "--live", "--galley-address", proc.FreeAddr(t), "--plaintext", "--timeout", "2s")
