@@ -31,8 +31,10 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
@@ -322,14 +324,28 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 		return credentials.NewTLS(cfg), nil
 	}
 	if o.caCert == nil {
+		// The first attempt's failure ends the command, saying why (ca
+		// not there, its certificate not of the roots, the token
+		// refused): retrying would only wait out the --timeout.
+		failed := make(chan error, 1)
 		certs := certclient.New(certclient.Options{
 			Address: c.CAAddress, ServerName: controlplane.CA + "." + c.SystemNamespace + ".svc", Roots: certclient.StaticRoots(roots),
 			Token: token, Log: slog.New(slog.DiscardHandler), MaxBackoff: time.Second,
+			OnError: func(err error) {
+				select {
+				case failed <- err:
+				default:
+				}
+			},
 		})
 		runCtx, cancel := context.WithCancel(ctx)
 		go func() { _ = certs.Run(runCtx) }() // the first certificate is all a command needs
 		defer cancel()
-		if !certs.Wait(ctx) {
+		select {
+		case <-certs.Ready():
+		case err := <-failed:
+			return nil, fmt.Errorf("no certificate from ca at %s: %w%s", c.CAAddress, err, caHint(err))
+		case <-ctx.Done():
 			return nil, fmt.Errorf("no certificate from ca at %s in time (is the token valid, and ca reachable?)", c.CAAddress)
 		}
 		o.caCert, o.caServer = certs.Certificate(), certs.Server()
@@ -338,6 +354,17 @@ func (o *Options) transport(ctx context.Context, c Context, rootsPEM []byte, tok
 	cfg := serverCheck(service, c.SystemNamespace, roots)
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 	return credentials.NewTLS(cfg), nil
+}
+
+// caHint is the way out of a failure to get a certificate from ca.
+func caHint(err error) string {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return " (is ca running? a context file of a make run that has stopped names addresses nothing listens on: start make run again, or give the addresses)"
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return " (the token was refused: ca's log says why; make a new one, e.g. with flotilla token create, or with make run use its context file)"
+	}
+	return ""
 }
 
 // serverCheck is the TLS configuration that checks a replica of service:

@@ -56,6 +56,9 @@ type Options struct {
 	// OnCertificate, when set, is called with each new certificate, after
 	// it is held.
 	OnCertificate func(*tls.Certificate)
+	// OnError, when set, is called with each attempt's error, before the
+	// retry: a one-shot caller (the CLI) stops at the first and says why.
+	OnError func(error)
 	// TTL to ask for; zero takes ca's default.
 	TTL time.Duration
 	Log *slog.Logger
@@ -250,6 +253,9 @@ func (c *Client) Run(ctx context.Context) error {
 				backoff = min(2*backoff, c.o.MaxBackoff)
 			}
 			c.o.Log.Warn("getting a certificate from ca failed; retrying", "error", err, "in", wait)
+			if c.o.OnError != nil {
+				c.o.OnError(err)
+			}
 		} else {
 			backoff = c.o.MinBackoff
 			c.current.Store(cert)

@@ -260,6 +260,18 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 	if out, err := cli.CombinedOutput(); err != nil || !strings.Contains(string(out), "cart-1.shop   STALE") { // the test's stream does not ACK
 		t.Fatalf("flotilla proxy-status over mTLS with a certificate from ca: %v\n%s", err, out)
 	}
+	// A token ca refuses ends the command at once, saying so, rather than
+	// after --timeout.
+	forged := filepath.Join(t.TempDir(), "forged")
+	if err := os.WriteFile(forged, []byte("not.a.token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-status", "--context-file", empty, "--timeout", "60s",
+		"--discovery-address", secureXDS, "--ca-address", c.addr, "--token-file", forged, "--cacert", filepath.Join(c.state, "roots.pem"))
+	if out, err := refused.CombinedOutput(); err == nil || !strings.Contains(string(out), "no certificate from ca at "+c.addr+": ") ||
+		!strings.Contains(string(out), "the token was refused") || strings.Contains(string(out), "in time") {
+		t.Fatalf("flotilla proxy-status with a token ca refuses: %v\n%s", err, out)
+	}
 	// The bootstrap the agent wrote for Envoy, from its status port.
 	boot := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-config", "bootstrap", "cart-1.shop", "--context-file", empty, "--agent-address", p.admin, "-o", "yaml")
 	if out, err := boot.CombinedOutput(); err != nil || !strings.Contains(string(out), "id: sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local") || !strings.Contains(string(out), "xds-grpc") {
