@@ -34,17 +34,38 @@ func (r Rejection) Struct() (*structpb.Struct, error) { return toStruct("rejecti
 
 // RejectionsOf decodes a Rejections response.
 func RejectionsOf(resp *discoveryv3.DiscoveryResponse) ([]Rejection, error) {
-	out := make([]Rejection, 0, len(resp.GetResources()))
+	return listOf[Rejection]("rejection", resp)
+}
+
+// listOf decodes a response of one Struct per item, each an item's JSON.
+func listOf[T any](what string, resp *discoveryv3.DiscoveryResponse) ([]T, error) {
+	out := make([]T, 0, len(resp.GetResources()))
 	for _, a := range resp.GetResources() {
 		var st structpb.Struct
 		if err := a.UnmarshalTo(&st); err != nil {
-			return nil, fmt.Errorf("rejection: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		var r Rejection
-		if err := fromStruct("rejection", &st, &r); err != nil {
+		var v T
+		if err := fromStruct(what, &st, &v); err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Structs encodes items as a response of one Struct per item
+// (Subscribers, Rejections) carries them.
+func Structs[T interface {
+	Struct() (*structpb.Struct, error)
+}](items []T) ([]*structpb.Struct, error) {
+	out := make([]*structpb.Struct, 0, len(items))
+	for _, it := range items {
+		st, err := it.Struct()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package debugapi
 
 import (
-	"fmt"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -40,17 +39,5 @@ func (s Subscriber) Struct() (*structpb.Struct, error) { return toStruct("subscr
 
 // SubscribersOf decodes a Subscribers response.
 func SubscribersOf(resp *discoveryv3.DiscoveryResponse) ([]Subscriber, error) {
-	out := make([]Subscriber, 0, len(resp.GetResources()))
-	for _, a := range resp.GetResources() {
-		var st structpb.Struct
-		if err := a.UnmarshalTo(&st); err != nil {
-			return nil, fmt.Errorf("subscriber: %w", err)
-		}
-		var s Subscriber
-		if err := fromStruct("subscriber", &st, &s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, nil
+	return listOf[Subscriber]("subscriber", resp)
 }

@@ -399,16 +399,7 @@ func (a ads) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_
 
 // subscriberStructs is Subscribers, as debugapi.Subscribers sends it.
 func (s *Server) subscriberStructs() ([]*structpb.Struct, error) {
-	subs := s.Subscribers()
-	out := make([]*structpb.Struct, 0, len(subs))
-	for _, sub := range subs {
-		m, err := sub.Struct()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return debugapi.Structs(s.Subscribers())
 }
 
 // serveDebug answers a debug client's requests of the type its first

@@ -2,7 +2,6 @@ package galley_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -10,9 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
-
-	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
-	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // A ListenerSet in a team's namespace adds a listener to another
@@ -24,25 +20,11 @@ import (
 // allowing it, the set is NotAllowed and all of that goes.
 func TestAListenerSetAddsAListenerToTheGatewayThatAllowsIt(t *testing.T) {
 	ctx := context.Background()
-	if err := env.InstallCRDs(ctx, append(crdgen.All(), gatewayAPICRDs(t)...)...); err != nil {
-		t.Fatal(err)
-	}
-	edge, err := env.CreateNamespace(ctx, "lsedge")
-	if err != nil {
-		t.Fatal(err)
-	}
+	edge, _, sub := gatewayAPIGalley(t, "lsedge")
 	team, err := env.CreateNamespace(ctx, "lsteam")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	mcpAddr, adminAddr := proc.FreeAddr(t), proc.FreeAddr(t)
-	g := startGalleyWith(t, adminAddr, "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", edge)
-	sub := subscribe(t, mcpAddr)
-	g.out.WaitFor(t, "watching the Gateway API")
 
 	gwc, err := gwclient.NewForConfig(env.Config)
 	if err != nil {

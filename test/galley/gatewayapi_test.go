@@ -95,17 +95,17 @@ func waitForStatus(t *testing.T, what string, ok func() (bool, error)) {
 	}
 }
 
-// A Gateway and an HTTPRoute applied to the cluster reach galley's
-// subscribers as the Istio Gateway and VirtualService Istio generates from
-// them, and their status — written by galley's leader — says the route is
-// bound, the listener has it, the Gateway is programmed on its Service; a
-// route to a Service that is not there says so.
-func TestTheGatewayAPIIsServedAsIstioConfigurationWithItsStatus(t *testing.T) {
+// gatewayAPIGalley installs Istio's and the Gateway API's CRDs, makes
+// a namespace (prefix-…) and starts galley in cluster mode with it as the
+// system namespace, and a subscriber to galley; it returns once galley
+// watches the Gateway API.
+func gatewayAPIGalley(t *testing.T, prefix string) (string, *process, *subscriber) {
+	t.Helper()
 	ctx := context.Background()
 	if err := env.InstallCRDs(ctx, append(crdgen.All(), gatewayAPICRDs(t)...)...); err != nil {
 		t.Fatal(err)
 	}
-	ns, err := env.CreateNamespace(ctx, "gwapi")
+	ns, err := env.CreateNamespace(ctx, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +117,17 @@ func TestTheGatewayAPIIsServedAsIstioConfigurationWithItsStatus(t *testing.T) {
 	g := startGalleyWith(t, adminAddr, "--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--system-namespace", ns)
 	sub := subscribe(t, mcpAddr)
 	g.out.WaitFor(t, "watching the Gateway API")
+	return ns, g, sub
+}
+
+// A Gateway and an HTTPRoute applied to the cluster reach galley's
+// subscribers as the Istio Gateway and VirtualService Istio generates from
+// them, and their status — written by galley's leader — says the route is
+// bound, the listener has it, the Gateway is programmed on its Service; a
+// route to a Service that is not there says so.
+func TestTheGatewayAPIIsServedAsIstioConfigurationWithItsStatus(t *testing.T) {
+	ctx := context.Background()
+	ns, g, sub := gatewayAPIGalley(t, "gwapi")
 
 	kube := env.Client
 	// The Service the Gateway runs behind (<gateway>-<class>), with a
