@@ -308,7 +308,9 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 		t.Errorf("analyze --live: exit %d\n%s", code, got)
 	}
 	if code, got := cli("version"); code != 0 || strings.Count(got, "discovery version: ") != 2 || !strings.Contains(got, "proxies at ") ||
-		!strings.Contains(got, "galley version: ") || !strings.Contains(got, "injector version: ") || !strings.Contains(got, "ca version: ") {
+		!strings.Contains(got, "galley version: ") || !strings.Contains(got, "injector version: ") || !strings.Contains(got, "ca version: ") ||
+		// Each named by its make-run process, not the host name they share.
+		!strings.Contains(got, "(replica galley)") || !strings.Contains(got, "(replica ca, ") || !strings.Contains(got, "(replica injector, ") {
 		t.Errorf("version: exit %d\n%s", code, got)
 	}
 	// The client's agent wrote its gRPC bootstrap; the context names the

@@ -67,6 +67,9 @@ type Config struct {
 	// ServingIPs are put in ca's own certificate besides its DNS names.
 	ServingIPs      []string `yaml:"servingIPs" usage:"IP addresses in ca's own serving certificate"`
 	RatePerIdentity float64  `yaml:"ratePerIdentity" usage:"certificate requests per second allowed to one identity"`
+	// ReplicaName names this replica to debug clients (flotilla version
+	// and check).
+	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as flotilla version and check show it (default: the host name, which is the pod's name in a cluster)"`
 }
 
 // Defaults returns the default configuration.
@@ -207,7 +210,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	srv, err := server.New(server.Options{
 		Log: rt.Log, Meter: meter, IstioMeter: istio, CA: ca, Authenticators: auths, TrustDomain: cfg.TrustDomain,
 		DomainSuffix: cfg.DomainSuffix, ControlPlane: server.ControlPlaneAccounts(cfg.SystemNamespace), RatePerIdentity: cfg.RatePerIdentity,
-		Replica: debugapi.NewReplica(controlplane.CA, cmp.Or(host, controlplane.CA), buildinfo.Get().Version),
+		Replica: debugapi.NewReplica(controlplane.CA, cmp.Or(cfg.ReplicaName, host, controlplane.CA), buildinfo.Get().Version),
 	})
 	if err != nil {
 		return err

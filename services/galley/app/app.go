@@ -91,6 +91,9 @@ type Config struct {
 	GatewayAPI bool `yaml:"gatewayAPI" usage:"watch the Kubernetes Gateway API (gateway.networking.k8s.io/v1, once its CRDs are installed) and serve its Gateways and routes as Istio Gateways and VirtualServices, the leader writing their status (ignored with --config-dir)"`
 	// GatewayController is the controllerName of Flotilla's GatewayClass.
 	GatewayController string `yaml:"gatewayControllerName" usage:"controllerName of the GatewayClasses galley serves, besides Istio's istio.io/gateway-controller; the GatewayClasses flotilla and istio are served without an object"`
+	// ReplicaName names this replica to debug clients (flotilla version
+	// and check).
+	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as flotilla version and check show it (default: the host name, which is the pod's name in a cluster)"`
 }
 
 // Defaults returns the default configuration.
@@ -154,7 +157,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	// Every response names this replica and its version, as istiod's do
 	// (flotilla version reads it).
 	host, _ := os.Hostname()
-	srv.Identify(debugapi.NewReplica(controlplane.Galley, cmp.Or(host, controlplane.Galley), buildinfo.Get().Version).ControlPlane())
+	srv.Identify(debugapi.NewReplica(controlplane.Galley, cmp.Or(cfg.ReplicaName, host, controlplane.Galley), buildinfo.Get().Version).ControlPlane())
 	// Credentials (the Secrets credentialName names) go to discovery's
 	// identity only (of any revision): never to the injector, nor over
 	// plaintext.

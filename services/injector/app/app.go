@@ -73,6 +73,9 @@ type Config struct {
 	// Kubeconfig is the cluster the caBundle controller writes to.
 	Kubeconfig   string `yaml:"kubeconfig" usage:"kubeconfig for the caBundle controller; empty uses the in-cluster service account when running in a cluster, else the controller is off"`
 	DomainSuffix string `yaml:"domainSuffix" usage:"cluster DNS domain, for the Service names in the certificate from ca"`
+	// ReplicaName names this replica to debug clients (flotilla version
+	// and check).
+	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as flotilla version and check show it (default: the host name, which is the pod's name in a cluster)"`
 }
 
 // Defaults returns the default configuration.
@@ -155,7 +158,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	host, _ := os.Hostname() // the pod's name in a cluster: tells replicas apart in galley's subscribers
 	client, err := mcp.NewClient(mcp.ClientOptions{
-		Conn: conn, NodeID: "injector~" + cmp.Or(host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: append([]string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL}, proxyConfigs.TypeURLs()...),
+		Conn: conn, NodeID: "injector~" + cmp.Or(cfg.ReplicaName, host, controlplane.Injector), Version: buildinfo.Get().Version, TypeURLs: append([]string{registry.NamespaceTypeURL, registry.InjectionConfigTypeURL}, proxyConfigs.TypeURLs()...),
 		Handler: mcp.HandlerFunc(func(typeURL string, updated []*mcp.Resource, removed []string) error {
 			switch typeURL {
 			case registry.InjectionConfigTypeURL:

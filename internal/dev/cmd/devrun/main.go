@@ -321,10 +321,12 @@ func (d demoPod) agent(l local, ids *devjwt.Dir) devrun.Process {
 // and talk mTLS, as in a cluster.
 func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 	bin := l.bin
+	// Every service is named by its process (flotilla version, check):
+	// on one machine they all have its host name.
 	service := func(binary string, admin int, args ...string) devrun.Process {
 		return devrun.Process{
 			Name: name, Path: filepath.Join(bin, binary),
-			Args: append([]string{"--log-format=text", "--admin-address=" + l.addr(admin)}, args...),
+			Args: append([]string{"--log-format=text", "--admin-address=" + l.addr(admin), "--replica-name=" + name}, args...),
 		}
 	}
 	caAddress, galleyAddress := l.addr(caPort), l.addr(galleyMCP)
@@ -362,7 +364,7 @@ func process(name string, l local, ids *devjwt.Dir) devrun.Process {
 		if name == "discovery-2" {
 			admin, xds, secure = discovery2Admin, discovery2, secure2
 		}
-		args := []string{"--galley-address=" + galleyAddress, "--xds-address=" + l.addr(xds), "--replica-name=" + name}
+		args := []string{"--galley-address=" + galleyAddress, "--xds-address=" + l.addr(xds)}
 		if ids != nil {
 			args = append(args, "--secure-xds-address="+l.addr(secure))
 		}
