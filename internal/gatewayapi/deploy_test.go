@@ -106,7 +106,7 @@ func decodeDeploy(t *testing.T, data []byte) gatewayapi.DeployInput {
 		t.Fatal("no Gateway")
 	}
 	// The ListenerSets the Gateway allows, as galley picks them.
-	in.ListenerSets, _ = gatewayapi.AllowedListenerSets(in.Gateway, sets, func(ns string) (map[string]string, bool) {
+	in.ListenerSets, _ = gatewayapi.AllowedListenerSets(in.Gateway, gatewayapi.ListenerSetsByParent(sets), func(ns string) (map[string]string, bool) {
 		l, ok := namespaces[ns]
 		return l, ok
 	})

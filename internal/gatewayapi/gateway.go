@@ -70,7 +70,7 @@ func newConverter(in Input) *converter {
 		routeStatus:  map[Ref]*gw.RouteStatus{},
 		policyStatus: map[Ref]*gw.PolicyStatus{},
 		setStatus:    map[Ref]*gw.ListenerSetStatus{},
-		setsByParent: listenerSetsByParent(in.ListenerSets),
+		setsByParent: ListenerSetsByParent(in.ListenerSets),
 		parents:      map[parentKey][]*parentInfo{},
 		attached:     map[Ref]map[gw.SectionName]int32{},
 		configMapCAs: map[string][]byte{},

@@ -20,10 +20,10 @@ import (
 // ListenerSet; a route naming the Gateway binds only to the Gateway's own
 // listeners.
 
-// listenerSetsByParent indexes ListenerSets by the Gateway their
+// ListenerSetsByParent indexes ListenerSets by the Gateway their
 // parentRef names, oldest first (Istio's merge order,
 // orderedMergedListeners). A parentRef of another kind is no Gateway's.
-func listenerSetsByParent(sets []*gw.ListenerSet) map[Ref][]*gw.ListenerSet {
+func ListenerSetsByParent(sets []*gw.ListenerSet) map[Ref][]*gw.ListenerSet {
 	out := map[Ref][]*gw.ListenerSet{}
 	for _, ls := range sets {
 		p := ls.Spec.ParentRef
@@ -39,14 +39,14 @@ func listenerSetsByParent(sets []*gw.ListenerSet) map[Ref][]*gw.ListenerSet {
 	return out
 }
 
-// AllowedListenerSets splits the ListenerSets naming g as parent into
-// those g's spec.allowedListeners admits and those it refuses (Istio's
+// AllowedListenerSets splits the ListenerSets naming g as parent (of
+// byParent, ListenerSetsByParent's index) into those g's
+// spec.allowedListeners admits and those it refuses (Istio's
 // NamespaceAcceptedByAllowListeners: none unless allowedListeners says
 // otherwise), each oldest first. namespaceLabels returns a namespace's
 // labels, false when it does not exist. The deployment controller uses it
 // too: an admitted set's ports are the Gateway Service's.
-func AllowedListenerSets(g *gw.Gateway, sets []*gw.ListenerSet, namespaceLabels func(string) (map[string]string, bool)) (allowed, refused []*gw.ListenerSet) {
-	byParent := listenerSetsByParent(sets)
+func AllowedListenerSets(g *gw.Gateway, byParent map[Ref][]*gw.ListenerSet, namespaceLabels func(string) (map[string]string, bool)) (allowed, refused []*gw.ListenerSet) {
 	for _, ls := range byParent[Ref{Kind: KindGateway, Namespace: g.Namespace, Name: g.Name}] {
 		if namespaceAllowsListeners(ls.Namespace, g, namespaceLabels) {
 			allowed = append(allowed, ls)
@@ -93,18 +93,10 @@ func namespaceAllowsListeners(ns string, g *gw.Gateway, namespaceLabels func(str
 // allowedSets is AllowedListenerSets over the conversion's input.
 func (c *converter) allowedSets(g *gw.Gateway) (allowed, refused []*gw.ListenerSet) {
 	namespaces := c.in.Cluster.Namespaces()
-	lookup := func(ns string) (map[string]string, bool) {
+	return AllowedListenerSets(g, c.setsByParent, func(ns string) (map[string]string, bool) {
 		l, ok := namespaces[ns]
 		return l, ok
-	}
-	for _, ls := range c.setsByParent[Ref{Kind: KindGateway, Namespace: g.Namespace, Name: g.Name}] {
-		if namespaceAllowsListeners(ls.Namespace, g, lookup) {
-			allowed = append(allowed, ls)
-		} else {
-			refused = append(refused, ls)
-		}
-	}
-	return allowed, refused
+	})
 }
 
 // listenerEntryPort is a ListenerSet listener's port (Istio's

@@ -256,19 +256,6 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		)...)...)
 }
 
-// rejectionStructs encodes rejections as debugapi.Rejections sends them.
-func rejectionStructs(rs []debugapi.Rejection) ([]*structpb.Struct, error) {
-	out := make([]*structpb.Struct, 0, len(rs))
-	for _, r := range rs {
-		st, err := r.Struct()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, st)
-	}
-	return out, nil
-}
-
 // newSource builds the file source (with --config-dir) or the Kubernetes
 // source with its status writer, and returns the channel closed when the
 // source has read everything once.
@@ -295,7 +282,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 			for _, p := range src.Problems() {
 				out = append(out, debugapi.Rejection{Object: p.Object, Message: p.Message, Since: p.Since})
 			}
-			return rejectionStructs(out)
+			return debugapi.Structs(out)
 		})
 		return []lifecycle.Actor{{Name: "files:" + cfg.ConfigDir, Run: src.Run}}, src.Loaded(), src.Objects, nil
 	}
@@ -351,7 +338,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 		srcOpts.ClusterChanged = gateways.Changed
 	}
 	src = kubesource.New(srcOpts, pub, srv)
-	srv.ServeDebug(debugapi.Rejections, func() ([]*structpb.Struct, error) { return rejectionStructs(src.Rejections()) })
+	srv.ServeDebug(debugapi.Rejections, func() ([]*structpb.Struct, error) { return debugapi.Structs(src.Rejections()) })
 	writer := status.New(status.Options{
 		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, NotServed: src.NotServed, Findings: findings.Findings,
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",

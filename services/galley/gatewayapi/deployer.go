@@ -271,6 +271,7 @@ func (c *Controller) deployInputs(l *listers, get func(ns, name string) (map[str
 	if l.sets != nil {
 		sets, _ = l.sets.List(labels.Everything())
 	}
+	setsByParent := gatewayapi.ListenerSetsByParent(sets)
 	namespaces := c.o.Cluster().Namespaces()
 	namespaceLabels := func(ns string) (map[string]string, bool) {
 		l, ok := namespaces[ns]
@@ -286,7 +287,7 @@ func (c *Controller) deployInputs(l *listers, get func(ns, name string) (map[str
 			continue
 		}
 		in := deployInput{DeployInput: gatewayapi.DeployInput{Gateway: g, Controller: ctl}}
-		in.ListenerSets, _ = gatewayapi.AllowedListenerSets(g, sets, namespaceLabels)
+		in.ListenerSets, _ = gatewayapi.AllowedListenerSets(g, setsByParent, namespaceLabels)
 		rev := g.Labels[controlplane.RevisionLabel]
 		if rev == "" {
 			rev = controlplane.DefaultRevision
