@@ -32,6 +32,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -79,8 +80,9 @@ func NewCommand(conn *connect.Options) *cobra.Command {
 (ecds: the Wasm modules of WasmPlugins and TrafficExtensions, and EnvoyFilter's EXTENSION_CONFIG) that the discovery replica
 serving PROXY (its node ID, or pod.namespace) would send it now, for what the proxy watches (an Envoy
 proxy's clusters, listeners, routes and endpoints in full), as istioctl proxy-config's tables (-o short)
-or in full (-o json, -o yaml). Secrets are the gateway certificates discovery serves (credentialName),
-with serial, validity and identity, never the key; workload certificates are the agent's and are not shown.
+or in full (-o json, -o yaml). Secrets are the workload certificate (default) and trust bundle (ROOTCA)
+the proxy's agent holds, read from its status port as bootstrap below, and the gateway certificates
+discovery serves (credentialName), with serial, validity and identity, never the key.
 Extension configurations are as discovery sends them (a module's URL, not the agent's local copy), a
 module's registry credentials redacted.
 Endpoint health is what discovery sends (Envoy's outlier detection happens in the proxy and is not known
@@ -141,6 +143,15 @@ context file, or at --agent-address.`,
 			if kind == "all" {
 				show = kinds
 			}
+			if slices.Contains(show, "secret") {
+				// The workload's own certificate and roots are the
+				// agent's; without it, discovery's secrets are still true.
+				ws, err := agentSecrets(cmd.Context(), conn, agent, args[1])
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "the workload certificates (default, ROOTCA) are not shown: %v\n", err)
+				}
+				dump.Secrets = append(ws, dump.Secrets...)
+			}
 			return Print(cmd.OutOrStdout(), dump, show, f, output, time.Now())
 		},
 	}
@@ -153,43 +164,19 @@ context file, or at --agent-address.`,
 	fl.StringVar(&f.Name, "cluster", "", "endpoints of this cluster (the same as --name)")
 	fl.StringVar(&f.Address, "address", "", "listeners or endpoints of this address")
 	fl.StringVarP(&output, "output", "o", "short", "output format: short, json or yaml (a bootstrap: json, or yaml)")
-	fl.StringVar(&agent, "agent-address", "", "bootstrap: the proxy's agent's status port, host:port (default: the context file's, or in a cluster the pod's through port-forward)")
+	fl.StringVar(&agent, "agent-address", "", "bootstrap and secrets: the proxy's agent's status port, host:port (default: the context file's, or in a cluster the pod's through port-forward)")
 	return cmd
 }
 
 // showBootstrap prints the bootstrap the proxy's agent wrote.
 func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, given, proxy, output string) error {
-	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
-	defer cancel()
-	name := connect.ProxyName(proxy) // pod.namespace, of a node ID too
-	i := strings.LastIndex(name, ".")
-	if i <= 0 || i == len(name)-1 {
-		return fmt.Errorf("%q: want the proxy as pod.namespace (or its node ID)", proxy)
-	}
-	addr, stop, err := conn.AgentAddress(ctx, given, name[:i], name[i+1:])
+	body, err := fromAgent(ctx, conn, given, proxy, debugapi.AgentBootstrapPath)
 	if err != nil {
 		return err
 	}
-	defer stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+debugapi.AgentBootstrapPath, nil)
-	if err != nil {
-		return fmt.Errorf("the agent at %s: %w", addr, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBootstrapBytes))
-	if err != nil {
-		return fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("the agent of %s at %s: %s: %s", name, addr, resp.Status, strings.TrimSpace(string(body)))
-	}
 	var b debugapi.AgentBootstrap
 	if err := json.Unmarshal(body, &b); err != nil {
-		return fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
+		return fmt.Errorf("the agent of %s: %w", proxy, err)
 	}
 	var out bytes.Buffer
 	if output == "yaml" {
@@ -208,8 +195,62 @@ func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, give
 	return err
 }
 
-// maxBootstrapBytes bounds what is read from an agent.
-const maxBootstrapBytes = 4 << 20
+// agentSecrets are the workload secrets the proxy's agent holds
+// (debugapi.AgentSecretsPath), their keys redacted.
+func agentSecrets(ctx context.Context, conn *connect.Options, given, proxy string) ([]*tlsv3.Secret, error) {
+	body, err := fromAgent(ctx, conn, given, proxy, debugapi.AgentSecretsPath)
+	if err != nil {
+		return nil, err
+	}
+	var dump adminv3.SecretsConfigDump
+	if err := protojson.Unmarshal(body, &dump); err != nil {
+		return nil, fmt.Errorf("the agent of %s: secrets: %w", proxy, err)
+	}
+	var out []*tlsv3.Secret
+	var errs []error
+	for _, s := range dump.GetDynamicActiveSecrets() {
+		errs = append(errs, into(s.GetSecret(), &out))
+	}
+	return out, errors.Join(errs...)
+}
+
+// fromAgent reads path from the status port of the proxy's agent: the
+// one given, the context file's under make run, or in a cluster the
+// pod's through the apiserver's port-forward.
+func fromAgent(ctx context.Context, conn *connect.Options, given, proxy, path string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
+	defer cancel()
+	name := connect.ProxyName(proxy) // pod.namespace, of a node ID too
+	i := strings.LastIndex(name, ".")
+	if i <= 0 || i == len(name)-1 {
+		return nil, fmt.Errorf("%q: want the proxy as pod.namespace (or its node ID)", proxy)
+	}
+	addr, stop, err := conn.AgentAddress(ctx, given, name[:i], name[i+1:])
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the agent at %s: %w", addr, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAgentBytes))
+	if err != nil {
+		return nil, fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the agent of %s at %s: %s: %s", name, addr, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// maxAgentBytes bounds what is read from an agent.
+const maxAgentBytes = 4 << 20
 
 // Dump is a proxy's configuration as its replica would send it now.
 type Dump struct {
@@ -224,6 +265,9 @@ type Dump struct {
 	// PatchedBy are the EnvoyFilters that changed a resource, by
 	// "kind/name" ("cluster/outbound|80||a.b.svc.cluster.local").
 	PatchedBy map[string][]string
+	// DestinationRules are the DestinationRule ("namespace/name") each
+	// outbound cluster follows, by cluster name.
+	DestinationRules map[string]string
 }
 
 // Fetch finds the proxy and reads its config_dump from its replica.
@@ -270,6 +314,12 @@ func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) 
 				errs = append(errs, into(r.GetEcdsFilter(), &d.ExtensionConfigs))
 			}
 		case *structpb.Struct:
+			for k, v := range s.GetFields()[debugapi.MetadataDestinationRules].GetStructValue().GetFields() {
+				if d.DestinationRules == nil {
+					d.DestinationRules = map[string]string{}
+				}
+				d.DestinationRules[k] = v.GetStringValue()
+			}
 			for k, v := range s.GetFields()[debugapi.MetadataEnvoyFilters].GetStructValue().GetFields() {
 				if d.PatchedBy == nil {
 					d.PatchedBy = map[string][]string{}
@@ -318,7 +368,7 @@ func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now ti
 		case "cluster":
 			header = []string{"SERVICE FQDN", "PORT", "SUBSET", "DIRECTION", "TYPE", "DESTINATION RULE"}
 			for _, c := range d.Clusters {
-				if row, ok := clusterRow(c, f); ok {
+				if row, ok := clusterRow(c, d.DestinationRules[c.GetName()], f); ok {
 					add("cluster/"+c.GetName(), row)
 					msgs = append(msgs, c)
 				}
@@ -449,7 +499,10 @@ func clusterName(name string) (direction, port, subset, fqdn string) {
 	return "", "", "", name
 }
 
-func clusterRow(c *clusterv3.Cluster, f Filters) ([]string, bool) {
+// clusterRow is a cluster's row; dr is the DestinationRule
+// ("namespace/name") discovery says it follows, shown where the cluster's
+// own istio metadata (an Envoy cluster's, as Istio's) does not say.
+func clusterRow(c *clusterv3.Cluster, dr string, f Filters) ([]string, bool) {
 	dir, port, subset, fqdn := clusterName(c.GetName())
 	if (f.FQDN != "" && !strings.HasPrefix(fqdn, f.FQDN)) || (f.Port != 0 && port != strconv.Itoa(f.Port)) ||
 		(f.Subset != "" && subset != f.Subset) || (f.Direction != "" && dir != f.Direction) {
@@ -459,13 +512,15 @@ func clusterRow(c *clusterv3.Cluster, f Filters) ([]string, bool) {
 	if c.GetClusterType() != nil {
 		typ = c.GetClusterType().GetName()
 	}
-	// Istio names the DestinationRule in the cluster's istio metadata;
-	// Flotilla's clusters do not carry it yet.
-	dr := "-"
+	// As istioctl: the DestinationRule the cluster's istio metadata names,
+	// as name.namespace.
+	shown := "-"
 	if cfg := c.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue(); cfg != "" {
-		dr = configName(cfg)
+		shown = configName(cfg)
+	} else if ns, name, ok := strings.Cut(dr, "/"); ok {
+		shown = name + "." + ns
 	}
-	return []string{fqdn, cmp.Or(port, "-"), cmp.Or(subset, "-"), cmp.Or(dir, "-"), typ, dr}, true
+	return []string{fqdn, cmp.Or(port, "-"), cmp.Or(subset, "-"), cmp.Or(dir, "-"), typ, shown}, true
 }
 
 // configName is "name.namespace" of Istio's config path
@@ -578,15 +633,14 @@ func destination(fc *listenerv3.FilterChain) string {
 	return "-"
 }
 
+// routeRows are a route configuration's rows as istioctl's verbose route
+// table (PrintRouteSummary): one per route, with its domains, its match
+// and the VirtualService it came from; a virtual host without routes is
+// Envoy's 404.
 func routeRows(rc *routev3.RouteConfiguration) [][]string {
 	var rows [][]string
 	for _, vh := range rc.GetVirtualHosts() {
-		domains := "-"
-		if d := vh.GetDomains(); len(d) == 1 {
-			domains = d[0]
-		} else if len(d) > 1 {
-			domains = fmt.Sprintf("%s + %d more...", d[0], len(d)-1)
-		}
+		domains := routeDomains(vh.GetDomains())
 		for _, r := range vh.GetRoutes() {
 			vs := "-"
 			if cfg := r.GetMetadata().GetFilterMetadata()["istio"].GetFields()["config"].GetStringValue(); cfg != "" {
@@ -604,7 +658,7 @@ func routeRows(rc *routev3.RouteConfiguration) [][]string {
 			rows = append(rows, []string{rc.GetName(), vh.GetName(), domains, routeMatch(r.GetMatch()), vs})
 		}
 		if len(vh.GetRoutes()) == 0 {
-			rows = append(rows, []string{rc.GetName(), vh.GetName(), domains, "-", "-"})
+			rows = append(rows, []string{rc.GetName(), vh.GetName(), domains, "/*", "404"})
 		}
 	}
 	if len(rows) == 0 {
@@ -613,23 +667,93 @@ func routeRows(rc *routev3.RouteConfiguration) [][]string {
 	return rows
 }
 
-// routeMatch is a route's path match as istioctl prints it.
+// routeDomains is a virtual host's domains as istioctl's
+// describeRouteDomains shows them: the ones without a port, a name's
+// longer forms (.svc, .svc.cluster.local) left out when the short one is
+// there, at most two and a count of the rest.
+func routeDomains(domains []string) string {
+	switch len(domains) {
+	case 0:
+		return "-"
+	case 1:
+		return domains[0]
+	}
+	all := map[string]bool{}
+	for _, d := range domains {
+		all[d] = true
+	}
+	var shown []string
+	for _, d := range domains {
+		colons := strings.Count(d, ":")
+		if colons > 0 && (colons <= 2 || !strings.HasSuffix(d, "]")) {
+			continue // a host:port, or an IPv6 address with a port
+		}
+		if short := strings.TrimSuffix(d, ".svc.cluster.local"); short != d && all[short] {
+			continue
+		}
+		if short := strings.TrimSuffix(d, ".svc"); short != d && all[short] {
+			continue
+		}
+		shown = append(shown, d)
+	}
+	if len(shown) > 2 {
+		return fmt.Sprintf("%s + %d more...", strings.Join(shown[:2], ", "), len(shown)-2)
+	}
+	return strings.Join(shown, ", ")
+}
+
+// routeMatch is a route's match: its path as istioctl's describeMatch
+// prints it, then the header and query conditions istioctl leaves out
+// (without them routes that differ by a header look the same).
 func routeMatch(m *routev3.RouteMatch) string {
+	var conds []string
 	switch {
 	case m.GetPath() != "":
-		return m.GetPath()
-	case m.GetPrefix() == "/":
-		return "/*"
+		conds = append(conds, m.GetPath())
 	case m.GetPrefix() != "":
-		return m.GetPrefix() + "*"
+		conds = append(conds, m.GetPrefix()+"*")
 	case m.GetSafeRegex() != nil:
-		return m.GetSafeRegex().GetRegex()
+		conds = append(conds, "regex "+m.GetSafeRegex().GetRegex())
 	case m.GetPathSeparatedPrefix() != "":
-		return m.GetPathSeparatedPrefix() + "/*"
+		conds = append(conds, "PathPrefix:"+m.GetPathSeparatedPrefix())
 	case m.GetPathMatchPolicy() != nil:
-		return "(path template)"
+		conds = append(conds, "(path template)")
+	default:
+		conds = append(conds, "/*")
 	}
-	return "/*"
+	for _, h := range m.GetHeaders() {
+		conds = append(conds, "header "+condition(h.GetName(), h.GetInvertMatch(), h.GetStringMatch(), h.GetPresentMatch() || h.GetHeaderMatchSpecifier() == nil))
+	}
+	for _, q := range m.GetQueryParameters() {
+		conds = append(conds, "query "+condition(q.GetName(), false, q.GetStringMatch(), q.GetPresentMatch()))
+	}
+	return strings.Join(conds, " ")
+}
+
+// condition is one header or query parameter match: name=value (a * for
+// a prefix, suffix or substring), name~regex, or the name alone when it
+// need only be present; ! before it when inverted.
+func condition(name string, invert bool, sm *matcherv3.StringMatcher, present bool) string {
+	s := name
+	switch {
+	case sm.GetExact() != "":
+		s += "=" + sm.GetExact()
+	case sm.GetPrefix() != "":
+		s += "=" + sm.GetPrefix() + "*"
+	case sm.GetSuffix() != "":
+		s += "=*" + sm.GetSuffix()
+	case sm.GetContains() != "":
+		s += "=*" + sm.GetContains() + "*"
+	case sm.GetSafeRegex() != nil:
+		s += "~" + sm.GetSafeRegex().GetRegex()
+	case present || sm == nil:
+	default:
+		s += "=" // an exact match of the empty value
+	}
+	if invert {
+		return "!" + s
+	}
+	return s
 }
 
 func endpointRows(e *endpointv3.ClusterLoadAssignment, f Filters) [][]string {

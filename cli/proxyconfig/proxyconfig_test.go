@@ -10,6 +10,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	wasmhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -127,5 +128,64 @@ func TestARouteShowsTheVirtualServiceOrGatewayAPIRuleItCameFrom(t *testing.T) {
 	rows := routeRows(rc)
 	if len(rows) != 2 || rows[0][4] != "reviews.bookinfo" || rows[1][4] != "shop.cart.0 (Gateway API)" {
 		t.Fatalf("rows %q", rows)
+	}
+}
+
+// Routes that differ only by a header (the demo's x-version pins) show
+// the header in MATCH, where istioctl's table shows them all as /*.
+func TestRoutesThatDifferByAHeaderShowTheHeader(t *testing.T) {
+	exact := func(name, v string) *routev3.HeaderMatcher {
+		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+			MatchPattern: &matcherv3.StringMatcher_Exact{Exact: v},
+		}}}
+	}
+	prefix := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+	withHeaders := func(hs ...*routev3.HeaderMatcher) *routev3.RouteMatch {
+		return &routev3.RouteMatch{PathSpecifier: prefix.GetPathSpecifier(), Headers: hs}
+	}
+	for _, tc := range []struct {
+		match *routev3.RouteMatch
+		want  string
+	}{
+		{withHeaders(exact("x-version", "v1")), "/* header x-version=v1"},
+		{withHeaders(exact("x-version", "v2")), "/* header x-version=v2"},
+		{prefix, "/*"},
+		{&routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Path{Path: "/login"}}, "/login"},
+		{&routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: "/cart"}}, "PathPrefix:/cart"},
+		{withHeaders(&routev3.HeaderMatcher{Name: "end-user", InvertMatch: true, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+			MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "jas"},
+		}}}), "/* header !end-user=jas*"},
+		{withHeaders(&routev3.HeaderMatcher{Name: "x-debug", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}), "/* header x-debug"},
+		{&routev3.RouteMatch{PathSpecifier: prefix.GetPathSpecifier(), QueryParameters: []*routev3.QueryParameterMatcher{{
+			Name: "v", QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+				MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "v[12]"}},
+			}},
+		}}}, "/* query v~v[12]"},
+	} {
+		if got := routeMatch(tc.match); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.match, got, tc.want)
+		}
+	}
+	empty := routeRows(&routev3.RouteConfiguration{Name: "80", VirtualHosts: []*routev3.VirtualHost{{Name: "x:80", Domains: []string{"x"}}}})
+	if want := []string{"80", "x:80", "x", "/*", "404"}; !slices.Equal(empty[0], want) {
+		t.Errorf("a virtual host without routes: %q, want %q", empty[0], want)
+	}
+}
+
+// Domains are shown as istioctl shows them: no ports, a short name's
+// longer forms left out, two and a count of the rest.
+func TestRouteDomainsAreShortenedAsIstioctlShortensThem(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, "-"},
+		{[]string{"*"}, "*"},
+		{[]string{"reviews.bookinfo.svc.cluster.local", "reviews.bookinfo.svc.cluster.local:9080", "reviews", "reviews.bookinfo", "reviews.bookinfo.svc", "10.0.0.1", "10.0.0.1:9080"}, "reviews, reviews.bookinfo + 1 more..."},
+		{[]string{"[fd00:10:96::7fc7]", "[fd00:10:96::7fc7]:8090", "a"}, "[fd00:10:96::7fc7], a"},
+	} {
+		if got := routeDomains(tc.in); got != tc.want {
+			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,11 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // AgentBootstrapPath is where the agent serves, on its status port
@@ -13,6 +18,14 @@ import (
 // connects from; the kubelet and Prometheus, which reach the port from
 // outside, get 403.
 const AgentBootstrapPath = "/debug/bootstrap"
+
+// AgentSecretsPath is where the agent serves, on its status port and to
+// loopback clients only as AgentBootstrapPath, the workload secrets it
+// gives its proxy (SDS "default" and "ROOTCA", or a proxyless
+// application's certificate files): an Envoy admin SecretsConfigDump as
+// JSON, as Envoy's own /config_dump shows secrets, the private key
+// "[redacted]" (the CLI's proxy-config secret).
+const AgentSecretsPath = "/debug/secrets"
 
 // The types of bootstrap an agent writes.
 const (
@@ -29,17 +42,49 @@ type AgentBootstrap struct {
 // BootstrapHandler serves b at AgentBootstrapPath to loopback clients.
 func BootstrapHandler(b AgentBootstrap) http.Handler {
 	body, err := json.Marshal(b)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			http.Error(w, "the bootstrap is served inside the pod only (kubectl port-forward connects from there)", http.StatusForbidden)
-			return
-		}
+	return loopbackOnly("the bootstrap", func(w http.ResponseWriter, _ *http.Request) {
 		if err != nil {
 			http.Error(w, "bootstrap: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
+	})
+}
+
+// SecretsHandler serves at AgentSecretsPath, to loopback clients, the
+// secrets current returns as the agent holds them now; the caller has
+// redacted their keys.
+func SecretsHandler(current func() []*tlsv3.Secret) http.Handler {
+	return loopbackOnly("the workload's secrets", func(w http.ResponseWriter, _ *http.Request) {
+		var dump adminv3.SecretsConfigDump
+		for _, s := range current() {
+			a, err := anypb.New(s)
+			if err != nil {
+				http.Error(w, "secrets: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+			dump.DynamicActiveSecrets = append(dump.DynamicActiveSecrets, &adminv3.SecretsConfigDump_DynamicSecret{Name: s.GetName(), Secret: a})
+		}
+		body, err := protojson.Marshal(&dump)
+		if err != nil {
+			http.Error(w, "secrets: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+}
+
+// loopbackOnly serves h to loopback clients (inside the pod, where
+// kubectl port-forward connects from) and 403 to the rest.
+func loopbackOnly(what string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			http.Error(w, what+" is served inside the pod only (kubectl port-forward connects from there)", http.StatusForbidden)
+			return
+		}
+		h(w, r)
 	})
 }

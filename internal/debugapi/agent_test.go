@@ -5,6 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 func TestTheBootstrapIsServedInsideThePodOnly(t *testing.T) {
@@ -22,6 +26,28 @@ func TestTheBootstrapIsServedInsideThePodOnly(t *testing.T) {
 			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got.Type != BootstrapGRPC || string(got.Bootstrap) != `{"xds_servers":[]}` {
 				t.Errorf("from %s: %s (%v)", addr, w.Body.String(), err)
 			}
+		}
+	}
+}
+
+func TestTheWorkloadSecretsAreServedInsideThePodOnlyAsEnvoysConfigDump(t *testing.T) {
+	h := SecretsHandler(func() []*tlsv3.Secret {
+		return []*tlsv3.Secret{{Name: "ROOTCA", Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{}}}}
+	})
+	for addr, want := range map[string]int{"127.0.0.1:40000": 200, "10.0.0.7:40000": 403} {
+		r := httptest.NewRequest(http.MethodGet, AgentSecretsPath, nil)
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Fatalf("from %s: %d, want %d", addr, w.Code, want)
+		}
+		if want != 200 {
+			continue
+		}
+		var dump adminv3.SecretsConfigDump
+		if err := protojson.Unmarshal(w.Body.Bytes(), &dump); err != nil || len(dump.GetDynamicActiveSecrets()) != 1 || dump.GetDynamicActiveSecrets()[0].GetName() != "ROOTCA" {
+			t.Fatalf("from %s: %s (%v)", addr, w.Body.String(), err)
 		}
 	}
 }

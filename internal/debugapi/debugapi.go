@@ -23,9 +23,11 @@
 //   - ConfigDump: for the one proxy ID named, the configuration the
 //     replica would send it now, as istiod's config_dump: Envoy admin
 //     ConfigDump sections (clusters, endpoints, listeners, routes,
-//     secrets with their private keys redacted), and, when EnvoyFilters
-//     changed some of them, a Struct whose MetadataEnvoyFilters holds
-//     "kind/name" → the EnvoyFilters ("namespace/name") that did.
+//     secrets with their private keys redacted), and a Struct whose
+//     MetadataDestinationRules holds cluster name → the DestinationRule
+//     ("namespace/name") it follows and, when EnvoyFilters changed some
+//     resources, whose MetadataEnvoyFilters holds "kind/name" → the
+//     EnvoyFilters ("namespace/name") that did.
 //   - AckedConfigDump (Flotilla's): the same sections for what the proxy
 //     last acknowledged, as far as the replica can tell without keeping
 //     copies: a type is included when regenerating it from the push
@@ -123,6 +125,10 @@ const (
 	// MetadataEnvoyFilters is the key of ConfigDump's section of the
 	// EnvoyFilters that changed resources.
 	MetadataEnvoyFilters = "FLOTILLA_ENVOYFILTERS"
+	// MetadataDestinationRules is the key of ConfigDump's section of the
+	// DestinationRule ("namespace/name") each outbound cluster follows,
+	// by cluster name.
+	MetadataDestinationRules = "FLOTILLA_DESTINATIONRULES"
 )
 
 // Status is a type's sync state, as `flotilla proxy-status` prints it.

@@ -279,6 +279,9 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 	if !g.client.envoyClusters {
 		return c
 	}
+	if dr != nil {
+		c.Metadata = destinationRuleMetadata(dr, ss, pol.TLS)
+	}
 	if pp := pol.ProxyProtocol; pp != nil {
 		g.upstreamProxyProtocol(c, pp)
 	}
@@ -286,6 +289,25 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		g.problem("cluster %s: trafficPolicy.tunnel is not applied (Flotilla has no tunnelling listeners); traffic goes to the destination directly", name)
 	}
 	return c
+}
+
+// destinationRuleMetadata names the DestinationRule an Envoy cluster
+// follows, as Istio's cluster builder (buildDefaultCluster and
+// buildSubsetCluster: AddConfigInfoMetadata, AddSubsetToMetadata,
+// AddALPNOverrideToMetadata): the rule's path, the subset's name, and
+// alpn_override "false" when the rule's own TLS (SIMPLE or MUTUAL) must
+// not be given Istio's ALPN. Proxyless clusters carry none, as Istio's
+// grpcgen.
+func destinationRuleMetadata(dr *model.DestinationRule, ss *networking.Subset, tls *networking.ClientTLSSettings) *corev3.Metadata {
+	md := configMetadata("destination-rule", dr.Namespace, dr.Name)
+	f := md.GetFilterMetadata()[istioMetadata].GetFields()
+	if ss != nil {
+		f["subset"] = structpb.NewStringValue(ss.GetName())
+	}
+	if m := tls.GetMode(); m == networking.ClientTLSSettings_SIMPLE || m == networking.ClientTLSSettings_MUTUAL {
+		f["alpn_override"] = structpb.NewStringValue("false")
+	}
+	return md
 }
 
 // slowStart ramps new endpoints' share up over the warmup window, as

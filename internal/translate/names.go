@@ -4,6 +4,9 @@ import (
 	"strconv"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
@@ -105,6 +108,9 @@ const (
 	// pick a transport socket (auto mTLS).
 	transportSocketMatch = "envoy.transport_socket_match"
 	tlsModeIstio         = "istio"
+	// istioMetadata is the filter metadata key under which Istio names a
+	// resource's config (util.IstioMetadataKey).
+	istioMetadata = "istio"
 )
 
 // Certificate provider names of the agent's gRPC bootstrap: one
@@ -132,4 +138,17 @@ func credentialSDSName(cn string) string {
 		return cn
 	}
 	return registry.CredentialPrefix + cn
+}
+
+// configMetadata names the config a resource comes from, as Istio's
+// util.AddConfigInfoMetadata: filter metadata "istio" with "config" its
+// API path, /apis/networking.istio.io/v1/namespaces/<ns>/<kind>/<name>
+// (kind in kebab case), which proxy-config and Envoy's access logs read.
+// translateRoute names a route's VirtualService, the cluster builder a
+// cluster's DestinationRule.
+func configMetadata(kind, namespace, name string) *corev3.Metadata {
+	path := "/apis/networking.istio.io/v1/namespaces/" + namespace + "/" + kind + "/" + name
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		istioMetadata: {Fields: map[string]*structpb.Value{"config": structpb.NewStringValue(path)}},
+	}}
 }

@@ -18,7 +18,6 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -218,7 +217,7 @@ func (g *gen) httpRoutes(svc *registryv1.Service, port *registryv1.ServicePort) 
 // for the sidecars (gateway "mesh") or a Gateway ("namespace/name").
 func (g *gen) vsRoutes(vs *model.VirtualService, svc *registryv1.Service, port *registryv1.ServicePort, gateway string) []*routev3.Route {
 	var out []*routev3.Route
-	meta := configMetadata(vs)
+	meta := configMetadata("virtual-service", vs.Namespace, vs.Name)
 	for i, hr := range vs.Spec.GetHttp() {
 		matches := g.applicableMatches(hr, port.GetNumber(), gateway)
 		if len(hr.GetMatch()) > 0 && len(matches) == 0 {
@@ -811,15 +810,4 @@ func (g *gen) grpcDefaultRetryPolicy() *routev3.RetryPolicy {
 		g.grpcDefaultRetries = &routev3.RetryPolicy{RetryOn: strings.Join(on, ","), NumRetries: wrapperspb.UInt32(2)}
 	}
 	return g.grpcDefaultRetries
-}
-
-// configMetadata names the VirtualService a route comes from, as Istio's
-// translateRoute does (util.BuildConfigInfoMetadata): filter metadata
-// "istio" with "config" its API path, which proxy-config and Envoy's
-// access logs read.
-func configMetadata(vs *model.VirtualService) *corev3.Metadata {
-	path := "/apis/networking.istio.io/v1/namespaces/" + vs.Namespace + "/virtual-service/" + vs.Name
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-		"istio": {Fields: map[string]*structpb.Value{"config": structpb.NewStringValue(path)}},
-	}}
 }

@@ -163,6 +163,20 @@ func (x *Generator) PushContext() *model.PushContext { return x.g.pc }
 // built so far, by "kind/name" ("cluster/outbound|80||a.b.svc.cluster.local").
 func (x *Generator) PatchedBy() map[string][]string { return maps.Clone(x.g.ef.by) }
 
+// DestinationRules names the DestinationRule ("namespace/name") each
+// outbound cluster built so far follows, by cluster name: what an Envoy
+// cluster's istio metadata says too, for proxyless clusters as well,
+// whose xDS carries none (as Istio's grpcgen).
+func (x *Generator) DestinationRules() map[string]string {
+	out := map[string]string{}
+	for name, b := range x.g.clusters {
+		if b != nil && b.dr != nil {
+			out[name] = b.dr.Namespace + "/" + b.dr.Name
+		}
+	}
+	return out
+}
+
 // EnvoyFilterProblems are the problems so far of each EnvoyFilter that
 // has any, by its key (namespace/name): a patch not applied, and why
 // (they are among Problems too).

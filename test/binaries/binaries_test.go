@@ -318,6 +318,18 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if code, got := cli("proxy-config", "bootstrap", "client.demo"); code != 0 || !strings.Contains(got, `"xds_servers"`) || !strings.Contains(got, "~client.demo~demo.svc.cluster.local") {
 		t.Errorf("proxy-config bootstrap: exit %d\n%s", code, got)
 	}
+	// The client's certificate and roots, from its agent: the certificate
+	// files a proxyless application reads.
+	if code, got := cli("proxy-config", "secret", "client.demo"); code != 0 || !strings.Contains(got, "spiffe://cluster.local/ns/demo/sa/client") ||
+		!regexp.MustCompile(`(?m)^default +Cert Chain +ACTIVE +true `).MatchString(got) || !regexp.MustCompile(`(?m)^ROOTCA +ROOTCA +ACTIVE +true `).MatchString(got) {
+		t.Errorf("proxy-config secret: exit %d\n%s", code, got)
+	}
+	// The routes the client follows, each with its header match and the
+	// VirtualService it came from; the clusters with their DestinationRule.
+	if code, got := cli("proxy-config", "route", "client.demo"); code != 0 || !strings.Contains(got, "/* header x-version=v1") || !strings.Contains(got, "/* header x-version=v2") ||
+		strings.Count(got, "greeter.demo") < 3 {
+		t.Errorf("proxy-config route: exit %d\n%s", code, got)
+	}
 
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

@@ -278,6 +278,22 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 		t.Fatalf("flotilla proxy-config bootstrap: %v\n%s", err, out)
 	}
 	xdstest.Eventually(t, "the agent ready", func() bool { code, _ := httpGet(t, "http://"+p.admin+"/healthz/ready"); return code == 200 })
+	// The workload's certificate and roots, as Envoy holds them, from the
+	// agent; its key never.
+	secrets := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-config", "secret", "cart-1.shop", "--context-file", empty, "--agent-address", p.admin,
+		"--discovery-address", secureXDS, "--ca-address", c.addr, "--token-file", token, "--cacert", filepath.Join(c.state, "roots.pem"))
+	out, err := secrets.CombinedOutput()
+	if err != nil || strings.Contains(string(out), "PRIVATE KEY") || strings.Contains(string(out), "not shown") {
+		t.Fatalf("flotilla proxy-config secret: %v\n%s", err, out)
+	}
+	var rows [][]string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+		rows = append(rows, strings.Fields(l))
+	}
+	if len(rows) != 2 || rows[0][0] != "default" || rows[0][3] != "ACTIVE" || rows[0][4] != "true" || rows[0][8] != "spiffe://cluster.local/ns/shop/sa/cart" ||
+		rows[1][0] != "ROOTCA" || rows[1][1] != "ROOTCA" || rows[1][3] != "true" {
+		t.Fatalf("flotilla proxy-config secret:\n%s", out)
+	}
 	if _, stats := httpGet(t, "http://"+p.admin+"/stats/prometheus"); !strings.Contains(stats, "envoy_server_live 1") || !strings.Contains(stats, "flotilla") {
 		t.Fatalf("merged stats lack Envoy's or the agent's:\n%.2000s", stats)
 	}

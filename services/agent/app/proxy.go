@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -294,6 +295,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err
 	}
 	rt.HandleAdmin("GET "+probe.PathPrefix, probe.Handler{Probers: probers, Host: cfg.InstanceIP})
+	rt.HandleAdmin("GET "+debugapi.AgentSecretsPath, debugapi.SecretsHandler(func() []*tlsv3.Secret { return sds.Redacted(state.Snapshot()) }))
 	if cfg.DisableEnvoy {
 		rt.HandleAdmin("GET /healthz/ready", ready)
 		rt.HandleAdmin("GET /stats/prometheus", mergedStats("", rt.Telemetry.MetricsHandler(), appMetrics))

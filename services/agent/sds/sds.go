@@ -84,13 +84,28 @@ type secret struct {
 // roots are held).
 func secrets(snap identity.Snapshot) map[string]secret {
 	out := map[string]secret{}
+	for _, s := range held(snap, snap.KeyPEM) {
+		out[s.GetName()] = encode(s)
+	}
+	return out
+}
+
+// Redacted are the secrets snap holds as SDS serves them, the private key
+// replaced by "[redacted]" as Envoy's config dump shows it: what the
+// agent's debug endpoint (debugapi.AgentSecretsPath) shows.
+func Redacted(snap identity.Snapshot) []*tlsv3.Secret { return held(snap, []byte("[redacted]")) }
+
+// held are the workload certificate chain with key, and the trust
+// bundle, as far as snap holds them.
+func held(snap identity.Snapshot, key []byte) []*tlsv3.Secret {
+	var out []*tlsv3.Secret
 	if snap.Leaf != nil {
-		out[SecretWorkload] = encode(&tlsv3.Secret{Name: SecretWorkload, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
-			CertificateChain: inline(snap.ChainPEM), PrivateKey: inline(snap.KeyPEM),
+		out = append(out, &tlsv3.Secret{Name: SecretWorkload, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			CertificateChain: inline(snap.ChainPEM), PrivateKey: inline(key),
 		}}})
 	}
 	if len(snap.RootsPEM) > 0 {
-		out[SecretRoot] = encode(&tlsv3.Secret{Name: SecretRoot, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+		out = append(out, &tlsv3.Secret{Name: SecretRoot, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 			TrustedCa: inline(snap.RootsPEM),
 		}}})
 	}

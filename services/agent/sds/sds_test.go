@@ -334,3 +334,25 @@ func FuzzSecretStreams(f *testing.F) {
 		}
 	})
 }
+
+// The debug endpoint's secrets are the served ones with the key left out.
+func TestRedactedSecretsAreTheServedOnesWithoutTheKey(t *testing.T) {
+	p := newPod(t)
+	if got := Redacted(p.state.Snapshot()); len(got) != 0 {
+		t.Fatalf("before anything is held: %v", got)
+	}
+	p.state.SetRoots(p.ca.CertPEM)
+	p.rotate(t, "spiffe://cluster.local/ns/shop/sa/cart")
+	snap := p.state.Snapshot()
+	got := Redacted(snap)
+	if len(got) != 2 || got[0].GetName() != SecretWorkload || got[1].GetName() != SecretRoot {
+		t.Fatalf("secrets %v", got)
+	}
+	tc := got[0].GetTlsCertificate()
+	if string(tc.GetCertificateChain().GetInlineBytes()) != string(snap.ChainPEM) || string(tc.GetPrivateKey().GetInlineBytes()) != "[redacted]" {
+		t.Fatalf("the workload secret: %v", tc)
+	}
+	if string(got[1].GetValidationContext().GetTrustedCa().GetInlineBytes()) != string(snap.RootsPEM) {
+		t.Fatalf("the roots: %v", got[1])
+	}
+}

@@ -276,6 +276,7 @@ func (c *conn) configDump(pc *model.PushContext) []proto.Message {
 		res := c.generate(t, gen, names)
 		out = append(out, dumpSection(t, sotwVersion(res), res, nil))
 	}
+	meta := map[string]any{}
 	if by := gen.PatchedBy(); len(by) > 0 {
 		m := map[string]any{}
 		for k, efs := range by {
@@ -285,7 +286,17 @@ func (c *conn) configDump(pc *model.PushContext) []proto.Message {
 			}
 			m[k] = l
 		}
-		if st, err := structpb.NewStruct(map[string]any{debugapi.MetadataEnvoyFilters: m}); err == nil { // strings only
+		meta[debugapi.MetadataEnvoyFilters] = m
+	}
+	if drs := gen.DestinationRules(); len(drs) > 0 {
+		m := make(map[string]any, len(drs))
+		for k, dr := range drs {
+			m[k] = dr
+		}
+		meta[debugapi.MetadataDestinationRules] = m
+	}
+	if len(meta) > 0 {
+		if st, err := structpb.NewStruct(meta); err == nil { // strings only
 			out = append(out, st)
 		}
 	}
