@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -320,7 +321,7 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	}
 	// The client's certificate and roots, from its agent: the certificate
 	// files a proxyless application reads.
-	if code, got := cli("proxy-config", "secret", "client.demo"); code != 0 || !strings.Contains(got, "spiffe://cluster.local/ns/demo/sa/client") ||
+	if code, got := cli("proxy-config", "secret", "client.demo"); code != 0 || !strings.Contains(got, "spiffe://cluster.local/ns/demo/sa/greeter-client") ||
 		!regexp.MustCompile(`(?m)^default +Cert Chain +ACTIVE +true `).MatchString(got) || !regexp.MustCompile(`(?m)^ROOTCA +ROOTCA +ACTIVE +true `).MatchString(got) {
 		t.Errorf("proxy-config secret: exit %d\n%s", code, got)
 	}
