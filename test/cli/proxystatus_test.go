@@ -55,16 +55,20 @@ func mesh(t *testing.T) (dir, galley string, r1, r2 *replica) {
 	mcp, galleyAdmin := proc.FreeAddr(t), proc.FreeAddr(t)
 	proc.Start(t, "galley", filepath.Join(binDir, "flotilla-galley"), "--config-dir", dir, "--mcp-address", mcp, "--admin-address", galleyAdmin)
 	proc.WaitReady(t, "http://"+galleyAdmin+"/readyz")
-	start := func(name, revision string) *replica {
-		r := &replica{name: name, xds: proc.FreeAddr(t)}
-		admin := proc.FreeAddr(t)
-		r.p = proc.Start(t, name, filepath.Join(binDir, "flotilla-discovery"), "--galley-address", mcp,
-			"--xds-address", r.xds, "--admin-address", admin, "--debounce-quiet", "20ms", "--replica-name", name, "--revision", revision)
-		proc.WaitReady(t, "http://"+admin+"/readyz")
-		return r
-	}
 	// r2 is a canary revision's replica, as during a canary upgrade.
-	return dir, mcp, start("r1", "default"), start("r2", "canary")
+	return dir, mcp, startReplica(t, mcp, "r1", proc.FreeAddr(t), "--revision", "default"), startReplica(t, mcp, "r2", proc.FreeAddr(t), "--revision", "canary")
+}
+
+// startReplica starts a discovery replica of galley's named name serving
+// xDS at xds, with more flags, and waits for it to be ready.
+func startReplica(t *testing.T, galley, name, xds string, flags ...string) *replica {
+	t.Helper()
+	r := &replica{name: name, xds: xds}
+	admin := proc.FreeAddr(t)
+	r.p = proc.Start(t, name, filepath.Join(binDir, "flotilla-discovery"), append([]string{"--galley-address", galley,
+		"--xds-address", r.xds, "--admin-address", admin, "--debounce-quiet", "20ms", "--replica-name", name}, flags...)...)
+	proc.WaitReady(t, "http://"+admin+"/readyz")
+	return r
 }
 
 // flotilla runs the CLI with a context file naming both replicas (as make
