@@ -56,6 +56,32 @@ type galley struct {
 	srv  *Server
 	g    *grpc.Server
 	done chan struct{}
+	logs *logBuffer // the server's log, DEBUG included
+}
+
+// logBuffer is a log written by the server's goroutines, read by the test.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines are the log's lines that contain all of subs.
+func (l *logBuffer) lines(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) && line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // testControlPlane is how test galleys name themselves in responses.
@@ -74,7 +100,8 @@ func startGalley(tb testing.TB, addr string, initial ...*Resource) *galley {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := NewServer(ctx, quiet(), noop.NewMeterProvider().Meter("test"), []string{vsType, drType})
+	logs := &logBuffer{}
+	srv, err := NewServer(ctx, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), noop.NewMeterProvider().Meter("test"), []string{vsType, drType})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -86,7 +113,7 @@ func startGalley(tb testing.TB, addr string, initial ...*Resource) *galley {
 	srv.Identify(&corev3.ControlPlane{Identifier: testControlPlane})
 	g := grpc.NewServer()
 	srv.Register(g)
-	gl := &galley{t: tb, addr: lis.Addr().String(), srv: srv, g: g, done: make(chan struct{})}
+	gl := &galley{t: tb, addr: lis.Addr().String(), srv: srv, g: g, done: make(chan struct{}), logs: logs}
 	go func() {
 		_ = g.Serve(lis)
 		close(gl.done)
@@ -1167,5 +1194,50 @@ func TestASubscriberMeasuresItsLagFromWhenGalleyPublishedEachChange(t *testing.T
 	xdstest.Eventually(t, "the second server's version", func() bool { return len(other.Versions(vsType)) == 1 })
 	if a, b := c.Versions(vsType), other.Versions(vsType); a["default/reviews"] != b["default/reviews"] {
 		t.Fatalf("the same content published at another time has version %v, and %v", b, a)
+	}
+}
+
+// A subscriber that reads once and goes (a flotilla command) is logged at
+// DEBUG; one that stays (a discovery replica) at INFO, when it has stayed
+// a second, and so is its end.
+func TestACommandThatReadsOnceIsLoggedAtDebugAReplicaThatStaysAtInfo(t *testing.T) {
+	g := startGalley(t, "", vs(t, "reviews", "reviews"))
+	conn, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rec := newRecorder()
+	c, err := NewClient(ClientOptions{Conn: conn, NodeID: "flotilla-wait~laptop", TypeURLs: []string{vsType}, Handler: rec, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	rec.waitFor(t, "the VirtualService", func() bool { return len(rec.names(vsType)) == 1 })
+	cancel()
+	<-done
+	waitLog := func(what string, subs ...string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(g.logs.lines(subs...)) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line of %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitLog("the command's end", "level=DEBUG", "subscriber disconnected", "flotilla-wait~laptop")
+
+	stays := newRecorder()
+	subscribeAs(t, g.addr, "discovery~r1", stays)
+	waitLog("the replica at INFO", "level=INFO", "subscriber connected", "discovery~r1")
+	time.Sleep(announceAfter) // the command's announcement, were it to come
+	if got := g.logs.lines("level=INFO", "flotilla-wait"); len(got) != 0 {
+		t.Fatalf("the command at INFO: %q", got)
+	}
+	if got := g.logs.lines("level=DEBUG", "subscriber connected", "flotilla-wait~laptop"); len(got) != 1 {
+		t.Fatalf("the command's connection at DEBUG: %q", got)
 	}
 }

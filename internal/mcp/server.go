@@ -153,6 +153,10 @@ type subscriber struct {
 	// (VersionMetadata); connected when its stream opened.
 	version   string
 	connected time.Time
+	// announce logs the subscriber at INFO once its stream has stayed
+	// open announceAfter (nil until identified); announced says it did.
+	announce  *time.Timer
+	announced bool
 	// label names the subscriber in metrics: its SPIFFE ID on the mTLS
 	// port, "plaintext" otherwise. Node IDs are the subscriber's to choose,
 	// and one per connection would grow the series without end.
@@ -201,6 +205,13 @@ const (
 	maxSubscribedBytes     = 1 << 20
 	maxUnpublishedTypes    = 64
 )
+
+// announceAfter is how long a subscriber's stream stays open before its
+// connection and end are logged at INFO: a discovery replica's stays for
+// hours; a command's (flotilla wait, analyze --live) reads once and
+// goes, logged at DEBUG, so the CLI is not a line at INFO per call. How
+// long a stream lasted is galley's to see, not the subscriber's to say.
+const announceAfter = time.Second
 
 func newSubscriber(label string) *subscriber {
 	return &subscriber{
@@ -725,9 +736,16 @@ func (s *Server) close(sub *subscriber) {
 	s.metrics.subscribers.Add(context.Background(), -1)
 	s.mu.Lock()
 	delete(s.streams, sub)
-	id := sub.id
+	id, announced := sub.id, sub.announced
+	if sub.announce != nil {
+		sub.announce.Stop()
+	}
 	s.mu.Unlock()
-	s.log.Info("subscriber disconnected", "subscriber", id, "stream", sub.stream)
+	if announced {
+		s.log.Info("subscriber disconnected", "subscriber", id, "stream", sub.stream)
+		return
+	}
+	s.log.Debug("subscriber disconnected", "subscriber", id, "stream", sub.stream, "after", time.Since(sub.connected).Round(time.Millisecond))
 }
 
 // request records a request of sub's stream and decides whether it is
@@ -767,7 +785,16 @@ func (s *Server) identify(sub *subscriber, r *asked) {
 	if sub.id == "" && r.node.GetId() != "" {
 		sub.id = clip.String(r.node.GetId(), 256)
 		sub.version = clip.String(r.node.GetMetadata().GetFields()[VersionMetadata].GetStringValue(), 64)
-		s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
+		s.log.Debug("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
+		sub.announce = time.AfterFunc(max(announceAfter-time.Since(sub.connected), 0), func() {
+			s.mu.Lock()
+			_, open := s.streams[sub]
+			sub.announced = open
+			s.mu.Unlock()
+			if open {
+				s.log.Info("subscriber connected", "subscriber", sub.id, "identity", sub.label, "stream", sub.stream)
+			}
+		})
 	}
 }
 
