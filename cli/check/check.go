@@ -190,7 +190,11 @@ func Run(ctx context.Context, w io.Writer, conn *connect.Options, clock func() t
 			if a.Err != nil {
 				continue // reported with discovery
 			}
-			chain, err := cl.PeerCertificates(dctx, a.Address)
+			// Its own --timeout: the replicas' answers may have used up
+			// dctx's waiting for one that hangs.
+			cctx, cancel := context.WithTimeout(ctx, conn.Timeout)
+			chain, err := cl.PeerCertificates(cctx, a.Address)
+			cancel()
 			if err != nil {
 				r.add(fail("the replica answered a moment ago: retry; if it persists, look at its log", "discovery %s's certificate: %v", a.Replica.ID, err))
 				continue

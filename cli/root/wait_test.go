@@ -1,15 +1,20 @@
 package root
 
 import (
+	"crypto/tls"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 )
 
 // debugReplica is a discovery replica's debug stream on loopback: it
@@ -44,13 +49,13 @@ func (r *debugReplica) StreamAggregatedResources(s discoveryv3.AggregatedDiscove
 	}
 }
 
-func serveDebug(t *testing.T, r *debugReplica) string {
+func serveDebug(t *testing.T, r *debugReplica, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, r)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -76,5 +81,43 @@ func TestWaitNamesAHungReplicaAndCountsTheOthersProxies(t *testing.T) {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("the wait says\n%s\nwithout %q", errOut, want)
 		}
+	}
+}
+
+// A replica that hangs uses up check's --timeout waiting for its answer;
+// the one that answered still has its certificate checked, with time of
+// its own, rather than fail for want of it.
+func TestCheckWithAHungReplicaStillChecksTheHealthyOnesCertificate(t *testing.T) {
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	server, err := ca.Issue(testpki.Request{CommonName: "discovery", DNSNames: []string{"flotilla-discovery.istio-system.svc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.Issue(testpki.Request{CommonName: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := server.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	good := serveDebug(t, &debugReplica{d: &debugapi.ObjectDistribution{}}, creds)
+	hung := serveDebug(t, &debugReplica{hung: true}, creds)
+	_, out, _ := run("check", "--context-file", "", "--discovery-address", good+","+hung, "--timeout", "3s",
+		"--cacert", write("roots.pem", ca.CertPEM), "--cert", write("cert.pem", client.CertPEM), "--key", write("key.pem", client.KeyPEM))
+	if !strings.Contains(out, "'s certificate valid until") || strings.Contains(out, "the replica answered a moment ago") {
+		t.Fatalf("check with a hung replica:\n%s", out)
 	}
 }
