@@ -2,13 +2,14 @@ package debugapi
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/admin"
 )
 
 // AgentBootstrapPath is where the agent serves, on its status port
@@ -42,7 +43,7 @@ type AgentBootstrap struct {
 // BootstrapHandler serves b at AgentBootstrapPath to loopback clients.
 func BootstrapHandler(b AgentBootstrap) http.Handler {
 	body, err := json.Marshal(b)
-	return loopbackOnly("the bootstrap", func(w http.ResponseWriter, _ *http.Request) {
+	return admin.LoopbackOnly("the bootstrap", func(w http.ResponseWriter, _ *http.Request) {
 		if err != nil {
 			http.Error(w, "bootstrap: "+err.Error(), http.StatusInternalServerError)
 			return
@@ -56,7 +57,7 @@ func BootstrapHandler(b AgentBootstrap) http.Handler {
 // secrets current returns as the agent holds them now; the caller has
 // redacted their keys.
 func SecretsHandler(current func() []*tlsv3.Secret) http.Handler {
-	return loopbackOnly("the workload's secrets", func(w http.ResponseWriter, _ *http.Request) {
+	return admin.LoopbackOnly("the workload's secrets", func(w http.ResponseWriter, _ *http.Request) {
 		var dump adminv3.SecretsConfigDump
 		for _, s := range current() {
 			a, err := anypb.New(s)
@@ -73,18 +74,5 @@ func SecretsHandler(current func() []*tlsv3.Secret) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
-	})
-}
-
-// loopbackOnly serves h to loopback clients (inside the pod, where
-// kubectl port-forward connects from) and 403 to the rest.
-func loopbackOnly(what string, h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			http.Error(w, what+" is served inside the pod only (kubectl port-forward connects from there)", http.StatusForbidden)
-			return
-		}
-		h(w, r)
 	})
 }

@@ -99,23 +99,24 @@ func Handler(ready *Readiness, metrics http.Handler, extra map[string]http.Handl
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
-	mux.Handle("/debug/pprof/", loopbackOnly(pprof.Index))
-	mux.Handle("/debug/pprof/cmdline", loopbackOnly(pprof.Cmdline))
-	mux.Handle("/debug/pprof/profile", loopbackOnly(pprof.Profile))
-	mux.Handle("/debug/pprof/symbol", loopbackOnly(pprof.Symbol))
-	mux.Handle("/debug/pprof/trace", loopbackOnly(pprof.Trace))
+	mux.Handle("/debug/pprof/", LoopbackOnly("/debug/pprof", pprof.Index))
+	mux.Handle("/debug/pprof/cmdline", LoopbackOnly("/debug/pprof", pprof.Cmdline))
+	mux.Handle("/debug/pprof/profile", LoopbackOnly("/debug/pprof", pprof.Profile))
+	mux.Handle("/debug/pprof/symbol", LoopbackOnly("/debug/pprof", pprof.Symbol))
+	mux.Handle("/debug/pprof/trace", LoopbackOnly("/debug/pprof", pprof.Trace))
 	return mux
 }
 
-// loopbackOnly serves h to clients on the loopback interface only, as
-// Istio's agent serves its debug endpoints: profiles and command lines
-// are not for every peer of the pod network, and a port-forward arrives
-// from loopback.
-func loopbackOnly(h http.HandlerFunc) http.Handler {
+// LoopbackOnly serves h to clients on the loopback interface only, as
+// Istio's agent serves its debug endpoints: profiles, command lines and
+// a pod's bootstrap and certificates are not for every peer of the pod
+// network, and a port-forward arrives from loopback. what names what is
+// refused to the others.
+func LoopbackOnly(what string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			http.Error(w, "/debug/pprof is served on loopback only (kubectl port-forward reaches it)", http.StatusForbidden)
+			http.Error(w, what+" is served on loopback only (kubectl port-forward reaches it)", http.StatusForbidden)
 			return
 		}
 		h(w, r)
