@@ -38,8 +38,8 @@ func TestMain(m *testing.M) {
 }
 
 type replica struct {
-	p         *proc.Process
-	name, xds string
+	p                *proc.Process
+	name, xds, admin string
 }
 
 // mesh is galley on a directory with the seed example (at galley, its
@@ -63,11 +63,12 @@ func mesh(t *testing.T) (dir, galley string, r1, r2 *replica) {
 // xDS at xds, with more flags, and waits for it to be ready.
 func startReplica(t *testing.T, galley, name, xds string, flags ...string) *replica {
 	t.Helper()
-	r := &replica{name: name, xds: xds}
-	admin := proc.FreeAddr(t)
-	r.p = proc.Start(t, name, filepath.Join(binDir, "flotilla-discovery"), append([]string{"--galley-address", galley,
-		"--xds-address", r.xds, "--admin-address", admin, "--debounce-quiet", "20ms", "--replica-name", name}, flags...)...)
-	proc.WaitReady(t, "http://"+admin+"/readyz")
+	r := &replica{name: name, xds: xds, admin: proc.FreeAddr(t)}
+	r.p = proc.Start(t, name, filepath.Join(binDir, "flotilla-discovery"), append([]string{
+		"--galley-address", galley,
+		"--xds-address", r.xds, "--admin-address", r.admin, "--debounce-quiet", "20ms", "--replica-name", name,
+	}, flags...)...)
+	proc.WaitReady(t, "http://"+r.admin+"/readyz")
 	return r
 }
 

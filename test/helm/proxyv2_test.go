@@ -110,6 +110,22 @@ func TestInjectorSidecarProxyV2InjectsIstiosSidecarAndNamesDiscoveryAsIstiod(t *
 					istiods = append(istiods, o.GetName())
 				}
 			}
+			// Kiali finds istiod as a Deployment and pods labelled app:
+			// istiod and istio.io/rev, and reads /ready on their port 8080:
+			// so are discovery's, under Istio's names only (a real istiod of
+			// the revision beside it would have its Service select them).
+			deploy := object(objs, "Deployment", map[string]string{"default": "flotilla-discovery", "canary": "flotilla-discovery-canary"}[tc.revision])
+			podLabels, _, _ := unstructured.NestedStringMap(deploy.Object, "spec", "template", "metadata", "labels")
+			asIstiod := deploy.GetLabels()["app"] == "istiod" && deploy.GetLabels()["istio.io/rev"] == tc.revision &&
+				podLabels["app"] == "istiod" && podLabels["istio.io/rev"] == tc.revision
+			if asIstiod != (tc.service != "") {
+				t.Errorf("discovery labelled as istiod: %t, want %t (Deployment %v, pods %v)", asIstiod, tc.service != "", deploy.GetLabels(), podLabels)
+			}
+			tmpl, _, _ := unstructured.NestedMap(deploy.Object, "spec", "template")
+			containers, _, _ := unstructured.NestedSlice(tmpl, "spec", "containers")
+			if !hasArg(tmpl, "--istiod-http-address=:8080") || !strings.Contains(fmt.Sprint(containers[0].(map[string]any)["ports"]), "containerPort:8080") {
+				t.Errorf("discovery without istiod's port 8080: %v", containers[0])
+			}
 			if tc.service == "" {
 				if len(istiods) != 0 {
 					t.Fatalf("istiod Services %v rendered", istiods)

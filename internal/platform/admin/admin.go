@@ -51,6 +51,20 @@ func (r *Readiness) Check() (ready bool, notReady []string) {
 	return len(notReady) == 0, notReady
 }
 
+// ServeHTTP answers 200 "ok" when every component is ready, else 503
+// with the reasons: /readyz, and istiod's /ready where a service serves
+// it.
+func (r *Readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	ok, why := r.Check()
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintln(w, "not ready:\n"+strings.Join(why, "\n"))
+		return
+	}
+	_, _ = fmt.Fprintln(w, "ok")
+}
+
 // Component is one part of a service with its own readiness.
 type Component struct {
 	r    *Readiness
@@ -86,16 +100,7 @@ func Handler(ready *Readiness, metrics http.Handler, extra map[string]http.Handl
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		ok, why := ready.Check()
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintln(w, "not ready:\n"+strings.Join(why, "\n"))
-			return
-		}
-		_, _ = fmt.Fprintln(w, "ok")
-	})
+	mux.Handle("GET /readyz", ready)
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}

@@ -5,9 +5,12 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -27,6 +30,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/jwks"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
 	"github.com/flotilla-mesh/flotilla/internal/model"
+	"github.com/flotilla-mesh/flotilla/internal/platform/admin"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/platform/command"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
@@ -93,6 +97,9 @@ type Config struct {
 	Revision string `yaml:"revision" usage:"control-plane revision (istio.io/rev) this replica serves: its certificate is for flotilla-discovery-<revision>'s Service, flotilla proxy-status shows it, and Istio configuration labelled istio.io/rev with another revision is ignored"`
 	// ReplicaName names this replica to galley and to debug clients.
 	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as galley's subscriber list and flotilla proxy-status show it (default: the host name, which is the pod's name in a cluster)"`
+	// IstiodHTTPAddress serves what Istio's tools read from istiod's
+	// port 8080.
+	IstiodHTTPAddress string `yaml:"istiodHTTPAddress" usage:"listen address of an HTTP server as istiod's port 8080, for Istio's tools (Kiali) that reach istiod's pods there: /ready (200 once ready) and /debug/syncz (to loopback clients, as a port-forward arrives; also on the admin port, as istiod's 15014); empty: not served"`
 	// EnvoyFilterReportCheck is how often the EnvoyFilter findings are
 	// looked at for galley.
 	EnvoyFilterReportCheck time.Duration `yaml:"envoyFilterReportCheck" usage:"how often the problems proxies met applying EnvoyFilters are looked at and, when they changed, sent to galley, which writes them in the EnvoyFilters' status (subscribed to galley only)"`
@@ -141,6 +148,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("meshConfigFile: %w", err))
 		}
 	}
+	if c.IstiodHTTPAddress != "" {
+		addrs["istiodHTTPAddress"] = c.IstiodHTTPAddress
+	}
 	for name, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			errs = append(errs, fmt.Errorf("%s %q: %w", name, a, err))
@@ -182,6 +192,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		// machine.
 		rt.LocalMode()
 		cfg.XDSAddress = command.LoopbackIfNoHost(cfg.XDSAddress)
+		cfg.IstiodHTTPAddress = command.LoopbackIfNoHost(cfg.IstiodHTTPAddress)
 	}
 	meter := rt.Telemetry.Meter.Meter("flotilla/discovery")
 	istio := rt.Telemetry.Istio.Meter("istio")
@@ -224,6 +235,17 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if err != nil {
 		return err
 	}
+	syncz := admin.LoopbackOnly(debugapi.IstiodSynczPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(debugapi.IstiodSyncz(srv.Status()))
+	})
+	// As istiod's monitoring port: its sync state and its version, as
+	// Kiali reads them.
+	rt.HandleAdmin("GET "+debugapi.IstiodSynczPath, syncz)
+	rt.HandleAdmin("GET /version", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, buildinfo.Get().Version)
+	}))
 	ready := rt.Ready.Component("config")
 	ready.SetNotReady("waiting for the first configuration")
 	var in *ingest.Ingest
@@ -266,6 +288,18 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 			return fmt.Errorf("secure xds listen: %w", err)
 		}
 		actors = append(actors, lifecycle.Actor{Name: "xds-mtls", Run: func(ctx context.Context) error { return secure.Serve(ctx, slis) }})
+	}
+	if cfg.IstiodHTTPAddress != "" {
+		ilis, err := net.Listen("tcp", cfg.IstiodHTTPAddress)
+		if err != nil {
+			return fmt.Errorf("istiod http listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /ready", rt.Ready)
+		mux.Handle("GET "+debugapi.IstiodSynczPath, syncz)
+		actors = append(actors, lifecycle.Actor{Name: "istiod-http", Run: func(ctx context.Context) error {
+			return admin.Serve(ctx, rt.Log, ilis, mux, cfg.ShutdownTimeout)
+		}})
 	}
 	actors = append(actors, lifecycle.Actor{Name: "readiness", Run: func(ctx context.Context) error {
 		select {

@@ -1,0 +1,108 @@
+package debugapi
+
+import (
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
+)
+
+// IstiodSynczPath is where a discovery replica serves, on its admin port
+// (15014, istiod's monitoring port) and its istiod HTTP port (8080), its
+// proxies' sync state as istiod's /debug/syncz: a JSON list of
+// IstiodSyncStatus. Kiali reads it from every istiod pod through a
+// port-forward and merges the lists; as istiod's, it is served to
+// loopback clients (where a port-forward arrives) only.
+const IstiodSynczPath = "/debug/syncz"
+
+// IstiodSyncStatus is one proxy as istiod's /debug/syncz lists it
+// (Istio's xds.SyncStatus): for each of CDS, LDS, RDS, EDS and ECDS what
+// was sent and what was acknowledged, equal when the proxy holds the
+// last response. Istio gives nonces; a replica gives versions, the same
+// when the proxy took the latest response (a resumed proxy holding the
+// current configuration included), different or the acknowledgement
+// empty when it did not. Kiali reads proxy (pod.namespace), cluster_id
+// and the sent/acked pairs.
+type IstiodSyncStatus struct {
+	ClusterID            string                          `json:"cluster_id,omitempty"`
+	ProxyID              string                          `json:"proxy,omitempty"`
+	ProxyType            string                          `json:"proxy_type,omitempty"`
+	ProxyVersion         string                          `json:"proxy_version,omitempty"`
+	IstioVersion         string                          `json:"istio_version,omitempty"`
+	ClusterSent          string                          `json:"cluster_sent,omitempty"`
+	ClusterAcked         string                          `json:"cluster_acked,omitempty"`
+	ListenerSent         string                          `json:"listener_sent,omitempty"`
+	ListenerAcked        string                          `json:"listener_acked,omitempty"`
+	RouteSent            string                          `json:"route_sent,omitempty"`
+	RouteAcked           string                          `json:"route_acked,omitempty"`
+	EndpointSent         string                          `json:"endpoint_sent,omitempty"`
+	EndpointAcked        string                          `json:"endpoint_acked,omitempty"`
+	ExtensionConfigSent  string                          `json:"extensionconfig_sent,omitempty"`
+	ExtensionConfigAcked string                          `json:"extensionconfig_acked,omitempty"`
+	Resources            map[string]IstiodResourceStatus `json:"resources,omitempty"`
+}
+
+// IstiodResourceStatus is one type of IstiodSyncStatus.Resources (Istio's
+// xds.ResourceStatus): every type the proxy watches.
+type IstiodResourceStatus struct {
+	Sent      string    `json:"sent,omitempty"`
+	Acked     string    `json:"acked,omitempty"`
+	SentTime  time.Time `json:"sentTime,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
+}
+
+// IstiodSyncz is proxies as istiod's /debug/syncz lists them.
+func IstiodSyncz(proxies []ProxySync) []IstiodSyncStatus {
+	out := make([]IstiodSyncStatus, 0, len(proxies))
+	for _, p := range proxies {
+		s := IstiodSyncStatus{
+			ClusterID: p.ClusterID, ProxyID: p.ID, ProxyType: p.ProxyType, IstioVersion: p.IstioVersion,
+			Resources: make(map[string]IstiodResourceStatus, len(p.Types)),
+		}
+		if n, ok := proxycontract.ParseNodeID(p.ID); ok && n.ID != "" {
+			s.ProxyID = n.ID // pod.namespace, as Istio's Proxy.ID
+		}
+		for _, t := range p.Types {
+			sent, acked := istiodPair(t)
+			s.Resources[t.TypeURL] = IstiodResourceStatus{Sent: sent, Acked: acked, SentTime: t.SentAt, LastError: t.Nack}
+			switch t.TypeURL {
+			case resourcev3.ClusterType:
+				s.ClusterSent, s.ClusterAcked = sent, acked
+			case resourcev3.ListenerType:
+				s.ListenerSent, s.ListenerAcked = sent, acked
+			case resourcev3.RouteType:
+				s.RouteSent, s.RouteAcked = sent, acked
+			case resourcev3.EndpointType:
+				s.EndpointSent, s.EndpointAcked = sent, acked
+			case resourcev3.ExtensionConfigType:
+				s.ExtensionConfigSent, s.ExtensionConfigAcked = sent, acked
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// istiodPair is a type's sent and acknowledged, as istiod's tools read
+// them: equal when SYNCED, sent empty when NOT SENT, the acknowledgement
+// the older version (empty if none) otherwise.
+func istiodPair(t TypeSync) (sent, acked string) {
+	switch t.Status {
+	case Synced:
+		v := t.SentVersion
+		if v == "" {
+			v = t.AckedVersion // resumed: nothing sent, the proxy holds it
+		}
+		return v, v
+	case NotSent:
+		return "", ""
+	default:
+		if t.AckedVersion == t.SentVersion {
+			// The same content sent again, not acknowledged yet: still
+			// not SYNCED to a reader comparing the two.
+			return t.SentVersion, ""
+		}
+		return t.SentVersion, t.AckedVersion
+	}
+}

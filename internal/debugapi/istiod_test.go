@@ -1,0 +1,71 @@
+package debugapi
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/kiali"
+)
+
+// Kiali reads a replica's sync state as istiod's: each proxy as
+// pod.namespace in its cluster, and each type judged as the replica
+// judged it.
+func TestKialiReadsTheSyncStateAsIstiodsAndJudgesItAsTheReplicaDoes(t *testing.T) {
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	proxies := []ProxySync{{
+		ID: "sidecar~10.0.0.8~app-1.default~default.svc.cluster.local", ProxyType: "sidecar", IstioVersion: "1.32.0", ClusterID: "Kubernetes",
+		Types: []TypeSync{
+			{TypeURL: resourcev3.ClusterType, Status: Synced, SentVersion: "7", AckedVersion: "7", SentAt: at},
+			{TypeURL: resourcev3.ListenerType, Status: Synced, AckedVersion: "5"}, // resumed: nothing sent
+			{TypeURL: resourcev3.RouteType, Status: Stale, SentVersion: "9", AckedVersion: "8"},
+			{TypeURL: resourcev3.EndpointType, Status: NotSent},
+			{TypeURL: resourcev3.ExtensionConfigType, Status: Nacked, SentVersion: "3", AckedVersion: "3", Nack: "bad wasm"},
+		},
+	}, {
+		ID: "router~10.0.0.9~gw-1.istio-system~istio-system.svc.cluster.local", ProxyType: "router", ClusterID: "Kubernetes",
+		Types: []TypeSync{{TypeURL: resourcev3.ClusterType, Status: Stale, SentVersion: "1"}},
+	}}
+	body, err := json.Marshal(IstiodSyncz(proxies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*kiali.ProxyStatus
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("Kiali's decoding: %v\n%s", err, body)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d proxies: %s", len(got), body)
+	}
+	app := got[0]
+	// Kiali keeps a proxy whose name splits in two on "." (cache/proxy_status.go).
+	if parts := strings.Split(app.ProxyID, "."); len(parts) != 2 || parts[0] != "app-1" || parts[1] != "default" || app.ClusterID != "Kubernetes" || app.IstioVersion != "1.32.0" {
+		t.Fatalf("the proxy as Kiali names it: %+v", app)
+	}
+	for what, c := range map[string][3]string{
+		"CDS": {app.ClusterSent, app.ClusterAcked, "Synced"},
+		"LDS": {app.ListenerSent, app.ListenerAcked, "Synced"},
+		"RDS": {app.RouteSent, app.RouteAcked, "Stale"},
+		"EDS": {app.EndpointSent, app.EndpointAcked, "NOT_SENT"},
+		"gw":  {got[1].ClusterSent, got[1].ClusterAcked, "Stale (Never Acknowledged)"},
+	} {
+		if s := kiali.XDSStatus(c[0], c[1]); s != c[2] {
+			t.Errorf("%s: sent %q acked %q: Kiali says %s, want %s", what, c[0], c[1], s, c[2])
+		}
+	}
+	// Istio's own fields beside: ECDS, and every type with its time and
+	// error.
+	var full []IstiodSyncStatus
+	if err := json.Unmarshal(body, &full); err != nil {
+		t.Fatal(err)
+	}
+	if e := full[0].Resources[resourcev3.ExtensionConfigType]; e.LastError != "bad wasm" || kiali.XDSStatus(full[0].ExtensionConfigSent, full[0].ExtensionConfigAcked) == "Synced" {
+		t.Errorf("a NACKED type: %+v", full[0])
+	}
+	if !full[0].Resources[resourcev3.ClusterType].SentTime.Equal(at) || full[0].ProxyType != "sidecar" {
+		t.Errorf("resources: %+v", full[0].Resources)
+	}
+}
