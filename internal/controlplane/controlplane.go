@@ -34,6 +34,8 @@ const (
 	DefaultNamespace    = "istio-system"
 	DefaultTrustDomain  = "cluster.local"
 	DefaultDomainSuffix = "cluster.local"
+	// DefaultClusterID is Istio's name of the cluster when none is given.
+	DefaultClusterID = "Kubernetes"
 )
 
 // DefaultRevision is the revision of a service given none, as Istio names

@@ -5,7 +5,9 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
+	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
 // IstiodSynczPath is where a discovery replica serves, on its admin port
@@ -15,6 +17,83 @@ import (
 // port-forward and merges the lists; as istiod's, it is served to
 // loopback clients (where a port-forward arrives) only.
 const IstiodSynczPath = "/debug/syncz"
+
+// IstiodRegistryzPath is where a replica serves, beside IstiodSynczPath
+// and as istiod's /debug/registryz, the services of its registry: a JSON
+// list of IstiodService (Kiali up to 2.22 reads it).
+const IstiodRegistryzPath = "/debug/registryz"
+
+// IstiodService is one service as istiod's /debug/registryz lists it
+// (Istio's model.Service as JSON), with the fields Istio's tools read.
+type IstiodService struct {
+	Attributes IstiodServiceAttributes `json:"Attributes"`
+	Ports      []IstiodPort            `json:"ports,omitempty"`
+	Hostname   string                  `json:"hostname"`
+	// ClusterVIPs are the service's addresses by cluster.
+	ClusterVIPs struct {
+		Addresses map[string][]string `json:"Addresses,omitempty"`
+	} `json:"clusterVIPs"`
+	MeshExternal    bool   `json:"MeshExternal"`
+	ResourceVersion string `json:"ResourceVersion"`
+}
+
+// IstiodServiceAttributes are Istio's model.ServiceAttributes as JSON:
+// ServiceRegistry is "Kubernetes" for a Kubernetes Service, "External"
+// for a ServiceEntry; ExportTo a set (an object of namespaces, "*" and
+// "." among them).
+type IstiodServiceAttributes struct {
+	ServiceRegistry string              `json:"ServiceRegistry"`
+	Name            string              `json:"Name"`
+	Namespace       string              `json:"Namespace"`
+	Labels          map[string]string   `json:"Labels,omitempty"`
+	ExportTo        map[string]struct{} `json:"ExportTo,omitempty"`
+	LabelSelectors  map[string]string   `json:"LabelSelectors,omitempty"`
+}
+
+// IstiodPort is Istio's model.Port as JSON: the protocol by Istio's name.
+type IstiodPort struct {
+	Name     string `json:"name,omitempty"`
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// IstiodRegistryz is services as istiod's /debug/registryz lists them;
+// a service's addresses are in its cluster (defaultCluster when it names
+// none).
+func IstiodRegistryz(services []*registryv1.Service, defaultCluster string) []IstiodService {
+	out := make([]IstiodService, 0, len(services))
+	for _, svc := range services {
+		s := IstiodService{
+			Hostname:     svc.GetHostname(),
+			MeshExternal: svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL,
+			Attributes: IstiodServiceAttributes{
+				ServiceRegistry: "Kubernetes", Name: svc.GetName(), Namespace: svc.GetNamespace(),
+				Labels: svc.GetLabels(), LabelSelectors: svc.GetSelector(),
+			},
+		}
+		if svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY {
+			s.Attributes.ServiceRegistry = "External"
+		}
+		for _, e := range svc.GetExportTo() {
+			if s.Attributes.ExportTo == nil {
+				s.Attributes.ExportTo = map[string]struct{}{}
+			}
+			s.Attributes.ExportTo[e] = struct{}{}
+		}
+		for _, p := range svc.GetPorts() {
+			s.Ports = append(s.Ports, IstiodPort{Name: p.GetName(), Port: int(p.GetNumber()), Protocol: registry.ProtocolName(p.GetProtocol())})
+		}
+		if len(svc.GetAddresses()) > 0 {
+			cluster := svc.GetClusterId()
+			if cluster == "" {
+				cluster = defaultCluster
+			}
+			s.ClusterVIPs.Addresses = map[string][]string{cluster: svc.GetAddresses()}
+		}
+		out = append(out, s)
+	}
+	return out
+}
 
 // IstiodSyncStatus is one proxy as istiod's /debug/syncz lists it
 // (Istio's xds.SyncStatus): for each of CDS, LDS, RDS, EDS and ECDS what

@@ -8,6 +8,7 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/kiali"
 )
 
@@ -67,5 +68,51 @@ func TestKialiReadsTheSyncStateAsIstiodsAndJudgesItAsTheReplicaDoes(t *testing.T
 	}
 	if !full[0].Resources[resourcev3.ClusterType].SentTime.Equal(at) || full[0].ProxyType != "sidecar" {
 		t.Errorf("resources: %+v", full[0].Resources)
+	}
+}
+
+// Kiali (up to 2.22) reads a replica's registry as istiod's: each
+// service's host, name, namespace, labels, selector, visibility, ports
+// by Istio's protocol names, and its addresses in its cluster.
+func TestKialiReadsTheRegistryAsIstiods(t *testing.T) {
+	services := []*registryv1.Service{
+		{
+			Hostname: "reviews.bookinfo.svc.cluster.local", Name: "reviews", Namespace: "bookinfo", Addresses: []string{"10.96.0.7"},
+			Labels: map[string]string{"app": "reviews"}, Selector: map[string]string{"app": "reviews"}, ExportTo: []string{"*"},
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE,
+			Ports:      []*registryv1.ServicePort{{Name: "http", Number: 9080, Protocol: registryv1.Protocol_PROTOCOL_HTTP}, {Name: "db", Number: 27017, Protocol: registryv1.Protocol_PROTOCOL_MONGO}},
+		},
+		{
+			Hostname: "api.example.com", Name: "api.example.com", Namespace: "shop", Location: registryv1.Location_LOCATION_MESH_EXTERNAL,
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY, ExportTo: []string{"."},
+			Ports: []*registryv1.ServicePort{{Name: "tls", Number: 443, Protocol: registryv1.Protocol_PROTOCOL_TLS}},
+		},
+	}
+	body, err := json.Marshal(IstiodRegistryz(services, "Kubernetes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*kiali.RegistryService
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("Kiali's decoding: %v\n%s", err, body)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%s", body)
+	}
+	r, se := got[0], got[1]
+	a := r.Attributes
+	if r.Hostname != "reviews.bookinfo.svc.cluster.local" || a.ServiceRegistry != "Kubernetes" || a.Name != "reviews" || a.Namespace != "bookinfo" ||
+		a.Labels["app"] != "reviews" || a.LabelSelectors["app"] != "reviews" || len(a.ExportTo) != 1 || len(r.Ports) != 2 ||
+		r.Ports[0].Port != 9080 || r.Ports[0].Protocol != "HTTP" || r.Ports[1].Protocol != "Mongo" {
+		t.Errorf("the Kubernetes service: %+v", r)
+	}
+	if !kiali.KeptForCluster(r, "Kubernetes") || kiali.KeptForCluster(r, "east") || r.ClusterVIPs12.Addresses["Kubernetes"][0] != "10.96.0.7" {
+		t.Errorf("its addresses: %+v", r.ClusterVIPs12)
+	}
+	if se.Attributes.ServiceRegistry != "External" || se.Ports[0].Protocol != "TLS" || !kiali.KeptForCluster(se, "east") {
+		t.Errorf("the ServiceEntry: %+v", se)
+	}
+	if _, ok := se.Attributes.ExportTo["."]; !ok {
+		t.Errorf("the ServiceEntry's visibility: %v", se.Attributes.ExportTo)
 	}
 }

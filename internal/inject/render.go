@@ -166,7 +166,7 @@ func DefaultValues() Values {
 		ComponentLogLevel: "misc:error", AgentLogLevel: "default:info",
 		ProxyImage: "flotilla-proxy:latest", CPURequest: "100m", MemoryRequest: "128Mi", CPULimit: "2", MemoryLimit: "1Gi",
 		DiscoveryAddress: "flotilla-discovery.istio-system.svc:15012", CAAddress: "flotilla-ca.istio-system.svc:15013",
-		TrustDomain: controlplane.DefaultTrustDomain, ClusterID: "Kubernetes", LogLevel: "warning", Revision: "default",
+		TrustDomain: controlplane.DefaultTrustDomain, ClusterID: controlplane.DefaultClusterID, LogLevel: "warning", Revision: "default",
 		IncludeOutboundIPRanges: "*", IncludeInboundPorts: "*", RewriteAppProbers: true,
 	}
 }

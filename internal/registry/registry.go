@@ -117,6 +117,36 @@ func ParseProtocol(name string) registryv1.Protocol {
 	}
 }
 
+// ProtocolName is a registry protocol by Istio's name for it (Istio's
+// protocol.Instance: "HTTP", "GRPC", "Mongo", …); a protocol left to
+// sniffing is Istio's "UnsupportedProtocol".
+func ProtocolName(p registryv1.Protocol) string {
+	switch p {
+	case registryv1.Protocol_PROTOCOL_HTTP:
+		return "HTTP"
+	case registryv1.Protocol_PROTOCOL_HTTP2:
+		return "HTTP2"
+	case registryv1.Protocol_PROTOCOL_GRPC:
+		return "GRPC"
+	case registryv1.Protocol_PROTOCOL_HTTPS:
+		return "HTTPS"
+	case registryv1.Protocol_PROTOCOL_TLS:
+		return "TLS"
+	case registryv1.Protocol_PROTOCOL_TCP:
+		return "TCP"
+	case registryv1.Protocol_PROTOCOL_MONGO:
+		return "Mongo"
+	case registryv1.Protocol_PROTOCOL_REDIS:
+		return "Redis"
+	case registryv1.Protocol_PROTOCOL_MYSQL:
+		return "MySQL"
+	case registryv1.Protocol_PROTOCOL_UDP:
+		return "UDP"
+	default:
+		return "UnsupportedProtocol"
+	}
+}
+
 // KubernetesPortProtocol derives a Kubernetes Service port's protocol the
 // way Istio does: appProtocol first (including the kubernetes.io/ names),
 // then the port name's prefix ("http-web", "grpc", "tcp-db"), and UDP

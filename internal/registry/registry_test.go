@@ -44,3 +44,17 @@ func TestResourceNames(t *testing.T) {
 		t.Error(got)
 	}
 }
+
+// Every protocol's Istio name reads back as that protocol; sniffed is
+// Istio's UnsupportedProtocol.
+func TestEveryProtocolHasItsIstioNameAndReadsBack(t *testing.T) {
+	for v := range registryv1.Protocol_name {
+		p := registryv1.Protocol(v)
+		if got := ParseProtocol(ProtocolName(p)); got != p {
+			t.Errorf("%s: named %q, read back as %s", p, ProtocolName(p), got)
+		}
+	}
+	if got := ProtocolName(registryv1.Protocol_PROTOCOL_UNSPECIFIED); got != "UnsupportedProtocol" {
+		t.Errorf("sniffed: %q", got)
+	}
+}

@@ -28,7 +28,7 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 // Kiali reads each istiod pod through a port-forward: /ready on 8080,
-// /version and /debug/syncz on 15014. A replica answers them as istiod
+// /version, /debug/syncz and (up to Kiali 2.22) /debug/registryz on 15014. A replica answers them as istiod
 // does, and Kiali, decoding the sync state with its own types, sees each
 // proxy as pod.namespace, every type Synced.
 func TestKialiReadsAReplicaAsItReadsIstiod(t *testing.T) {
@@ -57,6 +57,21 @@ func TestKialiReadsAReplicaAsItReadsIstiod(t *testing.T) {
 			}
 			return len(proxies) == 1 && proxies[0].ProxyID == "client-1.default" && kiali.Synced(proxies[0])
 		})
+	}
+	// Kiali up to 2.22 reads the registry too.
+	for _, addr := range []string{r.admin, istiod} {
+		code, body := get(t, "http://"+addr+"/debug/registryz")
+		var services []*kiali.RegistryService
+		if err := json.Unmarshal([]byte(body), &services); code != http.StatusOK || err != nil {
+			t.Fatalf("/debug/registryz at %s: %d %v %s", addr, code, err, body)
+		}
+		found := false
+		for _, s := range services {
+			found = found || (s.Hostname == "backend-service.default.svc.cluster.local" && len(s.Ports) > 0 && s.Attributes.Namespace == "default")
+		}
+		if !found {
+			t.Fatalf("/debug/registryz at %s without the backend: %s", addr, body)
+		}
 	}
 	// Another replica lists its own proxies only: Kiali merges the pods'.
 	if _, body := get(t, "http://"+r1.admin+"/debug/syncz"); strings.TrimSpace(body) != "[]" {

@@ -50,3 +50,49 @@ func Synced(p *ProxyStatus) bool {
 	}
 	return true
 }
+
+// RegistryService is one service of istiod's /debug/registryz as Kiali
+// 2.0–2.22 decodes it (kubernetes/types.go RegistryService and
+// IstioService at v2.22.0, 1ee21d63; Kiali 2.23 stopped reading it).
+type RegistryService struct {
+	Pilot string
+	IstioService
+}
+
+// IstioService is kubernetes/types.go IstioService at v2.22.0.
+type IstioService struct {
+	Attributes struct {
+		ServiceRegistry string              `json:"ServiceRegistry,omitempty"`
+		Name            string              `json:"Name,omitempty"`
+		Namespace       string              `json:"Namespace,omitempty"`
+		Labels          map[string]string   `json:"Labels,omitempty"`
+		ExportTo        map[string]struct{} `json:"ExportTo,omitempty"`
+		LabelSelectors  map[string]string   `json:"LabelSelectors,omitempty"`
+	} `json:"Attributes,omitempty"`
+	Ports []struct {
+		Name     string `json:"name,omitempty"`
+		Port     int    `json:"port"`
+		Protocol string `json:"protocol,omitempty"`
+	} `json:"ports"`
+	Hostname        string            `json:"hostname"`
+	ResourceVersion string            `json:"ResourceVersion"`
+	ClusterVIPs11   map[string]string `json:"cluster-vips,omitempty"`
+	ClusterVIPs12   struct {
+		Addresses map[string][]string `json:"Addresses,omitempty"`
+	} `json:"clusterVIPs,omitempty"`
+}
+
+// KeptForCluster says whether Kiali keeps a registry service when it
+// reads cluster (business filterIstioServiceByClusterId): a Kubernetes
+// service only with addresses in that cluster, unless the cluster is
+// "Kubernetes".
+func KeptForCluster(s *RegistryService, cluster string) bool {
+	if s.Attributes.ServiceRegistry != "Kubernetes" || cluster == "Kubernetes" {
+		return true
+	}
+	if _, ok := s.ClusterVIPs12.Addresses[cluster]; ok {
+		return true
+	}
+	_, ok := s.ClusterVIPs11[cluster]
+	return ok
+}

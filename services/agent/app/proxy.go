@@ -129,7 +129,7 @@ func proxyDefaults() Config {
 		ServiceAccount:   os.Getenv("SERVICE_ACCOUNT"),
 		TrustDomain:      env("TRUST_DOMAIN", controlplane.DefaultTrustDomain),
 		DomainSuffix:     controlplane.DefaultDomainSuffix,
-		ClusterID:        env("CLUSTER_ID", "Kubernetes"),
+		ClusterID:        env("CLUSTER_ID", controlplane.DefaultClusterID),
 		DiscoveryAddress: os.Getenv("DISCOVERY_ADDRESS"),
 		CA: certclient.Config{ //nolint:gosec // paths of the projected token and root mounts, not credentials
 			Address: os.Getenv("CA_ADDRESS"), RootsFile: "/var/run/secrets/istio/root-cert.pem", TokenFile: "/var/run/secrets/tokens/istio-token",

@@ -24,6 +24,7 @@ import (
 
 	cav1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/ca/v1"
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
+	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
 	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
@@ -99,7 +100,7 @@ type Config struct {
 	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as galley's subscriber list and flotilla proxy-status show it (default: the host name, which is the pod's name in a cluster)"`
 	// IstiodHTTPAddress serves what Istio's tools read from istiod's
 	// port 8080.
-	IstiodHTTPAddress string `yaml:"istiodHTTPAddress" usage:"listen address of an HTTP server as istiod's port 8080, for Istio's tools (Kiali) that reach istiod's pods there: /ready (200 once ready) and /debug/syncz (to loopback clients, as a port-forward arrives; also on the admin port, as istiod's 15014); empty: not served"`
+	IstiodHTTPAddress string `yaml:"istiodHTTPAddress" usage:"listen address of an HTTP server as istiod's port 8080, for Istio's tools (Kiali) that reach istiod's pods there: /ready (200 once ready), /debug/syncz and /debug/registryz (to loopback clients, as a port-forward arrives; also on the admin port, as istiod's 15014); empty: not served"`
 	// EnvoyFilterReportCheck is how often the EnvoyFilter findings are
 	// looked at for galley.
 	EnvoyFilterReportCheck time.Duration `yaml:"envoyFilterReportCheck" usage:"how often the problems proxies met applying EnvoyFilters are looked at and, when they changed, sent to galley, which writes them in the EnvoyFilters' status (subscribed to galley only)"`
@@ -239,9 +240,18 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(debugapi.IstiodSyncz(srv.Status()))
 	})
-	// As istiod's monitoring port: its sync state and its version, as
-	// Kiali reads them.
+	registryz := admin.LoopbackOnly(debugapi.IstiodRegistryzPath, func(w http.ResponseWriter, _ *http.Request) {
+		var services []*registryv1.Service
+		if pc := srv.Latest(); pc != nil {
+			services = pc.Services()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(debugapi.IstiodRegistryz(services, controlplane.DefaultClusterID))
+	})
+	// As istiod's monitoring port: its sync state, registry and version,
+	// as Kiali reads them.
 	rt.HandleAdmin("GET "+debugapi.IstiodSynczPath, syncz)
+	rt.HandleAdmin("GET "+debugapi.IstiodRegistryzPath, registryz)
 	rt.HandleAdmin("GET /version", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, buildinfo.Get().Version)
@@ -297,6 +307,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		mux := http.NewServeMux()
 		mux.Handle("GET /ready", rt.Ready)
 		mux.Handle("GET "+debugapi.IstiodSynczPath, syncz)
+		mux.Handle("GET "+debugapi.IstiodRegistryzPath, registryz)
 		actors = append(actors, lifecycle.Actor{Name: "istiod-http", Run: func(ctx context.Context) error {
 			return admin.Serve(ctx, rt.Log, ilis, mux, cfg.ShutdownTimeout)
 		}})

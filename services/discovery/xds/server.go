@@ -231,6 +231,13 @@ func (s *Server) offload(f func()) {
 	<-done
 }
 
+// Latest is the push context proxies are served from now (nil before
+// the first push).
+func (s *Server) Latest() *model.PushContext {
+	pc, _ := s.current()
+	return pc
+}
+
 func (s *Server) current() (*model.PushContext, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

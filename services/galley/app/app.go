@@ -104,7 +104,7 @@ func Defaults() Config {
 		Webhook:           admission.Config{Address: ":15017", Configuration: "flotilla-validator"},
 		DefaultNamespace:  "default",
 		DomainSuffix:      controlplane.DefaultDomainSuffix,
-		ClusterID:         "Kubernetes",
+		ClusterID:         controlplane.DefaultClusterID,
 		SystemNamespace:   controlplane.DefaultNamespace,
 		GatewayAPI:        true,
 		GatewayController: string(gatewayapi.DefaultController),
