@@ -26,7 +26,7 @@ const AgentBootstrapPath = "/debug/bootstrap"
 // application's certificate files): an Envoy admin SecretsConfigDump as
 // JSON, as Envoy's own /config_dump shows secrets, the private key
 // "[redacted]" (the CLI's proxy-config secret).
-const AgentSecretsPath = "/debug/secrets"
+const AgentSecretsPath = "/debug/secrets" //nolint:gosec // a URL path, not a credential
 
 // The types of bootstrap an agent writes.
 const (
