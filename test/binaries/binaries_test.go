@@ -332,6 +332,21 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 		t.Errorf("proxy-config route: exit %d\n%s", code, got)
 	}
 
+	// README's walkthrough, each command as a user types it.
+	walkthrough := readmeCommands(t)
+	if len(walkthrough) < 5 {
+		t.Fatalf("README's make-run walkthrough has %d flotilla commands", len(walkthrough))
+	}
+	for _, c := range walkthrough {
+		code, got := cli(c.args...)
+		if code != 0 || strings.TrimSpace(got) == "" {
+			t.Errorf("README's %q: exit %d\n%s", c.line, code, got)
+		}
+		if c.header != "" && strings.Join(strings.Fields(strings.SplitN(got, "\n", 2)[0]), " ") != c.header {
+			t.Errorf("README's %q shows the header %q; the command prints\n%s", c.line, c.header, got)
+		}
+	}
+
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -442,4 +457,47 @@ func TestEachServiceModuleBuildsOutsideTheWorkspace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readmeCommand is one command of README's make-run walkthrough: its
+// line, its arguments, and the header README shows it printing (its
+// fields joined by one space), if any.
+type readmeCommand struct {
+	line, header string
+	args         []string
+}
+
+// readmeCommands are the flotilla commands of README's walkthrough of
+// make run (the block after "While it runs"), comments removed.
+func readmeCommands(t *testing.T) []readmeCommand {
+	t.Helper()
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(data), "While it runs, the CLI")
+	if !ok {
+		t.Fatal("README has no walkthrough of the CLI under make run")
+	}
+	_, block, _ := strings.Cut(after, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	var out []readmeCommand
+	lines := strings.Split(block, "\n")
+	for i, l := range lines {
+		cmdline, ok := strings.CutPrefix(l, "$ ./bin/flotilla ")
+		if !ok {
+			continue
+		}
+		cmdline, _, _ = strings.Cut(cmdline, " #")
+		c := readmeCommand{line: strings.TrimSpace(l), args: strings.Fields(cmdline)}
+		if i+1 < len(lines) && lines[i+1] != "" && !strings.HasPrefix(lines[i+1], "$") {
+			c.header = strings.Join(strings.Fields(lines[i+1]), " ")
+		}
+		out = append(out, c)
+	}
+	return out
 }
