@@ -112,6 +112,9 @@ func Analyze(in Input) []Message {
 	a.gateways()
 	a.selectors()
 	a.servicePorts()
+	a.certificateVerification()
+	a.serviceEntryAddresses()
+	a.telemetrySelectors()
 	if !in.HaveServices {
 		a.report(CodeAnalyzerSkipped, Ref{Kind: "Analysis"}, "", "no Services or ServiceEntries in the input: the host checks (%s, %s, %s, %s) did not run",
 			CodeHostNotFound, CodeUnknownDestRuleHost, CodeSidecarEgressNothing, CodeGatewayPortNotOnService)

@@ -150,7 +150,7 @@ kind: DestinationRule
 metadata: {name: web, namespace: app}
 spec: {host: web, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}, portLevelSettings: [{port: {number: 8080}, tls: {mode: SIMPLE}}]}}
 `,
-			want: []string{"FLT0206 DestinationRule app/web spec.trafficPolicy.portLevelSettings[0].tls.mode"},
+			want: []string{"FLT0212 DestinationRule app/web spec.trafficPolicy.portLevelSettings[0].tls", "FLT0206 DestinationRule app/web spec.trafficPolicy.portLevelSettings[0].tls.mode"},
 		},
 		"Sidecar egress: */*, ~/* and hosts that match something import as meant": {
 			yaml: `apiVersion: networking.istio.io/v1
@@ -289,5 +289,100 @@ func TestTheShippedDemoAnalyzesClean(t *testing.T) {
 	}
 	if got := messages(validation.Input{Objects: objs, HaveServices: true, HaveWorkloads: true}); len(got) != 0 {
 		t.Fatalf("the demo analyzes with %q", got)
+	}
+}
+
+// Istio's CaCertificateAnalyzer, ProtocolAddressesAnalyzer and
+// DefaultSelectorAnalyzer, each case as Istio decides it.
+func TestTheCertificateAddressAndTelemetryAnalyzersDecideAsIstios(t *testing.T) {
+	for name, c := range map[string]struct {
+		yaml string
+		want []string
+	}{
+		"SIMPLE and MUTUAL without caCertificates, for the host and a port; ISTIO_MUTUAL and a CA are fine": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: simple, namespace: app}
+spec:
+  host: web
+  trafficPolicy:
+    tls: {mode: SIMPLE}
+    portLevelSettings:
+    - {port: {number: 8080}, tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}}
+    - {port: {number: 9090}, tls: {mode: SIMPLE, caCertificates: /ca.pem}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: mesh, namespace: app}
+spec: {host: web.app.svc.cluster.local, exportTo: ["."], trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}
+`,
+			want: []string{
+				"FLT0204 DestinationRule app/simple spec.host",
+				"FLT0212 DestinationRule app/simple spec.trafficPolicy.portLevelSettings[0].tls",
+				"FLT0212 DestinationRule app/simple spec.trafficPolicy.tls",
+			},
+		},
+		"a credentialName counts only with a workload selector, as Istio's": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: gw-origination, namespace: app}
+spec: {host: web, workloadSelector: {matchLabels: {app: web}}, trafficPolicy: {tls: {mode: SIMPLE, credentialName: web-ca}}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: everywhere, namespace: app}
+spec: {host: web, trafficPolicy: {tls: {mode: SIMPLE, credentialName: web-ca}}}
+`,
+			want: []string{"FLT0212 DestinationRule app/everywhere spec.trafficPolicy.tls"},
+		},
+		"a ServiceEntry without addresses: its TCP and unset ports, not its HTTP one": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: app}
+spec:
+  hosts: [db.example.com]
+  resolution: DNS
+  ports:
+  - {number: 5432, name: pg, protocol: TCP}
+  - {number: 80, name: http, protocol: HTTP}
+  - {number: 6379, name: redis}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: addressed, namespace: app}
+spec: {hosts: [cache.example.com], addresses: [240.0.0.1], resolution: DNS, ports: [{number: 5432, name: pg, protocol: TCP}]}
+`,
+			want: []string{"FLT0213 ServiceEntry app/db spec.ports[0]", "FLT0213 ServiceEntry app/db spec.ports[2]"},
+		},
+		"two namespace-wide Telemetries conflict; a selector or targetRefs does not": {
+			yaml: `apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: a, namespace: app}
+spec: {accessLogging: [{providers: [{name: envoy}]}]}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: b, namespace: app}
+spec: {tracing: [{randomSamplingPercentage: 10}]}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: web-only, namespace: app}
+spec: {selector: {matchLabels: {app: web}}, tracing: [{randomSamplingPercentage: 50}]}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: a, namespace: other}
+spec: {tracing: [{randomSamplingPercentage: 1}]}
+`,
+			want: []string{"FLT0214 Telemetry app/a ", "FLT0214 Telemetry app/b "},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := slices.DeleteFunc(messages(world(t, c.yaml)), func(m string) bool { return strings.HasPrefix(m, "FLT0210") || strings.HasPrefix(m, "FLT0211") })
+			if !slices.Equal(got, c.want) {
+				t.Errorf("messages\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
+			}
+		})
 	}
 }

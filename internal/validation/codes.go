@@ -69,6 +69,10 @@ const (
 	CodeSelectorMatchesNothing   Code = "FLT0210"
 	CodeUnknownDestRuleHost      Code = "FLT0211"
 
+	CodeNoServerCertificateVerification    Code = "FLT0212"
+	CodeServiceEntryAddressesRequired      Code = "FLT0213"
+	CodeMultipleTelemetriesWithoutSelector Code = "FLT0214"
+
 	CodeGatewayNotAccepted   Code = "FLT0301"
 	CodeRouteNotAttached     Code = "FLT0302"
 	CodeRefNotPermitted      Code = "FLT0303"
@@ -165,6 +169,18 @@ func Codes() []CodeInfo {
 		{
 			CodeUnknownDestRuleHost, "UnknownDestinationRuleHost", SeverityWarning, "IST0174",
 			"A DestinationRule's host is on no Service or ServiceEntry visible from its namespace.",
+		},
+		{
+			CodeNoServerCertificateVerification, "NoServerCertificateVerification", SeverityWarning, "IST0128, IST0129",
+			"A DestinationRule originates SIMPLE or MUTUAL TLS (for the host or a port) without caCertificates: the server's certificate is checked against the system's roots only (a credentialName counts on a rule with a workload selector).",
+		},
+		{
+			CodeServiceEntryAddressesRequired, "ServiceEntryAddressesRequired", SeverityWarning, "IST0134",
+			"A ServiceEntry without addresses has a TCP (or unset) protocol port: TCP traffic is told apart by destination address, so this host's cannot be (unless the mesh's proxies capture DNS and allocate addresses).",
+		},
+		{
+			CodeMultipleTelemetriesWithoutSelector, "MultipleTelemetriesWithoutWorkloadSelectors", SeverityError, "IST0160",
+			"More than one Telemetry of a namespace has neither a workload selector nor targetRefs: which one applies is undefined.",
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
