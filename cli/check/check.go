@@ -18,9 +18,6 @@ package check
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -30,6 +27,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/platform/pemcerts"
 )
 
 // NewCommand returns `flotilla check`.
@@ -178,7 +176,7 @@ func Run(ctx context.Context, w io.Writer, conn *connect.Options, clock func() t
 	case rootsPEM == nil:
 		r.add(skip("the mesh's roots are not given (plain text without --cacert)"))
 	default:
-		roots, err := parseCertificates(rootsPEM)
+		roots, err := pemcerts.Parse(rootsPEM)
 		if err != nil {
 			r.add(fail("give the mesh's roots as PEM certificates", "the mesh's roots: %v", err))
 		} else {
@@ -225,28 +223,4 @@ func Run(ctx context.Context, w io.Writer, conn *connect.Options, clock func() t
 		return failedError{r.failed, r.warned}
 	}
 	return nil
-}
-
-// parseCertificates reads every PEM certificate of b.
-func parseCertificates(b []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, b = pem.Decode(b)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("a certificate: %w", err)
-		}
-		out = append(out, c)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no PEM certificate")
-	}
-	return out, nil
 }

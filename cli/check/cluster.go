@@ -17,6 +17,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/pemcerts"
 )
 
 // partOf selects the objects the chart installs.
@@ -43,7 +44,7 @@ func clusterResults(ctx context.Context, conn *connect.Options, rootsPEM []byte)
 	}
 	var roots []*x509.Certificate
 	if rootsPEM != nil {
-		roots, _ = parseCertificates(rootsPEM) // reported with the certificates
+		roots, _ = pemcerts.Parse(rootsPEM) // reported with the certificates
 	}
 	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: partOf})
 	if err != nil {
@@ -185,7 +186,7 @@ func webhookResults(ns string, mutating []admregv1.MutatingWebhookConfiguration,
 	}
 	out := make([]Result, 0, len(hooks))
 	for _, h := range hooks {
-		bundle, err := parseCertificates(h.bundle)
+		bundle, err := pemcerts.Parse(h.bundle)
 		var lacking []string
 		for _, r := range roots {
 			if err != nil || !slices.ContainsFunc(bundle, func(c *x509.Certificate) bool { return bytes.Equal(c.Raw, r.Raw) }) {

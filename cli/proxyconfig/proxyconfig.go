@@ -42,6 +42,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/internal/platform/pemcerts"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	// The Envoy types a config dump holds, to decode them.
 	_ "github.com/flotilla-mesh/flotilla/internal/translate"
@@ -74,7 +75,7 @@ func NewCommand(conn *connect.Options) *cobra.Command {
 	var f Filters
 	var output, agent string
 	cmd := &cobra.Command{
-		Use:   "proxy-config {cluster|listener|route|endpoint|secret|ecds|all|bootstrap} PROXY",
+		Use:   "proxy-config {cluster|listener|route|endpoint|secret|ecds|all|bootstrap} PROXY | rootca-compare PROXY PROXY",
 		Short: "Show the configuration a proxy's discovery replica gives it",
 		Long: `proxy-config shows the clusters, listeners, routes, endpoints, secrets or extension configurations
 (ecds: the Wasm modules of WasmPlugins and TrafficExtensions, and EnvoyFilter's EXTENSION_CONFIG) that the discovery replica
@@ -91,7 +92,11 @@ here).
 bootstrap is the one the agent in the pod wrote for its proxy (Envoy's, or a proxyless gRPC
 application's GRPC_XDS_BOOTSTRAP), as JSON (or -o yaml), read from the agent's status port: in a
 cluster through the apiserver's port-forward to the pod (port 15020), under make run from the
-context file, or at --agent-address.`,
+context file, or at --agent-address.
+
+rootca-compare reads the trust bundles (ROOTCA) two proxies' agents hold, as istioctl proxy-config
+rootca-compare: they can reach each other over mTLS when the bundles share a root; it exits 1 when
+they share none.`,
 		Example: `  flotilla proxy-config cluster client-1.demo
   flotilla proxy-config cluster client-1.demo --fqdn greeter.demo.svc.cluster.local --port 50051 --direction outbound
   flotilla proxy-config listener app-1.default --port 80
@@ -100,19 +105,38 @@ context file, or at --agent-address.`,
   flotilla proxy-config secret ingressgateway-1.istio-system
   flotilla proxy-config ecds reviews-1.bookinfo -o json
   flotilla proxy-config all app-1.default -o yaml
-  flotilla proxy-config bootstrap client.demo`,
-		Args: cobra.ExactArgs(2),
+  flotilla proxy-config bootstrap client.demo
+  flotilla proxy-config rootca-compare client.demo greeter-v1.demo`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 && args[0] == "rootca-compare" {
+				if len(args) != 3 {
+					return fmt.Errorf("rootca-compare takes two proxies, got %d", len(args)-1)
+				}
+				return nil
+			}
+			return cobra.ExactArgs(2)(nil, args)
+		},
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 			switch len(args) {
 			case 0:
-				return append(slices.Clone(kinds), "all", "bootstrap"), cobra.ShellCompDirectiveNoFileComp
+				return append(slices.Clone(kinds), "all", "bootstrap", "rootca-compare"), cobra.ShellCompDirectiveNoFileComp
 			case 1:
 				return conn.ProxyNames(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
+			case 2:
+				if args[0] == "rootca-compare" {
+					return conn.ProxyNames(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
+				}
 			}
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind := args[0]
+			if kind == "rootca-compare" {
+				if agent != "" {
+					return errors.New("rootca-compare reads two agents: from the context file, or the cluster's pods; --agent-address names one")
+				}
+				return rootCACompare(cmd.Context(), cmd.OutOrStdout(), conn, args[1], args[2])
+			}
 			if kind != "ecds" {
 				kind = strings.TrimSuffix(kind, "s")
 			}
@@ -212,6 +236,47 @@ func agentSecrets(ctx context.Context, conn *connect.Options, given, proxy strin
 		errs = append(errs, into(s.GetSecret(), &out))
 	}
 	return out, errors.Join(errs...)
+}
+
+// rootCACompare says whether two proxies' agents hold trust bundles that
+// share a root, as istioctl's rootca-compare (checkRootCACertMatchExist);
+// an error when they share none.
+func rootCACompare(ctx context.Context, w io.Writer, conn *connect.Options, a, b string) error {
+	var bundles [2][]*x509.Certificate
+	for i, p := range []string{a, b} {
+		secrets, err := agentSecrets(ctx, conn, "", p)
+		if err != nil {
+			return err
+		}
+		pemRoots, ok := rootsOf(secrets)
+		if !ok {
+			return fmt.Errorf("the agent of %s holds no ROOTCA yet (has it a certificate from ca?)", p)
+		}
+		if bundles[i], err = pemcerts.Parse(pemRoots); err != nil {
+			return fmt.Errorf("the ROOTCA of %s: %w", p, err)
+		}
+	}
+	na, nb := connect.ProxyName(a), connect.ProxyName(b)
+	if !shareARoot(bundles[0], bundles[1]) {
+		return fmt.Errorf("both [%s] and [%s] have the non identical ROOTCA, theoretically the connectivity between them is unavailable", na, nb)
+	}
+	_, err := fmt.Fprintf(w, "Both [%s] and [%s] have the identical ROOTCA, theoretically the connectivity between them is available\n", na, nb)
+	return err
+}
+
+// rootsOf is the trust bundle among an agent's secrets.
+func rootsOf(secrets []*tlsv3.Secret) ([]byte, bool) {
+	for _, s := range secrets {
+		if s.GetName() == proxycontract.SecretRoot {
+			return s.GetValidationContext().GetTrustedCa().GetInlineBytes(), true
+		}
+	}
+	return nil, false
+}
+
+// shareARoot reports whether the two bundles hold a certificate in common.
+func shareARoot(a, b []*x509.Certificate) bool {
+	return slices.ContainsFunc(a, func(c *x509.Certificate) bool { return slices.ContainsFunc(b, c.Equal) })
 }
 
 // fromAgent reads path from the status port of the proxy's agent: the

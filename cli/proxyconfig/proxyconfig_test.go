@@ -1,6 +1,7 @@
 package proxyconfig
 
 import (
+	"crypto/x509"
 	"slices"
 	"strings"
 	"testing"
@@ -187,5 +188,35 @@ func TestRouteDomainsAreShortenedAsIstioctlShortensThem(t *testing.T) {
 		if got := routeDomains(tc.in); got != tc.want {
 			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// Two trust bundles let their proxies talk when they share a root, as
+// istioctl's rootca-compare decides: during a root's rotation a bundle
+// holds both.
+func TestTwoBundlesShareARootWhenAnyCertificateIsInBoth(t *testing.T) {
+	oldCA, err := testpki.NewCA("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := testpki.NewCA("new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, both, fresh := []*x509.Certificate{oldCA.Cert}, []*x509.Certificate{newCA.Cert, oldCA.Cert}, []*x509.Certificate{newCA.Cert}
+	if !shareARoot(old, both) || !shareARoot(both, fresh) || shareARoot(old, fresh) {
+		t.Fatal("rotation: the old and the new roots share none, each shares one with the bundle holding both")
+	}
+	roots, ok := rootsOf([]*tlsv3.Secret{
+		{Name: "default", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{}}},
+		{Name: "ROOTCA", Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: oldCA.CertPEM}},
+		}}},
+	})
+	if !ok || string(roots) != string(oldCA.CertPEM) {
+		t.Fatalf("the ROOTCA of an agent's secrets: %q %v", roots, ok)
+	}
+	if _, ok := rootsOf(nil); ok {
+		t.Fatal("an agent without secrets has no ROOTCA")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/platform/pemcerts"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 )
 
@@ -201,7 +202,7 @@ func New(signerPEM, keyPEM, chainPEM, rootsPEM []byte, o Options, now time.Time)
 	if o.DefaultTTL > o.MaxTTL {
 		return nil, fmt.Errorf("default TTL %s is above the maximum %s", o.DefaultTTL, o.MaxTTL)
 	}
-	signers, err := parseCerts(signerPEM)
+	signers, err := pemcerts.Parse(signerPEM)
 	if err != nil || len(signers) != 1 {
 		return nil, fmt.Errorf("signing certificate: want one PEM certificate (%w)", errOr(err, "found "+fmt.Sprint(len(signers))))
 	}
@@ -216,12 +217,12 @@ func New(signerPEM, keyPEM, chainPEM, rootsPEM []byte, o Options, now time.Time)
 	if !publicKeysEqual(key.Public(), signer.PublicKey) {
 		return nil, errors.New("the key does not belong to the signing certificate")
 	}
-	intermediates, err := parseCerts(chainPEM)
-	if err != nil {
+	intermediates, err := pemcerts.Parse(chainPEM)
+	if err != nil && !errors.Is(err, pemcerts.ErrNone) { // a chain may be the signer alone
 		return nil, fmt.Errorf("certificate chain: %w", err)
 	}
-	roots, err := parseCerts(rootsPEM)
-	if err != nil || len(roots) == 0 {
+	roots, err := pemcerts.Parse(rootsPEM)
+	if err != nil {
 		return nil, fmt.Errorf("trust bundle: want at least one PEM certificate (%w)", errOr(err, "found none"))
 	}
 	a := &Authority{signer: signer, key: key, roots: roots, o: o}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flotilla-mesh/flotilla/internal/platform/pemcerts"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -72,7 +74,7 @@ func TestARootHasTheExtensionsOfACA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		certs, err := parseCerts(certPEM)
+		certs, err := pemcerts.Parse(certPEM)
 		if err != nil || len(certs) != 1 {
 			t.Fatal(err)
 		}
@@ -183,7 +185,7 @@ func TestRequestsForAnotherIdentityOrOutOfBoundsAreRefused(t *testing.T) {
 // PKI hands out a plugged-in cacerts.
 func intermediate(t *testing.T, rootCert, rootKey []byte) (certPEM, keyPEM []byte) {
 	t.Helper()
-	roots, err := parseCerts(rootCert)
+	roots, err := pemcerts.Parse(rootCert)
 	if err != nil {
 		t.Fatal(err)
 	}

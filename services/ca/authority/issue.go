@@ -186,25 +186,6 @@ func ParseCSR(data []byte) (*x509.CertificateRequest, error) {
 	return csr, nil
 }
 
-func parseCerts(data []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, data = pem.Decode(data)
-		if block == nil {
-			return out, nil
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("certificate: %w", err)
-		}
-		out = append(out, c)
-	}
-}
-
 func parseKey(data []byte) (crypto.Signer, error) {
 	block, _ := pem.Decode(data)
 	if block == nil {
