@@ -29,6 +29,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
@@ -56,28 +57,14 @@ type galley struct {
 	srv  *Server
 	g    *grpc.Server
 	done chan struct{}
-	logs *logBuffer // the server's log, DEBUG included
+	logs *testenv.SyncBuffer // the server's log, DEBUG included
 }
 
-// logBuffer is a log written by the server's goroutines, read by the test.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines are the log's lines that contain all of subs.
-func (l *logBuffer) lines(subs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// logLines are the lines of a log that contain all of subs.
+func logLines(log *testenv.SyncBuffer, subs ...string) []string {
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) && line != "" {
+	for _, line := range strings.Split(log.String(), "\n") {
+		if line != "" && !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
 			out = append(out, line)
 		}
 	}
@@ -100,7 +87,7 @@ func startGalley(tb testing.TB, addr string, initial ...*Resource) *galley {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &logBuffer{}
+	logs := &testenv.SyncBuffer{}
 	srv, err := NewServer(ctx, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), noop.NewMeterProvider().Meter("test"), []string{vsType, drType})
 	if err != nil {
 		tb.Fatal(err)
@@ -1221,7 +1208,7 @@ func TestACommandThatReadsOnceIsLoggedAtDebugAReplicaThatStaysAtInfo(t *testing.
 	waitLog := func(what string, subs ...string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for len(g.logs.lines(subs...)) == 0 {
+		for len(logLines(g.logs, subs...)) == 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("no log line of %s", what)
 			}
@@ -1234,10 +1221,10 @@ func TestACommandThatReadsOnceIsLoggedAtDebugAReplicaThatStaysAtInfo(t *testing.
 	subscribeAs(t, g.addr, "discovery~r1", stays)
 	waitLog("the replica at INFO", "level=INFO", "subscriber connected", "discovery~r1")
 	time.Sleep(announceAfter) // the command's announcement, were it to come
-	if got := g.logs.lines("level=INFO", "flotilla-wait"); len(got) != 0 {
+	if got := logLines(g.logs, "level=INFO", "flotilla-wait"); len(got) != 0 {
 		t.Fatalf("the command at INFO: %q", got)
 	}
-	if got := g.logs.lines("level=DEBUG", "subscriber connected", "flotilla-wait~laptop"); len(got) != 1 {
+	if got := logLines(g.logs, "level=DEBUG", "subscriber connected", "flotilla-wait~laptop"); len(got) != 1 {
 		t.Fatalf("the command's connection at DEBUG: %q", got)
 	}
 }
