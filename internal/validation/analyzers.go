@@ -76,7 +76,7 @@ func (a *analysis) telemetrySelectors() {
 	byNamespace := map[string][]*istio.Object{}
 	for _, o := range a.in.Objects {
 		t, ok := o.Spec.(*telemetry.Telemetry)
-		if !ok || t.GetSelector() != nil || len(t.GetTargetRefs()) > 0 || t.GetTargetRef() != nil { //nolint:staticcheck // targetRef still selects
+		if !ok || t.GetSelector() != nil || len(t.GetTargetRefs()) > 0 || t.GetTargetRef() != nil {
 			continue
 		}
 		byNamespace[o.Meta.Namespace] = append(byNamespace[o.Meta.Namespace], o)
