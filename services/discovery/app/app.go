@@ -41,6 +41,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/services/discovery/carelay"
 	"github.com/flotilla-mesh/flotilla/services/discovery/ingest"
+	"github.com/flotilla-mesh/flotilla/services/discovery/istiod"
 	"github.com/flotilla-mesh/flotilla/services/discovery/tokens"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
@@ -236,22 +237,22 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if err != nil {
 		return err
 	}
-	syncz := admin.LoopbackOnly(debugapi.IstiodSynczPath, func(w http.ResponseWriter, _ *http.Request) {
+	syncz := admin.LoopbackOnly(istiod.SynczPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(debugapi.IstiodSyncz(srv.Status()))
+		_ = json.NewEncoder(w).Encode(istiod.Syncz(srv.Status()))
 	})
-	registryz := admin.LoopbackOnly(debugapi.IstiodRegistryzPath, func(w http.ResponseWriter, _ *http.Request) {
+	registryz := admin.LoopbackOnly(istiod.RegistryzPath, func(w http.ResponseWriter, _ *http.Request) {
 		var services []*registryv1.Service
 		if pc := srv.Latest(); pc != nil {
 			services = pc.Services()
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(debugapi.IstiodRegistryz(services, controlplane.DefaultClusterID))
+		_ = json.NewEncoder(w).Encode(istiod.Registryz(services, controlplane.DefaultClusterID))
 	})
 	// As istiod's monitoring port: its sync state, registry and version,
 	// as Kiali reads them.
-	rt.HandleAdmin("GET "+debugapi.IstiodSynczPath, syncz)
-	rt.HandleAdmin("GET "+debugapi.IstiodRegistryzPath, registryz)
+	rt.HandleAdmin("GET "+istiod.SynczPath, syncz)
+	rt.HandleAdmin("GET "+istiod.RegistryzPath, registryz)
 	rt.HandleAdmin("GET /version", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, buildinfo.Get().Version)
@@ -306,8 +307,8 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /ready", rt.Ready)
-		mux.Handle("GET "+debugapi.IstiodSynczPath, syncz)
-		mux.Handle("GET "+debugapi.IstiodRegistryzPath, registryz)
+		mux.Handle("GET "+istiod.SynczPath, syncz)
+		mux.Handle("GET "+istiod.RegistryzPath, registryz)
 		actors = append(actors, lifecycle.Actor{Name: "istiod-http", Run: func(ctx context.Context) error {
 			return admin.Serve(ctx, rt.Log, ilis, mux, cfg.ShutdownTimeout)
 		}})

@@ -1,4 +1,4 @@
-package debugapi
+package istiod
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/kiali"
 )
 
@@ -17,20 +18,20 @@ import (
 // judged it.
 func TestKialiReadsTheSyncStateAsIstiodsAndJudgesItAsTheReplicaDoes(t *testing.T) {
 	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	proxies := []ProxySync{{
+	proxies := []debugapi.ProxySync{{
 		ID: "sidecar~10.0.0.8~app-1.default~default.svc.cluster.local", ProxyType: "sidecar", IstioVersion: "1.32.0", ClusterID: "Kubernetes",
-		Types: []TypeSync{
-			{TypeURL: resourcev3.ClusterType, Status: Synced, SentVersion: "7", AckedVersion: "7", SentAt: at},
-			{TypeURL: resourcev3.ListenerType, Status: Synced, AckedVersion: "5"}, // resumed: nothing sent
-			{TypeURL: resourcev3.RouteType, Status: Stale, SentVersion: "9", AckedVersion: "8"},
-			{TypeURL: resourcev3.EndpointType, Status: NotSent},
-			{TypeURL: resourcev3.ExtensionConfigType, Status: Nacked, SentVersion: "3", AckedVersion: "3", Nack: "bad wasm"},
+		Types: []debugapi.TypeSync{
+			{TypeURL: resourcev3.ClusterType, Status: debugapi.Synced, SentVersion: "7", AckedVersion: "7", SentAt: at},
+			{TypeURL: resourcev3.ListenerType, Status: debugapi.Synced, AckedVersion: "5"}, // resumed: nothing sent
+			{TypeURL: resourcev3.RouteType, Status: debugapi.Stale, SentVersion: "9", AckedVersion: "8"},
+			{TypeURL: resourcev3.EndpointType, Status: debugapi.NotSent},
+			{TypeURL: resourcev3.ExtensionConfigType, Status: debugapi.Nacked, SentVersion: "3", AckedVersion: "3", Nack: "bad wasm"},
 		},
 	}, {
 		ID: "router~10.0.0.9~gw-1.istio-system~istio-system.svc.cluster.local", ProxyType: "router", ClusterID: "Kubernetes",
-		Types: []TypeSync{{TypeURL: resourcev3.ClusterType, Status: Stale, SentVersion: "1"}},
+		Types: []debugapi.TypeSync{{TypeURL: resourcev3.ClusterType, Status: debugapi.Stale, SentVersion: "1"}},
 	}}
-	body, err := json.Marshal(IstiodSyncz(proxies))
+	body, err := json.Marshal(Syncz(proxies))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestKialiReadsTheSyncStateAsIstiodsAndJudgesItAsTheReplicaDoes(t *testing.T
 	}
 	// Istio's own fields beside: ECDS, and every type with its time and
 	// error.
-	var full []IstiodSyncStatus
+	var full []SyncStatus
 	if err := json.Unmarshal(body, &full); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestKialiReadsTheRegistryAsIstiods(t *testing.T) {
 			Ports: []*registryv1.ServicePort{{Name: "tls", Number: 443, Protocol: registryv1.Protocol_PROTOCOL_TLS}},
 		},
 	}
-	body, err := json.Marshal(IstiodRegistryz(services, "Kubernetes"))
+	body, err := json.Marshal(Registryz(services, "Kubernetes"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package debugapi
+// Package istiod answers what Istio's tools (Kiali) read from istiod's
+// HTTP ports, in istiod's JSON shapes, from a discovery replica's own
+// state: its proxies' sync state (/debug/syncz) and its registry
+// (/debug/registryz). Pure: the app serves them.
+package istiod
 
 import (
 	"time"
@@ -6,29 +10,30 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 )
 
-// IstiodSynczPath is where a discovery replica serves, on its admin port
+// SynczPath is where a discovery replica serves, on its admin port
 // (15014, istiod's monitoring port) and its istiod HTTP port (8080), its
 // proxies' sync state as istiod's /debug/syncz: a JSON list of
-// IstiodSyncStatus. Kiali reads it from every istiod pod through a
+// SyncStatus. Kiali reads it from every istiod pod through a
 // port-forward and merges the lists; as istiod's, it is served to
 // loopback clients (where a port-forward arrives) only.
-const IstiodSynczPath = "/debug/syncz"
+const SynczPath = "/debug/syncz"
 
-// IstiodRegistryzPath is where a replica serves, beside IstiodSynczPath
+// RegistryzPath is where a replica serves, beside SynczPath
 // and as istiod's /debug/registryz, the services of its registry: a JSON
-// list of IstiodService (Kiali up to 2.22 reads it).
-const IstiodRegistryzPath = "/debug/registryz"
+// list of Service (Kiali up to 2.22 reads it).
+const RegistryzPath = "/debug/registryz"
 
-// IstiodService is one service as istiod's /debug/registryz lists it
+// Service is one service as istiod's /debug/registryz lists it
 // (Istio's model.Service as JSON), with the fields Istio's tools read.
-type IstiodService struct {
-	Attributes IstiodServiceAttributes `json:"Attributes"`
-	Ports      []IstiodPort            `json:"ports,omitempty"`
-	Hostname   string                  `json:"hostname"`
+type Service struct {
+	Attributes ServiceAttributes `json:"Attributes"`
+	Ports      []Port            `json:"ports,omitempty"`
+	Hostname   string            `json:"hostname"`
 	// ClusterVIPs are the service's addresses by cluster.
 	ClusterVIPs struct {
 		Addresses map[string][]string `json:"Addresses,omitempty"`
@@ -37,11 +42,11 @@ type IstiodService struct {
 	ResourceVersion string `json:"ResourceVersion"`
 }
 
-// IstiodServiceAttributes are Istio's model.ServiceAttributes as JSON:
+// ServiceAttributes are Istio's model.ServiceAttributes as JSON:
 // ServiceRegistry is "Kubernetes" for a Kubernetes Service, "External"
 // for a ServiceEntry; ExportTo a set (an object of namespaces, "*" and
 // "." among them).
-type IstiodServiceAttributes struct {
+type ServiceAttributes struct {
 	ServiceRegistry string              `json:"ServiceRegistry"`
 	Name            string              `json:"Name"`
 	Namespace       string              `json:"Namespace"`
@@ -50,23 +55,23 @@ type IstiodServiceAttributes struct {
 	LabelSelectors  map[string]string   `json:"LabelSelectors,omitempty"`
 }
 
-// IstiodPort is Istio's model.Port as JSON: the protocol by Istio's name.
-type IstiodPort struct {
+// Port is Istio's model.Port as JSON: the protocol by Istio's name.
+type Port struct {
 	Name     string `json:"name,omitempty"`
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol,omitempty"`
 }
 
-// IstiodRegistryz is services as istiod's /debug/registryz lists them;
+// Registryz is services as istiod's /debug/registryz lists them;
 // a service's addresses are in its cluster (defaultCluster when it names
 // none).
-func IstiodRegistryz(services []*registryv1.Service, defaultCluster string) []IstiodService {
-	out := make([]IstiodService, 0, len(services))
+func Registryz(services []*registryv1.Service, defaultCluster string) []Service {
+	out := make([]Service, 0, len(services))
 	for _, svc := range services {
-		s := IstiodService{
+		s := Service{
 			Hostname:     svc.GetHostname(),
 			MeshExternal: svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL,
-			Attributes: IstiodServiceAttributes{
+			Attributes: ServiceAttributes{
 				ServiceRegistry: "Kubernetes", Name: svc.GetName(), Namespace: svc.GetNamespace(),
 				Labels: svc.GetLabels(), LabelSelectors: svc.GetSelector(),
 			},
@@ -81,7 +86,7 @@ func IstiodRegistryz(services []*registryv1.Service, defaultCluster string) []Is
 			s.Attributes.ExportTo[e] = struct{}{}
 		}
 		for _, p := range svc.GetPorts() {
-			s.Ports = append(s.Ports, IstiodPort{Name: p.GetName(), Port: int(p.GetNumber()), Protocol: registry.ProtocolName(p.GetProtocol())})
+			s.Ports = append(s.Ports, Port{Name: p.GetName(), Port: int(p.GetNumber()), Protocol: registry.ProtocolName(p.GetProtocol())})
 		}
 		if len(svc.GetAddresses()) > 0 {
 			cluster := svc.GetClusterId()
@@ -95,7 +100,7 @@ func IstiodRegistryz(services []*registryv1.Service, defaultCluster string) []Is
 	return out
 }
 
-// IstiodSyncStatus is one proxy as istiod's /debug/syncz lists it
+// SyncStatus is one proxy as istiod's /debug/syncz lists it
 // (Istio's xds.SyncStatus): for each of CDS, LDS, RDS, EDS and ECDS what
 // was sent and what was acknowledged, equal when the proxy holds the
 // last response. Istio gives nonces; a replica gives versions, the same
@@ -103,48 +108,48 @@ func IstiodRegistryz(services []*registryv1.Service, defaultCluster string) []Is
 // current configuration included), different or the acknowledgement
 // empty when it did not. Kiali reads proxy (pod.namespace), cluster_id
 // and the sent/acked pairs.
-type IstiodSyncStatus struct {
-	ClusterID            string                          `json:"cluster_id,omitempty"`
-	ProxyID              string                          `json:"proxy,omitempty"`
-	ProxyType            string                          `json:"proxy_type,omitempty"`
-	ProxyVersion         string                          `json:"proxy_version,omitempty"`
-	IstioVersion         string                          `json:"istio_version,omitempty"`
-	ClusterSent          string                          `json:"cluster_sent,omitempty"`
-	ClusterAcked         string                          `json:"cluster_acked,omitempty"`
-	ListenerSent         string                          `json:"listener_sent,omitempty"`
-	ListenerAcked        string                          `json:"listener_acked,omitempty"`
-	RouteSent            string                          `json:"route_sent,omitempty"`
-	RouteAcked           string                          `json:"route_acked,omitempty"`
-	EndpointSent         string                          `json:"endpoint_sent,omitempty"`
-	EndpointAcked        string                          `json:"endpoint_acked,omitempty"`
-	ExtensionConfigSent  string                          `json:"extensionconfig_sent,omitempty"`
-	ExtensionConfigAcked string                          `json:"extensionconfig_acked,omitempty"`
-	Resources            map[string]IstiodResourceStatus `json:"resources,omitempty"`
+type SyncStatus struct {
+	ClusterID            string                    `json:"cluster_id,omitempty"`
+	ProxyID              string                    `json:"proxy,omitempty"`
+	ProxyType            string                    `json:"proxy_type,omitempty"`
+	ProxyVersion         string                    `json:"proxy_version,omitempty"`
+	IstioVersion         string                    `json:"istio_version,omitempty"`
+	ClusterSent          string                    `json:"cluster_sent,omitempty"`
+	ClusterAcked         string                    `json:"cluster_acked,omitempty"`
+	ListenerSent         string                    `json:"listener_sent,omitempty"`
+	ListenerAcked        string                    `json:"listener_acked,omitempty"`
+	RouteSent            string                    `json:"route_sent,omitempty"`
+	RouteAcked           string                    `json:"route_acked,omitempty"`
+	EndpointSent         string                    `json:"endpoint_sent,omitempty"`
+	EndpointAcked        string                    `json:"endpoint_acked,omitempty"`
+	ExtensionConfigSent  string                    `json:"extensionconfig_sent,omitempty"`
+	ExtensionConfigAcked string                    `json:"extensionconfig_acked,omitempty"`
+	Resources            map[string]ResourceStatus `json:"resources,omitempty"`
 }
 
-// IstiodResourceStatus is one type of IstiodSyncStatus.Resources (Istio's
+// ResourceStatus is one type of SyncStatus.Resources (Istio's
 // xds.ResourceStatus): every type the proxy watches.
-type IstiodResourceStatus struct {
+type ResourceStatus struct {
 	Sent      string    `json:"sent,omitempty"`
 	Acked     string    `json:"acked,omitempty"`
 	SentTime  time.Time `json:"sentTime,omitzero"`
 	LastError string    `json:"lastError,omitempty"`
 }
 
-// IstiodSyncz is proxies as istiod's /debug/syncz lists them.
-func IstiodSyncz(proxies []ProxySync) []IstiodSyncStatus {
-	out := make([]IstiodSyncStatus, 0, len(proxies))
+// Syncz is proxies as istiod's /debug/syncz lists them.
+func Syncz(proxies []debugapi.ProxySync) []SyncStatus {
+	out := make([]SyncStatus, 0, len(proxies))
 	for _, p := range proxies {
-		s := IstiodSyncStatus{
+		s := SyncStatus{
 			ClusterID: p.ClusterID, ProxyID: p.ID, ProxyType: p.ProxyType, IstioVersion: p.IstioVersion,
-			Resources: make(map[string]IstiodResourceStatus, len(p.Types)),
+			Resources: make(map[string]ResourceStatus, len(p.Types)),
 		}
 		if n, ok := proxycontract.ParseNodeID(p.ID); ok && n.ID != "" {
 			s.ProxyID = n.ID // pod.namespace, as Istio's Proxy.ID
 		}
 		for _, t := range p.Types {
-			sent, acked := istiodPair(t)
-			s.Resources[t.TypeURL] = IstiodResourceStatus{Sent: sent, Acked: acked, SentTime: t.SentAt, LastError: t.Nack}
+			sent, acked := pair(t)
+			s.Resources[t.TypeURL] = ResourceStatus{Sent: sent, Acked: acked, SentTime: t.SentAt, LastError: t.Nack}
 			switch t.TypeURL {
 			case resourcev3.ClusterType:
 				s.ClusterSent, s.ClusterAcked = sent, acked
@@ -163,18 +168,18 @@ func IstiodSyncz(proxies []ProxySync) []IstiodSyncStatus {
 	return out
 }
 
-// istiodPair is a type's sent and acknowledged, as istiod's tools read
+// pair is a type's sent and acknowledged, as istiod's tools read
 // them: equal when SYNCED, sent empty when NOT SENT, the acknowledgement
 // the older version (empty if none) otherwise.
-func istiodPair(t TypeSync) (sent, acked string) {
+func pair(t debugapi.TypeSync) (sent, acked string) {
 	switch t.Status {
-	case Synced:
+	case debugapi.Synced:
 		v := t.SentVersion
 		if v == "" {
 			v = t.AckedVersion // resumed: nothing sent, the proxy holds it
 		}
 		return v, v
-	case NotSent:
+	case debugapi.NotSent:
 		return "", ""
 	default:
 		if t.AckedVersion == t.SentVersion {
