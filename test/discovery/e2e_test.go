@@ -176,7 +176,7 @@ func TestWithGalleyGoneClientsKeepRoutingAndItsReturnPushesNothing(t *testing.T)
 
 	g2 := startGalley(t, dir, mcpAddr)
 	took := xdstest.Eventually(t, "discovery to resubscribe", func() bool { return strings.Contains(g2.p.Out.String(), "subscriber connected") })
-	t.Logf("measured: discovery resubscribed %s after galley was ready again", took)
+	t.Logf("measured: galley logged discovery's subscription %s after it was ready again (it logs a subscriber once it has stayed a second)", took)
 	time.Sleep(500 * time.Millisecond) // several debounce periods
 	after := d.syncz(t)[0]
 	for i, ts := range after.Types {

@@ -341,10 +341,9 @@ func TestAGatewayAccountThatMayNotReadItsSecretsGetsNoneAndDiscoverySaysWhy(t *t
 		t.Fatalf("discovery's log does not say %q:\n%s", want, d.Out.String())
 	}
 	// galley knows discovery's mTLS subscription by its identity (it was
-	// once labelled plaintext).
-	if want := "identity=spiffe://cluster.local/ns/" + m.system + "/sa/flotilla-discovery"; !strings.Contains(m.galley.out.String(), want) {
-		t.Fatalf("galley's log does not name discovery's subscription %s:\n%s", want, m.galley.out.String())
-	}
+	// once labelled plaintext); it logs a subscriber once it has stayed a
+	// second.
+	m.galley.out.WaitFor(t, "identity=spiffe://cluster.local/ns/"+m.system+"/sa/flotilla-discovery")
 }
 
 // TestCredentialsNeverReachAStreamWhateverNumberItShares reproduces the
