@@ -76,3 +76,24 @@ func SecretsHandler(current func() []*tlsv3.Secret) http.Handler {
 		_, _ = w.Write(body)
 	})
 }
+
+// AgentEnvoyPath is where the agent relays, to loopback clients only as
+// AgentBootstrapPath, the Envoy admin endpoints the CLI reads from the
+// proxy itself (proxy-config --source proxy, log, envoy-stats):
+// AgentEnvoyPath+EnvoyConfigDump and the others below, the query passed
+// on as Envoy takes it. Envoy's admin listens on the pod's loopback
+// (proxyAdminPort); the relay reaches it where the agent's status port is
+// what the CLI already connects to. A pod without Envoy (proxyless)
+// answers 404 there.
+const AgentEnvoyPath = "/debug/envoy/"
+
+// The Envoy admin endpoints the agent relays: read with GET, but
+// EnvoyLogging, which Envoy takes (and answers, with every logger's
+// level) only by POST.
+const (
+	EnvoyConfigDump = "config_dump"
+	EnvoyClusters   = "clusters"
+	EnvoyStats      = "stats"
+	EnvoyServerInfo = "server_info"
+	EnvoyLogging    = "logging"
+)

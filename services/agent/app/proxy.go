@@ -297,6 +297,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	rt.HandleAdmin("GET "+probe.PathPrefix, probe.Handler{Probers: probers, Host: cfg.InstanceIP})
 	rt.HandleAdmin("GET "+debugapi.AgentSecretsPath, debugapi.SecretsHandler(func() []*tlsv3.Secret { return sds.Redacted(state.Snapshot()) }))
 	if cfg.DisableEnvoy {
+		handleEnvoyAdmin(rt.HandleAdmin, "")
 		rt.HandleAdmin("GET /healthz/ready", ready)
 		rt.HandleAdmin("GET /stats/prometheus", mergedStats("", rt.Telemetry.MetricsHandler(), appMetrics))
 		actors = append(actors, lifecycle.Actor{Name: "xds-proxy", Run: xdsServer})
@@ -331,6 +332,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	}
 	ready.xproxy, ready.envoyAdmin = xproxy, cfg.EnvoyAdmin
 	rt.HandleAdmin("GET /healthz/ready", ready)
+	handleEnvoyAdmin(rt.HandleAdmin, cfg.EnvoyAdmin)
 	rt.HandleAdmin("GET /stats/prometheus", mergedStats(cfg.EnvoyAdmin, rt.Telemetry.MetricsHandler(), appMetrics))
 
 	// The sockets serve until Envoy has stopped: it keeps its
