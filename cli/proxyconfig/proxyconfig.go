@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
@@ -69,14 +72,22 @@ func plural(kind string) string {
 	return kind + "s"
 }
 
+// The sources proxy-config reads: what discovery would send the proxy
+// now, or what the proxy (Envoy) holds.
+const (
+	SourceDiscovery = "discovery"
+	SourceProxy     = "proxy"
+)
+
 // NewCommand returns the proxy-config command; conn is the root's
 // connection flags.
 func NewCommand(conn *connect.Options) *cobra.Command {
 	var f Filters
-	var output, agent string
+	var output, agent, source, file, levels string
+	var reset bool
 	cmd := &cobra.Command{
-		Use:   "proxy-config {cluster|listener|route|endpoint|secret|ecds|all|bootstrap} PROXY | rootca-compare PROXY PROXY",
-		Short: "Show the configuration a proxy's discovery replica gives it",
+		Use:   "proxy-config {cluster|listener|route|endpoint|secret|ecds|all|bootstrap|log} PROXY | rootca-compare PROXY PROXY",
+		Short: "Show the configuration a proxy's discovery replica gives it, or the proxy holds",
 		Long: `proxy-config shows the clusters, listeners, routes, endpoints, secrets or extension configurations
 (ecds: the Wasm modules of WasmPlugins and TrafficExtensions, and EnvoyFilter's EXTENSION_CONFIG) that the discovery replica
 serving PROXY (its node ID, or pod.namespace) would send it now, for what the proxy watches (an Envoy
@@ -87,12 +98,24 @@ discovery serves (credentialName), with serial, validity and identity, never the
 Extension configurations are as discovery sends them (a module's URL, not the agent's local copy), a
 module's registry credentials redacted.
 Endpoint health is what discovery sends (Envoy's outlier detection happens in the proxy and is not known
-here).
+there).
+
+--source proxy shows instead what the proxy itself holds, as istioctl proxy-config does: Envoy's own
+config dump (its bootstrap's static resources beside those it took over xDS; Envoy redacts keys), and
+for endpoints Envoy's /clusters, with each host's health and outlier check. It is read from Envoy's
+admin through the agent's status port (as bootstrap below); a proxyless gRPC application has no Envoy
+to read. --file reads an Envoy config dump (or, for endpoints, Envoy's /clusters?format=json) saved
+before, "-" for standard input, and needs no PROXY.
 
 bootstrap is the one the agent in the pod wrote for its proxy (Envoy's, or a proxyless gRPC
 application's GRPC_XDS_BOOTSTRAP), as JSON (or -o yaml), read from the agent's status port: in a
 cluster through the apiserver's port-forward to the pod (port 15020), under make run from the
 context file, or at --agent-address.
+
+log shows the levels of Envoy's loggers, and with --level changes them (a level for all, or
+logger:level for one, comma-separated), or with --reset sets them all back to warning, as istioctl
+proxy-config log does (Flotilla's injector starts Envoy at warning unless the pod's
+sidecar.istio.io/logLevel says otherwise; --reset does not read it).
 
 rootca-compare reads the trust bundles (ROOTCA) two proxies' agents hold, as istioctl proxy-config
 rootca-compare: they can reach each other over mTLS when the bundles share a root; it exits 1 when
@@ -102,24 +125,30 @@ they share none.`,
   flotilla proxy-config listener app-1.default --port 80
   flotilla proxy-config route app-1.default --name 80 -o json
   flotilla proxy-config endpoint app-1.default --cluster 'outbound|80||backend.default.svc.cluster.local'
+  flotilla proxy-config endpoint app-1.default --source proxy
+  flotilla proxy-config cluster --file config_dump.json
   flotilla proxy-config secret ingressgateway-1.istio-system
   flotilla proxy-config ecds reviews-1.bookinfo -o json
   flotilla proxy-config all app-1.default -o yaml
   flotilla proxy-config bootstrap client.demo
+  flotilla proxy-config log app-1.default --level http:debug,router:debug
   flotilla proxy-config rootca-compare client.demo greeter-v1.demo`,
-		Args: func(_ *cobra.Command, args []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 && args[0] == "rootca-compare" {
 				if len(args) != 3 {
 					return fmt.Errorf("rootca-compare takes two proxies, got %d", len(args)-1)
 				}
 				return nil
 			}
+			if cmd.Flags().Changed("file") {
+				return cobra.ExactArgs(1)(nil, args)
+			}
 			return cobra.ExactArgs(2)(nil, args)
 		},
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 			switch len(args) {
 			case 0:
-				return append(slices.Clone(kinds), "all", "bootstrap", "rootca-compare"), cobra.ShellCompDirectiveNoFileComp
+				return append(slices.Clone(kinds), "all", "bootstrap", "log", "rootca-compare"), cobra.ShellCompDirectiveNoFileComp
 			case 1:
 				return conn.ProxyNames(cmd.Context()), cobra.ShellCompDirectiveNoFileComp
 			case 2:
@@ -140,19 +169,48 @@ they share none.`,
 			if kind != "ecds" {
 				kind = strings.TrimSuffix(kind, "s")
 			}
-			if kind != "all" && kind != "bootstrap" && !slices.Contains(kinds, kind) {
-				return fmt.Errorf("%q: want one of %s, all, bootstrap", args[0], strings.Join(kinds, ", "))
+			if kind != "all" && kind != "bootstrap" && kind != "log" && !slices.Contains(kinds, kind) {
+				return fmt.Errorf("%q: want one of %s, all, bootstrap, log", args[0], strings.Join(kinds, ", "))
+			}
+			if (levels != "" || reset) && kind != "log" {
+				return errors.New("--level and --reset are log's")
 			}
 			switch output {
 			case "short", "json", "yaml":
 			default:
 				return fmt.Errorf("--output %q: want short, json or yaml", output)
 			}
-			if kind == "bootstrap" {
+			if source != SourceDiscovery && source != SourceProxy {
+				return fmt.Errorf("--source %q: want %s or %s", source, SourceDiscovery, SourceProxy)
+			}
+			if file != "" && (kind == "bootstrap" || kind == "log") {
+				return fmt.Errorf("--file is an Envoy config dump: %s reads the proxy", kind)
+			}
+			switch kind {
+			case "bootstrap":
 				return showBootstrap(cmd.Context(), cmd.OutOrStdout(), conn, agent, args[1], output)
+			case "log":
+				if output != "short" {
+					return errors.New("--output is not applicable to log")
+				}
+				return logLevels(cmd.Context(), cmd.OutOrStdout(), conn, agent, args[1], levels, reset)
 			}
 			if f.Direction != "" && f.Direction != proxycontract.Inbound && f.Direction != proxycontract.Outbound {
 				return fmt.Errorf("--direction %q: want %s or %s", f.Direction, proxycontract.Inbound, proxycontract.Outbound)
+			}
+			show := []string{kind}
+			if kind == "all" {
+				show = kinds
+			}
+			if file != "" || source == SourceProxy {
+				dump, err := proxyDump(cmd, conn, agent, args, file, kind)
+				if dump == nil {
+					return err
+				}
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "some of the proxy's configuration is not shown: %v\n", err)
+				}
+				return Print(cmd.OutOrStdout(), dump, show, f, output, time.Now())
 			}
 			ctx, cl, done, err := conn.Connect(cmd.Context())
 			if err != nil {
@@ -162,10 +220,6 @@ they share none.`,
 			dump, err := Fetch(ctx, cl, args[1])
 			if err != nil {
 				return err
-			}
-			show := []string{kind}
-			if kind == "all" {
-				show = kinds
 			}
 			if slices.Contains(show, "secret") {
 				// The workload's own certificate and roots are the
@@ -188,13 +242,162 @@ they share none.`,
 	fl.StringVar(&f.Name, "cluster", "", "endpoints of this cluster (the same as --name)")
 	fl.StringVar(&f.Address, "address", "", "listeners or endpoints of this address")
 	fl.StringVarP(&output, "output", "o", "short", "output format: short, json or yaml (a bootstrap: json, or yaml)")
-	fl.StringVar(&agent, "agent-address", "", "bootstrap and secrets: the proxy's agent's status port, host:port (default: the context file's, or in a cluster the pod's through port-forward)")
+	fl.StringVar(&agent, "agent-address", "", "bootstrap, secrets, log and --source proxy: the proxy's agent's status port, host:port (default: the context file's, or in a cluster the pod's through port-forward)")
+	fl.StringVar(&source, "source", SourceDiscovery, "what to show: discovery (what the proxy's replica would send it now) or proxy (what Envoy holds, read through its agent)")
+	fl.StringVarP(&file, "file", "f", "", "read an Envoy config dump (endpoints: Envoy's /clusters?format=json) from this file, - for standard input, instead of a proxy")
+	fl.StringVar(&levels, "level", "", "log: the level of every logger (trace, debug, info, warning, error, critical, off), or logger:level for one, comma-separated")
+	fl.BoolVarP(&reset, "reset", "r", false, "log: set every logger back to warning")
 	return cmd
+}
+
+// proxyDump is what the proxy holds: Envoy's config dump (for endpoints,
+// its /clusters) from its agent or from --file. A Dump with an error is
+// partial: some resources could not be read.
+func proxyDump(cmd *cobra.Command, conn *connect.Options, agent string, args []string, file, kind string) (*Dump, error) {
+	var body []byte
+	var err error
+	endpoints := kind == "endpoint"
+	switch {
+	case file != "":
+		body, err = readFile(cmd.InOrStdin(), file)
+	case endpoints:
+		body, err = conn.AgentDo(cmd.Context(), agent, args[1], http.MethodGet, debugapi.AgentEnvoyPath+debugapi.EnvoyClusters+"?format=json", maxEnvoyBytes)
+	default:
+		body, err = conn.AgentDo(cmd.Context(), agent, args[1], http.MethodGet, debugapi.AgentEnvoyPath+debugapi.EnvoyConfigDump+"?include_eds=true", maxEnvoyBytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if endpoints {
+		hosts, err := ParseEnvoyClusters(body)
+		if err != nil {
+			return nil, err
+		}
+		return &Dump{HostStatuses: hosts}, nil
+	}
+	return ParseEnvoyDump(body)
+}
+
+// readFile reads a saved dump ("-": stdin), to at most maxEnvoyBytes.
+func readFile(stdin io.Reader, path string) ([]byte, error) {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	body, err := io.ReadAll(io.LimitReader(r, maxEnvoyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(body) > maxEnvoyBytes {
+		return nil, fmt.Errorf("%s: larger than %d MiB", path, maxEnvoyBytes>>20)
+	}
+	return body, nil
+}
+
+// envoyLevel is the level Envoy's loggers take for s, with istioctl's
+// spelling "warn" for warning (stringToLevel).
+func envoyLevel(s string) (string, bool) {
+	switch s {
+	case "trace", "debug", "info", "warning", "error", "critical", "off":
+		return s, true
+	case "warn":
+		return "warning", true
+	}
+	return "", false
+}
+
+// resetLevel is what --reset sets every logger to: Envoy's level in an
+// injected pod unless the pod says otherwise (istioctl's
+// defaultEnvoyOutputLevel).
+const resetLevel = "warning"
+
+// LogChanges are the requests to Envoy's /logging that levels (as
+// --level takes them: "L", "logger:L", "logger=L", a "ns::" prefix
+// dropped, comma-separated) or reset ask for, in order: every logger
+// first, then one at a time in the order given, as istioctl proxy-config
+// log (logCmd). known is Envoy's answer listing its loggers; a logger it
+// does not name is an error.
+func LogChanges(levels string, reset bool, known string) ([]string, error) {
+	if reset {
+		if levels != "" {
+			return nil, errors.New("--level cannot be combined with --reset")
+		}
+		return []string{"level=" + resetLevel}, nil
+	}
+	var all string
+	var one []string
+	for _, part := range strings.Split(levels, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if !strings.ContainsAny(part, ":=") {
+			l, ok := envoyLevel(part)
+			if !ok {
+				return nil, fmt.Errorf("unrecognized logging level: %s", part)
+			}
+			all = "level=" + l
+			continue
+		}
+		if i := strings.LastIndex(part, "::"); i >= 0 {
+			part = part[i+2:]
+		}
+		logger, level, _ := strings.Cut(strings.Replace(part, "=", ":", 1), ":")
+		l, ok := envoyLevel(level)
+		if !ok {
+			return nil, fmt.Errorf("unrecognized logging level: %s", level)
+		}
+		if logger == "level" {
+			all = "level=" + l
+			continue
+		}
+		if !strings.Contains(known, "  "+logger+": ") {
+			return nil, fmt.Errorf("unrecognized logger name: %s (flotilla proxy-config log PROXY lists them)", logger)
+		}
+		one = append(one, logger+"="+l)
+	}
+	if all != "" {
+		one = append([]string{all}, one...)
+	}
+	return one, nil
+}
+
+// logLevels shows Envoy's loggers' levels, after changing them as levels
+// or reset ask.
+func logLevels(ctx context.Context, w io.Writer, conn *connect.Options, agent, proxy, levels string, reset bool) error {
+	post := func(query string) (string, error) {
+		path := debugapi.AgentEnvoyPath + debugapi.EnvoyLogging
+		if query != "" {
+			path += "?" + query
+		}
+		body, err := conn.AgentDo(ctx, agent, proxy, http.MethodPost, path, maxAgentBytes)
+		return string(body), err
+	}
+	answer, err := post("")
+	if err != nil {
+		return err
+	}
+	changes, err := LogChanges(levels, reset, answer)
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if answer, err = post(c); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(w, "%s:\n%s", connect.ProxyName(proxy), answer)
+	return err
 }
 
 // showBootstrap prints the bootstrap the proxy's agent wrote.
 func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, given, proxy, output string) error {
-	body, err := fromAgent(ctx, conn, given, proxy, debugapi.AgentBootstrapPath)
+	body, err := conn.AgentDo(ctx, given, proxy, http.MethodGet, debugapi.AgentBootstrapPath, maxAgentBytes)
 	if err != nil {
 		return err
 	}
@@ -222,7 +425,7 @@ func showBootstrap(ctx context.Context, w io.Writer, conn *connect.Options, give
 // agentSecrets are the workload secrets the proxy's agent holds
 // (debugapi.AgentSecretsPath), their keys redacted.
 func agentSecrets(ctx context.Context, conn *connect.Options, given, proxy string) ([]*tlsv3.Secret, error) {
-	body, err := fromAgent(ctx, conn, given, proxy, debugapi.AgentSecretsPath)
+	body, err := conn.AgentDo(ctx, given, proxy, http.MethodGet, debugapi.AgentSecretsPath, maxAgentBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -279,43 +482,13 @@ func shareARoot(a, b []*x509.Certificate) bool {
 	return slices.ContainsFunc(a, func(c *x509.Certificate) bool { return slices.ContainsFunc(b, c.Equal) })
 }
 
-// fromAgent reads path from the status port of the proxy's agent: the
-// one given, the context file's under make run, or in a cluster the
-// pod's through the apiserver's port-forward.
-func fromAgent(ctx context.Context, conn *connect.Options, given, proxy, path string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, conn.Timeout)
-	defer cancel()
-	name := connect.ProxyName(proxy) // pod.namespace, of a node ID too
-	i := strings.LastIndex(name, ".")
-	if i <= 0 || i == len(name)-1 {
-		return nil, fmt.Errorf("%q: want the proxy as pod.namespace (or its node ID)", proxy)
-	}
-	addr, stop, err := conn.AgentAddress(ctx, given, name[:i], name[i+1:])
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return nil, fmt.Errorf("the agent at %s: %w", addr, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAgentBytes))
-	if err != nil {
-		return nil, fmt.Errorf("the agent of %s at %s: %w", name, addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the agent of %s at %s: %s: %s", name, addr, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return body, nil
-}
-
-// maxAgentBytes bounds what is read from an agent.
-const maxAgentBytes = 4 << 20
+// maxAgentBytes bounds what is read from an agent; maxEnvoyBytes what
+// is read of Envoy's admin through it (a config dump of a large mesh runs
+// to tens of MiB).
+const (
+	maxAgentBytes = 4 << 20
+	maxEnvoyBytes = 256 << 20
+)
 
 // Dump is a proxy's configuration as its replica would send it now.
 type Dump struct {
@@ -333,6 +506,10 @@ type Dump struct {
 	// DestinationRules are the DestinationRule ("namespace/name") each
 	// outbound cluster follows, by cluster name.
 	DestinationRules map[string]string
+	// HostStatuses are the endpoints as Envoy holds them (its /clusters),
+	// with their health and outlier check; when set, endpoints are shown
+	// from them rather than from Endpoints.
+	HostStatuses []*adminv3.ClusterStatus
 }
 
 // Fetch finds the proxy and reads its config_dump from its replica.
@@ -353,49 +530,152 @@ func Fetch(ctx context.Context, cl *connect.Client, name string) (*Dump, error) 
 			errs = append(errs, fmt.Errorf("section %s: %w", res.GetTypeUrl(), err))
 			continue
 		}
-		switch s := m.(type) {
-		case *adminv3.ClustersConfigDump:
-			for _, c := range s.GetDynamicActiveClusters() {
-				errs = append(errs, into(c.GetCluster(), &d.Clusters))
-			}
-		case *adminv3.EndpointsConfigDump:
-			for _, e := range s.GetDynamicEndpointConfigs() {
-				errs = append(errs, into(e.GetEndpointConfig(), &d.Endpoints))
-			}
-		case *adminv3.ListenersConfigDump:
-			for _, l := range s.GetDynamicListeners() {
+		errs = append(errs, d.add(m))
+	}
+	return d, errors.Join(errs...)
+}
+
+// add takes in one section of a config dump: discovery's, or Envoy's
+// own, whose static resources (the bootstrap's) are shown beside the
+// dynamic ones as istioctl shows them; warming and draining ones are not.
+func (d *Dump) add(section proto.Message) error {
+	var errs []error
+	switch s := section.(type) {
+	case *adminv3.ClustersConfigDump:
+		for _, c := range s.GetStaticClusters() {
+			errs = append(errs, into(c.GetCluster(), &d.Clusters))
+		}
+		for _, c := range s.GetDynamicActiveClusters() {
+			errs = append(errs, into(c.GetCluster(), &d.Clusters))
+		}
+	case *adminv3.EndpointsConfigDump:
+		for _, e := range s.GetStaticEndpointConfigs() {
+			errs = append(errs, into(e.GetEndpointConfig(), &d.Endpoints))
+		}
+		for _, e := range s.GetDynamicEndpointConfigs() {
+			errs = append(errs, into(e.GetEndpointConfig(), &d.Endpoints))
+		}
+	case *adminv3.ListenersConfigDump:
+		for _, l := range s.GetStaticListeners() {
+			errs = append(errs, into(l.GetListener(), &d.Listeners))
+		}
+		for _, l := range s.GetDynamicListeners() {
+			if l.GetActiveState() != nil {
 				errs = append(errs, into(l.GetActiveState().GetListener(), &d.Listeners))
 			}
-		case *adminv3.RoutesConfigDump:
-			for _, r := range s.GetDynamicRouteConfigs() {
-				errs = append(errs, into(r.GetRouteConfig(), &d.Routes))
+		}
+	case *adminv3.RoutesConfigDump:
+		for _, r := range s.GetStaticRouteConfigs() {
+			errs = append(errs, into(r.GetRouteConfig(), &d.Routes))
+		}
+		for _, r := range s.GetDynamicRouteConfigs() {
+			errs = append(errs, into(r.GetRouteConfig(), &d.Routes))
+		}
+	case *adminv3.SecretsConfigDump:
+		for _, r := range s.GetStaticSecrets() {
+			errs = append(errs, into(r.GetSecret(), &d.Secrets))
+		}
+		for _, r := range s.GetDynamicActiveSecrets() {
+			errs = append(errs, into(r.GetSecret(), &d.Secrets))
+		}
+	case *adminv3.EcdsConfigDump:
+		for _, r := range s.GetEcdsFilters() {
+			errs = append(errs, into(r.GetEcdsFilter(), &d.ExtensionConfigs))
+		}
+	case *structpb.Struct:
+		for k, v := range s.GetFields()[debugapi.MetadataDestinationRules].GetStructValue().GetFields() {
+			if d.DestinationRules == nil {
+				d.DestinationRules = map[string]string{}
 			}
-		case *adminv3.SecretsConfigDump:
-			for _, r := range s.GetDynamicActiveSecrets() {
-				errs = append(errs, into(r.GetSecret(), &d.Secrets))
+			d.DestinationRules[k] = v.GetStringValue()
+		}
+		for k, v := range s.GetFields()[debugapi.MetadataEnvoyFilters].GetStructValue().GetFields() {
+			if d.PatchedBy == nil {
+				d.PatchedBy = map[string][]string{}
 			}
-		case *adminv3.EcdsConfigDump:
-			for _, r := range s.GetEcdsFilters() {
-				errs = append(errs, into(r.GetEcdsFilter(), &d.ExtensionConfigs))
-			}
-		case *structpb.Struct:
-			for k, v := range s.GetFields()[debugapi.MetadataDestinationRules].GetStructValue().GetFields() {
-				if d.DestinationRules == nil {
-					d.DestinationRules = map[string]string{}
-				}
-				d.DestinationRules[k] = v.GetStringValue()
-			}
-			for k, v := range s.GetFields()[debugapi.MetadataEnvoyFilters].GetStructValue().GetFields() {
-				if d.PatchedBy == nil {
-					d.PatchedBy = map[string][]string{}
-				}
-				for _, ef := range v.GetListValue().GetValues() {
-					d.PatchedBy[k] = append(d.PatchedBy[k], ef.GetStringValue())
-				}
+			for _, ef := range v.GetListValue().GetValues() {
+				d.PatchedBy[k] = append(d.PatchedBy[k], ef.GetStringValue())
 			}
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// ParseEnvoyDump reads Envoy's own /config_dump (JSON; with include_eds,
+// its endpoints too). Each resource is read on its own: one whose types
+// this CLI does not know (an extension of a build of Envoy's) is left
+// out and named in the error, and the rest are in the Dump. Sections
+// shown elsewhere (the bootstrap: proxy-config bootstrap) or not at all
+// are skipped.
+func ParseEnvoyDump(body []byte) (*Dump, error) {
+	var top struct {
+		Configs []map[string]json.RawMessage `json:"configs"`
+	}
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, fmt.Errorf("Envoy's config dump: %w", err) //nolint:staticcheck // Envoy is a name
+	}
+	d := &Dump{}
+	var errs []error
+	for _, sec := range top.Configs {
+		var typeURL string
+		if err := json.Unmarshal(sec["@type"], &typeURL); err != nil {
+			errs = append(errs, fmt.Errorf("a section of Envoy's config dump without its @type: %w", err))
+			continue
+		}
+		switch strings.TrimPrefix(typeURL, "type.googleapis.com/") {
+		case "envoy.admin.v3.ClustersConfigDump", "envoy.admin.v3.EndpointsConfigDump", "envoy.admin.v3.ListenersConfigDump",
+			"envoy.admin.v3.RoutesConfigDump", "envoy.admin.v3.SecretsConfigDump", "envoy.admin.v3.EcdsConfigDump":
+		default:
+			continue
+		}
+		mt, err := protoregistry.GlobalTypes.FindMessageByURL(typeURL)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("section %s: %w", typeURL, err))
+			continue
+		}
+		m := mt.New()
+		fields := m.Descriptor().Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			if !fd.IsList() || fd.Kind() != protoreflect.MessageKind {
+				continue
+			}
+			raw, ok := sec[string(fd.Name())]
+			if !ok {
+				raw, ok = sec[fd.JSONName()]
+			}
+			var items []json.RawMessage
+			if !ok {
+				continue
+			}
+			if err := json.Unmarshal(raw, &items); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w", typeURL, fd.Name(), err))
+				continue
+			}
+			list := m.Mutable(fd).List()
+			for _, it := range items {
+				v := list.NewElement()
+				if err := protojson.Unmarshal(it, v.Message().Interface()); err != nil {
+					errs = append(errs, fmt.Errorf("%s: one of %s: %w", strings.TrimPrefix(typeURL, "type.googleapis.com/envoy.admin.v3."), fd.Name(), err))
+					continue
+				}
+				list.Append(v)
+			}
+		}
+		errs = append(errs, d.add(m.Interface()))
+	}
 	return d, errors.Join(errs...)
+}
+
+// ParseEnvoyClusters reads Envoy's /clusters?format=json: each cluster's
+// hosts with their health as the proxy sees it (EDS's, and whether
+// outlier detection has ejected it).
+func ParseEnvoyClusters(body []byte) ([]*adminv3.ClusterStatus, error) {
+	var c adminv3.Clusters
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &c); err != nil {
+		return nil, fmt.Errorf("Envoy's clusters: %w", err) //nolint:staticcheck // Envoy is a name
+	}
+	return c.GetClusterStatuses(), nil
 }
 
 // into decodes one resource and appends it.
@@ -456,6 +736,14 @@ func Print(w io.Writer, d *Dump, show []string, f Filters, output string, now ti
 			}
 		case "endpoint":
 			header = []string{"ENDPOINT", "STATUS", "OUTLIER CHECK", "CLUSTER"}
+			for _, c := range d.HostStatuses {
+				if r := hostRows(c, f); r != nil {
+					rows, msgs = append(rows, r...), append(msgs, c)
+				}
+			}
+			// As istioctl's retrieveSortedEndpointClusterSlice (the
+			// endpoint's address sorts as text, as there).
+			slices.SortStableFunc(rows, func(a, b []string) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[3], b[3])) })
 			for _, e := range d.Endpoints {
 				if r := endpointRows(e, f); r != nil {
 					rows, msgs = append(rows, r...), append(msgs, e)
@@ -838,6 +1126,41 @@ func endpointRows(e *endpointv3.ClusterLoadAssignment, f Filters) [][]string {
 			}
 			rows = append(rows, []string{sa.GetAddress() + ":" + strconv.Itoa(int(sa.GetPortValue())), health.String(), "-", e.GetClusterName()})
 		}
+	}
+	return rows
+}
+
+// hostRows are a cluster's hosts as Envoy holds them, as istioctl's
+// PrintEndpointsSummary shows them (retrieveEndpointAddress: a pipe as
+// unix://, an internal listener as envoy://).
+func hostRows(c *adminv3.ClusterStatus, f Filters) [][]string {
+	if f.Name != "" && c.GetName() != f.Name {
+		return nil
+	}
+	var rows [][]string
+	for _, h := range c.GetHostStatuses() {
+		addr, port := "unknown", uint32(0)
+		switch {
+		case h.GetAddress().GetSocketAddress() != nil:
+			addr, port = h.GetAddress().GetSocketAddress().GetAddress(), h.GetAddress().GetSocketAddress().GetPortValue()
+		case h.GetAddress().GetPipe() != nil:
+			addr = "unix://" + h.GetAddress().GetPipe().GetPath()
+		case h.GetAddress().GetEnvoyInternalAddress() != nil:
+			in := h.GetAddress().GetEnvoyInternalAddress()
+			addr = "envoy://" + in.GetServerListenerName() + "/" + in.GetEndpointId()
+		}
+		if (f.Port != 0 && int(port) != f.Port) || (f.Address != "" && !strings.EqualFold(addr, f.Address)) {
+			continue
+		}
+		endpoint := addr
+		if port != 0 {
+			endpoint += ":" + strconv.Itoa(int(port))
+		}
+		outlier := "OK"
+		if h.GetHealthStatus().GetFailedOutlierCheck() {
+			outlier = "FAILED"
+		}
+		rows = append(rows, []string{endpoint, h.GetHealthStatus().GetEdsHealthStatus().String(), outlier, c.GetName()})
 	}
 	return rows
 }

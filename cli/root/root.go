@@ -15,6 +15,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
 	"github.com/flotilla-mesh/flotilla/cli/check"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
+	"github.com/flotilla-mesh/flotilla/cli/experimental"
 	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
 	"github.com/flotilla-mesh/flotilla/cli/proxyconfig"
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
@@ -40,7 +41,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), check.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn))
+	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), check.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn), experimental.NewCommand(conn))
 	return cmd
 }
 

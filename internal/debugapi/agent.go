@@ -94,6 +94,7 @@ const (
 	EnvoyConfigDump = "config_dump"
 	EnvoyClusters   = "clusters"
 	EnvoyStats      = "stats"
+	EnvoyStatsProm  = "stats/prometheus"
 	EnvoyServerInfo = "server_info"
 	EnvoyLogging    = "logging"
 )

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -278,6 +279,38 @@ func TestTheAgentServesThePodsIdentityAndRelaysItsXDS(t *testing.T) {
 		t.Fatalf("flotilla proxy-config bootstrap: %v\n%s", err, out)
 	}
 	xdstest.Eventually(t, "the agent ready", func() bool { code, _ := httpGet(t, "http://"+p.admin+"/healthz/ready"); return code == 200 })
+	// What the proxy itself holds, from Envoy's admin through the agent
+	// (fakeenvoy answers from the bootstrap the agent wrote, as an Envoy
+	// would before xDS answers): its static clusters, their hosts' health,
+	// its loggers' levels changed, its stats.
+	fromProxy := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(binDir, "flotilla"), append(args, "--context-file", empty, "--agent-address", p.admin)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("flotilla %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := fromProxy("proxy-config", "cluster", "cart-1.shop", "--source", "proxy"); !regexp.MustCompile(`(?m)^xds-grpc\s+-\s+-\s+-\s+STATIC\s`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^sds-grpc\s`).MatchString(out) {
+		t.Fatalf("the proxy's own clusters:\n%s", out)
+	}
+	if out := fromProxy("proxy-config", "endpoint", "cart-1.shop", "--source", "proxy", "--cluster", "xds-grpc"); !regexp.MustCompile(`(?m)^unix://` + regexp.QuoteMeta(p.xds) + `\s+HEALTHY\s+OK\s+xds-grpc$`).MatchString(out) {
+		t.Fatalf("the proxy's own endpoints:\n%s", out)
+	}
+	if out := fromProxy("proxy-config", "log", "cart-1.shop", "--level", "warning,http:debug"); !strings.HasPrefix(out, "cart-1.shop:\nactive loggers:\n") ||
+		!strings.Contains(out, "  http: debug\n") || !strings.Contains(out, "  router: warning\n") {
+		t.Fatalf("the proxy's loggers after --level warning,http:debug:\n%s", out)
+	}
+	if out := fromProxy("proxy-config", "log", "cart-1.shop"); !strings.Contains(out, "  http: debug\n") {
+		t.Fatalf("the proxy's loggers, read again:\n%s", out)
+	}
+	if out := fromProxy("x", "envoy-stats", "cart-1.shop"); !strings.Contains(out, "server.live: 1") {
+		t.Fatalf("the proxy's stats:\n%s", out)
+	}
+	if out := fromProxy("x", "envoy-stats", "cart-1.shop", "-o", "prom-merged"); !strings.Contains(out, "envoy_server_live 1") || !strings.Contains(out, "flotilla") {
+		t.Fatalf("the proxy's merged stats:\n%.2000s", out)
+	}
 	// The workload's certificate and roots, as Envoy holds them, from the
 	// agent; its key never.
 	secrets := exec.Command(filepath.Join(binDir, "flotilla"), "proxy-config", "secret", "cart-1.shop", "--context-file", empty, "--agent-address", p.admin,

@@ -56,7 +56,7 @@ func handleEnvoyAdmin(handle func(pattern string, h http.Handler), envoyAdmin st
 			_, _ = io.Copy(w, io.LimitReader(resp.Body, maxRelayedBytes))
 		}))
 	}
-	for _, e := range []string{debugapi.EnvoyConfigDump, debugapi.EnvoyClusters, debugapi.EnvoyStats, debugapi.EnvoyServerInfo} {
+	for _, e := range []string{debugapi.EnvoyConfigDump, debugapi.EnvoyClusters, debugapi.EnvoyStats, debugapi.EnvoyStatsProm, debugapi.EnvoyServerInfo} {
 		relay(http.MethodGet, e)
 	}
 	relay(http.MethodPost, debugapi.EnvoyLogging)

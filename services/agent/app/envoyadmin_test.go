@@ -58,6 +58,7 @@ func TestTheRelayPassesEnvoysReadEndpointsAndLoggingToLoopbackClientsAndNothingE
 		{http.MethodGet, debugapi.AgentEnvoyPath + "config_dump?include_eds=true", "GET /config_dump?include_eds=true", http.StatusTeapot},
 		{http.MethodGet, debugapi.AgentEnvoyPath + "clusters?format=json", "GET /clusters?format=json", http.StatusTeapot},
 		{http.MethodGet, debugapi.AgentEnvoyPath + "stats?format=json&filter=cluster", "GET /stats?format=json&filter=cluster", http.StatusTeapot},
+		{http.MethodGet, debugapi.AgentEnvoyPath + "stats/prometheus", "GET /stats/prometheus", http.StatusTeapot},
 		{http.MethodGet, debugapi.AgentEnvoyPath + "server_info", "GET /server_info", http.StatusTeapot},
 		{http.MethodPost, debugapi.AgentEnvoyPath + "logging?http=debug", "POST /logging?http=debug", http.StatusTeapot},
 		// Envoy's mutations other than logging levels, and the wrong
