@@ -41,6 +41,24 @@ type Policy struct {
 	SystemNamespace string
 	// Revision this injector serves ("default" when empty).
 	Revision string
+	// Tag, when set, is the revision tag (istio.io/tag) whose webhook
+	// called: a tag points at Revision, and selects pods and namespaces
+	// by its own name in Revision's place (the default tag as the
+	// default revision does), as Istio's istio-revision-tag-<tag>
+	// webhooks do.
+	Tag string
+}
+
+// selects is the name this decision selects by: the tag's, else the
+// revision's.
+func (p Policy) selects() string { return cmp.Or(p.Tag, p.Revision, controlplane.DefaultRevision) }
+
+// serves names what this decision serves, for its reasons.
+func (p Policy) serves() string {
+	if p.Tag != "" {
+		return "tag " + p.Tag + " (revision " + cmp.Or(p.Revision, controlplane.DefaultRevision) + ")"
+	}
+	return cmp.Or(p.Revision, controlplane.DefaultRevision)
 }
 
 // Decide reports whether pod, in a namespace with nsLabels, gets a sidecar
@@ -71,24 +89,24 @@ func Decide(pod *corev1.Pod, namespace string, nsLabels map[string]string, p Pol
 	if _, ok := pod.Annotations[StatusAnnotation]; ok {
 		return false, "the pod is already injected"
 	}
-	rev := cmp.Or(p.Revision, controlplane.DefaultRevision)
+	rev := p.selects()
 	var selected string // why this revision's webhook would be called
 	if v, ok := nsLabels[NamespaceLabel]; ok {
 		if v != "enabled" {
 			return false, "namespace " + namespace + " has " + NamespaceLabel + "=" + v
 		}
 		if rev != controlplane.DefaultRevision {
-			return false, "namespace " + namespace + " has " + NamespaceLabel + "=enabled, the default revision's; this injector serves " + rev
+			return false, "namespace " + namespace + " has " + NamespaceLabel + "=enabled, the default revision's; this injector serves " + p.serves()
 		}
 		selected = "namespace " + namespace + " has " + NamespaceLabel + "=enabled"
 	} else if r, ok := nsLabels[RevisionLabel]; ok {
 		if r != rev {
-			return false, "namespace " + namespace + " is for revision " + r + ", this injector serves " + rev
+			return false, "namespace " + namespace + " is for revision " + r + ", this injector serves " + p.serves()
 		}
 		selected = "namespace " + namespace + " has " + RevisionLabel + "=" + r
 	} else if r, ok := pod.Labels[RevisionLabel]; ok {
 		if r != rev {
-			return false, "the pod is for revision " + r + ", this injector serves " + rev
+			return false, "the pod is for revision " + r + ", this injector serves " + p.serves()
 		}
 		selected = "the pod has " + RevisionLabel + "=" + r
 	} else {
@@ -96,7 +114,7 @@ func Decide(pod *corev1.Pod, namespace string, nsLabels map[string]string, p Pol
 		case ok && optIn(v) && rev == controlplane.DefaultRevision:
 			return true, "the pod's " + InjectLabel + " label is true"
 		case ok && optIn(v):
-			return false, "the pod's " + InjectLabel + " label asks the default revision; this injector serves " + rev
+			return false, "the pod's " + InjectLabel + " label asks the default revision; this injector serves " + p.serves()
 		case ok:
 			return false, "the pod's " + InjectLabel + " label is " + v
 		}

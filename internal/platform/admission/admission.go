@@ -29,8 +29,10 @@ import (
 const MaxBodyBytes = 6 << 20
 
 // Decide answers one admission request; it must set Allowed (and may set
-// a patch, warnings or a result). The UID is filled in.
-type Decide func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+// a patch, warnings or a result). The UID is filled in. pathValue is the
+// request's http.Request.PathValue: a wildcard of the pattern it came in
+// on.
+type Decide func(ctx context.Context, req *admissionv1.AdmissionRequest, pathValue func(name string) string) *admissionv1.AdmissionResponse
 
 // Observe is told how each request ended, for a webhook's own metrics:
 // status is the HTTP status (200 when a review was answered, allowed or
@@ -52,10 +54,10 @@ type handler struct {
 	duration metric.Float64Histogram
 }
 
-// Handler serves decide at path; metrics are named <prefix>.reviews and
+// Handler serves decide at the paths (http.ServeMux patterns); metrics are named <prefix>.reviews and
 // <prefix>.duration, by result (allowed, denied, busy, bad_request).
 // observe, when not nil, is told how each request ended.
-func Handler(log *slog.Logger, meter metric.Meter, prefix, path string, decide Decide, observe Observe) (http.Handler, error) {
+func Handler(log *slog.Logger, meter metric.Meter, prefix string, paths []string, decide Decide, observe Observe) (http.Handler, error) {
 	h := &handler{log: log, decide: decide, observe: observe, slots: make(chan struct{}, MaxConcurrentReviews())}
 	var err error
 	if h.reviews, err = meter.Int64Counter(prefix+".reviews",
@@ -67,7 +69,9 @@ func Handler(log *slog.Logger, meter metric.Meter, prefix, path string, decide D
 		return nil, fmt.Errorf("webhook metrics: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
+	for _, p := range paths {
+		mux.Handle(p, h)
+	}
 	return mux, nil
 }
 
@@ -146,7 +150,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) outcome {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*wait)
 	defer cancel()
-	resp := h.decide(ctx, review.Request)
+	resp := h.decide(ctx, review.Request, r.PathValue)
 	resp.UID = review.Request.UID
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	w.Header().Set("Content-Type", "application/json")

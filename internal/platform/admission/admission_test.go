@@ -48,8 +48,8 @@ func holdingHandler(t *testing.T, release chan struct{}) (http.Handler, chan str
 	t.Helper()
 	started := make(chan struct{}, 64)
 	var observedBusy atomic.Int32
-	h, err := Handler(slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t"), "test", "/validate",
-		func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	h, err := Handler(slog.New(slog.DiscardHandler), noop.NewMeterProvider().Meter("t"), "test", []string{"/validate"},
+		func(ctx context.Context, req *admissionv1.AdmissionRequest, _ func(string) string) *admissionv1.AdmissionResponse {
 			if req.Name == "" {
 				started <- struct{}{}
 				<-release

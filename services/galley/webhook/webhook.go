@@ -81,7 +81,7 @@ func Handler(o Options) (http.Handler, error) {
 	if h.httpError, err = m.Float64Counter("galley_validation_http_error", metric.WithDescription("Resource validation http serve errors")); err != nil {
 		return nil, fmt.Errorf("metric galley_validation_http_error: %w", err)
 	}
-	return admission.Handler(o.Log, o.Meter, "flotilla.galley.webhook", Path, func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return admission.Handler(o.Log, o.Meter, "flotilla.galley.webhook", []string{Path}, func(_ context.Context, req *admissionv1.AdmissionRequest, _ func(string) string) *admissionv1.AdmissionResponse {
 		return h.review(req)
 	}, func(_ *admissionv1.AdmissionRequest, _ *admissionv1.AdmissionResponse, status int, _ time.Duration) {
 		if status >= http.StatusBadRequest {

@@ -24,12 +24,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/inject"
 	"github.com/flotilla-mesh/flotilla/internal/platform/admission"
 )
 
-// Path is where the webhook is served.
-const Path = "/inject"
+// Path is where the webhook is served; TagPath+<tag> is where a revision
+// tag's webhook (istio-revision-tag-<tag>, made by flotilla tag set)
+// calls it, for pods and namespaces that select the revision by the tag.
+const (
+	Path    = "/inject"
+	TagPath = Path + "/tag/"
+)
 
 // Options configures the webhook.
 type Options struct {
@@ -72,8 +78,8 @@ func Handler(o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metric sidecar_injection_time_seconds: %w", err)
 	}
-	return admission.Handler(o.Log, o.Meter, "flotilla.injector.webhook", Path, func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-		return review(ctx, o, req)
+	return admission.Handler(o.Log, o.Meter, "flotilla.injector.webhook", []string{Path, TagPath + "{tag}"}, func(ctx context.Context, req *admissionv1.AdmissionRequest, pathValue func(string) string) *admissionv1.AdmissionResponse {
+		return review(ctx, o, req, pathValue("tag"))
 	}, func(_ *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, _ int, d time.Duration) {
 		ctx := context.Background()
 		requests.Add(ctx, 1)
@@ -89,7 +95,9 @@ func Handler(o Options) (http.Handler, error) {
 	})
 }
 
-func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+// review decides on one pod; tag is the revision tag whose webhook called
+// ("" for the revision's own).
+func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest, tag string) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{Allowed: true}
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create || req.SubResource != "" {
 		return resp
@@ -117,7 +125,14 @@ func review(ctx context.Context, o Options, req *admissionv1.AdmissionRequest) *
 	if err != nil {
 		return deny(resp, fmt.Sprintf("cannot read namespace %s's labels to decide on injection: %v", ns, err))
 	}
-	ok, why := inject.Decide(&pod, ns, labels, o.Policy)
+	policy := o.Policy
+	if tag != "" {
+		if err := controlplane.CheckRevision(tag); err != nil {
+			return deny(resp, "the webhook's path names no revision tag: "+err.Error())
+		}
+		policy.Tag = tag
+	}
+	ok, why := inject.Decide(&pod, ns, labels, policy)
 	name := pod.Name
 	if name == "" {
 		name = pod.GenerateName + "…"

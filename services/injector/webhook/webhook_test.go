@@ -1,9 +1,13 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -51,7 +55,7 @@ func TestRequestsTheWebhookCannotDecideOnAreDeniedWithTheReason(t *testing.T) {
 		"no spec":              {options(enabled), podRequest(`{"metadata": {}}`), "it has no spec"},
 	}
 	for name, tt := range tests {
-		resp := review(context.Background(), tt.o, tt.req)
+		resp := review(context.Background(), tt.o, tt.req, "")
 		if resp.Allowed || !strings.Contains(resp.Result.Message, tt.says) {
 			t.Errorf("%s: allowed %v, %+v; want denied saying %q", name, resp.Allowed, resp.Result, tt.says)
 		}
@@ -62,7 +66,7 @@ func TestRequestsTheWebhookCannotDecideOnAreDeniedWithTheReason(t *testing.T) {
 		{UID: "3", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Operation: admissionv1.Update},
 		{UID: "4", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Operation: admissionv1.Create, SubResource: "binding"},
 	} {
-		if resp := review(context.Background(), options(broken), req); !resp.Allowed || resp.Patch != nil {
+		if resp := review(context.Background(), options(broken), req, ""); !resp.Allowed || resp.Patch != nil {
 			t.Errorf("%s %s: %+v", req.Kind.Kind, req.Operation, resp)
 		}
 	}
@@ -74,11 +78,61 @@ func TestAnInjectedPodIsWarnedOfTheIstioAnnotationsFlotillaDoesNotHonour(t *test
 	}
 	resp := review(context.Background(), options(enabled), podRequest(`{"metadata": {"annotations": {
 		"sidecar.istio.io/bootstrapOverride": "mine", "sidecar.istio.io/proxyCPU": "100m", "example.com/x": "y"}},
-		"spec": {"containers": [{"name": "a"}]}}`))
+		"spec": {"containers": [{"name": "a"}]}}`), "")
 	if !resp.Allowed || resp.Patch == nil {
 		t.Fatalf("not injected: %+v", resp)
 	}
 	if len(resp.Warnings) != 1 || !strings.HasPrefix(resp.Warnings[0], "sidecar.istio.io/bootstrapOverride is not honoured by Flotilla") {
 		t.Fatalf("warnings %q, want one for bootstrapOverride", resp.Warnings)
+	}
+}
+
+func TestATagsWebhookInjectsWhatSelectsTheRevisionByTheTagsName(t *testing.T) {
+	labelled := func(ls map[string]string) func(context.Context, string) (map[string]string, error) {
+		return func(context.Context, string) (map[string]string, error) { return ls, nil }
+	}
+	canary := func(ls map[string]string) Options {
+		o := options(labelled(ls))
+		o.Policy.Revision = "canary"
+		return o
+	}
+	pod := podRequest(`{"metadata": {}, "spec": {"containers": [{"name": "a"}]}}`)
+	h, err := Handler(canary(map[string]string{controlplane.RevisionLabel: "prod"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		ns       map[string]string
+		tag      string
+		injected bool
+	}{
+		{"a namespace of tag prod, through prod's webhook", map[string]string{controlplane.RevisionLabel: "prod"}, "prod", true},
+		{"a namespace of tag prod, through the revision's own", map[string]string{controlplane.RevisionLabel: "prod"}, "", false},
+		{"a namespace of the revision, through prod's", map[string]string{controlplane.RevisionLabel: "canary"}, "prod", false},
+		{"istio-injection=enabled through the default tag's", map[string]string{inject.NamespaceLabel: "enabled"}, controlplane.DefaultRevision, true},
+		{"istio-injection=enabled through prod's", map[string]string{inject.NamespaceLabel: "enabled"}, "prod", false},
+	} {
+		resp := review(context.Background(), canary(tc.ns), pod, tc.tag)
+		if !resp.Allowed || (resp.Patch != nil) != tc.injected {
+			t.Errorf("%s: allowed %v, injected %v; want injected %v", tc.name, resp.Allowed, resp.Patch != nil, tc.injected)
+		}
+	}
+	if resp := review(context.Background(), canary(nil), pod, "Not_A_Tag"); resp.Allowed || !strings.Contains(resp.Result.Message, "names no revision tag") {
+		t.Errorf("a malformed tag in the path: %+v", resp)
+	}
+	// Over HTTP: the tag comes from the path the tag's webhook calls.
+	for path, injected := range map[string]bool{TagPath + "prod": true, Path: false, TagPath + "prod/more": false} {
+		rec := httptest.NewRecorder()
+		body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: pod})
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		var out admissionv1.AdmissionReview
+		_ = json.Unmarshal(rec.Body.Bytes(), &out)
+		got := rec.Code == http.StatusOK && out.Response != nil && out.Response.Patch != nil
+		if got != injected {
+			t.Errorf("%s: %d, injected %v, want %v: %s", path, rec.Code, got, injected, rec.Body)
+		}
 	}
 }
