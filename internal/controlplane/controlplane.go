@@ -63,6 +63,11 @@ func CheckRevision(revision string) error {
 // revision's discovery uses it.
 const RevisionLabel = "istio.io/rev"
 
+// TagLabel names the revision tag (Istio's istio.io/tag) a tag's webhook
+// configuration is for; its RevisionLabel names the revision the tag
+// points at.
+const TagLabel = "istio.io/tag"
+
 // InRevision reports whether an object with labels is revision's, as
 // istiod decides for its configuration (pkg/revisions' LabelsInRevision):
 // an object without the label is every revision's; one with it is the

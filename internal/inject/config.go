@@ -42,6 +42,16 @@ func RevisionName(revision string) string {
 	return ConfigMapName + "-" + revision
 }
 
+// TagWebhookName is the MutatingWebhookConfiguration of revision tag
+// tag, as istioctl tag names it.
+func TagWebhookName(tag string) string { return "istio-revision-tag-" + tag }
+
+// TagWebhooksOf selects the tag webhook configurations pointing at
+// revision (as istioctl's GetWebhooksWithTag and the revision's label).
+func TagWebhooksOf(revision string) string {
+	return controlplane.TagLabel + "," + controlplane.RevisionLabel + "=" + cmp.Or(revision, controlplane.DefaultRevision)
+}
+
 // ConfigMapRevision returns the revision an injection ConfigMap is for, and
 // whether name is an injection ConfigMap at all.
 func ConfigMapRevision(name string) (string, bool) {

@@ -14,6 +14,7 @@ import (
 
 	admregv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -46,6 +47,11 @@ type Options struct {
 	// Kind and Webhook name the webhook configuration.
 	Kind    Kind
 	Webhook string
+	// Selector, when set, is a label selector of more configurations of
+	// Kind kept the same way: a revision's tags' webhooks
+	// (istio.io/tag, istio.io/rev=<revision>), as istiod's webhook
+	// patcher keeps its revision's.
+	Selector string
 	// Bundle returns the PEM the webhooks' caBundle must hold.
 	Bundle func() []byte
 	// Lease elects the replica that writes.
@@ -76,57 +82,90 @@ func (c *Controller) Run(ctx context.Context) error {
 	})
 }
 
-// lead watches the one webhook configuration (resynced, so a changed
-// bundle file is rolled out) and fixes its caBundle when it differs.
+// lead watches the webhook configuration, and those Selector selects
+// (resynced, so a changed bundle file is rolled out), and fixes a
+// caBundle that differs.
 func (c *Controller) lead(enqueue func(string)) controller.Term {
-	f := informers.NewSharedInformerFactoryWithOptions(c.o.Client, c.o.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	named := informers.NewSharedInformerFactoryWithOptions(c.o.Client, c.o.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.o.Webhook).String()
 	}))
-	wake := func(any) { enqueue(c.o.Webhook) }
+	factories := []informers.SharedInformerFactory{named}
+	if c.o.Selector != "" {
+		factories = append(factories, informers.NewSharedInformerFactoryWithOptions(c.o.Client, c.o.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = c.o.Selector
+		})))
+	}
+	wake := func(obj any) {
+		if m, err := meta.Accessor(obj); err == nil {
+			enqueue(m.GetName())
+		}
+	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: wake, UpdateFunc: func(_, n any) { wake(n) }}
-	var reconcile func(context.Context) error
+	var reconcile func(ctx context.Context, name string) error
 	if c.o.Kind == Validating {
-		inf := f.Admissionregistration().V1().ValidatingWebhookConfigurations()
-		_, _ = inf.Informer().AddEventHandler(handler)
-		lister := inf.Lister()
-		reconcile = func(ctx context.Context) error {
-			cfg, err := lister.Get(c.o.Webhook)
+		var listers []func(string) (*admregv1.ValidatingWebhookConfiguration, error)
+		for _, f := range factories {
+			inf := f.Admissionregistration().V1().ValidatingWebhookConfigurations()
+			_, _ = inf.Informer().AddEventHandler(handler)
+			listers = append(listers, inf.Lister().Get)
+		}
+		reconcile = func(ctx context.Context, name string) error {
+			cfg, err := first(listers, name)
 			if err != nil {
-				return err // a lister error, checked for NotFound
+				return err
 			}
 			fixed := cfg.DeepCopy()
 			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.ValidatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {
 				return nil
 			}
 			_, err = c.o.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
-			return c.updated(err)
+			return c.updated(name, err)
 		}
 	} else {
-		inf := f.Admissionregistration().V1().MutatingWebhookConfigurations()
-		_, _ = inf.Informer().AddEventHandler(handler)
-		lister := inf.Lister()
-		reconcile = func(ctx context.Context) error {
-			cfg, err := lister.Get(c.o.Webhook)
+		var listers []func(string) (*admregv1.MutatingWebhookConfiguration, error)
+		for _, f := range factories {
+			inf := f.Admissionregistration().V1().MutatingWebhookConfigurations()
+			_, _ = inf.Informer().AddEventHandler(handler)
+			listers = append(listers, inf.Lister().Get)
+		}
+		reconcile = func(ctx context.Context, name string) error {
+			cfg, err := first(listers, name)
 			if err != nil {
-				return err // a lister error, checked for NotFound
+				return err
 			}
 			fixed := cfg.DeepCopy()
 			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.MutatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {
 				return nil
 			}
 			_, err = c.o.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
-			return c.updated(err)
+			return c.updated(name, err)
 		}
 	}
 	return controller.Term{
-		Informers: []informers.SharedInformerFactory{f},
-		Reconcile: func(ctx context.Context, _ string) error {
-			if err := reconcile(ctx); !apierrors.IsNotFound(err) {
+		Informers: factories,
+		Reconcile: func(ctx context.Context, name string) error {
+			if err := reconcile(ctx, name); !apierrors.IsNotFound(err) {
 				return err
 			}
-			return nil // not installed (yet): the informer wakes us when it is
+			return nil // not installed (yet), or removed: the informer wakes us when it is
 		},
 	}
+}
+
+// first is the configuration of that name in the first lister holding it.
+func first[T any](listers []func(string) (T, error), name string) (T, error) {
+	var zero T
+	err := error(apierrors.NewNotFound(admregv1.Resource("webhookconfiguration"), name))
+	for _, get := range listers {
+		v, gerr := get(name)
+		if gerr == nil {
+			return v, nil
+		}
+		if !apierrors.IsNotFound(gerr) {
+			err = gerr
+		}
+	}
+	return zero, err
 }
 
 func clientConfigs[W any](webhooks []W, cc func(*W) *admregv1.WebhookClientConfig) []*admregv1.WebhookClientConfig {
@@ -154,10 +193,10 @@ func (c *Controller) fix(configs []*admregv1.WebhookClientConfig) int {
 	return changed
 }
 
-func (c *Controller) updated(err error) error {
+func (c *Controller) updated(name string, err error) error {
 	if err != nil {
-		return fmt.Errorf("update %s %s: %w", c.o.Kind, c.o.Webhook, err)
+		return fmt.Errorf("update %s %s: %w", c.o.Kind, name, err)
 	}
-	c.o.Log.Info("caBundle patched", "kind", c.o.Kind.String(), "webhook", c.o.Webhook)
+	c.o.Log.Info("caBundle patched", "kind", c.o.Kind.String(), "webhook", name)
 	return nil
 }

@@ -200,3 +200,49 @@ func TestAValidatingWebhookConfigurationIsKeptToo(t *testing.T) {
 		t.Fatalf("%d accepted writes, want 1", n)
 	}
 }
+
+// TestTheRevisionsTagWebhooksAreKeptAndNoOtherRevisions: the injector's
+// controller keeps its revision's tags' webhooks (Selector) as its own;
+// a tag of another revision is that revision's to keep.
+func TestTheRevisionsTagWebhooksAreKeptAndNoOtherRevisions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lease, err := env.CreateNamespace(ctx, "tag-lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "https://127.0.0.1:1/inject/tag/prod"
+	none := admregv1.SideEffectClassNone
+	cfgs := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	for name, rev := range map[string]string{"istio-revision-tag-prod": "canary", "istio-revision-tag-old": "stable"} {
+		if _, err := cfgs.Create(ctx, &admregv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"istio.io/tag": strings.TrimPrefix(name, "istio-revision-tag-"), "istio.io/rev": rev}},
+			Webhooks: []admregv1.MutatingWebhook{{
+				Name: "rev.namespace.injection.flotilla.io", ClientConfig: admregv1.WebhookClientConfig{URL: &url, CABundle: []byte("stale")},
+				SideEffects: &none, AdmissionReviewVersions: []string{"v1"},
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"never": "matches"}},
+			}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bundle := []byte("-----BEGIN CERTIFICATE-----\nca-1\n-----END CERTIFICATE-----\n")
+	c := New(Options{
+		Client: env.Client, Log: slog.New(slog.DiscardHandler), Webhook: "flotilla-sidecar-injector-canary", Selector: "istio.io/tag,istio.io/rev=canary",
+		Bundle: func() []byte { return bundle }, Resync: time.Second,
+		Lease: controller.Lease{Identity: "injector-canary", Namespace: lease, Name: "cabundle", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
+	})
+	go func() { _ = c.Run(ctx) }()
+	bundleOf := func(name string) string {
+		cfg, err := cfgs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(cfg.Webhooks[0].ClientConfig.CABundle)
+	}
+	xdstest.Eventually(t, "the tag's bundle kept", func() bool { return bundleOf("istio-revision-tag-prod") == string(bundle) })
+	time.Sleep(2 * time.Second) // resyncs
+	if got := bundleOf("istio-revision-tag-old"); got != "stale" {
+		t.Fatalf("another revision's tag was written: %q", got)
+	}
+}

@@ -20,6 +20,8 @@ type Setup struct {
 	Kubeconfig string
 	Kind       Kind
 	Webhook    string
+	// Selector selects more configurations to keep (Options.Selector).
+	Selector string
 	// Bundle is the PEM to keep.
 	Bundle func() []byte
 	// LeaseNamespace and LeaseName of the election; the identity is the
@@ -48,7 +50,7 @@ func FromSetup(s Setup) (*Controller, error) {
 		return nil, fmt.Errorf("leader identity: %w", err)
 	}
 	return New(Options{
-		Client: client, Log: s.Log, Kind: s.Kind, Webhook: s.Webhook, Bundle: s.Bundle,
+		Client: client, Log: s.Log, Kind: s.Kind, Webhook: s.Webhook, Selector: s.Selector, Bundle: s.Bundle,
 		Lease: controller.Lease{Identity: identity, Namespace: s.LeaseNamespace, Name: s.LeaseName},
 	}), nil
 }

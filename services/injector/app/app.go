@@ -231,7 +231,7 @@ func caBundleController(cfg Config, rt *command.Runtime, devCert []byte) (*cabun
 		return nil, nil
 	}
 	return cabundle.FromSetup(cabundle.Setup{
-		Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Mutating, Webhook: cfg.Webhook.Configuration, Bundle: bundle,
+		Kubeconfig: cfg.Kubeconfig, Kind: cabundle.Mutating, Webhook: cfg.Webhook.Configuration, Selector: inject.TagWebhooksOf(cfg.Revision), Bundle: bundle,
 		LeaseNamespace: cfg.SystemNamespace, LeaseName: controlplane.Name(controlplane.Injector, cfg.Revision) + "-cabundle", Log: rt.Log,
 	})
 }
