@@ -19,6 +19,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/kubeinject"
 	"github.com/flotilla-mesh/flotilla/cli/proxyconfig"
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
+	"github.com/flotilla-mesh/flotilla/cli/tag"
 	"github.com/flotilla-mesh/flotilla/cli/token"
 	"github.com/flotilla-mesh/flotilla/cli/wait"
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
@@ -41,7 +42,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), check.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn), experimental.NewCommand(conn))
+	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), check.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn), experimental.NewCommand(conn), tag.NewCommand(conn))
 	return cmd
 }
 

@@ -46,7 +46,7 @@ var env *kubeenv.Env
 var binDir string
 
 func TestMain(m *testing.M) {
-	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-injector"))
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-injector", "flotilla"))
 }
 
 const namespace = "flotilla-system"

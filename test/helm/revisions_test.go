@@ -4,9 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/flotilla-mesh/flotilla/internal/inject"
+	admregv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +20,7 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -99,8 +106,10 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 		allowed                         bool
 	}{
 		{"flotilla-injector-canary", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "flotilla-sidecar-injector-canary", true},
-		{"flotilla-injector-canary", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "flotilla-sidecar-injector", false},
-		{"flotilla-injector", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "flotilla-sidecar-injector-canary", false},
+		// Its revision's tags' configurations are named by users, so the
+		// role names none (as istiod's); the injector writes only those
+		// labelled with its revision (internal/platform/cabundle).
+		{"flotilla-injector-canary", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "istio-revision-tag-prod", true},
 		{"flotilla-discovery-canary", "list", "", "pods", "", false},
 		{"flotilla-discovery-canary", "get", "", "configmaps", "istio", false},
 	} {
@@ -260,6 +269,71 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 	expect("a new pod of the namespace moved to canary", stableApp, nil, "canary")
 	expect("a new pod of the namespace moved back", canaryApp, nil, "default")
 
+	// Revision tags, as istioctl tag makes them: prod points at canary,
+	// then moves to the default revision; the default tag takes the
+	// default revision's selections to canary.
+	for _, name := range []string{"istio-revision-tag-prod", "istio-revision-tag-default"} {
+		t.Cleanup(func() {
+			if err := hooks.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s: %v", name, err)
+			}
+		})
+	}
+	tag := func(stdin string, args ...string) (string, error) {
+		t.Helper()
+		c := exec.Command(filepath.Join(binDir, "flotilla"), append([]string{"tag"}, append(args, "--kubeconfig", kubeconfig)...)...)
+		c.Stdin = strings.NewReader(stdin)
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	mustTag := func(args ...string) string {
+		t.Helper()
+		out, err := tag("", args...)
+		if err != nil {
+			t.Fatalf("flotilla tag %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	if out := mustTag("set", "prod", "--revision", "canary"); !strings.Contains(out, `Revision tag "prod" created, referencing control plane revision "canary"`) {
+		t.Fatalf("tag set: %s", out)
+	}
+	prodApp := labelledNamespace(t, ctx, "prod", map[string]string{"istio.io/rev": "prod"})
+	expect("a pod of the istio.io/rev=prod namespace, prod at canary", prodApp, nil, "canary")
+	expect("a pod labelled istio.io/rev=prod in an unlabelled namespace", plain, map[string]string{"istio.io/rev": "prod"}, "canary")
+	for args, says := range map[string]string{
+		"set prod --revision canary":    `revision tag "prod" already exists, and --overwrite is false`,
+		"set canary --revision default": `cannot create revision tag "canary": found existing control plane revision with same name`,
+		"set next --revision nightly":   `cannot find MutatingWebhookConfiguration with revision "nightly"`,
+		"remove nothing -y":             `cannot remove tag "nothing"`,
+		"set Bad_Tag --revision canary": `want lower-case letters`,
+	} {
+		if out, err := tag("", strings.Fields(args)...); err == nil || !strings.Contains(out, says) {
+			t.Errorf("flotilla tag %s: %v\n%s\nwant it refused saying %q", args, err, out, says)
+		}
+	}
+	mustTag("set", "prod", "--revision", "default", "--overwrite")
+	expect("a new pod of the istio.io/rev=prod namespace, prod moved to the default revision", prodApp, nil, "default")
+	if out := mustTag("list"); !regexp.MustCompile(`(?m)^TAG +REVISION +NAMESPACES\n^prod +default +` + prodApp + `$`).MatchString(out) {
+		t.Errorf("tag list:\n%s", out)
+	}
+	mustTag("set", "default", "--revision", "canary")
+	enabledApp := labelledNamespace(t, ctx, "enabled", map[string]string{"istio-injection": "enabled"})
+	expect("a pod of an istio-injection=enabled namespace, default tag at canary", enabledApp, nil, "canary")
+	expect("a pod labelled sidecar.istio.io/inject=true, default tag at canary", plain, map[string]string{"sidecar.istio.io/inject": "true"}, "canary")
+	expect("a pod of the istio.io/rev=default namespace, default tag at canary", canaryApp, nil, "canary")
+	if out := mustTag("list", "-o", "json"); !strings.Contains(out, `"tag": "default"`) || !strings.Contains(out, `"revision": "canary"`) {
+		t.Errorf("tag list -o json:\n%s", out)
+	}
+	// Removing a tag in use asks first; no is no.
+	if out, err := tag("n\n", "remove", "prod"); err != nil || !strings.Contains(out, "still injected by tag \"prod\": "+prodApp) || !strings.Contains(out, "Aborting operation.") {
+		t.Fatalf("tag remove, answered no: %v\n%s", err, out)
+	}
+	expect("a pod of the prod namespace, the removal refused", prodApp, nil, "default")
+	if out := mustTag("remove", "prod", "-y"); !strings.Contains(out, "Revision tag prod removed") {
+		t.Fatalf("tag remove -y: %s", out)
+	}
+	expect("a pod of the prod namespace, prod removed", prodApp, nil, "")
+
 	for rev, p := range injectors {
 		if p.Out.Count("msg=injected") == 0 {
 			t.Errorf("revision %s's injector logged no injection", rev)
@@ -317,5 +391,41 @@ func relabel(t *testing.T, ctx context.Context, name string, labels map[string]s
 	}
 	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(fmt.Errorf("labelling namespace %s: %w", name, err))
+	}
+}
+
+// TestATagsWebhooksSelectAsTheChartsRevisionWebhooks: the webhooks
+// flotilla tag makes (inject.TagWebhooks) select by the tag's name
+// exactly as the chart's select by the revision's, the default's
+// included, and differ only in the path they call.
+func TestATagsWebhooksSelectAsTheChartsRevisionWebhooks(t *testing.T) {
+	helm, dir := chart(t)
+	for _, rev := range []string{"default", "canary"} {
+		objs := renderRelease(t, helm, dir, "flotilla-"+rev, "istio-system", "--set", "revision="+rev)
+		name := inject.RevisionName(rev)
+		u := object(objs, "MutatingWebhookConfiguration", name)
+		if u == nil {
+			t.Fatalf("the %s release has no %s", rev, name)
+		}
+		var chartCfg admregv1.MutatingWebhookConfiguration
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &chartCfg); err != nil {
+			t.Fatal(err)
+		}
+		tagged, err := inject.TagWebhooks(rev, chartCfg.Webhooks[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tagged) != len(chartCfg.Webhooks) {
+			t.Fatalf("%s: the tag has %d webhooks, the chart %d", rev, len(tagged), len(chartCfg.Webhooks))
+		}
+		for i, w := range chartCfg.Webhooks {
+			got := tagged[i]
+			if got.Name != w.Name || !equality.Semantic.DeepEqual(got.NamespaceSelector, w.NamespaceSelector) || !equality.Semantic.DeepEqual(got.ObjectSelector, w.ObjectSelector) {
+				t.Errorf("%s webhook %d: the tag's\n%s %v %v\nthe chart's\n%s %v %v", rev, i, got.Name, got.NamespaceSelector, got.ObjectSelector, w.Name, w.NamespaceSelector, w.ObjectSelector)
+			}
+			if p := got.ClientConfig.Service.Path; p == nil || *p != "/inject/tag/"+rev {
+				t.Errorf("%s webhook %d calls %v", rev, i, p)
+			}
+		}
 	}
 }

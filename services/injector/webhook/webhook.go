@@ -33,8 +33,8 @@ import (
 // tag's webhook (istio-revision-tag-<tag>, made by flotilla tag set)
 // calls it, for pods and namespaces that select the revision by the tag.
 const (
-	Path    = "/inject"
-	TagPath = Path + "/tag/"
+	Path    = inject.WebhookPath
+	TagPath = Path + "/tag/" // inject.TagWebhookPath
 )
 
 // Options configures the webhook.
