@@ -80,7 +80,7 @@ spec: {hosts: [web], gateways: [mesh, gw, app/gw, gw.app.svc.cluster.local, othe
 			yaml: `apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: vs, namespace: other}
-spec: {hosts: [x], http: [{route: [{destination: {host: web}}]}, {route: [{destination: {host: web.app.svc.cluster.local}}]}]}
+spec: {hosts: [x], http: [{match: [{uri: {prefix: /a}}], route: [{destination: {host: web}}]}, {route: [{destination: {host: web.app.svc.cluster.local}}]}]}
 `,
 			want: []string{"FLT0201 VirtualService other/vs spec.http[0].route[0].destination.host"},
 		},

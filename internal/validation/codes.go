@@ -49,13 +49,15 @@ func ParseSeverity(s string) (Severity, error) {
 const (
 	CodeAnalyzerSkipped Code = "FLT0001"
 
-	CodeUnreadable     Code = "FLT0100"
-	CodeInvalid        Code = "FLT0101"
-	CodeSchemaWarning  Code = "FLT0102"
-	CodeDeprecated     Code = "FLT0103"
-	CodeSubsetNotFound Code = "FLT0104"
-	CodeEnvoyFilter    Code = "FLT0105"
-	CodeNotImplemented Code = "FLT0106"
+	CodeUnreadable       Code = "FLT0100"
+	CodeInvalid          Code = "FLT0101"
+	CodeSchemaWarning    Code = "FLT0102"
+	CodeDeprecated       Code = "FLT0103"
+	CodeSubsetNotFound   Code = "FLT0104"
+	CodeEnvoyFilter      Code = "FLT0105"
+	CodeNotImplemented   Code = "FLT0106"
+	CodeUnreachableRule  Code = "FLT0107"
+	CodeIneffectiveMatch Code = "FLT0108"
 
 	CodeHostNotFound             Code = "FLT0201"
 	CodeGatewayNotFound          Code = "FLT0202"
@@ -125,6 +127,14 @@ func Codes() []CodeInfo {
 		{
 			CodeNotImplemented, "NotImplementedByFlotilla", SeverityWarning, "",
 			"Istio accepts it and acts on it; Flotilla does not (an Istio kind it does not serve, a setting it does not implement): the message says what happens instead.",
+		},
+		{
+			CodeUnreachableRule, "VirtualServiceUnreachableRule", SeverityWarning, "IST0130",
+			"A VirtualService rule no request reaches: it comes after a rule without matches, or every match of it is an earlier rule's.",
+		},
+		{
+			CodeIneffectiveMatch, "VirtualServiceIneffectiveMatch", SeverityInfo, "IST0131",
+			"A VirtualService match an earlier rule takes first: the same match (its name aside), or a URI prefix an earlier rule's prefix covers with the same other conditions.",
 		},
 		{
 			CodeHostNotFound, "ReferencedHostNotFound", SeverityError, "IST0101",

@@ -70,6 +70,7 @@ func (v *validator) virtualService() {
 		}
 		v.routeDestinations(field(p, "route"), route.GetRoute())
 	}
+	v.unreachableRules(vs)
 }
 
 // sniCovered reports whether sni equals or falls under one of hosts.
