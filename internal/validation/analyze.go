@@ -115,6 +115,8 @@ func Analyze(in Input) []Message {
 	a.certificateVerification()
 	a.serviceEntryAddresses()
 	a.telemetrySelectors()
+	a.meshHostConflicts()
+	a.gatewayConflicts()
 	if !in.HaveServices {
 		a.report(CodeAnalyzerSkipped, Ref{Kind: "Analysis"}, "", "no Services or ServiceEntries in the input: the host checks (%s, %s, %s, %s) did not run",
 			CodeHostNotFound, CodeUnknownDestRuleHost, CodeSidecarEgressNothing, CodeGatewayPortNotOnService)
@@ -138,12 +140,12 @@ type analysis struct {
 	// services are every Service: Kubernetes' and ServiceEntries'.
 	services    []*registryv1.Service
 	workloads   []Workload
-	gatewayKeys map[string]bool // namespace/name
+	gatewayObjs map[string]*istio.Object // namespace/name
 	out         []Message
 }
 
 func newAnalysis(in Input) *analysis {
-	a := &analysis{in: in, suffix: cmp.Or(in.DomainSuffix, model.DefaultDomainSuffix), gatewayKeys: map[string]bool{}}
+	a := &analysis{in: in, suffix: cmp.Or(in.DomainSuffix, model.DefaultDomainSuffix), gatewayObjs: map[string]*istio.Object{}}
 	store := model.NewStore()
 	if in.Mesh != nil {
 		store.PutMesh(in.Mesh)
@@ -166,7 +168,7 @@ func newAnalysis(in Input) *analysis {
 				store.PutEndpointSet(es)
 			}
 		case istio.Gateway:
-			a.gatewayKeys[o.Key()] = true
+			a.gatewayObjs[o.Key()] = o
 		case istio.WorkloadEntry:
 			a.workloads = append(a.workloads, Workload{Kind: istio.WorkloadEntry, Namespace: o.Meta.Namespace, Name: o.Meta.Name, Labels: workloadEntryLabels(o)})
 		}
@@ -311,6 +313,52 @@ func (a *analysis) virtualServices() {
 			}
 		}
 		a.gatewayRefs(ref, "spec.gateways", vs.GetGateways())
+		a.hostsOnGateways(o, vs)
+	}
+}
+
+// gatewayKey resolves a gateway name as Istio does: "ns/name", a name in
+// namespace ns, or "name.ns.svc.<suffix>".
+func gatewayKey(ns, g string) string {
+	switch {
+	case strings.Contains(g, "/"):
+		return g
+	case strings.Contains(g, "."):
+		parts := strings.SplitN(g, ".", 3)
+		return parts[1] + "/" + parts[0]
+	}
+	return ns + "/" + g
+}
+
+// hostsOnGateways: a VirtualService bound to a Gateway none of whose
+// servers' hosts (those of the VirtualService's namespace or any) match a
+// host of its own, as Istio's GatewayAnalyzer (IST0132,
+// vsHostInGateway): the gateway serves it for none of them.
+func (a *analysis) hostsOnGateways(o *istio.Object, vs *networking.VirtualService) {
+	for i, g := range vs.GetGateways() {
+		gw, ok := a.gatewayObjs[gatewayKey(o.Meta.Namespace, g)]
+		if g == model.MeshGateway || !ok {
+			continue
+		}
+		var hosts []string
+		for _, srv := range gw.Spec.(*networking.Gateway).GetServers() {
+			for _, h := range srv.GetHosts() {
+				ns, name, scoped := strings.Cut(h, "/")
+				switch {
+				case !scoped:
+					hosts = append(hosts, h)
+				case ns == "*" || ns == o.Meta.Namespace || (ns == "." && gw.Meta.Namespace == o.Meta.Namespace):
+					hosts = append(hosts, name)
+				}
+			}
+		}
+		found := slices.ContainsFunc(hosts, func(gh string) bool {
+			return slices.ContainsFunc(vs.GetHosts(), func(vh string) bool { return model.HostMatches(gh, vh) || model.HostMatches(vh, gh) })
+		})
+		if !found {
+			a.report(CodeHostNotFoundInGateway, refOf(o), fmt.Sprintf("spec.gateways[%d]", i),
+				"one or more host %v defined in VirtualService %s/%s not found in Gateway %s", vs.GetHosts(), o.Meta.Namespace, o.Meta.Name, gw.Key())
+		}
 	}
 }
 
@@ -321,16 +369,8 @@ func (a *analysis) gatewayRefs(ref Ref, path string, names []string) {
 		if g == model.MeshGateway {
 			continue
 		}
-		key := g
-		switch {
-		case strings.Contains(g, "/"):
-		case strings.Contains(g, "."):
-			parts := strings.SplitN(g, ".", 3)
-			key = parts[1] + "/" + parts[0]
-		default:
-			key = ref.Namespace + "/" + g
-		}
-		if !a.gatewayKeys[key] {
+		key := gatewayKey(ref.Namespace, g)
+		if a.gatewayObjs[key] == nil {
 			a.report(CodeGatewayNotFound, ref, fmt.Sprintf("%s[%d]", path, i), "gateway %q: there is no Gateway %s", g, key)
 		}
 	}

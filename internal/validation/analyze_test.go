@@ -377,6 +377,82 @@ spec: {tracing: [{randomSamplingPercentage: 1}]}
 `,
 			want: []string{"FLT0214 Telemetry app/a ", "FLT0214 Telemetry app/b "},
 		},
+		"two sidecar VirtualServices for one host conflict; exported apart, or bound to a gateway, they do not": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: a, namespace: app}
+spec: {hosts: [web], http: [{route: [{destination: {host: web}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: b, namespace: app}
+spec: {hosts: [web.app.svc.cluster.local], gateways: [mesh], http: [{route: [{destination: {host: web}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: only-here, namespace: other}
+spec: {hosts: [web.app.svc.cluster.local], exportTo: ["."], http: [{route: [{destination: {host: web.app.svc.cluster.local}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: app}
+spec: {selector: {app: web}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["app/web.app.svc.cluster.local"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: at-gateway, namespace: app}
+spec: {hosts: [web.app.svc.cluster.local], gateways: [gw], http: [{route: [{destination: {host: web}}]}]}
+`,
+			// only-here is exported to other alone, where a and b (exported
+			// everywhere) also apply: it conflicts with both, as Istio's.
+			want: []string{"FLT0215 VirtualService app/a spec.hosts", "FLT0215 VirtualService app/b spec.hosts", "FLT0215 VirtualService other/only-here spec.hosts"},
+		},
+		"Gateways on the same workloads, port and host conflict; another bind or selector does not": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: one, namespace: app}
+spec: {selector: {app: web}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*/shop.example.com"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: two, namespace: app}
+spec: {selector: {app: web, version: v1}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*/shop.example.com"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: bound, namespace: app}
+spec: {selector: {app: web}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, bind: 10.0.0.1, hosts: ["*/shop.example.com"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: elsewhere, namespace: app}
+spec: {selector: {app: api}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*/shop.example.com"]}]}
+`,
+			want: []string{"FLT0207 Gateway app/elsewhere spec.selector", "FLT0216 Gateway app/one spec.servers[0]", "FLT0216 Gateway app/two spec.servers[0]"},
+		},
+		"a VirtualService bound to a Gateway that serves none of its hosts": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: app}
+spec: {selector: {app: web}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["./*.example.com", "ops/admin.example.org"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: served, namespace: app}
+spec: {hosts: [shop.example.com], gateways: [gw], http: [{route: [{destination: {host: web}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: other-host, namespace: app}
+spec: {hosts: [shop.example.org], gateways: [gw], http: [{route: [{destination: {host: web}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: not-for-app, namespace: app}
+spec: {hosts: [admin.example.org], gateways: [app/gw], http: [{route: [{destination: {host: web.app.svc.cluster.local}}]}]}
+`,
+			want: []string{"FLT0217 VirtualService app/not-for-app spec.gateways[0]", "FLT0217 VirtualService app/other-host spec.gateways[0]"},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := slices.DeleteFunc(messages(world(t, c.yaml)), func(m string) bool { return strings.HasPrefix(m, "FLT0210") || strings.HasPrefix(m, "FLT0211") })

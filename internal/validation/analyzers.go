@@ -3,13 +3,16 @@ package validation
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
 	telemetry "istio.io/api/telemetry/v1alpha1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // certificateVerification: a DestinationRule originating SIMPLE or
@@ -93,6 +96,129 @@ func (a *analysis) telemetrySelectors() {
 		for _, t := range ts {
 			a.report(CodeMultipleTelemetriesWithoutSelector, refOf(t), "",
 				"Telemetries %s of namespace %s have no workload selector: which one applies is undefined", strings.Join(names, ", "), ns)
+		}
+	}
+}
+
+// meshHostConflicts: VirtualServices of the mesh gateway (the sidecars)
+// that define the same host for the same namespaces, as Istio's
+// ConflictingMeshGatewayHostsAnalyzer (IST0109): which one a sidecar
+// uses is undefined. A host is keyed by where it is exported (each
+// exportTo namespace, or everywhere) and its name qualified in the
+// VirtualService's namespace; one exported everywhere conflicts with any
+// it overlaps (a wildcard covering it) exported to a namespace.
+func (a *analysis) meshHostConflicts() {
+	type key struct{ scope, host string }
+	byKey := map[key][]*istio.Object{}
+	var keys []key
+	for _, o := range a.in.Objects {
+		vs, ok := o.Spec.(*networking.VirtualService)
+		if !ok || (len(vs.GetGateways()) > 0 && !slices.Contains(vs.GetGateways(), model.MeshGateway)) {
+			continue
+		}
+		scopes := []string{"*"}
+		if len(vs.GetExportTo()) > 0 && !slices.Contains(vs.GetExportTo(), "*") {
+			scopes = nil
+			for _, e := range vs.GetExportTo() {
+				if e == "." {
+					e = o.Meta.Namespace
+				}
+				if !slices.Contains(scopes, e) {
+					scopes = append(scopes, e)
+				}
+			}
+		}
+		for _, sc := range scopes {
+			for _, h := range vs.GetHosts() {
+				k := key{sc, fqdn(h, o.Meta.Namespace, a.suffix)}
+				if byKey[k] == nil {
+					keys = append(keys, k)
+				}
+				byKey[k] = append(byKey[k], o)
+			}
+		}
+	}
+	reported := map[istio.ID]bool{}
+	for _, k := range keys {
+		list := slices.Clone(byKey[k])
+		if k.scope != "*" {
+			for _, other := range keys {
+				if other.scope == "*" && (model.HostMatches(k.host, other.host) || model.HostMatches(other.host, k.host)) {
+					list = append(list, byKey[other]...)
+				}
+			}
+		}
+		var names []string
+		for _, o := range list {
+			names = append(names, o.Meta.Namespace+"/"+o.Meta.Name)
+		}
+		slices.Sort(names)
+		if names = slices.Compact(names); len(names) < 2 {
+			continue
+		}
+		for _, o := range list {
+			if reported[o.ID()] {
+				continue
+			}
+			reported[o.ID()] = true
+			a.report(CodeConflictingMeshHosts, refOf(o), "spec.hosts",
+				"the VirtualServices %s associated with mesh gateway define the same host %s/%s which can lead to undefined behavior; merge them into one", strings.Join(names, ","), k.scope, k.host)
+		}
+	}
+}
+
+// gatewayConflicts: Gateways selecting the same workloads whose servers on
+// one port list the same host with the same bind, as Istio's
+// ConflictingGatewayAnalyzer (IST0145): the gateway serves only one of
+// them. Selectors are the same when equal as label sets, or when one
+// holds the other and a workload matches both.
+func (a *analysis) gatewayConflicts() {
+	var gws []*istio.Object
+	for _, o := range a.in.Objects {
+		if _, ok := o.Spec.(*networking.Gateway); ok {
+			gws = append(gws, o)
+		}
+	}
+	subset := func(small, big map[string]string) bool {
+		for k, v := range small {
+			if bv, ok := big[k]; !ok || bv != v {
+				return false
+			}
+		}
+		return true
+	}
+	sameWorkloads := func(x, y map[string]string) bool {
+		if maps.Equal(x, y) {
+			return true
+		}
+		if !subset(x, y) && !subset(y, x) {
+			return false
+		}
+		return slices.ContainsFunc(a.workloads, func(w Workload) bool { return subset(x, w.Labels) && subset(y, w.Labels) })
+	}
+	for _, o := range gws {
+		gw := o.Spec.(*networking.Gateway) //nolint:forcetypeassert // gathered above
+		for i, srv := range gw.GetServers() {
+			var with []string
+			for _, other := range gws {
+				ogw := other.Spec.(*networking.Gateway) //nolint:forcetypeassert // gathered above
+				if other.ID() == o.ID() || !sameWorkloads(gw.GetSelector(), ogw.GetSelector()) {
+					continue
+				}
+				conflict := slices.ContainsFunc(ogw.GetServers(), func(os *networking.Server) bool {
+					return os.GetPort().GetNumber() == srv.GetPort().GetNumber() && os.GetBind() == srv.GetBind() &&
+						slices.ContainsFunc(srv.GetHosts(), func(h string) bool { return slices.Contains(os.GetHosts(), h) })
+				})
+				if conflict {
+					with = append(with, other.Meta.Namespace+"/"+other.Meta.Name)
+				}
+			}
+			if len(with) == 0 {
+				continue
+			}
+			slices.Sort(with)
+			a.report(CodeConflictingGateways, refOf(o), fmt.Sprintf("spec.servers[%d]", i),
+				"conflict with gateways %s (workload selector %s, port %d, hosts %s)", strings.Join(with, ","), labels.SelectorFromSet(gw.GetSelector()), srv.GetPort().GetNumber(), strings.Join(srv.GetHosts(), ","))
 		}
 	}
 }

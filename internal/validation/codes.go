@@ -74,6 +74,9 @@ const (
 	CodeNoServerCertificateVerification    Code = "FLT0212"
 	CodeServiceEntryAddressesRequired      Code = "FLT0213"
 	CodeMultipleTelemetriesWithoutSelector Code = "FLT0214"
+	CodeConflictingMeshHosts               Code = "FLT0215"
+	CodeConflictingGateways                Code = "FLT0216"
+	CodeHostNotFoundInGateway              Code = "FLT0217"
 
 	CodeGatewayNotAccepted   Code = "FLT0301"
 	CodeRouteNotAttached     Code = "FLT0302"
@@ -191,6 +194,18 @@ func Codes() []CodeInfo {
 		{
 			CodeMultipleTelemetriesWithoutSelector, "MultipleTelemetriesWithoutWorkloadSelectors", SeverityError, "IST0160",
 			"More than one Telemetry of a namespace has neither a workload selector nor targetRefs: which one applies is undefined.",
+		},
+		{
+			CodeConflictingMeshHosts, "ConflictingMeshGatewayVirtualServiceHosts", SeverityError, "IST0109",
+			"Two VirtualServices of the mesh gateway (the sidecars) define the same host for the same namespaces: which one a sidecar uses is undefined. Merge them into one.",
+		},
+		{
+			CodeConflictingGateways, "ConflictingGateways", SeverityError, "IST0145",
+			"Two Gateways selecting the same workloads list the same host on one port (with the same bind): the gateway serves one of them.",
+		},
+		{
+			CodeHostNotFoundInGateway, "VirtualServiceHostNotFoundInGateway", SeverityWarning, "IST0132",
+			"A VirtualService is bound to a Gateway none of whose server hosts (those of its namespace, or any) matches a host of the VirtualService: that gateway does not serve it.",
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
