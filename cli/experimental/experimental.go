@@ -4,15 +4,22 @@ package experimental
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flotilla-mesh/flotilla/cli/analyze"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
+	"github.com/flotilla-mesh/flotilla/cli/describe"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // NewCommand returns the x command; conn is the root's connection flags.
@@ -21,11 +28,12 @@ func NewCommand(conn *connect.Options) *cobra.Command {
 		Use:     "x",
 		Aliases: []string{"experimental"},
 		Short:   "istioctl experimental's commands, as Flotilla serves them",
-		Example: `  flotilla x envoy-stats productpage-1.default`,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Example: `  flotilla x envoy-stats productpage-1.default
+  flotilla x describe pod productpage-1.default`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(envoyStatsCommand(conn))
+	cmd.AddCommand(envoyStatsCommand(conn), describeCommand(conn))
 	return cmd
 }
 
@@ -113,5 +121,57 @@ port-forward to the pod (15020), under make run from the context file, or at --a
 	fl.StringVar(&kind, "type", "server", "the stats of the server or of its clusters")
 	fl.StringVarP(&output, "output", "o", "short", "output format: short, json, yaml, prom or prom-merged (server only)")
 	fl.StringVar(&agent, "agent-address", "", "the proxy's agent's status port, host:port (default: the context file's, or in a cluster the pod's through port-forward)")
+	return cmd
+}
+
+func describeCommand(conn *connect.Options) *cobra.Command {
+	var suffix string
+	cmd := &cobra.Command{
+		Use:   "describe pod POD.NAMESPACE",
+		Short: "Say which Services, DestinationRules, VirtualServices and policies apply to a pod, and why",
+		Long: `describe pod tells, as istioctl experimental describe pod does, what configuration applies to a
+pod: the Services (and ServiceEntry hosts) it is an endpoint of with their ports; for each, the
+DestinationRule its namespace's sidecars use (the subsets that select the pod, the TLS mode) and the
+VirtualService (which routes reach the pod, which go to subsets that do not select it); the mTLS mode
+its PeerAuthentications make and which do; the AuthorizationPolicies, RequestAuthentications and
+Sidecar that apply to it. It is decided from galley's configuration and registry by the rules discovery
+uses. The pod is read from the cluster with --kubeconfig, else found among galley's endpoints (a pod
+behind a Service, a WorkloadEntry).`,
+		Example: `  flotilla x describe pod productpage-v1-7d4b9c.bookinfo
+  flotilla x describe pod greeter-v1.demo`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 2 || args[0] != "pod" {
+				return fmt.Errorf("want: describe pod POD.NAMESPACE, got %q", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, ns, ok := strings.Cut(connect.ProxyName(args[1]), ".")
+			if !ok || name == "" || ns == "" {
+				return fmt.Errorf("%q: want the pod as POD.NAMESPACE", args[1])
+			}
+			live, err := analyze.FetchLive(cmd.Context(), conn)
+			if err != nil {
+				return err
+			}
+			pc, _ := live.Store.Build(model.BuildOptions{DomainSuffix: suffix}, nil, 1)
+			w, found := describe.FindWorkload(pc, name, ns)
+			if conn.Kube.Enabled() {
+				client, err := conn.Kube.Client()
+				if err != nil {
+					return err
+				}
+				pod, err := client.CoreV1().Pods(ns).Get(cmd.Context(), name, metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("pod %s.%s: %w", name, ns, err)
+				}
+				w = describe.Workload{Name: name, Namespace: ns, ServiceAccount: cmp.Or(pod.Spec.ServiceAccountName, "default"), IP: pod.Status.PodIP, Labels: pod.Labels}
+			} else if !found {
+				return fmt.Errorf("pod %s.%s is not among galley's endpoints: is it ready and behind a Service (or a WorkloadEntry)? With --kubeconfig the pod is read from the cluster", name, ns)
+			}
+			return describe.Describe(cmd.OutOrStdout(), pc, w)
+		},
+	}
+	cmd.Flags().StringVar(&suffix, "domain-suffix", model.DefaultDomainSuffix, "the cluster's DNS suffix, that short hosts are qualified with")
 	return cmd
 }

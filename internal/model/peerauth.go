@@ -35,20 +35,8 @@ func (pc *PushContext) InboundMTLS(p *Proxy, port uint32) MTLSMode {
 // root namespace's, else permissive. UNSET inherits from the next level.
 func (pc *PushContext) WorkloadMTLS(namespace string, labels map[string]string, port uint32) MTLSMode {
 	var chain []*security.PeerAuthentication
-	for _, pa := range pc.cfg.peerAuth[namespace] {
-		sel := pa.Spec.GetSelector().GetMatchLabels()
-		if len(sel) > 0 && LabelsMatch(sel, labels) {
-			chain = append(chain, pa.Spec)
-			break
-		}
-	}
-	for _, ns := range []string{namespace, pc.RootNamespace} {
-		for _, pa := range pc.cfg.peerAuth[ns] {
-			if len(pa.Spec.GetSelector().GetMatchLabels()) == 0 {
-				chain = append(chain, pa.Spec)
-				break
-			}
-		}
+	for _, pa := range pc.WorkloadPeerAuthentications(namespace, labels) {
+		chain = append(chain, pa.Spec)
 	}
 	for i, pa := range chain {
 		if i == 0 && len(pa.GetSelector().GetMatchLabels()) > 0 {
@@ -63,6 +51,31 @@ func (pc *PushContext) WorkloadMTLS(namespace string, labels map[string]string, 
 		}
 	}
 	return Permissive
+}
+
+// WorkloadPeerAuthentications are the PeerAuthentications that decide the
+// mTLS mode of the workload with labels in namespace, the first deciding
+// first: the one of its namespace selecting it, its namespace's without a
+// selector, the root namespace's without a selector (each level's first
+// by precedence order), as many of them as there are.
+func (pc *PushContext) WorkloadPeerAuthentications(namespace string, labels map[string]string) []*PeerAuthentication {
+	var chain []*PeerAuthentication
+	for _, pa := range pc.cfg.peerAuth[namespace] {
+		sel := pa.Spec.GetSelector().GetMatchLabels()
+		if len(sel) > 0 && LabelsMatch(sel, labels) {
+			chain = append(chain, pa)
+			break
+		}
+	}
+	for _, ns := range []string{namespace, pc.RootNamespace} {
+		for _, pa := range pc.cfg.peerAuth[ns] {
+			if len(pa.Spec.GetSelector().GetMatchLabels()) == 0 {
+				chain = append(chain, pa)
+				break
+			}
+		}
+	}
+	return chain
 }
 
 func mtlsMode(m security.PeerAuthentication_MutualTLS_Mode) (MTLSMode, bool) {
