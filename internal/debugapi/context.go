@@ -42,6 +42,9 @@ type Context struct {
 	// name of the proxy each runs (pod.namespace): where proxy-config
 	// bootstrap reads a proxy's bootstrap (AgentBootstrapPath).
 	AgentAddresses map[string]string `yaml:"agentAddresses,omitempty"`
+	// LogDir is where a local stack keeps each service's output,
+	// <name>.log (flotilla bug-report collects them).
+	LogDir string `yaml:"logDir,omitempty"`
 }
 
 // WriteContext writes a context file (a local stack does, for the CLI).

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -65,8 +66,48 @@ type Supervisor struct {
 	// keep running. Without it such an exit stops them all.
 	Restart                           bool
 	RestartBackoff, MaxRestartBackoff time.Duration
+	// LogDir, when set, also keeps each process's output (unprefixed) in
+	// LogDir/<name>.log, at most MaxLogBytes, the older half moved to
+	// <name>.log.1 (flotilla bug-report reads them).
+	LogDir string
 
-	mu sync.Mutex // serialises writes to Out
+	mu   sync.Mutex // serialises writes to Out and to the logs
+	logs map[string]*logFile
+}
+
+// MaxLogBytes bounds one process's log file; with its one rotated file a
+// process keeps at most twice this.
+const MaxLogBytes = 16 << 20
+
+// logFile is one process's log, rotated at MaxLogBytes.
+type logFile struct {
+	path string
+	f    *os.File
+	size int64
+}
+
+func (l *logFile) write(line []byte) {
+	if l.f == nil {
+		// A run's log starts empty; a restarted process appends to it.
+		f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return // the terminal still has it
+		}
+		_ = os.Remove(l.path + ".1")
+		l.f, l.size = f, 0
+	}
+	if l.size+int64(len(line)) > MaxLogBytes {
+		_ = l.f.Close()
+		_ = os.Rename(l.path, l.path+".1")
+		f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			l.f = nil
+			return
+		}
+		l.f, l.size = f, 0
+	}
+	n, _ := l.f.Write(line)
+	l.size += int64(n)
 }
 
 type child struct {
@@ -85,6 +126,12 @@ type child struct {
 // or stops the others and is returned as an error.
 func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 	var res Result
+	if s.LogDir != "" {
+		if err := os.MkdirAll(s.LogDir, 0o700); err != nil {
+			return res, fmt.Errorf("log dir: %w", err)
+		}
+		defer s.closeLogs()
+	}
 	width := 0
 	for _, p := range procs {
 		width = max(width, len(p.Name))
@@ -246,8 +293,8 @@ func (s *Supervisor) start(p Process, width int) (*child, error) {
 	c := &child{name: p.Name, started: time.Now(), cmd: cmd, done: make(chan struct{})}
 	prefix := p.Name + strings.Repeat(" ", width-len(p.Name)) + " | "
 	c.output.Add(2)
-	go s.copyLines(prefix, stdout, &c.output)
-	go s.copyLines(prefix, stderr, &c.output)
+	go s.copyLines(p.Name, prefix, stdout, &c.output)
+	go s.copyLines(p.Name, prefix, stderr, &c.output)
 	go func() {
 		c.output.Wait() // all output is written before the exit is reported
 		c.err = cmd.Wait()
@@ -256,17 +303,39 @@ func (s *Supervisor) start(p Process, width int) (*child, error) {
 	return c, nil
 }
 
-func (s *Supervisor) copyLines(prefix string, r io.Reader, wg *sync.WaitGroup) {
+func (s *Supervisor) copyLines(name, prefix string, r io.Reader, wg *sync.WaitGroup) {
 	defer wg.Done()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		s.mu.Lock()
 		_, _ = fmt.Fprintf(s.Out, "%s%s\n", prefix, sc.Bytes())
+		if s.LogDir != "" {
+			if s.logs == nil {
+				s.logs = map[string]*logFile{}
+			}
+			l := s.logs[name]
+			if l == nil {
+				l = &logFile{path: filepath.Join(s.LogDir, name+".log")}
+				s.logs[name] = l
+			}
+			l.write(append(slices.Clone(sc.Bytes()), '\n'))
+		}
 		s.mu.Unlock()
 	}
 	// A line over 1 MiB ends the copy; drain so the child never blocks.
 	_, _ = io.Copy(io.Discard, r)
+}
+
+func (s *Supervisor) closeLogs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.logs {
+		if l.f != nil {
+			_ = l.f.Close()
+			l.f = nil
+		}
+	}
 }
 
 // stopAll sends SIGTERM to every running child, waits up to StopTimeout,

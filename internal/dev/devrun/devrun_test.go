@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -242,5 +243,65 @@ func TestAMissingBinaryIsAnError(t *testing.T) {
 	_, err := supervisor(io.Discard).Run(context.Background(), []Process{{Name: "x", Path: "/nonexistent/flotilla-x"}})
 	if err == nil || !strings.Contains(err.Error(), "start x") {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// TestEachProcesssOutputIsKeptInItsLogFileUnprefixed: with LogDir, each
+// process's lines go to <name>.log too, as the process wrote them; a new
+// run starts them empty.
+func TestEachProcesssOutputIsKeptInItsLogFileUnprefixed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "galley.log"), []byte("a line of the last run\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := &testenv.SyncBuffer{}
+	s := supervisor(out)
+	s.LogDir = dir
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(ctx, []Process{proc("galley", "serve"), proc("ca", "serve")})
+		done <- err
+	}()
+	waitFor(t, out, "galley | a warning")
+	waitFor(t, out, "ca     | a warning")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	for _, name := range []string{"galley", "ca"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Split(strings.TrimSpace(string(b)), "\n")
+		slices.Sort(got) // stdout and stderr interleave
+		if want := []string{"a warning", "drained", "listening"}; !slices.Equal(got, want) {
+			t.Errorf("%s.log: %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestALogFileIsRotatedAtItsBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.log")
+	l := &logFile{path: path}
+	line := []byte(strings.Repeat("x", 1<<20-1) + "\n")
+	for range MaxLogBytes/len(line) + 3 {
+		l.write(line)
+	}
+	_ = l.f.Close()
+	cur, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.Stat(path + ".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Size() != 3<<20 || old.Size() != MaxLogBytes {
+		t.Errorf("sizes: %d and %d, want %d and %d", cur.Size(), old.Size(), 3<<20, MaxLogBytes)
 	}
 }

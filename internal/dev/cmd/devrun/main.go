@@ -35,7 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configDir := fs.String("config-dir", "examples", "directory of Istio YAML that galley serves (its own files only, not subdirectories)")
 	meshFile := fs.String("mesh-config-file", "", "mesh configuration (MeshConfig YAML) galley serves (default: <config-dir>/mesh/mesh.yaml when that file exists)")
 	portOffset := fs.Int("port-offset", 0, "added to every control-plane port (ca 15013/15018, galley 15019/15017/15015, discovery 15010/15012/15014 and 15110/15112/15114, injector 15016/15022, the demo agents 15120-15123), to run beside another stack; the greeters keep the ports examples/greeter.yaml names")
-	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root)")
+	stateDir := fs.String("state-dir", ".flotilla", "directory for the services' local state (ca's root; each service's log in logs/<name>.log)")
 	stopTimeout := fs.Duration("stop-timeout", 20*time.Second, "how long services get to exit after Ctrl-C")
 	exitOnFailure := fs.Bool("exit-on-failure", false, "stop every service when one exits (by default it is restarted, with backoff, and the others keep serving)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -115,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "devrun: %v\n", err)
 		return command.ExitError
 	}
-	sup := &devrun.Supervisor{Out: stdout, Log: log, StopTimeout: *stopTimeout, NotBuiltCode: command.ExitNotBuilt, Restart: !*exitOnFailure}
+	sup := &devrun.Supervisor{Out: stdout, Log: log, StopTimeout: *stopTimeout, NotBuiltCode: command.ExitNotBuilt, Restart: !*exitOnFailure, LogDir: l.logDir()}
 	res, err := sup.Run(ctx, procs)
 	if len(res.NotBuilt) > 0 {
 		_, _ = fmt.Fprintf(stdout, "not built yet: %s\n", strings.Join(res.NotBuilt, ", "))
@@ -204,6 +204,7 @@ func writeContext(l local, requested map[string]bool, ids *devjwt.Dir) error {
 	if len(c.DiscoveryAddresses) == 0 {
 		return nil
 	}
+	c.LogDir = l.logDir()
 	for name, d := range demoPods() {
 		if requested[name+"-agent"] {
 			if c.AgentAddresses == nil {
@@ -283,6 +284,10 @@ func demoPods() map[string]demoPod {
 		"intruder":   {name: "intruder", account: intruderAccount, labels: `{"app": "greeter-intruder"}`, admin: intruderAgent, discovery: secure2},
 	}
 }
+
+// logDir keeps each service's output (<state-dir>/logs/<name>.log);
+// stateDir is absolute by then.
+func (l local) logDir() string { return filepath.Join(l.stateDir, "logs") }
 
 func (d demoPod) dir(l local) string       { return filepath.Join(l.stateDir, demoNamespace, d.name) }
 func (d demoPod) bootstrap(l local) string { return filepath.Join(d.dir(l), "grpc-bootstrap.json") }
