@@ -89,6 +89,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.set = func(name string) bool { return fs.Changed(name) }
 }
 
+// LogDir is where a local stack keeps its services' logs, as its context
+// file says; none in a cluster (its pods' logs are the apiserver's).
+func (o *Options) LogDir() (string, bool) {
+	if o.Kube.Enabled() {
+		return "", false
+	}
+	c, err := o.resolve()
+	return c.LogDir, err == nil && c.LogDir != ""
+}
+
 // resolve merges the flags over the context file over the defaults.
 func (o *Options) resolve() (Context, error) {
 	c := Context{}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
+	"github.com/flotilla-mesh/flotilla/cli/bugreport"
 	"github.com/flotilla-mesh/flotilla/cli/check"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/cli/experimental"
@@ -42,7 +43,7 @@ they configure.`,
 	cmd.SetVersionTemplate("flotilla {{.Version}}\n")
 	conn := &connect.Options{}
 	conn.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), check.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn), experimental.NewCommand(conn), tag.NewCommand(conn))
+	cmd.AddCommand(newVersionCommand(info, conn), analyze.NewCommand(conn), check.NewCommand(conn), kubeinject.NewCommand(), proxystatus.NewCommand(conn), proxyconfig.NewCommand(conn), token.NewCommand(), wait.NewCommand(conn), experimental.NewCommand(conn), tag.NewCommand(conn), bugreport.NewCommand(conn))
 	return cmd
 }
 

@@ -4,10 +4,13 @@
 package binaries_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,10 +285,12 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	// with a certificate from ca for the operator's token, it sees every
 	// demo proxy on the two replicas, waits for the edit to reach them
 	// all, and analyzes galley's configuration.
+	cliDir := t.TempDir()
 	cli := func(args ...string) (int, string) {
 		t.Helper()
 		c := exec.Command(filepath.Join(binDir, "flotilla"), args...)
 		c.Env = append(os.Environ(), "FLOTILLA_CONTEXT="+filepath.Join(state, "context.yaml"))
+		c.Dir = cliDir // what a command writes (bug-report's archive) stays out of the checkout
 		b, err := c.CombinedOutput()
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
@@ -344,6 +349,36 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 		}
 		if c.header != "" && strings.Join(strings.Fields(strings.SplitN(got, "\n", 2)[0]), " ") != c.header {
 			t.Errorf("README's %q shows the header %q; the command prints\n%s", c.line, c.header, got)
+		}
+	}
+
+	// bug-report gathers the live stack: every file there, none failed,
+	// no key or token in any.
+	archive := filepath.Join(cliDir, "report.tar.gz")
+	if code, got := cli("bug-report", "-o", archive); code != 0 || strings.Contains(got, "failed") {
+		t.Errorf("bug-report: exit %d\n%s", code, got)
+	}
+	files := readArchive(t, archive)
+	dumps := 0
+	for name, body := range files {
+		if strings.HasPrefix(name, "bug-report/proxies/") && strings.Contains(body, "type.googleapis.com/envoy.admin.v3.ClustersConfigDump") {
+			dumps++
+		}
+	}
+	if dumps != 4 {
+		t.Errorf("bug-report has %d proxies' config dumps, want the 4 demo proxies'", dumps)
+	}
+	for _, want := range []string{"version.txt", "proxy-status.json", "galley/config.yaml", "galley/rejections.json", "galley/subscribers.json", "logs/galley.log", "logs/discovery-2.log", "logs/client-agent.log"} {
+		if files["bug-report/"+want] == "" {
+			t.Errorf("bug-report has no %s (or it is empty); it has %d files", want, len(files))
+		}
+	}
+	if !strings.Contains(files["bug-report/galley/config.yaml"], "kind: VirtualService") || !strings.Contains(files["bug-report/logs/galley.log"], "level=INFO") {
+		t.Errorf("bug-report's configuration or galley's log:\n%.1000s\n%.1000s", files["bug-report/galley/config.yaml"], files["bug-report/logs/galley.log"])
+	}
+	for name, body := range files {
+		if strings.Contains(body, "PRIVATE KEY") || regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.`).MatchString(body) {
+			t.Errorf("bug-report's %s holds a key or a token", name)
 		}
 	}
 
@@ -500,4 +535,34 @@ func readmeCommands(t *testing.T) []readmeCommand {
 		out = append(out, c)
 	}
 	return out
+}
+
+// readArchive is the gzipped tar's files by name.
+func readArchive(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = string(b)
+	}
 }
