@@ -11,9 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
 	"github.com/flotilla-mesh/flotilla/cli/connect"

@@ -9,7 +9,6 @@ import (
 
 	networking "istio.io/api/networking/v1alpha3"
 	telemetry "istio.io/api/telemetry/v1alpha1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
@@ -218,7 +217,17 @@ func (a *analysis) gatewayConflicts() {
 			}
 			slices.Sort(with)
 			a.report(CodeConflictingGateways, refOf(o), fmt.Sprintf("spec.servers[%d]", i),
-				"conflict with gateways %s (workload selector %s, port %d, hosts %s)", strings.Join(with, ","), labels.SelectorFromSet(gw.GetSelector()), srv.GetPort().GetNumber(), strings.Join(srv.GetHosts(), ","))
+				"conflict with gateways %s (workload selector %s, port %d, hosts %s)", strings.Join(with, ","), selectorString(gw.GetSelector()), srv.GetPort().GetNumber(), strings.Join(srv.GetHosts(), ","))
 		}
 	}
+}
+
+// selectorString is a label selector as Kubernetes prints one: its
+// key=value pairs by key, comma-separated.
+func selectorString(sel map[string]string) string {
+	parts := make([]string, 0, len(sel))
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		parts = append(parts, k+"="+sel[k])
+	}
+	return strings.Join(parts, ",")
 }
