@@ -361,7 +361,7 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	files := readArchive(t, archive)
 	dumps := 0
 	for name, body := range files {
-		if strings.HasPrefix(name, "bug-report/proxies/") && strings.Contains(body, "type.googleapis.com/envoy.admin.v3.ClustersConfigDump") {
+		if strings.HasPrefix(name, "bug-report/proxies/") && strings.Contains(body, "type.googleapis.com/envoy.admin.v3.") {
 			dumps++
 		}
 	}
