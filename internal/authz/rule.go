@@ -770,3 +770,33 @@ func appendNew(l []string, s string) []string {
 	}
 	return append(l, s)
 }
+
+// RoutingClaimPrefix starts a VirtualService header match that matches a
+// claim of the request's verified JWT instead of a header (Istio's
+// jwt.HeaderJWTClaim): "@request.auth.claims.group.id" or
+// "@request.auth.claims[group][id]".
+const RoutingClaimPrefix = "@request.auth.claims"
+
+// RoutingClaim reads a header match name as Istio's jwt.ToRoutingClaim
+// does: the claim path it names, and whether it names one (the prefix in
+// any case, then "." separated names or "[...]" brackets).
+func RoutingClaim(name string) ([]string, bool) {
+	if len(name) < len(RoutingClaimPrefix) || !strings.EqualFold(name[:len(RoutingClaimPrefix)], RoutingClaimPrefix) {
+		return nil, false
+	}
+	rest := name[len(RoutingClaimPrefix):]
+	switch {
+	case strings.HasPrefix(rest, ".") && len(rest) > 1:
+		return strings.Split(rest[1:], "."), true
+	case strings.HasPrefix(rest, "[") && strings.HasSuffix(rest, "]") && len(rest) > 2:
+		return strings.Split(rest[1:len(rest)-1], "]["), true
+	}
+	return nil, false
+}
+
+// ClaimMatcher matches a claim of the verified JWT payload against v
+// (a list claim matches when one element does), as Istio's
+// MetadataMatcherForJWTClaims.
+func ClaimMatcher(claims []string, v *matcherv3.ValueMatcher) *matcherv3.MetadataMatcher {
+	return jwtClaim(claims, v, true)
+}

@@ -58,6 +58,7 @@ func (g *gen) jwtFilter(policies []*model.RequestAuthentication) *hcmv3.HttpFilt
 			NormalizePayloadInMetadata: &jwtv3.JwtProvider_NormalizePayload{
 				SpaceDelimitedClaims: spaceDelimitedClaims(r.GetSpaceDelimitedClaims()),
 			},
+			ClearRouteCache: g.fl.jwtClearsRouteCache(),
 		}
 		for _, h := range r.GetFromHeaders() {
 			p.FromHeaders = append(p.FromHeaders, &jwtv3.JwtHeader{Name: h.GetName(), ValuePrefix: h.GetPrefix()})

@@ -82,7 +82,7 @@ func (g *gen) workloadAuthz() *workloadAuthz {
 		authns = g.pc.WorkloadRequestAuthentications(g.p.Namespace, g.p.Labels)
 	}
 	var key strings.Builder
-	key.WriteString("authz|" + g.client.name + "|")
+	key.WriteString("authz|" + g.client.name + "|" + strconv.FormatBool(g.fl.jwtClearsRouteCache()) + "|")
 	for _, ap := range policies {
 		key.WriteString(ap.Namespace + "/" + ap.Name + ",")
 	}

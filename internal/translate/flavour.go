@@ -56,6 +56,11 @@ type flavour interface {
 	// patchContexts are the EnvoyFilter contexts of the proxy's outbound
 	// and inbound resources; false when EnvoyFilters do not apply to it.
 	patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool)
+	// jwtClearsRouteCache: the JWT filter clears the route cache once it
+	// has verified a token, so that routes matching the token's claims
+	// (a VirtualService's @request.auth.claims, bound to gateways only)
+	// see them; Istio's JwtFilter(proxy.Type != SidecarProxy).
+	jwtClearsRouteCache() bool
 }
 
 // client is what the proxy's xDS client implements, where Envoy and

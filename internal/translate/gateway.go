@@ -1126,3 +1126,5 @@ func (router) gatewayCredentials(g *gen) map[string]bool {
 func (router) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
 	return networking.EnvoyFilter_GATEWAY, networking.EnvoyFilter_GATEWAY, true
 }
+
+func (router) jwtClearsRouteCache() bool { return true }

@@ -262,3 +262,5 @@ func (proxyless) gatewayCredentials(*gen) map[string]bool { return nil }
 func (proxyless) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
 	return 0, 0, false
 }
+
+func (proxyless) jwtClearsRouteCache() bool { return false }

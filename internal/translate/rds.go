@@ -22,6 +22,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	"github.com/flotilla-mesh/flotilla/internal/authz"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
@@ -302,11 +303,27 @@ func (g *gen) routeMatch(m *networking.HTTPMatchRequest, gatewaySemantics bool) 
 	if m.GetIgnoreUriCase() {
 		rm.CaseSensitive = wrapperspb.Bool(false)
 	}
-	for _, name := range sortedKeys(m.GetHeaders()) {
-		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetHeaders()[name], false))
-	}
-	for _, name := range sortedKeys(m.GetWithoutHeaders()) {
-		rm.Headers = append(rm.Headers, headerMatcher(name, m.GetWithoutHeaders()[name], true))
+	// A JWT claim named as a header (@request.auth.claims…, gateways
+	// only) matches the verified token's payload, which the JWT filter
+	// leaves in metadata and clears the route cache for (Istio's
+	// translateMetadataMatch).
+	for _, set := range []struct {
+		m      map[string]*networking.StringMatch
+		invert bool
+	}{{m.GetHeaders(), false}, {m.GetWithoutHeaders(), true}} {
+		for _, name := range sortedKeys(set.m) {
+			if claims, ok := authz.RoutingClaim(name); ok {
+				v := &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_PresentMatch{PresentMatch: true}}
+				if sm := stringMatcher(set.m[name]); sm != nil {
+					v = &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_StringMatch{StringMatch: sm}}
+				}
+				cm := authz.ClaimMatcher(claims, v)
+				cm.Invert = set.invert
+				rm.DynamicMetadata = append(rm.DynamicMetadata, cm)
+				continue
+			}
+			rm.Headers = append(rm.Headers, headerMatcher(name, set.m[name], set.invert))
+		}
 	}
 	for _, pseudo := range []struct {
 		name string
@@ -346,6 +363,11 @@ func headerMatcher(name string, sm *networking.StringMatch, invert bool) *routev
 	hm := &routev3.HeaderMatcher{Name: strings.ToLower(name), InvertMatch: invert}
 	if m := stringMatcher(sm); m != nil {
 		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: m}
+		// withoutHeaders: a request without the header does not have
+		// the value either, so it matches (Istio's translateRouteMatch;
+		// Envoy otherwise fails a value match on a missing header,
+		// inverted or not).
+		hm.TreatMissingHeaderAsEmpty = invert
 	} else {
 		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
 	}

@@ -461,3 +461,5 @@ func (sidecar) gatewayCredentials(*gen) map[string]bool { return nil }
 func (sidecar) patchContexts() (outbound, inbound networking.EnvoyFilter_PatchContext, ok bool) {
 	return networking.EnvoyFilter_SIDECAR_OUTBOUND, networking.EnvoyFilter_SIDECAR_INBOUND, true
 }
+
+func (sidecar) jwtClearsRouteCache() bool { return false }

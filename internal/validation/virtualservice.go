@@ -6,6 +6,9 @@ import (
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/flotilla-mesh/flotilla/internal/authz"
+	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 func (v *validator) virtualService() {
@@ -242,6 +245,17 @@ func (v *validator) httpMatch(path string, m *networking.HTTPMatchRequest) {
 	}{{"headers", m.GetHeaders()}, {"withoutHeaders", m.GetWithoutHeaders()}} {
 		for name, sm := range set.m {
 			hp := key(field(path, set.name), name)
+			if _, claim := authz.RoutingClaim(name); claim {
+				// A JWT claim (Istio's ValidateHTTPHeaderNameOrJwtClaimRoute),
+				// which only a gateway's JWT filter makes available to routing.
+				if vs, ok := v.obj.Spec.(*networking.VirtualService); ok && (len(vs.GetGateways()) == 0 || slices.Contains(vs.GetGateways(), model.MeshGateway)) {
+					v.r.errorf(hp, "JWT claim based routing (key: %s) is only supported for gateway, found no gateways: %v", name, vs.GetGateways())
+				}
+				if sm.GetMatchType() != nil {
+					v.stringMatch(hp, sm)
+				}
+				continue
+			}
 			if v.headerName(hp, name) && name != strings.ToLower(name) {
 				v.r.errorf(hp, "header name %q must be lower case: Envoy matches lower-cased names, so it would never match", name)
 			}
