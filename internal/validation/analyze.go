@@ -117,6 +117,7 @@ func Analyze(in Input) []Message {
 	a.telemetrySelectors()
 	a.meshHostConflicts()
 	a.gatewayConflicts()
+	a.claimRoutesAuthenticated()
 	if !in.HaveServices {
 		a.report(CodeAnalyzerSkipped, Ref{Kind: "Analysis"}, "", "no Services or ServiceEntries in the input: the host checks (%s, %s, %s, %s) did not run",
 			CodeHostNotFound, CodeUnknownDestRuleHost, CodeSidecarEgressNothing, CodeGatewayPortNotOnService)

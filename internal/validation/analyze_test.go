@@ -430,6 +430,36 @@ spec: {selector: {app: api}, servers: [{port: {number: 8080, name: http, protoco
 `,
 			want: []string{"FLT0207 Gateway app/elsewhere spec.selector", "FLT0216 Gateway app/one spec.servers[0]", "FLT0216 Gateway app/two spec.servers[0]"},
 		},
+		"JWT claim routing through a gateway without a RequestAuthentication for its pods": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: app}
+spec: {selector: {app: web}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*/shop.example.com"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: claims, namespace: app}
+spec: {hosts: [shop.example.com], gateways: [gw], http: [{match: [{headers: {"@request.auth.claims.group": {exact: admin}}}], route: [{destination: {host: web}}]}, {route: [{destination: {host: web}}]}]}
+`,
+			want: []string{"FLT0218 VirtualService app/claims spec.gateways[0]"},
+		},
+		"JWT claim routing through a gateway whose pods a RequestAuthentication verifies": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: app}
+spec: {selector: {app: web}, servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*/shop.example.com"]}]}
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: tokens, namespace: istio-system}
+spec: {jwtRules: [{issuer: https://accounts.example.com}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: claims, namespace: app}
+spec: {hosts: [shop.example.com], gateways: [gw], http: [{match: [{headers: {"@request.auth.claims.group": {exact: admin}}}], route: [{destination: {host: web}}]}, {route: [{destination: {host: web}}]}]}
+`,
+		},
 		"a VirtualService bound to a Gateway that serves none of its hosts": {
 			yaml: `apiVersion: networking.istio.io/v1
 kind: Gateway

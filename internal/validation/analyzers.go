@@ -10,6 +10,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 	telemetry "istio.io/api/telemetry/v1alpha1"
 
+	"github.com/flotilla-mesh/flotilla/internal/authz"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
@@ -230,4 +231,51 @@ func selectorString(sel map[string]string) string {
 		parts = append(parts, k+"="+sel[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// claimRoutesAuthenticated: a VirtualService routing on JWT claims
+// (@request.auth.claims) through a Gateway whose workloads no
+// RequestAuthentication applies to, as Istio's JWTClaimRouteAnalyzer
+// (IST0149): no token is verified there, so no claim is ever seen and
+// those routes never match.
+func (a *analysis) claimRoutesAuthenticated() {
+	if !a.in.HaveWorkloads {
+		return
+	}
+	for _, o := range a.in.Objects {
+		vs, ok := o.Spec.(*networking.VirtualService)
+		if !ok {
+			continue
+		}
+		claim := ""
+		for _, h := range vs.GetHttp() {
+			for _, m := range h.GetMatch() {
+				for _, set := range []map[string]*networking.StringMatch{m.GetHeaders(), m.GetWithoutHeaders()} {
+					for _, k := range slices.Sorted(maps.Keys(set)) {
+						if _, ok := authz.RoutingClaim(k); ok && claim == "" {
+							claim = k
+						}
+					}
+				}
+			}
+		}
+		if claim == "" {
+			continue
+		}
+		for i, g := range vs.GetGateways() {
+			gw := a.gatewayObjs[gatewayKey(o.Meta.Namespace, g)]
+			if g == model.MeshGateway || gw == nil {
+				continue
+			}
+			sel := gw.Spec.(*networking.Gateway).GetSelector() //nolint:forcetypeassert // gatewayObjs holds Gateways
+			for _, w := range a.workloads {
+				if !model.LabelsMatch(sel, w.Labels) || len(a.pc.WorkloadRequestAuthentications(w.Namespace, w.Labels)) > 0 {
+					continue
+				}
+				a.report(CodeClaimRouteWithoutAuthn, refOf(o), fmt.Sprintf("spec.gateways[%d]", i),
+					"the virtual service uses the JWT claim based routing (key: %s) but found no request authentication for the gateway (%s) pod (%s/%s): a RequestAuthentication must apply to the gateway's pods to verify the token and make its claims available for routing",
+					claim, gw.Key(), w.Namespace, w.Name)
+			}
+		}
+	}
 }

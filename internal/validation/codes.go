@@ -77,6 +77,7 @@ const (
 	CodeConflictingMeshHosts               Code = "FLT0215"
 	CodeConflictingGateways                Code = "FLT0216"
 	CodeHostNotFoundInGateway              Code = "FLT0217"
+	CodeClaimRouteWithoutAuthn             Code = "FLT0218"
 
 	CodeGatewayNotAccepted   Code = "FLT0301"
 	CodeRouteNotAttached     Code = "FLT0302"
@@ -206,6 +207,10 @@ func Codes() []CodeInfo {
 		{
 			CodeHostNotFoundInGateway, "VirtualServiceHostNotFoundInGateway", SeverityWarning, "IST0132",
 			"A VirtualService is bound to a Gateway none of whose server hosts (those of its namespace, or any) matches a host of the VirtualService: that gateway does not serve it.",
+		},
+		{
+			CodeClaimRouteWithoutAuthn, "JwtClaimBasedRoutingWithoutRequestAuthN", SeverityError, "IST0149",
+			"A VirtualService routes on JWT claims (@request.auth.claims) through a Gateway whose workloads no RequestAuthentication applies to: no token is verified there, so those routes never match.",
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
