@@ -118,6 +118,8 @@ func Analyze(in Input) []Message {
 	a.meshHostConflicts()
 	a.gatewayConflicts()
 	a.claimRoutesAuthenticated()
+	a.selectorConflicts()
+	a.telemetryProviders()
 	if !in.HaveServices {
 		a.report(CodeAnalyzerSkipped, Ref{Kind: "Analysis"}, "", "no Services or ServiceEntries in the input: the host checks (%s, %s, %s, %s) did not run",
 			CodeHostNotFound, CodeUnknownDestRuleHost, CodeSidecarEgressNothing, CodeGatewayPortNotOnService)

@@ -460,6 +460,43 @@ metadata: {name: claims, namespace: app}
 spec: {hosts: [shop.example.com], gateways: [gw], http: [{match: [{headers: {"@request.auth.claims.group": {exact: admin}}}], route: [{destination: {host: web}}]}, {route: [{destination: {host: web}}]}]}
 `,
 		},
+		"two Sidecars for one workload, two without selectors; Telemetries for one workload; access logging without a provider": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: web-a, namespace: app}
+spec: {workloadSelector: {labels: {app: web}}, egress: [{hosts: ["./*"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: web-b, namespace: app}
+spec: {workloadSelector: {labels: {version: v1}}, egress: [{hosts: ["./*"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: app}
+spec: {egress: [{hosts: ["./*"]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default-too, namespace: app}
+spec: {egress: [{hosts: ["app/*"]}]}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: t1, namespace: app}
+spec: {selector: {matchLabels: {app: web}}, tracing: [{randomSamplingPercentage: 10}]}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: t2, namespace: app}
+spec: {selector: {matchLabels: {version: v1}}, accessLogging: [{filter: {expression: "response.code >= 400"}}]}
+`,
+			want: []string{
+				"FLT0220 Sidecar app/default ", "FLT0220 Sidecar app/default-too ",
+				"FLT0219 Sidecar app/web-a spec", "FLT0219 Sidecar app/web-b spec",
+				"FLT0221 Telemetry app/t1 spec", "FLT0221 Telemetry app/t2 spec", "FLT0222 Telemetry app/t2 spec.accessLogging[0]",
+			},
+		},
 		"a VirtualService bound to a Gateway that serves none of its hosts": {
 			yaml: `apiVersion: networking.istio.io/v1
 kind: Gateway

@@ -279,3 +279,108 @@ func (a *analysis) claimRoutesAuthenticated() {
 		}
 	}
 }
+
+// selectorConflicts: Sidecars of a namespace that select the same
+// workload, or that have no selector (Istio's sidecar SelectorAnalyzer:
+// IST0110, IST0111), and Telemetries that select the same workload
+// (Istio's telemetry SelectorAnalyzer, IST0159; those without a selector
+// are telemetrySelectors'): which one applies is undefined.
+func (a *analysis) selectorConflicts() {
+	type kindOf struct {
+		selector func(o *istio.Object) (map[string]string, bool) // false: not of the kind
+		code     Code
+		plural   string
+	}
+	for _, k := range []kindOf{
+		{func(o *istio.Object) (map[string]string, bool) {
+			s, ok := o.Spec.(*networking.Sidecar)
+			return s.GetWorkloadSelector().GetLabels(), ok
+		}, CodeConflictingSidecarSelectors, "Sidecars"},
+		{func(o *istio.Object) (map[string]string, bool) {
+			t, ok := o.Spec.(*telemetry.Telemetry)
+			return t.GetSelector().GetMatchLabels(), ok
+		}, CodeConflictingTelemetrySelectors, "Telemetries"},
+	} {
+		bySelected := map[string][]*istio.Object{} // workload ("ns/kind/name") → the objects selecting it
+		var order []string
+		withoutSelector := map[string][]*istio.Object{}
+		for _, o := range a.in.Objects {
+			sel, ok := k.selector(o)
+			if !ok {
+				continue
+			}
+			if len(sel) == 0 {
+				withoutSelector[o.Meta.Namespace] = append(withoutSelector[o.Meta.Namespace], o)
+				continue
+			}
+			if !a.in.HaveWorkloads {
+				continue
+			}
+			for _, w := range a.workloads {
+				if w.Namespace == o.Meta.Namespace && model.LabelsMatch(sel, w.Labels) {
+					key := w.Namespace + "/" + w.Kind + "/" + w.Name
+					if bySelected[key] == nil {
+						order = append(order, key)
+					}
+					bySelected[key] = append(bySelected[key], o)
+				}
+			}
+		}
+		for _, key := range order {
+			list := bySelected[key]
+			if len(list) < 2 {
+				continue
+			}
+			parts := strings.SplitN(key, "/", 3)
+			for _, o := range list {
+				a.report(k.code, refOf(o), "spec", "the %s %s in namespace %s select the same workload %s %s, which can lead to undefined behavior",
+					k.plural, objectNames(list), parts[0], parts[1], parts[2])
+			}
+		}
+		if k.code != CodeConflictingSidecarSelectors {
+			continue
+		}
+		for ns, list := range withoutSelector {
+			if len(list) < 2 {
+				continue
+			}
+			for _, o := range list {
+				a.report(CodeMultipleSidecarsWithoutSelector, refOf(o), "", "the Sidecars %s in namespace %s have no workload selector, which can lead to undefined behavior", objectNames(list), ns)
+			}
+		}
+	}
+}
+
+// objectNames are the objects' names, sorted and comma-separated.
+func objectNames(os []*istio.Object) string {
+	names := make([]string, len(os))
+	for i, o := range os {
+		names[i] = o.Meta.Name
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// telemetryProviders: a Telemetry's access logging that names no
+// provider while the mesh has no default one, as Istio's
+// ProviderAnalyzer (IST0157): it then speaks only for the providers a
+// Telemetry above it names (model.MergeLogs), and is ignored where none
+// does.
+func (a *analysis) telemetryProviders() {
+	if len(a.in.Mesh.GetDefaultProviders().GetAccessLogging()) > 0 {
+		return
+	}
+	for _, o := range a.in.Objects {
+		t, ok := o.Spec.(*telemetry.Telemetry)
+		if !ok {
+			continue
+		}
+		for i, l := range t.GetAccessLogging() {
+			if l.GetDisabled().GetValue() || len(l.GetProviders()) > 0 {
+				continue
+			}
+			a.report(CodeTelemetryWithoutProvider, refOf(o), fmt.Sprintf("spec.accessLogging[%d]", i),
+				"access logging names no provider and the mesh has no default access logging provider (defaultProviders.accessLogging): it is ignored unless a Telemetry above it (the root namespace's, its namespace's) names one")
+		}
+	}
+}

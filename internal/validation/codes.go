@@ -78,6 +78,10 @@ const (
 	CodeConflictingGateways                Code = "FLT0216"
 	CodeHostNotFoundInGateway              Code = "FLT0217"
 	CodeClaimRouteWithoutAuthn             Code = "FLT0218"
+	CodeConflictingSidecarSelectors        Code = "FLT0219"
+	CodeMultipleSidecarsWithoutSelector    Code = "FLT0220"
+	CodeConflictingTelemetrySelectors      Code = "FLT0221"
+	CodeTelemetryWithoutProvider           Code = "FLT0222"
 
 	CodeGatewayNotAccepted   Code = "FLT0301"
 	CodeRouteNotAttached     Code = "FLT0302"
@@ -211,6 +215,22 @@ func Codes() []CodeInfo {
 		{
 			CodeClaimRouteWithoutAuthn, "JwtClaimBasedRoutingWithoutRequestAuthN", SeverityError, "IST0149",
 			"A VirtualService routes on JWT claims (@request.auth.claims) through a Gateway whose workloads no RequestAuthentication applies to: no token is verified there, so those routes never match.",
+		},
+		{
+			CodeConflictingSidecarSelectors, "ConflictingSidecarWorkloadSelectors", SeverityError, "IST0110",
+			"Sidecars of one namespace select the same workload: which one applies to it is undefined.",
+		},
+		{
+			CodeMultipleSidecarsWithoutSelector, "MultipleSidecarsWithoutWorkloadSelectors", SeverityError, "IST0111",
+			"A namespace has more than one Sidecar without a workload selector: which one applies is undefined.",
+		},
+		{
+			CodeConflictingTelemetrySelectors, "ConflictingTelemetryWorkloadSelectors", SeverityError, "IST0159",
+			"Telemetries of one namespace select the same workload: which one applies to it is undefined.",
+		},
+		{
+			CodeTelemetryWithoutProvider, "InvalidTelemetryProvider", SeverityWarning, "IST0157",
+			"A Telemetry's access logging names no provider and the mesh has no default access logging provider: it changes only what a Telemetry above it (the root namespace's, its namespace's) names, and is ignored where none does.",
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
