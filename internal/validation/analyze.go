@@ -120,6 +120,7 @@ func Analyze(in Input) []Message {
 	a.claimRoutesAuthenticated()
 	a.selectorConflicts()
 	a.telemetryProviders()
+	a.serviceEntryProtocols()
 	if !in.HaveServices {
 		a.report(CodeAnalyzerSkipped, Ref{Kind: "Analysis"}, "", "no Services or ServiceEntries in the input: the host checks (%s, %s, %s, %s) did not run",
 			CodeHostNotFound, CodeUnknownDestRuleHost, CodeSidecarEgressNothing, CodeGatewayPortNotOnService)

@@ -497,6 +497,29 @@ spec: {selector: {matchLabels: {version: v1}}, accessLogging: [{filter: {express
 				"FLT0221 Telemetry app/t1 spec", "FLT0221 Telemetry app/t2 spec", "FLT0222 Telemetry app/t2 spec.accessLogging[0]",
 			},
 		},
+		"two ServiceEntries give one host and port two protocols; exported apart they do not": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api-http, namespace: app}
+spec: {hosts: [api.example.com], location: MESH_EXTERNAL, resolution: DNS, ports: [{number: 443, name: https, protocol: HTTPS}]}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api-tls, namespace: other}
+spec: {hosts: [api.example.com], location: MESH_EXTERNAL, resolution: DNS, ports: [{number: 443, name: tls, protocol: TLS}]}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db-a, namespace: app}
+spec: {hosts: [db.example.com], exportTo: ["."], addresses: [240.0.0.9], location: MESH_EXTERNAL, resolution: DNS, ports: [{number: 5432, name: pg, protocol: TCP}]}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db-b, namespace: other}
+spec: {hosts: [db.example.com], exportTo: ["."], location: MESH_EXTERNAL, resolution: DNS, ports: [{number: 5432, name: pg, protocol: HTTP}]}
+`,
+			want: []string{"FLT0223 ServiceEntry app/api-http spec.ports", "FLT0223 ServiceEntry other/api-tls spec.ports"},
+		},
 		"a VirtualService bound to a Gateway that serves none of its hosts": {
 			yaml: `apiVersion: networking.istio.io/v1
 kind: Gateway

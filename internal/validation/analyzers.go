@@ -384,3 +384,77 @@ func (a *analysis) telemetryProviders() {
 		}
 	}
 }
+
+// serviceEntryProtocols: ServiceEntries that define one host and port
+// with different protocols for the same namespaces, as Istio's
+// ConflictingServiceEntryProtocolAnalyzer (IST0177): which protocol the
+// proxies use for it is undefined. Keyed by where each is exported (each
+// exportTo namespace, or everywhere); one exported everywhere conflicts
+// with one exported to a namespace.
+func (a *analysis) serviceEntryProtocols() {
+	type key struct {
+		scope, host string
+		port        uint32
+	}
+	type entry struct {
+		protocol string
+		o        *istio.Object
+	}
+	index := map[key][]entry{}
+	var keys []key
+	for _, o := range a.in.Objects {
+		se, ok := o.Spec.(*networking.ServiceEntry)
+		if !ok {
+			continue
+		}
+		scopes := []string{"*"}
+		if len(se.GetExportTo()) > 0 && !slices.Contains(se.GetExportTo(), "*") {
+			scopes = nil
+			for _, e := range se.GetExportTo() {
+				if e == "." {
+					e = o.Meta.Namespace
+				}
+				if !slices.Contains(scopes, e) {
+					scopes = append(scopes, e)
+				}
+			}
+		}
+		for _, sc := range scopes {
+			for _, h := range se.GetHosts() {
+				for _, p := range se.GetPorts() {
+					k := key{sc, h, p.GetNumber()}
+					if index[k] == nil {
+						keys = append(keys, k)
+					}
+					index[k] = append(index[k], entry{strings.ToUpper(p.GetProtocol()), o})
+				}
+			}
+		}
+	}
+	reported := map[istio.ID]bool{}
+	for _, k := range keys {
+		entries := slices.Clone(index[k])
+		if k.scope != "*" {
+			entries = append(entries, index[key{"*", k.host, k.port}]...)
+		}
+		var protocols, names []string
+		for _, e := range entries {
+			protocols = append(protocols, e.protocol)
+			names = append(names, e.o.Meta.Namespace+"/"+e.o.Meta.Name)
+		}
+		slices.Sort(protocols)
+		slices.Sort(names)
+		if protocols = slices.Compact(protocols); len(protocols) < 2 {
+			continue
+		}
+		names = slices.Compact(names)
+		for _, e := range entries {
+			if reported[e.o.ID()] {
+				continue
+			}
+			reported[e.o.ID()] = true
+			a.report(CodeConflictingServiceEntryProtocol, refOf(e.o), "spec.ports",
+				"multiple ServiceEntries (%s) define the same host %q and port %d with conflicting protocols (%s)", strings.Join(names, ", "), k.host, k.port, strings.Join(protocols, ", "))
+		}
+	}
+}

@@ -82,6 +82,7 @@ const (
 	CodeMultipleSidecarsWithoutSelector    Code = "FLT0220"
 	CodeConflictingTelemetrySelectors      Code = "FLT0221"
 	CodeTelemetryWithoutProvider           Code = "FLT0222"
+	CodeConflictingServiceEntryProtocol    Code = "FLT0223"
 
 	CodeGatewayNotAccepted   Code = "FLT0301"
 	CodeRouteNotAttached     Code = "FLT0302"
@@ -231,6 +232,10 @@ func Codes() []CodeInfo {
 		{
 			CodeTelemetryWithoutProvider, "InvalidTelemetryProvider", SeverityWarning, "IST0157",
 			"A Telemetry's access logging names no provider and the mesh has no default access logging provider: it changes only what a Telemetry above it (the root namespace's, its namespace's) names, and is ignored where none does.",
+		},
+		{
+			CodeConflictingServiceEntryProtocol, "ConflictingServiceEntryProtocol", SeverityWarning, "IST0177",
+			"ServiceEntries define one host and port with different protocols for the same namespaces: which protocol the proxies use for it is undefined.",
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
