@@ -116,19 +116,7 @@ func (a *analysis) meshHostConflicts() {
 		if !ok || (len(vs.GetGateways()) > 0 && !slices.Contains(vs.GetGateways(), model.MeshGateway)) {
 			continue
 		}
-		scopes := []string{"*"}
-		if len(vs.GetExportTo()) > 0 && !slices.Contains(vs.GetExportTo(), "*") {
-			scopes = nil
-			for _, e := range vs.GetExportTo() {
-				if e == "." {
-					e = o.Meta.Namespace
-				}
-				if !slices.Contains(scopes, e) {
-					scopes = append(scopes, e)
-				}
-			}
-		}
-		for _, sc := range scopes {
+		for _, sc := range exportScopes(vs.GetExportTo(), o.Meta.Namespace) {
 			for _, h := range vs.GetHosts() {
 				k := key{sc, fqdn(h, o.Meta.Namespace, a.suffix)}
 				if byKey[k] == nil {
@@ -407,19 +395,7 @@ func (a *analysis) serviceEntryProtocols() {
 		if !ok {
 			continue
 		}
-		scopes := []string{"*"}
-		if len(se.GetExportTo()) > 0 && !slices.Contains(se.GetExportTo(), "*") {
-			scopes = nil
-			for _, e := range se.GetExportTo() {
-				if e == "." {
-					e = o.Meta.Namespace
-				}
-				if !slices.Contains(scopes, e) {
-					scopes = append(scopes, e)
-				}
-			}
-		}
-		for _, sc := range scopes {
+		for _, sc := range exportScopes(se.GetExportTo(), o.Meta.Namespace) {
 			for _, h := range se.GetHosts() {
 				for _, p := range se.GetPorts() {
 					k := key{sc, h, p.GetNumber()}
@@ -457,4 +433,24 @@ func (a *analysis) serviceEntryProtocols() {
 				"multiple ServiceEntries (%s) define the same host %q and port %d with conflicting protocols (%s)", strings.Join(names, ", "), k.host, k.port, strings.Join(protocols, ", "))
 		}
 	}
+}
+
+// exportScopes are where an object of namespace ns with exportTo is
+// visible, as Istio's analyzers key it (exportToScopes): "*" for
+// everywhere (no exportTo, or "*" among it), else each namespace named,
+// "." being ns.
+func exportScopes(exportTo []string, ns string) []string {
+	if len(exportTo) == 0 || slices.Contains(exportTo, "*") {
+		return []string{"*"}
+	}
+	var scopes []string
+	for _, e := range exportTo {
+		if e == "." {
+			e = ns
+		}
+		if !slices.Contains(scopes, e) {
+			scopes = append(scopes, e)
+		}
+	}
+	return scopes
 }
