@@ -188,7 +188,7 @@ func Input(f *Files, domainSuffix string) validation.Input {
 		}
 	}
 	return validation.Input{
-		Objects: f.Objects, Services: f.Services, Workloads: f.Workloads, DomainSuffix: domainSuffix,
+		Objects: f.Objects, Services: f.Services, Workloads: f.Workloads, Namespaces: f.Namespaces, DomainSuffix: domainSuffix,
 		HaveServices: haveServices, HaveWorkloads: haveWorkloads,
 	}
 }

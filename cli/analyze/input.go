@@ -35,6 +35,8 @@ type Files struct {
 	Objects   []*istio.Object
 	Services  []*registryv1.Service
 	Workloads []validation.Workload
+	// Namespaces are the files' Namespace objects' labels, by name.
+	Namespaces map[string]map[string]string
 	// Messages are the documents that could not be read and the objects
 	// defined twice.
 	Messages []validation.Message
@@ -237,6 +239,10 @@ func (f *Files) foreign(doc *istio.Document, namespace, domainSuffix string) {
 		var n corev1.Namespace
 		if decode(&n) {
 			f.gateway.addNamespace(&n)
+			if f.Namespaces == nil {
+				f.Namespaces = map[string]map[string]string{}
+			}
+			f.Namespaces[n.Name] = maps.Clone(n.Labels)
 		}
 	case group == "" && fr.Kind == "Service":
 		var svc corev1.Service

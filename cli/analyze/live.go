@@ -3,6 +3,7 @@ package analyze
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 
@@ -97,6 +98,8 @@ func LiveInput(l *Live, f *Files, domainSuffix string) validation.Input {
 		}
 	}
 	in.Workloads = f.Workloads
+	in.Namespaces = l.Store.NamespaceLabels()
+	maps.Copy(in.Namespaces, f.Namespaces)
 	return in
 }
 

@@ -274,6 +274,16 @@ func (s *Store) Contents() (objects []*istio.Object, services []*registryv1.Serv
 	return objects, services, endpoints, s.mesh
 }
 
+// NamespaceLabels are the namespaces the store holds (a cluster's, as
+// galley sends them) by name, with their labels.
+func (s *Store) NamespaceLabels() map[string]map[string]string {
+	out := make(map[string]map[string]string, len(s.namespaces))
+	for name, ns := range s.namespaces {
+		out[name] = maps.Clone(ns.GetLabels())
+	}
+	return out
+}
+
 // Put stores one resource of a collection, decoding its body; meta is an
 // Istio object's metadata (other collections have none). A body that is
 // not the collection's message, or does not decode, is an error and

@@ -31,6 +31,10 @@ type Input struct {
 	// Workloads are workloads the endpoints do not list: the Pods and
 	// Pod templates of the input files.
 	Workloads []Workload
+	// Namespaces are the namespaces the input holds, with their labels
+	// (live: the cluster's; files: their Namespace objects); the
+	// namespace checks look at these only.
+	Namespaces map[string]map[string]string
 	// Mesh is the mesh configuration; nil is Istio's defaults.
 	Mesh *meshv1alpha1.MeshConfig
 	// DomainSuffix qualifies short hosts (default cluster.local).
@@ -121,6 +125,7 @@ func Analyze(in Input) []Message {
 	a.selectorConflicts()
 	a.telemetryProviders()
 	a.serviceEntryProtocols()
+	a.namespaceInjection()
 	if !in.HaveServices {
 		a.report(CodeAnalyzerSkipped, Ref{Kind: "Analysis"}, "", "no Services or ServiceEntries in the input: the host checks (%s, %s, %s, %s) did not run",
 			CodeHostNotFound, CodeUnknownDestRuleHost, CodeSidecarEgressNothing, CodeGatewayPortNotOnService)

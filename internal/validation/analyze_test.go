@@ -552,3 +552,21 @@ spec: {hosts: [admin.example.org], gateways: [app/gw], http: [{route: [{destinat
 		})
 	}
 }
+
+func TestNamespacesInjectionLabelsAreCheckedAsIstiosInjectionAnalyzer(t *testing.T) {
+	in := world(t, "")
+	in.Workloads = append(in.Workloads,
+		validation.Workload{Kind: "Pod", Namespace: "plain", Name: "p-0", Labels: map[string]string{"app": "p"}},
+		validation.Workload{Kind: "Pod", Namespace: "kube-system", Name: "dns-0", Labels: map[string]string{"app": "dns"}},
+	)
+	in.Namespaces = map[string]map[string]string{
+		"app":         {"istio-injection": "enabled", "istio.io/rev": "canary"},
+		"plain":       {"team": "a"},
+		"empty":       {},
+		"canary":      {"istio.io/rev": "canary"},
+		"kube-system": {},
+	}
+	if got, want := messages(in), []string{"FLT0224 Namespace app metadata.labels", "FLT0225 Namespace plain metadata.labels"}; !slices.Equal(got, want) {
+		t.Errorf("messages\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}

@@ -11,6 +11,7 @@ import (
 	telemetry "istio.io/api/telemetry/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/authz"
+	"github.com/flotilla-mesh/flotilla/internal/controlplane"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
@@ -453,4 +454,33 @@ func exportScopes(exportTo []string, ns string) []string {
 		}
 	}
 	return scopes
+}
+
+// namespaceInjection: a namespace labelled both istio-injection and
+// istio.io/rev (Istio's injection analyzer, IST0123: istio-injection
+// wins, as the webhooks select), and one holding workloads with neither
+// (IST0102, Info: they get no sidecar). The system namespaces and the
+// mesh's root namespace are never injected and not reported.
+func (a *analysis) namespaceInjection() {
+	withWorkloads := map[string]bool{}
+	for _, w := range a.workloads {
+		withWorkloads[w.Namespace] = true
+	}
+	for _, ns := range slices.Sorted(maps.Keys(a.in.Namespaces)) {
+		if slices.Contains([]string{"kube-system", "kube-public", "kube-node-lease", "local-path-storage", a.pc.RootNamespace}, ns) {
+			continue
+		}
+		labels := a.in.Namespaces[ns]
+		injection, hasInjection := labels["istio-injection"]
+		rev, hasRev := labels[controlplane.RevisionLabel]
+		ref := Ref{Kind: "Namespace", Name: ns}
+		switch {
+		case hasInjection && hasRev:
+			a.report(CodeNamespaceMultipleInjectionLabels, ref, "metadata.labels",
+				"the namespace has more than one type of injection labels [istio-injection istio.io/rev]: istio-injection=%s wins, and istio.io/rev=%s is not used; keep only one", injection, rev)
+		case !hasInjection && !hasRev && withWorkloads[ns]:
+			a.report(CodeNamespaceNotInjected, ref, "metadata.labels",
+				"the namespace is not enabled for Istio injection: run 'kubectl label namespace %s istio-injection=enabled' to enable it, or 'kubectl label namespace %s istio-injection=disabled' to explicitly mark it as not needing injection", ns, ns)
+		}
+	}
 }

@@ -83,6 +83,8 @@ const (
 	CodeConflictingTelemetrySelectors      Code = "FLT0221"
 	CodeTelemetryWithoutProvider           Code = "FLT0222"
 	CodeConflictingServiceEntryProtocol    Code = "FLT0223"
+	CodeNamespaceMultipleInjectionLabels   Code = "FLT0224"
+	CodeNamespaceNotInjected               Code = "FLT0225"
 
 	CodeGatewayNotAccepted   Code = "FLT0301"
 	CodeRouteNotAttached     Code = "FLT0302"
@@ -236,6 +238,14 @@ func Codes() []CodeInfo {
 		{
 			CodeConflictingServiceEntryProtocol, "ConflictingServiceEntryProtocol", SeverityWarning, "IST0177",
 			"ServiceEntries define one host and port with different protocols for the same namespaces: which protocol the proxies use for it is undefined.",
+		},
+		{
+			CodeNamespaceMultipleInjectionLabels, "NamespaceMultipleInjectionLabels", SeverityWarning, "IST0123",
+			"A namespace is labelled both istio-injection and istio.io/rev: istio-injection wins (the default revision, or none), and the revision label is not used.",
+		},
+		{
+			CodeNamespaceNotInjected, "NamespaceNotInjected", SeverityInfo, "IST0102",
+			"A namespace holding workloads has neither istio-injection nor istio.io/rev: its pods get no sidecar.",
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",
