@@ -197,7 +197,8 @@ func proxyCommand() *cobra.Command {
 		Long: "proxy gets the pod's certificate from ca (or serves the files mounted at /etc/certs) and serves it to Envoy over SDS on " + sds.SocketPath +
 			"; relays Envoy's ADS from " + xdsproxy.SocketPath + " to discovery over mTLS with that certificate; writes Envoy's bootstrap and runs Envoy, " +
 			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected), /stats/prometheus (Envoy's and the agent's metrics) " +
-			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (the originals come from $ISTIO_KUBE_APP_PROBERS, which the injector sets when it rewrites them). " +
+			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (the originals come from $ISTIO_KUBE_APP_PROBERS, which the injector sets when it rewrites them); " +
+			"to loopback clients only (kubectl port-forward), the bootstrap it wrote (/debug/bootstrap), the workload secrets without keys (/debug/secrets) and Envoy's config_dump, clusters, stats, server_info and logging levels (/debug/envoy/..., for flotilla proxy-config --source proxy, proxy-config log and x envoy-stats). " +
 			"For proxyless gRPC applications (Istio's grpc-agent template) it writes the gRPC xDS bootstrap ($GRPC_XDS_BOOTSTRAP), whose server is the xDS proxy's socket, " +
 			"and keeps the certificate files its certificate provider reads ($OUTPUT_CERTS); with $DISABLE_ENVOY=true it runs no Envoy and no SDS server. " +
 			"The Wasm modules of ECDS resources (WasmPlugins) are fetched by the agent, over http(s) or from OCI registries with the plugin's pull secret, " +
