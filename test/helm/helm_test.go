@@ -571,9 +571,14 @@ func TestTheRenderedChartInstallsIntoARealAPIServer(t *testing.T) {
 		{"flotilla-ca", "get", "", "secrets", "app", "istio-ca-secret", "", false},
 		{"flotilla-ca", "update", "", "configmaps", "app", "istio-ca-root-cert", "", true},
 		{"flotilla-ca", "list", "", "pods", "", "", "", false},
-		// injector: its own webhook configuration only.
+		// injector: mutating webhook configurations (its own, and its
+		// revision's tags', whose names users choose: as istiod's role,
+		// every one; it writes only its own and those labelled with its
+		// revision and a tag), and nothing else.
 		{"flotilla-injector", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "flotilla-sidecar-injector", "", true},
-		{"flotilla-injector", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "another", "", false},
+		{"flotilla-injector", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "istio-revision-tag-prod", "", true},
+		{"flotilla-injector", "delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "istio-revision-tag-prod", "", false},
+		{"flotilla-injector", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "flotilla-validator-" + namespace, "", false},
 		{"flotilla-injector", "list", "", "namespaces", "", "", "", false},
 		{"flotilla-injector", "get", "", "secrets", namespace, "istio-ca-secret", "", false},
 		// galley: whether a gateway's account may read its Secrets.
