@@ -76,3 +76,16 @@ func TestTheArchiveHoldsEachFileScrubbedAndSaysWhatFailed(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRedact: scrubbing never panics, and leaves no whole PEM private key
+// block behind.
+func FuzzRedact(f *testing.F) {
+	f.Add([]byte("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n"))
+	f.Add([]byte("Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out := Redact(data)
+		if privateKey.Match(out) {
+			t.Fatalf("a private key block is left in %q", out)
+		}
+	})
+}
