@@ -38,6 +38,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/proxystatus"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
+	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 )
 
 // Bounds of what one report holds.
@@ -158,6 +159,7 @@ func Redact(b []byte) []byte {
 // Collect runs every step into r; each is bounded by conn's timeout.
 func Collect(ctx context.Context, conn *connect.Options, r *Report, maxProxies int) {
 	var v bytes.Buffer
+	fmt.Fprintf(&v, "client version: %s\n", buildinfo.Get())
 	if err := proxystatus.PrintVersions(ctx, &v, conn); err != nil {
 		r.Fail("versions", err)
 	}

@@ -4,13 +4,10 @@
 package binaries_test
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -358,7 +355,7 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 	if code, got := cli("bug-report", "-o", archive); code != 0 || strings.Contains(got, "failed") {
 		t.Errorf("bug-report: exit %d\n%s", code, got)
 	}
-	files := readArchive(t, archive)
+	files := proc.ReadArchive(t, archive)
 	dumps := 0
 	for name, body := range files {
 		if strings.HasPrefix(name, "bug-report/proxies/") && strings.Contains(body, "type.googleapis.com/envoy.admin.v3.") {
@@ -535,34 +532,4 @@ func readmeCommands(t *testing.T) []readmeCommand {
 		out = append(out, c)
 	}
 	return out
-}
-
-// readArchive is the gzipped tar's files by name.
-func readArchive(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name] = string(b)
-	}
 }

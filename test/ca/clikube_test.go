@@ -3,8 +3,10 @@ package ca_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
+	"github.com/flotilla-mesh/flotilla/test/proc"
 )
 
 // TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices runs
@@ -112,6 +115,35 @@ func TestTheCLIFindsTheReplicasInAClusterThroughTheirEndpointSlices(t *testing.T
 	slice("flotilla-galley", map[string]bool{"flotilla-galley-0": true})
 	if code, out := live(); code != 1 || !strings.Contains(out, "port-forward to "+ns+"/flotilla-galley-0:15019") {
 		t.Fatalf("analyze --live with galley's EndpointSlice: %d %s", code, out)
+	}
+
+	// bug-report in the cluster: each step it can take is in the archive
+	// (the control plane's pods' logs: the apiserver answers an
+	// unscheduled pod's as empty), each it cannot (the port-forwards,
+	// which need a kubelet) is named in errors.txt, and the archive is
+	// written.
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "flotilla-galley-0", Labels: map[string]string{"app.kubernetes.io/part-of": "flotilla"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "galley", Image: "flotilla-galley"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "report.tar.gz")
+	if code, out := run("bug-report", "-o", archive); code != 0 || !strings.Contains(out, "steps failed (errors.txt says why)") {
+		t.Fatalf("bug-report in a cluster without kubelets: %d %s", code, out)
+	}
+	files := proc.ReadArchive(t, archive)
+	errs := files["bug-report/errors.txt"]
+	for _, want := range []string{"discovery: port-forward to " + ns + "/", "galley's configuration: port-forward to " + ns + "/flotilla-galley-0:15019"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("bug-report's errors.txt lacks %q:\n%s\n(files: %v)", want, errs, slices.Sorted(maps.Keys(files)))
+		}
+	}
+	if _, ok := files["bug-report/logs/flotilla-galley-0/galley.log"]; !ok {
+		t.Errorf("bug-report has no log of flotilla-galley-0's galley container: %v", slices.Sorted(maps.Keys(files)))
+	}
+	if !strings.HasPrefix(files["bug-report/version.txt"], "client version: ") {
+		t.Errorf("bug-report's version.txt:\n%s", files["bug-report/version.txt"])
 	}
 }
 
