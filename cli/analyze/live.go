@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
@@ -98,7 +100,16 @@ func LiveInput(l *Live, f *Files, domainSuffix string) validation.Input {
 		}
 	}
 	in.Workloads = f.Workloads
-	in.Namespaces = l.Store.NamespaceLabels()
+	// A cluster's namespaces only: its apiserver labels every one with
+	// its name (kubernetes.io/metadata.name). galley's file mode names
+	// those its objects are in, labelled with nothing: no injection there
+	// to check.
+	in.Namespaces = map[string]map[string]string{}
+	for name, labels := range l.Store.NamespaceLabels() {
+		if _, cluster := labels[corev1.LabelMetadataName]; cluster {
+			in.Namespaces[name] = labels
+		}
+	}
 	maps.Copy(in.Namespaces, f.Namespaces)
 	return in
 }

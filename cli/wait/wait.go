@@ -295,7 +295,10 @@ func (w *waiter) poll(ctx context.Context) (tally, error) {
 			t.latest[replicaName(a)] = v
 		}
 	}
-	if ctx.Err() != nil {
+	// Cut short also when the deadline has passed but its timer has not
+	// fired yet: a poll started at the deadline fails at once for every
+	// replica, and must not stand for what they answered before.
+	if end, ok := ctx.Deadline(); ctx.Err() != nil || (ok && !time.Now().Before(end)) {
 		return t, errCut
 	}
 	if !w.t.want.Delete && w.t.want.Version == "" {
