@@ -195,7 +195,11 @@ func (s *Supervisor) Run(ctx context.Context, procs []Process) (Result, error) {
 				res.NotBuilt = append(res.NotBuilt, c.name)
 				s.Log.Info("not built yet", "process", c.name)
 				continue
-			case s.Restart && ctx.Err() == nil:
+			case ctx.Err() != nil:
+				// Stopping already (Ctrl-C came with this exit): the
+				// stop below ends the others and reports, not a failure.
+				continue
+			case s.Restart:
 				delay := s.nextBackoff(backoff, c.index, time.Since(c.started))
 				s.Log.Warn("exited; restarting it, the others keep running", "process", c.name, "error", c.err, "in", delay)
 				s.restartLater(ctx, restarts, c.index, delay)
