@@ -259,7 +259,7 @@ func collectGalley(ctx context.Context, conn *connect.Options, r *Report) {
 		docs = append(docs, b)
 	}
 	r.Add("galley/config.yaml", bytes.Join(docs, []byte("---\n")))
-	r.Add("galley/registry.json", jsonOf(map[string]any{"services": protoList(services), "endpoints": protoList(endpoints)}))
+	r.Add("galley/registry.json", jsonOf(map[string]any{"services": protoList(r, services), "endpoints": protoList(r, endpoints)}))
 	if mesh != nil {
 		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(mesh)
 		if err != nil {
@@ -270,11 +270,14 @@ func collectGalley(ctx context.Context, conn *connect.Options, r *Report) {
 	}
 }
 
-func protoList[T proto.Message](ms []T) []json.RawMessage {
+// protoList is ms as JSON; one that does not marshal is named in r's
+// errors and left out.
+func protoList[T proto.Message](r *Report, ms []T) []json.RawMessage {
 	out := make([]json.RawMessage, 0, len(ms))
 	for _, m := range ms {
 		b, err := protojson.Marshal(m)
 		if err != nil {
+			r.Fail(fmt.Sprintf("galley's registry: %T", m), err)
 			continue
 		}
 		out = append(out, b)

@@ -162,21 +162,20 @@ func describeService(b *strings.Builder, pc *model.PushContext, scope *model.Sco
 		return
 	}
 	fmt.Fprintf(b, "VirtualService: %s/%s\n", vs.Namespace, vs.Name)
-	describeRoutes(b, vs, svc.GetHostname(), pc.DomainSuffix, matching, dr != nil && len(dr.Spec.GetSubsets()) > 0)
+	describeRoutes(b, vs, svc.GetHostname(), pc.DomainSuffix, matching)
 }
 
 // describeRoutes says which HTTP and TCP routes of vs send requests to
 // host, and whether to a subset that selects the pod, as istioctl's
 // printVirtualService does.
-func describeRoutes(b *strings.Builder, vs *model.VirtualService, host, suffix string, matching []string, hasSubsets bool) {
+func describeRoutes(b *strings.Builder, vs *model.VirtualService, host, suffix string, matching []string) {
 	var reach, miss []string
 	type dest struct {
 		d      *networking.Destination
 		weight int32
 	}
 	check := func(kind string, i int, match string, dests []dest) {
-		for _, dw := range dests {
-			d := dw
+		for _, d := range dests {
 			if model.ResolveHost(d.d.GetHost(), vs.Namespace, suffix) != host {
 				continue
 			}
@@ -222,7 +221,7 @@ func describeRoutes(b *strings.Builder, vs *model.VirtualService, host, suffix s
 	if len(reach) == 0 {
 		n := len(vs.Spec.GetHttp()) + len(vs.Spec.GetTcp())
 		fmt.Fprintf(b, "   WARNING: No destinations match pod subsets (checked %d HTTP/TCP routes)\n", n)
-		if !hasSubsets && len(miss) == 0 {
+		if len(miss) == 0 {
 			b.WriteString("      (no route sends to this host)\n")
 		}
 	}
