@@ -64,8 +64,12 @@ code) and then looks across objects, as istioctl analyze does: VirtualServices n
 subsets or gateways that do not exist, DestinationRule subsets that select no workload, two
 DestinationRules for one host, Sidecar egress hosts that import nothing, DestinationRules whose TLS
 a STRICT PeerAuthentication refuses, Gateways selecting no workload or listening on a port their
-Service does not expose, selectors that match nothing, Service ports without a protocol, and
-deprecated fields. Kubernetes Gateway API objects in the files are converted as galley converts
+Service does not expose, selectors that match nothing, Service ports without a protocol,
+EnvoyFilter patches that are ignored or order-dependent, and deprecated fields. The Kubernetes
+objects in the files are checked as Istio's annotation, injection and Deployment analyzers check
+them: unknown, misplaced, deprecated or (to the injector) invalid Istio annotations, applications
+running as the proxy's user, istio-proxy containers left as image: auto where no injector selects
+the pods, Services clashing in front of an injected workload. Kubernetes Gateway API objects in the files are converted as galley converts
 them, and what the status galley would write says is wrong is reported: Gateways not accepted,
 listeners in conflict, routes not attached to their parents, refs to another namespace without a
 ReferenceGrant, backends and certificates not found (FLT03xx).
@@ -154,7 +158,7 @@ func (o *Options) Run(ctx context.Context, conn *connect.Options, stdin io.Reade
 		in = LiveInput(live, files, o.DomainSuffix)
 		msgs = append(msgs, rejectedMessages(live)...)
 	}
-	msgs = slices.Concat(msgs, validation.Analyze(in), files.gateway.messages(in))
+	msgs = slices.Concat(msgs, validation.Analyze(in), files.gateway.messages(in), files.kube.messages(in))
 	failing := 0
 	var shown []validation.Message
 	for _, m := range msgs {

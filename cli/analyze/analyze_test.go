@@ -185,3 +185,124 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// The cases around Istio's annotation, image-auto and application-UID
+// analyzers that the every-message directory does not show: what is not
+// reported.
+func TestTheWorkloadChecksLeaveAloneWhatIstiosLeaveAlone(t *testing.T) {
+	t.Chdir("testdata")
+	for name, c := range map[string]struct {
+		yaml string
+		want []validation.Code
+	}{
+		"the inject annotation beside the label of that name is not called deprecated": {
+			yaml: `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a, labels: {sidecar.istio.io/inject: "true"}, annotations: {sidecar.istio.io/inject: "true"}}
+spec: {containers: [{name: app, image: app}]}
+`,
+		},
+		"an annotation Istio attaches to any kind, and those Istio writes itself": {
+			yaml: `apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: a, annotations: {networking.istio.io/exportTo: ".", istio.io/rev: canary, sidecar.istio.io/status: "{}"}}
+spec: {selector: {app: s}, ports: [{name: http, port: 80}]}
+`,
+		},
+		"a Service annotation on a Pod is misplaced": {
+			yaml: `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a, annotations: {networking.istio.io/traffic-distribution: PreferClose}}
+spec: {containers: [{name: app, image: app}]}
+`,
+			want: []validation.Code{validation.CodeMisplacedAnnotation},
+		},
+		"the control plane's own workloads are skipped, as Istio's IsIstioControlPlane": {
+			yaml: `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: gw, namespace: a, labels: {istio: ingressgateway}}
+spec:
+  selector: {matchLabels: {app: gw}}
+  template:
+    metadata: {labels: {app: gw}}
+    spec: {securityContext: {runAsUser: 1337}, containers: [{name: istio-proxy, image: proxy}]}
+`,
+		},
+		"the proxy container itself may run as 1337": {
+			yaml: `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a}
+spec: {containers: [{name: app, image: app}, {name: istio-proxy, image: proxy, securityContext: {runAsUser: 1337}}]}
+`,
+		},
+		"an application container running as 1337": {
+			yaml: `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a}
+spec: {containers: [{name: app, image: app, securityContext: {runAsUser: 1337}}]}
+`,
+			want: []validation.Code{validation.CodeInvalidApplicationUID},
+		},
+		"image auto where the namespace's labels are not in the input is not judged": {
+			yaml: `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a}
+spec: {containers: [{name: app, image: app}, {name: istio-proxy, image: auto}]}
+`,
+		},
+		"image auto in a namespace a revision injects": {
+			yaml: `apiVersion: v1
+kind: Namespace
+metadata: {name: a, labels: {istio.io/rev: canary}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a}
+spec: {containers: [{name: app, image: app}, {name: istio-proxy, image: auto}]}
+`,
+		},
+		"image auto in a pod that opts out of its namespace's injection": {
+			yaml: `apiVersion: v1
+kind: Namespace
+metadata: {name: a, labels: {istio-injection: enabled}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a, labels: {sidecar.istio.io/inject: "false"}}
+spec: {containers: [{name: app, image: app}, {name: istio-proxy, image: auto}]}
+`,
+			want: []validation.Code{validation.CodeImageAutoPodWithoutInjection},
+		},
+		"Services with clashing ports in front of a workload no injector selects": {
+			yaml: `apiVersion: v1
+kind: Namespace
+metadata: {name: a, labels: {istio-injection: disabled}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: a}
+spec: {selector: {app: p}, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s-udp, namespace: a}
+spec: {selector: {app: p}, ports: [{name: udp, port: 80, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: a, labels: {app: p}}
+spec: {containers: [{name: app, image: app}]}
+`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, _, _ := run(t, c.yaml, "analyze", "--output-threshold", "Info", "-")
+			got := slices.DeleteFunc(codes(out), func(c validation.Code) bool {
+				return c == validation.CodeAnalyzerSkipped || c == validation.CodeNamespaceNotInjected || c == validation.CodePortNameWithoutProtocol
+			})
+			if !slices.Equal(got, c.want) {
+				t.Errorf("codes %v, want %v; output:\n%s", got, c.want, out)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
@@ -46,6 +47,9 @@ type Files struct {
 	// gateway are the Gateway API objects, and the Secrets and
 	// namespaces their conversion reads.
 	gateway *gatewayFiles
+	// kube are the Kubernetes objects the annotation, injection and
+	// Deployment checks read.
+	kube kubeFiles
 }
 
 // Origin returns "file:line" of the message's object and field, or "" for
@@ -214,8 +218,11 @@ func (f *Files) foreign(doc *istio.Document, namespace, domainSuffix string) {
 		f.origins[ref] = doc
 		return true
 	}
-	workload := func(labels map[string]string) {
-		f.Workloads = append(f.Workloads, validation.Workload{Kind: fr.Kind, Namespace: ns, Name: meta.Metadata.Name, Labels: maps.Clone(labels)})
+	// workload adds a Pod or a controller's template (at path, the
+	// prefix of its fields) with the controller's own metadata.
+	workload := func(own metav1.ObjectMeta, tmpl corev1.PodTemplateSpec, path string) {
+		f.Workloads = append(f.Workloads, validation.Workload{Kind: fr.Kind, Namespace: ns, Name: meta.Metadata.Name, Labels: maps.Clone(tmpl.Labels)})
+		f.kube.addWorkload(ref, objectAnnotations{kind: fr.Kind, labels: own.Labels, annotations: own.Annotations}, tmpl, path)
 	}
 	switch {
 	case group == gatewayapi.Group:
@@ -243,36 +250,39 @@ func (f *Files) foreign(doc *istio.Document, namespace, domainSuffix string) {
 				f.Namespaces = map[string]map[string]string{}
 			}
 			f.Namespaces[n.Name] = maps.Clone(n.Labels)
+			f.kube.addNamespace(validation.Ref{Kind: "Namespace", Name: n.Name}, &n)
 		}
 	case group == "" && fr.Kind == "Service":
 		var svc corev1.Service
 		if decode(&svc) {
 			svc.Namespace = ns
 			f.Services = append(f.Services, kube.Service(&svc, domainSuffix, "Kubernetes")) // Istio's default cluster ID
+			f.kube.addService(&svc)
 		}
 	case group == "" && fr.Kind == "Pod":
 		var pod corev1.Pod
 		if decode(&pod) {
-			workload(pod.Labels)
+			workload(pod.ObjectMeta, corev1.PodTemplateSpec{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec}, "")
 		}
 	case group == "apps" && slices.Contains([]string{"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"}, fr.Kind):
 		var w struct {
-			Spec struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+			Spec     struct {
 				Template corev1.PodTemplateSpec `json:"template"`
 			} `json:"spec"`
 		}
 		if decode(&w) {
-			workload(w.Spec.Template.Labels)
+			workload(w.Metadata, w.Spec.Template, "spec.template.")
 		}
 	case group == "batch" && fr.Kind == "Job":
 		var j batchv1.Job
 		if decode(&j) {
-			workload(j.Spec.Template.Labels)
+			workload(j.ObjectMeta, j.Spec.Template, "spec.template.")
 		}
 	case group == "batch" && fr.Kind == "CronJob":
 		var j batchv1.CronJob
 		if decode(&j) {
-			workload(j.Spec.JobTemplate.Spec.Template.Labels)
+			workload(j.ObjectMeta, j.Spec.JobTemplate.Spec.Template, "spec.jobTemplate.spec.template.")
 		}
 	}
 }

@@ -442,6 +442,16 @@ func splitList(s string) []string {
 	return out
 }
 
+// CheckAnnotations returns why the injector would refuse pod for one of
+// Istio's annotations it reads (a malformed proxyCPU, an interception
+// mode other than REDIRECT, ...), as Render would, with the default
+// values; nil when it would not. It is what analysis reports as Istio's
+// InvalidAnnotation.
+func CheckAnnotations(pod *corev1.Pod) error {
+	_, err := effective(DefaultValues(), pod)
+	return err
+}
+
 // Render renders the sidecar for a pod: values overridden by the pod's
 // annotations, then the template. The pod's workload is WorkloadOf(pod).
 func (t *Template) Render(pod *corev1.Pod, values Values) (*Sidecar, Values, error) {

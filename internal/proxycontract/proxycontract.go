@@ -119,6 +119,12 @@ const (
 	// InboundCapturePort is the virtualInbound listener's (Istio:
 	// ProxyConfig.proxyInboundListenPort, istio-iptables' -z).
 	InboundCapturePort = 15006
+	// ProxyUID and ProxyGID are the user and group the proxy runs as,
+	// whose traffic the capture rules let through (Istio: the sidecar's
+	// runAsUser, istio-iptables' -u and -g). An application running as
+	// that user is not captured (istioctl analyze: IST0144).
+	ProxyUID = 1337
+	ProxyGID = 1337
 	// InboundPassthroughSource is the address Envoy sends inbound
 	// passthrough connections from, which the capture rules let through
 	// uncaptured (Istio: InboundPassthroughBindIpv4);

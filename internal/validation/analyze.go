@@ -121,6 +121,8 @@ func Analyze(in Input) []Message {
 	a.telemetrySelectors()
 	a.meshHostConflicts()
 	a.gatewayConflicts()
+	a.gatewayCertificates()
+	a.ingressSubsets()
 	a.claimRoutesAuthenticated()
 	a.selectorConflicts()
 	a.telemetryProviders()
@@ -626,7 +628,16 @@ func (a *analysis) servicePorts() {
 		if svc.GetSourceKind() != registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE || systemNamespace(svc.GetNamespace()) {
 			continue
 		}
+		// An ExternalName Service is the only Kubernetes one resolved by
+		// DNS (normalize/kube.Service). Istio's PortNameAnalyzer says
+		// IST0150 for its ports, counting a port named tcp too.
+		externalName := svc.GetResolution() == registryv1.Resolution_RESOLUTION_DNS
 		for _, p := range svc.GetPorts() {
+			if externalName && (p.GetProtocol() == registryv1.Protocol_PROTOCOL_UNSPECIFIED || p.GetName() == "tcp") {
+				a.report(CodeExternalNamePortName, Ref{Kind: "Service", Namespace: svc.GetNamespace(), Name: svc.GetName()}, "spec.ports",
+					"port %d (%q) of an ExternalName Service: name it for its protocol (http-, tls-, ..., or set appProtocol): the proxies may not forward TCP traffic to it, or unmatched traffic on it, correctly", p.GetNumber(), p.GetName())
+				continue
+			}
 			if p.GetProtocol() == registryv1.Protocol_PROTOCOL_UNSPECIFIED {
 				// Registry ports are sorted by number, not in the Service's
 				// order: the message names the port.

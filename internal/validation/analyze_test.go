@@ -298,6 +298,9 @@ func TestTheCertificateAddressAndTelemetryAnalyzersDecideAsIstios(t *testing.T) 
 	for name, c := range map[string]struct {
 		yaml string
 		want []string
+		// only, when set, is the code under test: the others the
+		// input gives (a selector matching nothing, say) are left out.
+		only string
 	}{
 		"SIMPLE and MUTUAL without caCertificates, for the host and a port; ISTIO_MUTUAL and a CA are fine": {
 			yaml: `apiVersion: networking.istio.io/v1
@@ -520,6 +523,88 @@ spec: {hosts: [db.example.com], exportTo: ["."], location: MESH_EXTERNAL, resolu
 `,
 			want: []string{"FLT0223 ServiceEntry app/api-http spec.ports", "FLT0223 ServiceEntry other/api-tls spec.ports"},
 		},
+		"gateways on the same workloads serving one certificate, by credential or by files": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: shop, namespace: app}
+spec:
+  selector: {istio: ingress}
+  servers:
+  - {port: {number: 443, name: https, protocol: HTTPS}, hosts: [shop.example.com], tls: {mode: SIMPLE, credentialName: wildcard}}
+  - {port: {number: 8443, name: https-files, protocol: HTTPS}, hosts: [shop.example.com], tls: {mode: SIMPLE, serverCertificate: /c.pem, privateKey: /k.pem}}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: admin, namespace: app}
+spec:
+  selector: {istio: ingress, zone: a}
+  servers:
+  - {port: {number: 443, name: https, protocol: HTTPS}, hosts: [admin.example.com], tls: {mode: SIMPLE, credentialName: wildcard}}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: files, namespace: app}
+spec:
+  selector: {istio: ingress}
+  servers:
+  - {port: {number: 443, name: https, protocol: HTTPS}, hosts: [files.example.com], tls: {mode: SIMPLE, serverCertificate: /c.pem, privateKey: /k.pem}}
+  - {port: {number: 15443, name: tls, protocol: TLS}, hosts: ["*"], tls: {mode: ISTIO_MUTUAL}}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: elsewhere, namespace: app}
+spec:
+  selector: {istio: egress}
+  servers:
+  - {port: {number: 443, name: https, protocol: HTTPS}, hosts: [out.example.com], tls: {mode: SIMPLE, credentialName: wildcard}}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: mutual, namespace: app}
+spec:
+  selector: {istio: ingress}
+  servers:
+  - {port: {number: 15443, name: tls, protocol: TLS}, hosts: ["*"], tls: {mode: ISTIO_MUTUAL}}
+`,
+			want: []string{
+				// admin's selector includes shop's, not the other way
+				// round (Istio's getGatewaysWithSelector); elsewhere
+				// selects other workloads; ISTIO_MUTUAL carries no
+				// certificate of its own.
+				"FLT0236 Gateway app/files spec.servers[0].tls",
+				"FLT0236 Gateway app/shop spec.servers[0].tls",
+				"FLT0236 Gateway app/shop spec.servers[1].tls",
+			},
+			only: "FLT0236",
+		},
+		"a gateway VirtualService routing a host another one routes by subset": {
+			yaml: `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: canary, namespace: app}
+spec: {hosts: [web], http: [{route: [{destination: {host: web, subset: v1}, weight: 90}, {destination: {host: web, subset: v2}, weight: 10}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: ingress, namespace: app}
+spec: {hosts: [web.example.com], gateways: [gw], http: [{route: [{destination: {host: web.app.svc.cluster.local}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: ingress-v1, namespace: app}
+spec: {hosts: [v1.example.com], gateways: [gw], http: [{route: [{destination: {host: web, subset: v1}}]}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: mesh-only, namespace: app}
+spec: {hosts: [web2], gateways: [mesh], http: [{route: [{destination: {host: web}}]}]}
+`,
+			want: []string{
+				// ingress-v1 routes by subset itself; canary and
+				// ingress-v1 subset web, named in one message.
+				"FLT0237 VirtualService app/ingress spec.http[0].route[0].destination.host",
+			},
+			only: "FLT0237",
+		},
 		"a VirtualService bound to a Gateway that serves none of its hosts": {
 			yaml: `apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -545,7 +630,12 @@ spec: {hosts: [admin.example.org], gateways: [app/gw], http: [{route: [{destinat
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := slices.DeleteFunc(messages(world(t, c.yaml)), func(m string) bool { return strings.HasPrefix(m, "FLT0210") || strings.HasPrefix(m, "FLT0211") })
+			got := slices.DeleteFunc(messages(world(t, c.yaml)), func(m string) bool {
+				if c.only != "" {
+					return !strings.HasPrefix(m, c.only+" ")
+				}
+				return strings.HasPrefix(m, "FLT0210") || strings.HasPrefix(m, "FLT0211")
+			})
 			if !slices.Equal(got, c.want) {
 				t.Errorf("messages\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(c.want, "\n  "))
 			}
@@ -567,6 +657,43 @@ func TestNamespacesInjectionLabelsAreCheckedAsIstiosInjectionAnalyzer(t *testing
 		"kube-system": {},
 	}
 	if got, want := messages(in), []string{"FLT0224 Namespace app metadata.labels", "FLT0225 Namespace plain metadata.labels"}; !slices.Equal(got, want) {
+		t.Errorf("messages\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// Istio's PortNameAnalyzer: an ExternalName Service's port that is
+// unnamed for its protocol, or named tcp, is IST0150, not IST0118.
+func TestAnExternalNameServicesPortsAreCheckedAsIstiosPortNameAnalyzer(t *testing.T) {
+	in := world(t, "")
+	in.Services = append(in.Services,
+		&registryv1.Service{
+			Hostname: "db.app.svc.cluster.local", Name: "db", Namespace: "app", Resolution: registryv1.Resolution_RESOLUTION_DNS,
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE, Location: registryv1.Location_LOCATION_MESH_INTERNAL,
+			Ports: []*registryv1.ServicePort{
+				{Name: "tcp", Number: 5432, Protocol: registryv1.Protocol_PROTOCOL_TCP},
+				{Name: "db", Number: 5433},
+				{Name: "http-api", Number: 8080, Protocol: registryv1.Protocol_PROTOCOL_HTTP},
+				{Name: "tcp-raw", Number: 9000, Protocol: registryv1.Protocol_PROTOCOL_TCP},
+			},
+		},
+		&registryv1.Service{
+			Hostname: "plain.app.svc.cluster.local", Name: "plain", Namespace: "app",
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE, Location: registryv1.Location_LOCATION_MESH_INTERNAL,
+			Ports: []*registryv1.ServicePort{{Name: "tcp", Number: 5432, Protocol: registryv1.Protocol_PROTOCOL_TCP}, {Name: "db", Number: 5433}},
+		})
+	var got []string
+	for _, m := range validation.Analyze(in) {
+		if m.Object.Kind == "Service" {
+			got = append(got, fmt.Sprintf("%s %s %s", m.Code, m.Object, m.Text))
+		}
+	}
+	want := []string{
+		`FLT0209 Service app/plain port 5433 ("db") has no appProtocol and its name has no protocol prefix (http-, grpc-, tcp-, ...)`,
+		`FLT0226 Service app/db port 5432 ("tcp") of an ExternalName Service: name it for its protocol (http-, tls-, ..., or set appProtocol): the proxies may not forward TCP traffic to it, or unmatched traffic on it, correctly`,
+		`FLT0226 Service app/db port 5433 ("db") of an ExternalName Service: name it for its protocol (http-, tls-, ..., or set appProtocol): the proxies may not forward TCP traffic to it, or unmatched traffic on it, correctly`,
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
 		t.Errorf("messages\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }

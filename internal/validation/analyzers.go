@@ -212,6 +212,124 @@ func (a *analysis) gatewayConflicts() {
 	}
 }
 
+// gatewayCertificates is Istio's CertificateAnalyzer
+// (gateway/certificate.go, IST0138): a TLS server of a Gateway with the
+// certificate (the same credentialName, or the same serverCertificate and
+// privateKey files) of a server of another Gateway whose selector
+// includes this one's. A client that reuses an HTTP/2 connection for both
+// gateways' hosts (the certificate covers them) reaches the wrong
+// gateway's routes and gets 404s.
+func (a *analysis) gatewayCertificates() {
+	var gws []*istio.Object
+	for _, o := range a.in.Objects {
+		if _, ok := o.Spec.(*networking.Gateway); ok {
+			gws = append(gws, o)
+		}
+	}
+	sameCertificate := func(x, y *networking.ServerTLSSettings) bool {
+		switch {
+		case x.GetCredentialName() != "" || y.GetCredentialName() != "":
+			return x.GetCredentialName() == y.GetCredentialName()
+		case x.GetServerCertificate() == "" || x.GetPrivateKey() == "":
+			return false
+		}
+		return x.GetServerCertificate() == y.GetServerCertificate() && x.GetPrivateKey() == y.GetPrivateKey()
+	}
+	for _, o := range gws {
+		gw := o.Spec.(*networking.Gateway) //nolint:forcetypeassert // gathered above
+		for i, srv := range gw.GetServers() {
+			if srv.GetTls() == nil {
+				continue
+			}
+			var with []string
+			for _, other := range gws {
+				ogw := other.Spec.(*networking.Gateway) //nolint:forcetypeassert // gathered above
+				if other.ID() == o.ID() || !labelsInclude(ogw.GetSelector(), gw.GetSelector()) {
+					continue
+				}
+				if slices.ContainsFunc(ogw.GetServers(), func(os *networking.Server) bool {
+					return os.GetTls() != nil && sameCertificate(srv.GetTls(), os.GetTls())
+				}) {
+					with = append(with, other.Meta.Namespace+"/"+other.Meta.Name)
+				}
+			}
+			if len(with) == 0 {
+				continue
+			}
+			slices.Sort(with)
+			a.report(CodeGatewayDuplicateCertificate, refOf(o), fmt.Sprintf("spec.servers[%d].tls", i),
+				"the certificate is also served by gateways %s on the same workloads: clients that reuse HTTP/2 connections across their hosts may get 404s", strings.Join(with, ","))
+		}
+	}
+}
+
+// labelsInclude is whether big has every label of small (Istio's
+// selectorSubset; an empty small is in every selector).
+func labelsInclude(big, small map[string]string) bool {
+	for k, v := range small {
+		if bv, ok := big[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// ingressSubsets is Istio's DestinationHostAnalyzer.analyzeSubset
+// (IST0140): a route of a VirtualService bound to a Gateway sends to a
+// host without a subset while another VirtualService sends to that host's
+// subsets. The gateway's requests go to the host as a whole: the other
+// VirtualService's subset rules do not apply to them (a gateway is not
+// routed twice).
+func (a *analysis) ingressSubsets() {
+	type withSubsets struct {
+		ref   Ref
+		hosts map[string]bool // destination hosts routed by subset, resolved
+	}
+	var subsetted []withSubsets
+	for _, o := range a.in.Objects {
+		vs, ok := o.Spec.(*networking.VirtualService)
+		if !ok {
+			continue
+		}
+		hosts := map[string]bool{}
+		for _, h := range vs.GetHttp() {
+			for _, d := range h.GetRoute() {
+				if d.GetDestination().GetSubset() != "" {
+					hosts[model.ResolveHost(d.GetDestination().GetHost(), o.Meta.Namespace, a.suffix)] = true
+				}
+			}
+		}
+		if len(hosts) > 0 {
+			subsetted = append(subsetted, withSubsets{refOf(o), hosts})
+		}
+	}
+	for _, o := range a.in.Objects {
+		vs, ok := o.Spec.(*networking.VirtualService)
+		if !ok || len(vs.GetGateways()) == 0 || (len(vs.GetGateways()) == 1 && vs.GetGateways()[0] == "mesh") {
+			continue
+		}
+		for i, h := range vs.GetHttp() {
+			for j, d := range h.GetRoute() {
+				if d.GetDestination().GetSubset() != "" {
+					continue
+				}
+				host := model.ResolveHost(d.GetDestination().GetHost(), o.Meta.Namespace, a.suffix)
+				var others []string // Istio reports each; one message names them all
+				for _, other := range subsetted {
+					if other.ref != refOf(o) && other.hosts[host] {
+						others = append(others, other.ref.Namespace+"/"+other.ref.Name)
+					}
+				}
+				if len(others) > 0 {
+					slices.Sort(others)
+					a.report(CodeIngressRouteRulesNotAffected, refOf(o), fmt.Sprintf("spec.http[%d].route[%d].destination.host", i, j),
+						"subsets in VirtualService %s have no effect on the requests of this gateway VirtualService: it routes to host %s as a whole", strings.Join(others, ", "), d.GetDestination().GetHost())
+				}
+			}
+		}
+	}
+}
+
 // selectorString is a label selector as Kubernetes prints one: its
 // key=value pairs by key, comma-separated.
 func selectorString(sel map[string]string) string {

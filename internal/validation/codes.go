@@ -59,6 +59,11 @@ const (
 	CodeUnreachableRule  Code = "FLT0107"
 	CodeIneffectiveMatch Code = "FLT0108"
 
+	CodeEnvoyFilterRelativeOperation Code = "FLT0109"
+	CodeEnvoyFilterReplaceIgnored    Code = "FLT0110"
+	CodeEnvoyFilterAddIgnored        Code = "FLT0111"
+	CodeEnvoyFilterRemoveIgnored     Code = "FLT0112"
+
 	CodeHostNotFound             Code = "FLT0201"
 	CodeGatewayNotFound          Code = "FLT0202"
 	CodeSubsetSelectsNoWorkload  Code = "FLT0203"
@@ -85,6 +90,18 @@ const (
 	CodeConflictingServiceEntryProtocol    Code = "FLT0223"
 	CodeNamespaceMultipleInjectionLabels   Code = "FLT0224"
 	CodeNamespaceNotInjected               Code = "FLT0225"
+	CodeExternalNamePortName               Code = "FLT0226"
+	CodeUnknownAnnotation                  Code = "FLT0227"
+	CodeMisplacedAnnotation                Code = "FLT0228"
+	CodeDeprecatedAnnotation               Code = "FLT0229"
+	CodeInvalidAnnotation                  Code = "FLT0230"
+	CodeInvalidApplicationUID              Code = "FLT0231"
+	CodeImageAutoWithoutInjection          Code = "FLT0232"
+	CodeImageAutoPodWithoutInjection       Code = "FLT0233"
+	CodeWorkloadPortProtocols              Code = "FLT0234"
+	CodeWorkloadConflictingPorts           Code = "FLT0235"
+	CodeGatewayDuplicateCertificate        Code = "FLT0236"
+	CodeIngressRouteRulesNotAffected       Code = "FLT0237"
 
 	CodeGatewayNotAccepted   Code = "FLT0301"
 	CodeRouteNotAttached     Code = "FLT0302"
@@ -132,7 +149,7 @@ func Codes() []CodeInfo {
 			"A VirtualService routes to a subset no DestinationRule for that host defines: those requests fail (503).",
 		},
 		{
-			CodeEnvoyFilter, "EnvoyFilterUsage", SeverityWarning, "IST0151",
+			CodeEnvoyFilter, "EnvoyFilterUsage", SeverityWarning, "IST0133",
 			"Every EnvoyFilter: it patches Envoy's configuration directly, which may change with any release (a patch that breaks a resource is reported and not sent).",
 		},
 		{
@@ -146,6 +163,22 @@ func Codes() []CodeInfo {
 		{
 			CodeIneffectiveMatch, "VirtualServiceIneffectiveMatch", SeverityInfo, "IST0131",
 			"A VirtualService match an earlier rule takes first: the same match (its name aside), or a URI prefix an earlier rule's prefix covers with the same other conditions.",
+		},
+		{
+			CodeEnvoyFilterRelativeOperation, "EnvoyFilterUsesRelativeOperation", SeverityWarning, "IST0151, IST0155",
+			"An EnvoyFilter without a priority patches relative to what other filters may have changed (INSERT_BEFORE, INSERT_AFTER, REPLACE, REMOVE): whether it applies depends on the order filters are applied in, and with a proxyVersion match it may stop applying during an upgrade. Use INSERT_FIRST or ADD, or set the priority.",
+		},
+		{
+			CodeEnvoyFilterReplaceIgnored, "EnvoyFilterUsesReplaceOperationIncorrectly", SeverityError, "IST0152",
+			"An EnvoyFilter patch REPLACEs something other than an HTTP_FILTER, NETWORK_FILTER or VIRTUAL_HOST: the patch is ignored.",
+		},
+		{
+			CodeEnvoyFilterAddIgnored, "EnvoyFilterUsesAddOperationIncorrectly", SeverityError, "IST0153",
+			"An EnvoyFilter patch ADDs with applyTo ROUTE_CONFIGURATION or HTTP_ROUTE: the patch is ignored.",
+		},
+		{
+			CodeEnvoyFilterRemoveIgnored, "EnvoyFilterUsesRemoveOperationIncorrectly", SeverityError, "IST0154",
+			"An EnvoyFilter patch REMOVEs with applyTo ROUTE_CONFIGURATION or HTTP_ROUTE: the patch is ignored.",
 		},
 		{
 			CodeHostNotFound, "ReferencedHostNotFound", SeverityError, "IST0101",
@@ -246,6 +279,54 @@ func Codes() []CodeInfo {
 		{
 			CodeNamespaceNotInjected, "NamespaceNotInjected", SeverityInfo, "IST0102",
 			"A namespace holding workloads has neither istio-injection nor istio.io/rev: its pods get no sidecar.",
+		},
+		{
+			CodeExternalNamePortName, "ExternalNameServiceTypeInvalidPortName", SeverityWarning, "IST0150",
+			"A port of an ExternalName Service is named tcp, or has neither appProtocol nor a protocol prefix: the proxies may not forward TCP traffic to it, or unmatched traffic on it, correctly.",
+		},
+		{
+			CodeUnknownAnnotation, "UnknownAnnotation", SeverityWarning, "IST0108",
+			"A Namespace, Service, Pod (or Pod template) or workload controller carries an annotation in Istio's namespace (*istio.io/) that Istio does not define: a typo, most often, and it does nothing.",
+		},
+		{
+			CodeMisplacedAnnotation, "MisplacedAnnotation", SeverityWarning, "IST0107",
+			"An Istio annotation is on a kind of object it is not read on (sidecar.istio.io/inject on a Deployment rather than its Pod template, say): it does nothing there.",
+		},
+		{
+			CodeDeprecatedAnnotation, "DeprecatedAnnotation", SeverityInfo, "IST0135",
+			"An Istio annotation Istio has deprecated: it may stop working in a later release (the sidecar.istio.io/inject annotation is not reported beside the label of that name).",
+		},
+		{
+			CodeInvalidAnnotation, "InvalidAnnotation", SeverityWarning, "IST0125",
+			"A Pod (or Pod template) carries an injection annotation whose value the injector refuses (a malformed proxyCPU, an interception mode other than REDIRECT, a port out of range): its pods are not admitted while injection applies to them.",
+		},
+		{
+			CodeInvalidApplicationUID, "InvalidApplicationUID", SeverityWarning, "IST0144",
+			"An application container (or the whole Pod) runs as user ID 1337, the sidecar proxy's: its traffic is not captured.",
+		},
+		{
+			CodeImageAutoWithoutInjection, "ImageAutoWithoutInjectionWarning", SeverityWarning, "IST0146",
+			"A workload controller's Pod template has an istio-proxy container with `image: auto` (to be filled in by injection) but no injector selects its pods in their namespace: the container does not start.",
+		},
+		{
+			CodeImageAutoPodWithoutInjection, "ImageAutoWithoutInjectionError", SeverityError, "IST0147",
+			"A Pod has an istio-proxy container with `image: auto` but no injector selects it in its namespace: the container does not start.",
+		},
+		{
+			CodeWorkloadPortProtocols, "DeploymentAssociatedToMultipleServices", SeverityWarning, "IST0116",
+			"An injected workload's pods are selected by Services that use one port number with different protocols (TCP and UDP): the sidecar cannot serve both.",
+		},
+		{
+			CodeWorkloadConflictingPorts, "DeploymentConflictingPorts", SeverityWarning, "IST0137",
+			"An injected workload's pods are selected by Services that send different ports to one targetPort: two Services selecting a workload with the same targetPort must use the same port.",
+		},
+		{
+			CodeGatewayDuplicateCertificate, "GatewayDuplicateCertificate", SeverityWarning, "IST0138",
+			"Gateways on the same workloads serve one certificate (the same credentialName, or the same certificate and key files): a client that reuses an HTTP/2 connection for the hosts of both may get 404s.",
+		},
+		{
+			CodeIngressRouteRulesNotAffected, "IngressRouteRulesNotAffected", SeverityWarning, "IST0140",
+			"A gateway's VirtualService routes to a host without a subset while another VirtualService routes that host by subset: those subset rules do not apply to the gateway's requests.",
 		},
 		{
 			CodeGatewayNotAccepted, "GatewayAPIGatewayNotAccepted", SeverityError, "",

@@ -51,6 +51,7 @@ func (v *validator) envoyFilter() {
 	}
 	for i, cp := range ef.GetConfigPatches() {
 		v.envoyFilterPatch(at("spec.configPatches", i), cp)
+		v.envoyFilterOperation(at("spec.configPatches", i), cp, ef.GetPriority())
 		if cp.GetApplyTo() == networking.EnvoyFilter_BOOTSTRAP {
 			// Istio accepts it and, since its bootstrap discovery went
 			// (1.21), applies it nowhere; said here, not left silent.
@@ -160,6 +161,54 @@ func (v *validator) envoyFilterPatch(path string, cp *networking.EnvoyFilter_Env
 	if names := envoytypes.MissingTypedConfig(msg); len(names) > 0 {
 		v.r.warnc(CodeDeprecated, vp, "using deprecated types by name without typed_config; %s", strings.Join(names, ", "))
 	}
+}
+
+// envoyFilterOperation reports the operations Istio's EnvoyPatchAnalyzer
+// (pkg/config/analysis/analyzers/envoyfilter) warns about: one applied
+// where it is ignored (ADD or REMOVE on ROUTE_CONFIGURATION or
+// HTTP_ROUTE, REPLACE outside HTTP_FILTER, NETWORK_FILTER and
+// VIRTUAL_HOST), and a relative one (INSERT_BEFORE, INSERT_AFTER, REPLACE,
+// REMOVE) in a filter without a priority, whose place depends on the
+// order other filters are applied in. Istio says IST0155 rather than
+// IST0151 when a filter with a proxyVersion match patches the same name;
+// here the proxyVersion of the patch itself is named, which is what makes
+// it fragile across an upgrade.
+func (v *validator) envoyFilterOperation(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch, priority int32) {
+	if cp.GetPatch() == nil || cp.GetMatch().GetContext() == networking.EnvoyFilter_WAYPOINT {
+		return
+	}
+	op, applyTo := cp.GetPatch().GetOperation(), cp.GetApplyTo()
+	opPath := field(path, "patch.operation")
+	routeLevel := applyTo == networking.EnvoyFilter_ROUTE_CONFIGURATION || applyTo == networking.EnvoyFilter_HTTP_ROUTE
+	relative := false
+	switch op {
+	case networking.EnvoyFilter_Patch_ADD:
+		if routeLevel {
+			v.r.warnc(CodeEnvoyFilterAddIgnored, opPath, "the ADD operation will be ignored when applyTo is set to ROUTE_CONFIGURATION, or HTTP_ROUTE (applyTo is %s)", applyTo)
+		}
+	case networking.EnvoyFilter_Patch_REMOVE:
+		if routeLevel {
+			v.r.warnc(CodeEnvoyFilterRemoveIgnored, opPath, "the REMOVE operation will be ignored when applyTo is set to ROUTE_CONFIGURATION, or HTTP_ROUTE (applyTo is %s)", applyTo)
+			return
+		}
+		relative = true
+	case networking.EnvoyFilter_Patch_REPLACE:
+		if applyTo != networking.EnvoyFilter_HTTP_FILTER && applyTo != networking.EnvoyFilter_NETWORK_FILTER && applyTo != networking.EnvoyFilter_VIRTUAL_HOST {
+			v.r.warnc(CodeEnvoyFilterReplaceIgnored, opPath, "the REPLACE operation is only valid for HTTP_FILTER, NETWORK_FILTER and VIRTUAL_HOST (applyTo is %s): it is ignored", applyTo)
+			return
+		}
+		relative = true
+	case networking.EnvoyFilter_Patch_INSERT_BEFORE, networking.EnvoyFilter_Patch_INSERT_AFTER:
+		relative = true
+	}
+	if !relative || priority != 0 {
+		return
+	}
+	also := ""
+	if cp.GetMatch().GetProxy().GetProxyVersion() != "" {
+		also = " and a proxyVersion match, so it may stop applying during an upgrade"
+	}
+	v.r.warnc(CodeEnvoyFilterRelativeOperation, opPath, "this EnvoyFilter has no priority and a relative patch operation (%s)%s, which can cause the EnvoyFilter not to be applied: use INSERT_FIRST or ADD, or set the priority", op, also)
 }
 
 // hint adds Istio's hint to an unknown type of Envoy's v2 API.

@@ -60,7 +60,7 @@ func TestEveryValidExampleIsAcceptedWithoutWarnings(t *testing.T) {
 	for _, d := range load(t, "testdata/valid.yaml") {
 		t.Run(d.Object.Kind.Kind+"/"+d.Object.Meta.Name, func(t *testing.T) {
 			res := Validate(d.Object, nil)
-			// Istio warns of every EnvoyFilter (IST0151); that warning
+			// Istio warns of every EnvoyFilter (IST0133); that warning
 			// alone is allowed.
 			ws := slices.DeleteFunc(slices.Clone(res.Warnings), func(w Issue) bool {
 				return d.Object.Kind.Kind == istio.EnvoyFilter && w.Code == CodeEnvoyFilter

@@ -73,10 +73,10 @@ type Settings struct {
 
 func (s *Settings) defaults() {
 	if s.ProxyUID == 0 {
-		s.ProxyUID = 1337
+		s.ProxyUID = proxycontract.ProxyUID
 	}
 	if s.ProxyGID == 0 {
-		s.ProxyGID = 1337
+		s.ProxyGID = proxycontract.ProxyGID
 	}
 	if s.InboundPort == 0 {
 		s.InboundPort = proxycontract.InboundCapturePort
