@@ -30,7 +30,7 @@ IMAGE_TAG ?= $(VERSION)
 APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/flotilla/Chart.yaml)
 IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo flotilla
 
-.PHONY: images observability-image proxy-image build run test system-deps lint generate check-generate tidy bench bench-load tools kube-assets istio-agent clean check-modules help
+.PHONY: images observability-image proxy-image build run test system-deps lint generate check-generate tidy bench bench-compare bench-load tools kube-assets istio-agent clean check-modules help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -104,6 +104,14 @@ check-modules: ## each service module builds on its own (GOWORK=off), as image b
 bench: kube-assets ## run every benchmark (results go in BENCHMARKS.md)
 	go test -run '^$$' -bench . -benchmem -timeout 60m work
 
+BENCH_COUNT ?= 6
+bench-compare: $(TOOLS)/benchstat ## translation and push benchmarks of BASE=<commit> and of the working tree, alternated in one run, as ratios with their spread (BENCH_COUNT runs each, default 6; BENCH=<regexp> narrows them)
+	@test -n "$(BASE)" || { echo "make bench-compare BASE=<commit>: BASE is required"; exit 2; }
+	BENCHSTAT=$(TOOLS)/benchstat tools/bench-compare.sh "$(BASE)" $(BENCH_COUNT)
+
+$(TOOLS)/benchstat: tools/benchstat/go.mod
+	cd tools/benchstat && GOWORK=off GOBIN=$(TOOLS) go install golang.org/x/perf/cmd/benchstat
+
 LOAD_CLIENTS ?= 100 1000 3000
 LOAD_SIDECARS ?= 1000 2000 5000
 LOAD_SPREAD ?= 3000
@@ -145,7 +153,7 @@ check-generate: generate ## fail if generated code differs from what is committe
 tidy: ## go work sync and go mod tidy in every module
 	go work sync
 	@for m in $(MODULES) $(STANDALONE); do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
-	@for m in tools tools/buf tools/lint tools/kube tools/istio tools/helm tools/prometheus tools/otelcol tools/compose; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
+	@for m in tools tools/buf tools/lint tools/benchstat tools/kube tools/istio tools/helm tools/prometheus tools/otelcol tools/compose; do (cd $$m && GOWORK=off go mod tidy) || exit 1; done
 
 # Compose v2, the docker CLI plugin, for test/compose; Compose v1
 # (docker-compose) comes from Debian (system-deps). Defined before the

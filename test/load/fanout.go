@@ -144,7 +144,7 @@ func RunFanout(ctx context.Context, o FanoutOptions) (*FanoutReport, error) {
 	}
 
 	began := time.Now()
-	replicas, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, 0, o.Replicas)
+	replicas, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, nil, 0, o.Replicas)
 	defer func() {
 		for _, rp := range replicas {
 			rp.close()
@@ -254,10 +254,10 @@ func startGalley(ctx context.Context, log io.Writer, binDir, dir, mcpAddr, admin
 }
 
 // startReplicas starts n discovery processes (replicas first …
-// first+n-1, by name), subscribed to galley at mcpAddr with the extra
-// flags, and waits until each is ready. It returns those started, also
+// first+n-1, by name), subscribed to galley at mcpAddr with env added
+// to their environment and the extra flags, and waits until each is ready. It returns those started, also
 // on error, for the caller to stop.
-func startReplicas(ctx context.Context, log io.Writer, binDir, mcpAddr string, first, n int, extra ...string) ([]replica, error) {
+func startReplicas(ctx context.Context, log io.Writer, binDir, mcpAddr string, env []string, first, n int, extra ...string) ([]replica, error) {
 	var out []replica
 	for i := first; i < first+n; i++ {
 		addrs, err := freeAddrs(2)
@@ -270,7 +270,7 @@ func startReplicas(ctx context.Context, log io.Writer, binDir, mcpAddr string, f
 			"--galley-address", mcpAddr, "--xds-address", xdsAddr, "--admin-address", admin, "--log-level", "warn",
 			"--xds-max-connections-per-peer", "0", // thousands of proxies from one address: this machine
 		}, extra...)
-		cmd, err := start(ctx, log, nil, filepath.Join(binDir, "flotilla-discovery"), args...)
+		cmd, err := start(ctx, log, env, filepath.Join(binDir, "flotilla-discovery"), args...)
 		if err != nil {
 			return out, err
 		}

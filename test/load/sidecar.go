@@ -83,6 +83,10 @@ type SidecarClientOptions struct {
 	// changes them).
 	XDS string
 	N   int
+	// First is the mesh's index of this process's first client: its
+	// clients are First … First+N-1 (Workload's argument), so that
+	// several processes share one mesh's clients.
+	First int
 	// Delta makes the clients use incremental xDS (Istio's default).
 	Delta bool
 	// Status is the loopback address the process reports on (/synced,
@@ -193,7 +197,7 @@ func RunSidecarClients(ctx context.Context, o SidecarClientOptions) error {
 	}
 	clients := make([]*sidecarClient, o.N)
 	for i := range clients {
-		b, _, err := bootstrap.Build(bootstrap.Options{Node: o.Workload(i), Delta: o.Delta})
+		b, _, err := bootstrap.Build(bootstrap.Options{Node: o.Workload(o.First + i), Delta: o.Delta})
 		if err != nil {
 			return fmt.Errorf("client %d: %w", i, err)
 		}

@@ -71,10 +71,10 @@ type SidecarChange struct {
 	// Discovery is discovery's own time: from seeing the change (from
 	// galley) to its last send of it, over every proxy.
 	Discovery time.Duration
-	// DiscoveryCPU and ClientsCPU are the CPU seconds each process used
-	// from the write until every client had acknowledged (and a second
-	// of quiet after).
-	DiscoveryCPU, ClientsCPU float64
+	// DiscoveryCPU, GalleyCPU and ClientsCPU are the CPU seconds each
+	// process used from the write until every client had acknowledged
+	// (and a second of quiet after).
+	DiscoveryCPU, GalleyCPU, ClientsCPU float64
 }
 
 // SidecarReport is a sidecar-mode run's result.
@@ -156,7 +156,7 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 	}
 	fmt.Fprintf(o.Log, "xdsload: galley and discovery ready; starting %d sidecar clients\n", o.Sidecars)
 	began := time.Now()
-	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, st.xdsAddr, o.Sidecars, o.Services, o.Delta, 0)
+	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, st.xdsAddr, o.Sidecars, o.Services, o.Delta, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -208,15 +208,17 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 			}
 		}
 		d0, _ := proc.CPUSeconds(st.disc.Process.Pid)
+		g0, _ := proc.CPUSeconds(st.galley.Process.Pid)
 		c0, _ := proc.CPUSeconds(clients.Process.Pid)
 		profiled := prof.start(ctx, fmt.Sprintf("cpu-%s-%d.pb.gz", kind, i/2+1), 5*time.Second)
 		t0 := time.Now()
 		if err := write(); err != nil {
 			return nil, err
 		}
-		var d1, c1 float64
+		var d1, g1, c1 float64
 		c, err := measureChange(ctx, sc, []*grpc.ClientConn{cc}, o, kind, expect, t0, func() {
 			d1, _ = proc.CPUSeconds(st.disc.Process.Pid)
+			g1, _ = proc.CPUSeconds(st.galley.Process.Pid)
 			c1, _ = proc.CPUSeconds(clients.Process.Pid)
 		})
 		if err != nil {
@@ -225,7 +227,7 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 		if err := <-profiled; err != nil {
 			return nil, err
 		}
-		c.DiscoveryCPU, c.ClientsCPU = d1-d0, c1-c0
+		c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU = d1-d0, g1-g0, c1-c0
 		r.Changes = append(r.Changes, *c)
 		fmt.Fprintf(o.Log, "xdsload: %s change measured\n", kind)
 	}
@@ -242,15 +244,16 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 	return r, nil
 }
 
-// startSidecarClients starts the sidecar clients' process: n clients of
-// a mesh of services, connected to xdsAddr, started evenly over ramp (at
-// once when zero); sc reads its status.
-func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr string, n, services int, delta bool, ramp time.Duration) (*exec.Cmd, *statusClient, error) {
+// startSidecarClients starts a sidecar clients' process: n clients (the
+// mesh's clients first … first+n-1) of a mesh of services, connected to
+// xdsAddr, started evenly over ramp (at once when zero); sc reads its
+// status.
+func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr string, n, services int, delta bool, ramp time.Duration, first int) (*exec.Cmd, *statusClient, error) {
 	addrs, err := freeAddrs(1)
 	if err != nil {
 		return nil, nil, err
 	}
-	args := []string{"sidecars", "--xds", xdsAddr, "--n", strconv.Itoa(n), "--services", strconv.Itoa(services), "--status", addrs[0]}
+	args := []string{"sidecars", "--xds", xdsAddr, "--n", strconv.Itoa(n), "--first", strconv.Itoa(first), "--services", strconv.Itoa(services), "--status", addrs[0]}
 	if delta {
 		args = append(args, "--delta")
 	}
@@ -268,7 +271,7 @@ func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr strin
 // expected type after t0, then a second more for anything else the
 // change sends, and reads what each type cost; it calls done before it
 // reads discovery's sync status (whose cost is not the change's).
-func measureChange(ctx context.Context, sc *statusClient, ccs []*grpc.ClientConn, o SidecarOptions, kind, expect string, t0 time.Time, done func()) (*SidecarChange, error) {
+func measureChange(ctx context.Context, sc clientStatus, ccs []*grpc.ClientConn, o SidecarOptions, kind, expect string, t0 time.Time, done func()) (*SidecarChange, error) {
 	deadline := time.Now().Add(o.SyncTimeout)
 	for {
 		a, err := sc.acks(ctx, expect, t0)

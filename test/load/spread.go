@@ -154,7 +154,7 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 	}
 	defer stop(galley)
 	age := []string{"--xds-max-connection-age", o.ConnectionAge.String()}
-	replicas, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, 0, 1, age...)
+	replicas, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, nil, 0, 1, age...)
 	defer func() {
 		for _, rp := range replicas {
 			rp.close()
@@ -167,7 +167,7 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 
 	fmt.Fprintf(o.Log, "xdsload: galley and one discovery replica ready; starting %d sidecar clients\n", o.Sidecars)
 	began := time.Now()
-	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, replicas[0].xdsAddr, o.Sidecars, o.Services, o.Delta, o.Ramp)
+	clients, sc, err := startSidecarClients(ctx, o.Log, o.Self, replicas[0].xdsAddr, o.Sidecars, o.Services, o.Delta, o.Ramp, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func RunSpread(ctx context.Context, o SpreadOptions) (*SpreadReport, error) {
 
 	// The scale-out: the other replicas start, and new connections go to
 	// any of them.
-	more, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, 1, o.Replicas-1, age...)
+	more, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, nil, 1, o.Replicas-1, age...)
 	replicas = append(replicas, more...)
 	if err != nil {
 		return nil, err

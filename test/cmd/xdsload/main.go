@@ -46,6 +46,7 @@ func main() {
 		o := load.SidecarClientOptions{Log: os.Stderr}
 		fs.StringVar(&o.XDS, "xds", "127.0.0.1:15010", "discovery's xDS address")
 		fs.IntVar(&o.N, "n", 100, "number of sidecar clients")
+		fs.IntVar(&o.First, "first", 0, "the mesh's index of the first of them (processes sharing a mesh's clients)")
 		fs.BoolVar(&o.Delta, "delta", false, "incremental xDS (default state of the world)")
 		fs.StringVar(&o.Status, "status", "127.0.0.1:0", "address the process reports on")
 		fs.DurationVar(&o.Ramp, "ramp", 0, "start the clients evenly over this long (default all at once)")
@@ -66,18 +67,20 @@ func main() {
 
 func run(ctx context.Context) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	mode := fs.String("mode", "proxyless", "proxyless (grpc-go xDS clients), sidecar (raw ADS clients behaving as Envoy), fanout (one galley, --replicas discovery processes, a rolling change of every endpoint), or spread (sidecars on one replica, --replicas-1 more started, proxies moving at the connection age)")
+	mode := fs.String("mode", "proxyless", "proxyless (grpc-go xDS clients), sidecar (raw ADS clients behaving as Envoy), reference (sidecar clients of Kubernetes Services in a real kube-apiserver read by galley in cluster mode, over --client-procs processes and --replicas discovery replicas: Istio's performance reference point), fanout (one galley, --replicas discovery processes, a rolling change of every endpoint), or spread (sidecars on one replica, --replicas-1 more started, proxies moving at the connection age)")
 	clients := fs.Int("clients", 100, "number of clients")
 	services := fs.Int("services", 0, "number of services in the mesh (default 1000 proxyless, 100 sidecar)")
 	changes := fs.Int("changes", 5, "configuration changes to measure (sidecar: this many route and this many endpoint changes)")
 	delta := fs.Bool("delta", false, "sidecar mode: incremental xDS")
 	scoped := fs.Bool("scoped", false, "sidecar mode: a Sidecar resource per client namespace limits what it sees")
 	nack := fs.Int("nack", 0, "sidecar mode: this many clients reject every route configuration after the initial sync")
-	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change; fanout mode: for galley's heap profile after the change")
+	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change; reference mode: for the first replica's heap profile after the initial sync; fanout mode: for galley's heap profile after the change")
 	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
-	replicas := fs.Int("replicas", 0, "fanout mode: discovery replicas subscribed to galley (default 20); spread mode: replicas after the scale-out (default 3)")
+	replicas := fs.Int("replicas", 0, "fanout mode: discovery replicas subscribed to galley (default 20); spread mode: replicas after the scale-out (default 3); reference mode: replicas serving the sidecars (default 1)")
+	clientProcs := fs.Int("client-procs", 2, "reference mode: processes the sidecar clients are spread over")
+	kubeBin := fs.String("kube-bin", "", "reference mode: directory with kube-apiserver and etcd (default: bin/tools of the repository)")
 	age := fs.Duration("connection-age", 2*time.Minute, "spread mode: discovery's --xds-max-connection-age (longer than the initial sync)")
-	ramp := fs.Duration("ramp", 0, "spread mode: start the sidecar clients evenly over this long, as a rollout's pods connect (default all at once)")
+	ramp := fs.Duration("ramp", 0, "spread and reference modes: start the sidecar clients evenly over this long, as a rollout's pods connect (default all at once)")
 	endpoints := fs.Int("endpoints", 10, "fanout mode: endpoints per service")
 	steps := fs.Int("steps", 10, "fanout mode: the rolling change's steps (each moves every endpoint of services/steps services)")
 	interval := fs.Duration("interval", time.Second, "fanout mode: time between the steps")
@@ -99,6 +102,16 @@ func run(ctx context.Context) error {
 			o.Services = 1000
 		}
 		r, err := load.Run(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(r)
+	case "reference":
+		o := load.ReferenceOptions{
+			Log: os.Stderr, BinDir: binDir, KubeBinDir: *kubeBin, Self: self, Sidecars: *clients, Services: cmp.Or(*services, 1000),
+			Replicas: cmp.Or(*replicas, 1), ClientProcs: *clientProcs, Changes: *changes, Delta: *delta, Ramp: *ramp, ProfileDir: *profile, DiscoveryEnv: discEnv,
+		}
+		r, err := load.RunReference(ctx, o)
 		if err != nil {
 			return err
 		}
@@ -143,7 +156,7 @@ func run(ctx context.Context) error {
 		}
 		fmt.Print(r)
 	default:
-		return fmt.Errorf("--mode %q: want proxyless, sidecar, fanout or spread", *mode)
+		return fmt.Errorf("--mode %q: want proxyless, sidecar, reference, fanout or spread", *mode)
 	}
 	return nil
 }
