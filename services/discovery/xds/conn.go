@@ -368,7 +368,7 @@ func (c *conn) respond(t string, w *watch, gen *translate.Generator, seen time.T
 // (seen: when the change behind it was) and traced by.
 func (c *conn) sent(w *watch, version, nonce string, held heldSet, seen time.Time) {
 	w.held = held
-	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), len(held)
+	w.sentVersion, w.sentNonce, w.sentAt, w.sentCount = version, nonce, time.Now(), held.len()
 	if !seen.IsZero() && w.pendingSeen.IsZero() {
 		w.pendingSeen = seen
 	}

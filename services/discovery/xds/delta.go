@@ -127,7 +127,7 @@ func (c *conn) respondDelta(t string, w *watch, gen *translate.Generator, seen t
 	}
 	var removed []string
 	inScope := func(n string) bool { return only == nil || slices.Contains(only, n) }
-	for _, h := range w.held { // sorted by name: so is removed
+	for h := range w.held.all() { // sorted by name: so is removed
 		if !current[h.name] && inScope(h.name) {
 			removed = append(removed, h.name)
 		}

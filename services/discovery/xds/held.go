@@ -8,6 +8,7 @@ package xds
 
 import (
 	"hash/maphash"
+	"iter"
 	"runtime"
 	"slices"
 	"strings"
@@ -185,18 +186,75 @@ func (s nameSet) bytes() int {
 type nameVersion struct{ name, version string }
 
 // heldSet is what a proxy holds of one type, as far as the server knows:
-// one pointer per resource, sorted by name. The pointers go to the
-// nameVersion of the encoding that was sent, which the push context shares
-// among the proxies it was built for, so holding costs a proxy one pointer
-// per resource, and nothing when the set is interned (heldSets). A heldSet
-// is never changed in place: update returns a new one, so a reader may keep
-// one, and streams may share one, without a lock.
-type heldSet []*nameVersion
+// one pointer per resource, sorted by name, in chunks. The pointers go to
+// the nameVersion of the encoding that was sent, which the push context
+// shares among the proxies it was built for. The chunks' boundaries depend
+// on the names alone (a chunk ends after a name whose hash ends in six zero
+// bits, or at maxChunk names), so two sets that differ in a few resources
+// have the same chunks away from them; interned (heldSets), proxies share
+// those chunks. A sidecar holding the mesh's six thousand clusters and its
+// own inbound few costs its own chunk and a pointer per chunk, not a copy
+// of the six thousand. A heldSet is never changed in place: update returns
+// a new one, so a reader may keep one, and streams may share one, without a
+// lock. The zero value holds nothing.
+type heldSet struct {
+	// chunks are non-empty and in order: every name of one is before
+	// every name of the next.
+	chunks [][]*nameVersion
+	n      int
+}
+
+// The chunks of a heldSet: a chunk ends after a name whose hash has the
+// chunkMask bits clear (64 names on average), or at maxChunk names.
+const (
+	chunkMask = 1<<6 - 1
+	maxChunk  = 256
+)
+
+// endsChunk reports whether a chunk ends after name (FNV-1a: the same
+// boundaries in every process, so replicas and restarts agree).
+func endsChunk(name string) bool {
+	h := uint32(2166136261)
+	for i := range len(name) {
+		h ^= uint32(name[i])
+		h *= 16777619
+	}
+	return h&chunkMask == 0
+}
+
+// chunked is the set of sorted, one per name.
+func chunked(sorted []*nameVersion) heldSet {
+	h := heldSet{n: len(sorted)}
+	start := 0
+	for i, e := range sorted {
+		if i+1-start == maxChunk || endsChunk(e.name) || i == len(sorted)-1 {
+			h.chunks = append(h.chunks, sorted[start:i+1:i+1])
+			start = i + 1
+		}
+	}
+	return h
+}
+
+// len is how many resources are held.
+func (h heldSet) len() int { return h.n }
+
+// all is what is held, by name.
+func (h heldSet) all() iter.Seq[*nameVersion] {
+	return func(yield func(*nameVersion) bool) {
+		for _, c := range h.chunks {
+			for _, e := range c {
+				if !yield(e) {
+					return
+				}
+			}
+		}
+	}
+}
 
 func byName(a, b *nameVersion) int { return strings.Compare(a.name, b.name) }
 
 // heldOf is holding exactly res.
-func heldOf(res []*named) heldSet { return heldSet(nil).update(versions(res), nil) }
+func heldOf(res []*named) heldSet { return heldSet{}.update(versions(res), nil) }
 
 // versions are the names and versions of res.
 func versions(res []*named) []*nameVersion {
@@ -209,11 +267,17 @@ func versions(res []*named) []*nameVersion {
 
 // version is the version held of name.
 func (h heldSet) version(name string) (string, bool) {
-	i, ok := slices.BinarySearchFunc(h, name, func(e *nameVersion, n string) int { return strings.Compare(e.name, n) })
+	// The first chunk whose last name is not before name.
+	k, _ := slices.BinarySearchFunc(h.chunks, name, func(c []*nameVersion, n string) int { return strings.Compare(c[len(c)-1].name, n) })
+	if k == len(h.chunks) {
+		return "", false
+	}
+	c := h.chunks[k]
+	i, ok := slices.BinarySearchFunc(c, name, func(e *nameVersion, n string) int { return strings.Compare(e.name, n) })
 	if !ok {
 		return "", false
 	}
-	return h[i].version, true
+	return c[i].version, true
 }
 
 // update is h with put held (replacing what is held of the same names;
@@ -237,32 +301,30 @@ func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
 			gone[n] = true
 		}
 	}
-	out := make(heldSet, 0, len(h)+len(put))
-	i, j := 0, 0
-	for i < len(h) || j < len(put) {
-		switch {
-		case j == len(put) || (i < len(h) && h[i].name < put[j].name):
-			if !gone[h[i].name] {
-				out = append(out, h[i])
-			}
-			i++
-		case i == len(h) || put[j].name < h[i].name:
+	out := make([]*nameVersion, 0, h.n+len(put))
+	j := 0
+	for e := range h.all() {
+		for j < len(put) && put[j].name < e.name {
 			out = append(out, put[j])
-			j++
-		default: // the same name: put replaces it
-			out = append(out, put[j])
-			i++
 			j++
 		}
+		switch {
+		case j < len(put) && put[j].name == e.name: // put replaces it
+			out = append(out, put[j])
+			j++
+		case !gone[e.name]:
+			out = append(out, e)
+		}
 	}
-	return out
+	out = append(out, put[j:]...)
+	return chunked(out)
 }
 
 // sameAsHeld reports whether the resources built for names (nil: for
 // everything the proxy holds) are exactly what the proxy holds of them, at
 // the versions it holds.
 func sameAsHeld(res []*named, names []string, held heldSet) bool {
-	n := len(held)
+	n := held.len()
 	if names != nil {
 		n = 0
 		for _, name := range names {
@@ -293,12 +355,12 @@ func (h heldSet) holdsAny(names []string) bool {
 	return false
 }
 
-// heldSets interns heldSets: the proxies of one scope are sent the same
-// encodings of a type (every sidecar of a namespace the same six hundred
-// load assignments), so they hold equal sets, and with this they hold one
-// copy of it, as nameSet does for the names they ask for. Sets are held
-// weakly: one that no stream holds any more is collected, and its entry
-// goes with it. The zero value is ready to use.
+// heldSets interns the chunks of heldSets: the proxies of one scope are
+// sent the same encodings of a type (every sidecar of a namespace the same
+// six hundred load assignments), so they hold equal chunks, and with this
+// they hold one copy of each, as nameSet does for the names they ask for.
+// Chunks are held weakly: one that no stream holds any more is collected,
+// and its entry goes with it. The zero value is ready to use.
 type heldSets struct {
 	once sync.Once
 	seed maphash.Seed
@@ -307,39 +369,49 @@ type heldSets struct {
 	m  map[uint64][]heldRef
 }
 
-// heldRef refers weakly to an interned set, by its first element.
+// heldRef refers weakly to an interned chunk, by its first element.
 type heldRef struct {
 	first weak.Pointer[*nameVersion]
 	n     int
 }
 
-// intern is the interned set equal to h (the same pointers in the same
-// order): h itself, copied to its length, if no such set is held.
+// intern is h with each chunk the interned chunk equal to it (the same
+// pointers in the same order): the chunk itself, copied to its length,
+// where no such chunk is held.
 func (in *heldSets) intern(h heldSet) heldSet {
-	if len(h) == 0 {
-		return nil
+	if h.n == 0 {
+		return heldSet{}
 	}
 	in.once.Do(func() { in.seed, in.m = maphash.MakeSeed(), map[uint64][]heldRef{} })
+	out := heldSet{chunks: make([][]*nameVersion, len(h.chunks)), n: h.n}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for i, c := range h.chunks {
+		out.chunks[i] = in.internChunk(c)
+	}
+	return out
+}
+
+// internChunk is the interned chunk equal to c. Call with mu held.
+func (in *heldSets) internChunk(c []*nameVersion) []*nameVersion {
 	var mh maphash.Hash
 	mh.SetSeed(in.seed)
-	for _, p := range h {
+	for _, p := range c {
 		maphash.WriteComparable(&mh, p)
 	}
 	key := mh.Sum64()
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	for _, r := range in.m[key] {
-		if first := r.first.Value(); first != nil && r.n == len(h) {
-			held := heldSet(unsafe.Slice(first, r.n)) //nolint:gosec // first is the first of the r.n elements interned, and alive (Value)
-			if slices.Equal(held, h) {
+		if first := r.first.Value(); first != nil && r.n == len(c) {
+			held := unsafe.Slice(first, r.n) //nolint:gosec // first is the first of the r.n elements interned, and alive (Value)
+			if slices.Equal(held, c) {
 				return held
 			}
 		}
 	}
-	h = slices.Clip(slices.Clone(h)) // update's result may have room to spare
-	in.m[key] = append(in.m[key], heldRef{first: weak.Make(&h[0]), n: len(h)})
-	runtime.AddCleanup(&h[0], in.forget, key)
-	return h
+	c = slices.Clip(slices.Clone(c)) // update's result shares one array among its chunks
+	in.m[key] = append(in.m[key], heldRef{first: weak.Make(&c[0]), n: len(c)})
+	runtime.AddCleanup(&c[0], in.forget, key)
+	return c
 }
 
 // forget drops the entries of key whose sets were collected.

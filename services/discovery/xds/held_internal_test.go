@@ -153,7 +153,7 @@ func TestARequestThatChangesNothingCostsItsOwnSizeNotTheSets(t *testing.T) {
 		names[i] = fmt.Sprintf("outbound|80||svc-%06d.default.svc.cluster.local", i) + strings.Repeat("x", 950)
 	}
 	s := makeNameSet(names)
-	h := heldSet(nil).update(func() []*nameVersion {
+	h := heldSet{}.update(func() []*nameVersion {
 		out := make([]*nameVersion, len(names))
 		for i, n := range names {
 			out[i] = &nameVersion{name: n, version: "1"}
@@ -185,7 +185,7 @@ func TestARequestThatChangesNothingCostsItsOwnSizeNotTheSets(t *testing.T) {
 			}
 		}},
 		{"forget a name not held", func() {
-			if got := h.update(nil, unknown); len(got) != len(h) || &got[0] != &h[0] {
+			if got := h.update(nil, unknown); got.len() != h.len() || &got.chunks[0][0] != &h.chunks[0][0] {
 				t.Fatal("the held set was copied")
 			}
 		}},
@@ -206,17 +206,21 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func held(pairs ...string) heldSet {
-	var h heldSet
+// nvs is the names and versions of pairs, in their order.
+func nvs(pairs ...string) []*nameVersion {
+	var out []*nameVersion
 	for i := 0; i < len(pairs); i += 2 {
-		h = append(h, &nameVersion{name: pairs[i], version: pairs[i+1]})
+		out = append(out, &nameVersion{name: pairs[i], version: pairs[i+1]})
 	}
-	return h
+	return out
 }
+
+// held is holding pairs (in name order).
+func held(pairs ...string) heldSet { return chunked(nvs(pairs...)) }
 
 func pairs(h heldSet) []string {
 	var out []string
-	for _, e := range h {
+	for e := range h.all() {
 		out = append(out, e.name, e.version)
 	}
 	return out
@@ -226,20 +230,20 @@ func TestHeldSetUpdateReplacesAddsAndRemovesInNameOrder(t *testing.T) {
 	base := held("a", "1", "c", "1", "e", "1")
 	for _, tc := range []struct {
 		name    string
-		put     heldSet
+		put     []*nameVersion
 		removed []string
 		want    []string
 	}{
 		{"nothing", nil, nil, []string{"a", "1", "c", "1", "e", "1"}},
-		{"replaced", held("c", "2"), nil, []string{"a", "1", "c", "2", "e", "1"}},
+		{"replaced", nvs("c", "2"), nil, []string{"a", "1", "c", "2", "e", "1"}},
 		{
-			"added before, between and after", held("f", "1", "b", "1", "0", "1"), nil,
+			"added before, between and after", nvs("f", "1", "b", "1", "0", "1"), nil,
 			[]string{"0", "1", "a", "1", "b", "1", "c", "1", "e", "1", "f", "1"},
 		},
 		{"removed, and a name not held", nil, []string{"c", "zz"}, []string{"a", "1", "e", "1"}},
-		{"put and removed at once", held("b", "2"), []string{"a", "e"}, []string{"b", "2", "c", "1"}},
-		{"a name both put and removed is held", held("c", "3"), []string{"c"}, []string{"a", "1", "c", "3", "e", "1"}},
-		{"of a name put twice, the last", held("d", "1", "d", "2"), nil, []string{"a", "1", "c", "1", "d", "2", "e", "1"}},
+		{"put and removed at once", nvs("b", "2"), []string{"a", "e"}, []string{"b", "2", "c", "1"}},
+		{"a name both put and removed is held", nvs("c", "3"), []string{"c"}, []string{"a", "1", "c", "3", "e", "1"}},
+		{"of a name put twice, the last", nvs("d", "1", "d", "2"), nil, []string{"a", "1", "c", "1", "d", "2", "e", "1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := base.update(tc.put, tc.removed)
@@ -265,7 +269,7 @@ func TestHeldOfPointsAtTheEncodingsVersions(t *testing.T) {
 	b := &named{nameVersion: &nameVersion{name: "b", version: "1"}}
 	a := &named{nameVersion: &nameVersion{name: "a", version: "2"}}
 	h := heldOf([]*named{b, a})
-	if len(h) != 2 || h[0] != a.nameVersion || h[1] != b.nameVersion {
+	if all := slices.Collect(h.all()); len(all) != 2 || all[0] != a.nameVersion || all[1] != b.nameVersion {
 		t.Fatalf("heldOf = %q, want a then b, the encodings' own", pairs(h))
 	}
 }
@@ -273,33 +277,34 @@ func TestHeldOfPointsAtTheEncodingsVersions(t *testing.T) {
 func TestEqualHeldSetsAreInternedToOneCopy(t *testing.T) {
 	a, b, b2 := &nameVersion{"a", "1"}, &nameVersion{"b", "1"}, &nameVersion{"b", "2"}
 	var in heldSets
-	first := in.intern(heldSet{a, b})
-	again := in.intern(heldSet(nil).update(heldSet{b, a}, nil)) // built apart, the same encodings
-	if &first[0] != &again[0] || len(again) != 2 {
+	first := in.intern(chunked([]*nameVersion{a, b}))
+	again := in.intern(heldSet{}.update([]*nameVersion{b, a}, nil)) // built apart, the same encodings
+	if &first.chunks[0][0] != &again.chunks[0][0] || again.len() != 2 {
 		t.Fatalf("equal sets were not shared: %q and %q", pairs(first), pairs(again))
 	}
-	if cap(first) != len(first) {
-		t.Fatalf("the interned set keeps room to spare: cap %d, len %d", cap(first), len(first))
+	if c := first.chunks[len(first.chunks)-1]; cap(c) != len(c) {
+		t.Fatalf("the interned chunk keeps room to spare: cap %d, len %d", cap(c), len(c))
 	}
-	for name, other := range map[string]heldSet{
+	for name, other := range map[string][]*nameVersion{
 		"another encoding of a name": {a, b2},
 		"fewer resources":            {a},
 		"another order":              {b, a}, // never built by update, but not the same set
 	} {
-		if got := in.intern(other); &got[0] == &first[0] || !slices.Equal(got, other) {
-			t.Errorf("%s: interned as %q, want its own %q", name, pairs(got), pairs(other))
+		got := in.intern(chunked(other))
+		if &got.chunks[0][0] == &first.chunks[0][0] && got.len() == first.len() || !slices.Equal(slices.Collect(got.all()), other) {
+			t.Errorf("%s: interned as %q, want its own %q", name, pairs(got), pairs(chunked(other)))
 		}
 	}
-	if in.intern(nil) != nil || in.intern(heldSet{}) != nil {
-		t.Error("an empty set is not nil")
+	if in.intern(heldSet{}).len() != 0 || in.intern(chunked(nil)).chunks != nil {
+		t.Error("an empty set holds something")
 	}
 }
 
 func TestAnInternedSetNoStreamHoldsIsForgotten(t *testing.T) {
 	var in heldSets
-	keep := in.intern(heldSet{{"kept", "1"}})
+	keep := in.intern(held("kept", "1"))
 	for i := range 100 {
-		in.intern(heldSet{{"dropped", strconv.Itoa(i)}})
+		in.intern(held("dropped", strconv.Itoa(i)))
 	}
 	interned := func() int {
 		in.mu.Lock()
@@ -320,7 +325,56 @@ func TestAnInternedSetNoStreamHoldsIsForgotten(t *testing.T) {
 	if n := interned(); n != 1 {
 		t.Fatalf("%d sets interned after the 100 unheld ones were collected, want the 1 still held", n)
 	}
-	if got := in.intern(heldSet{keep[0]}); &got[0] != &keep[0] {
+	if got := in.intern(chunked([]*nameVersion{keep.chunks[0][0]})); &got.chunks[0][0] != &keep.chunks[0][0] {
 		t.Fatal("the set still held is no longer shared")
+	}
+}
+
+// The sidecars of a namespace hold the mesh's clusters and each its own
+// inbound few: interned, they share the mesh's chunks, and each pays for
+// the chunks its own names fall in and a pointer per chunk.
+func TestSetsThatDifferInAFewNamesShareEveryOtherChunk(t *testing.T) {
+	mesh := make([]*nameVersion, 6_000)
+	for i := range mesh {
+		mesh[i] = &nameVersion{name: fmt.Sprintf("outbound|80|v1|svc-%d.load.svc.cluster.local", i), version: "1"}
+	}
+	var in heldSets
+	var sets []heldSet
+	for p := range 50 {
+		// Its own: an inbound cluster (before the mesh's, by name) and one
+		// among the mesh's, at a place of its own.
+		own := []*nameVersion{{name: fmt.Sprintf("inbound|80||%d", p), version: "1"}, {name: fmt.Sprintf("outbound|80|v1|svc-%d.load.svc.cluster.local-own", p*100), version: "1"}}
+		sets = append(sets, in.intern(heldSet{}.update(append(slices.Clone(mesh), own...), nil)))
+	}
+	chunks := map[**nameVersion]int{}
+	for _, h := range sets {
+		if h.len() != len(mesh)+2 {
+			t.Fatalf("a set holds %d, want %d", h.len(), len(mesh)+2)
+		}
+		for _, c := range h.chunks {
+			if len(c) > maxChunk {
+				t.Fatalf("a chunk of %d names, more than %d", len(c), maxChunk)
+			}
+			chunks[&c[0]] += len(c)
+		}
+	}
+	perSet := len(sets[0].chunks)
+	// Each set's own two names change at most two chunks of its own: the
+	// rest are the shared ones.
+	if distinct := len(chunks); distinct > perSet+2*len(sets) {
+		t.Errorf("%d distinct chunks among %d sets of %d chunks each: want at most %d (the shared ones and two of each set's own)",
+			distinct, len(sets), perSet, perSet+2*len(sets))
+	}
+	if perSet < len(mesh)/maxChunk || perSet > len(mesh)/8 {
+		t.Errorf("%d chunks for %d names: the chunks are not of the size meant", perSet, len(mesh))
+	}
+	// Every name is found, at its version, through the chunks.
+	for _, e := range mesh[:200] {
+		if v, ok := sets[7].version(e.name); !ok || v != "1" {
+			t.Fatalf("version(%q) = %q, %v", e.name, v, ok)
+		}
+	}
+	if _, ok := sets[7].version("outbound|80|v1|svc-0.load.svc.cluster.local-own"); ok {
+		t.Fatal("another set's own name is held")
 	}
 }
