@@ -158,7 +158,7 @@ func (o *Options) Run(ctx context.Context, conn *connect.Options, stdin io.Reade
 		in = LiveInput(live, files, o.DomainSuffix)
 		msgs = append(msgs, rejectedMessages(live)...)
 	}
-	msgs = slices.Concat(msgs, validation.Analyze(in), files.gateway.messages(in), files.kube.messages(in))
+	msgs = append(msgs, Analyze(in, files)...)
 	failing := 0
 	var shown []validation.Message
 	for _, m := range msgs {
@@ -176,6 +176,12 @@ func (o *Options) Run(ctx context.Context, conn *connect.Options, stdin io.Reade
 		return &FoundIssuesError{Count: failing, Threshold: failAt}
 	}
 	return nil
+}
+
+// Analyze is every check over in: validation's analyzers, and those of
+// the files' Gateway API and Kubernetes objects (f's, which in includes).
+func Analyze(in validation.Input, f *Files) []validation.Message {
+	return slices.Concat(validation.Analyze(in), f.gateway.messages(in), f.kube.messages(in))
 }
 
 // Input is the analysis input of local files alone: what they hold is

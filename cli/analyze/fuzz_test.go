@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
-	"github.com/flotilla-mesh/flotilla/internal/validation"
 )
 
 // FuzzAnalyze feeds any bytes to analyze as standard input: it never
@@ -28,7 +27,7 @@ func FuzzAnalyze(f *testing.F) {
 		if err != nil {
 			t.Fatalf("reading standard input failed: %v", err)
 		}
-		msgs := append(files.Messages, validation.Analyze(analyze.Input(files, "cluster.local"))...)
+		msgs := append(files.Messages, analyze.Analyze(analyze.Input(files, "cluster.local"), files)...)
 		for _, format := range []string{"log", "json"} {
 			if err := analyze.Print(io.Discard, format, msgs, files); err != nil {
 				t.Fatal(err)

@@ -88,8 +88,9 @@ func (k *kubeFiles) messages(in validation.Input) []validation.Message {
 			})
 		}
 	}
+	defs := annotationsByName()
 	for _, o := range annotated {
-		checkAnnotations(o, report)
+		checkAnnotations(o, defs, report)
 	}
 	for _, w := range k.workloads {
 		k.checkWorkload(w, in, report)
@@ -108,8 +109,7 @@ func (k *kubeFiles) messages(in validation.Input) []validation.Message {
 // resource type it is for (IST0107), and is reported when deprecated
 // (IST0135). Istio's alpha-annotation analyzer (IST0136) is not in
 // istioctl analyze's set (too noisy, its source says) and not here.
-func checkAnnotations(o objectAnnotations, report func(validation.Code, validation.Ref, string, string, ...any)) {
-	defs := annotationsByName()
+func checkAnnotations(o objectAnnotations, defs map[string]*annotation.Instance, report func(validation.Code, validation.Ref, string, string, ...any)) {
 	for _, name := range slices.Sorted(maps.Keys(o.annotations)) {
 		if !istioAnnotation(name) || alwaysIgnoredAnnotations[name] {
 			continue
@@ -184,7 +184,7 @@ func (k *kubeFiles) checkWorkload(w podSource, in validation.Input, report func(
 		return // Istio's IsIstioControlPlane: the analyzers skip it
 	}
 	if err := inject.CheckAnnotations(pod); err != nil {
-		report(validation.CodeInvalidAnnotation, w.ref, w.templatePath+"metadata.annotations", "the injector refuses this pod: %v", err)
+		report(validation.CodeInvalidAnnotation, w.ref, w.templatePath+"metadata.annotations", "the injector refuses to inject a pod with it: %v", err)
 	}
 	specPath := w.templatePath + "spec"
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == proxycontract.ProxyUID {
