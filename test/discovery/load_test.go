@@ -85,3 +85,44 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
 }
+
+// TestTheReferenceLoadToolMeasuresKubernetesServicesOverSeveralClientProcesses
+// runs the reference mode small: Kubernetes Services in a real apiserver,
+// read by galley in cluster mode, two discovery replicas, the sidecar
+// clients split over two processes. Every client, whichever process runs
+// it, acknowledges the route change (RDS) and the endpoint change (EDS);
+// the replicas together serve them all.
+func TestTheReferenceLoadToolMeasuresKubernetesServicesOverSeveralClientProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const sidecars = 30
+	r, err := load.RunReference(ctx, load.ReferenceOptions{
+		BinDir: binDir, Self: filepath.Join(binDir, "xdsload"), Sidecars: sidecars, Services: 20,
+		Replicas: 2, ClientProcs: 2, Changes: 1, Log: testWriter{t}, SyncTimeout: 2 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", r)
+	if len(r.Changes) != 2 || r.Connected <= 0 || r.GalleyRSSMiB <= 0 || len(r.ReplicaRSSMiB) != 2 || r.Errors != 0 {
+		t.Fatalf("implausible report: %+v", r)
+	}
+	if served := r.ReplicaProxies[0] + r.ReplicaProxies[1]; served != sidecars {
+		t.Errorf("the replicas serve %v proxies, want %d in all", r.ReplicaProxies, sidecars)
+	}
+	for i, want := range []struct{ kind, typ string }{{"route", "rds"}, {"endpoint", "eds"}} {
+		c := r.Changes[i]
+		if c.Kind != want.kind {
+			t.Fatalf("change %d is a %s change, want %s", i, c.Kind, want.kind)
+		}
+		var got *load.TypeLatency
+		for k := range c.Types {
+			if c.Types[k].Type == want.typ {
+				got = &c.Types[k]
+			}
+		}
+		if got == nil || got.Clients != sidecars || got.P50 <= 0 || got.Max < got.P99 {
+			t.Errorf("%s change: %+v, want all %d clients of both processes acknowledging %s", c.Kind, got, sidecars, want.typ)
+		}
+	}
+}
