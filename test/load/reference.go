@@ -52,7 +52,8 @@ type ReferenceOptions struct {
 	// cluster's pods connect over a rollout (at once when zero).
 	Ramp time.Duration
 	// ProfileDir, when set, receives the first replica's heap profile
-	// after the initial sync (heap.pb.gz).
+	// after the initial sync (heap.pb.gz) and a second into each change,
+	// while the sidecars are still being sent it (heap-<kind>-<n>.pb.gz).
 	ProfileDir string
 	// DiscoveryEnv is added to the replicas' environment (GOMEMLIMIT).
 	DiscoveryEnv []string
@@ -268,12 +269,23 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 		if err := change(); err != nil {
 			return nil, err
 		}
+		during := make(chan error, 1)
+		go func() {
+			if err := sleep(ctx, time.Second); err != nil {
+				during <- err
+				return
+			}
+			during <- profiler{dir: o.ProfileDir, admin: replicas[0].admin}.save(ctx, fmt.Sprintf("heap-%s-%d.pb.gz", kind, i/2+1), "heap?gc=1")
+		}()
 		var d1, g1, c1 float64
 		c, err := measureChange(ctx, ms, ccs, so, kind, expect, t0, func() {
 			d1, g1, c1 = cpu(discCmds...), cpu(galley), cpu(clients...)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s change %d: %w", kind, i/2+1, err)
+		}
+		if err := <-during; err != nil {
+			return nil, err
 		}
 		c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU = d1-d0, g1-g0, c1-c0
 		r.Changes = append(r.Changes, *c)
