@@ -41,9 +41,8 @@ type objectAnnotations struct {
 
 // podSource is a Pod, or a workload controller's Pod template.
 type podSource struct {
-	ref validation.Ref
 	// meta is the object's own metadata (a Deployment's, not its
-	// template's); for a Pod, the Pod's.
+	// template's); for a Pod, the Pod's. Its ref names the object.
 	meta objectAnnotations
 	// template is the pod as created, with templatePath the prefix of
 	// its fields ("" for a Pod, "spec.template." for a Deployment).
@@ -62,7 +61,7 @@ func (k *kubeFiles) addWorkload(ref validation.Ref, meta objectAnnotations, tmpl
 	meta.ref, meta.path = ref, "metadata.annotations"
 	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
 	pod.Namespace = ref.Namespace
-	k.workloads = append(k.workloads, podSource{ref: ref, meta: meta, template: pod, templatePath: templatePath})
+	k.workloads = append(k.workloads, podSource{meta: meta, template: pod, templatePath: templatePath})
 }
 
 // messages runs the checks over the files' objects; in gives the
@@ -83,7 +82,7 @@ func (k *kubeFiles) messages(in validation.Input) []validation.Message {
 		annotated = append(annotated, w.meta)
 		if w.templatePath != "" {
 			annotated = append(annotated, objectAnnotations{
-				ref: w.ref, path: w.templatePath + "metadata.annotations", kind: "Pod",
+				ref: w.meta.ref, path: w.templatePath + "metadata.annotations", kind: "Pod",
 				labels: w.template.Labels, annotations: w.template.Annotations,
 			})
 		}
@@ -184,37 +183,37 @@ func (k *kubeFiles) checkWorkload(w podSource, in validation.Input, report func(
 		return // Istio's IsIstioControlPlane: the analyzers skip it
 	}
 	if err := inject.CheckAnnotations(pod); err != nil {
-		report(validation.CodeInvalidAnnotation, w.ref, w.templatePath+"metadata.annotations", "the injector refuses to inject a pod with it: %v", err)
+		report(validation.CodeInvalidAnnotation, w.meta.ref, w.templatePath+"metadata.annotations", "the injector refuses to inject a pod with it: %v", err)
 	}
 	specPath := w.templatePath + "spec"
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == proxycontract.ProxyUID {
-		report(validation.CodeInvalidApplicationUID, w.ref, specPath+".securityContext.runAsUser", "user ID (UID) %d is reserved for the sidecar proxy", proxycontract.ProxyUID)
+		report(validation.CodeInvalidApplicationUID, w.meta.ref, specPath+".securityContext.runAsUser", "user ID (UID) %d is reserved for the sidecar proxy", proxycontract.ProxyUID)
 	}
 	for i, c := range pod.Spec.Containers {
 		if c.Name == inject.ProxyContainer || c.Name == "istio-operator" {
 			continue
 		}
 		if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == proxycontract.ProxyUID {
-			report(validation.CodeInvalidApplicationUID, w.ref, fmt.Sprintf("%s.containers[%d].securityContext.runAsUser", specPath, i),
+			report(validation.CodeInvalidApplicationUID, w.meta.ref, fmt.Sprintf("%s.containers[%d].securityContext.runAsUser", specPath, i),
 				"user ID (UID) %d is reserved for the sidecar proxy", proxycontract.ProxyUID)
 		}
 	}
-	nsLabels, nsKnown := in.Namespaces[w.ref.Namespace]
+	nsLabels, nsKnown := in.Namespaces[w.meta.ref.Namespace]
 	if !nsKnown {
 		// Whether the injector selects it depends on its namespace's
 		// labels, which the input does not hold.
 		return
 	}
-	injected, why := injectedByAny(pod, w.ref.Namespace, nsLabels)
+	injected, why := injectedByAny(pod, w.meta.ref.Namespace, nsLabels)
 	for i, c := range pod.Spec.Containers {
 		if c.Name != inject.ProxyContainer || c.Image != "auto" || injected {
 			continue
 		}
 		code := validation.CodeImageAutoWithoutInjection
-		if w.ref.Kind == "Pod" {
+		if w.meta.ref.Kind == "Pod" {
 			code = validation.CodeImageAutoPodWithoutInjection
 		}
-		report(code, w.ref, fmt.Sprintf("%s.containers[%d].image", specPath, i), "%s %s contains `image: auto` but no injector selects it (%s): the container keeps that image and does not start", w.ref.Kind, w.ref.Name, why)
+		report(code, w.meta.ref, fmt.Sprintf("%s.containers[%d].image", specPath, i), "%s %s contains `image: auto` but no injector selects it (%s): the container keeps that image and does not start", w.meta.ref.Kind, w.meta.ref.Name, why)
 	}
 	if injected {
 		k.checkServices(w, report)
@@ -239,7 +238,7 @@ func injectedByAny(pod *corev1.Pod, namespace string, nsLabels map[string]string
 func (k *kubeFiles) checkServices(w podSource, report func(validation.Code, validation.Ref, string, string, ...any)) {
 	var svcs []*corev1.Service
 	for _, svc := range k.services {
-		if svc.Namespace == w.ref.Namespace && len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(w.template.Labels)) {
+		if svc.Namespace == w.meta.ref.Namespace && len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(w.template.Labels)) {
 			svcs = append(svcs, svc)
 		}
 	}
@@ -273,8 +272,8 @@ func (k *kubeFiles) checkServices(w podSource, report func(validation.Code, vali
 			protos = append(protos, string(proto))
 		}
 		slices.Sort(names)
-		report(validation.CodeWorkloadPortProtocols, w.ref, "metadata.name", "%s %s is associated with multiple services using port %d but different protocols (%s): %s",
-			w.ref.Kind, w.ref.Name, port, strings.Join(protos, ", "), strings.Join(names, ", "))
+		report(validation.CodeWorkloadPortProtocols, w.meta.ref, "metadata.name", "%s %s is associated with multiple services using port %d but different protocols (%s): %s",
+			w.meta.ref.Kind, w.meta.ref.Name, port, strings.Join(protos, ", "), strings.Join(names, ", "))
 	}
 	for _, target := range slices.Sorted(maps.Keys(targets)) {
 		if len(targets[target]) < 2 {
@@ -286,7 +285,7 @@ func (k *kubeFiles) checkServices(w podSource, report func(validation.Code, vali
 			ports = append(ports, strconv.Itoa(int(port)))
 		}
 		slices.Sort(names)
-		report(validation.CodeWorkloadConflictingPorts, w.ref, "metadata.name", "%s %s is associated with multiple services %s using targetPort %q but different ports: %s",
-			w.ref.Kind, w.ref.Name, strings.Join(slices.Compact(names), ", "), target, strings.Join(ports, ", "))
+		report(validation.CodeWorkloadConflictingPorts, w.meta.ref, "metadata.name", "%s %s is associated with multiple services %s using targetPort %q but different ports: %s",
+			w.meta.ref.Kind, w.meta.ref.Name, strings.Join(slices.Compact(names), ", "), target, strings.Join(ports, ", "))
 	}
 }

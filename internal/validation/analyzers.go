@@ -168,22 +168,14 @@ func (a *analysis) gatewayConflicts() {
 			gws = append(gws, o)
 		}
 	}
-	subset := func(small, big map[string]string) bool {
-		for k, v := range small {
-			if bv, ok := big[k]; !ok || bv != v {
-				return false
-			}
-		}
-		return true
-	}
 	sameWorkloads := func(x, y map[string]string) bool {
 		if maps.Equal(x, y) {
 			return true
 		}
-		if !subset(x, y) && !subset(y, x) {
+		if !model.LabelsMatch(x, y) && !model.LabelsMatch(y, x) {
 			return false
 		}
-		return slices.ContainsFunc(a.workloads, func(w Workload) bool { return subset(x, w.Labels) && subset(y, w.Labels) })
+		return slices.ContainsFunc(a.workloads, func(w Workload) bool { return model.LabelsMatch(x, w.Labels) && model.LabelsMatch(y, w.Labels) })
 	}
 	for _, o := range gws {
 		gw := o.Spec.(*networking.Gateway) //nolint:forcetypeassert // gathered above
@@ -244,7 +236,9 @@ func (a *analysis) gatewayCertificates() {
 			var with []string
 			for _, other := range gws {
 				ogw := other.Spec.(*networking.Gateway) //nolint:forcetypeassert // gathered above
-				if other.ID() == o.ID() || !labelsInclude(ogw.GetSelector(), gw.GetSelector()) {
+				// Istio's selectorSubset: the other's selector has every
+				// label of this one's.
+				if other.ID() == o.ID() || !model.LabelsMatch(gw.GetSelector(), ogw.GetSelector()) {
 					continue
 				}
 				if slices.ContainsFunc(ogw.GetServers(), func(os *networking.Server) bool {
@@ -261,17 +255,6 @@ func (a *analysis) gatewayCertificates() {
 				"the certificate is also served by gateways %s on the same workloads: clients that reuse HTTP/2 connections across their hosts may get 404s", strings.Join(with, ","))
 		}
 	}
-}
-
-// labelsInclude is whether big has every label of small (Istio's
-// selectorSubset; an empty small is in every selector).
-func labelsInclude(big, small map[string]string) bool {
-	for k, v := range small {
-		if bv, ok := big[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
 }
 
 // ingressSubsets is Istio's DestinationHostAnalyzer.analyzeSubset

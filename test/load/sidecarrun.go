@@ -106,7 +106,7 @@ func (r *SidecarReport) String() string {
 	}
 	fmt.Fprintf(&b, "), services %d: initial sync of all in %s\n", r.Services, r.Connected.Round(time.Millisecond))
 	for _, c := range r.Changes {
-		fmt.Fprintf(&b, "  %s change: discovery %s, CPU discovery %.2fs clients %.2fs\n", c.Kind, c.Discovery.Round(time.Millisecond), c.DiscoveryCPU, c.ClientsCPU)
+		fmt.Fprintf(&b, "  %s change: discovery %s, CPU discovery %.2fs galley %.2fs clients %.2fs\n", c.Kind, c.Discovery.Round(time.Millisecond), c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU)
 		for _, t := range c.Types {
 			fmt.Fprintf(&b, "    %s: %d clients  p50 %s  p99 %s  max %s  (%.1f responses, %.1f resources per client)", t.Type, t.Clients,
 				t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Responses, t.Resources)
