@@ -126,3 +126,48 @@ func TestTheReferenceLoadToolMeasuresKubernetesServicesOverSeveralClientProcesse
 		}
 	}
 }
+
+// TestTheChurnLoadToolRollsDeploymentsInAWholeClusterAndCountsWhatSidecarsReceive
+// runs the churn mode small: Deployments in a whole cluster (controllers,
+// scheduler, kwok nodes), galley reading them in cluster mode, sidecar
+// clients over two processes that hold every Service's endpoints — the
+// run waits for them to hold exactly the Ready pods after the sync and
+// after the last wave, so stale endpoints fail it — and two waves of
+// rolling restarts. Every restarted pod is counted turning Ready and its
+// predecessor going; every sidecar received EDS during the churn, after
+// the pods changed.
+func TestTheChurnLoadToolRollsDeploymentsInAWholeClusterAndCountsWhatSidecarsReceive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	const sidecars, deployments, podsEach = 4, 6, 2
+	r, err := load.RunChurn(ctx, load.ChurnOptions{
+		BinDir: binDir, Self: filepath.Join(binDir, "xdsload"), Deployments: deployments, PodsEach: podsEach,
+		Sidecars: sidecars, ClientProcs: 2, Waves: 2, Interval: 15 * time.Second, Fraction: 0.5,
+		Log: testWriter{t}, SyncTimeout: 3 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", r)
+	if len(r.Waves) != 2 || r.Errors != 0 || r.GalleyRSSMiB <= 0 || r.DiscoveryRSSMiB <= 0 {
+		t.Fatalf("implausible report: %+v", r)
+	}
+	last := r.Waves[1]
+	if last.Deployments != deployments/2 || last.Pods != podsEach*deployments/2 || last.Settled <= 0 {
+		t.Errorf("last wave %+v: want %d Deployments of %d pods restarted and settled", last, deployments/2, podsEach)
+	}
+	// Each wave: every new pod turns Ready, every old one stops serving
+	// and goes.
+	if want := 2 * 3 * podsEach * deployments / 2; r.PodChanges < want {
+		t.Errorf("%d pod changes counted during the churn, want at least %d", r.PodChanges, want)
+	}
+	if len(r.EDSPerSidecar) != sidecars || r.EDSPerSidecar[0] < 1 {
+		t.Errorf("EDS responses per sidecar during the churn: %v, want %d sidecars with at least one each", r.EDSPerSidecar, sidecars)
+	}
+	if r.Lag <= 0 {
+		t.Errorf("the last sidecar's EDS came %s after the last pod change, want after it", r.Lag)
+	}
+	if r.WatchesGalley <= r.WatchesBefore {
+		t.Errorf("the apiserver's watches: %d before galley, %d with it; want galley's counted", r.WatchesBefore, r.WatchesGalley)
+	}
+}

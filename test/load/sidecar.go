@@ -105,6 +105,10 @@ type SidecarClientOptions struct {
 	// client keeping the others (as Istio sends them, and as the xDS
 	// protocol allows for those types).
 	Observe func(i int, typeURL string, resources []*anypb.Any)
+	// Endpoints makes each client keep, per EDS cluster, a digest of the
+	// endpoints it holds (endpointDigest), which POST /stale compares with
+	// what they should be (state of the world only).
+	Endpoints bool
 }
 
 // ackRecord is one response a client acknowledged (or rejected).
@@ -146,6 +150,15 @@ type sidecarClient struct {
 	held       map[string]map[string]string
 	asks       map[string]map[string][]string
 	subscribed map[string]map[string]bool
+
+	// total counts, per type, the responses applied over the client's
+	// life, and last is when the latest was (unlike records, unbounded
+	// in time: a churn's responses are counted whatever their number);
+	// endpoints is, with SidecarClientOptions.Endpoints, each EDS
+	// cluster's endpointDigest. Under mu.
+	total     map[string]int
+	last      map[string]time.Time
+	endpoints map[string]string
 }
 
 // servers is the list of xDS addresses a client connects to, one picked
@@ -170,6 +183,51 @@ func (c *sidecarClient) record(t string, resources int, nacked bool) {
 		r = slices.Delete(r, 0, len(r)-maxAckRecords)
 	}
 	c.records[t] = r
+	if !nacked {
+		c.total[t]++
+		c.last[t] = time.Now()
+	}
+}
+
+// keepEndpoints notes the digest of each load assignment of an EDS
+// response (a response holds only the clusters that changed).
+func (c *sidecarClient) keepEndpoints(anys []*anypb.Any) {
+	for _, a := range anys {
+		var la endpointv3.ClusterLoadAssignment
+		if err := proto.Unmarshal(a.GetValue(), &la); err != nil {
+			continue // decode rejected it already
+		}
+		d := endpointDigest(&la)
+		c.mu.Lock()
+		c.endpoints[la.GetClusterName()] = d
+		c.mu.Unlock()
+	}
+}
+
+// endpointDigest names the endpoints of a load assignment that take
+// traffic (health status HEALTHY or UNKNOWN), as sorted address:port
+// pairs joined by commas — what EndpointDigest makes of the addresses a
+// load assignment should hold.
+func endpointDigest(la *endpointv3.ClusterLoadAssignment) string {
+	var addrs []string
+	for _, l := range la.GetEndpoints() {
+		for _, e := range l.GetLbEndpoints() {
+			if h := e.GetHealthStatus(); h != corev3.HealthStatus_HEALTHY && h != corev3.HealthStatus_UNKNOWN {
+				continue
+			}
+			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			addrs = append(addrs, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
+		}
+	}
+	return EndpointDigest(addrs)
+}
+
+// EndpointDigest is the digest of a load assignment holding these
+// address:port pairs, in any order.
+func EndpointDigest(addrs []string) string {
+	addrs = slices.Clone(addrs)
+	slices.Sort(addrs)
+	return strings.Join(addrs, ",")
 }
 
 // markSynced notes a type acknowledged with what the client asks for.
@@ -192,10 +250,21 @@ func RunSidecarClients(ctx context.Context, o SidecarClientOptions) error {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	if o.Observe != nil && o.Delta {
+	if (o.Observe != nil || o.Endpoints) && o.Delta {
 		return errors.New("observing what clients hold needs state-of-the-world streams")
 	}
 	clients := make([]*sidecarClient, o.N)
+	if o.Endpoints {
+		observe := o.Observe
+		o.Observe = func(i int, t string, rs []*anypb.Any) {
+			if t == resourcev3.EndpointType {
+				clients[i].keepEndpoints(rs)
+			}
+			if observe != nil {
+				observe(i, t, rs)
+			}
+		}
+	}
 	for i := range clients {
 		b, _, err := bootstrap.Build(bootstrap.Options{Node: o.Workload(o.First + i), Delta: o.Delta})
 		if err != nil {
@@ -206,6 +275,7 @@ func RunSidecarClients(ctx context.Context, o SidecarClientOptions) error {
 			version: map[string]string{}, names: map[string][]string{}, held: map[string]map[string]string{},
 			asks:       map[string]map[string][]string{resourcev3.ClusterType: {}, resourcev3.ListenerType: {}},
 			subscribed: map[string]map[string]bool{resourcev3.EndpointType: {}, resourcev3.RouteType: {}},
+			total:      map[string]int{}, last: map[string]time.Time{}, endpoints: map[string]string{},
 		}
 		for _, t := range sidecarTypes {
 			clients[i].held[t] = map[string]string{}
@@ -594,6 +664,21 @@ type ClientAcks struct {
 	Nacked    []int `json:"nacked"`
 }
 
+// ClientTotals is what /totals answers: per client, the responses of a
+// type it applied over its life and when the latest was (unix
+// nanoseconds; 0: none).
+type ClientTotals struct {
+	Responses []int   `json:"responses"`
+	Last      []int64 `json:"last"`
+}
+
+// StaleEndpoints is what /stale answers: how many (client, cluster) pairs
+// hold other endpoints than asked, with one of them.
+type StaleEndpoints struct {
+	Stale   int    `json:"stale"`
+	Example string `json:"example,omitempty"`
+}
+
 // SyncState is what /synced answers.
 type SyncState struct {
 	// Synced counts the clients that hold all four types; Last is when
@@ -666,6 +751,48 @@ func statusHandler(clients []*sidecarClient, srvs *servers) http.Handler {
 			c.mu.Unlock()
 		}
 		writeJSON(w, a)
+	})
+	// GET /totals?type=eds: per client, the responses of the type applied
+	// over its life and when the latest was.
+	mux.HandleFunc("GET /totals", func(w http.ResponseWriter, r *http.Request) {
+		t, ok := longType(r.URL.Query().Get("type"))
+		if !ok {
+			http.Error(w, "want type=cds|lds|eds|rds", http.StatusBadRequest)
+			return
+		}
+		tt := ClientTotals{Responses: make([]int, len(clients)), Last: make([]int64, len(clients))}
+		for i, c := range clients {
+			c.mu.Lock()
+			tt.Responses[i] = c.total[t]
+			if l := c.last[t]; !l.IsZero() {
+				tt.Last[i] = l.UnixNano()
+			}
+			c.mu.Unlock()
+		}
+		writeJSON(w, tt)
+	})
+	// POST /stale with {cluster: digest}: the clients (and clusters) whose
+	// endpoints differ from these (SidecarClientOptions.Endpoints).
+	mux.HandleFunc("POST /stale", func(w http.ResponseWriter, r *http.Request) {
+		var want map[string]string
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20)).Decode(&want); err != nil {
+			http.Error(w, "want a JSON object of cluster → endpoint digest: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var st StaleEndpoints
+		for _, c := range clients {
+			c.mu.Lock()
+			for cluster, d := range want {
+				if got, held := c.endpoints[cluster]; !held || got != d {
+					st.Stale++
+					if st.Example == "" {
+						st.Example = fmt.Sprintf("client %d holds %s as %q, want %q", c.i, cluster, got, d)
+					}
+				}
+			}
+			c.mu.Unlock()
+		}
+		writeJSON(w, st)
 	})
 	// POST /nack?type=rds&n=10: the first n clients reject every later
 	// response of the type (n=0 stops it).

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -246,9 +247,9 @@ func RunSidecars(ctx context.Context, o SidecarOptions) (*SidecarReport, error) 
 
 // startSidecarClients starts a sidecar clients' process: n clients (the
 // mesh's clients first … first+n-1) of a mesh of services, connected to
-// xdsAddr, started evenly over ramp (at once when zero); sc reads its
-// status.
-func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr string, n, services int, delta bool, ramp time.Duration, first int) (*exec.Cmd, *statusClient, error) {
+// xdsAddr, started evenly over ramp (at once when zero), with the
+// sidecars subcommand's extra flags; sc reads its status.
+func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr string, n, services int, delta bool, ramp time.Duration, first int, extra ...string) (*exec.Cmd, *statusClient, error) {
 	addrs, err := freeAddrs(1)
 	if err != nil {
 		return nil, nil, err
@@ -260,7 +261,7 @@ func startSidecarClients(ctx context.Context, log io.Writer, self, xdsAddr strin
 	if ramp > 0 {
 		args = append(args, "--ramp", ramp.String())
 	}
-	cmd, err := start(ctx, log, nil, self, args...)
+	cmd, err := start(ctx, log, nil, self, append(args, extra...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -410,8 +411,30 @@ func (s *statusClient) acks(ctx context.Context, t string, since time.Time) (Cli
 	return a, s.get(ctx, "/acks?type="+ShortType(t)+"&since="+strconv.FormatInt(since.UnixNano(), 10), &a)
 }
 
+// totals is, per client, the responses of type t applied so far and
+// when the latest was.
+func (s *statusClient) totals(ctx context.Context, t string) (ClientTotals, error) {
+	var tt ClientTotals
+	return tt, s.get(ctx, "/totals?type="+ShortType(t), &tt)
+}
+
+// stale counts the (client, cluster) pairs whose endpoints differ from
+// want (cluster → EndpointDigest).
+func (s *statusClient) stale(ctx context.Context, want map[string]string) (StaleEndpoints, error) {
+	var st StaleEndpoints
+	b, err := json.Marshal(want)
+	if err != nil {
+		return st, err
+	}
+	return st, s.do(ctx, http.MethodPost, "/stale", bytes.NewReader(b), &st)
+}
+
 func (s *statusClient) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
+	return s.do(ctx, http.MethodGet, path, nil, v)
+}
+
+func (s *statusClient) do(ctx context.Context, method, path string, body io.Reader, v any) error {
+	req, err := http.NewRequestWithContext(ctx, method, s.base+path, body)
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,11 @@ type ClusterOptions struct {
 	// MaxPodsPerNode is each node's pod capacity. Default 110, the
 	// kubelet's.
 	MaxPodsPerNode int
+	// ControllerQPS, when set, is the controller manager's and the
+	// scheduler's request rate to the apiserver (--kube-api-qps; burst
+	// twice it). Default: theirs (20 and 50), which a cluster of
+	// thousands of pods churning outruns.
+	ControllerQPS int
 }
 
 // The pod network of the simulated nodes: node i has PodCIDR
@@ -82,18 +87,20 @@ func (e *Env) startCluster(ctx context.Context, bin string, o *ClusterOptions, v
 		return err
 	}
 	e.controllerManager, err = startProcess(filepath.Join(bin, "kube-controller-manager"), filepath.Join(e.dir, "kube-controller-manager.log"), verbose,
-		"--kubeconfig", kubeconfig,
-		"--authentication-kubeconfig", kubeconfig,
-		"--authorization-kubeconfig", kubeconfig,
-		"--bind-address", "127.0.0.1",
-		"--secure-port", strconv.Itoa(kcmPort),
-		"--leader-elect=false",
-		// Each controller with its own service account's credentials,
-		// as kubeadm runs it, so the apiserver sees them apart.
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file", filepath.Join(certs, "sa.key"),
-		"--root-ca-file", rootCA,
-		"--v", "0",
+		append([]string{
+			"--kubeconfig", kubeconfig,
+			"--authentication-kubeconfig", kubeconfig,
+			"--authorization-kubeconfig", kubeconfig,
+			"--bind-address", "127.0.0.1",
+			"--secure-port", strconv.Itoa(kcmPort),
+			"--leader-elect=false",
+			// Each controller with its own service account's credentials,
+			// as kubeadm runs it, so the apiserver sees them apart.
+			"--use-service-account-credentials=true",
+			"--service-account-private-key-file", filepath.Join(certs, "sa.key"),
+			"--root-ca-file", rootCA,
+			"--v", "0",
+		}, o.apiRate()...)...,
 	)
 	if err != nil {
 		return err
@@ -103,13 +110,15 @@ func (e *Env) startCluster(ctx context.Context, bin string, o *ClusterOptions, v
 		return err
 	}
 	e.scheduler, err = startProcess(filepath.Join(bin, "kube-scheduler"), filepath.Join(e.dir, "kube-scheduler.log"), verbose,
-		"--kubeconfig", kubeconfig,
-		"--authentication-kubeconfig", kubeconfig,
-		"--authorization-kubeconfig", kubeconfig,
-		"--bind-address", "127.0.0.1",
-		"--secure-port", strconv.Itoa(schedPort),
-		"--leader-elect=false",
-		"--v", "0",
+		append([]string{
+			"--kubeconfig", kubeconfig,
+			"--authentication-kubeconfig", kubeconfig,
+			"--authorization-kubeconfig", kubeconfig,
+			"--bind-address", "127.0.0.1",
+			"--secure-port", strconv.Itoa(schedPort),
+			"--leader-elect=false",
+			"--v", "0",
+		}, o.apiRate()...)...,
 	)
 	if err != nil {
 		return err
@@ -165,6 +174,14 @@ func (e *Env) startCluster(ctx context.Context, bin string, o *ClusterOptions, v
 	}
 	e.dns = startHostsWriter(e.Client, os.Getenv(hostsEnv))
 	return nil
+}
+
+// apiRate is the controllers' flags for ControllerQPS.
+func (o *ClusterOptions) apiRate() []string {
+	if o.ControllerQPS <= 0 {
+		return nil
+	}
+	return []string{"--kube-api-qps", strconv.Itoa(o.ControllerQPS), "--kube-api-burst", strconv.Itoa(2 * o.ControllerQPS)}
 }
 
 func (e *Env) createNode(ctx context.Context, i, maxPods int) error {

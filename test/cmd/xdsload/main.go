@@ -50,6 +50,7 @@ func main() {
 		fs.BoolVar(&o.Delta, "delta", false, "incremental xDS (default state of the world)")
 		fs.StringVar(&o.Status, "status", "127.0.0.1:0", "address the process reports on")
 		fs.DurationVar(&o.Ramp, "ramp", 0, "start the clients evenly over this long (default all at once)")
+		fs.BoolVar(&o.Endpoints, "endpoints", false, "keep each EDS cluster's endpoints for POST /stale (state of the world only)")
 		services := fs.Int("services", 100, "services in the mesh (who the clients are depends on it)")
 		_ = fs.Parse(os.Args[2:])
 		o.Workload = func(i int) bootstrap.Node { return load.SidecarNode(i, *services) }
@@ -67,7 +68,7 @@ func main() {
 
 func run(ctx context.Context) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	mode := fs.String("mode", "proxyless", "proxyless (grpc-go xDS clients), sidecar (raw ADS clients behaving as Envoy), reference (sidecar clients of Kubernetes Services in a real kube-apiserver read by galley in cluster mode, over --client-procs processes and --replicas discovery replicas: Istio's performance reference point), fanout (one galley, --replicas discovery processes, a rolling change of every endpoint), or spread (sidecars on one replica, --replicas-1 more started, proxies moving at the connection age)")
+	mode := fs.String("mode", "proxyless", "proxyless (grpc-go xDS clients), sidecar (raw ADS clients behaving as Envoy), reference (sidecar clients of Kubernetes Services in a real kube-apiserver read by galley in cluster mode, over --client-procs processes and --replicas discovery replicas: Istio's performance reference point), fanout (one galley, --replicas discovery processes, a rolling change of every endpoint), spread (sidecars on one replica, --replicas-1 more started, proxies moving at the connection age), or churn (a whole cluster with kwok nodes: --deployments of --pods-each pods behind Services, --clients sidecars over --client-procs processes keeping every endpoint, then --waves rolling restarts of --fraction of the Deployments every --wave-interval)")
 	clients := fs.Int("clients", 100, "number of clients")
 	services := fs.Int("services", 0, "number of services in the mesh (default 1000 proxyless, 100 sidecar)")
 	changes := fs.Int("changes", 5, "configuration changes to measure (sidecar: this many route and this many endpoint changes)")
@@ -77,13 +78,18 @@ func run(ctx context.Context) error {
 	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change; reference mode: for the first replica's heap profile after the initial sync; fanout mode: for galley's heap profile after the change")
 	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
 	replicas := fs.Int("replicas", 0, "fanout mode: discovery replicas subscribed to galley (default 20); spread mode: replicas after the scale-out (default 3); reference mode: replicas serving the sidecars (default 1)")
-	clientProcs := fs.Int("client-procs", 2, "reference mode: processes the sidecar clients are spread over")
-	kubeBin := fs.String("kube-bin", "", "reference mode: directory with kube-apiserver and etcd (default: bin/tools of the repository)")
+	clientProcs := fs.Int("client-procs", 2, "reference and churn modes: processes the sidecar clients are spread over")
+	kubeBin := fs.String("kube-bin", "", "reference and churn modes: directory with the Kubernetes binaries (default: bin/tools of the repository)")
 	age := fs.Duration("connection-age", 2*time.Minute, "spread mode: discovery's --xds-max-connection-age (longer than the initial sync)")
 	ramp := fs.Duration("ramp", 0, "spread and reference modes: start the sidecar clients evenly over this long, as a rollout's pods connect (default all at once)")
 	endpoints := fs.Int("endpoints", 10, "fanout mode: endpoints per service")
 	steps := fs.Int("steps", 10, "fanout mode: the rolling change's steps (each moves every endpoint of services/steps services)")
 	interval := fs.Duration("interval", time.Second, "fanout mode: time between the steps")
+	deployments := fs.Int("deployments", 1000, "churn mode: Deployments, each behind a Service")
+	podsEach := fs.Int("pods-each", 10, "churn mode: pods per Deployment")
+	waves := fs.Int("waves", 5, "churn mode: rolling restarts")
+	fraction := fs.Float64("fraction", 0.1, "churn mode: the part of the Deployments each wave restarts")
+	waveInterval := fs.Duration("wave-interval", time.Minute, "churn mode: time between the waves' starts")
 	bin := fs.String("bin", "", "directory with flotilla-galley and flotilla-discovery (default: next to this binary)")
 	_ = fs.Parse(os.Args[2:])
 	self, _ := os.Executable()
@@ -112,6 +118,15 @@ func run(ctx context.Context) error {
 			Replicas: cmp.Or(*replicas, 1), ClientProcs: *clientProcs, Changes: *changes, Delta: *delta, Ramp: *ramp, ProfileDir: *profile, DiscoveryEnv: discEnv,
 		}
 		r, err := load.RunReference(ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(r)
+	case "churn":
+		r, err := load.RunChurn(ctx, load.ChurnOptions{
+			Log: os.Stderr, BinDir: binDir, KubeBinDir: *kubeBin, Self: self, Deployments: *deployments, PodsEach: *podsEach,
+			Sidecars: *clients, ClientProcs: *clientProcs, Waves: *waves, Interval: *waveInterval, Fraction: *fraction,
+		})
 		if err != nil {
 			return err
 		}
@@ -156,7 +171,7 @@ func run(ctx context.Context) error {
 		}
 		fmt.Print(r)
 	default:
-		return fmt.Errorf("--mode %q: want proxyless, sidecar, reference, fanout or spread", *mode)
+		return fmt.Errorf("--mode %q: want proxyless, sidecar, reference, fanout, spread or churn", *mode)
 	}
 	return nil
 }
