@@ -57,7 +57,12 @@ type ChurnOptions struct {
 	Waves    int
 	Interval time.Duration
 	Fraction float64
-	Log      io.Writer
+	// ProfileDir, when set, receives galley's and discovery's CPU
+	// profiles over the waves (galley-cpu.pb.gz, discovery-cpu.pb.gz) and
+	// their heaps after the last (galley-heap.pb.gz,
+	// discovery-heap.pb.gz).
+	ProfileDir string
+	Log        io.Writer
 	// SyncTimeout bounds each wait: the pods Ready, the sidecars in sync,
 	// the last wave settled (default 15 minutes).
 	SyncTimeout time.Duration
@@ -284,6 +289,11 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 	changesBefore := clock.changes()
 	g0, d0 := cpuOf(galley), cpuOf(disc.cmd)
 	churnStart := time.Now()
+	galleyProf, discProf := profiler{dir: o.ProfileDir, admin: galleyAdmin}, profiler{dir: o.ProfileDir, admin: disc.admin}
+	profiled := []<-chan error{
+		galleyProf.start(ctx, "galley-cpu.pb.gz", time.Duration(o.Waves)*o.Interval),
+		discProf.start(ctx, "discovery-cpu.pb.gz", time.Duration(o.Waves)*o.Interval),
+	}
 	per := max(1, int(float64(o.Deployments)*o.Fraction))
 	var rolled []int // every Deployment restarted so far
 	for w := range o.Waves {
@@ -326,6 +336,17 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 		r.Lag = r.Waves[len(r.Waves)-1].Lag
 	}
 	r.GalleyCPU, r.DiscoveryCPU = cpuOf(galley)-g0, cpuOf(disc.cmd)-d0
+	for _, p := range profiled {
+		if err := <-p; err != nil {
+			return nil, err
+		}
+	}
+	if err := galleyProf.save(ctx, "galley-heap.pb.gz", "heap?gc=1"); err != nil {
+		return nil, err
+	}
+	if err := discProf.save(ctx, "discovery-heap.pb.gz", "heap?gc=1"); err != nil {
+		return nil, err
+	}
 	r.PodChanges = clock.changes() - changesBefore
 	edsAfter, err := ms.totals(ctx, resourcev3.EndpointType)
 	if err != nil {

@@ -75,7 +75,7 @@ func run(ctx context.Context) error {
 	delta := fs.Bool("delta", false, "sidecar mode: incremental xDS")
 	scoped := fs.Bool("scoped", false, "sidecar mode: a Sidecar resource per client namespace limits what it sees")
 	nack := fs.Int("nack", 0, "sidecar mode: this many clients reject every route configuration after the initial sync")
-	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change; reference mode: for the first replica's heap profile after the initial sync; fanout mode: for galley's heap profile after the change")
+	profile := fs.String("profile", "", "sidecar mode: directory for discovery's heap profile after the initial sync and a CPU profile of each change; reference mode: for the first replica's heap profile after the initial sync; fanout mode: for galley's heap profile after the change; churn mode: for galley's and discovery's CPU profiles over the waves and heaps after them")
 	env := fs.String("discovery-env", "", "comma-separated VAR=value added to discovery's environment, e.g. GOMEMLIMIT=140MiB")
 	replicas := fs.Int("replicas", 0, "fanout mode: discovery replicas subscribed to galley (default 20); spread mode: replicas after the scale-out (default 3); reference mode: replicas serving the sidecars (default 1)")
 	clientProcs := fs.Int("client-procs", 2, "reference and churn modes: processes the sidecar clients are spread over")
@@ -125,7 +125,7 @@ func run(ctx context.Context) error {
 	case "churn":
 		r, err := load.RunChurn(ctx, load.ChurnOptions{
 			Log: os.Stderr, BinDir: binDir, KubeBinDir: *kubeBin, Self: self, Deployments: *deployments, PodsEach: *podsEach,
-			Sidecars: *clients, ClientProcs: *clientProcs, Waves: *waves, Interval: *waveInterval, Fraction: *fraction,
+			Sidecars: *clients, ClientProcs: *clientProcs, Waves: *waves, Interval: *waveInterval, Fraction: *fraction, ProfileDir: *profile,
 		})
 		if err != nil {
 			return err
