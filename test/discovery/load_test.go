@@ -149,7 +149,7 @@ func TestTheChurnLoadToolRollsDeploymentsInAWholeClusterAndCountsWhatSidecarsRec
 		t.Fatal(err)
 	}
 	t.Logf("report:\n%s", r)
-	if len(r.Waves) != 2 || r.Errors != 0 || r.GalleyRSSMiB <= 0 || r.DiscoveryRSSMiB <= 0 {
+	if len(r.Waves) != 2 || r.Unsettled != "" || r.Errors != 0 || r.GalleyRSSMiB <= 0 || r.DiscoveryRSSMiB <= 0 {
 		t.Fatalf("implausible report: %+v", r)
 	}
 	last := r.Waves[1]

@@ -102,6 +102,9 @@ type ChurnReport struct {
 	// Settled is from the first wave's start to the last wave settled;
 	// Lag its final lag (ChurnWave.Lag).
 	Settled, Lag time.Duration
+	// Unsettled says why the last wave did not settle within SyncTimeout
+	// (the figures are still reported; its lag is then zero).
+	Unsettled string
 	// PodChanges counts the pods turning Ready, stopping serving (being
 	// deleted) and gone during the churn.
 	PodChanges int
@@ -132,8 +135,12 @@ func (r *ChurnReport) String() string {
 		fmt.Fprintf(&b, "  wave %d: %d Deployments (%d pods) restarted; settled in %s; last pod change to last sidecar's EDS %s\n",
 			i+1, w.Deployments, w.Pods, w.Settled.Round(time.Millisecond), w.Lag.Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "  %d waves every %s: %d pod changes; settled %s after the first began; final lag %s\n",
-		len(r.Waves), r.Interval, r.PodChanges, r.Settled.Round(time.Millisecond), r.Lag.Round(time.Millisecond))
+	if r.Unsettled != "" {
+		fmt.Fprintf(&b, "  %d waves every %s: %d pod changes; the last did not settle: %s\n", len(r.Waves), r.Interval, r.PodChanges, r.Unsettled)
+	} else {
+		fmt.Fprintf(&b, "  %d waves every %s: %d pod changes; settled %s after the first began; final lag %s\n",
+			len(r.Waves), r.Interval, r.PodChanges, r.Settled.Round(time.Millisecond), r.Lag.Round(time.Millisecond))
+	}
 	if e := r.EDSPerSidecar; len(e) > 0 {
 		fmt.Fprintf(&b, "  EDS responses per sidecar during the churn: min %d, median %d, max %d\n", e[0], e[len(e)/2], e[len(e)-1])
 	}
@@ -326,7 +333,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 				return nil, err
 			}
 		} else if w == o.Waves-1 {
-			return nil, fmt.Errorf("the last wave did not settle: %w", err)
+			r.Unsettled = err.Error()
 		}
 		r.Waves = append(r.Waves, wave)
 		fmt.Fprintf(o.Log, "xdsload: wave %d of %d: %d Deployments restarted, settled after %s\n", w+1, o.Waves, len(these), wave.Settled)

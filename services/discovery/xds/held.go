@@ -202,6 +202,9 @@ type heldSet struct {
 	// every name of the next.
 	chunks [][]*nameVersion
 	n      int
+	// keptHead and keptTail count the chunks at either end that update
+	// took from the set it updated, as they were: intern leaves them.
+	keptHead, keptTail int
 }
 
 // The chunks of a heldSet: a chunk ends after a name whose hash has the
@@ -282,10 +285,17 @@ func (h heldSet) version(name string) (string, bool) {
 
 // update is h with put held (replacing what is held of the same names;
 // of a name twice in put, the last) and removed no longer held (a name in
-// both is held).
+// both is held). It rebuilds only the chunks the changes fall in, and the
+// ones after them up to where the chunks' boundaries meet the old ones
+// again (boundaries depend on the names from a chunk's start, so from a
+// shared boundary on the chunks are the old ones); the others are h's, as
+// they are (interned already when h was). A push of a few load
+// assignments to a proxy holding thousands costs a few chunks, not the
+// whole set. The result's chunks are those chunked would cut from the
+// merged list (held_internal_test checks it).
 func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
 	if len(put) == 0 && !h.holdsAny(removed) {
-		return h
+		return heldSet{chunks: h.chunks, n: h.n, keptHead: len(h.chunks)}
 	}
 	put = slices.Clone(put)
 	slices.SortStableFunc(put, byName)
@@ -295,29 +305,73 @@ func (h heldSet) update(put []*nameVersion, removed []string) heldSet {
 		}
 	}
 	var gone map[string]bool
+	lastGone := ""
 	if len(removed) > 0 {
 		gone = make(map[string]bool, len(removed))
 		for _, n := range removed {
 			gone[n] = true
+			lastGone = max(lastGone, n)
 		}
 	}
-	out := make([]*nameVersion, 0, h.n+len(put))
+	// The first chunk a change can fall in: the first whose last name is
+	// not before the first name changed (the last chunk, which ends only
+	// because the list does, when every change is after it).
+	firstChanged := ""
+	switch {
+	case len(put) > 0 && gone != nil:
+		firstChanged = min(put[0].name, slices.Min(removed))
+	case len(put) > 0:
+		firstChanged = put[0].name
+	default:
+		firstChanged = slices.Min(removed)
+	}
+	first, _ := slices.BinarySearchFunc(h.chunks, firstChanged, func(c []*nameVersion, n string) int { return strings.Compare(c[len(c)-1].name, n) })
+	first = max(0, min(first, len(h.chunks)-1))
+
+	out := heldSet{chunks: slices.Clone(h.chunks[:first]), keptHead: first}
+	var cur []*nameVersion
+	emit := func(e *nameVersion) {
+		cur = append(cur, e)
+		if len(cur) == maxChunk || endsChunk(e.name) {
+			out.chunks = append(out.chunks, cur)
+			cur = nil
+		}
+	}
 	j := 0
-	for e := range h.all() {
-		for j < len(put) && put[j].name < e.name {
-			out = append(out, put[j])
-			j++
+	for c := first; c < len(h.chunks); c++ {
+		// At an old boundary with every change made: the rest is h's.
+		if len(cur) == 0 && j == len(put) && (gone == nil || h.chunks[c][0].name > lastGone) && c > first {
+			out.chunks = append(out.chunks, h.chunks[c:]...)
+			out.keptTail = len(h.chunks) - c
+			break
 		}
-		switch {
-		case j < len(put) && put[j].name == e.name: // put replaces it
-			out = append(out, put[j])
-			j++
-		case !gone[e.name]:
-			out = append(out, e)
+		for _, e := range h.chunks[c] {
+			for j < len(put) && put[j].name < e.name {
+				emit(put[j])
+				j++
+			}
+			switch {
+			case j < len(put) && put[j].name == e.name: // put replaces it
+				emit(put[j])
+				j++
+			case !gone[e.name]:
+				emit(e)
+			}
 		}
 	}
-	out = append(out, put[j:]...)
-	return chunked(out)
+	for ; j < len(put); j++ {
+		emit(put[j])
+	}
+	if len(cur) > 0 {
+		out.chunks = append(out.chunks, cur)
+	}
+	for _, c := range out.chunks {
+		out.n += len(c)
+	}
+	if out.n == 0 {
+		return heldSet{}
+	}
+	return out
 }
 
 // sameAsHeld reports whether the resources built for names (nil: for
@@ -377,17 +431,18 @@ type heldRef struct {
 
 // intern is h with each chunk the interned chunk equal to it (the same
 // pointers in the same order): the chunk itself, copied to its length,
-// where no such chunk is held.
+// where no such chunk is held. The chunks update kept from the set it
+// updated are left as they are: when that set was interned, so are they.
 func (in *heldSets) intern(h heldSet) heldSet {
 	if h.n == 0 {
 		return heldSet{}
 	}
 	in.once.Do(func() { in.seed, in.m = maphash.MakeSeed(), map[uint64][]heldRef{} })
-	out := heldSet{chunks: make([][]*nameVersion, len(h.chunks)), n: h.n}
+	out := heldSet{chunks: slices.Clone(h.chunks), n: h.n}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for i, c := range h.chunks {
-		out.chunks[i] = in.internChunk(c)
+	for i := h.keptHead; i < len(h.chunks)-h.keptTail; i++ {
+		out.chunks[i] = in.internChunk(h.chunks[i])
 	}
 	return out
 }

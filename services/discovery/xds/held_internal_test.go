@@ -2,6 +2,8 @@ package xds
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
@@ -376,5 +378,122 @@ func TestSetsThatDifferInAFewNamesShareEveryOtherChunk(t *testing.T) {
 	}
 	if _, ok := sets[7].version("outbound|80|v1|svc-0.load.svc.cluster.local-own"); ok {
 		t.Fatal("another set's own name is held")
+	}
+}
+
+// merged is what update must hold: base with put (the last of a name)
+// and without removed, sorted, cut by chunked from the start.
+func merged(base heldSet, put []*nameVersion, removed []string) heldSet {
+	named := map[string]*nameVersion{}
+	for e := range base.all() {
+		named[e.name] = e
+	}
+	for _, n := range removed {
+		delete(named, n)
+	}
+	for _, e := range put {
+		named[e.name] = e
+	}
+	all := slices.Collect(maps.Values(named))
+	slices.SortFunc(all, byName)
+	return chunked(all)
+}
+
+
+// TestHeldSetUpdateCutsTheChunksChunkedWouldCut: over random sets and
+// changes — names that end chunks and long runs that do not, so that
+// chunks are also cut at maxChunk — update's chunks are exactly those
+// chunked cuts from the merged list, element for element, and the chunks
+// it kept are the old set's own.
+func TestHeldSetUpdateCutsTheChunksChunkedWouldCut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	name := func() string {
+		for {
+			n := fmt.Sprintf("outbound|80||svc-%d.ns", rng.IntN(5_000))
+			// Three of four names do not end a chunk: runs longer than
+			// maxChunk happen.
+			if !endsChunk(n) || rng.IntN(4) == 0 {
+				return n
+			}
+		}
+	}
+	some := func(k int) []*nameVersion {
+		out := make([]*nameVersion, k)
+		for i := range out {
+			out[i] = &nameVersion{name: name(), version: strconv.Itoa(rng.IntN(3))}
+		}
+		return out
+	}
+	kept := 0
+	for round := range 300 {
+		base := heldSet{}.update(some(rng.IntN(2_000)), nil)
+		var removed []string
+		for range rng.IntN(4) {
+			removed = append(removed, name())
+		}
+		if base.len() > 0 && rng.IntN(2) == 0 {
+			removed = append(removed, base.chunks[rng.IntN(len(base.chunks))][0].name) // one held
+		}
+		put := some(rng.IntN(6))
+		if round%10 == 0 {
+			put = some(rng.IntN(300))
+		}
+		got, want := base.update(put, removed), merged(base, put, removed)
+		if got.len() != want.len() || len(got.chunks) != len(want.chunks) {
+			t.Fatalf("round %d: %d names in %d chunks, want %d in %d", round, got.len(), len(got.chunks), want.len(), len(want.chunks))
+		}
+		for i := range got.chunks {
+			if !slices.Equal(got.chunks[i], want.chunks[i]) {
+				t.Fatalf("round %d: chunk %d of %d differs: %d names, want %d", round, i, len(got.chunks), len(got.chunks[i]), len(want.chunks[i]))
+			}
+		}
+		old := map[**nameVersion]bool{}
+		for _, c := range base.chunks {
+			old[&c[0]] = true
+		}
+		for i, c := range got.chunks {
+			isOld := old[&c[0]]
+			if (i < got.keptHead || i >= len(got.chunks)-got.keptTail) != isOld {
+				t.Fatalf("round %d: chunk %d is the old set's: %v; kept %d at the head and %d at the tail", round, i, isOld, got.keptHead, got.keptTail)
+			}
+			if isOld {
+				kept++
+			}
+		}
+	}
+	if kept == 0 {
+		t.Fatal("no update kept a chunk of the set it updated")
+	}
+}
+
+// TestAPushOfAFewResourcesRebuildsAFewChunks: a proxy holding a thousand
+// load assignments sent three of them anew keeps every chunk but those
+// the three fall in (and the one after, at most, each).
+func TestAPushOfAFewResourcesRebuildsAFewChunks(t *testing.T) {
+	all := make([]*nameVersion, 1_000)
+	for i := range all {
+		all[i] = &nameVersion{name: fmt.Sprintf("outbound|80||svc-%d.load.svc.cluster.local", i), version: "1"}
+	}
+	var in heldSets
+	base := in.intern(heldSet{}.update(all, nil))
+	put := []*nameVersion{{name: all[10].name, version: "2"}, {name: all[500].name, version: "2"}, {name: all[990].name, version: "2"}}
+	got := in.intern(base.update(put, nil))
+	old := map[**nameVersion]bool{}
+	for _, c := range base.chunks {
+		old[&c[0]] = true
+	}
+	rebuilt := 0
+	for _, c := range got.chunks {
+		if !old[&c[0]] {
+			rebuilt++
+		}
+	}
+	if rebuilt == 0 || rebuilt > 6 {
+		t.Errorf("%d of %d chunks rebuilt for three resources, want 1 to 6", rebuilt, len(got.chunks))
+	}
+	for _, e := range put {
+		if v, _ := got.version(e.name); v != "2" {
+			t.Errorf("%s at version %q, want 2", e.name, v)
+		}
 	}
 }
