@@ -27,7 +27,9 @@ func (c *conn) push(ev *pushEvent) error {
 	start := time.Now()
 	gen := translate.NewGenerator(ev.pc, c.proxy)
 	first, own := c.pcSeen == nil, c.inboundAffected(ev)
-	full := first || own || ev.changes.Concerns(c.watchedHosts(gen), c.proxy, ev.pc.RootNamespace)
+	// An endpoints-only change concerns no proxy as a whole (Concerns):
+	// the hosts it watches are not worked out for it.
+	full := first || own || ev.changes.Full && ev.changes.Concerns(c.watchedHosts(gen), c.proxy, ev.pc.RootNamespace)
 	c.setPushContext(ev.pc, ev.seen)
 	if full {
 		defer c.tracePush(ev, start, "full")()
@@ -105,13 +107,15 @@ func (c *conn) setPushContext(pc *model.PushContext, seen time.Time) {
 // everything of some type (sidecars) or a resource that depends on more
 // than can be listed.
 func (c *conn) watchedHosts(gen *translate.Generator) map[string]bool {
+	for _, w := range c.watches {
+		if w.started && w.wildcard {
+			return nil // before any name is looked at: a sidecar's EDS names a thousand
+		}
+	}
 	hosts := map[string]bool{}
 	for t, w := range c.watches {
 		if !w.started {
 			continue
-		}
-		if w.wildcard {
-			return nil
 		}
 		for _, name := range w.names.list() {
 			deps, all := gen.DependsOn(t, name)

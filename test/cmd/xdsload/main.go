@@ -90,6 +90,7 @@ func run(ctx context.Context) error {
 	waves := fs.Int("waves", 5, "churn mode: rolling restarts")
 	fraction := fs.Float64("fraction", 0.1, "churn mode: the part of the Deployments each wave restarts")
 	waveInterval := fs.Duration("wave-interval", time.Minute, "churn mode: time between the waves' starts")
+	syncTimeout := fs.Duration("sync-timeout", 15*time.Minute, "churn mode: how long to wait for the pods, the sidecars' sync and the last wave to settle")
 	bin := fs.String("bin", "", "directory with flotilla-galley and flotilla-discovery (default: next to this binary)")
 	_ = fs.Parse(os.Args[2:])
 	self, _ := os.Executable()
@@ -126,6 +127,7 @@ func run(ctx context.Context) error {
 		r, err := load.RunChurn(ctx, load.ChurnOptions{
 			Log: os.Stderr, BinDir: binDir, KubeBinDir: *kubeBin, Self: self, Deployments: *deployments, PodsEach: *podsEach,
 			Sidecars: *clients, ClientProcs: *clientProcs, Waves: *waves, Interval: *waveInterval, Fraction: *fraction, ProfileDir: *profile,
+			SyncTimeout: *syncTimeout,
 		})
 		if err != nil {
 			return err
