@@ -420,7 +420,7 @@ func createDeployment(ctx context.Context, kube kubernetes.Interface, i, n int) 
 	if n > math.MaxInt32 {
 		return fmt.Errorf("%d pods: more than a Deployment holds", n)
 	}
-	replicas := int32(n)
+	replicas := int32(n) //nolint:gosec // bounded just above
 	_, err := kube.AppsV1().Deployments("load").Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: appsv1.DeploymentSpec{

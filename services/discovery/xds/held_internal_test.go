@@ -399,7 +399,6 @@ func merged(base heldSet, put []*nameVersion, removed []string) heldSet {
 	return chunked(all)
 }
 
-
 // TestHeldSetUpdateCutsTheChunksChunkedWouldCut: over random sets and
 // changes — names that end chunks and long runs that do not, so that
 // chunks are also cut at maxChunk — update's chunks are exactly those
