@@ -9,9 +9,7 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +19,6 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -183,40 +180,21 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, ns := range append([]string{"load", "istio-system"}, clientNamespaces()...) {
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, err
-		}
+	if err := createNamespaces(ctx, kube); err != nil {
+		return nil, err
 	}
 	if r.WatchesBefore, err = watchCount(ctx, kube); err != nil {
 		return nil, err
 	}
 
 	// The control plane first: it sees the cluster come up, as it would.
-	dir, err := os.MkdirTemp("", "xdsload-")
+	cg, err := startClusterGalley(ctx, o.Log, o.BinDir, env)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		return nil, err
-	}
-	addrs, err := freeAddrs(2)
-	if err != nil {
-		return nil, err
-	}
-	mcpAddr, galleyAdmin := addrs[0], addrs[1]
-	galley, err := start(ctx, o.Log, nil, filepath.Join(o.BinDir, "flotilla-galley"),
-		"--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin, "--log-level", "warn", "--system-namespace", "istio-system")
-	if err != nil {
-		return nil, err
-	}
-	defer stop(galley)
-	if err := waitReady(ctx, galleyAdmin); err != nil {
-		return nil, fmt.Errorf("galley: %w", err)
-	}
-	replicas, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, nil, 0, 1)
+	defer cg.stop()
+	galley, galleyAdmin := cg.cmd, cg.admin
+	replicas, err := startReplicas(ctx, o.Log, o.BinDir, cg.mcpAddr, nil, 0, 1)
 	defer func() {
 		for _, rp := range replicas {
 			stop(rp.cmd)
@@ -270,10 +248,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 		ms = append(ms, sc)
 	}
 	holdAll := func() error {
-		want, err := wantEndpoints(ctx, kube, o.Deployments)
-		if err != nil {
-			return err
-		}
+		want := clock.wantEndpoints(o.Deployments)
 		st, err := ms.stale(ctx, want)
 		if err != nil {
 			return err
@@ -378,11 +353,6 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 	return r, nil
 }
 
-func cpuOf(c *exec.Cmd) float64 {
-	v, _ := proc.CPUSeconds(c.Process.Pid)
-	return v
-}
-
 // waitFor polls cond every half second until it holds, for at most
 // limit; the error says what was awaited and what was last seen.
 func waitFor(ctx context.Context, limit time.Duration, what string, cond func() error) error {
@@ -481,17 +451,14 @@ func rolledOut(ctx context.Context, kube kubernetes.Interface, which []int, n in
 }
 
 // wantEndpoints is, per Service's outbound cluster (svc-0 … svc-n-1),
-// the digest of its pods that serve (serving): what every sidecar must
-// hold once the EndpointSlices have followed the pods.
-func wantEndpoints(ctx context.Context, kube kubernetes.Interface, n int) (map[string]string, error) {
-	pods, err := kube.CoreV1().Pods("load").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
+// the digest of its pods that serve (serving), as the clock's informer
+// holds them (no list from the apiserver on every poll): what every
+// sidecar must hold once the EndpointSlices have followed the pods.
+func (c *servingClock) wantEndpoints(n int) map[string]string {
 	addrs := make(map[string][]string, n)
-	for k := range pods.Items {
-		p := &pods.Items[k]
-		if serving(p) && p.Status.PodIP != "" {
+	for _, obj := range c.pods.List() {
+		p, ok := obj.(*corev1.Pod)
+		if ok && serving(p) && p.Status.PodIP != "" {
 			addrs[p.Labels["app"]] = append(addrs[p.Labels["app"]], net.JoinHostPort(p.Status.PodIP, "80"))
 		}
 	}
@@ -500,7 +467,7 @@ func wantEndpoints(ctx context.Context, kube kubernetes.Interface, n int) (map[s
 		svc := fmt.Sprintf("svc-%d", i)
 		out[fmt.Sprintf("outbound|80||%s.load.svc.cluster.local", svc)] = EndpointDigest(addrs[svc])
 	}
-	return out, nil
+	return out
 }
 
 // lastEDS is the time from the last pod change clock saw to the last EDS
@@ -522,6 +489,7 @@ func lastEDS(ctx context.Context, ms multiStatus, clock *servingClock) (time.Dur
 // deleted while it was) and when one is gone. Its own informer's time, not the pods' status
 // (which counts in seconds).
 type servingClock struct {
+	pods    cache.Store // the informer's
 	mu      sync.Mutex
 	at      time.Time
 	counted int
@@ -563,6 +531,7 @@ func watchServing(ctx context.Context, kube kubernetes.Interface) (*servingClock
 	c := &servingClock{}
 	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace("load"))
 	inf := f.Core().V1().Pods().Informer()
+	c.pods = inf.GetStore()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if serving(obj) {

@@ -145,30 +145,13 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 	fmt.Fprintf(o.Log, "xdsload: %d Services, %d Pods, %d EndpointSlices, %d VirtualServices and DestinationRules created in %s\n",
 		o.Services, 3*o.Services, o.Services, o.Services, r.Created)
 
-	dir, err := os.MkdirTemp("", "xdsload-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		return nil, err
-	}
-	addrs, err := freeAddrs(2)
-	if err != nil {
-		return nil, err
-	}
-	mcpAddr, galleyAdmin := addrs[0], addrs[1]
 	galleyStart := time.Now()
-	galley, err := start(ctx, o.Log, nil, filepath.Join(o.BinDir, "flotilla-galley"),
-		"--kubeconfig", kubeconfig, "--mcp-address", mcpAddr, "--admin-address", galleyAdmin, "--log-level", "warn", "--system-namespace", "istio-system")
+	cg, err := startClusterGalley(ctx, o.Log, o.BinDir, env)
 	if err != nil {
 		return nil, err
 	}
-	defer stop(galley)
-	if err := waitReady(ctx, galleyAdmin); err != nil {
-		return nil, fmt.Errorf("galley: %w", err)
-	}
+	defer cg.stop()
+	galley, mcpAddr := cg.cmd, cg.mcpAddr
 	replicas, err := startReplicas(ctx, o.Log, o.BinDir, mcpAddr, o.DiscoveryEnv, 0, o.Replicas)
 	defer func() {
 		for _, rp := range replicas {
@@ -191,14 +174,6 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 		xdsAddrs = append(xdsAddrs, rp.xdsAddr)
 		ccs[i] = rp.cc
 	}
-	cpu := func(cmds ...*exec.Cmd) float64 {
-		var s float64
-		for _, c := range cmds {
-			v, _ := proc.CPUSeconds(c.Process.Pid)
-			s += v
-		}
-		return s
-	}
 	discCmds := func() []*exec.Cmd {
 		var out []*exec.Cmd
 		for _, rp := range replicas {
@@ -208,7 +183,7 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 	}()
 
 	fmt.Fprintf(o.Log, "xdsload: galley and %d discovery replicas ready; starting %d sidecar clients in %d processes\n", o.Replicas, o.Sidecars, o.ClientProcs)
-	d0, g0 := cpu(discCmds...), cpu(galley)
+	d0, g0 := cpuOf(discCmds...), cpuOf(galley)
 	began = time.Now()
 	var clients []*exec.Cmd
 	defer func() {
@@ -240,7 +215,7 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 			return nil, err
 		}
 	}
-	r.DiscoverySyncCPU, r.GalleySyncCPU = cpu(discCmds...)-d0, cpu(galley)-g0
+	r.DiscoverySyncCPU, r.GalleySyncCPU = cpuOf(discCmds...)-d0, cpuOf(galley)-g0
 	if err := (profiler{dir: o.ProfileDir, admin: replicas[0].admin}).save(ctx, "heap.pb.gz", "heap?gc=1"); err != nil {
 		return nil, err
 	}
@@ -264,7 +239,7 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 				return w.moveEndpoint(ctx, 0, epoch)
 			}
 		}
-		d0, g0, c0 := cpu(discCmds...), cpu(galley), cpu(clients...)
+		d0, g0, c0 := cpuOf(discCmds...), cpuOf(galley), cpuOf(clients...)
 		t0 := time.Now()
 		if err := change(); err != nil {
 			return nil, err
@@ -279,7 +254,7 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 		}()
 		var d1, g1, c1 float64
 		c, err := measureChange(ctx, ms, ccs, so, kind, expect, t0, func() {
-			d1, g1, c1 = cpu(discCmds...), cpu(galley), cpu(clients...)
+			d1, g1, c1 = cpuOf(discCmds...), cpuOf(galley), cpuOf(clients...)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s change %d: %w", kind, i/2+1, err)
@@ -350,10 +325,8 @@ func newReferenceWorld(cfg *rest.Config, services int) (*referenceWorld, error) 
 }
 
 func (w *referenceWorld) create(ctx context.Context) error {
-	for _, ns := range append([]string{"load", "istio-system"}, clientNamespaces()...) {
-		if _, err := w.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
+	if err := createNamespaces(ctx, w.kube); err != nil {
+		return err
 	}
 	return parallel(ctx, w.services, func(i int) error {
 		name := fmt.Sprintf("svc-%d", i)
@@ -392,12 +365,74 @@ func (w *referenceWorld) create(ctx context.Context) error {
 	})
 }
 
+// createNamespaces creates "load", "istio-system" and the clients'
+// namespaces (those that exist are left).
+func createNamespaces(ctx context.Context, kube kubernetes.Interface) error {
+	for _, ns := range append([]string{"load", "istio-system"}, clientNamespaces()...) {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
 func clientNamespaces() []string {
 	var out []string
 	for ns := range ClientNamespaces {
 		out = append(out, fmt.Sprintf("ns-%d", ns))
 	}
 	return out
+}
+
+// clusterGalley is galley in cluster mode against a kubeenv apiserver.
+type clusterGalley struct {
+	cmd            *exec.Cmd
+	mcpAddr, admin string
+	dir            string
+}
+
+// startClusterGalley starts galley reading env's apiserver (system
+// namespace istio-system) and waits until it is ready.
+func startClusterGalley(ctx context.Context, log io.Writer, binDir string, env *kubeenv.Env) (*clusterGalley, error) {
+	dir, err := os.MkdirTemp("", "xdsload-")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	addrs, err := freeAddrs(2)
+	if err == nil {
+		err = env.WriteKubeconfig(kubeconfig)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	g := &clusterGalley{mcpAddr: addrs[0], admin: addrs[1], dir: dir}
+	if g.cmd, err = start(ctx, log, nil, filepath.Join(binDir, "flotilla-galley"),
+		"--kubeconfig", kubeconfig, "--mcp-address", g.mcpAddr, "--admin-address", g.admin, "--log-level", "warn", "--system-namespace", "istio-system"); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := waitReady(ctx, g.admin); err != nil {
+		g.stop()
+		return nil, fmt.Errorf("galley: %w", err)
+	}
+	return g, nil
+}
+
+func (g *clusterGalley) stop() {
+	stop(g.cmd)
+	os.RemoveAll(g.dir)
+}
+
+// cpuOf is the CPU seconds the processes used so far, summed.
+func cpuOf(cmds ...*exec.Cmd) float64 {
+	var s float64
+	for _, c := range cmds {
+		v, _ := proc.CPUSeconds(c.Process.Pid)
+		s += v
+	}
+	return s
 }
 
 // slice is svc-i's EndpointSlice; endpointEpoch moves the third
