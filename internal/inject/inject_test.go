@@ -485,10 +485,10 @@ func TestProbesArePointedAtTheAgentWhichGetsTheOriginals(t *testing.T) {
 	if len(probers) != 3 {
 		t.Fatalf("originals given to the agent: %v", probers)
 	}
-	if h := probers["/app-health/web/livez"]; h.HTTPGet == nil || h.HTTPGet.Path != "/healthz" || h.HTTPGet.Port.IntValue() != 8080 || h.TimeoutSeconds != 3 {
+	if h := probers["/app-health/web/livez"]; h.HTTPGet == nil || h.HTTPGet.Path != "/healthz" || h.HTTPGet.Port.Number() != 8080 || h.TimeoutSeconds != 3 {
 		t.Errorf("web liveness original: %+v (the named port resolved to 8080)", h)
 	}
-	if h := probers["/app-health/web/readyz"]; h.TCPSocket == nil || h.TCPSocket.Port.IntValue() != 8080 {
+	if h := probers["/app-health/web/readyz"]; h.TCPSocket == nil || h.TCPSocket.Port.Number() != 8080 {
 		t.Errorf("web readiness original: %+v", h)
 	}
 	if h := probers["/app-health/greeter/livez"]; h.GRPC == nil || h.GRPC.Port != 50051 {

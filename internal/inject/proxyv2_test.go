@@ -197,7 +197,7 @@ func TestTheProxyV2SidecarIsPilotAgentAndEnvoyAsIstioInjectsThem(t *testing.T) {
 		t.Errorf("web liveness %+v", get)
 	}
 	var probers map[string]appprobe.Prober
-	if err := json.Unmarshal([]byte(env[appprobe.EnvVar]), &probers); err != nil || probers["/app-health/web/livez"].HTTPGet.Port.IntValue() != 8080 {
+	if err := json.Unmarshal([]byte(env[appprobe.EnvVar]), &probers); err != nil || probers["/app-health/web/livez"].HTTPGet.Port.Number() != 8080 {
 		t.Errorf("%s %q: %v", appprobe.EnvVar, env[appprobe.EnvVar], err)
 	}
 }
@@ -439,7 +439,7 @@ func TestAStartupProbeOnANamedPortReachesPilotAgentWithItsNumber(t *testing.T) {
 	if err := json.Unmarshal([]byte(envOf(container(out, ProxyContainer))[appprobe.EnvVar]), &probers); err != nil {
 		t.Fatal(err)
 	}
-	if h := probers["/app-health/app/startupz"]; h.TCPSocket == nil || h.TCPSocket.Port.IntValue() != 9000 {
+	if h := probers["/app-health/app/startupz"]; h.TCPSocket == nil || h.TCPSocket.Port.Number() != 9000 {
 		t.Errorf("startup original %+v", h)
 	}
 	if get := container(out, "app").StartupProbe.HTTPGet; get == nil || get.Path != "/app-health/app/startupz" || get.Port.IntValue() != 15020 {

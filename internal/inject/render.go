@@ -793,39 +793,42 @@ func rewriteProbes(pod *corev1.Pod, injected []string) error {
 
 // original is the probe the agent must perform, its port a number.
 func original(p *corev1.Probe, ports []corev1.ContainerPort) (appprobe.Prober, bool) {
-	resolve := func(port intstr.IntOrString) (intstr.IntOrString, bool) {
+	resolve := func(port intstr.IntOrString) (appprobe.Port, bool) {
 		if port.Type == intstr.Int {
-			return port, port.IntValue() > 0
+			return appprobe.NumberPort(port.IntVal), port.IntValue() > 0
 		}
 		for _, cp := range ports {
 			if cp.Name == port.StrVal {
-				return intstr.FromInt32(cp.ContainerPort), true
+				return appprobe.NumberPort(cp.ContainerPort), true
 			}
 		}
-		return port, false
+		return appprobe.Port{}, false
 	}
 	out := appprobe.Prober{TimeoutSeconds: p.TimeoutSeconds}
+	var ok bool
 	switch {
 	case p.HTTPGet != nil:
-		h := p.HTTPGet.DeepCopy()
-		var ok bool
-		if h.Port, ok = resolve(h.Port); !ok {
-			return out, false
+		h := &appprobe.HTTPGetAction{Path: p.HTTPGet.Path, Host: p.HTTPGet.Host, Scheme: string(p.HTTPGet.Scheme)}
+		for _, hd := range p.HTTPGet.HTTPHeaders {
+			h.HTTPHeaders = append(h.HTTPHeaders, appprobe.HTTPHeader{Name: hd.Name, Value: hd.Value})
 		}
+		h.Port, ok = resolve(p.HTTPGet.Port)
 		out.HTTPGet = h
 	case p.TCPSocket != nil:
-		t := p.TCPSocket.DeepCopy()
-		var ok bool
-		if t.Port, ok = resolve(t.Port); !ok {
-			return out, false
-		}
+		t := &appprobe.TCPSocketAction{Host: p.TCPSocket.Host}
+		t.Port, ok = resolve(p.TCPSocket.Port)
 		out.TCPSocket = t
 	case p.GRPC != nil:
-		out.GRPC = p.GRPC.DeepCopy()
+		g := &appprobe.GRPCAction{Port: p.GRPC.Port}
+		if p.GRPC.Service != nil {
+			s := *p.GRPC.Service
+			g.Service = &s
+		}
+		out.GRPC, ok = g, true
 	default:
 		return out, false // exec probes run in the container itself
 	}
-	return out, true
+	return out, ok
 }
 
 // imageOfType is the proxy image of image type t, as Istio's ProxyImage:

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -12,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
@@ -502,17 +502,35 @@ func mergedStats(envoyAdmin string, agent http.Handler, appURL string) http.Hand
 		if envoyAdmin != "" {
 			scrape(r, w, "http://"+envoyAdmin+"/stats/prometheus")
 		}
-		rec := httptest.NewRecorder()
+		var own bufferedResponse
 		ar := r.Clone(r.Context())
 		ar.Header.Del("Accept")          // the text format, which appends to Envoy's
 		ar.Header.Del("Accept-Encoding") // uncompressed
-		agent.ServeHTTP(rec, ar)
-		_, _ = io.Copy(w, rec.Body)
+		agent.ServeHTTP(&own, ar)
+		_, _ = io.Copy(w, &own.body)
 		if appURL != "" {
 			scrape(r, w, appURL)
 		}
 	})
 }
+
+// bufferedResponse keeps a handler's body to be copied into another
+// response; its status and headers are dropped.
+type bufferedResponse struct {
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header {
+	if b.header == nil {
+		b.header = http.Header{}
+	}
+	return b.header
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }
+
+func (b *bufferedResponse) WriteHeader(int) {}
 
 // appMetricsURL is where the application's metrics are, from the scrape
 // settings the injector moved off the pod's prometheus.io annotations

@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/flotilla-mesh/flotilla/internal/appprobe"
 )
@@ -56,10 +55,10 @@ func Parse(s string) (map[string]Prober, error) {
 		n := 0
 		var port int
 		if p.HTTPGet != nil {
-			n, port = n+1, p.HTTPGet.Port.IntValue()
+			n, port = n+1, p.HTTPGet.Port.Number()
 		}
 		if p.TCPSocket != nil {
-			n, port = n+1, p.TCPSocket.Port.IntValue()
+			n, port = n+1, p.TCPSocket.Port.Number()
 		}
 		if p.GRPC != nil {
 			n, port = n+1, int(p.GRPC.Port)
@@ -120,16 +119,16 @@ func (h Handler) addr(host string, port int) string {
 
 // http is the kubelet's HTTP probe: a status from 200 to 399 succeeds;
 // HTTPS certificates are not verified; redirects are not followed.
-func (h Handler) http(ctx context.Context, a *corev1.HTTPGetAction) error {
+func (h Handler) http(ctx context.Context, a *appprobe.HTTPGetAction) error {
 	scheme := "http"
-	if a.Scheme == corev1.URISchemeHTTPS {
+	if a.Scheme == appprobe.SchemeHTTPS {
 		scheme = "https"
 	}
 	path := a.Path
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+h.addr(a.Host, a.Port.IntValue())+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+h.addr(a.Host, a.Port.Number())+path, nil)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
@@ -160,16 +159,16 @@ func (h Handler) http(ctx context.Context, a *corev1.HTTPGetAction) error {
 	return nil
 }
 
-func (h Handler) tcp(ctx context.Context, a *corev1.TCPSocketAction) error {
+func (h Handler) tcp(ctx context.Context, a *appprobe.TCPSocketAction) error {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", h.addr(a.Host, a.Port.IntValue()))
+	conn, err := d.DialContext(ctx, "tcp", h.addr(a.Host, a.Port.Number()))
 	if err != nil {
 		return fmt.Errorf("TCP probe: %w", err)
 	}
 	return conn.Close()
 }
 
-func (h Handler) grpc(ctx context.Context, a *corev1.GRPCAction) error {
+func (h Handler) grpc(ctx context.Context, a *appprobe.GRPCAction) error {
 	conn, err := grpc.NewClient(h.addr("", int(a.Port)), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("gRPC probe: %w", err)

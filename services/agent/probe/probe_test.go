@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/flotilla-mesh/flotilla/internal/appprobe"
 )
 
 func port(t *testing.T, addr string) int {
@@ -77,7 +77,7 @@ func app(t *testing.T) (httpPort, grpcPort, closedPort int) {
 func TestRewrittenProbesPerformTheOriginalAgainstTheApplication(t *testing.T) {
 	httpPort, grpcPort, closedPort := app(t)
 	get := func(path string) *Prober {
-		return &Prober{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt(httpPort), HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Probe", Value: "yes"}, {Name: "Host", Value: "app.local"}}}}
+		return &Prober{HTTPGet: &appprobe.HTTPGetAction{Path: path, Port: appprobe.NumberPort(int32(httpPort)), HTTPHeaders: []appprobe.HTTPHeader{{Name: "X-Probe", Value: "yes"}, {Name: "Host", Value: "app.local"}}}}
 	}
 	svc := func(s string) *string { return &s }
 	probers := map[string]Prober{
@@ -85,11 +85,11 @@ func TestRewrittenProbesPerformTheOriginalAgainstTheApplication(t *testing.T) {
 		"/app-health/web/readyz":       *get("/sick"),
 		"/app-health/web/startupz":     *get("/moved"),
 		"/app-health/slow/readyz":      *get("/slow"),
-		"/app-health/db/livez":         {TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(httpPort)}},
-		"/app-health/db/readyz":        {TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(closedPort)}},
-		"/app-health/greeter/livez":    {GRPC: &corev1.GRPCAction{Port: int32(grpcPort), Service: svc("ok")}},
-		"/app-health/greeter/readyz":   {GRPC: &corev1.GRPCAction{Port: int32(grpcPort), Service: svc("down")}},
-		"/app-health/greeter/startupz": {GRPC: &corev1.GRPCAction{Port: int32(grpcPort), Service: svc("unknown")}},
+		"/app-health/db/livez":         {TCPSocket: &appprobe.TCPSocketAction{Port: appprobe.NumberPort(int32(httpPort))}},
+		"/app-health/db/readyz":        {TCPSocket: &appprobe.TCPSocketAction{Port: appprobe.NumberPort(int32(closedPort))}},
+		"/app-health/greeter/livez":    {GRPC: &appprobe.GRPCAction{Port: int32(grpcPort), Service: svc("ok")}},
+		"/app-health/greeter/readyz":   {GRPC: &appprobe.GRPCAction{Port: int32(grpcPort), Service: svc("down")}},
+		"/app-health/greeter/startupz": {GRPC: &appprobe.GRPCAction{Port: int32(grpcPort), Service: svc("unknown")}},
 	}
 	// Round-trip through the environment variable, as the injector writes it.
 	raw, err := json.Marshal(probers)
@@ -144,5 +144,9 @@ func TestParseRefusesProbesItCannotPerform(t *testing.T) {
 		if _, err := Parse(env); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	// A number written as a string is a number, as IntOrString.IntValue reads it.
+	if p, err := Parse(`{"/app-health/a/livez": {"tcpSocket": {"port": "80"}}}`); err != nil || p["/app-health/a/livez"].TCPSocket.Port.Number() != 80 {
+		t.Errorf("a numeric string port: %+v, %v", p, err)
 	}
 }
