@@ -150,3 +150,45 @@ func TestParseRefusesProbesItCannotPerform(t *testing.T) {
 		t.Errorf("a numeric string port: %+v, %v", p, err)
 	}
 }
+
+// FuzzParse: whatever the environment variable holds, Parse refuses it or
+// returns only probes the handler can perform — one action, a port from
+// 1 to 65535, a path under PathPrefix.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"",
+		`{"/app-health/a/livez": {"httpGet": {"path": "/", "port": 8080, "httpHeaders": [{"name": "Host", "value": "x"}]}, "timeoutSeconds": 3}}`,
+		`{"/app-health/a/readyz": {"tcpSocket": {"port": "80"}}}`,
+		`{"/app-health/a/startupz": {"grpc": {"port": 9000, "service": null}}}`,
+		`{"/app-health/a/livez": {"tcpSocket": {"port": "http"}}}`,
+		`{"/app-health/a/livez": {"tcpSocket": {"port": -1}}}`,
+		`{"/x": {}}`,
+		`[`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		probers, err := Parse(s)
+		if err != nil {
+			return
+		}
+		for path, p := range probers {
+			if !strings.HasPrefix(path, PathPrefix) {
+				t.Fatalf("accepted %q outside %s", path, PathPrefix)
+			}
+			var ports []int
+			if p.HTTPGet != nil {
+				ports = append(ports, p.HTTPGet.Port.Number())
+			}
+			if p.TCPSocket != nil {
+				ports = append(ports, p.TCPSocket.Port.Number())
+			}
+			if p.GRPC != nil {
+				ports = append(ports, int(p.GRPC.Port))
+			}
+			if len(ports) != 1 || ports[0] < 1 || ports[0] > 65535 {
+				t.Fatalf("accepted %s with ports %v", path, ports)
+			}
+		}
+	})
+}
