@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,23 +228,16 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 	fmt.Fprintf(o.Log, "xdsload: %d Deployments (%d pods on %d nodes) Ready in %s\n", o.Deployments, pods, nodes, r.Created)
 
 	began = time.Now()
-	var clients []*exec.Cmd
+	// --services 0: every client is a sidecar of a client namespace, none
+	// of the Deployments' pods.
+	clients, ms, err := startClientProcs(ctx, o.Log, o.Self, disc.xdsAddr, o.Sidecars, o.ClientProcs, 0, false, 0, "--endpoints")
 	defer func() {
 		for _, c := range clients {
 			stop(c)
 		}
 	}()
-	var ms multiStatus
-	for k := range o.ClientProcs {
-		first, last := k*o.Sidecars/o.ClientProcs, (k+1)*o.Sidecars/o.ClientProcs
-		// --services 0: every client is a sidecar of a client namespace,
-		// none of the Deployments' pods.
-		cmd, sc, err := startSidecarClients(ctx, o.Log, o.Self, disc.xdsAddr, last-first, 0, false, 0, first, "--endpoints")
-		if err != nil {
-			return nil, err
-		}
-		clients = append(clients, cmd)
-		ms = append(ms, sc)
+	if err != nil {
+		return nil, err
 	}
 	holdAll := func() error {
 		want := clock.wantEndpoints(o.Deployments)

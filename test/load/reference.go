@@ -185,21 +185,14 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 	fmt.Fprintf(o.Log, "xdsload: galley and %d discovery replicas ready; starting %d sidecar clients in %d processes\n", o.Replicas, o.Sidecars, o.ClientProcs)
 	d0, g0 := cpuOf(discCmds...), cpuOf(galley)
 	began = time.Now()
-	var clients []*exec.Cmd
+	clients, ms, err := startClientProcs(ctx, o.Log, o.Self, strings.Join(xdsAddrs, ","), o.Sidecars, o.ClientProcs, o.Services, o.Delta, o.Ramp)
 	defer func() {
 		for _, c := range clients {
 			stop(c)
 		}
 	}()
-	var ms multiStatus
-	for k := range o.ClientProcs {
-		first, last := k*o.Sidecars/o.ClientProcs, (k+1)*o.Sidecars/o.ClientProcs
-		cmd, sc, err := startSidecarClients(ctx, o.Log, o.Self, strings.Join(xdsAddrs, ","), last-first, o.Services, o.Delta, o.Ramp, first)
-		if err != nil {
-			return nil, err
-		}
-		clients = append(clients, cmd)
-		ms = append(ms, sc)
+	if err != nil {
+		return nil, err
 	}
 	deadline := time.Now().Add(o.SyncTimeout)
 	for {
@@ -537,6 +530,24 @@ type clientStatus interface {
 // multiStatus reads several clients' processes, each running a range
 // of client indices, in order: it reports them as one.
 type multiStatus []*statusClient
+
+// startClientProcs starts total sidecar clients spread evenly over procs
+// processes (startSidecarClients), numbered from 0 across them. What it
+// started is returned with an error too, for the caller to stop.
+func startClientProcs(ctx context.Context, log io.Writer, self, xdsAddr string, total, procs, services int, delta bool, ramp time.Duration, extra ...string) ([]*exec.Cmd, multiStatus, error) {
+	var cmds []*exec.Cmd
+	var ms multiStatus
+	for k := range procs {
+		first, last := k*total/procs, (k+1)*total/procs
+		cmd, sc, err := startSidecarClients(ctx, log, self, xdsAddr, last-first, services, delta, ramp, first, extra...)
+		if err != nil {
+			return cmds, ms, err
+		}
+		cmds = append(cmds, cmd)
+		ms = append(ms, sc)
+	}
+	return cmds, ms, nil
+}
 
 func (m multiStatus) synced(ctx context.Context) (SyncState, error) {
 	var all SyncState
