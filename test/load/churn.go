@@ -23,10 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -162,7 +160,7 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 	// Room for the surge: a rolling update's 25 % more pods at once.
 	nodes := (pods+pods/4)/churnPodsPerNode + 1
 	r := &ChurnReport{Deployments: o.Deployments, Pods: pods, Nodes: nodes, Sidecars: o.Sidecars, Interval: o.Interval, Fraction: o.Fraction}
-	env, err := kubeenv.Start(ctx, kubeenv.Options{
+	env, fast, err := startKube(ctx, kubeenv.Options{
 		BinDir: o.KubeBinDir, StartTimeout: 5 * time.Minute,
 		Cluster: &kubeenv.ClusterOptions{Nodes: nodes, MaxPodsPerNode: churnPodsPerNode, ControllerQPS: 500},
 	})
@@ -170,11 +168,6 @@ func RunChurn(ctx context.Context, o ChurnOptions) (*ChurnReport, error) {
 		return nil, err
 	}
 	defer func() { _ = env.Stop() }()
-	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
-		return nil, err
-	}
-	fast := rest.CopyConfig(env.Config)
-	fast.QPS, fast.Burst = 5000, 10000
 	kube, err := kubernetes.NewForConfig(fast)
 	if err != nil {
 		return nil, err

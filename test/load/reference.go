@@ -123,16 +123,11 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 		o.SyncTimeout = 15 * time.Minute
 	}
 	r := &ReferenceReport{Sidecars: o.Sidecars, Services: o.Services, Replicas: o.Replicas, ClientProcs: o.ClientProcs, Delta: o.Delta, Ramp: o.Ramp}
-	env, err := kubeenv.Start(ctx, kubeenv.Options{BinDir: o.KubeBinDir})
+	env, fast, err := startKube(ctx, kubeenv.Options{BinDir: o.KubeBinDir})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = env.Stop() }()
-	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
-		return nil, err
-	}
-	fast := rest.CopyConfig(env.Config)
-	fast.QPS, fast.Burst = 5000, 10000
 	w, err := newReferenceWorld(fast, o.Services)
 	if err != nil {
 		return nil, err
@@ -382,6 +377,23 @@ type clusterGalley struct {
 	cmd            *exec.Cmd
 	mcpAddr, admin string
 	dir            string
+}
+
+// startKube starts a kube-apiserver (and, with o.Cluster, the rest of a
+// cluster) with Istio's CRDs installed, and returns a client configuration
+// whose rate limits do not hold the load tool back.
+func startKube(ctx context.Context, o kubeenv.Options) (*kubeenv.Env, *rest.Config, error) {
+	env, err := kubeenv.Start(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
+		_ = env.Stop()
+		return nil, nil, err
+	}
+	fast := rest.CopyConfig(env.Config)
+	fast.QPS, fast.Burst = 5000, 10000
+	return env, fast, nil
 }
 
 // startClusterGalley starts galley reading env's apiserver (system
