@@ -12,6 +12,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
 )
 
 // MaxFileBytes bounds one YAML file.
@@ -265,9 +267,34 @@ func decodeOne(file string, c chunk, defaultNamespace string, o DecodeOptions) (
 			Generation:      meta.Generation,
 			CreationTime:    created,
 		},
-		Spec: spec,
+		Spec:   spec,
+		Status: servedStatus(kind, env.Status),
 	}
 	return doc, true
+}
+
+// servedStatus reads the part of a status Flotilla serves (Object.Status):
+// a ServiceEntry's status.addresses, as `kubectl get -o yaml` shows them.
+// The rest of a status, and a status that does not read as one, are
+// ignored: status is not configuration.
+func servedStatus(kind Kind, raw json.RawMessage) proto.Message {
+	if kind.Kind != ServiceEntry || len(raw) == 0 {
+		return nil
+	}
+	var st struct {
+		Addresses []struct {
+			Value string `json:"value"`
+			Host  string `json:"host"`
+		} `json:"addresses"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil || len(st.Addresses) == 0 {
+		return nil
+	}
+	out := &networking.ServiceEntryStatus{}
+	for _, a := range st.Addresses {
+		out.Addresses = append(out.Addresses, &networking.ServiceEntryAddress{Value: a.Value, Host: a.Host})
+	}
+	return out
 }
 
 // jsonReason turns encoding/json errors into field-level messages.

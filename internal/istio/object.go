@@ -43,6 +43,11 @@ type Object struct {
 	Kind Kind
 	Meta Meta
 	Spec proto.Message
+	// Status is the part of the object's status that Flotilla serves,
+	// nil for most: for a ServiceEntry, the addresses allocated to its
+	// hosts (a ServiceEntryStatus holding only addresses), as Istio's
+	// ServiceEntry controller reads them (GetHostAddressesFromConfig).
+	Status proto.Message
 }
 
 // Key is "namespace/name".
@@ -68,16 +73,19 @@ func (o *Object) DeepCopy() *Object {
 	if o.Spec != nil {
 		c.Spec = proto.Clone(o.Spec)
 	}
+	if o.Status != nil {
+		c.Status = proto.Clone(o.Status)
+	}
 	return &c
 }
 
 // SameContent reports whether two objects say the same thing: kind,
-// identity, labels, annotations, creation time (it decides precedence)
-// and spec. Apiserver bookkeeping (resource version, generation, status)
-// is not content.
+// identity, labels, annotations, creation time (it decides precedence),
+// spec and the status Flotilla serves (Status). Apiserver bookkeeping
+// (resource version, generation) and the rest of status are not content.
 func (o *Object) SameContent(other *Object) bool {
 	return o == other || (o.Kind.Kind == other.Kind.Kind && o.Meta.Name == other.Meta.Name &&
 		o.Meta.Namespace == other.Meta.Namespace && maps.Equal(o.Meta.Labels, other.Meta.Labels) &&
 		maps.Equal(o.Meta.Annotations, other.Meta.Annotations) && o.Meta.CreationTime.Equal(other.Meta.CreationTime) &&
-		proto.Equal(o.Spec, other.Spec))
+		proto.Equal(o.Spec, other.Spec) && proto.Equal(o.Status, other.Status))
 }

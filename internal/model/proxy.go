@@ -2,6 +2,7 @@ package model
 
 import (
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -95,6 +96,17 @@ func (l Locality) String() string { return l.Region + "/" + l.Zone + "/" + l.Sub
 
 // ProxylessGRPC reports whether the proxy is a proxyless gRPC client.
 func (p *Proxy) ProxylessGRPC() bool { return p.Generator == GeneratorGRPC }
+
+// CapturesDNS reports whether the proxy's agent answers its DNS (node
+// metadata DNS_CAPTURE, from ISTIO_META_DNS_CAPTURE, read as Istio's
+// StringBool): its workload then resolves a ServiceEntry host without
+// addresses to the addresses allocated to it, which the proxy listens on
+// (Istio's nodeUsesAutoallocatedIPs; allocation itself is galley's
+// choice, on unless turned off).
+func (p *Proxy) CapturesDNS() bool {
+	b, _ := strconv.ParseBool(p.Metadata["DNS_CAPTURE"])
+	return b
+}
 
 // EffectiveProxyConfig is the proxy's proxy config, else the mesh's
 // defaultConfig (Istio's ProxyConfigOrDefault: the two are not merged

@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -55,6 +56,7 @@ func ServiceEntry(se *istio.Object, workloads []*istio.Object) ([]*registryv1.Se
 	}
 	SortEndpoints(endpoints)
 
+	allocated := AllocatedAddresses(se)
 	var services []*registryv1.Service
 	var sets []*registryv1.EndpointSet
 	for _, host := range spec.GetHosts() {
@@ -71,6 +73,8 @@ func ServiceEntry(se *istio.Object, workloads []*istio.Object) ([]*registryv1.Se
 			Selector:        maps.Clone(spec.GetWorkloadSelector().GetLabels()),
 			Location:        location(spec.GetLocation()),
 			SubjectAltNames: sorted(spec.GetSubjectAltNames()),
+
+			AutoAllocatedAddresses: oneOfEachFamily(allocated[host]),
 		}
 		services = append(services, svc)
 		eps := endpoints
@@ -226,4 +230,24 @@ func location(l networking.ServiceEntry_Location) registryv1.Location {
 		return registryv1.Location_LOCATION_MESH_INTERNAL
 	}
 	return registryv1.Location_LOCATION_MESH_EXTERNAL
+}
+
+// oneOfEachFamily is what Istio's convertServices keeps of a host's
+// allocated addresses: the last IPv4 and the last IPv6, IPv4 first.
+func oneOfEachFamily(addrs []netip.Addr) []string {
+	var v4, v6 string
+	for _, a := range addrs {
+		if a.Is4() {
+			v4 = a.String()
+		} else {
+			v6 = a.String()
+		}
+	}
+	var out []string
+	for _, a := range []string{v4, v6} {
+		if a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }

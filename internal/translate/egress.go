@@ -135,7 +135,7 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 			}
 			addrs := []string{ep.bind}
 			if ep.bind == "" {
-				addrs = ipAddresses(svc.GetAddresses())
+				addrs = g.serviceAddresses(svc)
 			}
 			for _, addr := range addrs {
 				name := addr + "_" + itoa(ep.port)

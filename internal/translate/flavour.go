@@ -109,6 +109,11 @@ type client struct {
 	// stats filter (istio_requests_total and the other standard metrics)
 	// and the peer-metadata exchange that labels them.
 	istioTelemetry bool
+	// allocatedAddresses: the client reaches a ServiceEntry host without
+	// addresses at the addresses allocated to it, its DNS being answered
+	// from the name table (model.Proxy.CapturesDNS): they are that host's
+	// listener and virtual host addresses (serviceAddresses).
+	allocatedAddresses bool
 	// retries reports whether the client understands a retry condition;
 	// nil for all of Envoy's. A client that understands fewer gets them
 	// in a default policy of its own (grpcDefaultRetryPolicy).

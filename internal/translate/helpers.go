@@ -126,6 +126,35 @@ func headless(svc *registryv1.Service) bool {
 // (Istio's "auto": no protocol declared, an unknown port name prefix).
 func sniffed(p registryv1.Protocol) bool { return p == registryv1.Protocol_PROTOCOL_UNSPECIFIED }
 
+// serviceAddresses are the addresses the proxy reaches a service at:
+// its own, or for a client that resolves hosts through the name table
+// (client.allocatedAddresses), those allocated to a ServiceEntry host
+// without any, of the proxy's address families (Istio's
+// GetAllAddressesForProxy).
+func (g *gen) serviceAddresses(svc *registryv1.Service) []string {
+	own := ipAddresses(svc.GetAddresses())
+	if len(own) > 0 || !g.client.allocatedAddresses {
+		return own
+	}
+	v4, v6 := g.addressFamilies()
+	v4 = v4 || !v6 // IPv4 when the proxy names no address (Istio's DiscoverIPMode)
+	var out []string
+	for _, a := range svc.GetAutoAllocatedAddresses() {
+		if ip, err := netip.ParseAddr(a); err == nil && ((ip.Is4() && v4) || (ip.Is6() && v6)) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// addressFamilies tells whether the proxy has IPv4 and IPv6 addresses.
+func (g *gen) addressFamilies() (v4, v6 bool) {
+	for _, ip := range g.p.IPs {
+		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
+	}
+	return v4, v6
+}
+
 func ipAddresses(addrs []string) []string {
 	var out []string
 	for _, a := range addrs {
@@ -148,7 +177,7 @@ func grpcReachable(svc *registryv1.Service) bool {
 // their own nor their endpoints', see perEndpoint).
 func (g *gen) onPortRoute(svc *registryv1.Service, port *registryv1.ServicePort) bool {
 	return isHTTP(port.GetProtocol()) ||
-		(sniffed(port.GetProtocol()) && len(ipAddresses(svc.GetAddresses())) == 0 && !g.perEndpoint(svc))
+		(sniffed(port.GetProtocol()) && len(g.serviceAddresses(svc)) == 0 && !g.perEndpoint(svc))
 }
 
 // perEndpoint reports whether a service's TCP and sniffed ports get a

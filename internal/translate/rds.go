@@ -68,6 +68,10 @@ func (g *gen) route(name string) *routev3.RouteConfiguration {
 func (g *gen) scopeKey(kind, name string, labels, ips bool) string {
 	var key strings.Builder
 	fmt.Fprintf(&key, "%s|%p|%s", kind, g.scope, name)
+	if g.client.allocatedAddresses {
+		v4, v6 := g.addressFamilies()
+		fmt.Fprintf(&key, "|allocated-addresses|%t|%t", v4, v6)
+	}
 	if labels {
 		key.WriteString("|labels")
 		for _, k := range slices.Sorted(maps.Keys(g.p.Labels)) {
@@ -136,7 +140,7 @@ func (g *gen) virtualHost(svc *registryv1.Service, port *registryv1.ServicePort)
 			names = append(names, "*."+n)
 		}
 	}
-	for _, n := range append(names, svc.GetAddresses()...) {
+	for _, n := range append(names, g.serviceAddresses(svc)...) {
 		if strings.Contains(n, ":") && !strings.Contains(n, ".") { // IPv6 VIP
 			n = "[" + n + "]"
 		}

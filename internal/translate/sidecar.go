@@ -258,7 +258,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 			if len(clusters) == 0 {
 				continue
 			}
-			vips := ipAddresses(svc.GetAddresses())
+			vips := g.serviceAddresses(svc)
 			if g.perEndpoint(svc) {
 				// A listener per endpoint address, as Istio's
 				// buildSidecarOutboundListeners, so that several headless
@@ -444,14 +444,6 @@ func (g *gen) passthrough() *clusterv3.Cluster {
 			}},
 		})},
 	}
-}
-
-// addressFamilies tells whether the proxy has IPv4 and IPv6 addresses.
-func (g *gen) addressFamilies() (v4, v6 bool) {
-	for _, ip := range g.p.IPs {
-		v4, v6 = v4 || ip.Is4(), v6 || ip.Is6()
-	}
-	return v4, v6
 }
 
 // patchContexts: Istio's SIDECAR_OUTBOUND and SIDECAR_INBOUND.

@@ -221,7 +221,9 @@ func flavourOf(p *model.Proxy) (flavour, client) {
 	case p.Type == model.RouterProxy:
 		return router{}, envoyClient(p.IstioTelemetry)
 	default:
-		return sidecar{}, envoyClient(p.IstioTelemetry)
+		c := envoyClient(p.IstioTelemetry)
+		c.allocatedAddresses = p.CapturesDNS()
+		return sidecar{}, c
 	}
 }
 

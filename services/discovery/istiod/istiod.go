@@ -5,6 +5,7 @@
 package istiod
 
 import (
+	"strings"
 	"time"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -40,6 +41,10 @@ type Service struct {
 	} `json:"clusterVIPs"`
 	MeshExternal    bool   `json:"MeshExternal"`
 	ResourceVersion string `json:"ResourceVersion"`
+	// AutoAllocatedIPv4Address and AutoAllocatedIPv6Address are the
+	// addresses allocated to a ServiceEntry host without any.
+	AutoAllocatedIPv4Address string `json:"autoAllocatedIPv4Address,omitempty"`
+	AutoAllocatedIPv6Address string `json:"autoAllocatedIPv6Address,omitempty"`
 }
 
 // ServiceAttributes are Istio's model.ServiceAttributes as JSON:
@@ -94,6 +99,13 @@ func Registryz(services []*registryv1.Service, defaultCluster string) []Service 
 				cluster = defaultCluster
 			}
 			s.ClusterVIPs.Addresses = map[string][]string{cluster: svc.GetAddresses()}
+		}
+		for _, a := range svc.GetAutoAllocatedAddresses() {
+			if strings.Contains(a, ":") {
+				s.AutoAllocatedIPv6Address = a
+			} else {
+				s.AutoAllocatedIPv4Address = a
+			}
 		}
 		out = append(out, s)
 	}

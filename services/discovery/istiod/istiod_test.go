@@ -86,7 +86,8 @@ func TestKialiReadsTheRegistryAsIstiods(t *testing.T) {
 		{
 			Hostname: "api.example.com", Name: "api.example.com", Namespace: "shop", Location: registryv1.Location_LOCATION_MESH_EXTERNAL,
 			SourceKind: registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY, ExportTo: []string{"."},
-			Ports: []*registryv1.ServicePort{{Name: "tls", Number: 443, Protocol: registryv1.Protocol_PROTOCOL_TLS}},
+			Ports:                  []*registryv1.ServicePort{{Name: "tls", Number: 443, Protocol: registryv1.Protocol_PROTOCOL_TLS}},
+			AutoAllocatedAddresses: []string{"240.240.0.1", "2001:2::1"},
 		},
 	}
 	body, err := json.Marshal(Registryz(services, "Kubernetes"))
@@ -112,6 +113,14 @@ func TestKialiReadsTheRegistryAsIstiods(t *testing.T) {
 	}
 	if se.Attributes.ServiceRegistry != "External" || se.Ports[0].Protocol != "TLS" || !kiali.KeptForCluster(se, "east") {
 		t.Errorf("the ServiceEntry: %+v", se)
+	}
+	// Istio's own fields for the addresses allocated to a ServiceEntry.
+	var raw []map[string]any
+	if err := json.Unmarshal(body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw[1]["autoAllocatedIPv4Address"] != "240.240.0.1" || raw[1]["autoAllocatedIPv6Address"] != "2001:2::1" || raw[0]["autoAllocatedIPv4Address"] != nil {
+		t.Errorf("allocated addresses: %v and %v", raw[0], raw[1])
 	}
 	if _, ok := se.Attributes.ExportTo["."]; !ok {
 		t.Errorf("the ServiceEntry's visibility: %v", se.Attributes.ExportTo)

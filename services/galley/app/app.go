@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"time"
 
@@ -44,6 +45,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/validation"
 	"github.com/flotilla-mesh/flotilla/services/galley/envoyfilterstatus"
 	gwcontroller "github.com/flotilla-mesh/flotilla/services/galley/gatewayapi"
+	"github.com/flotilla-mesh/flotilla/services/galley/ipallocate"
 	"github.com/flotilla-mesh/flotilla/services/galley/kubesource"
 	"github.com/flotilla-mesh/flotilla/services/galley/secretaccess"
 	"github.com/flotilla-mesh/flotilla/services/galley/status"
@@ -91,6 +93,13 @@ type Config struct {
 	GatewayAPI bool `yaml:"gatewayAPI" usage:"watch the Kubernetes Gateway API (gateway.networking.k8s.io/v1, once its CRDs are installed) and serve its Gateways and routes as Istio Gateways and VirtualServices, the leader writing their status (ignored with --config-dir)"`
 	// GatewayController is the controllerName of Flotilla's GatewayClass.
 	GatewayController string `yaml:"gatewayControllerName" usage:"controllerName of the GatewayClasses galley serves, besides Istio's istio.io/gateway-controller; the GatewayClasses flotilla and istio are served without an object"`
+	// ServiceEntryAddresses allocates addresses to ServiceEntry hosts
+	// that have none (Istio's PILOT_ENABLE_IP_AUTOALLOCATE).
+	ServiceEntryAddresses bool `yaml:"serviceEntryAddresses" usage:"in a cluster, give every ServiceEntry host without addresses an IPv4 and an IPv6 address from serviceEntryIPRangeV4 and serviceEntryIPRangeV6, written to its status.addresses by the leader and used by sidecars that capture DNS (ISTIO_META_DNS_CAPTURE), as Istio's PILOT_ENABLE_IP_AUTOALLOCATE; false neither writes nor uses them"`
+	// ServiceEntryIPv4Range and ServiceEntryIPv6Range are where
+	// allocated addresses come from.
+	ServiceEntryIPv4Range string `yaml:"serviceEntryIPRangeV4" usage:"range of ServiceEntry addresses allocated (Istio's PILOT_IP_AUTOALLOCATE_IPV4_PREFIX); keep it clear of every address in the cluster"`
+	ServiceEntryIPv6Range string `yaml:"serviceEntryIPRangeV6" usage:"range of IPv6 ServiceEntry addresses allocated (Istio's PILOT_IP_AUTOALLOCATE_IPV6_PREFIX)"`
 	// ReplicaName names this replica to debug clients (flotilla version
 	// and check).
 	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as flotilla version and check show it (default: the host name, which is the pod's name in a cluster)"`
@@ -108,6 +117,10 @@ func Defaults() Config {
 		SystemNamespace:   controlplane.DefaultNamespace,
 		GatewayAPI:        true,
 		GatewayController: string(gatewayapi.DefaultController),
+
+		ServiceEntryAddresses: true,
+		ServiceEntryIPv4Range: ipallocate.DefaultIPv4Prefix,
+		ServiceEntryIPv6Range: ipallocate.DefaultIPv6Prefix,
 	}
 }
 
@@ -123,10 +136,29 @@ func (c Config) Validate() error {
 	if c.MeshConfigFile != "" && c.ConfigDir == "" {
 		errs = append(errs, errors.New("meshConfigFile is read only with configDir: in a cluster galley serves the mesh configuration of the istio ConfigMap"))
 	}
+	if _, err := c.addressRanges(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.DefaultNamespace == "" {
 		errs = append(errs, errors.New("defaultNamespace must not be empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// addressRanges parses and checks the ServiceEntry address ranges.
+func (c Config) addressRanges() ([2]netip.Prefix, error) {
+	var out [2]netip.Prefix
+	for i, r := range []struct{ key, value string }{{"serviceEntryIPRangeV4", c.ServiceEntryIPv4Range}, {"serviceEntryIPRangeV6", c.ServiceEntryIPv6Range}} {
+		p, err := netip.ParsePrefix(r.value)
+		if err != nil {
+			return out, fmt.Errorf("%s %q: %w", r.key, r.value, err)
+		}
+		out[i] = p
+	}
+	if _, err := ipallocate.New(out[0], out[1]); err != nil {
+		return out, err
+	}
+	return out, nil
 }
 
 // NewCommand returns the flotilla-galley command.
@@ -337,7 +369,33 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 		})
 		srcOpts.ClusterChanged = gateways.Changed
 	}
+	var allocator *ipallocate.Controller
+	if cfg.ServiceEntryAddresses {
+		gatewaysChanged := srcOpts.ClusterChanged
+		srcOpts.ClusterChanged = func() { // ServiceEntries are part of the cluster
+			if gatewaysChanged != nil {
+				gatewaysChanged()
+			}
+			allocator.Changed() // set below, before the source runs
+		}
+	} else {
+		srcOpts.IgnoreAllocatedAddresses = true
+	}
 	src = kubesource.New(srcOpts, pub, srv)
+	if cfg.ServiceEntryAddresses {
+		ranges, err := cfg.addressRanges()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		allocator, err = ipallocate.NewController(ipallocate.Options{
+			Kube: kube, Dynamic: dyn, Log: rt.Log, Objects: src.Objects, Synced: src.Synced(),
+			IPv4: ranges[0], IPv6: ranges[1],
+			Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-ipallocate",
+		})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	srv.ServeDebug(debugapi.Rejections, func() ([]*structpb.Struct, error) { return debugapi.Structs(src.Rejections()) })
 	writer := status.New(status.Options{
 		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, NotServed: src.NotServed, Findings: findings.Findings,
@@ -351,6 +409,9 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 	}
 	if gateways != nil {
 		actors = append(actors, lifecycle.Actor{Name: "gateway-api", Run: gateways.Run})
+	}
+	if allocator != nil {
+		actors = append(actors, lifecycle.Actor{Name: "ip-autoallocate", Run: allocator.Run})
 	}
 	return actors, src.Synced(), src.Objects, nil
 }

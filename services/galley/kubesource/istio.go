@@ -5,6 +5,8 @@ import (
 	"reflect"
 
 	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,8 +39,9 @@ type kindInformer struct {
 // toObject converts a typed Istio object from kind's informer: its
 // metadata, and its Spec field (an istio.io/api message, the same type as
 // kind.NewSpec's). The spec is cloned: informer caches are shared and must
-// not be aliased downstream.
-func toObject(kind istio.Kind, obj any) (*istio.Object, bool) {
+// not be aliased downstream. withStatus reads the status Flotilla serves
+// (istio.Object.Status).
+func toObject(kind istio.Kind, obj any, withStatus bool) (*istio.Object, bool) {
 	meta, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, false
@@ -55,7 +58,7 @@ func toObject(kind istio.Kind, obj any) (*istio.Object, bool) {
 	if !ok || spec.ProtoReflect().Descriptor().FullName() != kind.NewSpec().ProtoReflect().Descriptor().FullName() {
 		return nil, false
 	}
-	return &istio.Object{
+	o := &istio.Object{
 		Kind: kind,
 		Meta: istio.Meta{
 			Name:            meta.GetName(),
@@ -67,5 +70,23 @@ func toObject(kind istio.Kind, obj any) (*istio.Object, bool) {
 			CreationTime:    meta.GetCreationTimestamp().Time,
 		},
 		Spec: proto.Clone(spec),
-	}, true
+	}
+	if withStatus {
+		o.Status = servedStatus(obj)
+	}
+	return o, true
+}
+
+// servedStatus is the part of an object's status Flotilla serves (see
+// istio.Object.Status): a ServiceEntry's allocated addresses.
+func servedStatus(obj any) proto.Message {
+	se, ok := obj.(*networkingv1.ServiceEntry)
+	if !ok || len(se.Status.GetAddresses()) == 0 {
+		return nil
+	}
+	out := &networking.ServiceEntryStatus{}
+	for _, a := range se.Status.GetAddresses() {
+		out.Addresses = append(out.Addresses, &networking.ServiceEntryAddress{Value: a.GetValue(), Host: a.GetHost()})
+	}
+	return out
 }

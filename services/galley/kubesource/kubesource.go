@@ -72,6 +72,10 @@ type Options struct {
 	// Tracer traces each change of an Istio object (a span "kube.change",
 	// with "validate" and "publish" under it); none when nil.
 	Tracer trace.TracerProvider
+	// IgnoreAllocatedAddresses leaves ServiceEntries' status.addresses
+	// unread (address allocation turned off, as Istio's
+	// PILOT_ENABLE_IP_AUTOALLOCATE=false neither writes nor uses them).
+	IgnoreAllocatedAddresses bool
 	// ClusterChanged, when set, is called (with the source's lock held:
 	// it must not block) after a change of what GatewayCluster returns.
 	ClusterChanged func()
@@ -336,7 +340,7 @@ func handler[T any](upsert, remove func(T)) cache.ResourceEventHandler {
 
 func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 	upsert := func(m metav1.Object) {
-		o, ok := toObject(kind, m)
+		o, ok := toObject(kind, m, !s.o.IgnoreAllocatedAddresses)
 		if !ok {
 			return
 		}

@@ -476,8 +476,14 @@ type Service struct {
 	// from ServiceEntry subjectAltNames. Empty for Kubernetes Services, whose
 	// identities come from their endpoints.
 	SubjectAltNames []string `protobuf:"bytes,13,rep,name=subject_alt_names,json=subjectAltNames,proto3" json:"subject_alt_names,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Addresses allocated to a ServiceEntry host that has none of its own
+	// (Istio's ServiceEntry status.addresses, which galley's allocator writes
+	// in a cluster): at most one IPv4 and one IPv6, IPv4 first. Only proxies that
+	// capture DNS use them, in place of addresses (Istio's
+	// GetAddressForProxy); the name table answers the host with them.
+	AutoAllocatedAddresses []string `protobuf:"bytes,14,rep,name=auto_allocated_addresses,json=autoAllocatedAddresses,proto3" json:"auto_allocated_addresses,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -597,6 +603,13 @@ func (x *Service) GetClusterId() string {
 func (x *Service) GetSubjectAltNames() []string {
 	if x != nil {
 		return x.SubjectAltNames
+	}
+	return nil
+}
+
+func (x *Service) GetAutoAllocatedAddresses() []string {
+	if x != nil {
+		return x.AutoAllocatedAddresses
 	}
 	return nil
 }
@@ -1271,7 +1284,7 @@ var File_flotilla_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"#flotilla/registry/v1/registry.proto\x12\x14flotilla.registry.v1\"\xdb\x05\n" +
+	"#flotilla/registry/v1/registry.proto\x12\x14flotilla.registry.v1\"\x95\x06\n" +
 	"\aService\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -1290,7 +1303,8 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\blocation\x18\v \x01(\x0e2\x1e.flotilla.registry.v1.LocationR\blocation\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\f \x01(\tR\tclusterId\x12*\n" +
-	"\x11subject_alt_names\x18\r \x03(\tR\x0fsubjectAltNames\x1a9\n" +
+	"\x11subject_alt_names\x18\r \x03(\tR\x0fsubjectAltNames\x128\n" +
+	"\x18auto_allocated_addresses\x18\x0e \x03(\tR\x16autoAllocatedAddresses\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
