@@ -263,7 +263,7 @@ func diffDumps(ackedResp, nowResp *discoveryv3.DiscoveryResponse) ([]SectionDiff
 		return nil, err
 	}
 	var out []SectionDiff
-	for _, t := range xdstype.All() { // the sections in the order shown
+	for _, t := range xdstype.InStatusOrder() { // the sections in the order shown
 		name := t.Section
 		n := now[name]
 		a, inAcked := acked[name]

@@ -28,6 +28,7 @@ import (
 	sigyaml "sigs.k8s.io/yaml"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
 	"github.com/flotilla-mesh/flotilla/internal/filesource"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/internal/gatewayapi/gatewayapitest"
@@ -389,13 +390,17 @@ type goldenFiles struct {
 	// extensionConfigs are the ECDS resources
 	// (extensionconfigs.golden.json, only when there are some).
 	extensionConfigs golden.Named
-	problems         map[string][]string
+	// nameTables are the name tables of the proxies that capture DNS,
+	// the ones whose agents ask for it (nametables.golden.json, only
+	// when there are some).
+	nameTables golden.Named
+	problems   map[string][]string
 	// patchedBy is each proxy's Output.PatchedBy (envoyfilters.golden.json,
 	// only when an EnvoyFilter changed something).
 	patchedBy map[string]map[string][]string
 }
 
-func (f *goldenFiles) add(tb testing.TB, p *model.Proxy, out *Output) {
+func (f *goldenFiles) add(tb testing.TB, p *model.Proxy, out *Output, nameTable *ndsv1.NameTable) {
 	tb.Helper()
 	key := proxyKey(p)
 	golden.Add(tb, f.clusters, key, out.Clusters, func(m *clusterv3.Cluster) string { return ResourceName(m) })
@@ -404,6 +409,9 @@ func (f *goldenFiles) add(tb testing.TB, p *model.Proxy, out *Output) {
 	golden.Add(tb, f.routes, key, out.Routes, func(m *routev3.RouteConfiguration) string { return ResourceName(m) })
 	if len(out.ExtensionConfigs) > 0 {
 		golden.Add(tb, f.extensionConfigs, key, out.ExtensionConfigs, func(m *corev3.TypedExtensionConfig) string { return ResourceName(m) })
+	}
+	if p.CapturesDNS() {
+		golden.Add(tb, f.nameTables, key, []*ndsv1.NameTable{nameTable}, func(*ndsv1.NameTable) string { return "NameTable" })
 	}
 	if len(out.Problems) > 0 {
 		f.problems[key] = out.Problems
@@ -431,13 +439,13 @@ func TestGolden(t *testing.T) {
 			store, proxies, opts := loadCase(t, in)
 			pc, _ := store.Build(opts, nil, 1)
 			files := goldenFiles{
-				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{}, extensionConfigs: golden.Named{},
+				clusters: golden.Named{}, endpoints: golden.Named{}, listeners: golden.Named{}, routes: golden.Named{}, extensionConfigs: golden.Named{}, nameTables: golden.Named{},
 				problems: map[string][]string{}, patchedBy: map[string]map[string][]string{},
 			}
 			for _, cp := range proxies {
 				p := cp.Proxy
 				out := generateCase(pc, cp)
-				files.add(t, p, out)
+				files.add(t, p, out, NewGenerator(pc, p).NameTable())
 				if !deterministic(t, out, generateCase(pc, cp)) {
 					t.Fatalf("%s: two translations of the same input differ", proxyKey(p))
 				}
@@ -450,6 +458,11 @@ func TestGolden(t *testing.T) {
 				golden.CheckNamed(t, filepath.Join(dir, "extensionconfigs.golden.json"), files.extensionConfigs, *update)
 			} else {
 				checkOptional(t, filepath.Join(dir, "extensionconfigs.golden.json"), nil, false)
+			}
+			if len(files.nameTables) > 0 {
+				golden.CheckNamed(t, filepath.Join(dir, "nametables.golden.json"), files.nameTables, *update)
+			} else {
+				checkOptional(t, filepath.Join(dir, "nametables.golden.json"), nil, false)
 			}
 			checkOptional(t, filepath.Join(dir, "problems.golden.json"), files.problems, len(files.problems) > 0)
 			checkOptional(t, filepath.Join(dir, "envoyfilters.golden.json"), files.patchedBy, len(files.patchedBy) > 0)

@@ -35,6 +35,7 @@ var layers = [][]string{
 	{"extensions.go"},
 	{"rds.go"},
 	{"lds.go"},
+	{"nds.go"},
 	{"envoy.go"},
 	{"inbound.go", "egress.go"},
 	{"sidecar.go", "gateway.go", "proxyless.go"},

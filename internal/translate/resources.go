@@ -45,6 +45,8 @@ func (x *Generator) Resources(typeURL string, names []string) []proto.Message {
 		for _, r := range x.ExtensionConfigs(names) {
 			out = append(out, r)
 		}
+	case xdstype.NameTableType:
+		out = append(out, x.NameTable())
 	}
 	return out
 }

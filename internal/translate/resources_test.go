@@ -10,6 +10,8 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // dependsMesh: a proxyless client in demo whose VirtualService for
@@ -112,6 +114,7 @@ func TestResourcesReturnsWhatTheTypedMethodsReturn(t *testing.T) {
 		resourcev3.SecretType:   messages(gen.Secrets(nil)),
 
 		resourcev3.ExtensionConfigType: messages(gen.ExtensionConfigs(nil)),
+		xdstype.NameTableType:          {gen.NameTable()},
 	}
 	for _, typeURL := range Types() {
 		got := gen.Resources(typeURL, nil)

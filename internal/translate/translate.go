@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
@@ -187,6 +188,10 @@ func (x *Generator) EnvoyFilterProblems() map[string][]string {
 	}
 	return out
 }
+
+// NameTable is the proxy's name table (NDS): the one resource of its
+// type, which its agent answers DNS from (nameTable).
+func (x *Generator) NameTable() *ndsv1.NameTable { return x.g.nameTable() }
 
 // Problems lists what was dropped or degraded so far, and why.
 func (x *Generator) Problems() []string { return slices.Clone(x.g.problems) }

@@ -25,6 +25,12 @@ type Type struct {
 	// it (secrets, extension configurations); proxy-status shows its
 	// column only when some proxy watches it.
 	Optional bool
+	// Wildcard: a proxy asks for all of its resources, never by name
+	// (Envoy's clusters and listeners, the name table).
+	Wildcard bool
+	// AgentOnly: the proxy's agent reads it, Envoy never sees it (the
+	// name table): no proxy-status column, no config dump section.
+	AgentOnly bool
 
 	// column is its place among istioctl proxy-status's columns.
 	column int
@@ -36,17 +42,24 @@ type Type struct {
 // asks).
 func All() []Type {
 	return []Type{
-		{URL: resourcev3.ClusterType, Short: "CDS", Section: "Clusters", column: 0},
+		{URL: resourcev3.ClusterType, Short: "CDS", Section: "Clusters", Wildcard: true, column: 0},
 		{URL: resourcev3.EndpointType, Short: "EDS", Section: "Endpoints", column: 2},
-		{URL: resourcev3.ListenerType, Short: "LDS", Section: "Listeners", column: 1},
+		{URL: resourcev3.ListenerType, Short: "LDS", Section: "Listeners", Wildcard: true, column: 1},
 		{URL: resourcev3.RouteType, Short: "RDS", Section: "Routes", column: 3},
 		{URL: resourcev3.SecretType, Short: "SDS", Section: "Secrets", Optional: true, column: 5},
 		// Extension configurations (WasmPlugin, TrafficExtension, and
 		// EnvoyFilter's EXTENSION_CONFIG): a listener names them, and
 		// waits for them.
 		{URL: resourcev3.ExtensionConfigType, Short: "ECDS", Section: "ExtensionConfigs", Optional: true, column: 4},
+		// The name table (Istio's NDS): an agent that answers its
+		// workload's DNS asks for it, as a whole.
+		{URL: NameTableType, Short: "NDS", Section: "NameTable", Optional: true, Wildcard: true, AgentOnly: true},
 	}
 }
+
+// NameTableType is the type URL of the name table (Istio's
+// istio.networking.nds.v1.NameTable).
+const NameTableType = "type.googleapis.com/istio.networking.nds.v1.NameTable"
 
 // URLs returns every type's URL, in the order a push sends them.
 func URLs() []string {
@@ -58,10 +71,12 @@ func URLs() []string {
 	return out
 }
 
-// InStatusOrder returns every type served in the order of istioctl
-// proxy-status's columns (CDS, LDS, EDS, RDS, ECDS), then SDS.
+// InStatusOrder returns every type Envoy reads in the order of istioctl
+// proxy-status's columns (CDS, LDS, EDS, RDS, ECDS), then SDS: the
+// sections of a config dump too.
 func InStatusOrder() []Type {
-	return slices.SortedFunc(slices.Values(All()), func(a, b Type) int { return cmp.Compare(a.column, b.column) })
+	envoy := slices.DeleteFunc(All(), func(t Type) bool { return t.AgentOnly })
+	return slices.SortedFunc(slices.Values(envoy), func(a, b Type) int { return cmp.Compare(a.column, b.column) })
 }
 
 // Of returns the type of a URL, and whether it is served.

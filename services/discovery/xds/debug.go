@@ -36,6 +36,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // syncState is the proxy's sync state as debugapi.Syncz reports it.
@@ -269,6 +270,9 @@ func (c *conn) configDump(pc *model.PushContext) []proto.Message {
 	gen := translate.NewGenerator(pc, c.proxy)
 	var out []proto.Message
 	for _, t := range translate.Types() {
+		if typ, _ := xdstype.Of(t); typ.AgentOnly {
+			continue // not Envoy's: no section of its config dump
+		}
 		names, ok := watched[t]
 		if !ok && (c.proxy.ProxylessGRPC() || t == resourcev3.SecretType || t == resourcev3.ExtensionConfigType) {
 			continue // a proxyless client names all it gets; a secret and an extension configuration are asked for by name
@@ -328,7 +332,7 @@ func (c *conn) ackedConfigDump() []proto.Message {
 	}
 	for _, t := range translate.Types() {
 		names, ok := watched[t]
-		if !ok {
+		if typ, _ := xdstype.Of(t); !ok || typ.AgentOnly {
 			continue
 		}
 		if acked[t] == "" {

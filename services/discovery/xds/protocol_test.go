@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -24,15 +25,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
+	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
 
@@ -1077,13 +1081,12 @@ func TestAStreamWithoutAConnectionAgeStaysOpen(t *testing.T) {
 	s.nothing(t, time.Second)
 }
 
-// nameTableType is Istio's NDS, which Istio's agent asks for with DNS
-// capture on and discovery does not serve.
-const nameTableType = "type.googleapis.com/istio.networking.nds.v1.NameTable"
+// proxyConfigType is Istio's PCDS, which Istio's agent may ask for and
+// discovery does not serve.
+const proxyConfigType = "type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig"
 
 // TestATypeNotServedIsAnsweredEmptyOnceAndItsAcknowledgementLetBe: Istio's
-// agent waits for an answer to each type it asks for (NDS before it is
-// ready); discovery answers a type it does not serve with an empty
+// agent waits for an answer to each type it asks for; discovery answers a type it does not serve with an empty
 // response, as istiod does, on either protocol; the acknowledgement gets
 // nothing more, and the stream goes on serving what it does serve.
 func TestATypeNotServedIsAnsweredEmptyOnceAndItsAcknowledgementLetBe(t *testing.T) {
@@ -1093,12 +1096,12 @@ func TestATypeNotServedIsAnsweredEmptyOnceAndItsAcknowledgementLetBe(t *testing.
 	n := node("sidecar~10.0.0.1~a.default~default.svc.cluster.local", nil)
 
 	s := h.sotw(t)
-	s.send(t, &discoveryv3.DiscoveryRequest{Node: n, TypeUrl: nameTableType})
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: n, TypeUrl: proxyConfigType})
 	r := s.next(t)
-	if r.GetTypeUrl() != nameTableType || len(r.GetResources()) != 0 || r.GetNonce() == "" {
-		t.Fatalf("state of the world: got %s with %d resources, nonce %q; want an empty %s", r.GetTypeUrl(), len(r.GetResources()), r.GetNonce(), nameTableType)
+	if r.GetTypeUrl() != proxyConfigType || len(r.GetResources()) != 0 || r.GetNonce() == "" {
+		t.Fatalf("state of the world: got %s with %d resources, nonce %q; want an empty %s", r.GetTypeUrl(), len(r.GetResources()), r.GetNonce(), proxyConfigType)
 	}
-	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: nameTableType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
+	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: proxyConfigType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
 	s.nothing(t, 300*time.Millisecond)
 	s.send(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType})
 	if r := s.next(t); r.GetTypeUrl() != resourcev3.ClusterType || len(r.GetResources()) == 0 {
@@ -1106,12 +1109,12 @@ func TestATypeNotServedIsAnsweredEmptyOnceAndItsAcknowledgementLetBe(t *testing.
 	}
 
 	d := h.delta(t)
-	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: nameTableType})
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: proxyConfigType})
 	dr := d.next(t)
-	if dr.GetTypeUrl() != nameTableType || len(dr.GetResources()) != 0 || len(dr.GetRemovedResources()) != 0 || dr.GetNonce() == "" {
-		t.Fatalf("delta: got %s with %d resources, %d removed, nonce %q; want an empty %s", dr.GetTypeUrl(), len(dr.GetResources()), len(dr.GetRemovedResources()), dr.GetNonce(), nameTableType)
+	if dr.GetTypeUrl() != proxyConfigType || len(dr.GetResources()) != 0 || len(dr.GetRemovedResources()) != 0 || dr.GetNonce() == "" {
+		t.Fatalf("delta: got %s with %d resources, %d removed, nonce %q; want an empty %s", dr.GetTypeUrl(), len(dr.GetResources()), len(dr.GetRemovedResources()), dr.GetNonce(), proxyConfigType)
 	}
-	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: nameTableType, ResponseNonce: dr.GetNonce()})
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: proxyConfigType, ResponseNonce: dr.GetNonce()})
 	d.nothing(t, 300*time.Millisecond)
 	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType})
 	if r := d.next(t); r.GetTypeUrl() != resourcev3.ClusterType || len(r.GetResources()) == 0 {
@@ -1156,5 +1159,69 @@ func TestAPeerAskingForManyTypesNotServedGetsEachAnsweredAndNamesNoMetric(t *tes
 	}
 	if series == 0 {
 		t.Error("no metrics were read")
+	}
+}
+
+// TestAnAgentThatCapturesDNSGetsItsNameTableAndANewOneWhenAHostComes:
+// Istio's agent asks for the name table (NDS) when it answers its pod's
+// DNS; it gets one unnamed NameTable, on either protocol, with the hosts
+// the proxy sees — a ServiceEntry host at the address allocated to it —
+// and a new table when a service is added.
+func TestAnAgentThatCapturesDNSGetsItsNameTableAndANewOneWhenAHostComes(t *testing.T) {
+	h := newHarness(t)
+	h.store.PutService(service("reviews", 9080))
+	h.store.PutService(&registryv1.Service{
+		Hostname: "pg.example.com", Name: "pg", Namespace: "default", SourceKind: registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY,
+		Resolution: registryv1.Resolution_RESOLUTION_DNS, AutoAllocatedAddresses: []string{"240.240.0.1", "2001:2::1"},
+		Ports: []*registryv1.ServicePort{{Name: "tcp", Number: 5432, Protocol: registryv1.Protocol_PROTOCOL_TCP}},
+	})
+	h.push()
+	n := node("sidecar~10.0.0.1~a.default~default.svc.cluster.local", map[string]any{"DNS_CAPTURE": "true"})
+	table := func(t *testing.T, res []*anypb.Any) map[string][]string {
+		t.Helper()
+		if len(res) != 1 {
+			t.Fatalf("%d resources, want the one name table", len(res))
+		}
+		nt := &ndsv1.NameTable{}
+		if err := res[0].UnmarshalTo(nt); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for host, info := range nt.GetTable() {
+			out[host] = info.GetIps()
+		}
+		return out
+	}
+	want := map[string][]string{"reviews.default.svc.cluster.local": {"10.96.0.1"}, "pg.example.com": {"240.240.0.1"}}
+
+	s := h.sotw(t)
+	s.send(t, &discoveryv3.DiscoveryRequest{Node: n, TypeUrl: xdstype.NameTableType})
+	r := s.next(t)
+	if got := table(t, r.GetResources()); r.GetTypeUrl() != xdstype.NameTableType || !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("state of the world: %s %v, want %v", r.GetTypeUrl(), got, want)
+	}
+	s.send(t, ack(r))
+
+	d := h.delta(t)
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: n, TypeUrl: xdstype.NameTableType})
+	dr := d.next(t)
+	var dres []*anypb.Any
+	for _, res := range dr.GetResources() {
+		dres = append(dres, res.GetResource())
+	}
+	if got := table(t, dres); !maps.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("delta: %v, want %v", got, want)
+	}
+	d.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdstype.NameTableType, ResponseNonce: dr.GetNonce()})
+
+	h.store.PutService(service("ratings", 9080))
+	h.push()
+	r = s.next(t)
+	if got := table(t, r.GetResources()); len(got) != 3 || got["ratings.default.svc.cluster.local"] == nil {
+		t.Fatalf("after a service was added: %v", got)
+	}
+	dr = d.next(t)
+	if len(dr.GetResources()) != 1 || dr.GetTypeUrl() != xdstype.NameTableType {
+		t.Fatalf("delta after a service was added: %s with %d resources", dr.GetTypeUrl(), len(dr.GetResources()))
 	}
 }

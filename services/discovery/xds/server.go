@@ -26,7 +26,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -44,12 +43,17 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcserver"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 	"github.com/flotilla-mesh/flotilla/services/discovery/proxy"
 	"github.com/flotilla-mesh/flotilla/services/discovery/tokens"
 )
 
-// wildcardTypes are answered with every resource when the proxy names none.
-func wildcardType(t string) bool { return t == resourcev3.ClusterType || t == resourcev3.ListenerType }
+// wildcardType: a type answered with every resource when the proxy
+// names none (xdstype.Type.Wildcard).
+func wildcardType(t string) bool {
+	typ, ok := xdstype.Of(t)
+	return ok && typ.Wildcard
+}
 
 // Limits on what a proxy may ask: names per request and per stream, the
 // bytes of one name, and the bytes of the names a stream subscribes to
