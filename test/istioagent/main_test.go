@@ -117,6 +117,10 @@ type podSpec struct {
 	proxyless bool
 	// certTTL is the workload certificates' lifetime (SECRET_TTL).
 	certTTL time.Duration
+	// dnsCapture turns on the agent's DNS proxy as the mesh's
+	// proxyMetadata does (ISTIO_META_DNS_CAPTURE), at the pod's dns
+	// address (DNS_PROXY_ADDR; 15053 in a pod).
+	dnsCapture bool
 }
 
 // pod is a pilot-agent running in its pod's directory.
@@ -125,8 +129,9 @@ type pod struct {
 	dir   string
 	agent *proc.Process
 	// status is pilot-agent's status port (15020 in a pod); envoyAdmin
-	// Envoy's admin port (15000), a sidecar's only.
-	status, envoyAdmin string
+	// Envoy's admin port (15000), a sidecar's only; dns its DNS proxy's
+	// address, with dnsCapture.
+	status, envoyAdmin, dns string
 }
 
 // envoyAdminPort reserves the port of Envoy's admin.
@@ -210,6 +215,9 @@ func (p *pod) env(tb testing.TB, m *mesh) []string {
 	// of their own as well: no metadata server to probe for a cloud
 	// platform (only loopback here), and the certificates' lifetime.
 	metadata := map[string]string{"CLOUD_PLATFORM": "none", "SECRET_TTL": p.spec.certTTL.String()}
+	if p.spec.dnsCapture {
+		metadata["ISTIO_META_DNS_CAPTURE"] = "true"
+	}
 	// The injected ProxyConfig (the template's protoToJSON .ProxyConfig,
 	// the mesh's defaults with the pod's proxy.istio.io/config): the
 	// status port each pod's own (they share one host here), and the
@@ -252,6 +260,10 @@ func (p *pod) env(tb testing.TB, m *mesh) []string {
 		"TRUST_DOMAIN":              "cluster.local",
 	}
 	maps.Copy(env, metadata)
+	if p.spec.dnsCapture {
+		p.dns = proc.FreeAddr(tb)
+		env["DNS_PROXY_ADDR"] = p.dns
+	}
 	if p.spec.proxyless {
 		env["ISTIO_META_GENERATOR"] = "grpc"
 		env["OUTPUT_CERTS"] = p.path("var/lib/istio/data")
