@@ -503,3 +503,39 @@ func BenchmarkGatewayAPI1000HTTPRoutesOn10Gateways(b *testing.B) {
 	}
 	benchTypes(b, s, p, []string{"CDS", "LDS", "RDS"})
 }
+
+// BenchmarkNameTable is the name table (NDS) of a sidecar that captures
+// DNS in a mesh of 10,000 hosts (benchMesh's 5,000 services and 5,000
+// ServiceEntry hosts with allocated addresses), built once per push and
+// shared by the proxies of a scope: the first proxy's build, and the
+// table's encoded size (bytes).
+func BenchmarkNameTable(b *testing.B) {
+	s := benchMesh(b, 5000)
+	for i := range 5000 {
+		s.PutService(&registryv1.Service{
+			Hostname: fmt.Sprintf("db-%d.example.com", i), Name: fmt.Sprintf("db-%d", i), Namespace: "ns-0",
+			SourceKind: registryv1.SourceKind_SOURCE_KIND_SERVICE_ENTRY, Resolution: registryv1.Resolution_RESOLUTION_DNS,
+			AutoAllocatedAddresses: []string{fmt.Sprintf("240.240.%d.%d", i/250, i%250+1), fmt.Sprintf("2001:2::%x", i+1)},
+			Ports:                  []*registryv1.ServicePort{{Name: "tcp", Number: 5432, Protocol: registryv1.Protocol_PROTOCOL_TCP}},
+		})
+	}
+	p := benchProxy("")
+	p.Metadata = map[string]string{"DNS_CAPTURE": "true"}
+	var v uint64
+	b.Run("build", func(b *testing.B) {
+		b.ReportAllocs()
+		var size int
+		for b.Loop() {
+			b.StopTimer()
+			v++
+			pc, _ := s.Build(model.BuildOptions{}, nil, v)
+			b.StartTimer()
+			nt := NewGenerator(pc, p).NameTable()
+			if len(nt.GetTable()) != 10000 {
+				b.Fatalf("%d names, want 10,000", len(nt.GetTable()))
+			}
+			size = proto.Size(nt)
+		}
+		b.ReportMetric(float64(size), "bytes")
+	})
+}

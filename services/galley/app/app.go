@@ -371,13 +371,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 	}
 	var allocator *ipallocate.Controller
 	if cfg.ServiceEntryAddresses {
-		gatewaysChanged := srcOpts.ClusterChanged
-		srcOpts.ClusterChanged = func() { // ServiceEntries are part of the cluster
-			if gatewaysChanged != nil {
-				gatewaysChanged()
-			}
-			allocator.Changed() // set below, before the source runs
-		}
+		srcOpts.ServiceEntriesChanged = func() { allocator.Changed() } // set below, before the source runs
 	} else {
 		srcOpts.IgnoreAllocatedAddresses = true
 	}

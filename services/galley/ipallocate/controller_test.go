@@ -99,7 +99,7 @@ func startReplica(ctx context.Context, t *testing.T, ns, identity string) *repli
 	src := kubesource.New(kubesource.Options{
 		Kube: env.Client, Istio: ic, Metadata: meta, SystemNamespace: ns,
 		Log: slog.New(slog.DiscardHandler), DomainSuffix: "cluster.local",
-		ClusterChanged: func() { c.Changed() },
+		ServiceEntriesChanged: func() { c.Changed() },
 	}, publish.New(pub), noRegistry{})
 	c, err = NewController(Options{
 		Kube: env.Client, Dynamic: dyn, Log: slog.New(slog.DiscardHandler), Objects: src.Objects, Synced: src.Synced(),

@@ -77,62 +77,67 @@ type Change struct {
 //   - a ServiceEntry that no longer takes addresses (normalize.AutoAllocates)
 //     has its status addresses cleared (clearStaleAddresses).
 func (a *Allocator) Plan(objects []*istio.Object) ([]Change, []string) {
-	var entries []*istio.Object
+	type entry struct {
+		o      *istio.Object
+		spec   *networking.ServiceEntry
+		status map[string][]netip.Addr // status.addresses by host
+	}
+	var entries []entry
 	for _, o := range objects {
-		if _, ok := o.Spec.(*networking.ServiceEntry); ok {
-			entries = append(entries, o)
+		if spec, ok := o.Spec.(*networking.ServiceEntry); ok {
+			entries = append(entries, entry{o: o, spec: spec, status: statusAddresses(o)})
 		}
 	}
-	slices.SortFunc(entries, istio.CreationOrder)
+	slices.SortFunc(entries, func(x, y entry) int { return istio.CreationOrder(x.o, y.o) })
 
 	// In use: what specs say first (the user's addresses always win),
 	// then statuses, oldest first.
 	used := map[netip.Addr]istio.ID{}
-	for _, o := range entries {
-		for _, s := range o.Spec.(*networking.ServiceEntry).GetAddresses() {
+	for _, e := range entries {
+		for _, s := range e.spec.GetAddresses() {
 			if ip, err := netip.ParseAddr(s); err == nil {
 				if _, taken := used[ip.Unmap()]; !taken {
-					used[ip.Unmap()] = o.ID()
+					used[ip.Unmap()] = e.o.ID()
 				}
 			}
 		}
 	}
 	conflicted := map[istio.ID]bool{}
-	for _, o := range entries {
-		for _, addrs := range statusAddresses(o) {
+	for _, e := range entries {
+		id := e.o.ID()
+		for _, addrs := range e.status {
 			for _, ip := range addrs {
-				if owner, taken := used[ip]; taken && owner != o.ID() {
-					conflicted[o.ID()] = true
+				if owner, taken := used[ip]; taken && owner != id {
+					conflicted[id] = true
 					continue
 				}
-				used[ip] = o.ID()
+				used[ip] = id
 			}
 		}
 	}
 
 	var changes []Change
 	var problems []string
-	for _, o := range entries {
-		current := currentAddresses(o)
-		if !normalize.AutoAllocates(o) {
-			if len(current) > 0 {
-				changes = append(changes, Change{ID: o.ID(), Current: current})
-				a.free(statusAddresses(o), o.ID(), used)
+	for _, e := range entries {
+		id := e.o.ID()
+		if !normalize.AutoAllocates(e.o) {
+			if current := currentAddresses(e.o); len(current) > 0 {
+				changes = append(changes, Change{ID: id, Current: current})
+				a.free(e.status, id, used)
 			}
 			continue
 		}
-		existing := statusAddresses(o)
-		forced := conflicted[o.ID()]
+		forced := conflicted[id]
 		var want []*networking.ServiceEntryAddress
 		var allocated []netip.Addr
-		for _, host := range normalize.AllocatableHosts(o.Spec.(*networking.ServiceEntry)) {
-			ips, ok := existing[host]
+		for _, host := range normalize.AllocatableHosts(e.spec) {
+			ips, ok := e.status[host]
 			if !ok || forced {
 				ips = nil
 				for _, p := range []*prefix{a.v4, a.v6} {
-					ip, err := p.next(used, o.ID())
+					ip, err := p.next(used, id)
 					if err != nil {
-						problems = append(problems, fmt.Sprintf("%s host %s: %v", o, host, err))
+						problems = append(problems, fmt.Sprintf("%s host %s: %v", e.o, host, err))
 						continue
 					}
 					ips = append(ips, ip)
@@ -143,10 +148,10 @@ func (a *Allocator) Plan(objects []*istio.Object) ([]Change, []string) {
 				want = append(want, &networking.ServiceEntryAddress{Value: ip.String(), Host: host})
 			}
 		}
-		if !forced && sameHosts(existing, want) {
+		if !forced && sameHosts(e.status, want) {
 			continue // Istio patches only when the hosts with addresses change
 		}
-		changes = append(changes, Change{ID: o.ID(), Current: current, Addresses: want, Allocated: allocated})
+		changes = append(changes, Change{ID: id, Current: currentAddresses(e.o), Addresses: want, Allocated: allocated})
 	}
 	slices.SortFunc(changes, func(x, y Change) int {
 		return cmp.Or(cmp.Compare(x.ID.Kind, y.ID.Kind), cmp.Compare(x.ID.Name, y.ID.Name))

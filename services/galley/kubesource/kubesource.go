@@ -76,6 +76,10 @@ type Options struct {
 	// unread (address allocation turned off, as Istio's
 	// PILOT_ENABLE_IP_AUTOALLOCATE=false neither writes nor uses them).
 	IgnoreAllocatedAddresses bool
+	// ServiceEntriesChanged, when set, is called (with the source's lock
+	// held: it must not block) after a ServiceEntry is published or
+	// withdrawn, its status.addresses included (ipallocate.Controller).
+	ServiceEntriesChanged func()
 	// ClusterChanged, when set, is called (with the source's lock held:
 	// it must not block) after a change of what GatewayCluster returns.
 	ClusterChanged func()
@@ -396,6 +400,7 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		if kind.Kind == istio.ServiceEntry {
 			s.publishServiceEntryPods(o.ID(), o)
 			s.clusterChanged()
+			s.serviceEntriesChanged()
 		}
 		if namesCredentials(kind.Kind) {
 			s.refreshCredentialRefs(o.ID(), o)
@@ -420,11 +425,20 @@ func (s *Source) istioHandler(kind istio.Kind) cache.ResourceEventHandler {
 		if kind.Kind == istio.ServiceEntry {
 			s.publishServiceEntryPods(id, nil)
 			s.clusterChanged()
+			s.serviceEntriesChanged()
 		}
 		if namesCredentials(kind.Kind) {
 			s.refreshCredentialRefs(id, nil)
 		}
 	})
+}
+
+// serviceEntriesChanged tells Options.ServiceEntriesChanged. Called with
+// s.mu held.
+func (s *Source) serviceEntriesChanged() {
+	if s.o.ServiceEntriesChanged != nil {
+		s.o.ServiceEntriesChanged()
+	}
 }
 
 // clusterChanged tells Options.ClusterChanged. Called with s.mu held.
