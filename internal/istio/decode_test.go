@@ -2,6 +2,7 @@ package istio
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(multi))
 	f.Add([]byte("---\n---\n"))
 	f.Add([]byte("a: &a [*a]"))
+	f.Add([]byte("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s}\nspec: {hosts: [a.b], resolution: DNS}\nstatus: {addresses: [{host: a.b, value: 240.240.0.1}]}\n"))
 	f.Add([]byte("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec: {http: [{route: [{weight: -1}]}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, d := range Decode("fuzz.yaml", data, "default") {
@@ -285,5 +287,46 @@ func TestCreationTimestampIsKept(t *testing.T) {
 		if got := docs[0].Object.Meta.CreationTime.UTC().Format(time.RFC3339); got != tc.want {
 			t.Errorf("creationTimestamp %s: %s, want %s", tc.value, got, tc.want)
 		}
+	}
+}
+
+// A ServiceEntry's status.addresses are read (Object.Status), whatever
+// else its status holds; a status of any other shape, or any other kind's,
+// is not an error and is not read: status is not configuration.
+func TestAServiceEntrysStatusAddressesAreReadAndOtherStatusIgnored(t *testing.T) {
+	doc := func(kind, status string) string {
+		spec := "{hosts: [db.example.com], ports: [{number: 5432, name: tcp, protocol: TCP}], resolution: DNS}"
+		if kind == "VirtualService" {
+			spec = "{hosts: [db.example.com], tcp: [{route: [{destination: {host: db.example.com}}]}]}"
+		}
+		return "apiVersion: networking.istio.io/v1\nkind: " + kind + "\nmetadata: {name: db, namespace: data}\nspec: " + spec + "\nstatus: " + status + "\n"
+	}
+	for name, c := range map[string]struct {
+		kind, status string
+		want         []string
+	}{
+		"addresses beside conditions": {"ServiceEntry", `{conditions: [{type: Reconciled}], addresses: [{host: db.example.com, value: 240.240.0.1}, {host: db.example.com, value: "2001:2::1"}]}`, []string{"db.example.com=240.240.0.1", "db.example.com=2001:2::1"}},
+		"addresses as a string":       {"ServiceEntry", `{addresses: "240.240.0.1"}`, nil},
+		"status as a list":            {"ServiceEntry", `[1, 2]`, nil},
+		"no addresses":                {"ServiceEntry", `{conditions: []}`, nil},
+		"another kind's status":       {"VirtualService", `{addresses: [{host: db.example.com, value: 240.240.0.1}]}`, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			docs := Decode("f.yaml", []byte(doc(c.kind, c.status)), "default")
+			if len(docs) != 1 || docs[0].Err != nil {
+				t.Fatalf("decode: %+v", docs)
+			}
+			var got []string
+			if st, ok := docs[0].Object.Status.(*networking.ServiceEntryStatus); ok {
+				for _, a := range st.GetAddresses() {
+					got = append(got, a.GetHost()+"="+a.GetValue())
+				}
+			} else if docs[0].Object.Status != nil {
+				t.Fatalf("status read as %T", docs[0].Object.Status)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("status addresses %q, want %q", got, c.want)
+			}
+		})
 	}
 }

@@ -302,3 +302,62 @@ func BenchmarkPlan(b *testing.B) {
 		a.Release(changes[0].Allocated)
 	}
 }
+
+// A status written by hand (anyone who may write status can): values that
+// are not addresses, hosts the spec does not name, an address of the
+// range given twice, IPv4 inside IPv6. The plan gives the spec's hosts
+// clean addresses and never fails.
+func TestAStatusWrittenByHandIsReplacedByAddressesForTheSpecsHosts(t *testing.T) {
+	w := world{}
+	w.add("ns/se", 1, dns("db.example.com"),
+		"db.example.com=not-an-ip", "other.example.com=240.240.0.9", "db.example.com=::ffff:240.240.0.1", "db.example.com=240.240.0.1")
+	a := newAllocator(t, DefaultIPv4Prefix, DefaultIPv6Prefix)
+	problems := settle(t, a, w)
+	if len(problems) > 0 {
+		t.Fatalf("problems: %q", problems)
+	}
+	// db.example.com had addresses (the mapped and the plain form of one,
+	// kept as they are: Istio keeps what a host has); other.example.com is
+	// not in the spec and loses its.
+	got := w.addresses("ns/se")
+	if slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "other.example.com=") }) {
+		t.Errorf("a host the spec does not name kept its address: %q", got)
+	}
+	for _, s := range got {
+		if _, v, _ := strings.Cut(s, "="); v == "not-an-ip" {
+			t.Errorf("a value that is no address was kept: %q", got)
+		}
+	}
+}
+
+func FuzzPlan(f *testing.F) {
+	f.Add("db.example.com", "240.240.0.1", "db.example.com", "240.240.0.1", false)
+	f.Add("*.x", "2001:2::1", "y", "::ffff:1.2.3.4", true)
+	f.Fuzz(func(t *testing.T, host1, value1, host2, value2 string, optOut bool) {
+		w := world{}
+		one := w.add("ns/one", 1, dns(host1, host2), host1+"="+value1, host2+"="+value2)
+		if optOut {
+			one.Meta.Labels = map[string]string{"networking.istio.io/enable-autoallocate-ip": "false"}
+		}
+		w.add("ns/two", 2, dns(host2), host2+"="+value1)
+		a, err := New(netip.MustParsePrefix("10.0.0.0/28"), netip.MustParsePrefix("fd00::/124"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		settle(t, a, w)
+		seen := map[string]string{}
+		for _, name := range []string{"ns/one", "ns/two"} {
+			for _, s := range w.addresses(name) {
+				_, v, _ := strings.Cut(s, "=")
+				ip, err := netip.ParseAddr(v)
+				if err != nil {
+					continue
+				}
+				if other, dup := seen[ip.Unmap().String()]; dup && other != name {
+					t.Fatalf("%s given to %s and %s: %q", ip, other, name, w)
+				}
+				seen[ip.Unmap().String()] = name
+			}
+		}
+	})
+}
