@@ -338,7 +338,7 @@ spec: {host: web, trafficPolicy: {tls: {mode: SIMPLE, credentialName: web-ca}}}
 `,
 			want: []string{"FLT0212 DestinationRule app/everywhere spec.trafficPolicy.tls"},
 		},
-		"a ServiceEntry without addresses: its TCP and unset ports, not its HTTP one": {
+		"a ServiceEntry without addresses: its TCP and unset ports, not its HTTP one, nor one with addresses allocated": {
 			yaml: `apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: db, namespace: app}
@@ -354,6 +354,12 @@ apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: addressed, namespace: app}
 spec: {hosts: [cache.example.com], addresses: [240.0.0.1], resolution: DNS, ports: [{number: 5432, name: pg, protocol: TCP}]}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: allocated, namespace: app}
+spec: {hosts: [mq.example.com], resolution: DNS, ports: [{number: 5672, name: amqp, protocol: TCP}]}
+status: {addresses: [{host: mq.example.com, value: 240.240.0.1}]}
 `,
 			want: []string{"FLT0213 ServiceEntry app/db spec.ports[0]", "FLT0213 ServiceEntry app/db spec.ports[2]"},
 		},

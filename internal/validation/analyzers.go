@@ -50,8 +50,9 @@ func (a *analysis) certificateVerification() {
 // unset) protocol port, as Istio's ProtocolAddressesAnalyzer (IST0134):
 // TCP traffic is told apart by destination address, so without one the
 // port's traffic to this host cannot be routed as its own. Not reported
-// when the mesh's proxies capture DNS and allocate addresses
-// (ISTIO_META_DNS_CAPTURE with ISTIO_META_DNS_AUTO_ALLOCATE or
+// when the ServiceEntry has addresses allocated (status.addresses, Istio's
+// addressAllocated), nor when the mesh's proxies capture DNS and allocate
+// addresses (ISTIO_META_DNS_CAPTURE with ISTIO_META_DNS_AUTO_ALLOCATE or
 // PILOT_ENABLE_IP_AUTOALLOCATE in defaultConfig.proxyMetadata).
 func (a *analysis) serviceEntryAddresses() {
 	md := a.in.Mesh.GetDefaultConfig().GetProxyMetadata()
@@ -60,7 +61,7 @@ func (a *analysis) serviceEntryAddresses() {
 	}
 	for _, o := range a.in.Objects {
 		se, ok := o.Spec.(*networking.ServiceEntry)
-		if !ok || len(se.GetAddresses()) > 0 {
+		if st, _ := o.Status.(*networking.ServiceEntryStatus); !ok || len(se.GetAddresses()) > 0 || len(st.GetAddresses()) > 0 {
 			continue
 		}
 		for i, p := range se.GetPorts() {

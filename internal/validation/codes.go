@@ -230,7 +230,7 @@ func Codes() []CodeInfo {
 		},
 		{
 			CodeServiceEntryAddressesRequired, "ServiceEntryAddressesRequired", SeverityWarning, "IST0134",
-			"A ServiceEntry without addresses has a TCP (or unset) protocol port: TCP traffic is told apart by destination address, so this host's cannot be (unless the mesh's proxies capture DNS and allocate addresses).",
+			"A ServiceEntry without addresses has a TCP (or unset) protocol port: TCP traffic is told apart by destination address, so this host's cannot be (unless addresses were allocated to it, in its status.addresses, or the mesh's proxies capture DNS and allocate addresses).",
 		},
 		{
 			CodeMultipleTelemetriesWithoutSelector, "MultipleTelemetriesWithoutWorkloadSelectors", SeverityError, "IST0160",
