@@ -40,19 +40,26 @@ func AllocatableHosts(spec *networking.ServiceEntry) []string {
 }
 
 // AllocatedAddresses returns the addresses a ServiceEntry's status holds
-// per host (Istio's GetHostAddressesFromConfig): those that parse as IP
-// addresses, canonical, in status order. Nil when it takes none
+// per host (Istio's GetHostAddressesFromConfig), nil when it takes none
 // (AutoAllocates).
 func AllocatedAddresses(o *istio.Object) map[string][]netip.Addr {
-	st, ok := o.Status.(*networking.ServiceEntryStatus)
-	if !ok || !AutoAllocates(o) {
+	if !AutoAllocates(o) {
 		return nil
 	}
+	return StatusAddresses(o)
+}
+
+// StatusAddresses returns the addresses in a ServiceEntry's status per
+// host, whether or not it takes them: those that parse as IP addresses,
+// canonical, in status order (a value that does not was not written by an
+// allocator: unusable). Nil when there are none.
+func StatusAddresses(o *istio.Object) map[string][]netip.Addr {
+	st, _ := o.Status.(*networking.ServiceEntryStatus)
 	var out map[string][]netip.Addr
 	for _, a := range st.GetAddresses() {
 		ip, err := netip.ParseAddr(a.GetValue())
 		if err != nil {
-			continue // not written by an allocator: unusable
+			continue
 		}
 		if out == nil {
 			out = map[string][]netip.Addr{}

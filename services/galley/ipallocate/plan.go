@@ -85,7 +85,7 @@ func (a *Allocator) Plan(objects []*istio.Object) ([]Change, []string) {
 	var entries []entry
 	for _, o := range objects {
 		if spec, ok := o.Spec.(*networking.ServiceEntry); ok {
-			entries = append(entries, entry{o: o, spec: spec, status: statusAddresses(o)})
+			entries = append(entries, entry{o: o, spec: spec, status: normalize.StatusAddresses(o)})
 		}
 	}
 	slices.SortFunc(entries, func(x, y entry) int { return istio.CreationOrder(x.o, y.o) })
@@ -168,9 +168,7 @@ func (a *Allocator) free(addrs map[string][]netip.Addr, owner istio.ID, used map
 				continue
 			}
 			delete(used, ip)
-			for _, p := range []*prefix{a.v4, a.v6} {
-				p.freed(ip)
-			}
+			a.Release([]netip.Addr{ip})
 		}
 	}
 }
@@ -186,19 +184,6 @@ func (a *Allocator) Release(addrs []netip.Addr) {
 			p.freed(ip)
 		}
 	}
-}
-
-// statusAddresses are the addresses in a ServiceEntry's status per host,
-// whether or not it takes them (normalize.AllocatedAddresses reads only
-// those it does).
-func statusAddresses(o *istio.Object) map[string][]netip.Addr {
-	out := map[string][]netip.Addr{}
-	for _, a := range currentAddresses(o) {
-		if ip, err := netip.ParseAddr(a.GetValue()); err == nil {
-			out[a.GetHost()] = append(out[a.GetHost()], ip.Unmap())
-		}
-	}
-	return out
 }
 
 func currentAddresses(o *istio.Object) []*networking.ServiceEntryAddress {
