@@ -6,9 +6,11 @@ require (
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/flotilla-mesh/flotilla/api v0.0.0-00010101000000-000000000000
 	github.com/flotilla-mesh/flotilla/internal v0.0.0-00010101000000-000000000000
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0
+	github.com/miekg/dns v1.1.73
 	github.com/spf13/cobra v1.10.2
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
