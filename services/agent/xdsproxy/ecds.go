@@ -21,12 +21,15 @@ const ecdsType = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
 
 // The fields the relay reads without decoding a message: a response's
 // type_url and nonce (DiscoveryResponse and DeltaDiscoveryResponse alike),
-// and a state-of-the-world request's version_info and type_url.
+// a state-of-the-world request's version_info and type_url, and a delta
+// request's type_url.
 const (
 	responseTypeURL protowire.Number = 4
 	responseNonce   protowire.Number = 5
 	requestVersion  protowire.Number = 1
 	requestTypeURL  protowire.Number = 4
+	// A DeltaDiscoveryRequest's type_url.
+	deltaRequestTypeURL protowire.Number = 2
 )
 
 // ecdsQueue bounds the ECDS responses waiting for their modules; beyond

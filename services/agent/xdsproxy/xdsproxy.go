@@ -9,7 +9,8 @@
 // (frame.go), but for ECDS responses when a wasm cache is given: those
 // are decoded, their remote Wasm modules fetched and the resources
 // rewritten to load them from local files, as Istio's agent does
-// (ecds.go). Envoy's reconnection (with its backoff) starts both
+// (ecds.go); and name table (NDS) responses when a DNS proxy takes them,
+// which the agent asks for and acknowledges itself (nds.go). Envoy's reconnection (with its backoff) starts both
 // anew. The connection to discovery reconnects with gRPC's backoff. One
 // Envoy stream is served at a time: a new one replaces the old, as in
 // Istio.
@@ -32,6 +33,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
 	"github.com/flotilla-mesh/flotilla/internal/platform/grpcclient"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 	"github.com/flotilla-mesh/flotilla/services/agent/wasm"
@@ -58,7 +60,11 @@ type Options struct {
 	// remotely, and ECDS responses reach Envoy rewritten to load them from
 	// its files (ecds.go); nil relays them as they are.
 	Wasm *wasm.Cache
-	Log  *slog.Logger
+	// NameTable, when set, is given every name table discovery sends:
+	// the proxy asks for it on each Envoy stream and acknowledges it
+	// itself (nds.go); Envoy never sees it.
+	NameTable func(*ndsv1.NameTable)
+	Log       *slog.Logger
 }
 
 // Proxy is the relay. Register it on the pod's gRPC server.
@@ -191,6 +197,10 @@ func (p *Proxy) relay(ctx context.Context, delta bool, recv func() (*frame, erro
 				})
 		}()
 	}
+	var nds *nameTables
+	if p.o.NameTable != nil {
+		nds = &nameTables{update: p.o.NameTable, delta: delta}
+	}
 	go func() { // Envoy → discovery
 		for {
 			req, err := recv()
@@ -208,6 +218,15 @@ func (p *Proxy) relay(ctx context.Context, delta bool, recv func() (*frame, erro
 				errc <- upstreamEnd(p.o.Address, err)
 				return
 			}
+			if nds == nil {
+				continue
+			}
+			if ask := nds.request(req); ask != nil {
+				if err := sendUp(ask); err != nil {
+					errc <- upstreamEnd(p.o.Address, err)
+					return
+				}
+			}
 		}
 	}()
 	go func() { // discovery → Envoy
@@ -220,6 +239,17 @@ func (p *Proxy) relay(ctx context.Context, delta bool, recv func() (*frame, erro
 			p.connected.Store(true)
 			if conv != nil && conv.take(ctx, resp) {
 				continue
+			}
+			if nds != nil {
+				if ack, ok := nds.take(resp); ok {
+					if ack != nil {
+						if err := sendUp(ack); err != nil {
+							errc <- upstreamEnd(p.o.Address, err)
+							return
+						}
+					}
+					continue
+				}
 			}
 			if err := sendDown(resp); err != nil {
 				errc <- downstreamEnd(err)
