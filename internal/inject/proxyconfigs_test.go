@@ -60,9 +60,12 @@ func TestTheProxyConfigOfAPodIsIstiosEffectiveProxyConfig(t *testing.T) {
 	if pc.Concurrency != 4 {
 		t.Errorf("concurrency %d, want the oldest selecting ProxyConfig's 4 (over the annotation's 3 and the root's 1)", pc.Concurrency)
 	}
+	// The init container gets the same variables, as Istio's istio-init
+	// (ISTIO_META_DNS_CAPTURE captures the pod's DNS).
+	initEnv := envOf(container(out, InitContainer))
 	for k, want := range map[string]string{"A": "root", "B": "ns", "C": "annotation", "D": "annotation"} {
-		if pc.ProxyMetadata[k] != want || env[k] != want {
-			t.Errorf("%s: proxyMetadata %q, environment %q, want %q", k, pc.ProxyMetadata[k], env[k], want)
+		if pc.ProxyMetadata[k] != want || env[k] != want || initEnv[k] != want {
+			t.Errorf("%s: proxyMetadata %q, environment %q, init container's %q, want %q", k, pc.ProxyMetadata[k], env[k], initEnv[k], want)
 		}
 	}
 	if proxy.Lifecycle == nil {

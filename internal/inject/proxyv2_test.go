@@ -288,6 +288,10 @@ func TestAPodsProxyConfigReachesPilotAgentOverTheDiscoveryAddress(t *testing.T) 
 	if env["ISTIO_META_DNS_CAPTURE"] != "true" {
 		t.Errorf("proxyMetadata is not the proxy's environment: %v", env)
 	}
+	// istio-iptables captures the pod's DNS from the same variable.
+	if env := envOf(container(out, ProxyV2InitContainer)); env["ISTIO_META_DNS_CAPTURE"] != "true" {
+		t.Errorf("proxyMetadata is not istio-init's environment: %v", env)
+	}
 	// The pod's own discovery address wins, as Istio lays the annotation
 	// over the mesh's default proxy configuration.
 	out, err = c.Template.Inject(pod(func(p *corev1.Pod) {

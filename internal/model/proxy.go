@@ -104,7 +104,7 @@ func (p *Proxy) ProxylessGRPC() bool { return p.Generator == GeneratorGRPC }
 // (Istio's nodeUsesAutoallocatedIPs; allocation itself is galley's
 // choice, on unless turned off).
 func (p *Proxy) CapturesDNS() bool {
-	b, _ := strconv.ParseBool(p.Metadata["DNS_CAPTURE"])
+	b, _ := strconv.ParseBool(p.Metadata[proxycontract.MetadataDNSCapture])
 	return b
 }
 

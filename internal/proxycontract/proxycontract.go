@@ -90,6 +90,13 @@ const (
 	MetadataIstioVersion = "ISTIO_VERSION"
 	// MetadataServiceAccount is the workload's service account.
 	MetadataServiceAccount = "SERVICE_ACCOUNT"
+	// MetadataDNSCapture is "true" when the proxy's agent answers its
+	// workload's DNS (Istio's DNS_CAPTURE, from ISTIO_META_DNS_CAPTURE).
+	MetadataDNSCapture = "DNS_CAPTURE"
+	// DNSCaptureEnv turns DNS capture on, in the sidecar (the agent's DNS
+	// proxy) and in the init container (the capture of the pod's DNS), as
+	// in Istio; proxyMetadata sets it.
+	DNSCaptureEnv = "ISTIO_META_DNS_CAPTURE"
 	// MetadataGenerator picks the configuration flavour: GeneratorGRPC,
 	// or absent for Envoy.
 	MetadataGenerator = "GENERATOR"

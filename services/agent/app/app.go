@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/platform/buildinfo"
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/services/agent/capture"
+	"github.com/flotilla-mesh/flotilla/services/agent/dns"
 )
 
 // NewCommand returns the flotilla-agent command.
@@ -92,6 +95,7 @@ func iptablesCommand() *cobra.Command {
 	var inPorts string
 	var dryRun bool
 	var mode, netns string
+	var dnsServerList []string
 	var uid, gid uint32
 	var inPort, outPort uint16
 	cmd := &cobra.Command{
@@ -130,17 +134,28 @@ func iptablesCommand() *cobra.Command {
 			if s.ExcludeOutboundPorts, err = ports("exclude-outbound-ports", exclOut); err != nil {
 				return err
 			}
+			if s.RedirectDNS && !s.CaptureAllDNS {
+				if s.DNSServers, err = dnsServers(dnsServerList, dns.ResolvConf); err != nil {
+					return err
+				}
+				if len(s.DNSServers) == 0 {
+					// As Istio's istio-iptables.
+					cmd.PrintErrln("--redirect-dns is set, but --capture-all-dns is not and there are no DNS servers: DNS is not captured")
+				}
+			}
 			plan, err := capture.Build(s)
 			if err != nil {
 				return err
 			}
 			switch {
 			case dryRun && mode == modeIPTables:
-				_, err = fmt.Fprint(cmd.OutOrStdout(), plan.IPTables())
+				_, err = fmt.Fprint(cmd.OutOrStdout(), plan.IPTables()+plan.IP6Tables())
 			case dryRun:
 				_, err = fmt.Fprint(cmd.OutOrStdout(), plan.NFTables())
 			case mode == modeIPTables:
-				err = capture.ApplyIPTables(cmd.Context(), plan.IPTables(), netns)
+				if err = capture.ApplyIPTables(cmd.Context(), plan.IPTables(), netns); err == nil && plan.IP6Tables() != "" {
+					err = capture.ApplyIP6Tables(cmd.Context(), plan.IP6Tables(), netns)
+				}
 			default:
 				err = capture.ApplyNFTables(plan, netns)
 			}
@@ -163,7 +178,37 @@ func iptablesCommand() *cobra.Command {
 	f.UintSliceVar(&inclOut, "include-outbound-ports", nil, "outbound TCP ports captured whatever their destination (but the excluded ranges)")
 	f.StringSliceVar(&s.ExcludeInterfaces, "exclude-interfaces", nil, "interfaces through which nothing is captured")
 	f.StringSliceVar(&s.RerouteInterfaces, "reroute-interfaces", nil, "interfaces whose arriving traffic to the included ranges goes to the proxy's outbound listener (KubeVirt VMs)")
+	// Istio's istio-iptables reads the same variables.
+	f.BoolVar(&s.RedirectDNS, "redirect-dns", envBool("REDIRECT_DNS") || envBool(proxycontract.DNSCaptureEnv),
+		"capture the pod's DNS (UDP and TCP to port 53 of its resolvers, IPv4 and IPv6) to the agent's DNS proxy, not the proxy's own (default $REDIRECT_DNS or $"+proxycontract.DNSCaptureEnv+", which proxyMetadata sets)")
+	f.BoolVar(&s.CaptureAllDNS, "capture-all-dns", envBool("CAPTURE_ALL_DNS"), "with --redirect-dns, capture DNS to port 53 of any address, not only the resolvers' (default $CAPTURE_ALL_DNS)")
+	f.StringSliceVar(&dnsServerList, "dns-servers", nil, "with --redirect-dns, the resolvers whose DNS is captured (default the nameservers of "+dns.ResolvConf+")")
+	f.Uint16Var(&s.DNSPort, "dns-proxy-port", capture.PortDNSProxy, "port of the agent's DNS proxy")
 	return cmd
+}
+
+// dnsServers are the resolvers whose DNS is captured: those listed, else
+// resolv.conf's.
+func dnsServers(listed []string, resolvConf string) ([]netip.Addr, error) {
+	if len(listed) == 0 {
+		upstreams, _, err := dns.ReadResolvConf(resolvConf)
+		if err != nil {
+			return nil, fmt.Errorf("--redirect-dns: %w", err)
+		}
+		for _, u := range upstreams {
+			host, _, _ := net.SplitHostPort(u)
+			listed = append(listed, host)
+		}
+	}
+	out := make([]netip.Addr, 0, len(listed))
+	for _, s := range listed {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("--dns-servers: %q is not an IP address", s)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // The capture backends.

@@ -37,6 +37,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
+	"github.com/flotilla-mesh/flotilla/services/agent/dns"
 	"github.com/flotilla-mesh/flotilla/services/agent/envoy"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 	"github.com/flotilla-mesh/flotilla/services/agent/probe"
@@ -99,6 +100,10 @@ type Config struct {
 	PodAnnotations string `yaml:"podAnnotations" usage:"the pod's annotations, as the downward API writes them (the sidecar.istio.io/stats* ones shape Envoy's stats, as in Istio; a missing file is none)"`
 	// Wasm is the cache of the modules ECDS resources load.
 	Wasm WasmConfig `yaml:"wasm"`
+	// DNSCapture runs the DNS proxy (Istio's ISTIO_META_DNS_CAPTURE).
+	DNSCapture bool `yaml:"dnsCapture" usage:"answer the pod's DNS for the mesh's hosts from the name table discovery sends, forwarding other names to the resolvers of /etc/resolv.conf, on dnsProxyAddress, where the init container's capture (--redirect-dns) sends the pod's DNS; sidecars only, as Istio's agent (default $ISTIO_META_DNS_CAPTURE, which proxyMetadata sets)"`
+	// DNSProxyAddress is where the DNS proxy listens.
+	DNSProxyAddress string `yaml:"dnsProxyAddress" usage:"UDP and TCP address of the DNS proxy; localhost listens on 127.0.0.1, and ::1 too when a resolver is IPv6 (default $DNS_PROXY_ADDR, else localhost:15053)"`
 }
 
 func proxyDefaults() Config {
@@ -152,7 +157,17 @@ func proxyDefaults() Config {
 		Wasm:            wasmDefaults(),
 		PodAnnotations:  PodAnnotationsFile,
 		AppMetrics:      os.Getenv(proxycontract.PrometheusScrapeEnv),
+		// Istio's StringBool: a value that is not a boolean is false.
+		DNSCapture:      envBool(proxycontract.DNSCaptureEnv),
+		DNSProxyAddress: env("DNS_PROXY_ADDR", dns.DefaultAddress),
 	}
+}
+
+// envBool is an environment variable read as a boolean; false when unset
+// or not one.
+func envBool(name string) bool {
+	b, _ := strconv.ParseBool(os.Getenv(name))
+	return b
 }
 
 // Validate checks the configuration.
@@ -182,6 +197,11 @@ func (c Config) Validate() error {
 	}
 	if c.GRPCCertRefresh < time.Second {
 		errs = append(errs, errors.New("grpcCertRefresh must be at least 1s"))
+	}
+	if c.DNSCapture {
+		if _, _, err := net.SplitHostPort(c.DNSProxyAddress); err != nil {
+			errs = append(errs, fmt.Errorf("dnsProxyAddress (DNS_PROXY_ADDR) %q: %w", c.DNSProxyAddress, err))
+		}
 	}
 	if c.DisableEnvoy && c.GRPCBootstrap == "" {
 		errs = append(errs, errors.New("disableEnvoy (DISABLE_ENVOY) without grpcBootstrap (GRPC_XDS_BOOTSTRAP) leaves the pod nothing to serve"))
@@ -254,7 +274,23 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if modules != nil {
 		actors = append(actors, lifecycle.Actor{Name: "wasm-cache", Run: modules.Run})
 	}
-	xproxy, err := xdsproxy.New(xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Wasm: modules, Log: rt.Log})
+	xo := xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Wasm: modules, Log: rt.Log}
+	// As Istio's agent (Agent.isDNSServerEnabled): the DNS proxy serves a
+	// sidecar's pod, whose Envoy stream carries the name table.
+	switch {
+	case !cfg.DNSCapture:
+	case cfg.Type != proxycontract.Sidecar || cfg.DisableEnvoy:
+		rt.Log.Warn("dnsCapture (ISTIO_META_DNS_CAPTURE) is for sidecars with Envoy: no DNS proxy runs", "type", cfg.Type, "disableEnvoy", cfg.DisableEnvoy)
+	default:
+		resolver, err := dnsProxy(cfg, rt)
+		if err != nil {
+			return err
+		}
+		node.DNSCapture = true
+		xo.NameTable = resolver.Update
+		actors = append(actors, lifecycle.Actor{Name: "dns-proxy", Run: resolver.Run})
+	}
+	xproxy, err := xdsproxy.New(xo)
 	if err != nil {
 		return err
 	}
@@ -371,6 +407,27 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}},
 	)
 	return rt.Serve(ctx, actors...)
+}
+
+// dnsProxy is the DNS proxy of the pod, forwarding to the resolvers of
+// its resolv.conf; it listens before the agent reports ready.
+func dnsProxy(cfg Config, rt *command.Runtime) (*dns.Server, error) {
+	upstreams, search, err := dns.ReadResolvConf(dns.ResolvConf)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := dns.New(dns.Options{
+		Address: cfg.DNSProxyAddress, Upstreams: upstreams, Search: search,
+		Namespace: cfg.PodNamespace, Domain: proxycontract.PodDNSDomain(cfg.PodNamespace, cfg.DomainSuffix),
+		Meter: rt.Telemetry.Istio.Meter("istio"), Log: rt.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Listen(); err != nil {
+		return nil, err
+	}
+	return srv, nil
 }
 
 // outputCerts is the directory the certificate files are kept in: the

@@ -78,6 +78,10 @@ type Node struct {
 	// proxycontract.GeneratorGRPC for a proxyless gRPC application, empty
 	// for Envoy.
 	Generator string
+	// DNSCapture says the agent answers the workload's DNS (metadata
+	// DNS_CAPTURE): discovery then gives it the name table and listeners
+	// on the addresses allocated to ServiceEntries.
+	DNSCapture bool
 }
 
 // ID is the node id: type~IP~pod.namespace~namespace.svc.domain.
@@ -343,6 +347,9 @@ func metadata(n Node, pc *meshv1alpha1.ProxyConfig) (*structpb.Struct, error) {
 	}
 	if n.Generator != "" {
 		fields[proxycontract.MetadataGenerator] = n.Generator
+	}
+	if n.DNSCapture {
+		fields[proxycontract.MetadataDNSCapture] = "true"
 	}
 	md, err := structpb.NewStruct(fields)
 	if err != nil {

@@ -31,6 +31,8 @@ const (
 	PortAgent      = 15020 // agent's merged metrics and health
 	PortHealth     = 15021 // readiness
 	PortPrometheus = 15090 // Envoy's stats
+	PortDNSProxy   = 15053 // the agent's DNS proxy
+	portDNS        = 53
 )
 
 // Settings say what to capture.
@@ -64,6 +66,14 @@ type Settings struct {
 	// ExcludeInterfaces: nothing arriving or leaving through them is
 	// captured.
 	ExcludeInterfaces []string
+	// RedirectDNS captures the pod's DNS to the agent's DNS proxy on
+	// DNSPort (Istio's --redirect-dns, ISTIO_META_DNS_CAPTURE): UDP and
+	// TCP to port 53 of DNSServers (the pod's resolvers, IPv4 and IPv6),
+	// or of any address with CaptureAllDNS. The proxy's own queries pass.
+	RedirectDNS   bool
+	CaptureAllDNS bool
+	DNSServers    []netip.Addr
+	DNSPort       uint16
 	// RerouteInterfaces (Istio's kubevirtInterfaces and
 	// reroute-virtual-interfaces): what arrives through them is sent to
 	// Envoy's outbound listener as if the pod sent it (a VM's traffic in a
@@ -84,6 +94,9 @@ func (s *Settings) defaults() {
 	if s.OutboundPort == 0 {
 		s.OutboundPort = proxycontract.OutboundCapturePort
 	}
+	if s.DNSPort == 0 {
+		s.DNSPort = PortDNSProxy
+	}
 }
 
 // Chain is one chain of the capture.
@@ -98,11 +111,20 @@ const (
 	ChainInRedirect // ISTIO_IN_REDIRECT: to Envoy's inbound listener
 	ChainOutbound   // ISTIO_OUTPUT: what leaves
 	ChainRedirect   // ISTIO_REDIRECT: to Envoy's outbound listener
+	ChainOutputDNS  // ISTIO_OUTPUT_DNS: DNS to the agent's DNS proxy
 )
 
 // Chains lists the capture's own chains (not the hooks), in the order
-// they are declared.
-func Chains() []Chain { return []Chain{ChainInbound, ChainInRedirect, ChainOutbound, ChainRedirect} }
+// they are declared (iptables-save's, by name); ISTIO_OUTPUT_DNS only
+// when the plan captures DNS.
+func (p Plan) Chains() []Chain {
+	for _, r := range p.Rules {
+		if r.Chain == ChainOutputDNS {
+			return []Chain{ChainInbound, ChainInRedirect, ChainOutbound, ChainOutputDNS, ChainRedirect}
+		}
+	}
+	return []Chain{ChainInbound, ChainInRedirect, ChainOutbound, ChainRedirect}
+}
 
 // IPTables is the chain's name in the nat table.
 func (c Chain) IPTables() string {
@@ -119,6 +141,8 @@ func (c Chain) IPTables() string {
 		return "ISTIO_OUTPUT"
 	case ChainRedirect:
 		return "ISTIO_REDIRECT"
+	case ChainOutputDNS:
+		return "ISTIO_OUTPUT_DNS"
 	}
 	return fmt.Sprintf("UNKNOWN_%d", int(c))
 }
@@ -138,6 +162,8 @@ func (c Chain) NFTables() string {
 		return "istio-output"
 	case ChainRedirect:
 		return "istio-redirect"
+	case ChainOutputDNS:
+		return "istio-output-dns"
 	}
 	return fmt.Sprintf("unknown-%d", int(c))
 }
@@ -169,8 +195,9 @@ type Owner struct {
 // Rule is one rule: every match given must hold.
 type Rule struct {
 	Chain Chain
-	// Src and Dst match IPv4 source and destination ranges when valid;
-	// NotDst inverts Dst.
+	// Src and Dst match source and destination ranges when valid (IPv4;
+	// an IPv6 Dst only in ISTIO_OUTPUT_DNS, see IP6Tables); NotDst
+	// inverts Dst.
 	Src, Dst netip.Prefix
 	NotDst   bool
 	// OutLoopback matches packets leaving through lo.
@@ -178,9 +205,11 @@ type Rule struct {
 	// InIface and OutIface match the interface a packet arrives or
 	// leaves through, when set.
 	InIface, OutIface string
-	// TCP matches TCP; DPort (with TCP) its destination port.
-	TCP   bool
-	DPort uint16
+	// TCP and UDP match the protocol; DPort (with one) its destination
+	// port, every port but it with NotDPort.
+	TCP, UDP bool
+	DPort    uint16
+	NotDPort bool
 	Owner *Owner
 	Target
 }
@@ -231,6 +260,11 @@ func Build(s Settings) (Plan, error) {
 		add(Rule{Chain: ChainOutput, OutIface: iface, Target: ret})
 	}
 	add(Rule{Chain: ChainOutput, TCP: true, Target: jump(ChainOutbound)})
+	dns := s.RedirectDNS && (s.CaptureAllDNS || len(s.DNSServers) > 0)
+	if dns {
+		// Istio hooks all of OUTPUT; here only what the capture takes.
+		add(Rule{Chain: ChainOutput, UDP: true, DPort: portDNS, Target: jump(ChainOutbound)})
+	}
 
 	// Inbound: the sidecar's own ports and the excluded ones pass; the
 	// rest (or the listed ports) go to Envoy's inbound listener.
@@ -267,9 +301,24 @@ func Build(s Settings) (Plan, error) {
 		if group {
 			id = s.ProxyGID
 		}
-		add(Rule{Chain: ChainOutbound, Dst: loopback, NotDst: true, OutLoopback: true, TCP: true, Owner: &Owner{ID: id, Group: group}, Target: jump(ChainInRedirect)})
-		add(Rule{Chain: ChainOutbound, OutLoopback: true, Owner: &Owner{ID: id, Group: group, Not: true}, Target: ret})
+		toSelf := Rule{Chain: ChainOutbound, Dst: loopback, NotDst: true, OutLoopback: true, TCP: true, Owner: &Owner{ID: id, Group: group}, Target: jump(ChainInRedirect)}
+		local := Rule{Chain: ChainOutbound, OutLoopback: true, Owner: &Owner{ID: id, Group: group, Not: true}, Target: ret}
+		if dns {
+			// As Istio's: the application's DNS to a resolver on loopback
+			// is captured too, so it does not pass as local traffic, and
+			// the proxy's own TCP DNS there is not sent to Envoy.
+			if !group {
+				toSelf.DPort, toSelf.NotDPort = portDNS, true
+			}
+			local.TCP, local.DPort, local.NotDPort = true, portDNS, true
+		}
+		add(toSelf)
+		add(local)
 		add(Rule{Chain: ChainOutbound, Owner: &Owner{ID: id, Group: group}, Target: ret})
+	}
+	if dns {
+		add(Rule{Chain: ChainOutbound, Target: jump(ChainOutputDNS)})
+		dnsRules(s, add)
 	}
 	add(Rule{Chain: ChainOutbound, Dst: loopback, Target: ret})
 	ports := slices.Clone(s.ExcludeOutboundPorts)
@@ -294,6 +343,26 @@ func Build(s Settings) (Plan, error) {
 	}
 	add(Rule{Chain: ChainRedirect, TCP: true, Target: Target{Action: RedirectTo, Port: s.OutboundPort}})
 	return p, nil
+}
+
+// dnsRules are ISTIO_OUTPUT_DNS's (Istio's SetupDNSRedir): TCP, then
+// UDP, to port 53 of each resolver (so a resolver the agent itself
+// forwards to on this host is not looped back), or of any address.
+func dnsRules(s Settings, add func(Rule)) {
+	servers := slices.Clone(s.DNSServers)
+	slices.SortFunc(servers, func(a, b netip.Addr) int { return a.Compare(b) })
+	servers = slices.Compact(servers)
+	to := Target{Action: RedirectTo, Port: s.DNSPort}
+	for _, udp := range []bool{false, true} {
+		if s.CaptureAllDNS {
+			add(Rule{Chain: ChainOutputDNS, TCP: !udp, UDP: udp, DPort: portDNS, Target: to})
+			continue
+		}
+		for _, a := range servers {
+			a = a.Unmap()
+			add(Rule{Chain: ChainOutputDNS, TCP: !udp, UDP: udp, DPort: portDNS, Dst: netip.PrefixFrom(a, a.BitLen()), Target: to})
+		}
+	}
 }
 
 // ranges parses CIDRs (IPv4; a bare address is a /32), sorted and without

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,6 +47,24 @@ var cases = map[string]Settings{
 		ExcludeInterfaces:       []string{"eth1"},
 		RerouteInterfaces:       []string{"vm0"},
 	},
+	// Istio's ISTIO_META_DNS_CAPTURE: DNS to the pod's resolvers, one of
+	// them on loopback and one IPv6, goes to the agent's DNS proxy.
+	"dns": {
+		IncludeOutboundIPRanges: []string{"*"},
+		RedirectDNS:             true,
+		DNSServers:              []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("127.0.0.53"), netip.MustParseAddr("fd00::a"), netip.MustParseAddr("10.96.0.10")},
+	},
+	// CAPTURE_ALL_DNS: port 53 of any address.
+	"dns-all": {
+		IncludeOutboundIPRanges: []string{"10.0.0.0/8"},
+		RedirectDNS:             true, CaptureAllDNS: true,
+	},
+	// Redirect asked without resolvers: nothing of DNS is captured (as
+	// Istio's, which warns).
+	"dns-without-resolvers": {
+		IncludeOutboundIPRanges: []string{"*"},
+		RedirectDNS:             true,
+	},
 }
 
 // checkGolden compares got with testdata/name (-update writes it).
@@ -78,6 +97,9 @@ func TestIPTablesGoldens(t *testing.T) {
 				t.Fatal("two builds differ")
 			}
 			checkGolden(t, name+".iptables", p.IPTables())
+			if v6 := p.IP6Tables(); v6 != "" {
+				checkGolden(t, name+".ip6tables", v6)
+			}
 		})
 	}
 }

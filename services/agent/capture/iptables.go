@@ -9,20 +9,63 @@ import (
 	"strings"
 )
 
-// IPTables renders the plan as iptables-restore input for the nat table,
-// in the canonical form iptables-save prints it back in.
+// IPTables renders the plan's IPv4 rules as iptables-restore input for
+// the nat table, in the canonical form iptables-save prints it back in.
 func (p Plan) IPTables() string {
 	var b strings.Builder
 	b.WriteString("*nat\n")
-	for _, c := range Chains() {
+	for _, c := range p.Chains() {
 		b.WriteString(":" + c.IPTables() + " - [0:0]\n")
 	}
+	// Chain by chain, as iptables-save lists them.
+	for _, c := range append([]Chain{ChainPrerouting, ChainOutput}, p.Chains()...) {
+		for _, r := range p.Rules {
+			if r.Chain == c && !r.ipv6() {
+				b.WriteString(r.iptables() + "\n")
+			}
+		}
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// IP6Tables renders ip6tables-restore input for the nat table when the
+// plan captures DNS to IPv6 resolvers, else "": IPv6 traffic is
+// otherwise not captured in iptables mode, so the proxy's own traffic
+// passes and UDP and TCP to port 53 go to ISTIO_OUTPUT_DNS, which holds
+// the IPv6 resolvers' rules.
+func (p Plan) IP6Tables() string {
+	var dns []Rule
+	var owners []Rule
 	for _, r := range p.Rules {
+		switch {
+		case r.ipv6():
+			dns = append(dns, r)
+		case r.Chain == ChainOutbound && r.Owner != nil && !r.Owner.Not && !r.OutLoopback && r.Action == Return:
+			owners = append(owners, Rule{Chain: ChainOutput, Owner: r.Owner, Target: r.Target})
+		}
+	}
+	if len(dns) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("*nat\n:" + ChainOutputDNS.IPTables() + " - [0:0]\n")
+	for _, r := range owners {
+		b.WriteString(r.iptables() + "\n")
+	}
+	for _, proto := range []Rule{{TCP: true}, {UDP: true}} {
+		proto.Chain, proto.DPort, proto.Target = ChainOutput, portDNS, Target{Action: Jump, To: ChainOutputDNS}
+		b.WriteString(proto.iptables() + "\n")
+	}
+	for _, r := range dns {
 		b.WriteString(r.iptables() + "\n")
 	}
 	b.WriteString("COMMIT\n")
 	return b.String()
 }
+
+// ipv6 reports whether the rule matches IPv6 addresses only.
+func (r Rule) ipv6() bool { return r.Dst.IsValid() && r.Dst.Addr().Is6() }
 
 // iptables is the rule as iptables-save prints it.
 func (r Rule) iptables() string {
@@ -45,10 +88,14 @@ func (r Rule) iptables() string {
 	if r.OutLoopback {
 		parts = append(parts, "-o", "lo")
 	}
-	if r.TCP {
-		parts = append(parts, "-p", "tcp")
+	if proto := r.proto(); proto != "" {
+		parts = append(parts, "-p", proto)
 		if r.DPort != 0 {
-			parts = append(parts, "-m", "tcp", "--dport", strconv.Itoa(int(r.DPort)))
+			parts = append(parts, "-m", proto)
+			if r.NotDPort {
+				parts = append(parts, "!")
+			}
+			parts = append(parts, "--dport", strconv.Itoa(int(r.DPort)))
 		}
 	}
 	if o := r.Owner; o != nil {
@@ -73,12 +120,32 @@ func (r Rule) iptables() string {
 	return strings.Join(parts, " ")
 }
 
+// proto is the rule's protocol's name, "" for any.
+func (r Rule) proto() string {
+	switch {
+	case r.TCP:
+		return "tcp"
+	case r.UDP:
+		return "udp"
+	}
+	return ""
+}
+
 // ApplyIPTables installs rules (iptables-restore input) with one
 // iptables-restore: the nat table is replaced atomically, so a failure
 // leaves it as it was. netns, when set, runs it in that named network
 // namespace (ip netns exec), for tests.
 func ApplyIPTables(ctx context.Context, rules, netns string) error {
-	args := []string{"iptables-restore"}
+	return restore(ctx, "iptables-restore", rules, netns)
+}
+
+// ApplyIP6Tables is ApplyIPTables for IP6Tables, with ip6tables-restore.
+func ApplyIP6Tables(ctx context.Context, rules, netns string) error {
+	return restore(ctx, "ip6tables-restore", rules, netns)
+}
+
+func restore(ctx context.Context, tool, rules, netns string) error {
+	args := []string{tool}
 	if netns != "" {
 		args = append([]string{"ip", "netns", "exec", netns}, args...)
 	}
@@ -87,7 +154,7 @@ func ApplyIPTables(ctx context.Context, rules, netns string) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("%s: %w: %s", tool, err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }
@@ -95,13 +162,22 @@ func ApplyIPTables(ctx context.Context, rules, netns string) error {
 // SavedIPTables reads the nat table back (iptables-save), without
 // comments and counters, for checks.
 func SavedIPTables(ctx context.Context, netns string) (string, error) {
-	args := []string{"iptables-save", "-t", "nat"}
+	return saved(ctx, "iptables-save", netns)
+}
+
+// SavedIP6Tables is SavedIPTables with ip6tables-save.
+func SavedIP6Tables(ctx context.Context, netns string) (string, error) {
+	return saved(ctx, "ip6tables-save", netns)
+}
+
+func saved(ctx context.Context, tool, netns string) (string, error) {
+	args := []string{tool, "-t", "nat"}
 	if netns != "" {
 		args = append([]string{"ip", "netns", "exec", netns}, args...)
 	}
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
 	if err != nil {
-		return "", fmt.Errorf("iptables-save: %w", err)
+		return "", fmt.Errorf("%s: %w", tool, err)
 	}
 	var keep []string
 	for _, line := range strings.Split(string(out), "\n") {

@@ -53,7 +53,7 @@ func ApplyNFTables(p Plan, netns string) error {
 			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest, Policy: &accept,
 		}),
 	}
-	for _, c := range Chains() {
+	for _, c := range p.Chains() {
 		chains[c] = conn.AddChain(&nftables.Chain{Name: c.NFTables(), Table: table})
 	}
 	for _, r := range p.Rules {
@@ -94,28 +94,44 @@ func (r Rule) nftables() []expr.Any {
 		if !m.p.IsValid() {
 			continue
 		}
+		family, offset, addr := byte(unix.NFPROTO_IPV4), m.offset, m.p.Addr().AsSlice()
+		if m.p.Addr().Is6() {
+			// IPv6's source and destination are at 8 and 24.
+			family, offset = unix.NFPROTO_IPV6, 8+(m.offset-12)*4
+		}
+		n := uint32(len(addr))
 		e = append(e,
 			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: m.offset, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{family}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: n},
 		)
-		addr := m.p.Addr().As4()
-		if bits := m.p.Bits(); bits < 32 {
-			mask := binary.BigEndian.AppendUint32(nil, ^uint32(0)<<(32-bits))
-			e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)})
+		if bits := m.p.Bits(); bits < len(addr)*8 {
+			mask := make([]byte, n)
+			for i := range bits {
+				mask[i/8] |= 0x80 >> (i % 8)
+			}
+			e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)})
 		}
 		op := expr.CmpOpEq
 		if m.not {
 			op = expr.CmpOpNeq
 		}
-		cmp(op, addr[:])
+		cmp(op, addr)
 	}
-	if r.TCP {
+	if r.TCP || r.UDP {
+		proto := byte(unix.IPPROTO_TCP)
+		if r.UDP {
+			proto = unix.IPPROTO_UDP
+		}
 		e = append(e, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1})
-		cmp(expr.CmpOpEq, []byte{unix.IPPROTO_TCP})
+		cmp(expr.CmpOpEq, []byte{proto})
 		if r.DPort != 0 {
+			op := expr.CmpOpEq
+			if r.NotDPort {
+				op = expr.CmpOpNeq
+			}
 			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
-			cmp(expr.CmpOpEq, binary.BigEndian.AppendUint16(nil, r.DPort))
+			cmp(op, binary.BigEndian.AppendUint16(nil, r.DPort))
 		}
 	}
 	if o := r.Owner; o != nil {
@@ -162,7 +178,7 @@ func (p Plan) NFTables() string {
 	fmt.Fprintf(&b, "add table %s\ndelete table %s\nadd table %s\n", t, t, t)
 	fmt.Fprintf(&b, "add chain %s %s { type nat hook prerouting priority dstnat; policy accept; }\n", t, ChainPrerouting.NFTables())
 	fmt.Fprintf(&b, "add chain %s %s { type nat hook output priority -100; policy accept; }\n", t, ChainOutput.NFTables())
-	for _, c := range Chains() {
+	for _, c := range p.Chains() {
 		fmt.Fprintf(&b, "add chain %s %s\n", t, c.NFTables())
 	}
 	for _, r := range p.Rules {
@@ -184,20 +200,30 @@ func (r Rule) nft() string {
 	if r.OutLoopback {
 		parts = append(parts, `oifname "lo"`)
 	}
+	family := func(p netip.Prefix) string {
+		if p.Addr().Is6() {
+			return "ip6"
+		}
+		return "ip"
+	}
 	if r.Src.IsValid() {
-		parts = append(parts, "ip saddr "+r.Src.String())
+		parts = append(parts, family(r.Src)+" saddr "+r.Src.String())
 	}
 	if r.Dst.IsValid() {
 		op := ""
 		if r.NotDst {
 			op = "!= "
 		}
-		parts = append(parts, "ip daddr "+op+r.Dst.String())
+		parts = append(parts, family(r.Dst)+" daddr "+op+r.Dst.String())
 	}
-	if r.TCP {
-		parts = append(parts, "meta l4proto tcp")
+	if proto := r.proto(); proto != "" {
+		parts = append(parts, "meta l4proto "+proto)
 		if r.DPort != 0 {
-			parts = append(parts, "tcp dport "+strconv.Itoa(int(r.DPort)))
+			op := ""
+			if r.NotDPort {
+				op = "!= "
+			}
+			parts = append(parts, proto+" dport "+op+strconv.Itoa(int(r.DPort)))
 		}
 	}
 	if o := r.Owner; o != nil {
