@@ -87,7 +87,7 @@ test: system-deps tools kube-assets istio-agent check-generate lint check-module
 	go test $(RACE) -count=1 -timeout 20m work
 	@for m in $(STANDALONE); do (cd $$m && GOWORK=off go test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 
-SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables nft:nftables unshare:util-linux mount:mount hostname:hostname docker-compose:docker-compose
+SYSTEM_TOOLS := ip:iproute2 iptables-restore:iptables iptables-save:iptables ip6tables-restore:iptables ip6tables-save:iptables setpriv:util-linux nft:nftables unshare:util-linux mount:mount hostname:hostname docker-compose:docker-compose
 system-deps: ## Debian packages the tests need (iptables, nft, unshare and mount for network namespaces; docker-compose, Compose v1); installed with apt-get when missing
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
 	if [ -n "$$missing" ]; then echo "apt-get install$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
