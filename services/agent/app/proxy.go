@@ -224,7 +224,10 @@ func proxyCommand() *cobra.Command {
 			"The Wasm modules of ECDS resources (WasmPlugins) are fetched by the agent, over http(s) or from OCI registries with the plugin's pull secret, " +
 			"kept in --wasm-cache-dir, and Envoy loads them from there; a module that cannot be fetched leaves an RBAC filter allowing (FAIL_OPEN) or denying all in its place. " +
 			"Istio's WASM_INSECURE_REGISTRIES, WASM_MODULE_EXPIRY, WASM_PURGE_INTERVAL, WASM_HTTP_REQUEST_TIMEOUT, WASM_HTTP_REQUEST_MAX_RETRIES, " +
-			"ISTIO_WASM_MAX_BINARY_SIZE_BYTES and BLOCKED_CIDRS_IN_WASM_FETCH are the defaults of the --wasm-* flags.",
+			"ISTIO_WASM_MAX_BINARY_SIZE_BYTES and BLOCKED_CIDRS_IN_WASM_FETCH are the defaults of the --wasm-* flags. " +
+			"With ISTIO_META_DNS_CAPTURE=true (--dns-capture; proxyMetadata sets it) a sidecar's agent asks discovery for the name table and answers the pod's DNS from it on --dns-proxy-address (UDP and TCP), " +
+			"as Istio's agent: the mesh's hosts (A and AAAA, a Service's short forms, the first search domain's expansion), every other name forwarded to /etc/resolv.conf's resolvers; " +
+			"the init container (iptables --redirect-dns, from the same variable) captures the pod's DNS to it.",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
 			if len(args) != 1 || (args[0] != proxycontract.Sidecar && args[0] != proxycontract.Router) {
@@ -280,7 +283,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	switch {
 	case !cfg.DNSCapture:
 	case cfg.Type != proxycontract.Sidecar || cfg.DisableEnvoy:
-		rt.Log.Warn("dnsCapture (ISTIO_META_DNS_CAPTURE) is for sidecars with Envoy: no DNS proxy runs", "type", cfg.Type, "disableEnvoy", cfg.DisableEnvoy)
+		rt.Log.Warn("dnsCapture (ISTIO_META_DNS_CAPTURE) is for sidecars with Envoy: no DNS proxy runs", "type", cfg.Type, "disable_envoy", cfg.DisableEnvoy)
 	default:
 		resolver, err := dnsProxy(cfg, rt)
 		if err != nil {

@@ -210,7 +210,7 @@ type Rule struct {
 	TCP, UDP bool
 	DPort    uint16
 	NotDPort bool
-	Owner *Owner
+	Owner    *Owner
 	Target
 }
 

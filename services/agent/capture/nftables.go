@@ -99,7 +99,7 @@ func (r Rule) nftables() []expr.Any {
 			// IPv6's source and destination are at 8 and 24.
 			family, offset = unix.NFPROTO_IPV6, 8+(m.offset-12)*4
 		}
-		n := uint32(len(addr))
+		n := uint32(len(addr)) //nolint:gosec // 4 or 16
 		e = append(e,
 			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{family}},

@@ -88,8 +88,10 @@ func helperResolver() {
 // helperProxy runs the DNS proxy on localhost:15053 with the mesh's
 // table, forwarding to the resolvers, until killed.
 func helperProxy() {
-	s, err := New(Options{Address: "localhost:15053", Upstreams: []string{resolverV4 + ":53", "[" + resolverV6 + "]:53"},
-		Namespace: "ns1", Domain: "ns1.svc.cluster.local", Search: []string{"ns1.svc.cluster.local"}})
+	s, err := New(Options{
+		Address: "localhost:15053", Upstreams: []string{resolverV4 + ":53", "[" + resolverV6 + "]:53"},
+		Namespace: "ns1", Domain: "ns1.svc.cluster.local", Search: []string{"ns1.svc.cluster.local"},
+	})
 	if err == nil {
 		err = s.Listen()
 	}
@@ -226,7 +228,7 @@ func executable(t *testing.T) string {
 		t.Fatal(err)
 	}
 	exe := dir + "/dns.test"
-	if err := os.WriteFile(exe, b, 0o755); err != nil { //nolint:gosec // the test binary, run by the proxy's user
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return exe

@@ -272,7 +272,7 @@ func (s *Server) forward(client *dns.Client, req *dns.Msg) *dns.Msg {
 	start := time.Now()
 	defer func() { s.m.upstreamDuration(time.Since(start)) }()
 	ups := append([]string(nil), s.o.Upstreams...)
-	rand.Shuffle(len(ups), func(i, j int) { ups[i], ups[j] = ups[j], ups[i] })
+	rand.Shuffle(len(ups), func(i, j int) { ups[i], ups[j] = ups[j], ups[i] }) //nolint:gosec // spreading load, not a secret
 	for _, u := range ups {
 		resp, _, err := client.Exchange(req, u)
 		if err == nil {
@@ -299,7 +299,7 @@ func shuffle(rrs []dns.RR) []dns.RR {
 		first++
 	}
 	addrs := rrs[first:]
-	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] }) //nolint:gosec // spreading load, not a secret
 	return rrs
 }
 
