@@ -266,10 +266,10 @@ func TestConversionsAndFetchesAreCounted(t *testing.T) {
 		metric string
 		attr   attribute.KeyValue
 	}{
-		{"wasm_config_conversion_count", attribute.String("result", resultSuccess)},
-		{"wasm_config_conversion_count", attribute.String("result", resultFetchFailure)},
-		{"wasm_remote_fetch_count", attribute.String("result", resultSuccess)},
-		{"wasm_remote_fetch_count", attribute.String("result", resultDownloadFailure)},
+		{"istio_agent_wasm_config_conversion_count", attribute.String("result", resultSuccess)},
+		{"istio_agent_wasm_config_conversion_count", attribute.String("result", resultFetchFailure)},
+		{"istio_agent_wasm_remote_fetch_count", attribute.String("result", resultSuccess)},
+		{"istio_agent_wasm_remote_fetch_count", attribute.String("result", resultDownloadFailure)},
 	} {
 		if v := istioMetric(t, reader, want.metric, want.attr); v != 1 {
 			t.Errorf("%s{%s}: %v, want 1", want.metric, want.attr.Value.String(), v)

@@ -26,7 +26,8 @@ const (
 )
 
 // metrics are the agent's wasm_* metrics, named, labelled and bucketed as
-// Istio's agent exports them.
+// Istio's agent exports them (its registry prefixes istio_agent_:
+// pilot-agent's initializeMonitoring).
 type metrics struct {
 	entries     metric.Float64Gauge     // wasm_cache_entries
 	lookups     metric.Float64Counter   // wasm_cache_lookup_count{hit}
@@ -39,26 +40,26 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 	var out metrics
 	var err error
 	wrap := func(name string, err error) error { return fmt.Errorf("metric %s: %w", name, err) }
-	if out.entries, err = m.Float64Gauge("wasm_cache_entries",
+	if out.entries, err = m.Float64Gauge("istio_agent_wasm_cache_entries",
 		metric.WithDescription("number of Wasm remote fetch cache entries.")); err != nil {
-		return nil, wrap("wasm_cache_entries", err)
+		return nil, wrap("istio_agent_wasm_cache_entries", err)
 	}
-	if out.lookups, err = m.Float64Counter("wasm_cache_lookup_count",
+	if out.lookups, err = m.Float64Counter("istio_agent_wasm_cache_lookup_count",
 		metric.WithDescription("number of Wasm remote fetch cache lookups.")); err != nil {
-		return nil, wrap("wasm_cache_lookup_count", err)
+		return nil, wrap("istio_agent_wasm_cache_lookup_count", err)
 	}
-	if out.fetches, err = m.Float64Counter("wasm_remote_fetch_count",
+	if out.fetches, err = m.Float64Counter("istio_agent_wasm_remote_fetch_count",
 		metric.WithDescription("number of Wasm remote fetches and results, including success, download failure, and checksum mismatch.")); err != nil {
-		return nil, wrap("wasm_remote_fetch_count", err)
+		return nil, wrap("istio_agent_wasm_remote_fetch_count", err)
 	}
-	if out.conversions, err = m.Float64Counter("wasm_config_conversion_count",
+	if out.conversions, err = m.Float64Counter("istio_agent_wasm_config_conversion_count",
 		metric.WithDescription("number of Wasm config conversions and results, including success, no remote load, marshal failure, remote fetch failure, miss remote fetch hint.")); err != nil {
-		return nil, wrap("wasm_config_conversion_count", err)
+		return nil, wrap("istio_agent_wasm_config_conversion_count", err)
 	}
-	if out.duration, err = m.Float64Histogram("wasm_config_conversion_duration", metric.WithUnit("ms"),
+	if out.duration, err = m.Float64Histogram("istio_agent_wasm_config_conversion_duration", metric.WithUnit("ms"),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
 		metric.WithDescription("Total time in milliseconds istio-agent spends on converting remote load in Wasm config.")); err != nil {
-		return nil, wrap("wasm_config_conversion_duration", err)
+		return nil, wrap("istio_agent_wasm_config_conversion_duration", err)
 	}
 	return &out, nil
 }
