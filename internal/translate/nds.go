@@ -29,27 +29,43 @@ const clusterSetSuffix = ".svc.clusterset.local"
 // address is left out: the agent forwards its query. Proxies of one scope
 // share the table built once per push.
 //
-// Not here yet: a headless Service's pods by their own names
-// ("<hostname>.<subdomain>.<namespace>.svc…"), which need the pods'
-// hostname and subdomain in the registry; endpoints are of one network
-// (Flotilla serves no multi-network mesh).
+// A headless Kubernetes Service's pods are there by their own names too
+// ("<hostname>.<service host>", e.g. mysql-0.mysql.default.svc.cluster.local,
+// as cluster DNS answers them): the endpoints' hostnames. Endpoints are of
+// one network (Flotilla serves no multi-network mesh).
 func (g *gen) nameTable() *ndsv1.NameTable {
 	return g.pc.Memo(g.scopeKey("nds", "", false, false), func() any {
 		out := &ndsv1.NameTable{Table: map[string]*ndsv1.NameTable_NameInfo{}}
 		for _, svc := range g.scope.Services() {
+			kube := svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE
+			shortNames := kube && !strings.HasSuffix(svc.GetHostname(), clusterSetSuffix)
+			registry := externalRegistry
+			if kube {
+				registry = kubernetesRegistry
+			}
 			ips := g.serviceAddresses(svc)
 			if len(ips) == 0 && svc.GetResolution() == registryv1.Resolution_RESOLUTION_NONE && len(svc.GetPorts()) > 0 {
-				ips = g.readyAddresses(svc)
+				var pods map[string][]string
+				ips, pods = g.readyAddresses(svc)
+				for hostname, addrs := range pods {
+					if !kube {
+						break
+					}
+					// Istio's BuildNameTable: "<hostname>.<subdomain>" in the
+					// Service's namespace, the subdomain being the Service.
+					info := &ndsv1.NameTable_NameInfo{Ips: addrs, Registry: registry}
+					if shortNames {
+						info.Namespace, info.Shortname = svc.GetNamespace(), hostname+"."+svc.GetName()
+					}
+					out.Table[hostname+"."+svc.GetHostname()] = info
+				}
 			}
 			if len(ips) == 0 {
 				continue
 			}
-			info := &ndsv1.NameTable_NameInfo{Ips: ips, Registry: externalRegistry}
-			if svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE {
-				info.Registry = kubernetesRegistry
-				if !strings.HasSuffix(svc.GetHostname(), clusterSetSuffix) {
-					info.Namespace, info.Shortname = svc.GetNamespace(), svc.GetName()
-				}
+			info := &ndsv1.NameTable_NameInfo{Ips: ips, Registry: registry}
+			if shortNames {
+				info.Namespace, info.Shortname = svc.GetNamespace(), svc.GetName()
 			}
 			out.Table[svc.GetHostname()] = info
 		}
@@ -60,9 +76,9 @@ func (g *gen) nameTable() *ndsv1.NameTable {
 // readyAddresses are the addresses of a service's healthy endpoints that
 // are IP addresses, each once, in endpoint order (Istio's name table
 // leaves out endpoints not ready unless the Service publishes them; the
-// registry keeps no such Service setting).
-func (g *gen) readyAddresses(svc *registryv1.Service) []string {
-	var out []string
+// registry keeps no such Service setting), and those of the endpoints
+// with a hostname, by hostname.
+func (g *gen) readyAddresses(svc *registryv1.Service) (all []string, byHostname map[string][]string) {
 	seen := map[string]bool{}
 	for _, ep := range g.pc.Endpoints(svc) {
 		ip, err := netip.ParseAddr(ep.GetAddress())
@@ -70,7 +86,13 @@ func (g *gen) readyAddresses(svc *registryv1.Service) []string {
 			continue
 		}
 		seen[ip.String()] = true
-		out = append(out, ip.String())
+		all = append(all, ip.String())
+		if h := ep.GetHostname(); h != "" {
+			if byHostname == nil {
+				byHostname = map[string][]string{}
+			}
+			byHostname[h] = append(byHostname[h], ip.String())
+		}
 	}
-	return out
+	return all, byHostname
 }

@@ -13,6 +13,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -167,6 +168,11 @@ func EndpointSlice(slice *discoveryv1.EndpointSlice, pods PodLookup, domainSuffi
 			}
 			if e.NodeName != nil {
 				ep.NodeName = *e.NodeName
+			}
+			// A pod's own name in a headless Service (validated by the
+			// apiserver; checked again, as it becomes part of a DNS name).
+			if e.Hostname != nil && len(validation.IsDNS1123Label(*e.Hostname)) == 0 {
+				ep.Hostname = *e.Hostname
 			}
 			if e.Zone != nil && *e.Zone != "" {
 				ep.Locality = &registryv1.Locality{Zone: *e.Zone}

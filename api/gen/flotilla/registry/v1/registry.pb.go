@@ -799,7 +799,13 @@ type Endpoint struct {
 	NodeName string `protobuf:"bytes,11,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	// TLS mode the workload accepts, from the security.istio.io/tlsMode label:
 	// ISTIO when a sidecar terminates mTLS, DISABLED otherwise.
-	TlsMode       TLSMode `protobuf:"varint,12,opt,name=tls_mode,json=tlsMode,proto3,enum=flotilla.registry.v1.TLSMode" json:"tls_mode,omitempty"`
+	TlsMode TLSMode `protobuf:"varint,12,opt,name=tls_mode,json=tlsMode,proto3,enum=flotilla.registry.v1.TLSMode" json:"tls_mode,omitempty"`
+	// The endpoint's own DNS label in a headless Service: the
+	// EndpointSlice endpoint's hostname (a pod's spec.hostname, which
+	// Kubernetes sets there when the pod's spec.subdomain is the Service's
+	// name). "<hostname>.<service hostname>" resolves to this address in the
+	// name table, as in cluster DNS. Empty: none.
+	Hostname      string `protobuf:"bytes,13,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +922,13 @@ func (x *Endpoint) GetTlsMode() TLSMode {
 		return x.TlsMode
 	}
 	return TLSMode_TLS_MODE_UNSPECIFIED
+}
+
+func (x *Endpoint) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
 }
 
 // EndpointPort maps a Service port to the port the endpoint listens on.
@@ -1321,7 +1334,7 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x10service_hostname\x18\x01 \x01(\tR\x0fserviceHostname\x12+\n" +
 	"\x11service_namespace\x18\x02 \x01(\tR\x10serviceNamespace\x12\x14\n" +
 	"\x05shard\x18\x03 \x01(\tR\x05shard\x12<\n" +
-	"\tendpoints\x18\x04 \x03(\v2\x1e.flotilla.registry.v1.EndpointR\tendpoints\"\xdb\x04\n" +
+	"\tendpoints\x18\x04 \x03(\v2\x1e.flotilla.registry.v1.EndpointR\tendpoints\"\xf7\x04\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x128\n" +
 	"\x05ports\x18\x02 \x03(\v2\".flotilla.registry.v1.EndpointPortR\x05ports\x12B\n" +
@@ -1335,7 +1348,8 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x12workload_namespace\x18\n" +
 	" \x01(\tR\x11workloadNamespace\x12\x1b\n" +
 	"\tnode_name\x18\v \x01(\tR\bnodeName\x128\n" +
-	"\btls_mode\x18\f \x01(\x0e2\x1d.flotilla.registry.v1.TLSModeR\atlsMode\x1a9\n" +
+	"\btls_mode\x18\f \x01(\x0e2\x1d.flotilla.registry.v1.TLSModeR\atlsMode\x12\x1a\n" +
+	"\bhostname\x18\r \x01(\tR\bhostname\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
