@@ -7,6 +7,7 @@ import (
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/admin"
@@ -73,6 +74,33 @@ func SecretsHandler(current func() []*tlsv3.Secret) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+}
+
+// AgentNameTablePath is where the agent serves, to loopback clients only
+// as AgentBootstrapPath, the name table its DNS proxy answers from, as
+// JSON (istio.networking.nds.v1.NameTable), as Istio's agent serves
+// /debug/ndsz: 404 with {} when it has none (no DNS capture, or no table
+// from discovery yet).
+const AgentNameTablePath = "/debug/ndsz"
+
+// NameTableHandler serves current's table at AgentNameTablePath to
+// loopback clients.
+func NameTableHandler(current func() proto.Message) http.Handler {
+	return admin.LoopbackOnly("the name table", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		nt := current()
+		if nt == nil {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte("{}"))
+			return
+		}
+		body, err := protojson.Marshal(nt)
+		if err != nil {
+			http.Error(w, "name table: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 		_, _ = w.Write(body)
 	})
 }

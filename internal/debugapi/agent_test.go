@@ -9,6 +9,9 @@ import (
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
 )
 
 func TestTheBootstrapIsServedInsideThePodOnly(t *testing.T) {
@@ -48,6 +51,38 @@ func TestTheWorkloadSecretsAreServedInsideThePodOnlyAsEnvoysConfigDump(t *testin
 		var dump adminv3.SecretsConfigDump
 		if err := protojson.Unmarshal(w.Body.Bytes(), &dump); err != nil || len(dump.GetDynamicActiveSecrets()) != 1 || dump.GetDynamicActiveSecrets()[0].GetName() != "ROOTCA" {
 			t.Fatalf("from %s: %s (%v)", addr, w.Body.String(), err)
+		}
+	}
+}
+
+func TestTheNameTableIsServedInsideThePodOnlyAndNotFoundWithoutOne(t *testing.T) {
+	table := &ndsv1.NameTable{Table: map[string]*ndsv1.NameTable_NameInfo{"pg.example.com": {Ips: []string{"240.240.0.1"}, Registry: "External"}}}
+	for _, tc := range []struct {
+		current  proto.Message
+		addr     string
+		want     int
+		wantBody bool
+	}{
+		{table, "127.0.0.1:40000", 200, true},
+		{table, "10.0.0.7:40000", 403, false},
+		{nil, "127.0.0.1:40000", 404, false},
+	} {
+		h := NameTableHandler(func() proto.Message { return tc.current })
+		r := httptest.NewRequest(http.MethodGet, AgentNameTablePath, nil)
+		r.RemoteAddr = tc.addr
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("from %s: %d, want %d", tc.addr, w.Code, tc.want)
+		}
+		var got ndsv1.NameTable
+		switch {
+		case tc.wantBody:
+			if err := protojson.Unmarshal(w.Body.Bytes(), &got); err != nil || !proto.Equal(&got, table) {
+				t.Errorf("from %s: %s (%v)", tc.addr, w.Body.String(), err)
+			}
+		case tc.want == 404 && w.Body.String() != "{}":
+			t.Errorf("without a table: %q, want {} as Istio's agent", w.Body.String())
 		}
 	}
 }

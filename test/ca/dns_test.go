@@ -134,6 +134,14 @@ func TestTheAgentAnswersItsPodsDNSFromTheNameTable(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no clusters")
 	}
+	// The table, as Istio's agent shows it on /debug/ndsz.
+	code, body := httpGet(t, "http://"+p.admin+"/debug/ndsz")
+	var ndsz struct {
+		Table map[string]struct{ Ips []string }
+	}
+	if err := json.Unmarshal([]byte(body), &ndsz); code != 200 || err != nil || !slices.Equal(ndsz.Table["pg.example.com"].Ips, []string{"240.240.0.1"}) {
+		t.Errorf("/debug/ndsz: %d %s (%v)", code, body, err)
+	}
 	_, stats := httpGet(t, "http://"+p.admin+"/stats/prometheus")
 	for _, m := range []string{"istio_agent_dns_requests_total"} {
 		if !strings.Contains(stats, m) {

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/flotilla-mesh/flotilla/internal/certclient"
@@ -218,7 +219,7 @@ func proxyCommand() *cobra.Command {
 			"; relays Envoy's ADS from " + xdsproxy.SocketPath + " to discovery over mTLS with that certificate; writes Envoy's bootstrap and runs Envoy, " +
 			"draining it on SIGTERM; and answers :15020/healthz/ready (Envoy ready, certificate held, xDS connected), /stats/prometheus (Envoy's and the agent's metrics) " +
 			"and the application's probes on /app-health/<container>/{livez,readyz,startupz} (the originals come from $ISTIO_KUBE_APP_PROBERS, which the injector sets when it rewrites them); " +
-			"to loopback clients only (kubectl port-forward), the bootstrap it wrote (/debug/bootstrap), the workload secrets without keys (/debug/secrets) and Envoy's config_dump, clusters, stats, server_info and logging levels (/debug/envoy/..., for flotilla proxy-config --source proxy, proxy-config log and x envoy-stats). " +
+			"to loopback clients only (kubectl port-forward), the bootstrap it wrote (/debug/bootstrap), the workload secrets without keys (/debug/secrets), the DNS proxy's name table (/debug/ndsz, as Istio's agent) and Envoy's config_dump, clusters, stats, server_info and logging levels (/debug/envoy/..., for flotilla proxy-config --source proxy, proxy-config log and x envoy-stats). " +
 			"For proxyless gRPC applications (Istio's grpc-agent template) it writes the gRPC xDS bootstrap ($GRPC_XDS_BOOTSTRAP), whose server is the xDS proxy's socket, " +
 			"and keeps the certificate files its certificate provider reads ($OUTPUT_CERTS); with $DISABLE_ENVOY=true it runs no Envoy and no SDS server. " +
 			"The Wasm modules of ECDS resources (WasmPlugins) are fetched by the agent, over http(s) or from OCI registries with the plugin's pull secret, " +
@@ -280,6 +281,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	xo := xdsproxy.Options{Address: cfg.DiscoveryAddress, ServerName: cfg.DiscoveryServerName, State: state, Wasm: modules, Log: rt.Log}
 	// As Istio's agent (Agent.isDNSServerEnabled): the DNS proxy serves a
 	// sidecar's pod, whose Envoy stream carries the name table.
+	names := func() proto.Message { return nil }
 	switch {
 	case !cfg.DNSCapture:
 	case cfg.Type != proxycontract.Sidecar || cfg.DisableEnvoy:
@@ -291,8 +293,15 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		}
 		node.DNSCapture = true
 		xo.NameTable = resolver.Update
+		names = func() proto.Message {
+			if nt := resolver.NameTable(); nt != nil {
+				return nt
+			}
+			return nil
+		}
 		actors = append(actors, lifecycle.Actor{Name: "dns-proxy", Run: resolver.Run})
 	}
+	rt.HandleAdmin("GET "+debugapi.AgentNameTablePath, debugapi.NameTableHandler(names))
 	xproxy, err := xdsproxy.New(xo)
 	if err != nil {
 		return err

@@ -76,6 +76,7 @@ type Options struct {
 type Server struct {
 	o        Options
 	table    atomic.Pointer[Table]
+	names    atomic.Pointer[ndsv1.NameTable]
 	inflight chan struct{}
 	m        *metrics
 	servers  []*dns.Server
@@ -126,8 +127,12 @@ func ReadResolvConf(path string) (upstreams, search []string, err error) {
 func (s *Server) Update(nt *ndsv1.NameTable) {
 	t := NewTable(nt, TableOptions{Namespace: s.o.Namespace, Domain: s.o.Domain, Search: s.o.Search})
 	s.table.Store(t)
+	s.names.Store(nt)
 	s.o.Log.Debug("name table updated", "names", t.Len())
 }
+
+// NameTable is the last name table given; nil before the first.
+func (s *Server) NameTable() *ndsv1.NameTable { return s.names.Load() }
 
 // Ready reports whether a name table has been given.
 func (s *Server) Ready() bool { return s.table.Load() != nil }
