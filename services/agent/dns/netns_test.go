@@ -50,29 +50,10 @@ func TestMain(m *testing.M) {
 // helperResolver serves upstream.test and big.test on port 53 of both
 // resolvers, UDP and TCP, until killed.
 func helperResolver() {
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		resp := new(dns.Msg)
-		resp.SetReply(req)
-		switch req.Question[0].Name {
-		case "upstream.test.":
-			resp.Answer = append(resp.Answer, &dns.A{Hdr: header("upstream.test.", dns.TypeA), A: net.IPv4(9, 9, 9, 9)})
-		case "big.test.":
-			for i := range 40 {
-				resp.Answer = append(resp.Answer, &dns.TXT{Hdr: header("big.test.", dns.TypeTXT), Txt: []string{fmt.Sprintf("%060d", i)}})
-			}
-		default:
-			resp.Rcode = dns.RcodeNameError
-		}
-		proto := "udp"
-		if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
-			proto = "tcp"
-		}
-		resp.Truncate(size(proto, req))
-		_ = w.WriteMsg(resp)
-	})
+	h := resolverHandler(func(string) {})
 	for _, addr := range []string{resolverV4 + ":53", "[" + resolverV6 + "]:53"} {
 		for _, proto := range []string{"udp", "tcp"} {
-			srv := &dns.Server{Addr: addr, Net: proto, Handler: h, NotifyStartedFunc: nil}
+			srv := &dns.Server{Addr: addr, Net: proto, Handler: h}
 			go func() {
 				if err := srv.ListenAndServe(); err != nil {
 					fmt.Fprintln(os.Stderr, "resolver:", err)

@@ -25,13 +25,12 @@ type upstreamServer struct {
 	queries []string
 }
 
-func startUpstream(t *testing.T) *upstreamServer {
-	t.Helper()
-	u := &upstreamServer{}
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		u.mu.Lock()
-		u.queries = append(u.queries, req.Question[0].Name)
-		u.mu.Unlock()
+// resolverHandler answers as the pod's resolver: upstream.test, a
+// response too large for UDP (big.test), NXDOMAIN for the rest; it
+// reports each name asked.
+func resolverHandler(asked func(name string)) dns.Handler {
+	return dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		asked(req.Question[0].Name)
 		resp := new(dns.Msg)
 		resp.SetReply(req)
 		switch req.Question[0].Name {
@@ -52,6 +51,16 @@ func startUpstream(t *testing.T) *upstreamServer {
 		}
 		resp.Truncate(size(proto, req))
 		_ = w.WriteMsg(resp)
+	})
+}
+
+func startUpstream(t *testing.T) *upstreamServer {
+	t.Helper()
+	u := &upstreamServer{}
+	h := resolverHandler(func(name string) {
+		u.mu.Lock()
+		u.queries = append(u.queries, name)
+		u.mu.Unlock()
 	})
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
