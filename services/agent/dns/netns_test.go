@@ -161,11 +161,40 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// podNetns is a network namespace with loopback up holding the
-// resolvers' addresses: a resolver on the pod's own host, as
-// systemd-resolved's 127.0.0.53, the case Istio's rules take care of
-// (the application's DNS over loopback is captured, the proxy's is not).
-func podNetns(t *testing.T) string {
+// newNetns is a network namespace of the test's own, loopback up.
+func newNetns(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "flotilla-dns-" + hex.EncodeToString(b)
+	ipCmd(t, "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	return ns
+}
+
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// Where the pod's resolvers are.
+const (
+	// resolverRemote: in a network namespace of their own (the node's
+	// kube-dns), reached over a veth pair, the pod at 192.0.2.1 and
+	// fd00::1.
+	resolverRemote = "remote"
+	// resolverLocal: on the pod's own loopback, as systemd-resolved's
+	// 127.0.0.53, the case Istio's rules take care of (the
+	// application's DNS over loopback is captured, the proxy's is not).
+	resolverLocal = "loopback"
+)
+
+// podNetns is the pod's network namespace, and the one the resolvers
+// run in (the same one for resolverLocal).
+func podNetns(t *testing.T, where string) (pod, resolvers string) {
 	t.Helper()
 	for _, tool := range []string{"ip", "setpriv", "nft", "iptables-restore", "ip6tables-restore"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -175,21 +204,20 @@ func podNetns(t *testing.T) string {
 	if os.Geteuid() != 0 {
 		t.Fatal("network namespaces need root (the tests run as root here and in CI)")
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := "flotilla-dns-" + hex.EncodeToString(b)
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
+	pod = newNetns(t)
+	if where == resolverLocal {
+		ipCmd(t, "-n", pod, "addr", "add", resolverV4+"/32", "dev", "lo")
+		ipCmd(t, "-n", pod, "addr", "add", resolverV6+"/128", "dev", "lo")
+		return pod, pod
 	}
-	run("netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	run("-n", ns, "link", "set", "lo", "up")
-	run("-n", ns, "addr", "add", resolverV4+"/32", "dev", "lo")
-	run("-n", ns, "addr", "add", resolverV6+"/128", "dev", "lo")
-	return ns
+	resolvers = newNetns(t)
+	ipCmd(t, "-n", pod, "link", "add", "name", "eth0", "type", "veth", "peer", "name", "dns0", "netns", resolvers)
+	for _, side := range []struct{ ns, dev, v4, v6 string }{{pod, "eth0", "192.0.2.1/24", "fd00::1/64"}, {resolvers, "dns0", resolverV4 + "/24", resolverV6 + "/64"}} {
+		ipCmd(t, "-n", side.ns, "addr", "add", side.v4, "dev", side.dev)
+		ipCmd(t, "-n", side.ns, "addr", "add", side.v6, "dev", side.dev, "nodad")
+		ipCmd(t, "-n", side.ns, "link", "set", side.dev, "up")
+	}
+	return pod, resolvers
 }
 
 // executable is a copy of this test binary that other users may run
@@ -244,16 +272,20 @@ func helper(t *testing.T, exe, ns, role string, uid int) {
 }
 
 // TestTheCapturedPodsDNSIsAnsweredByTheProxy installs the capture with
-// DNS (both backends) in a pod's network namespace, runs the resolver
-// and the DNS proxy there, and asks as the application: the mesh's names
+// DNS (both backends) in a pod's network namespace, runs the DNS proxy
+// there and the resolvers beside it or on its loopback, and asks as the
+// application: the mesh's names
 // come from the proxy (authoritative), other names through it from the
 // resolver, over UDP and TCP, IPv4 and IPv6, with Go's resolver falling
 // back to TCP for a truncated answer — and the proxy's own queries to the
 // same resolvers are not captured back to it.
 func TestTheCapturedPodsDNSIsAnsweredByTheProxy(t *testing.T) {
-	for _, mode := range []string{"nftables", "iptables"} {
-		t.Run(mode, func(t *testing.T) {
-			ns := podNetns(t)
+	for _, c := range []struct{ mode, resolvers string }{
+		{"nftables", resolverRemote}, {"iptables", resolverRemote}, {"nftables", resolverLocal}, {"iptables", resolverLocal},
+	} {
+		mode := c.mode
+		t.Run(mode+"/resolvers-"+c.resolvers, func(t *testing.T) {
+			ns, resolverNS := podNetns(t, c.resolvers)
 			plan, err := capture.Build(capture.Settings{
 				IncludeOutboundIPRanges: []string{"*"}, RedirectDNS: true,
 				DNSServers: []netip.Addr{netip.MustParseAddr(resolverV4), netip.MustParseAddr(resolverV6)},
@@ -270,7 +302,7 @@ func TestTheCapturedPodsDNSIsAnsweredByTheProxy(t *testing.T) {
 				t.Fatal(err)
 			}
 			exe := executable(t)
-			helper(t, exe, ns, "resolver", 0)
+			helper(t, exe, resolverNS, "resolver", 0)
 			helper(t, exe, ns, "proxy", 1337)
 			cmd := exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^$")
 			cmd.Env = append(os.Environ(), helperEnv+"=client")
