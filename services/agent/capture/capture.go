@@ -6,9 +6,12 @@
 //     the agent's image stays FROM scratch. Its table and chains are
 //     those of Istio's native nftables mode (table inet istio-proxy-nat,
 //     chains prerouting, output, istio-inbound, istio-in-redirect,
-//     istio-output, istio-redirect).
-//   - iptables: the nat table through iptables-restore, for nodes that
-//     need it; the iptables-restore binary must be on the PATH.
+//     istio-output, istio-output-dns, istio-redirect; with DNS capture,
+//     table inet istio-proxy-raw for its conntrack zones).
+//   - iptables: the nat table (and with DNS capture the raw table)
+//     through iptables-restore, for nodes that need it, and
+//     ip6tables-restore for DNS to IPv6 resolvers; the binaries must be
+//     on the PATH.
 //
 // Build is pure: the same settings give the same Plan, and both backends
 // install the same rules from it, in the same order. The whole capture is
@@ -112,7 +115,27 @@ const (
 	ChainOutbound   // ISTIO_OUTPUT: what leaves
 	ChainRedirect   // ISTIO_REDIRECT: to Envoy's outbound listener
 	ChainOutputDNS  // ISTIO_OUTPUT_DNS: DNS to the agent's DNS proxy
+
+	// The raw table's, for DNS's conntrack zones.
+	ChainRawPrerouting // PREROUTING hook
+	ChainRawOutput     // OUTPUT hook
+	ChainRawInbound    // ISTIO_INBOUND: answers from the resolvers
+	ChainRawOutputDNS  // ISTIO_OUTPUT_DNS: queries to and from them
 )
+
+// Raw reports whether the chain is in the raw table (else the nat table).
+func (c Chain) Raw() bool { return c >= ChainRawPrerouting }
+
+// RawChains lists the raw table's own chains when the plan has rules
+// there, in the order they are declared; none otherwise.
+func (p Plan) RawChains() []Chain {
+	for _, r := range p.Rules {
+		if r.Chain.Raw() {
+			return []Chain{ChainRawInbound, ChainRawOutputDNS}
+		}
+	}
+	return nil
+}
 
 // Chains lists the capture's own chains (not the hooks), in the order
 // they are declared (iptables-save's, by name); ISTIO_OUTPUT_DNS only
@@ -141,8 +164,14 @@ func (c Chain) IPTables() string {
 		return "ISTIO_OUTPUT"
 	case ChainRedirect:
 		return "ISTIO_REDIRECT"
-	case ChainOutputDNS:
+	case ChainOutputDNS, ChainRawOutputDNS:
 		return "ISTIO_OUTPUT_DNS"
+	case ChainRawPrerouting:
+		return "PREROUTING"
+	case ChainRawOutput:
+		return "OUTPUT"
+	case ChainRawInbound:
+		return "ISTIO_INBOUND"
 	}
 	return fmt.Sprintf("UNKNOWN_%d", int(c))
 }
@@ -162,8 +191,14 @@ func (c Chain) NFTables() string {
 		return "istio-output"
 	case ChainRedirect:
 		return "istio-redirect"
-	case ChainOutputDNS:
+	case ChainOutputDNS, ChainRawOutputDNS:
 		return "istio-output-dns"
+	case ChainRawPrerouting:
+		return "prerouting"
+	case ChainRawOutput:
+		return "output"
+	case ChainRawInbound:
+		return "istio-inbound"
 	}
 	return fmt.Sprintf("unknown-%d", int(c))
 }
@@ -176,6 +211,7 @@ const (
 	Return     Action = iota // leave the chain
 	Jump                     // go to Target.Chain
 	RedirectTo               // redirect to Target.Port on this host
+	SetZone                  // put the connection in conntrack zone Target.Zone
 )
 
 // Target is a rule's action and its argument.
@@ -183,6 +219,7 @@ type Target struct {
 	Action Action
 	To     Chain  // for Jump
 	Port   uint16 // for RedirectTo
+	Zone   uint16 // for SetZone
 }
 
 // Owner matches the socket's user or group.
@@ -196,8 +233,7 @@ type Owner struct {
 type Rule struct {
 	Chain Chain
 	// Src and Dst match source and destination ranges when valid (IPv4;
-	// an IPv6 Dst only in ISTIO_OUTPUT_DNS, see IP6Tables); NotDst
-	// inverts Dst.
+	// IPv6 only in the DNS chains, see IP6Tables); NotDst inverts Dst.
 	Src, Dst netip.Prefix
 	NotDst   bool
 	// OutLoopback matches packets leaving through lo.
@@ -206,10 +242,11 @@ type Rule struct {
 	// leaves through, when set.
 	InIface, OutIface string
 	// TCP and UDP match the protocol; DPort (with one) its destination
-	// port, every port but it with NotDPort.
+	// port, every port but it with NotDPort; SPort its source port.
 	TCP, UDP bool
 	DPort    uint16
 	NotDPort bool
+	SPort    uint16
 	Owner    *Owner
 	Target
 }
@@ -319,6 +356,7 @@ func Build(s Settings) (Plan, error) {
 	if dns {
 		add(Rule{Chain: ChainOutbound, Target: jump(ChainOutputDNS)})
 		dnsRules(s, add)
+		zoneRules(s, add)
 	}
 	add(Rule{Chain: ChainOutbound, Dst: loopback, Target: ret})
 	ports := slices.Clone(s.ExcludeOutboundPorts)
@@ -349,9 +387,7 @@ func Build(s Settings) (Plan, error) {
 // UDP, to port 53 of each resolver (so a resolver the agent itself
 // forwards to on this host is not looped back), or of any address.
 func dnsRules(s Settings, add func(Rule)) {
-	servers := slices.Clone(s.DNSServers)
-	slices.SortFunc(servers, func(a, b netip.Addr) int { return a.Compare(b) })
-	servers = slices.Compact(servers)
+	servers := resolvers(s)
 	to := Target{Action: RedirectTo, Port: s.DNSPort}
 	for _, udp := range []bool{false, true} {
 		if s.CaptureAllDNS {
@@ -359,10 +395,49 @@ func dnsRules(s Settings, add func(Rule)) {
 			continue
 		}
 		for _, a := range servers {
-			a = a.Unmap()
 			add(Rule{Chain: ChainOutputDNS, TCP: !udp, UDP: udp, DPort: portDNS, Dst: netip.PrefixFrom(a, a.BitLen()), Target: to})
 		}
 	}
+}
+
+// zoneRules put DNS over UDP in two conntrack zones, as Istio's
+// addDNSConntrackZones: the proxy's queries to the resolvers and their
+// answers in zone 1, the application's queries (redirected to the proxy)
+// and the proxy's answers in zone 2 — so a query of the application and
+// one of the proxy from the same source port to the same resolver are
+// two connections, not one the kernel drops the second packet of.
+func zoneRules(s Settings, add func(Rule)) {
+	zone := func(z uint16) Target { return Target{Action: SetZone, Zone: z} }
+	add(Rule{Chain: ChainRawOutput, Target: Target{Action: Jump, To: ChainRawOutputDNS}})
+	for _, group := range []bool{false, true} {
+		id := s.ProxyUID
+		if group {
+			id = s.ProxyGID
+		}
+		add(Rule{Chain: ChainRawOutputDNS, UDP: true, DPort: portDNS, Owner: &Owner{ID: id, Group: group}, Target: zone(1)})
+		add(Rule{Chain: ChainRawOutputDNS, UDP: true, SPort: s.DNSPort, Owner: &Owner{ID: id, Group: group}, Target: zone(2)})
+	}
+	add(Rule{Chain: ChainRawPrerouting, Target: Target{Action: Jump, To: ChainRawInbound}})
+	if s.CaptureAllDNS {
+		add(Rule{Chain: ChainRawOutputDNS, UDP: true, DPort: portDNS, Target: zone(2)})
+		add(Rule{Chain: ChainRawInbound, UDP: true, SPort: portDNS, Target: zone(1)})
+		return
+	}
+	for _, a := range resolvers(s) {
+		p := netip.PrefixFrom(a, a.BitLen())
+		add(Rule{Chain: ChainRawOutputDNS, UDP: true, DPort: portDNS, Dst: p, Target: zone(2)})
+		add(Rule{Chain: ChainRawInbound, UDP: true, SPort: portDNS, Src: p, Target: zone(1)})
+	}
+}
+
+// resolvers are the settings' DNS servers, sorted, each once.
+func resolvers(s Settings) []netip.Addr {
+	out := make([]netip.Addr, 0, len(s.DNSServers))
+	for _, a := range s.DNSServers {
+		out = append(out, a.Unmap())
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(out)
 }
 
 // ranges parses CIDRs (IPv4; a bare address is a /32), sorted and without

@@ -4,68 +4,91 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
 )
 
 // IPTables renders the plan's IPv4 rules as iptables-restore input for
-// the nat table, in the canonical form iptables-save prints it back in.
+// the nat table (and the raw table, with DNS's conntrack zones), in the
+// canonical form iptables-save prints it back in.
 func (p Plan) IPTables() string {
 	var b strings.Builder
-	b.WriteString("*nat\n")
-	for _, c := range p.Chains() {
+	keep := func(r Rule) bool { return r.family() != 6 }
+	table(&b, "nat", p.Chains(), []Chain{ChainPrerouting, ChainOutput}, p.Rules, keep)
+	if raw := p.RawChains(); raw != nil {
+		table(&b, "raw", raw, []Chain{ChainRawPrerouting, ChainRawOutput}, p.Rules, keep)
+	}
+	return b.String()
+}
+
+// IP6Tables renders ip6tables-restore input when the plan captures DNS
+// to IPv6 resolvers or to any address, else "": IPv6 traffic is
+// otherwise not captured in iptables mode, so here the proxy's own
+// traffic passes, UDP and TCP to port 53 go to ISTIO_OUTPUT_DNS, which
+// holds the IPv6 resolvers' rules (or capture-all's), and the raw table
+// has the zones' rules for IPv6.
+func (p Plan) IP6Tables() string {
+	var nat []Rule
+	for _, r := range p.Rules {
+		if r.Chain == ChainOutbound && r.Owner != nil && !r.Owner.Not && !r.OutLoopback && r.Action == Return {
+			nat = append(nat, Rule{Chain: ChainOutput, Owner: r.Owner, Target: r.Target})
+		}
+	}
+	for _, proto := range []Rule{{TCP: true}, {UDP: true}} {
+		proto.Chain, proto.DPort, proto.Target = ChainOutput, portDNS, Target{Action: Jump, To: ChainOutputDNS}
+		nat = append(nat, proto)
+	}
+	dns := false
+	for _, r := range p.Rules {
+		if r.Chain == ChainOutputDNS && r.family() != 4 {
+			nat, dns = append(nat, r), true
+		}
+	}
+	if !dns {
+		return ""
+	}
+	var b strings.Builder
+	keep := func(r Rule) bool { return r.family() != 4 }
+	table(&b, "nat", []Chain{ChainOutputDNS}, []Chain{ChainOutput}, nat, keep)
+	if raw := p.RawChains(); raw != nil {
+		table(&b, "raw", raw, []Chain{ChainRawPrerouting, ChainRawOutput}, p.Rules, keep)
+	}
+	return b.String()
+}
+
+// table writes one table's section: its own chains declared, then the
+// rules kept of each chain, hooks first, chain by chain as iptables-save
+// lists them.
+func table(b *strings.Builder, name string, own, hooks []Chain, rules []Rule, keep func(Rule) bool) {
+	b.WriteString("*" + name + "\n")
+	for _, c := range own {
 		b.WriteString(":" + c.IPTables() + " - [0:0]\n")
 	}
-	// Chain by chain, as iptables-save lists them.
-	for _, c := range append([]Chain{ChainPrerouting, ChainOutput}, p.Chains()...) {
-		for _, r := range p.Rules {
-			if r.Chain == c && !r.ipv6() {
+	for _, c := range append(hooks, own...) {
+		for _, r := range rules {
+			if r.Chain == c && keep(r) {
 				b.WriteString(r.iptables() + "\n")
 			}
 		}
 	}
 	b.WriteString("COMMIT\n")
-	return b.String()
 }
 
-// IP6Tables renders ip6tables-restore input for the nat table when the
-// plan captures DNS to IPv6 resolvers, else "": IPv6 traffic is
-// otherwise not captured in iptables mode, so the proxy's own traffic
-// passes and UDP and TCP to port 53 go to ISTIO_OUTPUT_DNS, which holds
-// the IPv6 resolvers' rules.
-func (p Plan) IP6Tables() string {
-	var dns []Rule
-	var owners []Rule
-	for _, r := range p.Rules {
-		switch {
-		case r.ipv6():
-			dns = append(dns, r)
-		case r.Chain == ChainOutbound && r.Owner != nil && !r.Owner.Not && !r.OutLoopback && r.Action == Return:
-			owners = append(owners, Rule{Chain: ChainOutput, Owner: r.Owner, Target: r.Target})
+// family is the address family the rule's addresses restrict it to: 4,
+// 6, or 0 for either.
+func (r Rule) family() int {
+	for _, p := range []netip.Prefix{r.Src, r.Dst} {
+		if p.IsValid() {
+			if p.Addr().Is6() {
+				return 6
+			}
+			return 4
 		}
 	}
-	if len(dns) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("*nat\n:" + ChainOutputDNS.IPTables() + " - [0:0]\n")
-	for _, r := range owners {
-		b.WriteString(r.iptables() + "\n")
-	}
-	for _, proto := range []Rule{{TCP: true}, {UDP: true}} {
-		proto.Chain, proto.DPort, proto.Target = ChainOutput, portDNS, Target{Action: Jump, To: ChainOutputDNS}
-		b.WriteString(proto.iptables() + "\n")
-	}
-	for _, r := range dns {
-		b.WriteString(r.iptables() + "\n")
-	}
-	b.WriteString("COMMIT\n")
-	return b.String()
+	return 0
 }
-
-// ipv6 reports whether the rule matches IPv6 addresses only.
-func (r Rule) ipv6() bool { return r.Dst.IsValid() && r.Dst.Addr().Is6() }
 
 // iptables is the rule as iptables-save prints it.
 func (r Rule) iptables() string {
@@ -97,6 +120,9 @@ func (r Rule) iptables() string {
 			}
 			parts = append(parts, "--dport", strconv.Itoa(int(r.DPort)))
 		}
+		if r.SPort != 0 {
+			parts = append(parts, "-m", proto, "--sport", strconv.Itoa(int(r.SPort)))
+		}
 	}
 	if o := r.Owner; o != nil {
 		parts = append(parts, "-m", "owner")
@@ -116,6 +142,8 @@ func (r Rule) iptables() string {
 		parts = append(parts, "-j", r.To.IPTables())
 	case RedirectTo:
 		parts = append(parts, "-j", "REDIRECT", "--to-ports", strconv.Itoa(int(r.Port)))
+	case SetZone:
+		parts = append(parts, "-j", "CT", "--zone", strconv.Itoa(int(r.Zone)))
 	}
 	return strings.Join(parts, " ")
 }
@@ -159,19 +187,19 @@ func restore(ctx context.Context, tool, rules, netns string) error {
 	return nil
 }
 
-// SavedIPTables reads the nat table back (iptables-save), without
+// SavedIPTables reads a table back (iptables-save -t table), without
 // comments and counters, for checks.
-func SavedIPTables(ctx context.Context, netns string) (string, error) {
-	return saved(ctx, "iptables-save", netns)
+func SavedIPTables(ctx context.Context, netns, table string) (string, error) {
+	return saved(ctx, "iptables-save", netns, table)
 }
 
 // SavedIP6Tables is SavedIPTables with ip6tables-save.
-func SavedIP6Tables(ctx context.Context, netns string) (string, error) {
-	return saved(ctx, "ip6tables-save", netns)
+func SavedIP6Tables(ctx context.Context, netns, table string) (string, error) {
+	return saved(ctx, "ip6tables-save", netns, table)
 }
 
-func saved(ctx context.Context, tool, netns string) (string, error) {
-	args := []string{tool, "-t", "nat"}
+func saved(ctx context.Context, tool, netns, table string) (string, error) {
+	args := []string{tool, "-t", table}
 	if netns != "" {
 		args = append([]string{"ip", "netns", "exec", netns}, args...)
 	}

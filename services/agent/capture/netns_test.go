@@ -33,21 +33,28 @@ func netns(t *testing.T, tools ...string) string {
 }
 
 // listed is what nft (a client we did not write) reads back of the
-// capture's table in ns.
+// capture's tables in ns: the nat table, and the raw table when there.
 func listed(t *testing.T, ns string) string {
 	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", NFTablesTable).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft list table: %v: %s", err, out)
 	}
-	return string(out)
+	raw, err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "inet", NFTablesRawTable).CombinedOutput()
+	if err != nil {
+		if !strings.Contains(string(raw), "No such file or directory") {
+			t.Fatalf("nft list table: %v: %s", err, raw)
+		}
+		raw = nil
+	}
+	return string(out) + string(raw)
 }
 
 // TestIPTablesRulesApplyInANetworkNamespace installs every case with
 // iptables-restore in a network namespace of its own and reads it back:
 // iptables accepts the rules and keeps them exactly as generated.
 func TestIPTablesRulesApplyInANetworkNamespace(t *testing.T) {
-	ns := netns(t, "iptables-restore", "iptables-save")
+	ns := netns(t, "iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save")
 	ctx := context.Background()
 	for name, s := range cases {
 		p, err := Build(s)
@@ -57,26 +64,50 @@ func TestIPTablesRulesApplyInANetworkNamespace(t *testing.T) {
 		if err := ApplyIPTables(ctx, p.IPTables(), ns); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		saved, err := SavedIPTables(ctx, ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// iptables-save adds the built-in chains' policies.
-		want := strings.Replace(p.IPTables(), "*nat\n", "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n", 1)
-		if saved != want {
-			t.Fatalf("%s: read back:\n%s\nwant:\n%s", name, saved, want)
+		checkSaved(t, name, p.IPTables(), func(table string) (string, error) { return SavedIPTables(ctx, ns, table) })
+		if v6 := p.IP6Tables(); v6 != "" {
+			if err := ApplyIP6Tables(ctx, v6, ns); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			checkSaved(t, name+" (IPv6)", v6, func(table string) (string, error) { return SavedIP6Tables(ctx, ns, table) })
 		}
 	}
 	// A bad rule set fails and leaves the table as it was.
-	before, err := SavedIPTables(ctx, ns)
+	before, err := SavedIPTables(ctx, ns, "nat")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := ApplyIPTables(ctx, "*nat\n-A NO_SUCH_CHAIN -j RETURN\nCOMMIT\n", ns); err == nil {
 		t.Fatal("a bad rule set was accepted")
 	}
-	if after, _ := SavedIPTables(ctx, ns); after != before {
+	if after, _ := SavedIPTables(ctx, ns, "nat"); after != before {
 		t.Fatal("a failed restore changed the table")
+	}
+}
+
+// checkSaved compares each table of restored (iptables-restore input)
+// with what save reads back of it: iptables keeps the rules exactly as
+// generated.
+func checkSaved(t *testing.T, name, restored string, save func(table string) (string, error)) {
+	t.Helper()
+	// iptables-save adds the built-in chains' policies.
+	builtin := map[string]string{
+		"nat": ":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
+		"raw": ":PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n",
+	}
+	for _, section := range strings.SplitAfter(restored, "COMMIT\n") {
+		if section == "" {
+			continue
+		}
+		table, _, _ := strings.Cut(strings.TrimPrefix(section, "*"), "\n")
+		got, err := save(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := strings.Replace(section, "*"+table+"\n", "*"+table+"\n"+builtin[table], 1)
+		if got != want {
+			t.Fatalf("%s: table %s read back:\n%s\nwant:\n%s", name, table, got, want)
+		}
 	}
 }
 

@@ -18,8 +18,13 @@ import (
 // it (family inet: IPv4 and IPv6).
 const NFTablesTable = "istio-proxy-nat"
 
+// NFTablesRawTable is the table of DNS's conntrack zones, Istio's name
+// for it; there only when the plan captures DNS.
+const NFTablesRawTable = "istio-proxy-raw"
+
 // ApplyNFTables installs the plan over netlink in one transaction: the
-// table is deleted (when present) and written anew in the same batch, so
+// tables (the raw one only for DNS's conntrack zones) are deleted (when
+// present) and written anew in the same batch, so
 // the kernel applies all of it or, on any error, none of it. netns, when
 // set, is a named network namespace (/run/netns/<netns>), for tests; empty
 // is the agent's own.
@@ -56,15 +61,32 @@ func ApplyNFTables(p Plan, netns string) error {
 	for _, c := range p.Chains() {
 		chains[c] = conn.AddChain(&nftables.Chain{Name: c.NFTables(), Table: table})
 	}
+	raw := &nftables.Table{Family: nftables.TableFamilyINet, Name: NFTablesRawTable}
+	conn.AddTable(raw)
+	conn.DelTable(raw)
+	if rawChains := p.RawChains(); rawChains != nil {
+		conn.AddTable(raw)
+		chains[ChainRawPrerouting] = conn.AddChain(&nftables.Chain{
+			Name: ChainRawPrerouting.NFTables(), Table: raw, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Policy: &accept,
+		})
+		chains[ChainRawOutput] = conn.AddChain(&nftables.Chain{
+			Name: ChainRawOutput.NFTables(), Table: raw, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRaw, Policy: &accept,
+		})
+		for _, c := range rawChains {
+			chains[c] = conn.AddChain(&nftables.Chain{Name: c.NFTables(), Table: raw})
+		}
+	}
 	for _, r := range p.Rules {
 		chain := chains[r.Chain]
 		if chain == nil {
 			return fmt.Errorf("rule in unknown chain %s", r.Chain.NFTables())
 		}
-		conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: r.nftables()})
+		conn.AddRule(&nftables.Rule{Table: chain.Table, Chain: chain, Exprs: r.nftables()})
 	}
 	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: writing table inet %s: %w", NFTablesTable, err)
+		return fmt.Errorf("nftables: writing tables inet %s and %s: %w", NFTablesTable, NFTablesRawTable, err)
 	}
 	return nil
 }
@@ -133,6 +155,10 @@ func (r Rule) nftables() []expr.Any {
 			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
 			cmp(op, binary.BigEndian.AppendUint16(nil, r.DPort))
 		}
+		if r.SPort != 0 {
+			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2})
+			cmp(expr.CmpOpEq, binary.BigEndian.AppendUint16(nil, r.SPort))
+		}
 	}
 	if o := r.Owner; o != nil {
 		key := expr.MetaKeySKUID
@@ -156,6 +182,11 @@ func (r Rule) nftables() []expr.Any {
 		e = append(e,
 			&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, r.Port)},
 			&expr.Redir{RegisterProtoMin: 1},
+		)
+	case SetZone:
+		e = append(e,
+			&expr.Immediate{Register: 1, Data: binary.NativeEndian.AppendUint16(nil, r.Zone)},
+			&expr.Ct{Register: 1, SourceRegister: true, Key: expr.CtKeyZONE},
 		)
 	}
 	return e
@@ -181,8 +212,22 @@ func (p Plan) NFTables() string {
 	for _, c := range p.Chains() {
 		fmt.Fprintf(&b, "add chain %s %s\n", t, c.NFTables())
 	}
+	raw := "inet " + NFTablesRawTable
+	fmt.Fprintf(&b, "add table %s\ndelete table %s\n", raw, raw)
+	if rawChains := p.RawChains(); rawChains != nil {
+		fmt.Fprintf(&b, "add table %s\n", raw)
+		fmt.Fprintf(&b, "add chain %s %s { type filter hook prerouting priority raw; policy accept; }\n", raw, ChainRawPrerouting.NFTables())
+		fmt.Fprintf(&b, "add chain %s %s { type filter hook output priority raw; policy accept; }\n", raw, ChainRawOutput.NFTables())
+		for _, c := range rawChains {
+			fmt.Fprintf(&b, "add chain %s %s\n", raw, c.NFTables())
+		}
+	}
 	for _, r := range p.Rules {
-		fmt.Fprintf(&b, "add rule %s %s %s\n", t, r.Chain.NFTables(), r.nft())
+		in := t
+		if r.Chain.Raw() {
+			in = raw
+		}
+		fmt.Fprintf(&b, "add rule %s %s %s\n", in, r.Chain.NFTables(), r.nft())
 	}
 	return b.String()
 }
@@ -225,6 +270,9 @@ func (r Rule) nft() string {
 			}
 			parts = append(parts, proto+" dport "+op+strconv.Itoa(int(r.DPort)))
 		}
+		if r.SPort != 0 {
+			parts = append(parts, proto+" sport "+strconv.Itoa(int(r.SPort)))
+		}
 	}
 	if o := r.Owner; o != nil {
 		key := "meta skuid "
@@ -244,6 +292,8 @@ func (r Rule) nft() string {
 		parts = append(parts, "jump "+r.To.NFTables())
 	case RedirectTo:
 		parts = append(parts, "redirect to :"+strconv.Itoa(int(r.Port)))
+	case SetZone:
+		parts = append(parts, "ct zone set "+strconv.Itoa(int(r.Zone)))
 	}
 	return strings.Join(parts, " ")
 }

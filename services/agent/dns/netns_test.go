@@ -42,6 +42,8 @@ func TestMain(m *testing.M) {
 		helperProxy()
 	case "client":
 		helperClient()
+	case "same-port":
+		helperSamePort()
 	default:
 		os.Exit(m.Run())
 	}
@@ -152,6 +154,33 @@ func helperClient() {
 	txt, err := resolver.LookupTXT(ctx, "big.test")
 	out = append(out, clientResult{Query: "go LookupTXT big.test", Answers: []string{fmt.Sprint(len(txt))}, Err: errString(err)})
 	_ = json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// samePort is the source port both senders of
+// TestAQueryFromAPortTheProxyJustUsedStillReachesTheProxy use.
+const samePort = 40053
+
+// helperSamePort asks resolverV4 for $NAME from UDP port samePort (shared
+// with other sockets: SO_REUSEADDR) and prints the answer.
+func helperSamePort() {
+	d := &net.Dialer{LocalAddr: &net.UDPAddr{Port: samePort}, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	c := &dns.Client{Net: "udp", Timeout: 5 * time.Second, Dialer: d}
+	req := new(dns.Msg)
+	req.SetQuestion(os.Getenv("NAME"), dns.TypeA)
+	r := clientResult{Query: os.Getenv("NAME")}
+	if resp, _, err := c.Exchange(req, resolverV4+":53"); err != nil {
+		r.Err = err.Error()
+	} else {
+		r.Authoritative, r.Answers = resp.Authoritative, answerStrings(resp.Answer)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(r)
 }
 
 func errString(err error) string {
@@ -341,6 +370,66 @@ func TestTheCapturedPodsDNSIsAnsweredByTheProxy(t *testing.T) {
 				if g.Query != w.Query || g.Err != w.Err || g.Authoritative != w.Authoritative || !slices.Equal(g.Answers, w.Answers) {
 					t.Errorf("got %+v\nwant %+v", g, w)
 				}
+			}
+		})
+	}
+}
+
+// TestAQueryFromAPortTheProxyJustUsedStillReachesTheProxy is the race
+// Istio's conntrack zones are for: the proxy (its user) asks the resolver
+// from a source port, then the application asks the same resolver from
+// the same port. Without the zones the second query is the first's
+// connection to the kernel and goes to the resolver unredirected (the
+// mesh's name unknown there); with them it is a connection of its own,
+// redirected to the proxy.
+func TestAQueryFromAPortTheProxyJustUsedStillReachesTheProxy(t *testing.T) {
+	for _, mode := range []string{"nftables", "iptables"} {
+		t.Run(mode, func(t *testing.T) {
+			ns, resolverNS := podNetns(t, resolverRemote)
+			plan, err := capture.Build(capture.Settings{
+				IncludeOutboundIPRanges: []string{"*"}, RedirectDNS: true,
+				DNSServers: []netip.Addr{netip.MustParseAddr(resolverV4)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode == "nftables" {
+				err = capture.ApplyNFTables(plan, ns)
+			} else {
+				err = capture.ApplyIPTables(context.Background(), plan.IPTables(), ns)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			exe := executable(t)
+			helper(t, exe, resolverNS, "resolver", 0)
+			helper(t, exe, ns, "proxy", 1337)
+			ask := func(uid int, name string) clientResult {
+				t.Helper()
+				args := []string{"netns", "exec", ns}
+				if uid != 0 {
+					args = append(args, "setpriv", fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", uid), "--clear-groups")
+				}
+				cmd := exec.Command("ip", append(args, exe, "-test.run=^$")...)
+				cmd.Env = append(os.Environ(), helperEnv+"=same-port", "NAME="+name)
+				cmd.Stderr = os.Stderr
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("asking %s as %d: %v", name, uid, err)
+				}
+				var r clientResult
+				if err := json.Unmarshal(out, &r); err != nil {
+					t.Fatalf("%q: %v", out, err)
+				}
+				return r
+			}
+			// The proxy's user, not captured: the resolver answers.
+			if r := ask(1337, "upstream.test."); r.Authoritative || !slices.Equal(r.Answers, []string{"A upstream.test. 9.9.9.9"}) {
+				t.Fatalf("as the proxy's user: %+v, want the resolver's answer", r)
+			}
+			// The application, from the same port: the proxy answers.
+			if r := ask(0, "pg.example.com."); !r.Authoritative || !slices.Equal(r.Answers, []string{"A pg.example.com. 240.240.0.1"}) {
+				t.Fatalf("as the application, from the port the proxy's user used: %+v, want the proxy's answer", r)
 			}
 		})
 	}
