@@ -228,7 +228,8 @@ func proxyCommand() *cobra.Command {
 			"ISTIO_WASM_MAX_BINARY_SIZE_BYTES and BLOCKED_CIDRS_IN_WASM_FETCH are the defaults of the --wasm-* flags. " +
 			"With ISTIO_META_DNS_CAPTURE=true (--dns-capture; proxyMetadata sets it) a sidecar's agent asks discovery for the name table and answers the pod's DNS from it on --dns-proxy-address (UDP and TCP), " +
 			"as Istio's agent: the mesh's hosts (A and AAAA, a Service's short forms, the first search domain's expansion), every other name forwarded to /etc/resolv.conf's resolvers; " +
-			"the init container (iptables --redirect-dns, from the same variable) captures the pod's DNS to it.",
+			"the init container (iptables --redirect-dns, from the same variable) captures the pod's DNS to it. " +
+			"The node's metadata carries, besides what the agent sets itself, every ISTIO_META_<KEY> variable of its environment and of the proxy config's proxyMetadata as <KEY>, as Istio's agent sends them (an EnvoyFilter's proxy.metadata match reads them).",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
 			if len(args) != 1 || (args[0] != proxycontract.Sidecar && args[0] != proxycontract.Router) {
@@ -267,6 +268,7 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	node := bootstrap.Node{
 		Type: cfg.Type, IP: cfg.InstanceIP, PodName: cfg.PodName, Namespace: cfg.PodNamespace, DomainSuffix: cfg.DomainSuffix,
 		ServiceAccount: cfg.ServiceAccount, ClusterID: cfg.ClusterID, Labels: labelsFromEnv(rt.Log),
+		Metadata: bootstrap.MetadataFromEnv(pc.GetProxyMetadata(), os.Environ()),
 		// As pilot-agent does: the proxy's version is the agent's, which
 		// flotilla proxy-status and version show.
 		IstioVersion: buildinfo.Get().Version,

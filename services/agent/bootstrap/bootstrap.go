@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -82,6 +83,31 @@ type Node struct {
 	// DNS_CAPTURE): discovery then gives it the name table and listeners
 	// on the addresses allocated to ServiceEntries.
 	DNSCapture bool
+	// Metadata is the rest of the node's metadata, as Istio's agent passes
+	// its ISTIO_META_* variables on (MetadataFromEnv); the fields above
+	// take precedence over a key of the same name.
+	Metadata map[string]string
+}
+
+// MetadataFromEnv is Istio's agent's node metadata from its environment
+// (bootstrap.GetNodeMetaData): proxyMetadata's ISTIO_META_* entries, then
+// the ISTIO_META_* variables of environ (which win), each without the
+// prefix.
+func MetadataFromEnv(proxyMetadata map[string]string, environ []string) map[string]string {
+	const prefix = "ISTIO_META_"
+	out := map[string]string{}
+	for k, v := range proxyMetadata {
+		if key, ok := strings.CutPrefix(k, prefix); ok && key != "" {
+			out[key] = v
+		}
+	}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if key, isMeta := strings.CutPrefix(k, prefix); ok && isMeta && key != "" {
+			out[key] = v
+		}
+	}
+	return out
 }
 
 // ID is the node id: type~IP~pod.namespace~namespace.svc.domain.
@@ -334,14 +360,26 @@ func metadata(n Node, pc *meshv1alpha1.ProxyConfig) (*structpb.Struct, error) {
 	for k, v := range n.Labels {
 		labels[k] = v
 	}
-	fields := map[string]any{
+	fields := map[string]any{}
+	for k, v := range n.Metadata {
+		fields[k] = v
+	}
+	for k, v := range map[string]any{
 		proxycontract.MetadataName:         n.PodName,
 		proxycontract.MetadataNamespace:    n.Namespace,
 		proxycontract.MetadataInstanceIPs:  n.IP,
 		proxycontract.MetadataLabels:       labels,
 		proxycontract.MetadataClusterID:    n.ClusterID,
 		proxycontract.MetadataIstioVersion: n.IstioVersion,
+	} {
+		fields[k] = v
 	}
+	// What the agent does, not what its environment asked: no DNS proxy
+	// (a gateway, a proxyless pod), no DNS_CAPTURE.
+	delete(fields, proxycontract.MetadataDNSCapture)
+	delete(fields, proxycontract.MetadataServiceAccount)
+	delete(fields, proxycontract.MetadataGenerator)
+	delete(fields, proxycontract.MetadataProxyConfig)
 	if n.ServiceAccount != "" {
 		fields[proxycontract.MetadataServiceAccount] = n.ServiceAccount
 	}

@@ -118,6 +118,43 @@ func TestTheNodeIsWhatDiscoveryReads(t *testing.T) {
 	}
 }
 
+func TestTheEnvironmentsIstioMetaVariablesAreNodeMetadataButNotTheAgentsOwn(t *testing.T) {
+	n := cart()
+	n.Metadata = MetadataFromEnv(
+		map[string]string{"ISTIO_META_AUTO_REGISTER_GROUP": "from-proxy-config", "ISTIO_META_NETWORK": "net-1", "OTHER": "x"},
+		[]string{"ISTIO_META_AUTO_REGISTER_GROUP=vm-group", "ISTIO_META_NAME=spoofed", "ISTIO_META_DNS_CAPTURE=true", "ISTIO_META_=empty", "ISTIO_METAJSON_LABELS={}", "PATH=/bin", "ISTIO_META_BROKEN"},
+	)
+	b, _, err := Build(Options{Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := b.GetNode().GetMetadata().AsMap()
+	raw, _ := json.Marshal(md)
+	for k, want := range map[string]any{
+		"AUTO_REGISTER_GROUP": "vm-group", // the environment over proxyMetadata, as Istio's
+		"NETWORK":             "net-1",
+		"NAME":                "cart-7d9f", // the agent's own keys are not overridden
+	} {
+		if md[k] != want {
+			t.Errorf("metadata %s = %v, want %v (all: %s)", k, md[k], want, raw)
+		}
+	}
+	for _, k := range []string{"DNS_CAPTURE", "OTHER", "", "METAJSON_LABELS", "BROKEN", "PATH"} {
+		if v, ok := md[k]; ok {
+			t.Errorf("metadata %s = %v: not the agent's to send (all: %s)", k, v, raw)
+		}
+	}
+	// DNS_CAPTURE says what the agent does.
+	n.DNSCapture = true
+	b, _, err = Build(Options{Node: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.GetNode().GetMetadata().AsMap()["DNS_CAPTURE"]; got != "true" {
+		t.Errorf("DNS_CAPTURE with the DNS proxy running: %v", got)
+	}
+}
+
 func TestABadNodeOrProxyConfigIsRefusedWithTheReason(t *testing.T) {
 	for want, o := range map[string]Options{
 		"INSTANCE_IP":         {Node: func() Node { n := cart(); n.IP = ""; return n }()},
