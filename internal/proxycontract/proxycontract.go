@@ -97,6 +97,15 @@ const (
 	// proxy) and in the init container (the capture of the pod's DNS), as
 	// in Istio; proxyMetadata sets it.
 	DNSCaptureEnv = "ISTIO_META_DNS_CAPTURE"
+	// DNSProxyPort is where the agent's DNS proxy listens (UDP and TCP)
+	// and the pod's captured DNS is sent (Istio's
+	// IstioAgentDNSListenerPort).
+	DNSProxyPort = 15053
+	// NameTableKubernetes and NameTableExternal are where a host of the
+	// name table comes from (its NameInfo.registry, Istio's provider
+	// IDs): the agent answers a Kubernetes Service's short forms too.
+	NameTableKubernetes = "Kubernetes"
+	NameTableExternal   = "External"
 	// MetadataGenerator picks the configuration flavour: GeneratorGRPC,
 	// or absent for Envoy.
 	MetadataGenerator = "GENERATOR"

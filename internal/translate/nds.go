@@ -6,12 +6,7 @@ import (
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
 	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
-)
-
-// Registries as the name table names them (Istio's provider IDs).
-const (
-	kubernetesRegistry = "Kubernetes"
-	externalRegistry   = "External"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // clusterSetSuffix ends Kubernetes Multi-Cluster Services' hosts, which
@@ -39,9 +34,9 @@ func (g *gen) nameTable() *ndsv1.NameTable {
 		for _, svc := range g.scope.Services() {
 			kube := svc.GetSourceKind() == registryv1.SourceKind_SOURCE_KIND_KUBERNETES_SERVICE
 			shortNames := kube && !strings.HasSuffix(svc.GetHostname(), clusterSetSuffix)
-			registry := externalRegistry
+			registry := proxycontract.NameTableExternal
 			if kube {
-				registry = kubernetesRegistry
+				registry = proxycontract.NameTableKubernetes
 			}
 			ips := g.serviceAddresses(svc)
 			if len(ips) == 0 && svc.GetResolution() == registryv1.Resolution_RESOLUTION_NONE && len(svc.GetPorts()) > 0 {

@@ -160,7 +160,7 @@ func proxyDefaults() Config {
 		AppMetrics:      os.Getenv(proxycontract.PrometheusScrapeEnv),
 		// Istio's StringBool: a value that is not a boolean is false.
 		DNSCapture:      envBool(proxycontract.DNSCaptureEnv),
-		DNSProxyAddress: env("DNS_PROXY_ADDR", dns.DefaultAddress),
+		DNSProxyAddress: env("DNS_PROXY_ADDR", dns.DefaultAddress()),
 	}
 }
 

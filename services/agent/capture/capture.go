@@ -30,11 +30,11 @@ import (
 
 // Ports the sidecar itself uses, never captured inbound.
 const (
-	PortHBONE      = 15008 // mTLS tunnel
-	PortAgent      = 15020 // agent's merged metrics and health
-	PortHealth     = 15021 // readiness
-	PortPrometheus = 15090 // Envoy's stats
-	PortDNSProxy   = 15053 // the agent's DNS proxy
+	PortHBONE      = 15008                      // mTLS tunnel
+	PortAgent      = 15020                      // agent's merged metrics and health
+	PortHealth     = 15021                      // readiness
+	PortPrometheus = 15090                      // Envoy's stats
+	PortDNSProxy   = proxycontract.DNSProxyPort // the agent's DNS proxy
 	portDNS        = 53
 )
 

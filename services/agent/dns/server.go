@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,14 +29,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
-// Port is Istio's agent's DNS port (IstioAgentDNSListenerPort), which
-// the pod's capture redirects DNS to.
-const Port = 15053
-
-// DefaultAddress is Istio's DNS_PROXY_ADDR default.
-const DefaultAddress = "localhost:15053"
+// DefaultAddress is Istio's DNS_PROXY_ADDR default: localhost on
+// proxycontract.DNSProxyPort, where the capture sends the pod's DNS.
+func DefaultAddress() string {
+	return net.JoinHostPort("localhost", strconv.Itoa(proxycontract.DNSProxyPort))
+}
 
 // ResolvConf is where the pod's resolvers are read from.
 const ResolvConf = "/etc/resolv.conf"
@@ -76,7 +77,6 @@ type Options struct {
 type Server struct {
 	o        Options
 	table    atomic.Pointer[Table]
-	names    atomic.Pointer[ndsv1.NameTable]
 	inflight chan struct{}
 	m        *metrics
 	servers  []*dns.Server
@@ -85,7 +85,7 @@ type Server struct {
 // New returns a server; Run serves it.
 func New(o Options) (*Server, error) {
 	if o.Address == "" {
-		o.Address = DefaultAddress
+		o.Address = DefaultAddress()
 	}
 	if _, _, err := net.SplitHostPort(o.Address); err != nil {
 		return nil, fmt.Errorf("DNS proxy address %q: %w", o.Address, err)
@@ -127,12 +127,16 @@ func ReadResolvConf(path string) (upstreams, search []string, err error) {
 func (s *Server) Update(nt *ndsv1.NameTable) {
 	t := NewTable(nt, TableOptions{Namespace: s.o.Namespace, Domain: s.o.Domain, Search: s.o.Search})
 	s.table.Store(t)
-	s.names.Store(nt)
 	s.o.Log.Debug("name table updated", "names", t.Len())
 }
 
 // NameTable is the last name table given; nil before the first.
-func (s *Server) NameTable() *ndsv1.NameTable { return s.names.Load() }
+func (s *Server) NameTable() *ndsv1.NameTable {
+	if t := s.table.Load(); t != nil {
+		return t.source
+	}
+	return nil
+}
 
 // Ready reports whether a name table has been given.
 func (s *Server) Ready() bool { return s.table.Load() != nil }

@@ -9,16 +9,12 @@ import (
 	"github.com/miekg/dns"
 
 	ndsv1 "github.com/flotilla-mesh/flotilla/api/gen/istio/networking/nds/v1"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // ttl is the answers' TTL, low so that a client that caches them soon
 // asks again (Istio's defaultTTLInSeconds).
 const ttl = 30
-
-// registryKubernetes is the registry of a Kubernetes Service's host in
-// the name table (Istio's provider.Kubernetes): its short forms are
-// answered too.
-const registryKubernetes = "Kubernetes"
 
 // TableOptions say where the pod is, which decides the short names the
 // table answers.
@@ -48,6 +44,8 @@ type entry struct {
 // read it without locks and an update replaces it.
 type Table struct {
 	names map[string]*entry
+	// source is the name table it was built from, for /debug/ndsz.
+	source *ndsv1.NameTable
 }
 
 // NewTable builds the lookup table of nt for a pod, as Istio's
@@ -57,7 +55,7 @@ type Table struct {
 // domain appended (a CNAME to it). Hosts without a valid address are
 // left out.
 func NewTable(nt *ndsv1.NameTable, o TableOptions) *Table {
-	t := &Table{names: make(map[string]*entry, len(nt.GetTable()))}
+	t := &Table{names: make(map[string]*entry, len(nt.GetTable())), source: nt}
 	// The domain without the namespace: "svc.cluster.local" (Istio's
 	// NewLocalDNSServer strips a leading "<namespace>.").
 	parts := strings.Split(o.Domain, ".")
@@ -115,7 +113,7 @@ func NewTable(nt *ndsv1.NameTable, o TableOptions) *Table {
 // qualified.
 func altHosts(host string, info *ndsv1.NameTable_NameInfo, namespace, domain string, domainParts []string) []string {
 	host = strings.ToLower(host)
-	if info.GetRegistry() != registryKubernetes {
+	if info.GetRegistry() != proxycontract.NameTableKubernetes {
 		return []string{strings.TrimSuffix(host, ".") + "."}
 	}
 	if strings.HasSuffix(host, ".") {
