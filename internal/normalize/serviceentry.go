@@ -220,6 +220,8 @@ func resolution(r networking.ServiceEntry_Resolution) registryv1.Resolution {
 		return registryv1.Resolution_RESOLUTION_DNS
 	case networking.ServiceEntry_DNS_ROUND_ROBIN:
 		return registryv1.Resolution_RESOLUTION_DNS_ROUND_ROBIN
+	case networking.ServiceEntry_DYNAMIC_DNS:
+		return registryv1.Resolution_RESOLUTION_DYNAMIC_DNS
 	default:
 		return registryv1.Resolution_RESOLUTION_NONE
 	}

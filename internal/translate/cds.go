@@ -33,13 +33,21 @@ const (
 )
 
 // clusterCandidates names every cluster the proxy may have: outbound
-// clusters for every visible service port and DestinationRule subset, and
-// its flavour's own (clusterNames).
+// clusters for every visible service port and DestinationRule subset
+// (a DYNAMIC_DNS host has no subsets, and clusters only for the
+// protocols Envoy's dynamic forward proxy serves), and its flavour's own
+// (clusterNames).
 func (g *gen) clusterCandidates() []string {
 	var names []string
 	for _, svc := range g.scope.Services() {
 		dr := g.scope.DestinationRule(g.p, svc)
 		for _, port := range svc.GetPorts() {
+			if dynamicDNS(svc) {
+				if dfpProtocol(port.GetProtocol()) {
+					names = append(names, ClusterName(outbound, port.GetNumber(), "", svc.GetHostname()))
+				}
+				continue
+			}
 			names = append(names, ClusterName(outbound, port.GetNumber(), "", svc.GetHostname()))
 			for _, ss := range drSpec(dr).GetSubsets() {
 				if ss.GetName() != "" {
@@ -79,9 +87,14 @@ func drKey(dr *model.DestinationRule) string {
 }
 
 // outboundKey names what an outbound cluster's content depends on besides
-// the push context: its name, flavour, service and DestinationRule.
+// the push context: its name, flavour, service and DestinationRule, and
+// for a DYNAMIC_DNS host the address family the proxy resolves in.
 func (g *gen) outboundKey(kind, name string, svc *registryv1.Service, dr *model.DestinationRule) string {
-	return kind + "|" + g.client.name + "|" + name + "|" + svc.GetNamespace() + "|" + drKey(dr)
+	key := kind + "|" + g.client.name + "|" + name + "|" + svc.GetNamespace() + "|" + drKey(dr)
+	if dynamicDNS(svc) {
+		key += "|" + g.dnsLookupFamily().String()
+	}
+	return key
 }
 
 func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *builtCluster {
@@ -96,7 +109,7 @@ func (g *gen) sharedOutbound(name string, portNum uint32, subset, host string) *
 	dr := g.scope.DestinationRule(g.p, svc)
 	var ss *networking.Subset
 	if subset != "" {
-		if ss = dr.Subset(subset); ss == nil {
+		if ss = dr.Subset(subset); ss == nil || dynamicDNS(svc) {
 			return nil
 		}
 	}
@@ -230,6 +243,15 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
 		c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED
+	case registryv1.Resolution_RESOLUTION_DYNAMIC_DNS:
+		switch {
+		case !g.client.envoyClusters:
+			g.problem("cluster %s: resolution DYNAMIC_DNS (Envoy's dynamic forward proxy) is not available to proxyless gRPC clients; left out", name)
+			return nil
+		case !dynamicDNS(svc) || !dfpProtocol(port.GetProtocol()):
+			return nil
+		}
+		g.dfpCluster(c, svc.GetHostname())
 	default:
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}
 		c.EdsClusterConfig = &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name}
@@ -263,7 +285,9 @@ func (g *gen) outboundCluster(svc *registryv1.Service, port *registryv1.ServiceP
 		// applyLoadBalancer, Service.SupportsUnhealthyEndpoints).
 		c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}}
 	}
-	if g.client.envoyClusters {
+	if g.client.envoyClusters && c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
+		// Not for a cluster that picks its hosts itself (Istio's
+		// applyLoadBalancer).
 		localityLbConfig(c, g.localitySetting(pol.LoadBalancer))
 	}
 	if g.client.envoyClusters {
@@ -591,13 +615,22 @@ func httpOptions(proto registryv1.Protocol, pool *networking.ConnectionPoolSetti
 
 // applyTLS sets the upstream transport socket: the DestinationRule's TLS
 // mode when it has one, else auto mTLS (mTLS to endpoints labelled as
-// running a sidecar, plaintext to the rest).
+// running a sidecar, plaintext to the rest). A dynamic forward proxy
+// cluster has no fixed SNI: mesh mTLS to it sends the requested host, as
+// originated TLS does (Istio's buildUpstreamTLSContext).
 func (g *gen) applyTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *registryv1.ServicePort, ss *networking.Subset, dr *model.DestinationRule, tls *networking.ClientTLSSettings) {
 	sni := "outbound_." + itoa(port.GetNumber()) + "_." + ss.GetName() + "_." + svc.GetHostname()
+	dfp := isDFPCluster(c)
+	if dfp {
+		sni = ""
+	}
 	h2 := isHTTP2(port.GetProtocol())
 	if tls == nil {
 		if !g.pc.AutoMTLS() || svc.GetLocation() == registryv1.Location_LOCATION_MESH_EXTERNAL {
 			return
+		}
+		if dfp {
+			g.autoSNI(c, &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL})
 		}
 		c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
 			{
@@ -624,6 +657,9 @@ func (g *gen) applyTLS(c *clusterv3.Cluster, svc *registryv1.Service, port *regi
 			sans = sanMatchers(names)
 		}
 		c.TransportSocket = g.istioMutual(sans, cmp.Or(tls.GetSni(), sni), h2)
+		if dfp {
+			g.autoSNI(c, tls)
+		}
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		if privilegedCredential(tls.GetCredentialName()) && len(drSpec(dr).GetWorkloadSelector().GetMatchLabels()) == 0 {
 			// Istio's rule (buildUpstreamClusterTLSContext): a sidecar takes
@@ -652,9 +688,20 @@ func privilegedCredential(cn string) bool {
 // the sidecar originates: without an sni, the request's Host is sent as
 // SNI (auto_sni), and, with no subjectAltNames either and verification
 // on, the server certificate must match that Host (auto_san_validation).
-// Both are HTTP options; TCP traffic is unaffected, as in Istio.
+// Both are HTTP options; TCP traffic is unaffected, as in Istio. A dynamic
+// forward proxy cluster validates against the Host whenever verification
+// is on, and is allowed to do less only by allow_insecure_cluster_options.
 func (g *gen) autoSNI(c *clusterv3.Cluster, tls *networking.ClientTLSSettings) {
-	if tls.GetSni() != "" {
+	insecure := tls.GetInsecureSkipVerify().GetValue()
+	autoSNI := tls.GetSni() == ""
+	autoSAN := autoSNI && len(tls.GetSubjectAltNames()) == 0 && !insecure
+	if isDFPCluster(c) {
+		autoSAN = !insecure
+		if !autoSNI || !autoSAN {
+			g.allowInsecureDFP(c)
+		}
+	}
+	if !autoSNI && !autoSAN {
 		return
 	}
 	opts := &httpv3.HttpProtocolOptions{}
@@ -669,10 +716,7 @@ func (g *gen) autoSNI(c *clusterv3.Cluster, tls *networking.ClientTLSSettings) {
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
 		}}
 	}
-	opts.UpstreamHttpProtocolOptions = &corev3.UpstreamHttpProtocolOptions{
-		AutoSni:           true,
-		AutoSanValidation: len(tls.GetSubjectAltNames()) == 0 && !tls.GetInsecureSkipVerify().GetValue(),
-	}
+	opts.UpstreamHttpProtocolOptions = &corev3.UpstreamHttpProtocolOptions{AutoSni: autoSNI, AutoSanValidation: autoSAN}
 	if c.TypedExtensionProtocolOptions == nil {
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{}
 	}

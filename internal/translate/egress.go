@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
@@ -111,11 +113,11 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 			if addr == "0.0.0.0" && !ep.bindToPort {
 				// Shared like any wildcard HTTP listener: HTTP by the
 				// inspector, the rest passed through or refused.
-				g.httpChain(l, name, itoa(ep.port), ep.port)
+				g.httpChain(l, name, ep.port)
 			} else {
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    name,
-					Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, itoa(ep.port), ep.port, nil))},
+					Filters: []*listenerv3.Filter{g.networkFilter(hcmFilter, g.outboundPortHCM(name, ep.port))},
 				}}
 			}
 			add(l)
@@ -142,11 +144,85 @@ func (g *gen) egressPortListeners() ([]*listenerv3.Listener, map[string]bool) {
 				l := g.portListener(name, addr, ep.port, ep.bindToPort)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, ep.port, "", svc.GetHostname()),
-					Filters: append(g.policyNetworkFilters(nil, model.ClientMode, ep.port), g.tcpForward(model.ClientMode, ClusterName(outbound, ep.port, "", svc.GetHostname()), clusters)...),
+					Filters: g.outboundTCPFilters(svc, port, clusters),
 				}}
 				add(l)
 			}
 		}
 	}
 	return out, locked
+}
+
+// httpChain makes l a shared HTTP listener of a port, as Istio's: the
+// HTTP chain (outboundPortHCM) takes what the HTTP inspector sees as
+// plaintext HTTP/1.x or h2c; anything else on the port (another protocol,
+// TLS to a host no SNI chain names) takes the default chain, passed
+// through or refused per outboundTrafficPolicy.
+func (g *gen) httpChain(l *listenerv3.Listener, name string, port uint32) {
+	l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+		Name:             name,
+		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
+		Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.outboundPortHCM(name, port))},
+	})
+	l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
+	l.DefaultFilterChain = g.passthroughChain(name)
+}
+
+// servicePortPair is a service and one of its ports.
+type servicePortPair struct {
+	svc  *registryv1.Service
+	port *registryv1.ServicePort
+}
+
+// portRouteServices are the services the route configuration of an
+// outbound port routes: a Sidecar egress listener's own services that
+// have the port (Istio's GetEgressListenerForRDS), otherwise the
+// catch-all's HTTP services on it.
+func (g *gen) portRouteServices(n uint32) []servicePortPair {
+	services, egress := g.catchAllServices(), false
+	if ep := g.egressPortFor(n); ep != nil && (isHTTP(ep.proto) || sniffed(ep.proto)) {
+		services, egress = ep.services, true
+	}
+	var out []servicePortPair
+	for _, svc := range services {
+		if port := servicePort(svc, n); port != nil && (egress || g.onPortRoute(svc, port)) {
+			out = append(out, servicePortPair{svc, port})
+		}
+	}
+	return out
+}
+
+// outboundPortHCM is the connection manager of a shared outbound HTTP
+// listener of a port, routing by the port's route configuration, with the
+// dynamic forward proxy filter of the DYNAMIC_DNS host that route has (one
+// per connection manager: the hosts after the first are reported).
+func (g *gen) outboundPortHCM(listener string, port uint32) *hcmv3.HttpConnectionManager {
+	hcm := g.httpConnectionManager("outbound_"+listener, itoa(port), port, nil)
+	var dfp []string
+	for _, sp := range g.portRouteServices(port) {
+		if dynamicDNS(sp.svc) && dfpProtocol(sp.port.GetProtocol()) {
+			dfp = append(dfp, sp.svc.GetHostname())
+		}
+	}
+	if len(dfp) > 0 {
+		g.withDFPFilter(hcm, dfp[0])
+	}
+	for _, h := range dfp[min(1, len(dfp)):] {
+		g.problem("listener %s: DYNAMIC_DNS hosts %s and %s share HTTP port %d; Envoy's dynamic forward proxy resolves for one per listener, so requests to %s fail", listener, dfp[0], h, port, h)
+	}
+	return hcm
+}
+
+// outboundTCPFilters forward a connection to a TCP or TLS service port's
+// clusters, after the proxy's policy and stats filters; to a DYNAMIC_DNS
+// host's own TLS cluster through the SNI dynamic forward proxy filter,
+// which resolves the server name the client sent (Istio's
+// buildOutboundNetworkFiltersWithSingleDestination).
+func (g *gen) outboundTCPFilters(svc *registryv1.Service, port *registryv1.ServicePort, clusters []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight) []*listenerv3.Filter {
+	self := ClusterName(outbound, port.GetNumber(), "", svc.GetHostname())
+	fs := append(g.policyNetworkFilters(nil, model.ClientMode, port.GetNumber()), g.tcpForward(model.ClientMode, self, clusters)...)
+	if dynamicDNS(svc) && port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS && len(clusters) == 1 && clusters[0].GetName() == self {
+		fs = g.withSNIDFPFilter(fs, svc.GetHostname(), port.GetNumber())
+	}
+	return fs
 }

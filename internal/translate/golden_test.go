@@ -445,6 +445,7 @@ func TestGolden(t *testing.T) {
 			for _, cp := range proxies {
 				p := cp.Proxy
 				out := generateCase(pc, cp)
+				checkDNSCaches(t, out)
 				files.add(t, p, out, NewGenerator(pc, p).NameTable())
 				if !deterministic(t, out, generateCase(pc, cp)) {
 					t.Fatalf("%s: two translations of the same input differ", proxyKey(p))

@@ -166,9 +166,10 @@ func ipAddresses(addrs []string) []string {
 }
 
 // grpcReachable reports whether a proxyless gRPC client can call the
-// service: it needs endpoints it is told about (not passthrough).
+// service: it needs endpoints it is told about (not passthrough, nor
+// resolved by the proxy per request).
 func grpcReachable(svc *registryv1.Service) bool {
-	return svc.GetResolution() != registryv1.Resolution_RESOLUTION_NONE
+	return svc.GetResolution() != registryv1.Resolution_RESOLUTION_NONE && svc.GetResolution() != registryv1.Resolution_RESOLUTION_DYNAMIC_DNS
 }
 
 // onPortRoute reports whether a service port's HTTP traffic is routed by

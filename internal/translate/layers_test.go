@@ -25,6 +25,7 @@ var layers = [][]string{
 	{"locality.go"},
 	{"eds.go"},
 	{"metrics.go"},
+	{"dfp.go"},
 	{"cds.go"},
 	{"check.go"},
 	{"authn.go"},

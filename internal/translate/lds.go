@@ -7,10 +7,12 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
+	dfphttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_forward_proxy/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	snidfpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_dynamic_forward_proxy/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -356,21 +358,6 @@ func (g *gen) portListener(name, addr string, port uint32, bindToPort bool) *lis
 	return l
 }
 
-// httpChain makes l a shared HTTP listener of a port, as Istio's: the
-// HTTP chain (route configuration rds) takes what the HTTP inspector sees as
-// plaintext HTTP/1.x or h2c; anything else on the port (another protocol,
-// TLS to a host no SNI chain names) takes the default chain, passed
-// through or refused per outboundTrafficPolicy.
-func (g *gen) httpChain(l *listenerv3.Listener, name, rds string, port uint32) {
-	l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
-		Name:             name,
-		FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "raw_buffer", ApplicationProtocols: plaintextHTTPALPN()},
-		Filters:          []*listenerv3.Filter{g.networkFilter(hcmFilter, g.httpConnectionManager("outbound_"+name, rds, port, nil))},
-	})
-	l.ListenerFilters = append(l.ListenerFilters, g.httpInspector())
-	l.DefaultFilterChain = g.passthroughChain(name)
-}
-
 // plaintextHTTPALPN is what the HTTP inspector reports for plaintext HTTP
 // (Istio's plaintextHTTPALPNs).
 func plaintextHTTPALPN() []string { return []string{"http/1.0", "http/1.1", "h2c"} }
@@ -467,4 +454,27 @@ func (g *gen) tlsApplies(ms []*networking.TLSMatchAttributes, port uint32, host 
 		}
 	}
 	return false
+}
+
+// withDFPFilter adds the dynamic forward proxy HTTP filter of host's cache
+// to an outbound connection manager, before the router (Istio's
+// buildHTTPConnectionManager). Routes to other clusters pass it untouched.
+func (g *gen) withDFPFilter(hcm *hcmv3.HttpConnectionManager, host string) {
+	f := &hcmv3.HttpFilter{Name: dfpHTTPFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: g.pack(&dfphttpv3.FilterConfig{
+		ImplementationSpecifier: &dfphttpv3.FilterConfig_DnsCacheConfig{DnsCacheConfig: g.dnsCache(host)},
+	})}}
+	at := max(len(hcm.GetHttpFilters())-1, 0) // the router stays last
+	hcm.HttpFilters = slices.Insert(hcm.GetHttpFilters(), at, f)
+}
+
+// withSNIDFPFilter puts the SNI dynamic forward proxy filter of host's
+// cache before the tcp_proxy that ends filters: it resolves the TLS
+// server name the client sent, to port (Istio's buildCompleteNetworkFilters).
+func (g *gen) withSNIDFPFilter(filters []*listenerv3.Filter, host string, port uint32) []*listenerv3.Filter {
+	f := g.networkFilter(sniDFPFilter, &snidfpv3.FilterConfig{
+		DnsCacheConfig: g.dnsCache(host),
+		PortSpecifier:  &snidfpv3.FilterConfig_PortValue{PortValue: port},
+	})
+	at := max(len(filters)-1, 0)
+	return slices.Insert(slices.Clip(filters), at, f)
 }

@@ -18,7 +18,6 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	registryv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/registry/v1"
-	"github.com/flotilla-mesh/flotilla/internal/model"
 )
 
 // This file is what only a sidecar gets, as Istio's sidecar builders
@@ -157,17 +156,8 @@ func (g *gen) portRoute(name string) *routev3.RouteConfiguration {
 		return nil
 	}
 	var vhs []*routev3.VirtualHost
-	// A Sidecar egress listener on the port routes its own services that
-	// have the port (Istio's GetEgressListenerForRDS); otherwise the
-	// catch-all's HTTP services on it.
-	services, egress := g.catchAllServices(), false
-	if ep := g.egressPortFor(uint32(n)); ep != nil && (isHTTP(ep.proto) || sniffed(ep.proto)) {
-		services, egress = ep.services, true
-	}
-	for _, svc := range services {
-		if port := servicePort(svc, uint32(n)); port != nil && (egress || g.onPortRoute(svc, port)) {
-			vhs = append(vhs, g.virtualHost(svc, port))
-		}
+	for _, sp := range g.portRouteServices(uint32(n)) {
+		vhs = append(vhs, g.virtualHost(sp.svc, sp.port))
 	}
 	if len(vhs) == 0 {
 		return nil
@@ -201,11 +191,13 @@ func (g *gen) sniffedRoute(name string) *routev3.RouteConfiguration {
 // key; and what of the proxy's node its spans' tags name (traceIdentity)
 // the extensions that select it (extensionsKey), its proxy headers and
 // whether its bootstrap has the mesh's access log service (meshALS)
-// always are. Istio builds them per proxy; inbound listeners stay per
+// and the address family it resolves names in (DYNAMIC_DNS hosts' DNS
+// caches) always are. Istio builds them per proxy; inbound listeners stay per
 // proxy here too.
 func (g *gen) outboundSet() []*listenerv3.Listener {
 	key := g.scopeKey("lds", "outbound", g.pc.ListenersReadLabels(), g.readsAddresses(true)) + "|" + g.client.name + "|trace|" + g.traceIdentity() +
-		"|extensions|" + g.extensionsKey() + "|headers|" + g.proxyHeaders(outboundClass).key() + "|als|" + strconv.FormatBool(g.meshALS())
+		"|extensions|" + g.extensionsKey() + "|headers|" + g.proxyHeaders(outboundClass).key() + "|als|" + strconv.FormatBool(g.meshALS()) +
+		"|dns|" + g.dnsLookupFamily().String()
 	v := g.pc.Memo(key, func() any {
 		sub := g.isolated()
 		before := sub.packErrs
@@ -277,7 +269,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				tls := port.GetProtocol() == registryv1.Protocol_PROTOCOL_TLS || port.GetProtocol() == registryv1.Protocol_PROTOCOL_HTTPS
 				chain := &listenerv3.FilterChain{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: append(g.policyNetworkFilters(nil, model.ClientMode, num), g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)...),
+					Filters: g.outboundTCPFilters(svc, port, clusters),
 				}
 				if tls && svc.GetHostname() != "*" {
 					chain.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{svc.GetHostname()}, TransportProtocol: "tls"}
@@ -300,7 +292,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 				l := g.portListener(name, vip, num, false)
 				l.FilterChains = []*listenerv3.FilterChain{{
 					Name:    ClusterName(outbound, num, "", svc.GetHostname()),
-					Filters: append(g.policyNetworkFilters(nil, model.ClientMode, num), g.tcpForward(model.ClientMode, ClusterName(outbound, num, "", svc.GetHostname()), clusters)...),
+					Filters: g.outboundTCPFilters(svc, port, clusters),
 				}}
 				if sniffed(port.GetProtocol()) {
 					// A port of no declared protocol (Istio's "auto"): the
@@ -332,7 +324,7 @@ func (g *gen) outboundListeners() []*listenerv3.Listener {
 		l.FilterChains = append(l.FilterChains, w.sni...)
 		switch {
 		case w.http:
-			g.httpChain(l, name, itoa(port), port)
+			g.httpChain(l, name, port)
 			for _, c := range w.tcp {
 				g.problem("listener %s: TCP service %s without an address shares port %d with HTTP services; left out", name, c.GetName(), port)
 			}

@@ -142,9 +142,7 @@ func (v *validator) workloadEntrySpec(path string, we *networking.WorkloadEntry,
 
 // dynamicDNS checks a DYNAMIC_DNS ServiceEntry as Istio's
 // ValidateServiceEntry does (wildcard hosts only, no addresses or
-// endpoints, HTTP, HTTP2, gRPC or TLS ports, an explicit location), and
-// says that Flotilla does not build Envoy's dynamic forward proxy for it:
-// its traffic goes to the original destination, as with resolution NONE.
+// endpoints, HTTP, HTTP2, gRPC or TLS ports, an explicit location).
 func (v *validator) dynamicDNS(se *networking.ServiceEntry) {
 	if len(se.GetHosts()) == 0 {
 		v.r.errorf("spec.hosts", "at least one wildcard host must be provided for resolution type DYNAMIC_DNS")
@@ -170,5 +168,4 @@ func (v *validator) dynamicDNS(se *networking.ServiceEntry) {
 	if se.GetLocation() != networking.ServiceEntry_MESH_EXTERNAL && se.GetLocation() != networking.ServiceEntry_MESH_INTERNAL {
 		v.r.errorf("spec.location", "location must be MESH_EXTERNAL or MESH_INTERNAL for resolution type DYNAMIC_DNS")
 	}
-	v.r.warnc(CodeNotImplemented, "spec.resolution", "Flotilla does not build Envoy's dynamic forward proxy for DYNAMIC_DNS (Istio does): traffic to these hosts goes to the address the client resolved, as with resolution NONE")
 }

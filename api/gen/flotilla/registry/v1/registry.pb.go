@@ -165,6 +165,10 @@ const (
 	// No resolution: the proxy forwards to the original destination address
 	// (Envoy ORIGINAL_DST / passthrough).
 	Resolution_RESOLUTION_NONE Resolution = 4
+	// Wildcard hosts whose addresses the proxy resolves per request from the
+	// HTTP Host or the TLS SNI (Envoy's dynamic forward proxy; Istio's
+	// ServiceEntry DYNAMIC_DNS). No endpoints.
+	Resolution_RESOLUTION_DYNAMIC_DNS Resolution = 5
 )
 
 // Enum value maps for Resolution.
@@ -175,6 +179,7 @@ var (
 		2: "RESOLUTION_DNS",
 		3: "RESOLUTION_DNS_ROUND_ROBIN",
 		4: "RESOLUTION_NONE",
+		5: "RESOLUTION_DYNAMIC_DNS",
 	}
 	Resolution_value = map[string]int32{
 		"RESOLUTION_UNSPECIFIED":     0,
@@ -182,6 +187,7 @@ var (
 		"RESOLUTION_DNS":             2,
 		"RESOLUTION_DNS_ROUND_ROBIN": 3,
 		"RESOLUTION_NONE":            4,
+		"RESOLUTION_DYNAMIC_DNS":     5,
 	}
 )
 
@@ -1393,14 +1399,15 @@ const file_flotilla_registry_v1_registry_proto_rawDesc = "" +
 	"\x0ePROTOCOL_REDIS\x10\b\x12\x12\n" +
 	"\x0ePROTOCOL_MYSQL\x10\t\x12\x10\n" +
 	"\fPROTOCOL_UDP\x10\n" +
-	"*\x88\x01\n" +
+	"*\xa4\x01\n" +
 	"\n" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RESOLUTION_STATIC\x10\x01\x12\x12\n" +
 	"\x0eRESOLUTION_DNS\x10\x02\x12\x1e\n" +
 	"\x1aRESOLUTION_DNS_ROUND_ROBIN\x10\x03\x12\x13\n" +
-	"\x0fRESOLUTION_NONE\x10\x04*l\n" +
+	"\x0fRESOLUTION_NONE\x10\x04\x12\x1a\n" +
+	"\x16RESOLUTION_DYNAMIC_DNS\x10\x05*l\n" +
 	"\n" +
 	"SourceKind\x12\x1b\n" +
 	"\x17SOURCE_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
