@@ -150,15 +150,6 @@ func (f *Files) add(file string, data []byte, namespace, domainSuffix string) {
 		case doc.Err != nil:
 			ref := validation.Ref{Kind: DocumentKind, Name: fmt.Sprintf("%s:%d", file, doc.Line)}
 			var de *istio.DecodeError
-			if errors.As(doc.Err, &de) && de.NotServed {
-				// An Istio kind Flotilla does not serve: not wrong, ignored.
-				kind, nsName, _ := strings.Cut(de.Object, " ")
-				ns, name, _ := strings.Cut(nsName, "/")
-				ref = validation.Ref{Kind: kind, Namespace: ns, Name: name}
-				f.origins[ref] = &doc
-				f.Messages = append(f.Messages, validation.Message{Code: validation.CodeNotImplemented, Object: ref, Text: de.Reason})
-				continue
-			}
 			reason := doc.Err.Error()
 			if errors.As(doc.Err, &de) {
 				reason = de.Reason

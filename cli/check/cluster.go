@@ -11,9 +11,7 @@ import (
 	admregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/internal/istio"
@@ -39,9 +37,6 @@ func clusterResults(ctx context.Context, conn *connect.Options, rootsPEM []byte)
 		out = append(out, deploymentResults(ns, deployments.Items)...)
 	}
 	out = append(out, crdResults(client)...)
-	if meta, err := conn.Kube.Metadata(); err == nil {
-		out = append(out, notServedResults(ctx, client, meta)...)
-	}
 	var roots []*x509.Certificate
 	if rootsPEM != nil {
 		roots, _ = pemcerts.Parse(rootsPEM) // reported with the certificates
@@ -107,47 +102,6 @@ func crdResults(client kubernetes.Interface) []Result {
 			"%d Istio kinds are not served at a version Flotilla reads: %s", len(missing), strings.Join(first(missing, 5), ", "))}
 	}
 	return []Result{pass("the Istio CRDs serve every kind Flotilla reads (%d kinds) at every version it reads", len(istio.Kinds()))}
-}
-
-// notServedResults names the objects in the cluster of Istio's kinds
-// Flotilla does not serve (where the cluster has their API): they are
-// ignored, which check says rather than pass over.
-func notServedResults(ctx context.Context, client kubernetes.Interface, meta metadata.Interface) []Result {
-	var found []string
-	var kinds []string
-	for _, k := range istio.NotServed() {
-		for _, v := range k.Versions {
-			list, err := client.Discovery().ServerResourcesForGroupVersion(k.Group + "/" + v)
-			if err != nil || !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == k.Plural }) {
-				continue
-			}
-			objs, err := meta.Resource(schema.GroupVersionResource{Group: k.Group, Version: v, Resource: k.Plural}).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return []Result{warn("your kubeconfig needs list on "+k.Plural+"."+k.Group, "the objects of Istio kinds Flotilla does not serve: %v", err)}
-			}
-			for _, o := range objs.Items {
-				found = append(found, k.Kind+" "+o.Namespace+"/"+o.Name)
-			}
-			if len(objs.Items) > 0 {
-				kinds = append(kinds, k.Kind)
-			}
-			break
-		}
-	}
-	if len(found) == 0 {
-		return []Result{pass("no object of an Istio kind Flotilla does not serve (%s)", notServedNames())}
-	}
-	slices.Sort(found)
-	return []Result{fail("these are ignored: move what they do to kinds Flotilla serves (docs/migration.md), or delete them",
-		"%d objects of Istio kinds Flotilla does not serve (%s): %s", len(found), strings.Join(kinds, ", "), strings.Join(found, ", "))}
-}
-
-func notServedNames() string {
-	var names []string
-	for _, k := range istio.NotServed() {
-		names = append(names, k.Kind)
-	}
-	return strings.Join(names, ", ")
 }
 
 // webhookResults reports each webhook of the chart's configurations that

@@ -23,7 +23,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
@@ -193,19 +192,6 @@ func (k KubeOptions) Client() (kubernetes.Interface, error) {
 		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	return client, nil
-}
-
-// Metadata is a client of the cluster's objects' metadata, of any kind.
-func (k KubeOptions) Metadata() (metadata.Interface, error) {
-	cfg, err := k.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	client, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}

@@ -57,9 +57,6 @@ type DecodeError struct {
 	Line   int
 	Object string // "Kind namespace/name", when known
 	Reason string
-	// NotServed is set for an object of an Istio kind Flotilla does not
-	// serve (NotServedError): not wrong, only ignored.
-	NotServed bool
 }
 
 func (e *DecodeError) Error() string {
@@ -225,10 +222,6 @@ func decodeOne(file string, c chunk, defaultNamespace string, o DecodeOptions) (
 		ns = defaultNamespace
 	}
 	kind, err := ByAPIVersion(env.APIVersion, env.Kind)
-	if nse := (*NotServedError)(nil); errors.As(err, &nse) {
-		doc.Err = &DecodeError{File: file, Line: doc.Line, Object: env.Kind + " " + ns + "/" + meta.Name, Reason: err.Error(), NotServed: true}
-		return doc, true
-	}
 	if err != nil {
 		return fail("", "%v", err)
 	}

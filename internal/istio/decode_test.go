@@ -235,8 +235,8 @@ func TestKindsAreConsistent(t *testing.T) {
 			t.Errorf("%s has no spec type", k)
 		}
 	}
-	if len(seen) != 14 {
-		t.Errorf("%d kinds, want 14", len(seen))
+	if len(seen) != 15 {
+		t.Errorf("%d kinds, want 15", len(seen))
 	}
 }
 

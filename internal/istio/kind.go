@@ -28,6 +28,7 @@ const (
 	Sidecar               = "Sidecar"
 	VirtualService        = "VirtualService"
 	WorkloadEntry         = "WorkloadEntry"
+	WorkloadGroup         = "WorkloadGroup"
 	AuthorizationPolicy   = "AuthorizationPolicy"
 	PeerAuthentication    = "PeerAuthentication"
 	ProxyConfig           = "ProxyConfig"
@@ -131,6 +132,10 @@ func Kinds() []Kind {
 			newSpec: func() proto.Message { return &networking.WorkloadEntry{} },
 		},
 		{
+			Group: "networking.istio.io", Kind: WorkloadGroup, Plural: "workloadgroups", Versions: netVersions, ShortNames: []string{"wg"},
+			newSpec: func() proto.Message { return &networking.WorkloadGroup{} },
+		},
+		{
 			Group: "security.istio.io", Kind: AuthorizationPolicy, Plural: "authorizationpolicies", Versions: secVersions, ShortNames: []string{"ap"},
 			newSpec: func() proto.Message { return &security.AuthorizationPolicy{} },
 		},
@@ -152,37 +157,9 @@ func Kinds() []Kind {
 	return ks
 }
 
-// NotServed returns the kinds of Istio 1.32's own API groups that
-// Flotilla does not serve (yet), sorted by group and kind: galley marks
-// their objects, `flotilla check` names them and analyze reports them
-// (FLT0106), so that none is ignored without a word. (The Kubernetes
-// Gateway API's kinds are another project's.)
-func NotServed() []Kind {
-	return []Kind{
-		{
-			Group: "networking.istio.io", Kind: "WorkloadGroup", Plural: "workloadgroups", Versions: []string{"v1", "v1beta1", "v1alpha3"},
-			newSpec: func() proto.Message { return &networking.WorkloadGroup{} },
-		},
-	}
-}
-
-// NotServedError says that a kind is one of Istio's that Flotilla does
-// not serve (NotServed).
-type NotServedError struct{ Kind Kind }
-
-func (e *NotServedError) Error() string {
-	return fmt.Sprintf("%s (%s) is an Istio kind Flotilla does not serve yet: it is ignored", e.Kind.Kind, e.Kind.Group)
-}
-
 // ByAPIVersion finds a kind by apiVersion ("group/version", any served
-// version) and kind name; a *NotServedError for an Istio kind Flotilla
-// does not serve.
+// version) and kind name.
 func ByAPIVersion(apiVersion, kind string) (Kind, error) {
-	for _, k := range NotServed() {
-		if k.Kind == kind && k.Serves(apiVersion) {
-			return Kind{}, &NotServedError{Kind: k}
-		}
-	}
 	for _, k := range Kinds() {
 		if k.Kind == kind {
 			if k.Serves(apiVersion) {

@@ -154,7 +154,7 @@ func Codes() []CodeInfo {
 		},
 		{
 			CodeNotImplemented, "NotImplementedByFlotilla", SeverityWarning, "",
-			"Istio accepts it and acts on it; Flotilla does not (an Istio kind it does not serve, a setting it does not implement): the message says what happens instead.",
+			"Istio accepts it and acts on it; Flotilla does not (a setting it does not implement): the message says what happens instead.",
 		},
 		{
 			CodeUnreachableRule, "VirtualServiceUnreachableRule", SeverityWarning, "IST0130",

@@ -127,6 +127,8 @@ func checkFor(kind string) func(*validator) {
 		return (*validator).serviceEntry
 	case istio.WorkloadEntry:
 		return (*validator).workloadEntry
+	case istio.WorkloadGroup:
+		return (*validator).workloadGroup
 	case istio.Sidecar:
 		return (*validator).sidecar
 	case istio.PeerAuthentication:

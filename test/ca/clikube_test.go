@@ -16,12 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
-	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 	"github.com/flotilla-mesh/flotilla/test/proc"
 )
@@ -162,25 +158,7 @@ func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The cluster has the CRDs of Istio's kinds Flotilla does not serve
-	// too (Istio ran in it), and a WorkloadGroup.
-	crds := crdgen.All()
-	for _, k := range istio.NotServed() {
-		crds = append(crds, crdgen.For(k))
-	}
-	if err := env.InstallCRDs(ctx, crds...); err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vms := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "networking.istio.io/v1", "kind": "WorkloadGroup",
-		"metadata": map[string]any{"name": "vms", "namespace": ns},
-		"spec":     map[string]any{"template": map[string]any{"serviceAccount": "vm"}},
-	}}
-	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadgroups"}).Namespace(ns).Create(ctx, vms, metav1.CreateOptions{}); err != nil {
+	if err := env.InstallCRDs(ctx, crdgen.All()...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
@@ -245,7 +223,6 @@ func TestCheckInAClusterJudgesTheDeploymentsCRDsAndWebhookCABundles(t *testing.T
 	for _, want := range []string{
 		"× Deployment flotilla-galley: 0 of 1 replicas ready, 0 updated\n    fix: kubectl -n " + ns + " describe deployment flotilla-galley",
 		"√ the Istio CRDs serve every kind Flotilla reads",
-		"× 1 objects of Istio kinds Flotilla does not serve (WorkloadGroup): WorkloadGroup " + ns + "/vms",
 		"√ MutatingWebhookConfiguration flotilla-sidecar-injector-" + ns + ", webhook namespace.injection.flotilla.io: its caBundle holds the mesh's roots",
 		"× ValidatingWebhookConfiguration flotilla-validator-" + ns + ", webhook validation.flotilla.io: its caBundle lacks the mesh's root",
 		"    fix: flotilla-galley writes the caBundle",

@@ -392,7 +392,7 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 	}
 	srv.ServeDebug(debugapi.Rejections, func() ([]*structpb.Struct, error) { return debugapi.Structs(src.Rejections()) })
 	writer := status.New(status.Options{
-		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, NotServed: src.NotServed, Findings: findings.Findings,
+		Kube: kube, Dynamic: dyn, Log: rt.Log, Rejected: src.Rejected, Findings: findings.Findings,
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",
 	})
 	access.UseCluster(kube.AuthorizationV1().SubjectAccessReviews())

@@ -110,7 +110,6 @@ type Source struct {
 	// rejectedSince is when each rejected object was first refused as it
 	// is now.
 	rejectedSince map[istio.ID]time.Time
-	notServed     map[istio.ID]string        // objects of istio.NotServed kinds (notserved.go)
 	gate          *gate                      // the mesh's discoverySelectors (discoveryselectors.go)
 	published     map[istio.ID]*istio.Object // what was last sent per object
 	synced        chan struct{}
@@ -156,7 +155,6 @@ func New(o Options, config ConfigSink, reg RegistrySink) *Source {
 		seSelecting:   map[string]map[istio.ID]*istio.Object{},
 		rejected:      map[istio.ID]string{},
 		rejectedSince: map[istio.ID]time.Time{},
-		notServed:     map[istio.ID]string{},
 		gate:          newGate(),
 		published:     map[istio.ID]*istio.Object{},
 		synced:        make(chan struct{}),
@@ -241,14 +239,6 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("watch configuration configmaps: %w", err)
 	}
 	syncs = append(syncs, nsInf.HasSynced, meshInf.HasSynced)
-	watched, notServedSyncs, err := s.notServedInformers(ctx, metaFactory)
-	if err != nil {
-		return fmt.Errorf("watch the Istio kinds Flotilla does not serve: %w", err)
-	}
-	if len(watched) > 0 {
-		s.o.Log.Info("watching Istio kinds Flotilla does not serve, to mark their objects", "kinds", watched)
-	}
-	syncs = append(syncs, notServedSyncs...)
 
 	// Secrets, for the credentials configuration names: every namespace,
 	// or the ones SecretNamespaces lists.

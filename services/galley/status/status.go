@@ -31,13 +31,6 @@ import (
 // MessageCode marks Flotilla's validation messages among others in status.
 const MessageCode = "FLT0001"
 
-// NotServedName and NotServedCode mark an object of an Istio kind
-// Flotilla does not serve (validation.CodeNotImplemented).
-const (
-	NotServedName = "NotImplementedByFlotilla"
-	NotServedCode = string(validation.CodeNotImplemented)
-)
-
 // FindingName and FindingCode mark what discovery found wrong with an
 // object it serves (an EnvoyFilter patch it could not apply).
 const (
@@ -55,9 +48,8 @@ type verdict struct {
 type verdictKind int
 
 const (
-	invalid   verdictKind = iota + 1 // rejected by validation
-	notServed                        // of a kind Flotilla does not serve
-	finding                          // accepted, and found wrong by discovery
+	invalid verdictKind = iota + 1 // rejected by validation
+	finding                        // accepted, and found wrong by discovery
 )
 
 // Options configures a Writer.
@@ -67,10 +59,6 @@ type Options struct {
 	Log     *slog.Logger
 	// Rejected returns the invalid objects and why (kubesource.Source.Rejected).
 	Rejected func() map[istio.ID]string
-	// NotServed returns the objects of Istio kinds Flotilla does not
-	// serve, and what to say of them (kubesource.Source.NotServed); may
-	// be nil.
-	NotServed func() map[istio.ID]string
 	// Findings returns what discovery found wrong with objects galley
 	// serves and accepted (the EnvoyFilters' patches it could not apply:
 	// envoyfilterstatus.Server.Findings); may be nil. An object invalid
@@ -139,9 +127,6 @@ func (w *Writer) reconcile(ctx context.Context) {
 		add(finding, w.o.Findings())
 	}
 	add(invalid, w.o.Rejected())
-	if w.o.NotServed != nil {
-		add(notServed, w.o.NotServed())
-	}
 	ids := slices.Collect(maps.Keys(want))
 	for id := range w.written {
 		if _, ok := want[id]; !ok {
@@ -194,8 +179,6 @@ func (w *Writer) write(ctx context.Context, id istio.ID, v verdict) error {
 	switch v.kind {
 	case invalid:
 		messages = []message{{Type: messageType{Name: "InvalidConfiguration", Code: MessageCode}, Level: "ERROR", Message: v.msg}}
-	case notServed:
-		messages = []message{{Type: messageType{Name: NotServedName, Code: NotServedCode}, Level: "WARNING", Message: v.msg}}
 	case finding:
 		messages = []message{{Type: messageType{Name: FindingName, Code: FindingCode}, Level: "WARNING", Message: v.msg}}
 	}
@@ -214,14 +197,14 @@ func (w *Writer) write(ctx context.Context, id istio.ID, v verdict) error {
 	return nil
 }
 
-// locate finds an object's kind, among those Flotilla serves or Istio's
-// others, and its namespace and name.
+// locate finds an object's kind, among those Flotilla serves, and its
+// namespace and name.
 func locate(id istio.ID) (kind istio.Kind, namespace, name string, err error) {
 	ns, name, ok := strings.Cut(id.Name, "/")
 	if !ok {
 		return istio.Kind{}, "", "", fmt.Errorf("object name %q is not namespace/name", id.Name)
 	}
-	for _, k := range slices.Concat(istio.Kinds(), istio.NotServed()) {
+	for _, k := range istio.Kinds() {
 		if k.Kind == id.Kind {
 			return k, ns, name, nil
 		}

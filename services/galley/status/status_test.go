@@ -215,97 +215,6 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 	}
 }
 
-// TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked runs
-// galley's source and status writer against a cluster that has the
-// CRDs of Istio's kinds Flotilla does not serve (a cluster Istio ran
-// in): WorkloadGroups get a warning in their status saying they are
-// ignored, nothing is published for them, and a deleted one is
-// forgotten.
-func TestObjectsOfIstioKindsFlotillaDoesNotServeAreMarkedAndUnmarked(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	crds := crdgen.All()
-	for _, k := range istio.NotServed() {
-		crds = append(crds, crdgen.For(k))
-	}
-	if err := env.InstallCRDs(ctx, crds...); err != nil {
-		t.Fatal(err)
-	}
-	ns, err := env.CreateNamespace(ctx, "notserved")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newClients(t, ns)
-	dyn, src, sink := c.dyn, c.src, c.sink
-	objects := map[string]string{
-		"vms": `apiVersion: networking.istio.io/v1
-kind: WorkloadGroup
-metadata: {name: vms}
-spec: {metadata: {labels: {app: vm}}, template: {serviceAccount: vm}}
-`,
-		"databases": `apiVersion: networking.istio.io/v1
-kind: WorkloadGroup
-metadata: {name: databases}
-spec: {metadata: {labels: {app: db}}, template: {serviceAccount: db}}
-`,
-	}
-	gvrs := map[string]schema.GroupVersionResource{}
-	for _, k := range istio.NotServed() {
-		gvrs[k.Kind] = schema.GroupVersionResource{Group: k.Group, Version: k.Version(), Resource: k.Plural}
-	}
-	for name, doc := range objects {
-		u := &unstructured.Unstructured{}
-		if err := sigsyaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := dyn.Resource(gvrs["WorkloadGroup"]).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create %s: %v", name, err)
-		}
-	}
-	c.run(ctx)
-	w := New(Options{
-		Kube: env.Client, Dynamic: dyn, Log: slog.New(slog.DiscardHandler), Rejected: src.Rejected, NotServed: src.NotServed,
-		Identity: "galley-a", LeaseNamespace: ns, LeaseName: "flotilla-galley-status",
-		Interval: 50 * time.Millisecond, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-	})
-	go func() { _ = w.Run(ctx) }()
-
-	statusOf := func(kind, name string) []any {
-		u, err := dyn.Resource(gvrs[kind]).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs, _, _ := unstructured.NestedSlice(u.Object, "status", "validationMessages")
-		return msgs
-	}
-	for name := range objects {
-		kind := "WorkloadGroup"
-		xdstest.EventuallyWithin(t, 60*time.Second, kind+"'s status", func() bool {
-			m := statusOf(kind, name)
-			if len(m) != 1 {
-				return false
-			}
-			msg := m[0].(map[string]any)
-			typ, _ := msg["type"].(map[string]any)
-			return msg["level"] == "WARNING" && typ["code"] == NotServedCode &&
-				strings.Contains(msg["message"].(string), kind+" ") && strings.Contains(msg["message"].(string), "Flotilla does not serve")
-		})
-	}
-	if got := src.NotServed(); len(got) != 2 {
-		t.Fatalf("NotServed() = %v, want the two objects", got)
-	}
-	if err := dyn.Resource(gvrs["WorkloadGroup"]).Namespace(ns).Delete(ctx, "databases", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	xdstest.EventuallyWithin(t, 60*time.Second, "the deleted WorkloadGroup to be forgotten", func() bool { return len(src.NotServed()) == 1 })
-	for _, name := range []string{"WorkloadGroup/databases", "WorkloadGroup/vms"} {
-		kind, obj, _ := strings.Cut(name, "/")
-		if n := sink.count(istio.ID{Kind: kind, Name: ns + "/" + obj}); n != 0 {
-			t.Errorf("%s published %d times: objects of kinds Flotilla does not serve publish nothing", name, n)
-		}
-	}
-}
-
 // TestWhatDiscoveryFoundWrongWithAnEnvoyFilterIsInItsStatusUntilFixed:
 // the findings galley takes from discovery (envoyfilterstatus) are
 // written as a warning in the EnvoyFilter's status, without changing what
@@ -343,7 +252,7 @@ spec:
 	var mu sync.Mutex
 	findings := map[istio.ID]string{id: "not applied in full to 2 proxies: EnvoyFilter " + ns + "/buffer patch 0 (CLUSTER MERGE): makes cluster x invalid"}
 	w := New(Options{
-		Kube: env.Client, Dynamic: c.dyn, Log: slog.New(slog.DiscardHandler), Rejected: c.src.Rejected, NotServed: c.src.NotServed,
+		Kube: env.Client, Dynamic: c.dyn, Log: slog.New(slog.DiscardHandler), Rejected: c.src.Rejected,
 		Findings: func() map[istio.ID]string {
 			mu.Lock()
 			defer mu.Unlock()

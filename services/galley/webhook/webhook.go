@@ -111,10 +111,6 @@ func (h *handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		return resp
 	}
 	kind, err := istio.ByAPIVersion(req.Kind.Group+"/"+req.Kind.Version, req.Kind.Kind)
-	if nse := (*istio.NotServedError)(nil); errors.As(err, &nse) {
-		resp.Warnings = []string{string(validation.CodeNotImplemented) + " " + nse.Error()}
-		return resp
-	}
 	if err != nil {
 		resp.Warnings = []string{"galley does not validate " + req.Kind.String()}
 		return resp

@@ -293,15 +293,3 @@ func TestIstiosDashboardsReadTheValidationsUnderIstiosNames(t *testing.T) {
 		}
 	}
 }
-
-func TestIstioKindsFlotillaDoesNotServeAreAdmittedWithAWarningSayingSo(t *testing.T) {
-	h := testHandler(t)
-	for _, k := range istio.NotServed() {
-		kind := metav1.GroupVersionKind{Group: k.Group, Version: k.Versions[len(k.Versions)-1], Kind: k.Kind}
-		resp := answer(t, post(h, "application/json", review(kind, admissionv1.Create, `{"spec":{}}`)))
-		if !resp.Allowed || len(resp.Warnings) != 1 || !strings.HasPrefix(resp.Warnings[0], "FLT0106 "+k.Kind+" ("+k.Group+")") ||
-			!strings.Contains(resp.Warnings[0], "does not serve") {
-			t.Errorf("%s: allowed=%v warnings %v", k.Kind, resp.Allowed, resp.Warnings)
-		}
-	}
-}
