@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/client-go/dynamic"
@@ -43,6 +44,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/registry"
 	"github.com/flotilla-mesh/flotilla/internal/spiffe"
 	"github.com/flotilla-mesh/flotilla/internal/validation"
+	"github.com/flotilla-mesh/flotilla/services/galley/autoregister"
 	"github.com/flotilla-mesh/flotilla/services/galley/envoyfilterstatus"
 	gwcontroller "github.com/flotilla-mesh/flotilla/services/galley/gatewayapi"
 	"github.com/flotilla-mesh/flotilla/services/galley/ipallocate"
@@ -100,6 +102,10 @@ type Config struct {
 	// allocated addresses come from.
 	ServiceEntryIPv4Range string `yaml:"serviceEntryIPRangeV4" usage:"range of ServiceEntry addresses allocated (Istio's PILOT_IP_AUTOALLOCATE_IPV4_PREFIX); keep it clear of every address in the cluster"`
 	ServiceEntryIPv6Range string `yaml:"serviceEntryIPRangeV6" usage:"range of IPv6 ServiceEntry addresses allocated (Istio's PILOT_IP_AUTOALLOCATE_IPV6_PREFIX)"`
+	// WorkloadEntryGracePeriod and WorkloadEntryMaxConnectionAge rule the
+	// removal of auto-registered WorkloadEntries (autoregister).
+	WorkloadEntryGracePeriod      time.Duration `yaml:"workloadEntryGracePeriod" usage:"in a cluster, how long the WorkloadEntry of a workload that joined with a WorkloadGroup stays after it disconnected from discovery (Istio's PILOT_WORKLOAD_ENTRY_GRACE_PERIOD)"`
+	WorkloadEntryMaxConnectionAge time.Duration `yaml:"workloadEntryMaxConnectionAge" usage:"the longest a proxy stays connected to a discovery replica (discovery's xdsMaxConnectionAge, plus its 10 % jitter and its drain): an auto-registered WorkloadEntry marked connected for longer is removed, its workload and its replica having gone down together; 0 never removes a connected one"`
 	// ReplicaName names this replica to debug clients (flotilla version
 	// and check).
 	ReplicaName string `yaml:"replicaName" usage:"this replica's name, as flotilla version and check show it (default: the host name, which is the pod's name in a cluster)"`
@@ -121,6 +127,9 @@ func Defaults() Config {
 		ServiceEntryAddresses: true,
 		ServiceEntryIPv4Range: ipallocate.DefaultIPv4Prefix,
 		ServiceEntryIPv6Range: ipallocate.DefaultIPv6Prefix,
+
+		WorkloadEntryGracePeriod:      autoregister.DefaultGracePeriod,
+		WorkloadEntryMaxConnectionAge: autoregister.DefaultMaxConnectionAge,
 	}
 }
 
@@ -141,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultNamespace == "" {
 		errs = append(errs, errors.New("defaultNamespace must not be empty"))
+	}
+	if c.WorkloadEntryGracePeriod <= 0 || c.WorkloadEntryMaxConnectionAge < 0 {
+		errs = append(errs, fmt.Errorf("workloadEntryGracePeriod %s must be positive, workloadEntryMaxConnectionAge %s not negative", c.WorkloadEntryGracePeriod, c.WorkloadEntryMaxConnectionAge))
 	}
 	return errors.Join(errs...)
 }
@@ -245,7 +257,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 	if err != nil {
 		return fmt.Errorf("mcp listen: %w", err)
 	}
-	sources, loaded, objects, err := newSource(cfg, rt, srv, access, findings)
+	sources, loaded, objects, err := newSource(cfg, rt, srv, access, findings, gs.Server, isDiscovery)
 	if err != nil {
 		return err
 	}
@@ -291,7 +303,11 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) error {
 // newSource builds the file source (with --config-dir) or the Kubernetes
 // source with its status writer, and returns the channel closed when the
 // source has read everything once.
-func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secretaccess.Server, findings *envoyfilterstatus.Server) ([]lifecycle.Actor, <-chan struct{}, func() []*istio.Object, error) {
+//
+// In a cluster it also serves discovery the registration of the
+// WorkloadEntries of workloads that join with a WorkloadGroup
+// (autoregister), on g; isDiscovery says who may call.
+func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secretaccess.Server, findings *envoyfilterstatus.Server, g *grpc.Server, isDiscovery func(string) bool) ([]lifecycle.Actor, <-chan struct{}, func() []*istio.Object, error) {
 	pub := publish.New(srv)
 	// client-go logs through klog, a process-wide logger: send it to ours.
 	klog.SetSlogLogger(rt.Log.With("component", "client-go"))
@@ -396,9 +412,15 @@ func newSource(cfg Config, rt *command.Runtime, srv *mcp.Server, access *secreta
 		Identity: identity, LeaseNamespace: cfg.SystemNamespace, LeaseName: "flotilla-galley-status",
 	})
 	access.UseCluster(kube.AuthorizationV1().SubjectAccessReviews())
+	registrations := autoregister.New(autoregister.Options{
+		Istio: ic, Caller: isDiscovery, Log: rt.Log, Now: time.Now,
+		GracePeriod: cfg.WorkloadEntryGracePeriod, MaxConnectionAge: cfg.WorkloadEntryMaxConnectionAge,
+	})
+	registrations.Register(g)
 	actors := []lifecycle.Actor{
 		{Name: "kubernetes:" + rest.Host, Run: src.Run},
 		{Name: "status-writer", Run: writer.Run},
+		{Name: "workloadentry-autoregistration", Run: registrations.Run},
 		{Name: "rbac", Run: func(ctx context.Context) error { return access.WatchRBAC(ctx, kube) }},
 	}
 	if gateways != nil {
