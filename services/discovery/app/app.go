@@ -17,9 +17,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	securityv1alpha1 "istio.io/api/security/v1alpha1"
 
 	cav1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/ca/v1"
@@ -222,8 +224,9 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 		return err
 	}
 	defer ca.close()
+	registrar := &galleyRegistrar{} // dialled by newSource, before any proxy connects
 	srv, err := xds.New(xds.Options{
-		Tokens: ca.tokens,
+		Tokens: ca.tokens, Registrar: registrar,
 		SecretAccess: func(ctx context.Context, ns, sa string) (bool, string, error) {
 			if secretAccess == nil {
 				return true, "", nil
@@ -269,11 +272,14 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	if err != nil {
 		return err
 	}
-	source, secretAccess, err := newSource(cfg, rt, in, certs, srv.EnvoyFilterFindings)
+	source, secretAccess, err := newSource(cfg, rt, in, certs, srv.EnvoyFilterFindings, registrar)
 	if err != nil {
 		return err
 	}
-	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}, {Name: "jwks", Run: keys.Run}}
+	actors := []lifecycle.Actor{source, {Name: "debounce", Run: in.Run}, {Name: "jwks", Run: keys.Run}, {Name: "workloadentry-registrations", Run: func(ctx context.Context) error {
+		srv.RunRegistrations(ctx)
+		return nil
+	}}}
 	if certs != nil {
 		actors = append(actors, lifecycle.Actor{Name: "certificate:" + cfg.CA.Address, Run: certs.Run})
 	}
@@ -413,7 +419,7 @@ func subscribed(cfg Config, certs *certclient.Client) []string {
 
 // newSource subscribes to galley, or reads --config-dir. Subscribed to
 // galley, it also asks galley whether an account may read its Secrets.
-func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client, findings func() []xds.EnvoyFilterFinding) (lifecycle.Actor, xds.SecretAccess, error) {
+func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certclient.Client, findings func() []xds.EnvoyFilterFinding, registrar *galleyRegistrar) (lifecycle.Actor, xds.SecretAccess, error) {
 	if cfg.ConfigDir != "" {
 		files := ingest.NewFiles(ingest.FileOptions{
 			Dir: cfg.ConfigDir, MeshConfigFile: cfg.MeshConfigFile,
@@ -448,6 +454,7 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 	if err != nil {
 		return lifecycle.Actor{}, nil, errors.Join(err, conn.Close())
 	}
+	registrar.client = galleyv1.NewWorkloadEntryServiceClient(conn)
 	reporter := envoyFilterReporter{
 		client: galleyv1.NewEnvoyFilterStatusServiceClient(conn), replica: cfg.ReplicaName, findings: findings,
 		check: cfg.EnvoyFilterReportCheck, interval: 30 * time.Second, log: rt.Log,
@@ -463,6 +470,29 @@ func newSource(cfg Config, rt *command.Runtime, in *ingest.Ingest, certs *certcl
 		go func() { _ = reporter.Run(ctx) }()
 		return client.Run(ctx)
 	}}, askGalley(galleyv1.NewSecretAccessServiceClient(conn)), nil
+}
+
+// galleyRegistrar is galley's WorkloadEntryService (auto-registration),
+// over the connection newSource dials: set before the server runs.
+type galleyRegistrar struct {
+	client galleyv1.WorkloadEntryServiceClient
+}
+
+// errNoGalley answers when discovery reads a directory instead.
+var errNoGalley = status.Error(codes.Unimplemented, "discovery reads a directory, without galley")
+
+func (g *galleyRegistrar) Connect(ctx context.Context, in *galleyv1.ConnectRequest, opts ...grpc.CallOption) (*galleyv1.ConnectResponse, error) {
+	if g.client == nil {
+		return nil, errNoGalley
+	}
+	return g.client.Connect(ctx, in, opts...)
+}
+
+func (g *galleyRegistrar) Disconnect(ctx context.Context, in *galleyv1.DisconnectRequest, opts ...grpc.CallOption) (*galleyv1.DisconnectResponse, error) {
+	if g.client == nil {
+		return nil, errNoGalley
+	}
+	return g.client.Disconnect(ctx, in, opts...)
 }
 
 // askGalley is galley's SecretAccessService as xds.SecretAccess.

@@ -95,14 +95,17 @@ type watch struct {
 
 // conn is one proxy's stream.
 type conn struct {
-	s           *Server
-	id          string
-	identity    string // the SPIFFE ID of its client certificate, if any
-	proxy       *model.Proxy
-	delta       bool
-	connectedAt time.Time
-	sendSotw    func(*sotwResponse) error
-	sendDelta   func(*deltaResponse) error
+	s        *Server
+	id       string
+	identity string // the SPIFFE ID of its client certificate, if any
+	// registration is the WorkloadEntry the stream registered (auto-
+	// registration), nil if none.
+	registration *registration
+	proxy        *model.Proxy
+	delta        bool
+	connectedAt  time.Time
+	sendSotw     func(*sotwResponse) error
+	sendDelta    func(*deltaResponse) error
 
 	// work serializes what reads or changes the watches and sends: the
 	// stream's requests and its pushes.

@@ -30,6 +30,13 @@ func mtlsServer(t *testing.T, ca *testpki.CA, verify bool) string {
 // mtlsServerWith is mtlsServer with o (its log and meter are the test's).
 func mtlsServerWith(t *testing.T, ca *testpki.CA, o xds.Options) string {
 	t.Helper()
+	_, addr := mtlsServerOf(t, ca, o)
+	return addr
+}
+
+// mtlsServerOf is mtlsServerWith, returning the server too.
+func mtlsServerOf(t *testing.T, ca *testpki.CA, o xds.Options) (*xds.Server, string) {
+	t.Helper()
 	o.Log, o.Meter = quiet(), noop.NewMeterProvider().Meter("t")
 	srv, err := xds.New(o)
 	if err != nil {
@@ -56,7 +63,7 @@ func mtlsServerWith(t *testing.T, ca *testpki.CA, o xds.Options) string {
 	t.Cleanup(gs.Stop)
 	pc, cs := model.NewStore().Build(model.BuildOptions{}, nil, 1)
 	srv.Push(context.Background(), pc, cs, time.Now())
-	return lis.Addr().String()
+	return srv, lis.Addr().String()
 }
 
 // dialAs connects with a workload certificate for spiffeID.

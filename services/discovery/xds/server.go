@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 	"github.com/flotilla-mesh/flotilla/internal/platform/clip"
@@ -122,6 +123,13 @@ type Options struct {
 	// GOAWAY must come before it, so that the proxy reconnects on a new
 	// connection. ConnectionAgeGrace defaults to DefaultConnectionAgeGrace.
 	ConnectionAge, ConnectionAgeGrace time.Duration
+	// Registrar registers the WorkloadEntries of proxies that join with a
+	// WorkloadGroup (node metadata AUTO_REGISTER_GROUP, Istio's
+	// auto-registration): galley's WorkloadEntryService, told of their
+	// connections and disconnections under Replica's ID
+	// (RunRegistrations sends the disconnections). Nil refuses such
+	// proxies.
+	Registrar galleyv1.WorkloadEntryServiceClient
 }
 
 // TokenAuthenticator tells who a proxy is from its token, for a proxy at
@@ -143,6 +151,7 @@ type Server struct {
 	systemNamespace string
 	plaintextDebug  bool
 	secretAccess    SecretAccess
+	registrations   *registrations
 	replica         debugapi.Replica
 	metrics         *metrics
 	tracer          trace.Tracer
@@ -177,6 +186,7 @@ func New(o Options) (*Server, error) {
 		systemNamespace: o.SystemNamespace,
 		plaintextDebug:  o.PlaintextDebug,
 		secretAccess:    o.SecretAccess,
+		registrations:   newRegistrations(o.Registrar, o.Replica.ID, o.Log.With("component", "xds")),
 		replica:         o.Replica,
 		conns:           map[*conn]struct{}{},
 	}
@@ -188,6 +198,10 @@ func New(o Options) (*Server, error) {
 	s.tracer = cmp.Or[trace.TracerProvider](o.Tracer, tracenoop.NewTracerProvider()).Tracer("flotilla/discovery")
 	return s, nil
 }
+
+// RunRegistrations tells galley, until ctx ends, of the disconnections of
+// the proxies it registered (Options.Registrar).
+func (s *Server) RunRegistrations(ctx context.Context) { s.registrations.run(ctx) }
 
 // Register adds the ADS service to a gRPC server.
 func (s *Server) Register(gs *grpc.Server) {
@@ -380,8 +394,16 @@ func (s *Server) connect(ctx context.Context, node *corev3.Node, delta bool, set
 		}
 		return nil, err
 	}
+	reg, err := s.registrations.connect(ctx, p, time.Now())
+	if err != nil {
+		s.metrics.rejectedNodes.Add(ctx, 1)
+		if s.refusals.Allow() {
+			s.log.Warn("refusing a proxy (such lines are rate-limited)", "node", clip.String(node.GetId(), 200), "peer", grpcserver.PeerIP(ctx), "error", clip.String(err.Error(), 512))
+		}
+		return nil, err
+	}
 	c := newConn(s, p, node.GetId(), delta)
-	c.identity, c.aborted, c.retire.done = id, aborted, retired
+	c.identity, c.aborted, c.retire.done, c.registration = id, aborted, retired, reg
 	setSend(c)
 	if s.connectionAge > 0 {
 		c.startAge(s.connectionAge, s.ageGrace)
@@ -498,6 +520,7 @@ func (s *Server) disconnect(c *conn) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.metrics.connected(context.Background(), c.proxy.IstioVersion, -1)
+	s.registrations.disconnect(c.registration, time.Now())
 	s.log.Info("proxy disconnected", "proxy", c.id)
 }
 
