@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,6 +217,11 @@ func TestMakeRunShowsTheLiveSplitAndStopsOnCtrlC(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := t.TempDir()
+	// The greeters' ports (examples/greeter.yaml) lie in the kernel's
+	// ephemeral range, which the other test packages running meanwhile
+	// draw their ports and connections from: wait until they are free,
+	// rather than have devrun refuse them as another stack's.
+	waitFree(t, 2*time.Minute, "127.0.0.1:50061", "127.0.0.1:50062")
 	cmd := exec.Command(filepath.Join(binDir, "devrun"), "--bin", binDir, "--config-dir", examples, "--state-dir", state)
 	var out proc.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -532,4 +538,24 @@ func readmeCommands(t *testing.T) []readmeCommand {
 		out = append(out, c)
 	}
 	return out
+}
+
+// waitFree waits until every address can be listened on, at most
+// timeout.
+func waitFree(t *testing.T, timeout time.Duration, addrs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, a := range addrs {
+		for {
+			l, err := net.Listen("tcp", a)
+			if err == nil {
+				_ = l.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still in use after %s: %v", a, timeout, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
