@@ -66,6 +66,10 @@ func PodDNSDomain(namespace, domainSuffix string) string {
 	return namespace + ".svc." + domainSuffix
 }
 
+// MaxLabels bounds the labels a node may send (MetadataLabels): discovery
+// refuses a node with more, and galley a workload that registers with more.
+const MaxLabels = 256
+
 // Node metadata keys the agent writes and discovery reads (Istio: the JSON
 // names of model.NodeMetadata's fields).
 const (
@@ -75,8 +79,15 @@ const (
 	MetadataNamespace = "NAMESPACE"
 	// MetadataInstanceIPs are the workload's addresses, comma-separated.
 	MetadataInstanceIPs = "INSTANCE_IPS"
-	// MetadataLabels are the workload's labels, a map of strings.
+	// MetadataLabels are the workload's labels, a map of strings, at most
+	// MaxLabels of them.
 	MetadataLabels = "LABELS"
+	// MetadataNetwork is the workload's network (Istio's NETWORK).
+	MetadataNetwork = "NETWORK"
+	// MetadataAutoRegisterGroup names the WorkloadGroup a workload joins
+	// with, to be registered (Istio's AUTO_REGISTER_GROUP, from
+	// ISTIO_META_AUTO_REGISTER_GROUP).
+	MetadataAutoRegisterGroup = "AUTO_REGISTER_GROUP"
 	// MetadataClusterID is the cluster the workload runs in.
 	MetadataClusterID = "CLUSTER_ID"
 	// MetadataMeshID is the mesh the workload is in.

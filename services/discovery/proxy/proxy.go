@@ -44,7 +44,7 @@ const LocalityLabel = "istio-locality"
 // Limits on what a node may send.
 const (
 	maxNodeID  = 1024
-	maxLabels  = 256
+	maxLabels  = proxycontract.MaxLabels
 	maxIPs     = 16
 	maxLabelLn = 512
 	// maxProxyConfig bounds PROXY_CONFIG, as JSON.

@@ -12,13 +12,7 @@ import (
 
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
 	"github.com/flotilla-mesh/flotilla/internal/model"
-)
-
-// The node metadata of a proxy that joins with a WorkloadGroup (Istio's
-// AUTO_REGISTER_GROUP), and of its network.
-const (
-	autoRegisterGroupKey = "AUTO_REGISTER_GROUP"
-	networkKey           = "NETWORK"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Bounds of the disconnections waiting to be told to galley: past them
@@ -61,12 +55,12 @@ func newRegistrations(client galleyv1.WorkloadEntryServiceClient, replica string
 // workloadEntryFromGroup reads the same): nil when the proxy does not ask
 // to be registered.
 func workload(p *model.Proxy) *galleyv1.Workload {
-	group := p.Metadata[autoRegisterGroupKey]
+	group := p.Metadata[proxycontract.MetadataAutoRegisterGroup]
 	if group == "" {
 		return nil
 	}
 	w := &galleyv1.Workload{
-		Namespace: p.VerifiedNamespace, Group: group, Network: p.Metadata[networkKey], Labels: p.Labels,
+		Namespace: p.VerifiedNamespace, Group: group, Network: p.Metadata[proxycontract.MetadataNetwork], Labels: p.Labels,
 		Locality: localityString(p.Locality), ServiceAccount: p.VerifiedServiceAccount,
 		HealthChecked: p.ProxyConfig.GetReadinessProbe() != nil,
 	}

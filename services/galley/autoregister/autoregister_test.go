@@ -293,7 +293,7 @@ func TestCallsThatMayNotRegisterAreRefusedWithTheirReason(t *testing.T) {
 		{"a hostname for an address", &galleyv1.ConnectRequest{Replica: "a", Workload: with(func(w *galleyv1.Workload) { w.Address = "vm.example.com" }), ConnectedAt: now}, codes.InvalidArgument, "workload.address"},
 		{"a group that is no name", &galleyv1.ConnectRequest{Replica: "a", Workload: with(func(w *galleyv1.Workload) { w.Group = "../x" }), ConnectedAt: now}, codes.InvalidArgument, "workload.group"},
 		{"a bad label", &galleyv1.ConnectRequest{Replica: "a", Workload: with(func(w *galleyv1.Workload) { w.Labels = map[string]string{"app": "a b"} }), ConnectedAt: now}, codes.InvalidArgument, "workload.labels"},
-		{"too many labels", &galleyv1.ConnectRequest{Replica: "a", Workload: with(func(w *galleyv1.Workload) { w.Labels = manyLabels }), ConnectedAt: now}, codes.InvalidArgument, "at most 64"},
+		{"too many labels", &galleyv1.ConnectRequest{Replica: "a", Workload: with(func(w *galleyv1.Workload) { w.Labels = manyLabels }), ConnectedAt: now}, codes.InvalidArgument, "at most 256"},
 		{"an address whose zone makes no object name", &galleyv1.ConnectRequest{Replica: "a", Workload: with(func(w *galleyv1.Workload) { w.Address = "fe80::1%eth0" }), ConnectedAt: now}, codes.InvalidArgument, "no object name"},
 		{"a network with a slash", &galleyv1.ConnectRequest{Replica: "a", Workload: with(func(w *galleyv1.Workload) { w.Network = "a/b" }), ConnectedAt: now}, codes.InvalidArgument, "workload.network"},
 	} {

@@ -21,6 +21,7 @@ import (
 
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
 	"github.com/flotilla-mesh/flotilla/internal/mcp"
+	"github.com/flotilla-mesh/flotilla/internal/proxycontract"
 )
 
 // Defaults and bounds (Istio's where Istio has one).
@@ -41,8 +42,8 @@ const (
 	// maxPendingCleanups bounds the cleanups waiting for their grace
 	// period; beyond, the periodic sweep removes the entries.
 	maxPendingCleanups = 4096
-	// maxLabels bounds a workload's labels.
-	maxLabels = 64
+	// maxLabels bounds a workload's labels, as discovery bounds a node's.
+	maxLabels = proxycontract.MaxLabels
 )
 
 // Options configures a Server.
