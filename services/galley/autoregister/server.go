@@ -54,9 +54,9 @@ type Options struct {
 	Caller func(identity string) bool
 	Log    *slog.Logger
 	Now    func() time.Time
-	// GracePeriod defaults to DefaultGracePeriod; MaxConnectionAge to
-	// DefaultMaxConnectionAge (0 or less there: entries marked connected
-	// are never swept).
+	// GracePeriod defaults to DefaultGracePeriod. MaxConnectionAge is
+	// taken as given (galley's flag defaults to DefaultMaxConnectionAge):
+	// 0 or less never sweeps an entry marked connected.
 	GracePeriod      time.Duration
 	MaxConnectionAge time.Duration
 }
@@ -80,9 +80,6 @@ type cleanup struct {
 func New(o Options) *Server {
 	if o.GracePeriod <= 0 {
 		o.GracePeriod = DefaultGracePeriod
-	}
-	if o.MaxConnectionAge == 0 {
-		o.MaxConnectionAge = DefaultMaxConnectionAge
 	}
 	return &Server{o: o, limit: rate.NewLimiter(cleanupsPerSecond, 1), cleanups: make(chan cleanup, maxPendingCleanups)}
 }
