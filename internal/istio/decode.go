@@ -267,27 +267,46 @@ func decodeOne(file string, c chunk, defaultNamespace string, o DecodeOptions) (
 }
 
 // servedStatus reads the part of a status Flotilla serves (Object.Status):
-// a ServiceEntry's status.addresses, as `kubectl get -o yaml` shows them.
-// The rest of a status, and a status that does not read as one, are
-// ignored: status is not configuration.
+// a ServiceEntry's status.addresses, a WorkloadEntry's Healthy condition,
+// as `kubectl get -o yaml` shows them. The rest of a status, and a status
+// that does not read as one, are ignored: status is not configuration.
 func servedStatus(kind Kind, raw json.RawMessage) proto.Message {
-	if kind.Kind != ServiceEntry || len(raw) == 0 {
+	if len(raw) == 0 {
 		return nil
 	}
-	var st struct {
-		Addresses []struct {
-			Value string `json:"value"`
-			Host  string `json:"host"`
-		} `json:"addresses"`
+	switch kind.Kind {
+	case WorkloadEntry:
+		var st struct {
+			Conditions []struct {
+				Type   string `json:"type"`
+				Status string `json:"status"`
+			} `json:"conditions"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return nil
+		}
+		for _, c := range st.Conditions {
+			if c.Type == ConditionHealthy {
+				return HealthStatus(c.Status)
+			}
+		}
+	case ServiceEntry:
+		var st struct {
+			Addresses []struct {
+				Value string `json:"value"`
+				Host  string `json:"host"`
+			} `json:"addresses"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil || len(st.Addresses) == 0 {
+			return nil
+		}
+		out := &networking.ServiceEntryStatus{}
+		for _, a := range st.Addresses {
+			out.Addresses = append(out.Addresses, &networking.ServiceEntryAddress{Value: a.Value, Host: a.Host})
+		}
+		return out
 	}
-	if err := json.Unmarshal(raw, &st); err != nil || len(st.Addresses) == 0 {
-		return nil
-	}
-	out := &networking.ServiceEntryStatus{}
-	for _, a := range st.Addresses {
-		out.Addresses = append(out.Addresses, &networking.ServiceEntryAddress{Value: a.Value, Host: a.Host})
-	}
-	return out
+	return nil
 }
 
 // jsonReason turns encoding/json errors into field-level messages.

@@ -46,7 +46,8 @@ type Object struct {
 	// Status is the part of the object's status that Flotilla serves,
 	// nil for most: for a ServiceEntry, the addresses allocated to its
 	// hosts (a ServiceEntryStatus holding only addresses), as Istio's
-	// ServiceEntry controller reads them (GetHostAddressesFromConfig).
+	// ServiceEntry controller reads them (GetHostAddressesFromConfig);
+	// for a WorkloadEntry, its Healthy condition (HealthStatus).
 	Status proto.Message
 }
 

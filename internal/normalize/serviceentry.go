@@ -94,7 +94,9 @@ func ServiceEntry(se *istio.Object, workloads []*istio.Object) ([]*registryv1.Se
 
 // WorkloadEntries returns the endpoints of the WorkloadEntries in namespace
 // that selector matches, serving ports, sorted. An empty selector matches
-// none: Istio selects workloads only through labels.
+// none: Istio selects workloads only through labels. An entry whose health
+// is checked and not (yet) Healthy has none, as in Istio (its serviceentry
+// controller leaves such entries out of the workloads).
 func WorkloadEntries(workloads []*istio.Object, namespace string, selector map[string]string, ports []*networking.ServicePort) []*registryv1.Endpoint {
 	if len(selector) == 0 {
 		return nil
@@ -102,7 +104,7 @@ func WorkloadEntries(workloads []*istio.Object, namespace string, selector map[s
 	var eps []*registryv1.Endpoint
 	for _, w := range workloads {
 		we, ok := w.Spec.(*networking.WorkloadEntry)
-		if !ok || w.Meta.Namespace != namespace || !SelectorMatches(selector, we.GetLabels()) {
+		if !ok || w.Meta.Namespace != namespace || !SelectorMatches(selector, we.GetLabels()) || !istio.Healthy(w) {
 			continue
 		}
 		eps = append(eps, endpoint(we, namespace, w.Meta.Name, ports))

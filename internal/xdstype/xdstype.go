@@ -61,6 +61,11 @@ func All() []Type {
 // istio.networking.nds.v1.NameTable).
 const NameTableType = "type.googleapis.com/istio.networking.nds.v1.NameTable"
 
+// HealthInfoType is the type URL of the requests Istio's agent reports
+// its workload's readiness probe in (Istio's model.HealthInfoType): not a
+// type served, a report, healthy unless the request has an ErrorDetail.
+const HealthInfoType = "type.googleapis.com/istio.v1.HealthInformation"
+
 // URLs returns every type's URL, in the order a push sends them.
 func URLs() []string {
 	all := All()

@@ -40,6 +40,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/services/agent/bootstrap"
 	"github.com/flotilla-mesh/flotilla/services/agent/dns"
 	"github.com/flotilla-mesh/flotilla/services/agent/envoy"
+	"github.com/flotilla-mesh/flotilla/services/agent/health"
 	"github.com/flotilla-mesh/flotilla/services/agent/identity"
 	"github.com/flotilla-mesh/flotilla/services/agent/probe"
 	"github.com/flotilla-mesh/flotilla/services/agent/sds"
@@ -186,8 +187,13 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("discoveryAddress (DISCOVERY_ADDRESS) %q: %w", c.DiscoveryAddress, err))
 	}
 	if c.ProxyConfig != "" {
-		if _, err := istio.ParseProxyConfig([]byte(c.ProxyConfig)); err != nil {
+		pc, err := istio.ParseProxyConfig([]byte(c.ProxyConfig))
+		if err != nil {
 			errs = append(errs, fmt.Errorf("proxyConfig (PROXY_CONFIG): %w", err))
+		} else if rp := pc.GetReadinessProbe(); rp != nil {
+			if _, err := health.New(health.Options{Probe: rp}); err != nil {
+				errs = append(errs, fmt.Errorf("proxyConfig (PROXY_CONFIG): %w", err))
+			}
 		}
 	}
 	if _, err := probe.Parse(c.AppProbers); err != nil {
@@ -229,6 +235,8 @@ func proxyCommand() *cobra.Command {
 			"With ISTIO_META_DNS_CAPTURE=true (--dns-capture; proxyMetadata sets it) a sidecar's agent asks discovery for the name table and answers the pod's DNS from it on --dns-proxy-address (UDP and TCP), " +
 			"as Istio's agent: the mesh's hosts (A and AAAA, a Service's short forms, the first search domain's expansion), every other name forwarded to /etc/resolv.conf's resolvers; " +
 			"the init container (iptables --redirect-dns, from the same variable) captures the pod's DNS to it. " +
+			"With a readinessProbe in the proxy config (a VM's mesh.yaml carries its WorkloadGroup's, as `flotilla x workload entry configure` writes it) the agent probes the workload as Istio's agent does (httpGet, tcpSocket, grpc or exec, after Envoy is ready; Istio's defaults and thresholds) " +
+			"and reports each change of its health up the xDS stream; discovery has galley write it into the workload's WorkloadEntry (condition Healthy), and an entry whose health is checked gets traffic only while it is True. " +
 			"The node's metadata carries, besides what the agent sets itself, every ISTIO_META_<KEY> variable of its environment and of the proxy config's proxyMetadata as <KEY>, as Istio's agent sends them (an EnvoyFilter's proxy.metadata match reads them).",
 		Defaults: proxyDefaults,
 		Args: func(args []string, cfg *Config) error {
@@ -309,6 +317,30 @@ func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
 		return err
 	}
 	defer xproxy.Close()
+	if rp := pc.GetReadinessProbe(); rp != nil {
+		// As Istio's agent (NewWorkloadHealthChecker): Envoy's readiness
+		// first, then the workload's own probe, reported up the xDS stream.
+		o := health.Options{Probe: rp, Host: cfg.InstanceIP}
+		if !cfg.DisableEnvoy {
+			o.Also = func(ctx context.Context) error {
+				if !envoy.Ready(ctx, cfg.EnvoyAdmin) {
+					return errors.New("envoy is not ready")
+				}
+				return nil
+			}
+		}
+		checker, err := health.New(o)
+		if err != nil {
+			return fmt.Errorf("proxy config: %w", err)
+		}
+		actors = append(actors, lifecycle.Actor{Name: "health-check", Run: func(ctx context.Context) error {
+			checker.Run(ctx, func(e health.Event) {
+				rt.Log.Info("workload health changed", "healthy", e.Healthy, "reason", e.Message)
+				xproxy.ReportHealth(e.Healthy, e.Message)
+			})
+			return nil
+		}})
+	}
 	xdsMode := uds.Private
 	if cfg.GRPCBootstrap != "" {
 		xdsMode = uds.Shared // the application's own xDS client dials it

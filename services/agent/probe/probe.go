@@ -88,26 +88,31 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no probe at "+r.URL.Path, http.StatusNotFound)
 		return
 	}
-	timeout := time.Duration(p.TimeoutSeconds) * time.Second
-	if timeout <= 0 {
-		timeout = time.Second // the kubelet's default
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
-	defer cancel()
-	var err error
-	switch {
-	case p.HTTPGet != nil:
-		err = h.http(ctx, p.HTTPGet)
-	case p.TCPSocket != nil:
-		err = h.tcp(ctx, p.TCPSocket)
-	case p.GRPC != nil:
-		err = h.grpc(ctx, p.GRPC)
-	}
-	if err != nil {
+	if err := h.Check(r.Context(), p); err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = io.WriteString(w, "ok\n")
+}
+
+// Check performs one probe within its timeout (1 s when it sets none, the
+// kubelet's default): nil when it succeeds, else why not.
+func (h Handler) Check(ctx context.Context, p Prober) error {
+	timeout := time.Duration(p.TimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	switch {
+	case p.HTTPGet != nil:
+		return h.http(ctx, p.HTTPGet)
+	case p.TCPSocket != nil:
+		return h.tcp(ctx, p.TCPSocket)
+	case p.GRPC != nil:
+		return h.grpc(ctx, p.GRPC)
+	}
+	return errors.New("the probe has no action")
 }
 
 func (h Handler) addr(host string, port int) string {

@@ -10,7 +10,9 @@
 // are decoded, their remote Wasm modules fetched and the resources
 // rewritten to load them from local files, as Istio's agent does
 // (ecds.go); and name table (NDS) responses when a DNS proxy takes them,
-// which the agent asks for and acknowledges itself (nds.go). Envoy's reconnection (with its backoff) starts both
+// which the agent asks for and acknowledges itself (nds.go). The
+// workload's health (ReportHealth) is sent up each stream after Envoy's
+// first request, and again on each change (health.go). Envoy's reconnection (with its backoff) starts both
 // anew. The connection to discovery reconnects with gRPC's backoff. One
 // Envoy stream is served at a time: a new one replaces the old, as in
 // Istio.
@@ -76,6 +78,7 @@ type Proxy struct {
 	current context.CancelCauseFunc // the Envoy stream being served
 	// connected is set while an upstream stream is open and has answered.
 	connected atomic.Bool
+	health    healthReports
 }
 
 // New returns a proxy; the connection to discovery is made lazily, with
@@ -101,7 +104,7 @@ func New(o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Proxy{o: o, conn: conn}, nil
+	return &Proxy{o: o, conn: conn, health: healthReports{changed: make(chan struct{})}}, nil
 }
 
 // Close closes the connection to discovery.
@@ -201,7 +204,19 @@ func (p *Proxy) relay(ctx context.Context, delta bool, recv func() (*frame, erro
 	if p.o.NameTable != nil {
 		nds = &nameTables{update: p.o.NameTable, delta: delta}
 	}
+	started := make(chan struct{}) // closed once Envoy's first request is sent
+	go func() {                    // the workload's health, after Envoy's first request
+		select {
+		case <-ctx.Done():
+			return
+		case <-started:
+		}
+		if err := p.health.relay(ctx, delta, sendUp); err != nil {
+			errc <- upstreamEnd(p.o.Address, err)
+		}
+	}()
 	go func() { // Envoy → discovery
+		first := true
 		for {
 			req, err := recv()
 			if err != nil {
@@ -217,6 +232,10 @@ func (p *Proxy) relay(ctx context.Context, delta bool, recv func() (*frame, erro
 			if err := sendUp(req); err != nil {
 				errc <- upstreamEnd(p.o.Address, err)
 				return
+			}
+			if first {
+				first = false
+				close(started)
 			}
 			if nds == nil {
 				continue

@@ -495,6 +495,13 @@ func (g *galleyRegistrar) Disconnect(ctx context.Context, in *galleyv1.Disconnec
 	return g.client.Disconnect(ctx, in, opts...)
 }
 
+func (g *galleyRegistrar) ReportHealth(ctx context.Context, in *galleyv1.ReportHealthRequest, opts ...grpc.CallOption) (*galleyv1.ReportHealthResponse, error) {
+	if g.client == nil {
+		return nil, errNoGalley
+	}
+	return g.client.ReportHealth(ctx, in, opts...)
+}
+
 // askGalley is galley's SecretAccessService as xds.SecretAccess.
 func askGalley(c galleyv1.SecretAccessServiceClient) xds.SecretAccess {
 	return func(ctx context.Context, ns, sa string) (bool, string, error) {

@@ -15,6 +15,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // onDeltaRequest handles an incremental request: subscription changes are
@@ -30,6 +31,10 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		return checkNames(make([]string, len(req.GetInitialResourceVersions())))
 	}
 	t := req.GetTypeUrl()
+	if t == xdstype.HealthInfoType {
+		c.reportHealth(req.GetErrorDetail())
+		return nil
+	}
 	if !c.serves(t) {
 		return c.answerNotServed(ctx, t, req.GetResponseNonce())
 	}

@@ -3,6 +3,7 @@ package xds_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,6 +22,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 	"github.com/flotilla-mesh/flotilla/services/discovery/xds"
 )
 
@@ -31,6 +34,20 @@ type registry struct {
 	mu          sync.Mutex
 	connects    []*galleyv1.ConnectRequest
 	disconnects []*galleyv1.DisconnectRequest
+	health      []*galleyv1.ReportHealthRequest
+}
+
+func (r *registry) ReportHealth(_ context.Context, req *galleyv1.ReportHealthRequest) (*galleyv1.ReportHealthResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.health = append(r.health, req)
+	return &galleyv1.ReportHealthResponse{}, nil
+}
+
+func (r *registry) reports() []*galleyv1.ReportHealthRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.health)
 }
 
 func (r *registry) Connect(_ context.Context, req *galleyv1.ConnectRequest) (*galleyv1.ConnectResponse, error) {
@@ -175,4 +192,98 @@ func TestAProxyGalleyWillNotRegisterIsRefusedWithTheReason(t *testing.T) {
 	if c, _ := r.calls(); c != 0 {
 		t.Fatalf("galley was asked %d times", c)
 	}
+}
+
+func TestAProxysHealthReportsReachGalleyForItsEntryOnceEachUnansweredAndClipped(t *testing.T) {
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &registry{}
+	srv, addr := mtlsServerOf(t, ca, xds.Options{VerifyIdentity: true, Registrar: serveRegistry(t, r), Replica: debugapi.Replica{ID: "discovery-0"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.RunRegistrations(ctx)
+	// healthOf opens a stream for a node, sends the reports after its
+	// first response, then a request for a type not served, whose empty
+	// answer must be the next response: no report is answered.
+	healthOf := func(cc *grpc.ClientConn, id string, md map[string]any, reports ...*statuspb.Status) {
+		t.Helper()
+		st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node(id, md), TypeUrl: resourcev3.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		for _, detail := range reports {
+			if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: xdstype.HealthInfoType, ErrorDetail: detail}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const other = "type.googleapis.com/flotilla.test.NotServed"
+		if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: other}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetTypeUrl() != other {
+			t.Fatalf("a health report was answered: %v", resp)
+		}
+	}
+	vm := dialAs(t, ca, addr, "spiffe://cluster.local/ns/vm/sa/legacy")
+	md := map[string]any{"AUTO_REGISTER_GROUP": "vms", "PROXY_CONFIG": map[string]any{"readinessProbe": map[string]any{"tcpSocket": map[string]any{"port": 8080}}}}
+	unhealthy := &statuspb.Status{Code: int32(codes.Internal), Message: "dial tcp 10.9.0.8:8080: connect: connection refused"}
+	long := &statuspb.Status{Code: int32(codes.Internal), Message: strings.Repeat("é", 5000)}
+	healthOf(vm, "sidecar~10.9.0.8~legacy-vm.vm~vm.svc.cluster.local", md, unhealthy, unhealthy, nil, nil, long)
+	clipped := strings.Repeat("é", 500) + "…"
+	last := func() *galleyv1.ReportHealthRequest {
+		if got := r.reports(); len(got) > 0 {
+			return got[len(got)-1]
+		}
+		return nil
+	}
+	xdstest.EventuallyWithin(t, 10*time.Second, "the last report at galley", func() bool { return last().GetMessage() == clipped })
+	// A proxy that registered nothing reports into no entry; the VM's
+	// next report, on a new stream, arrives after it.
+	cart := dialAs(t, ca, addr, "spiffe://cluster.local/ns/shop/sa/cart")
+	healthOf(cart, "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", nil, unhealthy)
+	healthOf(vm, "sidecar~10.9.0.8~legacy-vm.vm~vm.svc.cluster.local", md, nil)
+	xdstest.EventuallyWithin(t, 10*time.Second, "the second stream's report at galley", func() bool { return last().GetHealthy() })
+	// What galley got is the changes in order, a waiting report replaced
+	// by a later one of the same entry, never a repeat.
+	type verdict struct {
+		healthy bool
+		message string
+	}
+	sent := []verdict{{false, unhealthy.GetMessage()}, {true, ""}, {false, clipped}, {true, ""}}
+	next := 0
+	for i, rep := range r.reports() {
+		if rep.GetNamespace() != "vm" || rep.GetEntry() != "vms-10.9.0.8" || rep.GetReplica() != "discovery-0" || rep.GetProbedAt() == nil {
+			t.Errorf("report %d: %v, want one for vm/vms-10.9.0.8 from discovery-0", i, rep)
+		}
+		if len(rep.GetMessage()) > 1024 {
+			t.Errorf("report %d: a message of %d bytes, over galley's bound", i, len(rep.GetMessage()))
+		}
+		got := verdict{rep.GetHealthy(), rep.GetMessage()}
+		for next < len(sent) && sent[next] != got {
+			next++
+		}
+		if next == len(sent) {
+			t.Fatalf("report %d (healthy=%v %q) is not the next change the proxy made, in order", i, got.healthy, clipForError(got.message))
+		}
+		next++
+	}
+}
+
+func clipForError(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
 }

@@ -17,6 +17,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/flotilla-mesh/flotilla/internal/translate"
+	"github.com/flotilla-mesh/flotilla/internal/xdstype"
 )
 
 // onSotwRequest handles a state-of-the-world request: an ACK, a NACK, or
@@ -26,6 +27,10 @@ func (c *conn) onSotwRequest(ctx context.Context, req *sotwRequest) error {
 		return err
 	}
 	t := req.GetTypeUrl()
+	if t == xdstype.HealthInfoType {
+		c.reportHealth(req.GetErrorDetail())
+		return nil
+	}
 	if !c.serves(t) {
 		return c.answerNotServed(ctx, t, req.GetResponseNonce())
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	metav1alpha1 "istio.io/api/meta/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	clientnetworking "istio.io/client-go/pkg/apis/networking/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -25,6 +26,7 @@ import (
 
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
 	"github.com/flotilla-mesh/flotilla/internal/dev/crdgen"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
@@ -309,9 +311,106 @@ func TestCallsThatMayNotRegisterAreRefusedWithTheirReason(t *testing.T) {
 	if _, err := f.client.Disconnect(context.Background(), &galleyv1.DisconnectRequest{Replica: "a", Namespace: "Not A Namespace", Entry: "x", ConnectedAt: now, DisconnectedAt: now}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a malformed disconnect: %v", err)
 	}
+	for _, c := range []struct {
+		name string
+		req  *galleyv1.ReportHealthRequest
+		want string
+	}{
+		{"no replica", &galleyv1.ReportHealthRequest{Namespace: f.ns, Entry: "x", ProbedAt: now}, "replica"},
+		{"a malformed namespace", &galleyv1.ReportHealthRequest{Replica: "a", Namespace: "Not A Namespace", Entry: "x", ProbedAt: now}, "namespace"},
+		{"an entry that is no name", &galleyv1.ReportHealthRequest{Replica: "a", Namespace: f.ns, Entry: "../x", ProbedAt: now}, "entry"},
+		{"no time", &galleyv1.ReportHealthRequest{Replica: "a", Namespace: f.ns, Entry: "x"}, "probed_at"},
+		{"an oversized message", &galleyv1.ReportHealthRequest{Replica: "a", Namespace: f.ns, Entry: "x", ProbedAt: now, Message: strings.Repeat("m", maxHealthMessage+1)}, "at most 1024"},
+	} {
+		if _, err := f.client.ReportHealth(context.Background(), c.req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("a health report with %s: %v, want InvalidArgument containing %q", c.name, err, c.want)
+		}
+	}
 	refusing := New(Options{Istio: f.istio, Caller: func(string) bool { return false }, Log: slog.New(slog.DiscardHandler), Now: time.Now})
 	if _, err := refusing.Connect(context.Background(), &galleyv1.ConnectRequest{Replica: "a", Workload: ok(), ConnectedAt: now}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a caller that is not discovery: %v", err)
+	}
+	if _, err := refusing.ReportHealth(context.Background(), &galleyv1.ReportHealthRequest{Replica: "a", Namespace: f.ns, Entry: "x", ProbedAt: now, Healthy: true}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a health report from a caller that is not discovery: %v", err)
+	}
+}
+
+func (f *fixture) report(replica, entry string, healthy bool, message string, at time.Time) error {
+	_, err := f.client.ReportHealth(context.Background(), &galleyv1.ReportHealthRequest{
+		Replica: replica, Namespace: f.ns, Entry: entry, Healthy: healthy, Message: message, ProbedAt: timestamppb.New(at),
+	})
+	return err
+}
+
+// healthCondition is the entry's Healthy condition as the apiserver holds
+// it, nil when it has none.
+func (f *fixture) healthCondition(t *testing.T, name string) *metav1alpha1.IstioCondition {
+	t.Helper()
+	for _, c := range f.entry(t, name).Status.GetConditions() {
+		if c.GetType() == istio.ConditionHealthy {
+			return c
+		}
+	}
+	return nil
+}
+
+func TestAWorkloadsHealthReportsBecomeItsEntrysHealthyConditionFromTheReplicaThatControlsIt(t *testing.T) {
+	f := newFixture(t, "autoreg-health", time.Second)
+	connected := time.Now().Truncate(time.Second)
+	name, err := f.connect("discovery-a", f.workload("10.9.0.11"), connected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.healthCondition(t, name); c != nil {
+		t.Fatalf("a new entry has a Healthy condition %v before any probe", c)
+	}
+	probed := connected.Add(time.Second)
+	if err := f.report("discovery-a", name, false, "HTTP probe: 503 Service Unavailable", probed); err != nil {
+		t.Fatal(err)
+	}
+	c := f.healthCondition(t, name)
+	if c.GetStatus() != "False" || c.GetMessage() != "HTTP probe: 503 Service Unavailable" || !c.GetLastProbeTime().AsTime().Equal(probed) || !c.GetLastTransitionTime().AsTime().Equal(probed) {
+		t.Fatalf("after an unhealthy report: %v", c)
+	}
+	healthyAt := probed.Add(time.Second)
+	if err := f.report("discovery-a", name, true, "ignored when healthy", healthyAt); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.healthCondition(t, name); c.GetStatus() != "True" || c.GetMessage() != "" || !c.GetLastTransitionTime().AsTime().Equal(healthyAt) {
+		t.Fatalf("after a healthy report: %v", c)
+	}
+	// A report older than the condition (a replica slow to relay it), one
+	// from a replica that no longer controls the entry, and the same
+	// verdict again change nothing.
+	rv := f.entry(t, name).ResourceVersion
+	if err := f.report("discovery-a", name, false, "late", probed.Add(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.report("discovery-b", name, false, "not the controller", healthyAt.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.report("discovery-a", name, true, "", healthyAt.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.entry(t, name).ResourceVersion; got != rv {
+		t.Fatalf("the entry was written (resourceVersion %s → %s) by reports that change nothing: %v", rv, got, f.healthCondition(t, name))
+	}
+	// The workload moves to discovery-b: its reports are written now, and
+	// the transition time moves only with the status.
+	if _, err := f.connect("discovery-b", f.workload("10.9.0.11"), healthyAt.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.report("discovery-b", name, true, "", healthyAt.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.report("discovery-b", name, false, "connection refused", healthyAt.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.healthCondition(t, name); c.GetStatus() != "False" || c.GetMessage() != "connection refused" || !c.GetLastTransitionTime().AsTime().Equal(healthyAt.Add(5*time.Second)) {
+		t.Fatalf("after the move: %v", c)
+	}
+	if err := f.report("discovery-b", "vms-10.9.0.99-vm-net", true, "", time.Now()); status.Code(err) != codes.NotFound {
+		t.Errorf("a report for an entry that does not exist: %v, want NotFound", err)
 	}
 }
 

@@ -11,14 +11,18 @@ package autoregister
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+	metav1alpha1 "istio.io/api/meta/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	clientnetworking "istio.io/client-go/pkg/apis/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	galleyv1 "github.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1"
+	"github.com/flotilla-mesh/flotilla/internal/istio"
 )
 
 // Istio's annotations of an auto-registered WorkloadEntry.
@@ -32,8 +36,8 @@ const (
 	// AnnotationDisconnectedAt is when the last connection ended.
 	AnnotationDisconnectedAt = "istio.io/disconnectedAt"
 	// AnnotationHealthChecks marks an entry whose health its workload's
-	// readiness probe reports (Istio's WorkloadEntryHealthCheckAnnotation).
-	AnnotationHealthChecks = "proxy.istio.io/health-checks-enabled"
+	// readiness probe reports.
+	AnnotationHealthChecks = istio.AnnotationHealthChecks
 	// timeFormat is the annotations' time format (Istio's).
 	timeFormat = time.RFC3339Nano
 	// localityLabel is the label Istio's agent turns the locality into;
@@ -200,4 +204,47 @@ func stale(we *clientnetworking.WorkloadEntry, now time.Time, grace, maxConnecti
 	}
 	d := annotationTime(we, AnnotationDisconnectedAt)
 	return d.IsZero() || now.Sub(d) >= grace
+}
+
+// maxHealthMessage bounds the message of a Healthy condition.
+const maxHealthMessage = 1024
+
+// healthReportedBy returns what a workload's health report makes of its
+// entry, and whether it changes it (Istio's Store.UpdateHealth): nothing
+// when another replica controls the entry (the workload moved), when the
+// condition was probed later than this report, or when it already says
+// the same. The condition is Istio's: status True or False, the reason
+// for False in its message, the probe time, and the transition time
+// moved only when the status changes.
+func healthReportedBy(we *clientnetworking.WorkloadEntry, replica string, healthy bool, message string, at time.Time) (*clientnetworking.WorkloadEntry, bool) {
+	if we.Annotations[AnnotationController] != replica {
+		return nil, false
+	}
+	st := "False"
+	if healthy {
+		st, message = "True", ""
+	}
+	i := slices.IndexFunc(we.Status.Conditions, func(c *metav1alpha1.IstioCondition) bool { return c.GetType() == istio.ConditionHealthy })
+	var old *metav1alpha1.IstioCondition
+	if i >= 0 {
+		old = we.Status.Conditions[i]
+		if old.GetLastProbeTime() != nil && old.GetLastProbeTime().AsTime().After(at) {
+			return nil, false
+		}
+		if old.GetStatus() == st && old.GetMessage() == message {
+			return nil, false
+		}
+	}
+	probed := timestamppb.New(at)
+	cond := &metav1alpha1.IstioCondition{Type: istio.ConditionHealthy, Status: st, Message: message, LastProbeTime: probed, LastTransitionTime: probed}
+	if old != nil && old.GetStatus() == st {
+		cond.LastTransitionTime = old.GetLastTransitionTime()
+	}
+	out := we.DeepCopy()
+	if i >= 0 {
+		out.Status.Conditions[i] = cond
+	} else {
+		out.Status.Conditions = append(out.Status.Conditions, cond)
+	}
+	return out, true
 }

@@ -155,11 +155,8 @@ func (s *Server) Disconnect(ctx context.Context, req *galleyv1.DisconnectRequest
 		return nil, err
 	}
 	ns, name := req.GetNamespace(), req.GetEntry()
-	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "namespace: %s", strings.Join(msgs, "; "))
-	}
-	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "entry: %s", strings.Join(msgs, "; "))
+	if err := checkEntry(ns, name); err != nil {
+		return nil, err
 	}
 	if req.GetConnectedAt() == nil || req.GetDisconnectedAt() == nil {
 		return nil, status.Error(codes.InvalidArgument, "connected_at and disconnected_at are required")
@@ -196,6 +193,61 @@ func (s *Server) Disconnect(ctx context.Context, req *galleyv1.DisconnectRequest
 		return &galleyv1.DisconnectResponse{}, nil
 	}
 	return nil, status.Errorf(codes.Aborted, "WorkloadEntry %s/%s changed %d times while being written; try again", ns, name, maxAttempts)
+}
+
+// ReportHealth writes a workload's health into its entry's Healthy
+// condition.
+func (s *Server) ReportHealth(ctx context.Context, req *galleyv1.ReportHealthRequest) (*galleyv1.ReportHealthResponse, error) {
+	if err := s.authorize(ctx, req.GetReplica()); err != nil {
+		return nil, err
+	}
+	ns, name := req.GetNamespace(), req.GetEntry()
+	if err := checkEntry(ns, name); err != nil {
+		return nil, err
+	}
+	if req.GetProbedAt() == nil {
+		return nil, status.Error(codes.InvalidArgument, "probed_at is required")
+	}
+	if len(req.GetMessage()) > maxHealthMessage {
+		return nil, status.Errorf(codes.InvalidArgument, "message: %d bytes, at most %d", len(req.GetMessage()), maxHealthMessage)
+	}
+	entries := s.o.Istio.NetworkingV1().WorkloadEntries(ns)
+	for range maxAttempts {
+		we, err := entries.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, status.Errorf(codes.NotFound, "WorkloadEntry %s/%s does not exist", ns, name)
+		}
+		if err != nil {
+			return nil, unavailable("read WorkloadEntry", err)
+		}
+		updated, changed := healthReportedBy(we, req.GetReplica(), req.GetHealthy(), req.GetMessage(), req.GetProbedAt().AsTime())
+		if !changed {
+			return &galleyv1.ReportHealthResponse{}, nil
+		}
+		_, err = entries.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: "flotilla-galley"})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if apierrors.IsNotFound(err) {
+			return nil, status.Errorf(codes.NotFound, "WorkloadEntry %s/%s does not exist", ns, name)
+		}
+		if err != nil {
+			return nil, unavailable("update WorkloadEntry status", err)
+		}
+		return &galleyv1.ReportHealthResponse{}, nil
+	}
+	return nil, status.Errorf(codes.Aborted, "WorkloadEntry %s/%s changed %d times while being written; try again", ns, name, maxAttempts)
+}
+
+// checkEntry refuses a namespace or an entry name that no object has.
+func checkEntry(ns, name string) error {
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return status.Errorf(codes.InvalidArgument, "namespace: %s", strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return status.Errorf(codes.InvalidArgument, "entry: %s", strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 func (s *Server) authorize(ctx context.Context, replica string) error {

@@ -39,9 +39,10 @@ type kindInformer struct {
 // toObject converts a typed Istio object from kind's informer: its
 // metadata, and its Spec field (an istio.io/api message, the same type as
 // kind.NewSpec's). The spec is cloned: informer caches are shared and must
-// not be aliased downstream. withStatus reads the status Flotilla serves
-// (istio.Object.Status).
-func toObject(kind istio.Kind, obj any, withStatus bool) (*istio.Object, bool) {
+// not be aliased downstream. Its status is read as Flotilla serves it
+// (istio.Object.Status); a ServiceEntry's allocated addresses only
+// withAddresses.
+func toObject(kind istio.Kind, obj any, withAddresses bool) (*istio.Object, bool) {
 	meta, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, false
@@ -71,22 +72,30 @@ func toObject(kind istio.Kind, obj any, withStatus bool) (*istio.Object, bool) {
 		},
 		Spec: proto.Clone(spec),
 	}
-	if withStatus {
-		o.Status = servedStatus(obj)
-	}
+	o.Status = servedStatus(obj, withAddresses)
 	return o, true
 }
 
 // servedStatus is the part of an object's status Flotilla serves (see
-// istio.Object.Status): a ServiceEntry's allocated addresses.
-func servedStatus(obj any) proto.Message {
-	se, ok := obj.(*networkingv1.ServiceEntry)
-	if !ok || len(se.Status.GetAddresses()) == 0 {
-		return nil
+// istio.Object.Status): a ServiceEntry's allocated addresses
+// (withAddresses), a WorkloadEntry's Healthy condition.
+func servedStatus(obj any, withAddresses bool) proto.Message {
+	switch o := obj.(type) {
+	case *networkingv1.WorkloadEntry:
+		for _, c := range o.Status.GetConditions() {
+			if c.GetType() == istio.ConditionHealthy {
+				return istio.HealthStatus(c.GetStatus())
+			}
+		}
+	case *networkingv1.ServiceEntry:
+		if !withAddresses || len(o.Status.GetAddresses()) == 0 {
+			return nil
+		}
+		out := &networking.ServiceEntryStatus{}
+		for _, a := range o.Status.GetAddresses() {
+			out.Addresses = append(out.Addresses, &networking.ServiceEntryAddress{Value: a.GetValue(), Host: a.GetHost()})
+		}
+		return out
 	}
-	out := &networking.ServiceEntryStatus{}
-	for _, a := range se.Status.GetAddresses() {
-		out.Addresses = append(out.Addresses, &networking.ServiceEntryAddress{Value: a.GetValue(), Host: a.GetHost()})
-	}
-	return out
+	return nil
 }

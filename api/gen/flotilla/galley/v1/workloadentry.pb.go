@@ -369,6 +369,136 @@ func (*DisconnectResponse) Descriptor() ([]byte, []int) {
 	return file_flotilla_galley_v1_workloadentry_proto_rawDescGZIP(), []int{4}
 }
 
+// ReportHealthRequest is a change of a workload's health, as its agent
+// reported it on a connection to a replica.
+type ReportHealthRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replica names the discovery replica the report came to.
+	Replica string `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	// namespace is the WorkloadEntry's namespace.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// entry is the WorkloadEntry's name (ConnectResponse.entry).
+	Entry string `protobuf:"bytes,3,opt,name=entry,proto3" json:"entry,omitempty"`
+	// healthy is the probe's verdict.
+	Healthy bool `protobuf:"varint,4,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// message says why the workload is unhealthy (at most 1024 bytes).
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// probed_at is when the replica received the report: a report older
+	// than the condition's lastProbeTime is not written.
+	ProbedAt      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=probed_at,json=probedAt,proto3" json:"probed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportHealthRequest) Reset() {
+	*x = ReportHealthRequest{}
+	mi := &file_flotilla_galley_v1_workloadentry_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportHealthRequest) ProtoMessage() {}
+
+func (x *ReportHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flotilla_galley_v1_workloadentry_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportHealthRequest.ProtoReflect.Descriptor instead.
+func (*ReportHealthRequest) Descriptor() ([]byte, []int) {
+	return file_flotilla_galley_v1_workloadentry_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReportHealthRequest) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *ReportHealthRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ReportHealthRequest) GetEntry() string {
+	if x != nil {
+		return x.Entry
+	}
+	return ""
+}
+
+func (x *ReportHealthRequest) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *ReportHealthRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ReportHealthRequest) GetProbedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProbedAt
+	}
+	return nil
+}
+
+// ReportHealthResponse acknowledges a report.
+type ReportHealthResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportHealthResponse) Reset() {
+	*x = ReportHealthResponse{}
+	mi := &file_flotilla_galley_v1_workloadentry_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportHealthResponse) ProtoMessage() {}
+
+func (x *ReportHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flotilla_galley_v1_workloadentry_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportHealthResponse.ProtoReflect.Descriptor instead.
+func (*ReportHealthResponse) Descriptor() ([]byte, []int) {
+	return file_flotilla_galley_v1_workloadentry_proto_rawDescGZIP(), []int{6}
+}
+
 var File_flotilla_galley_v1_workloadentry_proto protoreflect.FileDescriptor
 
 const file_flotilla_galley_v1_workloadentry_proto_rawDesc = "" +
@@ -398,11 +528,20 @@ const file_flotilla_galley_v1_workloadentry_proto_rawDesc = "" +
 	"\x05entry\x18\x03 \x01(\tR\x05entry\x12=\n" +
 	"\fconnected_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12C\n" +
 	"\x0fdisconnected_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0edisconnectedAt\"\x14\n" +
-	"\x12DisconnectResponse2\xc7\x01\n" +
+	"\x12DisconnectResponse\"\xd0\x01\n" +
+	"\x13ReportHealthRequest\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\tR\areplica\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05entry\x18\x03 \x01(\tR\x05entry\x12\x18\n" +
+	"\ahealthy\x18\x04 \x01(\bR\ahealthy\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x127\n" +
+	"\tprobed_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bprobedAt\"\x16\n" +
+	"\x14ReportHealthResponse2\xaa\x02\n" +
 	"\x14WorkloadEntryService\x12R\n" +
 	"\aConnect\x12\".flotilla.galley.v1.ConnectRequest\x1a#.flotilla.galley.v1.ConnectResponse\x12[\n" +
 	"\n" +
-	"Disconnect\x12%.flotilla.galley.v1.DisconnectRequest\x1a&.flotilla.galley.v1.DisconnectResponseBGZEgithub.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1;galleyv1b\x06proto3"
+	"Disconnect\x12%.flotilla.galley.v1.DisconnectRequest\x1a&.flotilla.galley.v1.DisconnectResponse\x12a\n" +
+	"\fReportHealth\x12'.flotilla.galley.v1.ReportHealthRequest\x1a(.flotilla.galley.v1.ReportHealthResponseBGZEgithub.com/flotilla-mesh/flotilla/api/gen/flotilla/galley/v1;galleyv1b\x06proto3"
 
 var (
 	file_flotilla_galley_v1_workloadentry_proto_rawDescOnce sync.Once
@@ -416,31 +555,36 @@ func file_flotilla_galley_v1_workloadentry_proto_rawDescGZIP() []byte {
 	return file_flotilla_galley_v1_workloadentry_proto_rawDescData
 }
 
-var file_flotilla_galley_v1_workloadentry_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_flotilla_galley_v1_workloadentry_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_flotilla_galley_v1_workloadentry_proto_goTypes = []any{
 	(*Workload)(nil),              // 0: flotilla.galley.v1.Workload
 	(*ConnectRequest)(nil),        // 1: flotilla.galley.v1.ConnectRequest
 	(*ConnectResponse)(nil),       // 2: flotilla.galley.v1.ConnectResponse
 	(*DisconnectRequest)(nil),     // 3: flotilla.galley.v1.DisconnectRequest
 	(*DisconnectResponse)(nil),    // 4: flotilla.galley.v1.DisconnectResponse
-	nil,                           // 5: flotilla.galley.v1.Workload.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*ReportHealthRequest)(nil),   // 5: flotilla.galley.v1.ReportHealthRequest
+	(*ReportHealthResponse)(nil),  // 6: flotilla.galley.v1.ReportHealthResponse
+	nil,                           // 7: flotilla.galley.v1.Workload.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_flotilla_galley_v1_workloadentry_proto_depIdxs = []int32{
-	5, // 0: flotilla.galley.v1.Workload.labels:type_name -> flotilla.galley.v1.Workload.LabelsEntry
+	7, // 0: flotilla.galley.v1.Workload.labels:type_name -> flotilla.galley.v1.Workload.LabelsEntry
 	0, // 1: flotilla.galley.v1.ConnectRequest.workload:type_name -> flotilla.galley.v1.Workload
-	6, // 2: flotilla.galley.v1.ConnectRequest.connected_at:type_name -> google.protobuf.Timestamp
-	6, // 3: flotilla.galley.v1.DisconnectRequest.connected_at:type_name -> google.protobuf.Timestamp
-	6, // 4: flotilla.galley.v1.DisconnectRequest.disconnected_at:type_name -> google.protobuf.Timestamp
-	1, // 5: flotilla.galley.v1.WorkloadEntryService.Connect:input_type -> flotilla.galley.v1.ConnectRequest
-	3, // 6: flotilla.galley.v1.WorkloadEntryService.Disconnect:input_type -> flotilla.galley.v1.DisconnectRequest
-	2, // 7: flotilla.galley.v1.WorkloadEntryService.Connect:output_type -> flotilla.galley.v1.ConnectResponse
-	4, // 8: flotilla.galley.v1.WorkloadEntryService.Disconnect:output_type -> flotilla.galley.v1.DisconnectResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	8, // 2: flotilla.galley.v1.ConnectRequest.connected_at:type_name -> google.protobuf.Timestamp
+	8, // 3: flotilla.galley.v1.DisconnectRequest.connected_at:type_name -> google.protobuf.Timestamp
+	8, // 4: flotilla.galley.v1.DisconnectRequest.disconnected_at:type_name -> google.protobuf.Timestamp
+	8, // 5: flotilla.galley.v1.ReportHealthRequest.probed_at:type_name -> google.protobuf.Timestamp
+	1, // 6: flotilla.galley.v1.WorkloadEntryService.Connect:input_type -> flotilla.galley.v1.ConnectRequest
+	3, // 7: flotilla.galley.v1.WorkloadEntryService.Disconnect:input_type -> flotilla.galley.v1.DisconnectRequest
+	5, // 8: flotilla.galley.v1.WorkloadEntryService.ReportHealth:input_type -> flotilla.galley.v1.ReportHealthRequest
+	2, // 9: flotilla.galley.v1.WorkloadEntryService.Connect:output_type -> flotilla.galley.v1.ConnectResponse
+	4, // 10: flotilla.galley.v1.WorkloadEntryService.Disconnect:output_type -> flotilla.galley.v1.DisconnectResponse
+	6, // 11: flotilla.galley.v1.WorkloadEntryService.ReportHealth:output_type -> flotilla.galley.v1.ReportHealthResponse
+	9, // [9:12] is the sub-list for method output_type
+	6, // [6:9] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_flotilla_galley_v1_workloadentry_proto_init() }
@@ -454,7 +598,7 @@ func file_flotilla_galley_v1_workloadentry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flotilla_galley_v1_workloadentry_proto_rawDesc), len(file_flotilla_galley_v1_workloadentry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,8 +25,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	WorkloadEntryService_Connect_FullMethodName    = "/flotilla.galley.v1.WorkloadEntryService/Connect"
-	WorkloadEntryService_Disconnect_FullMethodName = "/flotilla.galley.v1.WorkloadEntryService/Disconnect"
+	WorkloadEntryService_Connect_FullMethodName      = "/flotilla.galley.v1.WorkloadEntryService/Connect"
+	WorkloadEntryService_Disconnect_FullMethodName   = "/flotilla.galley.v1.WorkloadEntryService/Disconnect"
+	WorkloadEntryService_ReportHealth_FullMethodName = "/flotilla.galley.v1.WorkloadEntryService/ReportHealth"
 )
 
 // WorkloadEntryServiceClient is the client API for WorkloadEntryService service.
@@ -49,6 +50,11 @@ type WorkloadEntryServiceClient interface {
 	// this replica still controls it for that connection; galley removes an
 	// entry that stays disconnected for its grace period.
 	Disconnect(ctx context.Context, in *DisconnectRequest, opts ...grpc.CallOption) (*DisconnectResponse, error)
+	// ReportHealth sets the entry's Healthy condition from its workload's
+	// readiness probe (Istio's HealthInformation requests), when this
+	// replica controls the entry and no later report was written; it is
+	// ignored otherwise (the workload moved to another replica).
+	ReportHealth(ctx context.Context, in *ReportHealthRequest, opts ...grpc.CallOption) (*ReportHealthResponse, error)
 }
 
 type workloadEntryServiceClient struct {
@@ -79,6 +85,16 @@ func (c *workloadEntryServiceClient) Disconnect(ctx context.Context, in *Disconn
 	return out, nil
 }
 
+func (c *workloadEntryServiceClient) ReportHealth(ctx context.Context, in *ReportHealthRequest, opts ...grpc.CallOption) (*ReportHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportHealthResponse)
+	err := c.cc.Invoke(ctx, WorkloadEntryService_ReportHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkloadEntryServiceServer is the server API for WorkloadEntryService service.
 // All implementations must embed UnimplementedWorkloadEntryServiceServer
 // for forward compatibility.
@@ -99,6 +115,11 @@ type WorkloadEntryServiceServer interface {
 	// this replica still controls it for that connection; galley removes an
 	// entry that stays disconnected for its grace period.
 	Disconnect(context.Context, *DisconnectRequest) (*DisconnectResponse, error)
+	// ReportHealth sets the entry's Healthy condition from its workload's
+	// readiness probe (Istio's HealthInformation requests), when this
+	// replica controls the entry and no later report was written; it is
+	// ignored otherwise (the workload moved to another replica).
+	ReportHealth(context.Context, *ReportHealthRequest) (*ReportHealthResponse, error)
 	mustEmbedUnimplementedWorkloadEntryServiceServer()
 }
 
@@ -114,6 +135,9 @@ func (UnimplementedWorkloadEntryServiceServer) Connect(context.Context, *Connect
 }
 func (UnimplementedWorkloadEntryServiceServer) Disconnect(context.Context, *DisconnectRequest) (*DisconnectResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Disconnect not implemented")
+}
+func (UnimplementedWorkloadEntryServiceServer) ReportHealth(context.Context, *ReportHealthRequest) (*ReportHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportHealth not implemented")
 }
 func (UnimplementedWorkloadEntryServiceServer) mustEmbedUnimplementedWorkloadEntryServiceServer() {}
 func (UnimplementedWorkloadEntryServiceServer) testEmbeddedByValue()                              {}
@@ -172,6 +196,24 @@ func _WorkloadEntryService_Disconnect_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkloadEntryService_ReportHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkloadEntryServiceServer).ReportHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkloadEntryService_ReportHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkloadEntryServiceServer).ReportHealth(ctx, req.(*ReportHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkloadEntryService_ServiceDesc is the grpc.ServiceDesc for WorkloadEntryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -186,6 +228,10 @@ var WorkloadEntryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Disconnect",
 			Handler:    _WorkloadEntryService_Disconnect_Handler,
+		},
+		{
+			MethodName: "ReportHealth",
+			Handler:    _WorkloadEntryService_ReportHealth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
