@@ -17,6 +17,7 @@ import (
 	"github.com/flotilla-mesh/flotilla/cli/analyze"
 	"github.com/flotilla-mesh/flotilla/cli/connect"
 	"github.com/flotilla-mesh/flotilla/cli/describe"
+	"github.com/flotilla-mesh/flotilla/cli/workload"
 	"github.com/flotilla-mesh/flotilla/internal/debugapi"
 	"github.com/flotilla-mesh/flotilla/internal/model"
 )
@@ -28,11 +29,12 @@ func NewCommand(conn *connect.Options) *cobra.Command {
 		Aliases: []string{"experimental"},
 		Short:   "istioctl experimental's commands, as Flotilla serves them",
 		Example: `  flotilla x envoy-stats productpage-1.default
-  flotilla x describe pod productpage-1.default`,
+  flotilla x describe pod productpage-1.default
+  flotilla x workload entry configure -f workloadgroup.yaml -o vm-files --autoregister`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(envoyStatsCommand(conn), describeCommand(conn))
+	cmd.AddCommand(envoyStatsCommand(conn), describeCommand(conn), workload.NewCommand(conn))
 	return cmd
 }
 

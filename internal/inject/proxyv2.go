@@ -187,14 +187,21 @@ func istioData(pod *corev1.Pod, w Workload, v Values) (istioTemplateData, error)
 	}
 	d.ExcludeInboundPorts = strings.Join(append([]string{"15090", "15021"}, excluded...), ",")
 
-	// Istio's template: the label, else app.kubernetes.io/name, else app,
-	// else the workload's name, at most 63 characters and trimmed of the
-	// characters a label value may not end with.
-	name := cmp.Or(pod.Labels["service.istio.io/canonical-name"], pod.Labels["app.kubernetes.io/name"], pod.Labels["app"], w.Name)
+	d.CanonicalName, d.CanonicalRevision = CanonicalService(pod.Labels, w.Name)
+	return d, nil
+}
+
+// CanonicalService is a workload's canonical service and revision
+// (Istio's labels.CanonicalService, as its template and istioctl's
+// workload entry configure set them): the label, else
+// app.kubernetes.io/name, else app, else the workload's name, at most 63
+// characters and trimmed of the characters a label value may not end
+// with; the revision label, else app.kubernetes.io/version, else
+// version, else "latest".
+func CanonicalService(labels map[string]string, workload string) (name, revision string) {
+	name = cmp.Or(labels["service.istio.io/canonical-name"], labels["app.kubernetes.io/name"], labels["app"], workload)
 	if len(name) > 63 {
 		name = name[:63]
 	}
-	d.CanonicalName = strings.Trim(name, "-_.")
-	d.CanonicalRevision = cmp.Or(pod.Labels["service.istio.io/canonical-revision"], pod.Labels["app.kubernetes.io/version"], pod.Labels["version"], "latest")
-	return d, nil
+	return strings.Trim(name, "-_."), cmp.Or(labels["service.istio.io/canonical-revision"], labels["app.kubernetes.io/version"], labels["version"], "latest")
 }

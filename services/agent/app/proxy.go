@@ -58,9 +58,9 @@ type Config struct {
 	// Type is proxycontract.Sidecar or Router, the command's argument.
 	Type string `yaml:"-"`
 
-	PodName        string `yaml:"podName" usage:"the pod's name (default $POD_NAME)"`
+	PodName        string `yaml:"podName" usage:"the pod's name (default $POD_NAME, else the host's name, as on a VM)"`
 	PodNamespace   string `yaml:"podNamespace" usage:"the pod's namespace (default $POD_NAMESPACE)"`
-	InstanceIP     string `yaml:"instanceIP" usage:"the pod's IP (default $INSTANCE_IP, else the first private address of the pod's interfaces, as Istio's agent)"`
+	InstanceIP     string `yaml:"instanceIP" usage:"the pod's IP (default $INSTANCE_IP, else $ISTIO_SVC_IP as a VM's cluster.env sets it, else the first private address of the pod's interfaces, as Istio's agent)"`
 	ServiceAccount string `yaml:"serviceAccount" usage:"the pod's service account (default $SERVICE_ACCOUNT)"`
 	TrustDomain    string `yaml:"trustDomain" usage:"the mesh's trust domain (default $TRUST_DOMAIN, else cluster.local)"`
 	DomainSuffix   string `yaml:"domainSuffix" usage:"the cluster's DNS domain"`
@@ -78,6 +78,9 @@ type Config struct {
 	CertTTL  time.Duration `yaml:"certTTL" usage:"lifetime asked of ca for the workload certificate"`
 	// ProxyConfig is the pod's proxy.istio.io/config, as JSON.
 	ProxyConfig string `yaml:"proxyConfig" usage:"the pod's proxy config (Istio's ProxyConfig, JSON or YAML; default $PROXY_CONFIG)"`
+	// MeshConfigFile is a mesh configuration whose defaultConfig is the
+	// proxy config when ProxyConfig is empty (a VM's mesh.yaml).
+	MeshConfigFile string `yaml:"meshConfigFile" usage:"mesh configuration file whose defaultConfig is the proxy config when proxyConfig is empty, as on a VM (Istio's path; a missing file is none)"`
 	// AppProbers are the application's original probes, which the
 	// injector rewrote to the agent's /app-health/ paths.
 	AppProbers  string `yaml:"appProbers" usage:"the application's original probes, answered on /app-health/<container>/{livez,readyz,startupz} (Istio's JSON; default $ISTIO_KUBE_APP_PROBERS)"`
@@ -130,9 +133,9 @@ func proxyDefaults() Config {
 	}
 	return Config{
 		Common:           command.CommonDefaults(fmt.Sprintf(":%d", statusPort)),
-		PodName:          os.Getenv("POD_NAME"),
+		PodName:          env("POD_NAME", hostname()),
 		PodNamespace:     os.Getenv("POD_NAMESPACE"),
-		InstanceIP:       os.Getenv("INSTANCE_IP"),
+		InstanceIP:       env("INSTANCE_IP", os.Getenv("ISTIO_SVC_IP")),
 		ServiceAccount:   os.Getenv("SERVICE_ACCOUNT"),
 		TrustDomain:      env("TRUST_DOMAIN", controlplane.DefaultTrustDomain),
 		DomainSuffix:     controlplane.DefaultDomainSuffix,
@@ -141,16 +144,17 @@ func proxyDefaults() Config {
 		CA: certclient.Config{ //nolint:gosec // paths of the projected token and root mounts, not credentials
 			Address: os.Getenv("CA_ADDRESS"), RootsFile: "/var/run/secrets/istio/root-cert.pem", TokenFile: "/var/run/secrets/tokens/istio-token",
 		},
-		CertsDir:    identity.CertsDir,
-		CertTTL:     24 * time.Hour,
-		ProxyConfig: os.Getenv("PROXY_CONFIG"),
-		AppProbers:  os.Getenv(probe.EnvVar),
-		SDSSocket:   sds.SocketPath,
-		XDSSocket:   xdsproxy.SocketPath,
-		Delta:       true,
-		EnvoyBinary: "/usr/local/bin/envoy",
-		EnvoyConfig: bootstrap.ConfigPath,
-		EnvoyAdmin:  fmt.Sprintf("127.0.0.1:%d", adminPort),
+		CertsDir:       identity.CertsDir,
+		CertTTL:        24 * time.Hour,
+		ProxyConfig:    os.Getenv("PROXY_CONFIG"),
+		MeshConfigFile: MeshConfigFile,
+		AppProbers:     os.Getenv(probe.EnvVar),
+		SDSSocket:      sds.SocketPath,
+		XDSSocket:      xdsproxy.SocketPath,
+		Delta:          true,
+		EnvoyBinary:    "/usr/local/bin/envoy",
+		EnvoyConfig:    bootstrap.ConfigPath,
+		EnvoyAdmin:     fmt.Sprintf("127.0.0.1:%d", adminPort),
 
 		DisableEnvoy:    os.Getenv("DISABLE_ENVOY") == "true",
 		GRPCBootstrap:   os.Getenv("GRPC_XDS_BOOTSTRAP"),
@@ -163,6 +167,40 @@ func proxyDefaults() Config {
 		DNSCapture:      envBool(proxycontract.DNSCaptureEnv),
 		DNSProxyAddress: env("DNS_PROXY_ADDR", dns.DefaultAddress()),
 	}
+}
+
+// MeshConfigFile is where Istio's agent reads the mesh configuration
+// (a VM's mesh.yaml goes there).
+const MeshConfigFile = "/etc/istio/config/mesh"
+
+// hostname is the machine's name: the pod's name on a VM, where nothing
+// sets POD_NAME (Istio's agent names the proxy after the host there).
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// proxyConfig is the proxy config: proxyConfig's, else the mesh
+// configuration file's defaultConfig, else none.
+func (c Config) proxyConfig() (*meshv1alpha1.ProxyConfig, error) {
+	if c.ProxyConfig != "" {
+		pc, err := istio.ParseProxyConfig([]byte(c.ProxyConfig))
+		if err != nil {
+			return nil, fmt.Errorf("proxyConfig (PROXY_CONFIG): %w", err)
+		}
+		return pc, nil
+	}
+	if c.MeshConfigFile == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(c.MeshConfigFile); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	mesh, err := istio.ReadMeshConfig(c.MeshConfigFile)
+	if err != nil {
+		return nil, fmt.Errorf("meshConfigFile: %w", err)
+	}
+	return mesh.GetDefaultConfig(), nil
 }
 
 // envBool is an environment variable read as a boolean; false when unset
@@ -186,14 +224,11 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.DiscoveryAddress); err != nil {
 		errs = append(errs, fmt.Errorf("discoveryAddress (DISCOVERY_ADDRESS) %q: %w", c.DiscoveryAddress, err))
 	}
-	if c.ProxyConfig != "" {
-		pc, err := istio.ParseProxyConfig([]byte(c.ProxyConfig))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("proxyConfig (PROXY_CONFIG): %w", err))
-		} else if rp := pc.GetReadinessProbe(); rp != nil {
-			if _, err := health.New(health.Options{Probe: rp}); err != nil {
-				errs = append(errs, fmt.Errorf("proxyConfig (PROXY_CONFIG): %w", err))
-			}
+	if pc, err := c.proxyConfig(); err != nil {
+		errs = append(errs, err)
+	} else if rp := pc.GetReadinessProbe(); rp != nil {
+		if _, err := health.New(health.Options{Probe: rp}); err != nil {
+			errs = append(errs, fmt.Errorf("the proxy config's readinessProbe: %w", err))
 		}
 	}
 	if _, err := probe.Parse(c.AppProbers); err != nil {
@@ -251,12 +286,9 @@ func proxyCommand() *cobra.Command {
 }
 
 func runProxy(ctx context.Context, cfg Config, rt *command.Runtime) error {
-	var pc *meshv1alpha1.ProxyConfig
-	if cfg.ProxyConfig != "" {
-		var err error
-		if pc, err = istio.ParseProxyConfig([]byte(cfg.ProxyConfig)); err != nil {
-			return fmt.Errorf("proxy config: %w", err)
-		}
+	pc, err := cfg.proxyConfig()
+	if err != nil {
+		return err
 	}
 	if cfg.InstanceIP == "" {
 		addrs, err := net.InterfaceAddrs()

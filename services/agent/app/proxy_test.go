@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -125,5 +127,52 @@ func TestStatsMergeEnvoysTheAgentsAndTheApplicationsMetricsInThatOrder(t *testin
 	mergedStats(strings.TrimPrefix(envoy.URL, "http://"), agent, app.URL+"/metrics").ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/stats/prometheus", nil))
 	if got := rec.Body.String(); got != "envoy_metric 1\nagent_metric 2\n" {
 		t.Errorf("with the application down:\n%s", got)
+	}
+}
+
+func TestOnAVMTheProxyConfigIsTheMeshFilesDefaultConfigUnlessOneIsGiven(t *testing.T) {
+	dir := t.TempDir()
+	mesh := filepath.Join(dir, "mesh")
+	if err := os.WriteFile(mesh, []byte(`defaultConfig:
+  discoveryAddress: flotilla-discovery.istio-system.svc:15012
+  proxyMetadata: {ISTIO_META_AUTO_REGISTER_GROUP: legacy}
+  readinessProbe: {periodSeconds: 5, tcpSocket: {port: 8080}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := Config{MeshConfigFile: mesh}.proxyConfig()
+	if err != nil || pc.GetReadinessProbe().GetTcpSocket().GetPort() != 8080 || pc.GetProxyMetadata()["ISTIO_META_AUTO_REGISTER_GROUP"] != "legacy" {
+		t.Fatalf("from the mesh file: %v, %v", pc, err)
+	}
+	if pc, err := (Config{MeshConfigFile: mesh, ProxyConfig: `{"concurrency": 2}`}).proxyConfig(); err != nil || pc.GetReadinessProbe() != nil || pc.GetConcurrency().GetValue() != 2 {
+		t.Errorf("a proxy config given wins: %v, %v", pc, err)
+	}
+	if pc, err := (Config{MeshConfigFile: filepath.Join(dir, "absent")}).proxyConfig(); err != nil || pc != nil {
+		t.Errorf("a missing mesh file is none: %v, %v", pc, err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("defaultConfig: {readinessProbe: {periodSeconds: 5}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := proxyDefaults()
+	c.PodName, c.PodNamespace, c.ServiceAccount, c.DiscoveryAddress, c.CA.Address, c.MeshConfigFile = "vm", "vm", "legacy", "d:15012", "c:15013", bad
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "readinessProbe has no method") {
+		t.Errorf("a probe without a method: %v", err)
+	}
+	if err := os.WriteFile(bad, []byte("defaultConfig: {notAField: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "meshConfigFile") {
+		t.Errorf("a mesh file that does not parse: %v", err)
+	}
+}
+
+func TestOnAVMThePodIsNamedAfterTheHostAndAddressedByISTIO_SVC_IP(t *testing.T) {
+	t.Setenv("POD_NAME", "")
+	t.Setenv("INSTANCE_IP", "")
+	t.Setenv("ISTIO_SVC_IP", "10.9.0.5")
+	c := proxyDefaults()
+	if h, _ := os.Hostname(); c.PodName != h || c.InstanceIP != "10.9.0.5" {
+		t.Errorf("pod %q at %q; want the host's name %q at ISTIO_SVC_IP", c.PodName, c.InstanceIP, h)
 	}
 }
