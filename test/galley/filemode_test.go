@@ -31,7 +31,7 @@ var binDir string
 var env *kubeenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-discovery"))
+	os.Exit(build.Main(m, &binDir, &env, "flotilla-galley", "flotilla-discovery", "flotilla", "flotilla-agent", "fakeenvoy"))
 }
 
 // process is a running flotilla-galley.
