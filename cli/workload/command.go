@@ -46,16 +46,18 @@ type Options struct {
 // NewCommand returns `workload`, with `entry configure`.
 func NewCommand(conn *connect.Options) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "workload",
-		Short: "Workloads outside the cluster (VMs) that join the mesh with a WorkloadGroup, as istioctl x workload",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Use:     "workload",
+		Short:   "Workloads outside the cluster (VMs) that join the mesh with a WorkloadGroup, as istioctl x workload",
+		Example: "  flotilla x workload entry configure -f workloadgroup.yaml -o vm-files --autoregister",
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	entry := &cobra.Command{
-		Use:   "entry",
-		Short: "A workload's WorkloadEntry and the files that make it",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Use:     "entry",
+		Short:   "A workload's WorkloadEntry and the files that make it",
+		Example: "  flotilla x workload entry configure --name legacy --namespace vm -o vm-files --ingressIP 203.0.113.7",
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	entry.AddCommand(configureCommand(conn))
 	cmd.AddCommand(entry)
