@@ -88,6 +88,10 @@ const (
 	// with, to be registered (Istio's AUTO_REGISTER_GROUP, from
 	// ISTIO_META_AUTO_REGISTER_GROUP).
 	MetadataAutoRegisterGroup = "AUTO_REGISTER_GROUP"
+	// MetadataWorkloadEntry names the existing WorkloadEntry a workload
+	// that does not register is (Istio's WORKLOAD_ENTRY, from
+	// ISTIO_META_WORKLOAD_ENTRY): its health is reported into it.
+	MetadataWorkloadEntry = "WORKLOAD_ENTRY"
 	// MetadataClusterID is the cluster the workload runs in.
 	MetadataClusterID = "CLUSTER_ID"
 	// MetadataMeshID is the mesh the workload is in.

@@ -97,15 +97,19 @@ func newRegistrations(client galleyv1.WorkloadEntryServiceClient, replica string
 }
 
 // workload is what galley is told of a proxy (Istio's
-// workloadEntryFromGroup reads the same): nil when the proxy does not ask
-// to be registered.
+// workloadEntryFromGroup reads the same): nil when the proxy neither asks
+// to be registered nor names its WorkloadEntry (a group wins, as in
+// Istio's OnConnect).
 func workload(p *model.Proxy) *galleyv1.Workload {
-	group := p.Metadata[proxycontract.MetadataAutoRegisterGroup]
-	if group == "" {
+	group, entry := p.Metadata[proxycontract.MetadataAutoRegisterGroup], p.Metadata[proxycontract.MetadataWorkloadEntry]
+	if group != "" {
+		entry = ""
+	}
+	if group == "" && entry == "" {
 		return nil
 	}
 	w := &galleyv1.Workload{
-		Namespace: p.VerifiedNamespace, Group: group, Network: p.Metadata[proxycontract.MetadataNetwork], Labels: p.Labels,
+		Namespace: p.VerifiedNamespace, Group: group, Entry: entry, Network: p.Metadata[proxycontract.MetadataNetwork], Labels: p.Labels,
 		Locality: localityString(p.Locality), ServiceAccount: p.VerifiedServiceAccount,
 		HealthChecked: p.ProxyConfig.GetReadinessProbe() != nil,
 	}
@@ -136,13 +140,16 @@ func (r *registrations) connect(ctx context.Context, p *model.Proxy, at time.Tim
 	if w == nil {
 		return nil, nil
 	}
+	if r == nil && w.GetGroup() == "" {
+		return nil, nil // its entry's health goes nowhere without galley: as without health checks
+	}
 	if r == nil {
 		return nil, status.Error(codes.FailedPrecondition, "auto-registration (AUTO_REGISTER_GROUP) needs galley in a cluster; this discovery has none to register with")
 	}
 	if p.VerifiedNamespace == "" {
 		return nil, status.Error(codes.PermissionDenied, "registration of WorkloadEntry requires a verified identity: connect with a certificate from ca or a service account token")
 	}
-	if len(p.IPs) == 0 {
+	if len(p.IPs) == 0 && w.GetGroup() != "" {
 		return nil, status.Error(codes.InvalidArgument, "auto-registration needs the proxy's IP address in its node ID")
 	}
 	cctx, cancel := context.WithTimeout(ctx, registrationTimeout)
@@ -153,10 +160,16 @@ func (r *registrations) connect(ctx context.Context, p *model.Proxy, at time.Tim
 		case codes.FailedPrecondition, codes.PermissionDenied, codes.InvalidArgument:
 			return nil, err
 		case codes.Unimplemented:
+			if w.GetGroup() == "" {
+				return nil, nil
+			}
 			return nil, status.Errorf(codes.FailedPrecondition, "auto-registration (AUTO_REGISTER_GROUP) needs galley in a cluster to write WorkloadEntries: %s", status.Convert(err).Message())
 		default:
 			return nil, status.Errorf(codes.Unavailable, "auto-registration with galley: %v", status.Convert(err).Message())
 		}
+	}
+	if resp.GetEntry() == "" {
+		return nil, nil // a named entry whose health is not checked: nothing to control
 	}
 	reg := &registration{namespace: w.GetNamespace(), entry: resp.GetEntry(), connectedAt: at}
 	r.mu.Lock()

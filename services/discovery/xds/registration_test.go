@@ -57,6 +57,12 @@ func (r *registry) Connect(_ context.Context, req *galleyv1.ConnectRequest) (*ga
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.connects = append(r.connects, req)
+	if e := req.GetWorkload().GetEntry(); e != "" {
+		if e == "plain" { // an entry whose health is not checked: not controlled
+			return &galleyv1.ConnectResponse{}, nil
+		}
+		return &galleyv1.ConnectResponse{Entry: e}, nil
+	}
 	return &galleyv1.ConnectResponse{Entry: req.GetWorkload().GetGroup() + "-" + req.GetWorkload().GetAddress()}, nil
 }
 
@@ -249,10 +255,12 @@ func TestAProxysHealthReportsReachGalleyForItsEntryOnceEachUnansweredAndClipped(
 		return nil
 	}
 	xdstest.EventuallyWithin(t, 10*time.Second, "the last report at galley", func() bool { return last().GetMessage() == clipped })
-	// A proxy that registered nothing reports into no entry; the VM's
-	// next report, on a new stream, arrives after it.
+	// A proxy that registered nothing reports into no entry, nor one
+	// naming an entry galley does not let it control; the VM's next
+	// report, on a new stream, arrives after them.
 	cart := dialAs(t, ca, addr, "spiffe://cluster.local/ns/shop/sa/cart")
 	healthOf(cart, "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", nil, unhealthy)
+	healthOf(cart, "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local", map[string]any{"WORKLOAD_ENTRY": "plain"}, unhealthy)
 	healthOf(vm, "sidecar~10.9.0.8~legacy-vm.vm~vm.svc.cluster.local", md, nil)
 	xdstest.EventuallyWithin(t, 10*time.Second, "the second stream's report at galley", func() bool { return last().GetHealthy() })
 	// What galley got is the changes in order, a waiting report replaced
@@ -286,4 +294,40 @@ func clipForError(s string) string {
 		return s[:40] + "..."
 	}
 	return s
+}
+
+func TestAProxyNamingItsWorkloadEntryReportsItsHealthIntoIt(t *testing.T) {
+	ca, err := testpki.NewCA("mesh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &registry{}
+	srv, addr := mtlsServerOf(t, ca, xds.Options{VerifyIdentity: true, Registrar: serveRegistry(t, r), Replica: debugapi.Replica{ID: "discovery-0"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.RunRegistrations(ctx)
+	vm := dialAs(t, ca, addr, "spiffe://cluster.local/ns/vm/sa/legacy")
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(vm).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node("sidecar~10.9.0.30~legacy-vm.vm~vm.svc.cluster.local", map[string]any{"WORKLOAD_ENTRY": "legacy-vm"}), TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: xdstype.HealthInfoType}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.EventuallyWithin(t, 10*time.Second, "the report at galley", func() bool { return len(r.reports()) == 1 })
+	r.mu.Lock()
+	connect := r.connects[0]
+	r.mu.Unlock()
+	if w := connect.GetWorkload(); w.GetEntry() != "legacy-vm" || w.GetGroup() != "" || w.GetNamespace() != "vm" || w.GetServiceAccount() != "legacy" {
+		t.Fatalf("galley was told %v", w)
+	}
+	if rep := r.reports()[0]; rep.GetEntry() != "legacy-vm" || !rep.GetHealthy() {
+		t.Fatalf("report %v", rep)
+	}
 }

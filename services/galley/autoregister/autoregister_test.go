@@ -438,6 +438,10 @@ func TestWhichEntriesAreStale(t *testing.T) {
 		return &clientnetworking.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}
 	}
 	ts := func(d time.Duration) string { return now.Add(-d).Format(timeFormat) }
+	withHealth := func(we *clientnetworking.WorkloadEntry) *clientnetworking.WorkloadEntry {
+		we.Status.Conditions = []*metav1alpha1.IstioCondition{{Type: istio.ConditionHealthy, Status: "True"}}
+		return we
+	}
 	for _, c := range []struct {
 		name string
 		we   *clientnetworking.WorkloadEntry
@@ -450,9 +454,74 @@ func TestWhichEntriesAreStale(t *testing.T) {
 		{"disconnected for the grace period", entry(map[string]string{AnnotationGroup: "g", AnnotationDisconnectedAt: ts(10 * time.Second)}), true},
 		{"disconnected at a time that does not parse", entry(map[string]string{AnnotationGroup: "g", AnnotationDisconnectedAt: "yesterday"}), true},
 		{"neither", entry(map[string]string{AnnotationGroup: "g"}), false},
+		{"a user's, health-checked, with no health, disconnected", entry(map[string]string{AnnotationHealthChecks: "true", AnnotationDisconnectedAt: ts(time.Hour)}), false},
+		{"a user's, health-checked, with its health, disconnected", withHealth(entry(map[string]string{AnnotationHealthChecks: "true", AnnotationDisconnectedAt: ts(time.Hour)})), true},
+		{"a user's, health-checked, with its health, connected", withHealth(entry(map[string]string{AnnotationHealthChecks: "true", AnnotationConnectedAt: ts(time.Minute)})), false},
 	} {
 		if got := stale(c.we, now, 10*time.Second, 30*time.Minute); got != c.want {
 			t.Errorf("%s: stale = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+func TestAWorkloadNamingItsHealthCheckedEntryControlsItReportsIntoItAndLosesItsHealthAfterLeaving(t *testing.T) {
+	f := newFixture(t, "autoreg-named", time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = f.server.Run(ctx) }()
+	entries := f.istio.NetworkingV1().WorkloadEntries(f.ns)
+	for name, annotations := range map[string]map[string]string{
+		"checked": {AnnotationHealthChecks: "true"},
+		"plain":   nil,
+	} {
+		we := &clientnetworking.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}, Spec: networking.WorkloadEntry{Address: "10.9.0.20", ServiceAccount: "legacy"}}
+		if _, err := entries.Create(context.Background(), we, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	named := func(entry string) *galleyv1.Workload {
+		return &galleyv1.Workload{Namespace: f.ns, Entry: entry, ServiceAccount: "legacy", HealthChecked: true}
+	}
+	// An entry whose health is not checked is not controlled.
+	if name, err := f.connect("discovery-a", named("plain"), time.Now()); err != nil || name != "" {
+		t.Fatalf("a plain entry: %q, %v; want none controlled", name, err)
+	}
+	if we := f.entry(t, "plain"); we.Annotations[AnnotationController] != "" {
+		t.Fatalf("a plain entry was marked: %v", we.Annotations)
+	}
+	connected := time.Now().Truncate(time.Second)
+	name, err := f.connect("discovery-a", named("checked"), connected)
+	if err != nil || name != "checked" {
+		t.Fatalf("the checked entry: %q, %v", name, err)
+	}
+	if err := f.report("discovery-a", name, true, "", connected.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.healthCondition(t, name); c.GetStatus() != "True" {
+		t.Fatalf("after a healthy report: %v", c)
+	}
+	// The workload leaves: after the grace period its health is no longer
+	// known, so the condition goes (the entry stays, a user's).
+	if err := f.disconnect("discovery-a", name, connected, connected.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.EventuallyWithin(t, 30*time.Second, "the Healthy condition removed after the grace period", func() bool { return f.healthCondition(t, name) == nil })
+	if f.entry(t, name) == nil {
+		t.Fatal("a user's entry was removed")
+	}
+	// Refused: an entry that does not exist, one of another service
+	// account, a workload naming both a group and an entry.
+	if _, err := f.connect("discovery-a", named("missing"), time.Now()); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("a missing entry: %v", err)
+	}
+	intruder := named("checked")
+	intruder.ServiceAccount = "intruder"
+	if _, err := f.connect("discovery-a", intruder, time.Now()); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("another service account: %v", err)
+	}
+	both := named("checked")
+	both.Group = "vms"
+	if _, err := f.connect("discovery-a", both, time.Now()); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a group and an entry: %v", err)
 	}
 }

@@ -47,10 +47,14 @@ const (
 	maxNameLength = 253
 )
 
-// EntryName is the name of a workload's entry: its group, its address
-// (":" made "-") and its network, joined by "-", the last 253 characters
-// of it (Istio's autoregisteredWorkloadEntryName).
+// EntryName is the name of a workload's entry: the one it names when it
+// has no group; else its group, its address (":" made "-") and its
+// network, joined by "-", the last 253 characters of it (Istio's
+// autoregisteredWorkloadEntryName).
 func EntryName(w *galleyv1.Workload) string {
+	if w.GetGroup() == "" {
+		return w.GetEntry()
+	}
 	parts := []string{w.GetGroup(), strings.ReplaceAll(w.GetAddress(), ":", "-")}
 	if w.GetNetwork() != "" {
 		parts = append(parts, w.GetNetwork())
@@ -120,6 +124,30 @@ func autoRegistered(we *clientnetworking.WorkloadEntry) bool {
 	return we.Annotations[AnnotationGroup] != ""
 }
 
+// healthChecked reports whether an entry's health is reported by its
+// workload (Istio's IsEligibleForHealthStatusUpdates: the annotation is
+// there, whatever its value).
+func healthChecked(we *clientnetworking.WorkloadEntry) bool {
+	_, ok := we.Annotations[AnnotationHealthChecks]
+	return ok
+}
+
+// healthCondition is the index of an entry's Healthy condition, -1 when it
+// has none.
+func healthCondition(we *clientnetworking.WorkloadEntry) int {
+	return slices.IndexFunc(we.Status.Conditions, func(c *metav1alpha1.IstioCondition) bool { return c.GetType() == istio.ConditionHealthy })
+}
+
+// withoutHealth is the entry without its Healthy condition (Istio's
+// DeleteHealthCondition).
+func withoutHealth(we *clientnetworking.WorkloadEntry) *clientnetworking.WorkloadEntry {
+	out := we.DeepCopy()
+	if i := healthCondition(out); i >= 0 {
+		out.Status.Conditions = slices.Delete(out.Status.Conditions, i, i+1)
+	}
+	return out
+}
+
 // mayControl checks that a workload's identity may control an entry
 // (Istio's ensureProxyCanControlEntry): of its namespace, and of its
 // service account when the entry names one.
@@ -187,12 +215,13 @@ func disconnectedBy(we *clientnetworking.WorkloadEntry, replica string, connecte
 	return out, true
 }
 
-// stale reports whether an auto-registered entry is to be removed (Istio's
-// shouldCleanupEntry): disconnected for the grace period, or marked
-// connected for longer than a connection lasts (its workload and its
-// replica went down together, before the replica could say so).
+// stale reports whether an auto-registered entry is to be removed, or a
+// health-checked one's health (Istio's shouldCleanupEntry): disconnected
+// for the grace period, or marked connected for longer than a connection
+// lasts (its workload and its replica went down together, before the
+// replica could say so).
 func stale(we *clientnetworking.WorkloadEntry, now time.Time, grace, maxConnectionAge time.Duration) bool {
-	if !autoRegistered(we) {
+	if !autoRegistered(we) && (!healthChecked(we) || healthCondition(we) < 0) {
 		return false
 	}
 	if _, ok := we.Annotations[AnnotationConnectedAt]; ok {
@@ -224,7 +253,7 @@ func healthReportedBy(we *clientnetworking.WorkloadEntry, replica string, health
 	if healthy {
 		st, message = "True", ""
 	}
-	i := slices.IndexFunc(we.Status.Conditions, func(c *metav1alpha1.IstioCondition) bool { return c.GetType() == istio.ConditionHealthy })
+	i := healthCondition(we)
 	var old *metav1alpha1.IstioCondition
 	if i >= 0 {
 		old = we.Status.Conditions[i]

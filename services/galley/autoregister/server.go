@@ -104,6 +104,11 @@ func (s *Server) Connect(ctx context.Context, req *galleyv1.ConnectRequest) (*ga
 	entries := s.o.Istio.NetworkingV1().WorkloadEntries(ns)
 	for range maxAttempts {
 		we, err := entries.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && w.GetGroup() == "" {
+			// Istio's OnConnect: "proxy metadata indicates that it must
+			// correspond to an existing WorkloadEntry".
+			return nil, status.Errorf(codes.FailedPrecondition, "the workload names WorkloadEntry %s/%s (ISTIO_META_WORKLOAD_ENTRY), which does not exist", ns, name)
+		}
 		if apierrors.IsNotFound(err) {
 			wg, err := s.o.Istio.NetworkingV1().WorkloadGroups(ns).Get(ctx, w.GetGroup(), metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
@@ -129,6 +134,9 @@ func (s *Server) Connect(ctx context.Context, req *galleyv1.ConnectRequest) (*ga
 		}
 		if err != nil {
 			return nil, unavailable("read WorkloadEntry", err)
+		}
+		if w.GetGroup() == "" && !healthChecked(we) {
+			return &galleyv1.ConnectResponse{}, nil // not controlled (Istio's IsEligibleForHealthStatusUpdates)
 		}
 		if !mayControl(w, &we.Spec, we.Namespace) {
 			return nil, status.Errorf(codes.PermissionDenied, "WorkloadEntry %s/%s is for service account %q, the workload is %q", ns, name, we.Spec.GetServiceAccount(), w.GetServiceAccount())
@@ -184,7 +192,7 @@ func (s *Server) Disconnect(ctx context.Context, req *galleyv1.DisconnectRequest
 		if err != nil {
 			return nil, unavailable("update WorkloadEntry", err)
 		}
-		if autoRegistered(we) {
+		if autoRegistered(we) || healthChecked(we) {
 			select {
 			case s.cleanups <- cleanup{namespace: ns, name: name, due: s.o.Now().Add(s.o.GracePeriod)}:
 			default: // the periodic sweep removes it
@@ -273,10 +281,19 @@ func checkWorkload(w *galleyv1.Workload) error {
 	if msgs := validation.IsDNS1123Label(w.GetNamespace()); len(msgs) > 0 {
 		return fmt.Errorf("workload.namespace: %s", strings.Join(msgs, "; "))
 	}
-	if msgs := validation.IsDNS1123Subdomain(w.GetGroup()); len(msgs) > 0 {
-		return fmt.Errorf("workload.group: %s", strings.Join(msgs, "; "))
+	switch {
+	case w.GetGroup() != "" && w.GetEntry() != "":
+		return errors.New("workload: a group or an entry, not both")
+	case w.GetGroup() == "":
+		if msgs := validation.IsDNS1123Subdomain(w.GetEntry()); len(msgs) > 0 {
+			return fmt.Errorf("workload.entry: %s", strings.Join(msgs, "; "))
+		}
+	default:
+		if msgs := validation.IsDNS1123Subdomain(w.GetGroup()); len(msgs) > 0 {
+			return fmt.Errorf("workload.group: %s", strings.Join(msgs, "; "))
+		}
 	}
-	if _, err := netip.ParseAddr(w.GetAddress()); err != nil {
+	if _, err := netip.ParseAddr(w.GetAddress()); err != nil && (w.GetGroup() != "" || w.GetAddress() != "") {
 		return fmt.Errorf("workload.address: %w", err)
 	}
 	if n := w.GetNetwork(); len(n) > 63 || strings.ContainsAny(n, " /") {
@@ -354,13 +371,26 @@ func (s *Server) Sweep(ctx context.Context) {
 	}
 }
 
-// remove deletes an entry if it is stale, unless it changed since it was
-// read.
+// remove deletes an auto-registered entry if it is stale, or the health
+// condition of a stale health-checked one (Istio's cleanupEntry: its
+// health is no longer known), unless it changed since it was read.
 func (s *Server) remove(ctx context.Context, we *clientnetworking.WorkloadEntry) {
 	if !stale(we, s.o.Now(), s.o.GracePeriod, s.o.MaxConnectionAge) {
 		return
 	}
 	if err := s.limit.Wait(ctx); err != nil {
+		return
+	}
+	if !autoRegistered(we) {
+		out := withoutHealth(we)
+		_, err := s.o.Istio.NetworkingV1().WorkloadEntries(we.Namespace).UpdateStatus(ctx, out, metav1.UpdateOptions{FieldManager: "flotilla-galley"})
+		switch {
+		case err == nil:
+			s.o.Log.Info("removed the health of a WorkloadEntry whose workload left", "entry", we.Namespace+"/"+we.Name)
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		default:
+			s.o.Log.Warn("WorkloadEntry cleanup", "entry", we.Namespace+"/"+we.Name, "error", err)
+		}
 		return
 	}
 	rv := we.ResourceVersion

@@ -49,6 +49,11 @@ type Workload struct {
 	// health_checked is set when the proxy runs a readiness probe (its
 	// proxy config's readinessProbe): its entry's health comes from it.
 	HealthChecked bool `protobuf:"varint,8,opt,name=health_checked,json=healthChecked,proto3" json:"health_checked,omitempty"`
+	// entry names the existing WorkloadEntry of a workload that does not
+	// register (ISTIO_META_WORKLOAD_ENTRY; group empty): when the entry's
+	// health is checked, the workload controls it and reports its health
+	// into it; the entry is never created or removed.
+	Entry         string `protobuf:"bytes,9,opt,name=entry,proto3" json:"entry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +142,13 @@ func (x *Workload) GetHealthChecked() bool {
 		return x.HealthChecked
 	}
 	return false
+}
+
+func (x *Workload) GetEntry() string {
+	if x != nil {
+		return x.Entry
+	}
+	return ""
 }
 
 // ConnectRequest says that a workload connected to a replica.
@@ -503,7 +515,7 @@ var File_flotilla_galley_v1_workloadentry_proto protoreflect.FileDescriptor
 
 const file_flotilla_galley_v1_workloadentry_proto_rawDesc = "" +
 	"\n" +
-	"&flotilla/galley/v1/workloadentry.proto\x12\x12flotilla.galley.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x02\n" +
+	"&flotilla/galley/v1/workloadentry.proto\x12\x12flotilla.galley.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x02\n" +
 	"\bWorkload\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +
@@ -512,7 +524,8 @@ const file_flotilla_galley_v1_workloadentry_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\v2(.flotilla.galley.v1.Workload.LabelsEntryR\x06labels\x12\x1a\n" +
 	"\blocality\x18\x06 \x01(\tR\blocality\x12'\n" +
 	"\x0fservice_account\x18\a \x01(\tR\x0eserviceAccount\x12%\n" +
-	"\x0ehealth_checked\x18\b \x01(\bR\rhealthChecked\x1a9\n" +
+	"\x0ehealth_checked\x18\b \x01(\bR\rhealthChecked\x12\x14\n" +
+	"\x05entry\x18\t \x01(\tR\x05entry\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +

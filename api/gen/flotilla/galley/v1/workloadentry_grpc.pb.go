@@ -42,9 +42,10 @@ type WorkloadEntryServiceClient interface {
 	// Connect creates the workload's WorkloadEntry from its group's template,
 	// or takes over the existing one (istio.io/workloadController, the
 	// replica; istio.io/connectedAt, connected_at), unless a later connection
-	// already did. FAILED_PRECONDITION when the WorkloadGroup does not
-	// exist, PERMISSION_DENIED when the workload's identity may not control
-	// the entry.
+	// already did. FAILED_PRECONDITION when the WorkloadGroup (or the entry a
+	// workload without a group names) does not exist, PERMISSION_DENIED when
+	// the workload's identity may not control the entry. A named entry whose
+	// health is not checked is not controlled: the response names none.
 	Connect(ctx context.Context, in *ConnectRequest, opts ...grpc.CallOption) (*ConnectResponse, error)
 	// Disconnect marks the entry disconnected (istio.io/disconnectedAt) when
 	// this replica still controls it for that connection; galley removes an
@@ -107,9 +108,10 @@ type WorkloadEntryServiceServer interface {
 	// Connect creates the workload's WorkloadEntry from its group's template,
 	// or takes over the existing one (istio.io/workloadController, the
 	// replica; istio.io/connectedAt, connected_at), unless a later connection
-	// already did. FAILED_PRECONDITION when the WorkloadGroup does not
-	// exist, PERMISSION_DENIED when the workload's identity may not control
-	// the entry.
+	// already did. FAILED_PRECONDITION when the WorkloadGroup (or the entry a
+	// workload without a group names) does not exist, PERMISSION_DENIED when
+	// the workload's identity may not control the entry. A named entry whose
+	// health is not checked is not controlled: the response names none.
 	Connect(context.Context, *ConnectRequest) (*ConnectResponse, error)
 	// Disconnect marks the entry disconnected (istio.io/disconnectedAt) when
 	// this replica still controls it for that connection; galley removes an
