@@ -30,7 +30,7 @@ IMAGE_TAG ?= $(VERSION)
 APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' deploy/helm/flotilla/Chart.yaml)
 IMAGES    := $(addprefix flotilla-,$(SERVICES)) flotilla-demo flotilla
 
-.PHONY: images observability-image proxy-image build run test system-deps lint generate check-generate tidy bench bench-compare bench-load tools kube-assets istio-agent clean check-modules help
+.PHONY: images observability-image proxy-image build run test system-deps lint generate check-generate tidy bench bench-compare mutations bench-load tools kube-assets istio-agent clean check-modules help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -102,6 +102,9 @@ check-modules: ## each service module builds on its own (GOWORK=off), as image b
 	  if [ -n "$$k8s" ]; then echo "$$m links Kubernetes packages (discovery has no Kubernetes access; the agent, in every pod, keeps the probe types it needs in internal/appprobe):"; echo "$$k8s" | head -20; exit 1; fi; \
 	  echo "$$m links no k8s.io package"; \
 	done
+
+mutations: kube-assets ## every testdata/mutations.txt: each change to the code there must make its tests fail (go test -overlay; the checkout is untouched)
+	go run ./internal/dev/cmd/mutants
 
 bench: kube-assets ## run every benchmark (results go in BENCHMARKS.md)
 	go test -run '^$$' -bench . -benchmem -timeout 60m work

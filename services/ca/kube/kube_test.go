@@ -117,25 +117,97 @@ func TestTokenReviewAuthenticatesOnlyTheRightAudienceAndLiveAccounts(t *testing.
 	if _, ok, _ := r.Authenticate(context.Background()); ok {
 		t.Error("no token was taken as a credential")
 	}
-	// A cached review answers without the apiserver: even once the
-	// service account is gone, until the cache entry ends (≤ 5 minutes,
-	// never past the token's expiry).
+}
+
+// TestACachedReviewLastsFiveMinutesAndNeverPastItsTokensExpiry holds the
+// cache to its bounds with an injected clock: a review of a token whose
+// account is then deleted is used until five minutes after it was made,
+// and not a moment longer (the apiserver refuses the token again); one of
+// a token that expires sooner is used until that expiry only. Each bound
+// is seen both ways: a cache hit just before it (the deleted account's
+// token still accepted), a fresh review just after it. Without either
+// bound (entries made to live for ever, or to ignore the token's expiry)
+// the token stays accepted and the test fails (testdata/mutations.txt).
+func TestACachedReviewLastsFiveMinutesAndNeverPastItsTokensExpiry(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "ca-cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	clock := time.Now()
+	setClock := func(at time.Time) { mu.Lock(); clock = at; mu.Unlock() }
+	r, err := NewTokenReview(env.Client, "istio-ca", noop.NewMeterProvider().Meter("t"), func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// refusedOnceReviewed polls until the token is refused: the apiserver
+	// keeps its own successful reviews for 10 s of real time, and a review
+	// it still passes is cached anew, so each poll moves the clock past
+	// the entry the previous one may have made.
+	refusedOnceReviewed := func(what, tok string, advance time.Duration) {
+		t.Helper()
+		xdstest.EventuallyWithin(t, 60*time.Second, what, func() bool {
+			_, _, err := r.Authenticate(withToken(tok))
+			mu.Lock()
+			clock = clock.Add(advance)
+			mu.Unlock()
+			return errors.Is(err, server.ErrUnauthenticated)
+		})
+	}
+
+	// Five minutes, for a token that lives an hour.
+	if err := env.CreateServiceAccount(ctx, ns, "app"); err != nil {
+		t.Fatal(err)
+	}
+	long, err := env.CreateToken(ctx, ns, "app", []string{"istio-ca"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	setClock(start)
+	if _, _, err := r.Authenticate(withToken(long)); err != nil {
+		t.Fatal(err)
+	}
 	if err := env.Client.CoreV1().ServiceAccounts(ns).Delete(ctx, "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if id, _, err := r.Authenticate(withToken(good)); err != nil || id.ServiceAccount != "app" {
-		t.Fatalf("a cached review: %v", err)
+	setClock(start.Add(maxAge - time.Second))
+	if id, _, err := r.Authenticate(withToken(long)); err != nil || id.ServiceAccount != "app" {
+		t.Fatalf("within five minutes the cached review answers, even for a deleted account: %v", err)
 	}
-	r.now = func() time.Time { return time.Now().Add(6 * time.Minute) }
-	// The apiserver keeps its own successful reviews for 10 s: poll, each
-	// time past our cache entry.
-	xdstest.Eventually(t, "the deleted account's token to be refused once the cache entry ended", func() bool {
-		r.mu.Lock()
-		r.cache = map[[32]byte]cached{}
-		r.mu.Unlock()
-		_, _, err := r.Authenticate(withToken(good))
-		return errors.Is(err, server.ErrUnauthenticated)
-	})
+	setClock(start.Add(maxAge + time.Second))
+	refusedOnceReviewed("the deleted account's token refused five minutes after its review", long, maxAge+time.Second)
+
+	// The token's expiry, when it comes sooner: reviewed two minutes
+	// before it (by the clock; the apiserver's is real, so it still takes
+	// the token), the entry ends with the token.
+	if err := env.CreateServiceAccount(ctx, ns, "short"); err != nil {
+		t.Fatal(err)
+	}
+	short, err := env.CreateToken(ctx, ns, "short", []string{"istio-ca"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, ok := server.TokenExpiry(short)
+	if !ok {
+		t.Fatal("the apiserver's token has no expiry")
+	}
+	setClock(exp.Add(-2 * time.Minute))
+	if _, _, err := r.Authenticate(withToken(short)); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.CoreV1().ServiceAccounts(ns).Delete(ctx, "short", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setClock(exp.Add(-time.Second))
+	if _, _, err := r.Authenticate(withToken(short)); err != nil {
+		t.Fatalf("until the token's expiry the cached review answers: %v", err)
+	}
+	// Within five minutes of the review, past the token; the clock stays
+	// (a review past the token's expiry is not cached).
+	setClock(exp.Add(time.Second))
+	refusedOnceReviewed("the deleted account's token refused once the token's expiry passed, within five minutes of its review", short, 0)
 }
 
 func TestReplicasOnAnEmptyClusterEndWithOneRootAndCacertsWins(t *testing.T) {
