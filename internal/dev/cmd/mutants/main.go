@@ -12,8 +12,9 @@
 //
 //	name: what the change breaks
 //	file: the file changed, relative to the package
-//	old: text that occurs exactly once in the file
-//	new: what replaces it
+//	old: text that occurs exactly once in the file (\n and \t stand for
+//	     a newline and a tab)
+//	new: what replaces it (the same)
 //	run: the -run pattern of the tests that must fail
 package main
 
@@ -89,6 +90,9 @@ func fail(err error) {
 	os.Exit(2)
 }
 
+// unescape reads a value's \n and \t.
+var unescape = strings.NewReplacer(`\n`, "\n", `\t`, "\t")
+
 // parse reads one mutations.txt.
 func parse(path string) ([]mutation, error) {
 	f, err := os.Open(path)
@@ -137,9 +141,9 @@ func parse(path string) ([]mutation, error) {
 		case "file":
 			cur.file = value
 		case "old":
-			cur.old = value
+			cur.old = unescape.Replace(value)
 		case "new":
-			cur.new = value
+			cur.new = unescape.Replace(value)
 		case "run":
 			cur.run = value
 		default:
