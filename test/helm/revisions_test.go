@@ -81,6 +81,35 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 		t.Fatalf("the canary release's Deployments: %v, want its discovery and injector only", canaryDeployments)
 	}
 
+	// What the canary uses of the stable release, as its rendered
+	// arguments and injection values name it and the cluster would route
+	// it (Service, selector, target port): galley's MCP port for its
+	// discovery and injector, ca for its discovery; its sidecars dial its
+	// own discovery (Istio's istiod-canary name), and send their CSRs to
+	// the stable ca or, without a CA address (proxyv2's default), to that
+	// discovery, which relays them to the stable ca.
+	both := append(slices.Clone(stable), canary...)
+	for what, addr := range map[string]string{
+		"the canary injector's galley":  injectorArg(t, canary, "--galley-address="),
+		"the canary discovery's galley": componentArg(t, canary, "discovery", "--galley-address="),
+	} {
+		if dep, port := servedBy(t, both, addr); dep != "flotilla-galley" || port != "grpc-mcp" {
+			t.Errorf("%s is %s: it reaches %s's port %s, want the stable galley's MCP port (grpc-mcp)", what, addr, dep, port)
+		}
+	}
+	if dep, _ := servedBy(t, both, componentArg(t, canary, "discovery", "--ca-address=")); dep != "flotilla-ca" {
+		t.Errorf("the canary discovery's ca reaches %s, want the stable release's flotilla-ca", dep)
+	}
+	values := injectionValues(t, canary, "flotilla-sidecar-injector-canary")
+	if dep, _ := servedBy(t, both, values.DiscoveryAddress); dep != "flotilla-discovery-canary" {
+		t.Errorf("the canary's sidecars dial %s, which reaches %s: want the canary's discovery", values.DiscoveryAddress, dep)
+	}
+	if values.CAAddress != "" {
+		if dep, _ := servedBy(t, both, values.CAAddress); dep != "flotilla-ca" {
+			t.Errorf("the canary's sidecars get certificates from %s, which reaches %s: want the stable release's flotilla-ca", values.CAAddress, dep)
+		}
+	}
+
 	// Both into the apiserver; the webhook configurations are removed at
 	// the end (cluster-wide, failing closed).
 	rs := newResources(t)
@@ -183,8 +212,15 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 		}
 		// No --webhook-config: the revision's own is the default. Its
 		// leader (a Lease per revision) writes the caBundle.
+		// The galley it dials is the one its rendered --galley-address
+		// reaches (the stable release's, for both): here, that process.
+		running := map[string]string{"flotilla-galley": mcpAddr}
+		galleyAt, _ := servedBy(t, both, injectorArg(t, objs, "--galley-address="))
+		if running[galleyAt] == "" {
+			t.Fatalf("the %s release's injector dials %s, which is not running here", rev, galleyAt)
+		}
 		injectors[rev] = proc.Start(t, "injector-"+rev, filepath.Join(binDir, "flotilla-injector"), "--revision", rev,
-			"--galley-address", mcpAddr, "--admin-address", admin, "--webhook-address", hook, "--system-namespace", ns,
+			"--galley-address", running[galleyAt], "--admin-address", admin, "--webhook-address", hook, "--system-namespace", ns,
 			"--webhook-tls-cert-file", cert, "--webhook-tls-key-file", keyFile, "--kubeconfig", kubeconfig, "--ca-bundle-file", bundle)
 		proc.WaitReady(t, "http://"+admin+"/readyz")
 	}
@@ -345,8 +381,15 @@ func TestTwoRevisionsSideBySideShareGalleyAndCAAndEachInjectsItsNamespaces(t *te
 // prefix, among objs.
 func injectorArg(t *testing.T, objs []*unstructured.Unstructured, prefix string) string {
 	t.Helper()
+	return componentArg(t, objs, "injector", prefix)
+}
+
+// componentArg is the value of the argument with prefix of the Deployment
+// of component (discovery, injector, ...) among objs.
+func componentArg(t *testing.T, objs []*unstructured.Unstructured, component, prefix string) string {
+	t.Helper()
 	for _, o := range objs {
-		if o.GetKind() != "Deployment" || o.GetLabels()["app.kubernetes.io/component"] != "injector" {
+		if o.GetKind() != "Deployment" || o.GetLabels()["app.kubernetes.io/component"] != component {
 			continue
 		}
 		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
@@ -358,8 +401,88 @@ func injectorArg(t *testing.T, objs []*unstructured.Unstructured, prefix string)
 			}
 		}
 	}
-	t.Fatalf("no injector Deployment with %s", prefix)
+	t.Fatalf("no %s Deployment with %s", component, prefix)
 	return ""
+}
+
+// servedBy says which Deployment among objs an address <service>.<namespace>.svc:<port>
+// reaches, as the cluster would route it: the Service of that name and
+// namespace, its port's targetPort, the Deployment whose pods its selector
+// selects, and the container port the targetPort names (its name is
+// returned). It fails the test when any link is missing.
+func servedBy(t *testing.T, objs []*unstructured.Unstructured, addr string) (deployment, portName string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%q: %v", addr, err)
+	}
+	parts := strings.Split(host, ".")
+	if len(parts) != 3 || parts[2] != "svc" {
+		t.Fatalf("%q names no Service (<service>.<namespace>.svc)", addr)
+	}
+	var selector map[string]string
+	target := ""
+	for _, o := range objs {
+		if o.GetKind() != "Service" || o.GetName() != parts[0] || o.GetNamespace() != parts[1] {
+			continue
+		}
+		selector, _, _ = unstructured.NestedStringMap(o.Object, "spec", "selector")
+		ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+		for _, p := range ports {
+			pm, _ := p.(map[string]any)
+			if fmt.Sprint(pm["port"]) == port {
+				target = fmt.Sprint(pm["targetPort"])
+			}
+		}
+	}
+	if len(selector) == 0 || target == "" {
+		t.Fatalf("%q: no Service %s in %s with port %s", addr, parts[0], parts[1], port)
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" || o.GetNamespace() != parts[1] {
+			continue
+		}
+		labels, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		selected := true
+		for k, v := range selector {
+			selected = selected && labels[k] == v
+		}
+		if !selected {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			cm, _ := c.(map[string]any)
+			ports, _, _ := unstructured.NestedSlice(cm, "ports")
+			for _, p := range ports {
+				pm, _ := p.(map[string]any)
+				if fmt.Sprint(pm["name"]) == target || fmt.Sprint(pm["containerPort"]) == target {
+					return o.GetName(), fmt.Sprint(pm["name"])
+				}
+			}
+		}
+	}
+	t.Fatalf("%q: Service %s's port %s (targetPort %s) reaches no Deployment's container port", addr, parts[0], port, target)
+	return "", ""
+}
+
+// injectionValues are a revision's injection values as the chart renders
+// its injection ConfigMap.
+func injectionValues(t *testing.T, objs []*unstructured.Unstructured, name string) inject.Values {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "ConfigMap" || o.GetName() != name {
+			continue
+		}
+		data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+		cfg, err := inject.ParseConfig("canary", data[inject.ConfigMapTemplateKey], data[inject.ConfigMapValuesKey])
+		if err != nil {
+			t.Fatalf("ConfigMap %s: %v", name, err)
+		}
+		return cfg.Values
+	}
+	t.Fatalf("no ConfigMap %s", name)
+	return inject.Values{}
 }
 
 // labelledNamespace creates a namespace with labels.
