@@ -116,7 +116,7 @@ func (c *Controller) lead(enqueue func(string)) controller.Term {
 			}
 			fixed := cfg.DeepCopy()
 			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.ValidatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {
-				return nil
+				return c.unchanged(name)
 			}
 			_, err = c.o.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
 			return c.updated(name, err)
@@ -135,7 +135,7 @@ func (c *Controller) lead(enqueue func(string)) controller.Term {
 			}
 			fixed := cfg.DeepCopy()
 			if c.fix(clientConfigs(fixed.Webhooks, func(w *admregv1.MutatingWebhook) *admregv1.WebhookClientConfig { return &w.ClientConfig })) == 0 {
-				return nil
+				return c.unchanged(name)
 			}
 			_, err = c.o.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, fixed, metav1.UpdateOptions{})
 			return c.updated(name, err)
@@ -191,6 +191,12 @@ func (c *Controller) fix(configs []*admregv1.WebhookClientConfig) int {
 		}
 	}
 	return changed
+}
+
+// unchanged is a reconcile that found nothing to write.
+func (c *Controller) unchanged(name string) error {
+	c.o.Log.Debug("caBundle already right", "kind", c.o.Kind.String(), "webhook", name)
+	return nil
 }
 
 func (c *Controller) updated(name string, err error) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/logtest"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
 
@@ -99,9 +100,10 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 	bundle := []byte("-----BEGIN CERTIFICATE-----\nca-1\n-----END CERTIFICATE-----\n")
 	current := func() []byte { mu.Lock(); defer mu.Unlock(); return bundle }
 	w := &writes{n: map[string]int{}}
+	log := &logtest.Buffer{}
 	for _, id := range []string{"injector-a", "injector-b"} {
 		c := New(Options{
-			Client: clientAs(t, id, w), Log: slog.New(slog.DiscardHandler), Webhook: "flotilla-sidecar-injector", Bundle: current,
+			Client: clientAs(t, id, w), Log: log.Logger(), Webhook: "flotilla-sidecar-injector", Bundle: current,
 			Resync: time.Second,
 			Lease:  controller.Lease{Identity: id, Namespace: lease, Name: "cabundle", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 		})
@@ -137,7 +139,10 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 		}
 	}
 	rv := get().ResourceVersion
-	time.Sleep(3 * time.Second) // several resyncs by both replicas
+	// Three reconciles (the leader's resyncs) find it right meanwhile.
+	reconciled := func() int { return log.Count("caBundle already right", "webhook=flotilla-sidecar-injector") }
+	before := reconciled()
+	xdstest.EventuallyWithin(t, 60*time.Second, "three reconciles finding it right", func() bool { return reconciled() >= before+3 })
 	if got := get().ResourceVersion; got != rv {
 		t.Fatalf("written with nothing to change (%s → %s): replicas fight", rv, got)
 	}
@@ -154,7 +159,8 @@ func TestTheLeaderKeepsTheBundleAndNobodyWritesWhenItIsRight(t *testing.T) {
 	xdstest.Eventually(t, "the new CA rolled out", right)
 	// Three changes were needed (the stale bundle, the edit, the new CA):
 	// three accepted writes in all between the two replicas.
-	time.Sleep(2 * time.Second) // resyncs by both replicas
+	before = reconciled()
+	xdstest.EventuallyWithin(t, 60*time.Second, "two reconciles finding it right", func() bool { return reconciled() >= before+2 })
 	if a, b := w.count("injector-a"), w.count("injector-b"); a+b != 3 {
 		t.Fatalf("accepted writes: injector-a %d, injector-b %d; want 3", a, b)
 	}
@@ -185,8 +191,9 @@ func TestAValidatingWebhookConfigurationIsKeptToo(t *testing.T) {
 	}
 	bundle := []byte("-----BEGIN CERTIFICATE-----\nvalidator\n-----END CERTIFICATE-----\n")
 	w := &writes{n: map[string]int{}}
+	log := &logtest.Buffer{}
 	c := New(Options{
-		Client: clientAs(t, "galley", w), Log: slog.New(slog.DiscardHandler), Kind: Validating, Webhook: "flotilla-validator",
+		Client: clientAs(t, "galley", w), Log: log.Logger(), Kind: Validating, Webhook: "flotilla-validator",
 		Bundle: func() []byte { return bundle }, Resync: time.Second,
 		Lease: controller.Lease{Identity: "galley", Namespace: lease, Name: "validator", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 	})
@@ -195,7 +202,9 @@ func TestAValidatingWebhookConfigurationIsKeptToo(t *testing.T) {
 		cfg, err := cfgs.Get(ctx, "flotilla-validator", metav1.GetOptions{})
 		return err == nil && bytes.Equal(cfg.Webhooks[0].ClientConfig.CABundle, bundle)
 	})
-	time.Sleep(2 * time.Second) // resyncs
+	xdstest.EventuallyWithin(t, 60*time.Second, "two reconciles finding it right", func() bool {
+		return log.Count("caBundle already right", "webhook=flotilla-validator") >= 2
+	})
 	if n := w.count("galley"); n != 1 {
 		t.Fatalf("%d accepted writes, want 1", n)
 	}
@@ -227,8 +236,9 @@ func TestTheRevisionsTagWebhooksAreKeptAndNoOtherRevisions(t *testing.T) {
 		}
 	}
 	bundle := []byte("-----BEGIN CERTIFICATE-----\nca-1\n-----END CERTIFICATE-----\n")
+	log := &logtest.Buffer{}
 	c := New(Options{
-		Client: env.Client, Log: slog.New(slog.DiscardHandler), Webhook: "flotilla-sidecar-injector-canary", Selector: "istio.io/tag,istio.io/rev=canary",
+		Client: env.Client, Log: log.Logger(), Webhook: "flotilla-sidecar-injector-canary", Selector: "istio.io/tag,istio.io/rev=canary",
 		Bundle: func() []byte { return bundle }, Resync: time.Second,
 		Lease: controller.Lease{Identity: "injector-canary", Namespace: lease, Name: "cabundle", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 	})
@@ -241,7 +251,11 @@ func TestTheRevisionsTagWebhooksAreKeptAndNoOtherRevisions(t *testing.T) {
 		return string(cfg.Webhooks[0].ClientConfig.CABundle)
 	}
 	xdstest.Eventually(t, "the tag's bundle kept", func() bool { return bundleOf("istio-revision-tag-prod") == string(bundle) })
-	time.Sleep(2 * time.Second) // resyncs
+	// Two reconciles of its own tag later (resyncs), the other revision's
+	// is untouched.
+	xdstest.EventuallyWithin(t, 60*time.Second, "two reconciles of its tag finding it right", func() bool {
+		return log.Count("caBundle already right", "webhook=istio-revision-tag-prod") >= 2
+	})
 	if got := bundleOf("istio-revision-tag-old"); got != "stale" {
 		t.Fatalf("another revision's tag was written: %q", got)
 	}

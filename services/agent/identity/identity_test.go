@@ -3,7 +3,6 @@ package identity
 import (
 	"context"
 	"crypto/tls"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/logtest"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/testpki"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 )
@@ -83,10 +83,12 @@ func TestWatchRootsFollowsTheFileAndKeepsTheLastGoodBundle(t *testing.T) {
 	s := New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = WatchRoots(ctx, s, path, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
+	log := &logtest.Buffer{}
+	go func() { _ = WatchRoots(ctx, s, path, 20*time.Millisecond, log.Logger()) }()
 	xdstest.Eventually(t, "the first bundle", func() bool { return string(s.Snapshot().RootsPEM) == string(first.CertPEM) })
 	write(t, path, []byte("not a certificate"))
-	time.Sleep(100 * time.Millisecond)
+	// The watcher has read the bad file once it says it refused it.
+	xdstest.Eventually(t, "the bad bundle refused", func() bool { return log.Has("the trust bundle cannot be read") })
 	if string(s.Snapshot().RootsPEM) != string(first.CertPEM) {
 		t.Fatal("a bundle without certificates replaced the good one")
 	}
@@ -113,7 +115,8 @@ func TestMountedCertificatesAreServedAndReloaded(t *testing.T) {
 	s := New()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = WatchMounted(ctx, s, dir, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
+	log := &logtest.Buffer{}
+	go func() { _ = WatchMounted(ctx, s, dir, 20*time.Millisecond, log.Logger()) }()
 	uri := func() string {
 		if l := s.Snapshot().Leaf; l != nil {
 			return l.URIs[0].String()
@@ -125,7 +128,7 @@ func TestMountedCertificatesAreServedAndReloaded(t *testing.T) {
 	// taken.
 	two := issue(t, ca, "spiffe://cluster.local/ns/a/sa/two")
 	write(t, filepath.Join(dir, ChainFile), two.CertPEM)
-	time.Sleep(100 * time.Millisecond)
+	xdstest.Eventually(t, "the half-rotated files refused", func() bool { return log.Has("the mounted certificates cannot be used") })
 	if uri() != "spiffe://cluster.local/ns/a/sa/one" {
 		t.Fatal("a chain without its key replaced the certificate")
 	}

@@ -220,10 +220,13 @@ func (p *Proxy) relay(ctx context.Context, delta bool, recv func() (*frame, erro
 		for {
 			req, err := recv()
 			if err != nil {
+				// Envoy's end first, then discovery's side closed: the
+				// relay ends with Envoy's (cleanly, when Envoy closed
+				// its side), never with discovery's answer to the close.
+				errc <- downstreamEnd(err)
 				upMu.Lock()
 				_ = up.CloseSend()
 				upMu.Unlock()
-				errc <- downstreamEnd(err)
 				return
 			}
 			if conv != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/flotilla-mesh/flotilla/internal/platform/controller"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/kubeenv"
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/logtest"
 	"github.com/flotilla-mesh/flotilla/internal/testsupport/xdstest"
 	"github.com/flotilla-mesh/flotilla/services/ca/authority"
 	"github.com/flotilla-mesh/flotilla/services/ca/server"
@@ -273,9 +274,10 @@ func TestTheRootIsPublishedInEveryNamespaceByTheLeaderOnly(t *testing.T) {
 	var mu sync.Mutex
 	roots := []byte("-----BEGIN CERTIFICATE-----\nroot-1\n-----END CERTIFICATE-----\n")
 	current := func() []byte { mu.Lock(); defer mu.Unlock(); return roots }
+	log := &logtest.Buffer{}
 	for _, id := range []string{"ca-a", "ca-b"} {
 		p := NewRootPublisher(RootPublisherOptions{
-			Client: clientAs(t, id), Log: quiet(), Roots: current, Resync: time.Second,
+			Client: clientAs(t, id), Log: log.Logger(), Roots: current, Resync: time.Second,
 			Lease: controller.Lease{Identity: id, Namespace: lease, Name: "roots", Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond},
 		})
 		go func() { _ = p.Run(ctx) }()
@@ -317,9 +319,12 @@ func TestTheRootIsPublishedInEveryNamespaceByTheLeaderOnly(t *testing.T) {
 	}
 	xdstest.Eventually(t, "the edit repaired", func() bool { cm := get(); return cm != nil && cm.Data[RootKey] == string(roots) })
 
-	// Nothing to change: several resyncs later, no write.
+	// Nothing to change: three reconciles of the namespace later (the
+	// resyncs'), no write.
 	rv := get().ResourceVersion
-	time.Sleep(3 * time.Second)
+	checked := func() int { return log.Count("root certificate already right", "namespace="+ns) }
+	before := checked()
+	xdstest.EventuallyWithin(t, 60*time.Second, "three reconciles finding the ConfigMap right", func() bool { return checked() >= before+3 })
 	if got := get().ResourceVersion; got != rv {
 		t.Fatalf("the ConfigMap was written with nothing to change (%s → %s)", rv, got)
 	}

@@ -127,7 +127,8 @@ func (p *RootPublisher) reconcile(ctx context.Context, ns string, getNS func(str
 	case err != nil:
 		return err
 	case cm.Data[RootKey] == roots && len(cm.Data) == 1:
-		return nil // already right: no write
+		p.o.Log.Debug("root certificate already right", "namespace", ns)
+		return nil // no write
 	}
 	fixed := cm.DeepCopy()
 	fixed.Data = map[string]string{RootKey: roots}

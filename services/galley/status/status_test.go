@@ -209,7 +209,16 @@ func TestOneLeaderWritesValidationStatusAndStatusWritesPushNothing(t *testing.T)
 	xdstest.EventuallyWithin(t, 60*time.Second, "the status to clear", func() bool { return len(messages(t, dyn, ns)) == 0 })
 	xdstest.EventuallyWithin(t, 60*time.Second, "the fix to be published", func() bool { return sink.count(id) == 1 })
 	// The status write reaches the informer too; it must not be published.
-	time.Sleep(500 * time.Millisecond)
+	// A later change, of another VirtualService, comes through the same
+	// watch after it: once that is published, the status write was seen.
+	marker := vs(t, ns, "10/90")
+	marker.SetName("marker")
+	if _, err := dyn.Resource(vsGVR).Namespace(ns).Create(ctx, marker, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.EventuallyWithin(t, 60*time.Second, "a later change published", func() bool {
+		return sink.count(istio.ID{Kind: "VirtualService", Name: ns + "/marker"}) == 1
+	})
 	if n := sink.count(id); n != 1 {
 		t.Fatalf("the object was published %d times; status writes must push nothing", n)
 	}
