@@ -167,12 +167,13 @@ func TestANackLoopIsLoggedOnceAndSlowedDown(t *testing.T) {
 	t.Logf("%d NACKs sent in 5 s (the client is slowed once over 100 at 50 a second)", sent)
 }
 
-// TestAChangeMadeWhileGalleyWasDownArrivesSoonAfterItIsBack: galley is
-// away long enough for reconnect backoffs to have grown (12 s); a change
-// made meanwhile reaches a proxy once galley is back, and how long that
-// takes is logged (within a second or two: clients retry at most every
-// second).
-func TestAChangeMadeWhileGalleyWasDownArrivesSoonAfterItIsBack(t *testing.T) {
+// TestAChangeMadeWhileGalleyWasDownArrivesOnceItIsBackAndDiscoveryRetriesAtLeastEverySecond:
+// galley is away long enough for reconnect backoffs to have grown (12 s);
+// a change made meanwhile reaches a proxy once galley is back (how long
+// that takes is logged, not asserted: a benchmark's figure), and every
+// wait discovery logged before resubscribing is at most a second — at
+// least one such line must be there, or nothing was checked.
+func TestAChangeMadeWhileGalleyWasDownArrivesOnceItIsBackAndDiscoveryRetriesAtLeastEverySecond(t *testing.T) {
 	dir, _, _ := seedDir(t, 100, 0)
 	mcpAddr := proc.FreeAddr(t)
 	g := startGalley(t, dir, mcpAddr)
@@ -188,13 +189,28 @@ func TestAChangeMadeWhileGalleyWasDownArrivesSoonAfterItIsBack(t *testing.T) {
 	back := time.Now()
 	xdstest.Eventually(t, "the change made while galley was down", func() bool { return xdstest.Count(t, c, 10)["v2"] == 10 })
 	t.Logf("measured: the change reached the proxy %s after galley was ready again", time.Since(back).Round(10*time.Millisecond))
+	waits := 0
 	for _, l := range strings.Split(d.p.Out.String(), "\n") {
-		if _, wait, ok := strings.Cut(l, "subscription broken; reconnecting"); ok {
-			if _, in, ok := strings.Cut(wait, " in="); ok {
-				if dur, err := time.ParseDuration(strings.Fields(in)[0]); err == nil && dur > time.Second {
-					t.Errorf("discovery waited %s before resubscribing: %s", dur, l)
-				}
-			}
+		_, wait, ok := strings.Cut(l, "subscription broken; reconnecting")
+		if !ok {
+			continue
 		}
+		_, in, ok := strings.Cut(wait, " in=")
+		if !ok {
+			t.Errorf("a reconnect line without its wait: %s", l)
+			continue
+		}
+		dur, err := time.ParseDuration(strings.Fields(in)[0])
+		if err != nil {
+			t.Errorf("a reconnect line whose wait does not parse: %s", l)
+			continue
+		}
+		waits++
+		if dur > time.Second {
+			t.Errorf("discovery waited %s before resubscribing: %s", dur, l)
+		}
+	}
+	if waits == 0 {
+		t.Errorf("discovery logged no wait before resubscribing while galley was down: the backoff was not checked\n%s", d.p.Out.String())
 	}
 }

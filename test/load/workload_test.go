@@ -117,7 +117,9 @@ func TestMetricsSumAddsTheSeriesOfOneNameWithTheLabel(t *testing.T) {
 	}
 }
 
-func TestEveryReplicaMustServeFourFifthsOfAnEvenShare(t *testing.T) {
+// The harness's check of a spread (evenEnough), on hand-made counts: the
+// load tool's own run measures the spread.
+func TestEvenEnoughAdmitsSpreadsWhereEveryReplicaHasFourFifthsOfAnEvenShare(t *testing.T) {
 	for _, tt := range []struct {
 		counts []int
 		n      int
@@ -134,7 +136,9 @@ func TestEveryReplicaMustServeFourFifthsOfAnEvenShare(t *testing.T) {
 	}
 }
 
-func TestAClientMovesOnWithoutAnErrorWhenTheServerEndsItsStreamAtTheConnectionAge(t *testing.T) {
+// The harness's reading of how a stream ended (movedOn), on hand-made
+// errors: the load tool's connection-age run is where clients move on.
+func TestMovedOnReadsAStreamEndedByTheServerOrAGracefulGOAWAYAsAMoveAndOtherEndsAsErrors(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		err  error

@@ -157,7 +157,8 @@ spec:
 // outlier detection and no localityLbSetting, Istio's default (locality
 // load balancing enabled, failover needs outlier detection) puts the
 // local backend first: every call goes there. When it stops, grpc-go's
-// priority policy moves the calls to eu; when it is back, they return.
+// priority policy moves the calls to eu; when another backend takes the
+// local locality's place (an endpoint change), the calls go back to it.
 // Without outlier detection there is no failover order and calls spread.
 func TestLocalityFailoverMovesCallsToTheNextLocalityWhenTheLocalOnesFail(t *testing.T) {
 	local, stopLocal := xdstest.StartStoppableBackend(t, "local")

@@ -63,7 +63,9 @@ func report(in io.Reader, out io.Writer) (failed bool, skipped []string, err err
 		if e.Test == "" {
 			switch e.Action {
 			case "output", "build-output":
-				fmt.Fprint(out, e.Output)
+				if e.Output != "PASS\n" { // plain go test prints it only with -v
+					fmt.Fprint(out, e.Output)
+				}
 			case "fail", "build-fail":
 				failed = true
 			}
