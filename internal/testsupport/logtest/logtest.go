@@ -4,23 +4,15 @@
 package logtest
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
+
+	"github.com/flotilla-mesh/flotilla/internal/testsupport/testenv"
 )
 
 // Buffer holds the lines a logger wrote. Safe for concurrent use.
 type Buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write implements io.Writer.
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	testenv.SyncBuffer
 }
 
 // Logger writes text lines into b, debug included.
@@ -30,10 +22,8 @@ func (b *Buffer) Logger() *slog.Logger {
 
 // Count is the number of lines holding every one of parts.
 func (b *Buffer) Count(parts ...string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	n := 0
-	for _, line := range strings.Split(b.buf.String(), "\n") {
+	for _, line := range strings.Split(b.String(), "\n") {
 		all := line != ""
 		for _, p := range parts {
 			all = all && strings.Contains(line, p)
