@@ -264,6 +264,13 @@ func newFleet(n int) *fleet {
 	return f
 }
 
+// size is how many clients there are.
+func (f *fleet) size() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.clusters)
+}
+
 // counts is, per client, how many EDS responses held cluster and how
 // many of those had no endpoint.
 func (f *fleet) counts(cluster string) (updates, emptied []int) {

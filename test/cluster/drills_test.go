@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // galleyLeaderLost: the galley replica holding the status writer's Lease
@@ -51,6 +55,7 @@ func galleyLeaderLost(t testing.TB, ctx context.Context, cp *controlPlane) { //n
 		leader = h
 		return nil
 	})
+	m := newMarker(t, ctx, cp)
 	before := f.mark()
 
 	start := time.Now()
@@ -84,11 +89,11 @@ func galleyLeaderLost(t testing.TB, ctx context.Context, cp *controlPlane) { //n
 	})
 	galleyRefuses(t, ctx, cp)
 
-	// Discovery's debounce and the sidecars' acknowledgements: give any
-	// push the drill caused time to arrive.
-	time.Sleep(3 * time.Second)
+	// Any push the drill caused reaches a sidecar before the marker's move.
+	m.move(t, ctx, cp)
 	pushed, errs := f.since(before, "during the drill")
 	t.Logf("EDS pushed to the sidecars during the drill (cluster: responses, all sidecars): %v", pushed)
+	errs = append(errs, m.pushedOnce(cp, pushed)...)
 	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
 		if !strings.Contains(cluster, "flotilla-galley.") {
 			errs = append(errs, fmt.Errorf("%s was pushed though only galley's endpoints changed", cluster))
@@ -102,7 +107,8 @@ func galleyLeaderLost(t testing.TB, ctx context.Context, cp *controlPlane) { //n
 // apiserverRestarted: kube-apiserver restarted (SIGTERM, then the same
 // flags and port). Once every client's watches are back (the apiserver's
 // registered watches as many as before) and discovery's debounce has
-// passed, the sidecars have received nothing: galley's informers resumed
+// passed (a later change, the marker's, has reached every sidecar), the
+// sidecars have received nothing: galley's informers resumed
 // or relisted without withdrawing anything that still exists or
 // republishing what did not change (no CDS, no EDS, no service ever
 // empty). Then a change made after the restart (reviews-v1 scaled up and
@@ -118,6 +124,7 @@ func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { /
 		_, emptiedBefore[cluster] = f.counts(cluster)
 	}
 	watchesBefore, _, _ := apiserverMetrics(t, ctx)
+	m := newMarker(t, ctx, cp)
 	before := f.mark()
 
 	start := time.Now()
@@ -131,8 +138,11 @@ func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { /
 		}
 		return nil
 	})
-	time.Sleep(3 * time.Second)
+	// Any push the restart caused reaches a sidecar before the marker's
+	// move.
+	m.move(t, ctx, cp)
 	pushed, errs := f.since(before, "after the restart")
+	errs = append(errs, m.pushedOnce(cp, pushed)...)
 	for _, cluster := range slices.Sorted(maps.Keys(pushed)) {
 		errs = append(errs, fmt.Errorf("%s was pushed %d times (all sidecars) though nothing changed", cluster, pushed[cluster]))
 	}
@@ -176,4 +186,93 @@ func apiserverRestarted(t testing.TB, ctx context.Context, cp *controlPlane) { /
 	if err := errors.Join(errs...); err != nil {
 		t.Error(err)
 	}
+}
+
+// marker is a change the drills make after what they test, so that "no
+// push" is observed rather than waited for: a selector-less Service whose
+// one EndpointSlice the test writes. Galley reads the slice's changes from
+// one watch and sends them, after everything it read before, on its MCP
+// stream; discovery sends a sidecar its pushes in order on one stream. So
+// when every sidecar holds the marker's new address, every push caused
+// before the move has arrived.
+type marker struct {
+	cluster string
+	// host is the last octet of the endpoint's address, 10.254.0.host.
+	host int
+}
+
+const markerName = "drill-marker"
+
+// newMarker creates the marker's Service and EndpointSlice unless an
+// earlier drill did, and waits until every sidecar holds its address.
+func newMarker(tb testing.TB, ctx context.Context, cp *controlPlane) *marker {
+	tb.Helper()
+	c := env.Client
+	m := &marker{cluster: outbound(markerName), host: 1}
+	slice, err := c.DiscoveryV1().EndpointSlices(appNamespace).Get(ctx, markerName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := c.CoreV1().Services(appNamespace).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: markerName},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+		}, metav1.CreateOptions{}); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := c.DiscoveryV1().EndpointSlices(appNamespace).Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: markerName, Labels: map[string]string{
+				discoveryv1.LabelServiceName: markerName, discoveryv1.LabelManagedBy: "flotilla-cluster-test",
+			}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{m.address()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(9080))}},
+		}, metav1.CreateOptions{}); err != nil {
+			tb.Fatal(err)
+		}
+	case err != nil:
+		tb.Fatal(err)
+	default:
+		if len(slice.Endpoints) != 1 || len(slice.Endpoints[0].Addresses) != 1 {
+			tb.Fatalf("the marker's EndpointSlice has %d endpoints, want one address", len(slice.Endpoints))
+		}
+		if _, err := fmt.Sscanf(slice.Endpoints[0].Addresses[0], "10.254.0.%d", &m.host); err != nil {
+			tb.Fatalf("the marker's address %q: %v", slice.Endpoints[0].Addresses[0], err)
+		}
+	}
+	m.wait(tb, ctx, cp)
+	return m
+}
+
+func (m *marker) address() string { return fmt.Sprintf("10.254.0.%d", m.host) }
+
+// move gives the marker's endpoint the next address and waits until every
+// sidecar holds it.
+func (m *marker) move(tb testing.TB, ctx context.Context, cp *controlPlane) {
+	tb.Helper()
+	m.host = m.host%250 + 1
+	patch := fmt.Appendf(nil, `{"endpoints":[{"addresses":[%q],"conditions":{"ready":true}}]}`, m.address())
+	if _, err := env.Client.DiscoveryV1().EndpointSlices(appNamespace).Patch(ctx, markerName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	m.wait(tb, ctx, cp)
+}
+
+func (m *marker) wait(tb testing.TB, ctx context.Context, cp *controlPlane) {
+	tb.Helper()
+	want := map[string][]string{m.cluster: {net.JoinHostPort(m.address(), "9080")}}
+	cp.eventually(tb, ctx, time.Minute, "every sidecar holds the marker at "+m.address(), func(context.Context) error {
+		return cp.sidecars.holds(want)
+	})
+}
+
+// pushedOnce takes the marker's cluster out of pushed (cluster → EDS
+// responses summed over the sidecars since before one move) and says
+// whether it was pushed once to each of them: more is a push the drill
+// caused.
+func (m *marker) pushedOnce(cp *controlPlane, pushed map[string]int) []error {
+	n := pushed[m.cluster]
+	delete(pushed, m.cluster)
+	if sidecars := cp.sidecars.size(); n != sidecars {
+		return []error{fmt.Errorf("%s was pushed %d times to %d sidecars, once each when it moved", m.cluster, n, sidecars)}
+	}
+	return nil
 }
