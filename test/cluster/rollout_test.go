@@ -3,7 +3,9 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,10 +174,15 @@ func rollOut(tb testing.TB, ctx context.Context, cp *controlPlane, replicas, sca
 // TestFlotillaInAWholeCluster with bookinfo's 12 sidecars watching. One
 // run of it takes minutes, so the benchmark runs once (b.N is 1) and
 // reports rollOut's figures; the assertions are the test's.
+// FLOTILLA_BENCH_CHART_SET adds chart values (space-separated key=value,
+// as helm's --set), to measure a setting against the defaults in one
+// session: discovery.debounceFirst=100ms is the fixed window of before
+// issue 48.
 func BenchmarkRolloutAtScale(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	cp := install(b, ctx, systemNamespace, chartValues...)
+	values := append(slices.Clone(chartValues), strings.Fields(os.Getenv("FLOTILLA_BENCH_CHART_SET"))...)
+	cp := install(b, ctx, systemNamespace, values...)
 	defer func() {
 		if cp.stopSidecars != nil {
 			cp.stopSidecars()

@@ -53,7 +53,9 @@ type ReferenceOptions struct {
 	Ramp time.Duration
 	// ProfileDir, when set, receives the first replica's heap profile
 	// after the initial sync (heap.pb.gz) and a second into each change,
-	// while the sidecars are still being sent it (heap-<kind>-<n>.pb.gz).
+	// while the sidecars are still being sent it (heap-<kind>-<n>.pb.gz),
+	// and its CPU profile of each change's first two seconds
+	// (cpu-<kind>-<n>.pb.gz).
 	ProfileDir string
 	// DiscoveryEnv is added to the replicas' environment (GOMEMLIMIT).
 	DiscoveryEnv []string
@@ -98,7 +100,7 @@ func (r *ReferenceReport) String() string {
 	fmt.Fprintf(&b, "  objects created in %s; galley serving them %s after its start\n", r.Created.Round(time.Millisecond), r.GalleyReady.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  initial sync of all in %s (clients started over %s): CPU discovery %.1fs galley %.1fs\n", r.Connected.Round(time.Millisecond), r.Ramp, r.DiscoverySyncCPU, r.GalleySyncCPU)
 	for _, c := range r.Changes {
-		fmt.Fprintf(&b, "  %s change: discovery %s, CPU discovery %.2fs galley %.2fs clients %.2fs\n", c.Kind, c.Discovery.Round(time.Millisecond), c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU)
+		fmt.Fprintf(&b, "  %s change: %s, CPU discovery %.2fs galley %.2fs clients %.2fs\n", c.Kind, c.stages(), c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU)
 		for _, t := range c.Types {
 			fmt.Fprintf(&b, "    %s: %d clients  p50 %s  p99 %s  max %s  (%.1f responses, %.1f resources per client)\n", t.Type, t.Clients,
 				t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Responses, t.Resources)
@@ -232,6 +234,10 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 		if err := change(); err != nil {
 			return nil, err
 		}
+		cpu := make(chan error, 1)
+		go func() {
+			cpu <- profiler{dir: o.ProfileDir, admin: replicas[0].admin}.save(ctx, fmt.Sprintf("cpu-%s-%d.pb.gz", kind, i/2+1), "profile?seconds=2")
+		}()
 		during := make(chan error, 1)
 		go func() {
 			if err := sleep(ctx, time.Second); err != nil {
@@ -247,7 +253,7 @@ func RunReference(ctx context.Context, o ReferenceOptions) (*ReferenceReport, er
 		if err != nil {
 			return nil, fmt.Errorf("%s change %d: %w", kind, i/2+1, err)
 		}
-		if err := <-during; err != nil {
+		if err := errors.Join(<-during, <-cpu); err != nil {
 			return nil, err
 		}
 		c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU = d1-d0, g1-g0, c1-c0

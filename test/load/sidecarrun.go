@@ -70,8 +70,13 @@ type SidecarChange struct {
 	// write to each client's acknowledgement.
 	Types []TypeLatency
 	// Discovery is discovery's own time: from seeing the change (from
-	// galley) to its last send of it, over every proxy.
-	Discovery time.Duration
+	// galley) to its last send of it, over every proxy. Seen is from the
+	// write to discovery seeing it (galley's watch or file read, its
+	// batching and MCP to the first replica that did); FirstSent from
+	// seeing it to the first send (debounce, push context, one proxy's
+	// generation). The rest of Discovery is the fan-out to the others; the
+	// types' latencies less Seen and Discovery, the clients' part.
+	Discovery, Seen, FirstSent time.Duration
 	// DiscoveryCPU, GalleyCPU and ClientsCPU are the CPU seconds each
 	// process used from the write until every client had acknowledged
 	// (and a second of quiet after).
@@ -107,7 +112,7 @@ func (r *SidecarReport) String() string {
 	}
 	fmt.Fprintf(&b, "), services %d: initial sync of all in %s\n", r.Services, r.Connected.Round(time.Millisecond))
 	for _, c := range r.Changes {
-		fmt.Fprintf(&b, "  %s change: discovery %s, CPU discovery %.2fs galley %.2fs clients %.2fs\n", c.Kind, c.Discovery.Round(time.Millisecond), c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU)
+		fmt.Fprintf(&b, "  %s change: %s, CPU discovery %.2fs galley %.2fs clients %.2fs\n", c.Kind, c.stages(), c.DiscoveryCPU, c.GalleyCPU, c.ClientsCPU)
 		for _, t := range c.Types {
 			fmt.Fprintf(&b, "    %s: %d clients  p50 %s  p99 %s  max %s  (%.1f responses, %.1f resources per client)", t.Type, t.Clients,
 				t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Responses, t.Resources)
@@ -332,6 +337,7 @@ func measureChange(ctx context.Context, sc clientStatus, ccs []*grpc.ClientConn,
 		})
 	}
 	done()
+	c.Seen, c.FirstSent = -1, -1
 	for _, cc := range ccs {
 		ps, err := syncz(ctx, cc)
 		if err != nil {
@@ -343,12 +349,32 @@ func measureChange(ctx context.Context, sc clientStatus, ccs []*grpc.ClientConn,
 			}
 			for _, ts := range p.Types {
 				if ts.TypeURL == expect {
-					c.Discovery = max(c.Discovery, ts.SentAt.Sub(p.PushSeenAt))
+					sent := ts.SentAt.Sub(p.PushSeenAt)
+					c.Discovery = max(c.Discovery, sent)
+					c.FirstSent = earliest(c.FirstSent, sent)
+					c.Seen = earliest(c.Seen, p.PushSeenAt.Sub(t0))
 				}
 			}
 		}
 	}
 	return c, nil
+}
+
+// earliest is the smaller of d and e, or e when d is -1 (none yet).
+func earliest(d, e time.Duration) time.Duration {
+	if d < 0 {
+		return e
+	}
+	return min(d, e)
+}
+
+// stages is where the change's time went, as measured.
+func (c *SidecarChange) stages() string {
+	if c.Seen < 0 {
+		return fmt.Sprintf("discovery %s", c.Discovery.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("write → discovery saw it %s → first send %s → last send %s (discovery's own time)",
+		c.Seen.Round(100*time.Microsecond), c.FirstSent.Round(100*time.Microsecond), c.Discovery.Round(100*time.Microsecond))
 }
 
 // profiler saves discovery's profiles (nothing without a directory).

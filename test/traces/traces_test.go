@@ -170,8 +170,9 @@ func TestOneChangeIsOneTraceFromGalleyToEveryProxysAck(t *testing.T) {
 
 // changeTrace finds the trace of galley's change made after edited and
 // says what it lacks of: galley's change, validation and publishing; each
-// replica's push with its debounce and push context; each proxy's push
-// under its replica's and its acknowledgement under that.
+// replica's push with its debounce, push context and fan-out (ending after
+// every proxy's push); each proxy's push under its replica's and its
+// acknowledgement under that.
 func changeTrace(all []span, edited time.Time, proxies map[string]testgrpc.TestServiceClient) ([]span, []string) {
 	var root *span
 	for i, s := range all {
@@ -221,7 +222,14 @@ func changeTrace(all []span, edited time.Time, proxies map[string]testgrpc.TestS
 				missing = append(missing, name+" under a replica's push")
 			}
 		}
+		fanout := childOf(p, "flotilla-discovery", "fanout")
+		if len(fanout) != 1 {
+			missing = append(missing, "fanout under a replica's push")
+		}
 		for _, pp := range childOf(p, "flotilla-discovery", "proxy.push") {
+			if len(fanout) == 1 && fanout[0].end.Before(pp.end) {
+				missing = append(missing, "a fanout that ends after "+pp.attrs["proxy"]+"'s proxy.push")
+			}
 			pushed[pp.attrs["proxy"]] = true
 			for _, a := range childOf(pp, "flotilla-discovery", "proxy.ack") {
 				if a.statusError == "" && a.attrs["proxy"] == pp.attrs["proxy"] && !a.end.Before(a.start) {

@@ -78,8 +78,10 @@ type Config struct {
 	XDSMaxConnectionAge time.Duration `yaml:"xdsMaxConnectionAge" usage:"end each proxy stream after about this long (±10 %), at its first moment with no response in flight (waiting up to 10s), its connection told before to take no new streams (a GOAWAY), so proxies reconnect and spread over replicas added by a scale-out; 0 keeps connections for ever"`
 	// XDSMaxConnectionsPerPeer bounds the connections of one peer address.
 	XDSMaxConnectionsPerPeer int `yaml:"xdsMaxConnectionsPerPeer" usage:"connections one peer address (IP) may hold open to each xDS port at once; more are closed as they are accepted (a proxy holds one or two); 0: no bound"`
-	// DebounceQuiet and DebounceMax shape pushes.
-	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push after this long without a change"`
+	// DebounceFirst, DebounceQuiet and DebounceMax shape pushes
+	// (ingest.Options).
+	DebounceFirst time.Duration `yaml:"debounceFirst" usage:"a change that comes after ten debounceQuiet periods without any is pushed after this long; each further change before the push doubles the wait, up to debounceQuiet (equal to debounceQuiet: every push waits that long, as Istio's PILOT_DEBOUNCE_AFTER)"`
+	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push a burst of changes after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
 	// JWKSRefresh is how often the issuers' keys are fetched again.
 	JWKSRefresh time.Duration `yaml:"jwksRefresh" usage:"how often discovery fetches again the JSON Web Key Sets RequestAuthentications name (their jwksUri, or their issuer's OpenID configuration); proxies get the keys inline"`
@@ -116,6 +118,7 @@ func Defaults() Config {
 		GalleyAddress:    "127.0.0.1:15019",
 		XDSAddress:       ":15010",
 		SecureXDSAddress: ":15012",
+		DebounceFirst:    time.Millisecond,
 		DebounceQuiet:    100 * time.Millisecond,
 		DebounceMax:      10 * time.Second,
 		JWKSRefresh:      jwks.DefaultRefresh,
@@ -172,8 +175,8 @@ func (c Config) Validate() error {
 	if c.EnvoyFilterReportCheck <= 0 || c.EnvoyFilterReportCheck > time.Minute {
 		errs = append(errs, fmt.Errorf("envoyFilterReportCheck %s: want more than 0 and at most 1m", c.EnvoyFilterReportCheck))
 	}
-	if c.DebounceQuiet <= 0 || c.DebounceMax < c.DebounceQuiet {
-		errs = append(errs, fmt.Errorf("debounceQuiet %s and debounceMax %s: want 0 < quiet <= max", c.DebounceQuiet, c.DebounceMax))
+	if c.DebounceFirst <= 0 || c.DebounceQuiet < c.DebounceFirst || c.DebounceMax < c.DebounceQuiet {
+		errs = append(errs, fmt.Errorf("debounceFirst %s, debounceQuiet %s and debounceMax %s: want 0 < first <= quiet <= max", c.DebounceFirst, c.DebounceQuiet, c.DebounceMax))
 	}
 	return errors.Join(errs...)
 }
@@ -265,7 +268,7 @@ func run(ctx context.Context, cfg Config, rt *command.Runtime) (err error) {
 	var in *ingest.Ingest
 	keys := jwks.New(jwks.Options{Log: rt.Log.With("component", "jwks"), Refresh: cfg.JWKSRefresh, OnChange: func() { in.KeysChanged() }})
 	in, err = ingest.New(ingest.Options{
-		Log: rt.Log, Meter: meter, IstioMeter: istio, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
+		Log: rt.Log, Meter: meter, IstioMeter: istio, First: cfg.DebounceFirst, Quiet: cfg.DebounceQuiet, Max: cfg.DebounceMax,
 		DomainSuffix: cfg.DomainSuffix, TypeURLs: subscribed(cfg, certs), Push: srv.Push, JWKS: keys, Tracer: rt.Telemetry.Tracer,
 		Revision: cfg.Revision,
 	})

@@ -1,7 +1,8 @@
 // Package ingest feeds discovery's store from galley's MCP subscription
 // (or from a directory of YAML, through the same Apply path), and turns
-// bursts of changes into push contexts: a push waits for a quiet period
-// after the last change, but never longer than a maximum after the first.
+// bursts of changes into push contexts: a change that comes alone goes out
+// at once, a burst is merged until a quiet period after its last change
+// (batching), and no push waits longer than a maximum after its first.
 package ingest
 
 import (
@@ -37,10 +38,13 @@ type Options struct {
 	// IstioMeter is the meter of the metrics named as Istio's pilot names
 	// them (telemetry.Providers.Istio); none when nil.
 	IstioMeter metric.Meter
-	// Quiet is how long no change must arrive before a push (default
-	// 100ms); Max bounds the wait after the first change (default 10s).
-	Quiet, Max   time.Duration
-	DomainSuffix string
+	// First is how long a change that comes after ten Quiet periods
+	// without any waits for others (default 1ms); each further change doubles the
+	// wait, up to Quiet (default 100ms): how long no change must arrive
+	// before a burst is pushed. Max bounds the wait after a push's first
+	// change (default 10s). First equal to Quiet is a fixed window.
+	First, Quiet, Max time.Duration
+	DomainSuffix      string
 	// TypeURLs must each have been applied once before the first push, so
 	// that a restarted discovery never serves a half-read mesh.
 	TypeURLs []string
@@ -71,6 +75,7 @@ type Ingest struct {
 	synced    chan struct{}
 	firstSeen time.Time
 	events    int
+	batch     batching
 	reasons   map[string]bool // Istio's push triggers of the updates since the last push
 	// changes are the spans of the traced changes since the last push
 	// (the first maxLinks).
@@ -91,12 +96,19 @@ func New(o Options) (*Ingest, error) {
 	if o.Max <= 0 {
 		o.Max = 10 * time.Second
 	}
+	if o.First <= 0 {
+		o.First = min(time.Millisecond, o.Quiet)
+	}
+	if o.First > o.Quiet {
+		return nil, fmt.Errorf("debounce: first %s is longer than quiet %s", o.First, o.Quiet)
+	}
 	m, err := newMetrics(o.Meter, cmp.Or[metric.Meter](o.IstioMeter, noop.Meter{}))
 	if err != nil {
 		return nil, err
 	}
 	i := &Ingest{
 		o: o, m: m, store: model.NewStore(), applied: map[string]bool{}, reasons: map[string]bool{},
+		batch:  batching{first: o.First, quiet: o.Quiet},
 		synced: make(chan struct{}), kick: make(chan struct{}, 1),
 		tracer: cmp.Or[trace.TracerProvider](o.Tracer, tracenoop.NewTracerProvider()).Tracer("flotilla/discovery"),
 	}
@@ -130,10 +142,7 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 	for _, n := range removed {
 		i.store.Delete(typeURL, n)
 	}
-	if i.firstSeen.IsZero() {
-		i.firstSeen = time.Now()
-	}
-	i.events++
+	i.changed(time.Now())
 	i.reasons[trigger(typeURL)] = true
 	if !i.applied[typeURL] {
 		i.applied[typeURL] = true
@@ -159,16 +168,22 @@ func (i *Ingest) Apply(typeURL string, updated []*mcp.Resource, removed []string
 func (i *Ingest) KeysChanged() {
 	i.mu.Lock()
 	i.store.KeysChanged()
-	if i.firstSeen.IsZero() {
-		i.firstSeen = time.Now()
-	}
-	i.events++
+	i.changed(time.Now())
 	i.reasons["config"] = true // a RequestAuthentication's keys
 	i.mu.Unlock()
 	select {
 	case i.kick <- struct{}{}:
 	default:
 	}
+}
+
+// changed counts a change seen at now. Must hold i.mu.
+func (i *Ingest) changed(now time.Time) {
+	if i.firstSeen.IsZero() {
+		i.firstSeen = now
+	}
+	i.events++
+	i.batch.changed(now)
 }
 
 // pushSpan starts a push's span: from the first change seen (the first
@@ -234,6 +249,7 @@ func (i *Ingest) Run(ctx context.Context) error {
 		pc, changes := i.store.Build(model.BuildOptions{DomainSuffix: i.o.DomainSuffix, JWKS: i.o.JWKS}, last, version)
 		seen, events, reasons, traced := i.firstSeen, i.events, i.reasons, i.changes
 		i.firstSeen, i.events, i.reasons, i.changes = time.Time{}, 0, map[string]bool{}, nil
+		i.batch.sent()
 		i.mu.Unlock()
 		built := time.Now()
 		if last != nil && changes.Empty() {
@@ -253,12 +269,23 @@ func (i *Ingest) Run(ctx context.Context) error {
 		span.End()
 	}
 	flush() // the first, full push once everything was received
+	i.mu.Lock()
+	if !i.batch.pending {
+		i.batch.last = time.Time{} // the sync is not a burst: the first change after it goes out at once
+	}
+	i.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-i.kick:
-			quiet.Reset(i.o.Quiet)
+			i.mu.Lock()
+			due, pending := i.batch.due(), i.batch.pending
+			i.mu.Unlock()
+			if !pending {
+				continue // sent with the push before
+			}
+			quiet.Reset(time.Until(due))
 			if deadline == nil {
 				deadline = time.After(i.o.Max)
 			}

@@ -33,7 +33,7 @@ type pushed struct {
 
 func start(t *testing.T, quiet, maxWait time.Duration, types []string) (*Ingest, chan pushed) {
 	t.Helper()
-	return startWith(t, Options{Quiet: quiet, Max: maxWait, TypeURLs: types})
+	return startWith(t, Options{First: quiet, Quiet: quiet, Max: maxWait, TypeURLs: types})
 }
 
 // startWith runs an Ingest with o (its log, meter and push are the
@@ -115,6 +115,23 @@ func TestABurstOfChangesIsOnePush(t *testing.T) {
 		t.Fatalf("the push after a burst has %d services, want all 20", len(p.pc.Services()))
 	}
 	none(t, ch, 200*time.Millisecond)
+}
+
+// TestAChangeAfterAQuietMeshIsPushedWithoutWaitingForQuiet: with quiet
+// an hour, only the short first wait can send it (batching_test.go tests
+// the policy's waits).
+func TestAChangeAfterAQuietMeshIsPushedWithoutWaitingForQuiet(t *testing.T) {
+	in, ch := startWith(t, Options{Quiet: time.Hour, Max: time.Hour, TypeURLs: []string{registry.ServiceTypeURL}})
+	if err := in.Apply(registry.ServiceTypeURL, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ch)
+	if err := in.Apply(registry.ServiceTypeURL, []*mcp.Resource{svc(t, "a")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := wait(t, ch); len(p.pc.Services()) != 1 {
+		t.Fatalf("the push after the change has %d services, want 1", len(p.pc.Services()))
+	}
 }
 
 func TestChangesThatNeverStopArePushedAtTheMaximumWait(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -38,8 +39,12 @@ type pushEvent struct {
 	changes  model.ChangeSet
 	seen     time.Time
 	// trace is the push's span (invalid when not traced); a stream that
-	// merges pushes keeps the latest's.
-	trace trace.SpanContext
+	// merges pushes keeps the latest's. fanout is its "fanout" span (nil
+	// when not traced), which each stream given the push ends its part of
+	// once: when it sent it, skipped it, merged it into a later push or
+	// closed.
+	trace  trace.SpanContext
+	fanout *fanout
 
 	// affected holds affectedClusters' answer for each set of load
 	// assignment names a stream watches (nameSet → []string, never
@@ -49,6 +54,21 @@ type pushEvent struct {
 	// them once. Every stream's copy of the event shares it, until a
 	// stream merges another change into its copy (enqueue).
 	affected *sync.Map
+}
+
+// fanout is a traced push's span from Push to the last stream's part of
+// it: every proxy's targeting, generation and sends (pushes of untraced
+// changes, endpoint churn, have none; the load tool measures them).
+type fanout struct {
+	left atomic.Int64
+	span trace.Span
+}
+
+// done ends one stream's part; the last ends the span. Nil does nothing.
+func (f *fanout) done() {
+	if f != nil && f.left.Add(-1) == 0 {
+		f.span.End()
+	}
 }
 
 // Nack is the last rejection of a type by a proxy.
@@ -171,6 +191,7 @@ func (c *conn) enqueue(ev *pushEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
+		ev.fanout.done()
 		return
 	}
 	if c.pending == nil {
@@ -179,7 +200,8 @@ func (c *conn) enqueue(ev *pushEvent) {
 		cp.changes.Merge(ev.changes)
 		c.pending = &cp
 	} else {
-		c.pending.pc, c.pending.trace = ev.pc, ev.trace
+		c.pending.fanout.done() // sent with this one
+		c.pending.pc, c.pending.trace, c.pending.fanout = ev.pc, ev.trace, ev.fanout
 		c.pending.changes.Merge(ev.changes)
 		c.pending.affected = new(sync.Map) // answers for the change alone no longer hold
 	}
@@ -197,6 +219,9 @@ func (c *conn) drain() {
 		ev := c.pending
 		c.pending = nil
 		if ev == nil || c.closed {
+			if ev != nil {
+				ev.fanout.done()
+			}
 			c.pushing = false
 			c.retireIfQuiet()
 			c.mu.Unlock()
@@ -205,6 +230,7 @@ func (c *conn) drain() {
 		c.mu.Unlock()
 		c.work.Lock()
 		err := c.push(ev)
+		ev.fanout.done()
 		if err == nil {
 			c.mu.Lock()
 			c.settle()
@@ -215,6 +241,10 @@ func (c *conn) drain() {
 			c.s.log.Warn("push failed; closing the stream", "proxy", c.id, "error", err)
 			c.mu.Lock()
 			c.failed, c.closed, c.pushing = err, true, false
+			if c.pending != nil {
+				c.pending.fanout.done()
+				c.pending = nil
+			}
 			c.mu.Unlock()
 			return
 		}

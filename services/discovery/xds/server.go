@@ -26,6 +26,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -226,6 +227,15 @@ func (s *Server) Push(ctx context.Context, pc *model.PushContext, changes model.
 	changes.Objects = nil // the ledger's: not merged into every stream's pending push
 	s.metrics.pushes(changes)
 	ev := &pushEvent{pc: pc, prev: prev, changes: changes, seen: seen, affected: new(sync.Map), trace: trace.SpanContextFromContext(ctx)}
+	if ev.trace.IsValid() {
+		_, span := s.tracer.Start(ctx, "fanout", trace.WithAttributes(attribute.Int("proxies", len(conns))))
+		if len(conns) == 0 {
+			span.End()
+		} else {
+			ev.fanout = &fanout{span: span}
+			ev.fanout.left.Store(int64(len(conns)))
+		}
+	}
 	for _, c := range conns {
 		c.enqueue(ev)
 	}

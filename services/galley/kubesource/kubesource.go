@@ -680,7 +680,11 @@ func (s *Source) queue(typeURL, name string, body proto.Message) {
 const flushBatchDelay = 5 * time.Millisecond
 
 // flushLoop sends queued registry changes until ctx ends, then once more.
+// A change that comes flushBatchDelay or more after the last flush goes
+// out at once (a lone pod's change is not held back); one that comes
+// sooner, inside a burst, waits flushBatchDelay for the rest of it.
 func (s *Source) flushLoop(ctx context.Context) {
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -688,11 +692,14 @@ func (s *Source) flushLoop(ctx context.Context) {
 			return
 		case <-s.kick:
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(flushBatchDelay):
+		if time.Since(last) < flushBatchDelay {
+			select {
+			case <-ctx.Done():
+			case <-time.After(flushBatchDelay):
+			}
 		}
 		s.flush()
+		last = time.Now()
 	}
 }
 
