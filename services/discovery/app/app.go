@@ -80,7 +80,7 @@ type Config struct {
 	XDSMaxConnectionsPerPeer int `yaml:"xdsMaxConnectionsPerPeer" usage:"connections one peer address (IP) may hold open to each xDS port at once; more are closed as they are accepted (a proxy holds one or two); 0: no bound"`
 	// DebounceFirst, DebounceQuiet and DebounceMax shape pushes
 	// (ingest.Options).
-	DebounceFirst time.Duration `yaml:"debounceFirst" usage:"a change that comes after ten debounceQuiet periods without any is pushed after this long; each further change before the push doubles the wait, up to debounceQuiet (equal to debounceQuiet: every push waits that long, as Istio's PILOT_DEBOUNCE_AFTER)"`
+	DebounceFirst time.Duration `yaml:"debounceFirst" usage:"a change that comes after thirty debounceQuiet periods (3s by default) without any is pushed after this long; each further change before the push doubles the wait, up to debounceQuiet (equal to debounceQuiet: every push waits that long, as Istio's PILOT_DEBOUNCE_AFTER)"`
 	DebounceQuiet time.Duration `yaml:"debounceQuiet" usage:"push a burst of changes after this long without a change"`
 	DebounceMax   time.Duration `yaml:"debounceMax" usage:"push at the latest this long after the first change, even if changes keep coming"`
 	// JWKSRefresh is how often the issuers' keys are fetched again.

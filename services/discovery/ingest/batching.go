@@ -24,10 +24,12 @@ type batching struct {
 }
 
 // idleQuiets is how many quiet periods without a change make the mesh
-// idle. With a fixed window (first = quiet), a rollout's bursts came here
-// (test/cluster's rollout of 200 pods) every half second on average; at
-// one quiet period, each gap between them added a push at its start.
-const idleQuiets = 10
+// idle (3 s by default). A rollout's bursts are a fraction of a second to
+// a few seconds apart (test/cluster's rollout of 200 pods: 33–53 pushes
+// over 23 s with a fixed window); idle after one quiet period, each gap
+// between them added a push at its start (76 pushes), after thirty the
+// pushes were within the fixed window's spread (BENCHMARKS.md, issue 48).
+const idleQuiets = 30
 
 // changed records a change at now.
 func (b *batching) changed(now time.Time) {

@@ -38,7 +38,7 @@ type Options struct {
 	// IstioMeter is the meter of the metrics named as Istio's pilot names
 	// them (telemetry.Providers.Istio); none when nil.
 	IstioMeter metric.Meter
-	// First is how long a change that comes after ten Quiet periods
+	// First is how long a change that comes after thirty Quiet periods
 	// without any waits for others (default 1ms); each further change doubles the
 	// wait, up to Quiet (default 100ms): how long no change must arrive
 	// before a burst is pushed. Max bounds the wait after a push's first
