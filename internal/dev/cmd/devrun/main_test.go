@@ -109,11 +109,14 @@ func TestTheCLIContextNamesTheReplicasStarted(t *testing.T) {
 
 // TestAPortInUseIsNamedWithTheWayOut holds one of the ports a stack moved
 // by an offset listens on: devrun refuses to start, naming the address,
-// the service that needs it and --port-offset.
+// the service that needs it and --port-offset. The offsets tried keep
+// every port (15010–15123 moved) below the kernel's ephemeral range
+// (from 32768), where the other tests' listeners and connections take
+// ports at random: there, discovery's could be in use for a moment.
 func TestAPortInUseIsNamedWithTheWayOut(t *testing.T) {
 	l := local{bin: t.TempDir(), configDir: "cfg", stateDir: t.TempDir()}
 	var held net.Listener
-	for offset := 31000; held == nil && offset < 41000; offset += 1000 { // an offset whose galley admin port is free to hold
+	for offset := 5000; held == nil && offset <= 17000; offset += 1000 { // an offset whose galley admin port is free to hold
 		l.offset = offset
 		held, _ = net.Listen("tcp", l.addr(galleyAdmin))
 	}
